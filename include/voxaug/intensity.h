@@ -1,0 +1,101 @@
+// voxaug: pointwise intensity transforms and Gaussian noise, batched, with per-sample
+// random parameters, fused into one pass over memory.
+//
+// Contract shared by every function here:
+// - `in` and `out` are (N, C, D, H, W) views on the same device with the same shape.
+//   `out` may be `in` itself (same data and strides: in place); otherwise they must not
+//   overlap. Strides may be arbitrary; dense samples take a vectorised path.
+// - Input dtypes: float64, float32, float16, bfloat16, uint8, int16, int32. Output dtypes:
+//   float32, float16, bfloat16, or float64 when the input is float64. Math is float32
+//   (float64 for float64 data); results are bit-identical between the CPU and CUDA paths.
+// - CUDA views run on `stream` and never synchronise the host; CPU views run on the calling
+//   thread with OpenMP and ignore `stream`.
+// - Random draws come from Philox keyed by the step's seed and addressed by (sample,
+//   element), so a sample's result does not depend on the batch it sits in, the launch
+//   shape or the device. Per-sample parameters (the gate u < prob, offsets, factors,
+//   sampled std) are drawn on the device from the same keyed stream: no host round trip.
+#pragma once
+
+#include <cstdint>
+
+#include "voxaug/config.h"
+#include "voxaug/types.h"
+
+namespace voxaug {
+
+enum class PointwiseOp : int32_t {
+  ScaleIntensityRange = 0,  // MONAI ScaleIntensityRange
+  ShiftIntensity = 1,       // x + offset
+  ScaleIntensity = 2,       // x * (1 + factor)
+  GaussianNoise = 3,        // x + N(mean, std)
+};
+
+// One step of a pointwise chain. Build with the factory functions; the fields are the
+// plain parameter block that travels to the kernel by value.
+struct PointwiseStep {
+  PointwiseOp op = PointwiseOp::ShiftIntensity;
+  // ScaleIntensityRange: a_min, a_max, b_min, b_max (b_min/b_max used when has_b_min/max).
+  // Shift/Scale fixed value: value. Random: [low, high). Noise: mean, std.
+  double a_min = 0, a_max = 1, b_min = 0, b_max = 1;
+  bool has_b_min = false, has_b_max = false, clip = false;
+  double value = 0, low = 0, high = 0, mean = 0, std = 0;
+  bool random = false;      // Shift/Scale: draw the value per sample (or per channel)
+  bool channel_wise = false;  // Shift/Scale random: one draw per (sample, channel)
+  bool sample_std = false;  // Noise: std ~ U(0, std) per sample (MONAI's sample_std)
+  double prob = 1.0;        // per-sample gate: the step applies when u < prob
+  uint64_t seed = 0;        // key of this step's Philox streams
+  // Shift/Scale: optional per-sample values (length N, float32, on the data's device);
+  // overrides `value`.
+  const float* per_sample = nullptr;
+
+  static PointwiseStep scale_intensity_range(double a_min, double a_max, const double* b_min,
+                                             const double* b_max, bool clip);
+  static PointwiseStep shift_intensity(double offset);
+  static PointwiseStep shift_intensity(const float* per_sample_offsets);
+  static PointwiseStep rand_shift_intensity(double low, double high, double prob, uint64_t seed,
+                                            bool channel_wise = false);
+  static PointwiseStep scale_intensity(double factor);
+  static PointwiseStep scale_intensity(const float* per_sample_factors);
+  static PointwiseStep rand_scale_intensity(double low, double high, double prob, uint64_t seed,
+                                            bool channel_wise = false);
+  static PointwiseStep gaussian_noise(double mean, double std, bool sample_std, double prob,
+                                      uint64_t seed);
+};
+
+// Longest chain fused into one pass.
+constexpr int kMaxPointwiseSteps = 8;
+
+// Throws voxaug::Error naming the offending parameter (non-finite values, prob outside
+// [0, 1], negative std, low > high, too many steps).
+void validate_pointwise_steps(const PointwiseStep* steps, int num_steps);
+
+// out = steps[num_steps-1](... steps[0](in)): one read of `in`, one write of `out`.
+// `first_sample` is the global index of sample 0 of this batch in the random streams:
+// splitting a batch into pieces with matching first_sample gives identical bytes.
+void pointwise_chain(const VolumeView& in, const VolumeView& out, const PointwiseStep* steps,
+                     int num_steps, cudaStream_t stream = nullptr, uint32_t first_sample = 0);
+
+// grad_in = grad_out * d out / d in for the same chain (recomputes the forward values, noise
+// included, to know where clipping was active). All three views: same shape, device and a
+// floating dtype; grad_out and grad_in share a dtype.
+void pointwise_chain_backward(const VolumeView& grad_out, const VolumeView& in,
+                              const VolumeView& grad_in, const PointwiseStep* steps,
+                              int num_steps, cudaStream_t stream = nullptr,
+                              uint32_t first_sample = 0);
+
+// Single-step conveniences (each one is a chain of one step).
+void scale_intensity_range(const VolumeView& in, const VolumeView& out, double a_min,
+                           double a_max, const double* b_min, const double* b_max, bool clip,
+                           cudaStream_t stream = nullptr);
+void shift_intensity(const VolumeView& in, const VolumeView& out, const float* per_sample_offsets,
+                     cudaStream_t stream = nullptr);
+void rand_shift_intensity(const VolumeView& in, const VolumeView& out, double low, double high,
+                          double prob, uint64_t seed, cudaStream_t stream = nullptr);
+void scale_intensity(const VolumeView& in, const VolumeView& out, const float* per_sample_factors,
+                     cudaStream_t stream = nullptr);
+void rand_scale_intensity(const VolumeView& in, const VolumeView& out, double low, double high,
+                          double prob, uint64_t seed, cudaStream_t stream = nullptr);
+void gaussian_noise(const VolumeView& in, const VolumeView& out, double mean, double std,
+                    bool sample_std, double prob, uint64_t seed, cudaStream_t stream = nullptr);
+
+}  // namespace voxaug

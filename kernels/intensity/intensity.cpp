@@ -1,0 +1,340 @@
+// voxaug: pointwise intensity chain -- validation, parameter packing, CPU backend, and
+// routing to the CUDA backend (intensity.cu).
+#include "voxaug/intensity.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "../common/launch_cpu.h"
+#include "chain_dispatch.h"
+#include "voxaug/error.h"
+
+namespace voxaug {
+namespace detail {
+#if VOXAUG_WITH_CUDA
+void chain_forward_cuda(const VolumeView& in, const VolumeView& out, const ChainParams& p,
+                        cudaStream_t stream);
+void chain_backward_cuda(const VolumeView& grad_out, const VolumeView& in,
+                         const VolumeView& grad_in, const ChainParams& p, cudaStream_t stream);
+void check_device_pointer(const void* ptr, int device, const std::string& what);
+#endif
+}  // namespace detail
+
+PointwiseStep PointwiseStep::scale_intensity_range(double a_min, double a_max, const double* b_min,
+                                                   const double* b_max, bool clip) {
+  PointwiseStep s;
+  s.op = PointwiseOp::ScaleIntensityRange;
+  s.a_min = a_min;
+  s.a_max = a_max;
+  s.has_b_min = b_min != nullptr;
+  s.has_b_max = b_max != nullptr;
+  s.b_min = b_min ? *b_min : 0.0;
+  s.b_max = b_max ? *b_max : 0.0;
+  s.clip = clip;
+  return s;
+}
+PointwiseStep PointwiseStep::shift_intensity(double offset) {
+  PointwiseStep s;
+  s.op = PointwiseOp::ShiftIntensity;
+  s.value = offset;
+  return s;
+}
+PointwiseStep PointwiseStep::shift_intensity(const float* per_sample_offsets) {
+  PointwiseStep s = shift_intensity(0.0);
+  s.per_sample = per_sample_offsets;
+  return s;
+}
+PointwiseStep PointwiseStep::rand_shift_intensity(double low, double high, double prob,
+                                                  uint64_t seed, bool channel_wise) {
+  PointwiseStep s = shift_intensity(0.0);
+  s.random = true;
+  s.low = low;
+  s.high = high;
+  s.prob = prob;
+  s.seed = seed;
+  s.channel_wise = channel_wise;
+  return s;
+}
+PointwiseStep PointwiseStep::scale_intensity(double factor) {
+  PointwiseStep s;
+  s.op = PointwiseOp::ScaleIntensity;
+  s.value = factor;
+  return s;
+}
+PointwiseStep PointwiseStep::scale_intensity(const float* per_sample_factors) {
+  PointwiseStep s = scale_intensity(0.0);
+  s.per_sample = per_sample_factors;
+  return s;
+}
+PointwiseStep PointwiseStep::rand_scale_intensity(double low, double high, double prob,
+                                                  uint64_t seed, bool channel_wise) {
+  PointwiseStep s = scale_intensity(0.0);
+  s.random = true;
+  s.low = low;
+  s.high = high;
+  s.prob = prob;
+  s.seed = seed;
+  s.channel_wise = channel_wise;
+  return s;
+}
+PointwiseStep PointwiseStep::gaussian_noise(double mean, double std, bool sample_std, double prob,
+                                            uint64_t seed) {
+  PointwiseStep s;
+  s.op = PointwiseOp::GaussianNoise;
+  s.mean = mean;
+  s.std = std;
+  s.sample_std = sample_std;
+  s.prob = prob;
+  s.seed = seed;
+  return s;
+}
+
+namespace {
+
+std::string step_name(const PointwiseStep& s, int k) {
+  const char* names[] = {"scale_intensity_range", "shift_intensity", "scale_intensity",
+                         "gaussian_noise"};
+  const int op = static_cast<int>(s.op);
+  return std::string("step ") + std::to_string(k) + " (" +
+         (op >= 0 && op < 4 ? names[op] : "unknown") + ")";
+}
+
+void expect_finite(double v, const std::string& where, const char* name) {
+  VOXAUG_EXPECTS(std::isfinite(v), where + ": " + name + " must be finite, got " + std::to_string(v));
+}
+
+detail::ChainParams pack(const PointwiseStep* steps, int num_steps) {
+  validate_pointwise_steps(steps, num_steps);
+  detail::ChainParams p{};
+  p.num_steps = num_steps;
+  for (int k = 0; k < num_steps; ++k) {
+    const PointwiseStep& s = steps[k];
+    detail::KStep& q = p.steps[k];
+    q.op = static_cast<int32_t>(s.op);
+    q.prob = s.prob;
+    q.seed = s.seed;
+    q.per_sample = s.per_sample;
+    switch (s.op) {
+      case PointwiseOp::ScaleIntensityRange:
+        q.p0 = s.a_min;
+        q.p1 = s.a_max - s.a_min;
+        q.p2 = s.b_max - s.b_min;
+        q.p3 = s.b_min;
+        q.lo = s.b_min;
+        q.hi = s.b_max;
+        if (q.p1 == 0.0) {
+          // MONAI: warns and returns img - a_min (+ b_min when given); no clipping.
+          q.flags |= detail::kDegenerate;
+          if (s.has_b_min) q.flags |= detail::kAddB;
+        } else {
+          if (s.has_b_min && s.has_b_max) q.flags |= detail::kHasB;
+          if (s.clip && s.has_b_min) q.flags |= detail::kClipLo;
+          if (s.clip && s.has_b_max) q.flags |= detail::kClipHi;
+        }
+        break;
+      case PointwiseOp::ShiftIntensity:
+      case PointwiseOp::ScaleIntensity:
+        q.p0 = s.value;
+        q.lo = s.low;
+        q.hi = s.high;
+        if (s.per_sample) q.flags |= detail::kPerSample;
+        if (s.random) q.flags |= detail::kRandom;
+        if (s.random && s.channel_wise) {
+          q.flags |= detail::kChannelWise;
+          p.any_channel_wise = true;
+        }
+        break;
+      case PointwiseOp::GaussianNoise:
+        q.p0 = s.mean;
+        q.p1 = s.std;
+        if (s.sample_std) q.flags |= detail::kSampleStd;
+        p.any_noise = true;
+        break;
+    }
+  }
+  return p;
+}
+
+// Byte range [lo, hi) touched by a view.
+void extent(const VolumeView& v, uintptr_t* lo, uintptr_t* hi) {
+  int64_t min_off = 0, max_off = 0;
+  for (int k = 0; k < 5; ++k) {
+    const int64_t span = (v.shape[k] - 1) * v.strides[k];
+    if (span < 0) min_off += span; else max_off += span;
+  }
+  const auto base = reinterpret_cast<uintptr_t>(v.data);
+  *lo = base + min_off * dtype_size(v.dtype);
+  *hi = base + (max_off + 1) * dtype_size(v.dtype);
+}
+
+bool same_layout(const VolumeView& a, const VolumeView& b) {
+  if (a.data != b.data || a.dtype != b.dtype) return false;
+  for (int k = 0; k < 5; ++k)
+    if (a.strides[k] != b.strides[k] && a.shape[k] > 1) return false;
+  return true;
+}
+
+void check_pair(const VolumeView& a, const char* an, const VolumeView& b, const char* bn,
+                bool allow_same) {
+  for (int k = 0; k < 5; ++k) {
+    VOXAUG_EXPECTS(a.shape[k] >= 0, std::string(an) + ": sizes must be non-negative");
+    VOXAUG_EXPECTS(a.shape[k] == b.shape[k], std::string(bn) + " must have the shape of " + an +
+                                                 ": " + a.describe() + " vs " + b.describe());
+  }
+  VOXAUG_EXPECTS(a.device == b.device && (a.device == Device::CPU || a.device_index == b.device_index),
+                 std::string(bn) + " must be on the device of " + an + ": " + a.describe() +
+                     " vs " + b.describe());
+  if (a.numel() == 0) return;
+  VOXAUG_EXPECTS(a.data != nullptr && b.data != nullptr,
+                 std::string(an) + " and " + bn + " must not be null");
+  if (allow_same && same_layout(a, b)) return;
+  uintptr_t alo, ahi, blo, bhi;
+  extent(a, &alo, &ahi);
+  extent(b, &blo, &bhi);
+  VOXAUG_EXPECTS(ahi <= blo || bhi <= alo,
+                 std::string(bn) + " overlaps " + an + " without being the same view; pass the "
+                     "same view for in-place operation or a separate buffer");
+}
+
+void check_batch(const VolumeView& v, uint32_t first_sample) {
+  VOXAUG_EXPECTS(v.shape[0] + int64_t(first_sample) <= int64_t(0xffffffff) + 1,
+                 "first_sample + batch size must not exceed 2^32, got " +
+                     std::to_string(first_sample) + " + " + std::to_string(v.shape[0]));
+}
+
+void check_per_sample_pointers(const VolumeView& v, const detail::ChainParams& p) {
+  for (int k = 0; k < p.num_steps; ++k) {
+    if (!(p.steps[k].flags & detail::kPerSample)) continue;
+#if VOXAUG_WITH_CUDA
+    if (v.device == Device::CUDA)
+      detail::check_device_pointer(p.steps[k].per_sample, v.device_index,
+                                   "step " + std::to_string(k) + ": per-sample values");
+#else
+    (void)v;
+#endif
+  }
+}
+
+}  // namespace
+
+void validate_pointwise_steps(const PointwiseStep* steps, int num_steps) {
+  VOXAUG_EXPECTS(num_steps >= 0 && num_steps <= kMaxPointwiseSteps,
+                 "num_steps must be in [0, " + std::to_string(kMaxPointwiseSteps) + "], got " +
+                     std::to_string(num_steps));
+  VOXAUG_EXPECTS(num_steps == 0 || steps != nullptr, "steps must not be null");
+  for (int k = 0; k < num_steps; ++k) {
+    const PointwiseStep& s = steps[k];
+    const std::string where = step_name(s, k);
+    VOXAUG_EXPECTS(static_cast<int>(s.op) >= 0 && static_cast<int>(s.op) <= 3,
+                   where + ": unknown op " + std::to_string(static_cast<int>(s.op)));
+    expect_finite(s.prob, where, "prob");
+    VOXAUG_EXPECTS(s.prob >= 0.0 && s.prob <= 1.0,
+                   where + ": prob must be in [0, 1], got " + std::to_string(s.prob));
+    switch (s.op) {
+      case PointwiseOp::ScaleIntensityRange:
+        expect_finite(s.a_min, where, "a_min");
+        expect_finite(s.a_max, where, "a_max");
+        if (s.has_b_min) expect_finite(s.b_min, where, "b_min");
+        if (s.has_b_max) expect_finite(s.b_max, where, "b_max");
+        break;
+      case PointwiseOp::ShiftIntensity:
+      case PointwiseOp::ScaleIntensity:
+        if (s.random) {
+          VOXAUG_EXPECTS(!s.per_sample, where + ": give either per-sample values or a random range");
+          expect_finite(s.low, where, "low");
+          expect_finite(s.high, where, "high");
+          VOXAUG_EXPECTS(s.low <= s.high, where + ": low must be <= high, got " +
+                                              std::to_string(s.low) + " > " + std::to_string(s.high));
+        } else if (!s.per_sample) {
+          expect_finite(s.value, where, s.op == PointwiseOp::ShiftIntensity ? "offset" : "factor");
+        }
+        break;
+      case PointwiseOp::GaussianNoise:
+        expect_finite(s.mean, where, "mean");
+        expect_finite(s.std, where, "std");
+        VOXAUG_EXPECTS(s.std >= 0.0, where + ": std must be >= 0, got " + std::to_string(s.std));
+        break;
+    }
+  }
+}
+
+void pointwise_chain(const VolumeView& in, const VolumeView& out, const PointwiseStep* steps,
+                     int num_steps, cudaStream_t stream, uint32_t first_sample) {
+  detail::ChainParams p = pack(steps, num_steps);
+  p.first_sample = first_sample;
+  check_pair(in, "input", out, "output", /*allow_same=*/true);
+  check_batch(in, first_sample);
+  if (in.numel() == 0) return;
+  check_per_sample_pointers(in, p);
+  if (in.device == Device::CPU) {
+    detail::chain_forward<detail::CpuLauncher>(in, out, p, stream);
+    return;
+  }
+#if VOXAUG_WITH_CUDA
+  detail::chain_forward_cuda(in, out, p, stream);
+#else
+  VOXAUG_FAIL("input is a CUDA view but this voxaug was built without CUDA");
+#endif
+}
+
+void pointwise_chain_backward(const VolumeView& grad_out, const VolumeView& in,
+                              const VolumeView& grad_in, const PointwiseStep* steps,
+                              int num_steps, cudaStream_t stream, uint32_t first_sample) {
+  detail::ChainParams p = pack(steps, num_steps);
+  p.first_sample = first_sample;
+  check_pair(in, "input", grad_out, "grad_output", /*allow_same=*/true);
+  check_pair(in, "input", grad_in, "grad_input", /*allow_same=*/false);
+  VOXAUG_EXPECTS(grad_out.dtype == in.dtype && grad_in.dtype == in.dtype,
+                 std::string("grad_output and grad_input must have the input's dtype ") +
+                     dtype_name(in.dtype) + ", got " + dtype_name(grad_out.dtype) + " and " +
+                     dtype_name(grad_in.dtype));
+  check_batch(in, first_sample);
+  if (in.numel() == 0) return;
+  check_per_sample_pointers(in, p);
+  if (in.device == Device::CPU) {
+    detail::chain_backward<detail::CpuLauncher>(grad_out, in, grad_in, p, stream);
+    return;
+  }
+#if VOXAUG_WITH_CUDA
+  detail::chain_backward_cuda(grad_out, in, grad_in, p, stream);
+#else
+  VOXAUG_FAIL("input is a CUDA view but this voxaug was built without CUDA");
+#endif
+}
+
+void scale_intensity_range(const VolumeView& in, const VolumeView& out, double a_min,
+                           double a_max, const double* b_min, const double* b_max, bool clip,
+                           cudaStream_t stream) {
+  const PointwiseStep s = PointwiseStep::scale_intensity_range(a_min, a_max, b_min, b_max, clip);
+  pointwise_chain(in, out, &s, 1, stream);
+}
+void shift_intensity(const VolumeView& in, const VolumeView& out, const float* per_sample_offsets,
+                     cudaStream_t stream) {
+  VOXAUG_EXPECTS(per_sample_offsets != nullptr || in.numel() == 0, "offsets must not be null");
+  const PointwiseStep s = PointwiseStep::shift_intensity(per_sample_offsets);
+  pointwise_chain(in, out, &s, 1, stream);
+}
+void rand_shift_intensity(const VolumeView& in, const VolumeView& out, double low, double high,
+                          double prob, uint64_t seed, cudaStream_t stream) {
+  const PointwiseStep s = PointwiseStep::rand_shift_intensity(low, high, prob, seed);
+  pointwise_chain(in, out, &s, 1, stream);
+}
+void scale_intensity(const VolumeView& in, const VolumeView& out, const float* per_sample_factors,
+                     cudaStream_t stream) {
+  VOXAUG_EXPECTS(per_sample_factors != nullptr || in.numel() == 0, "factors must not be null");
+  const PointwiseStep s = PointwiseStep::scale_intensity(per_sample_factors);
+  pointwise_chain(in, out, &s, 1, stream);
+}
+void rand_scale_intensity(const VolumeView& in, const VolumeView& out, double low, double high,
+                          double prob, uint64_t seed, cudaStream_t stream) {
+  const PointwiseStep s = PointwiseStep::rand_scale_intensity(low, high, prob, seed);
+  pointwise_chain(in, out, &s, 1, stream);
+}
+void gaussian_noise(const VolumeView& in, const VolumeView& out, double mean, double std,
+                    bool sample_std, double prob, uint64_t seed, cudaStream_t stream) {
+  const PointwiseStep s = PointwiseStep::gaussian_noise(mean, std, sample_std, prob, seed);
+  pointwise_chain(in, out, &s, 1, stream);
+}
+
+}  // namespace voxaug

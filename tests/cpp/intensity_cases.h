@@ -1,0 +1,155 @@
+// Shared test material for the pointwise chain: awkward shapes, chains, host buffers,
+// and the float64 naive reference (written independently of detail/pointwise.h: it
+// re-derives the random draws from raw Philox bits with double-precision math).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "voxaug/detail/philox.h"
+#include "voxaug/intensity.h"
+#include "voxaug/types.h"
+
+namespace voxaug_test {
+
+struct Shape {
+  int64_t n, c, d, h, w;
+  int64_t numel() const { return n * c * d * h * w; }
+  int64_t sample() const { return c * d * h * w; }
+  std::string str() const {
+    return std::to_string(n) + "x" + std::to_string(c) + "x" + std::to_string(d) + "x" +
+           std::to_string(h) + "x" + std::to_string(w);
+  }
+};
+
+inline std::vector<Shape> awkward_shapes() {
+  return {{1, 1, 1, 1, 1}, {1, 1, 1, 1, 3}, {3, 2, 5, 7, 3}, {2, 1, 17, 1, 9},
+          {1, 3, 4, 4, 4}, {8, 1, 6, 5, 4}, {2, 4, 1, 1, 2}, {5, 1, 3, 11, 13}};
+}
+
+inline std::vector<double> random_values(int64_t count, uint32_t seed, double lo, double hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(count);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+using voxaug::PointwiseOp;
+using voxaug::PointwiseStep;
+
+// Named chains covering every op, gate and flag.
+struct NamedChain {
+  std::string name;
+  std::vector<PointwiseStep> steps;
+};
+
+inline std::vector<NamedChain> reference_chains() {
+  const double bmin = 0.0, bmax = 1.0, neg = -2.0;
+  std::vector<NamedChain> c;
+  c.push_back({"sir_clip", {PointwiseStep::scale_intensity_range(-50, 120, &bmin, &bmax, true)}});
+  c.push_back({"sir_noclip", {PointwiseStep::scale_intensity_range(-50, 120, &neg, &bmax, false)}});
+  c.push_back({"sir_no_b", {PointwiseStep::scale_intensity_range(10, 30, nullptr, nullptr, true)}});
+  c.push_back({"sir_clip_lo_only", {PointwiseStep::scale_intensity_range(-50, 120, &bmin, nullptr, true)}});
+  c.push_back({"sir_degenerate", {PointwiseStep::scale_intensity_range(5, 5, &bmin, &bmax, true)}});
+  c.push_back({"shift_fixed", {PointwiseStep::shift_intensity(3.25)}});
+  c.push_back({"scale_fixed", {PointwiseStep::scale_intensity(-0.3)}});
+  c.push_back({"rand_shift", {PointwiseStep::rand_shift_intensity(-10, 10, 1.0, 11)}});
+  c.push_back({"rand_shift_gated", {PointwiseStep::rand_shift_intensity(-10, 10, 0.5, 12)}});
+  c.push_back({"rand_shift_channel", {PointwiseStep::rand_shift_intensity(-10, 10, 0.7, 13, true)}});
+  c.push_back({"rand_scale", {PointwiseStep::rand_scale_intensity(-0.5, 0.5, 0.8, 14)}});
+  c.push_back({"rand_scale_channel", {PointwiseStep::rand_scale_intensity(-0.5, 0.5, 1.0, 15, true)}});
+  c.push_back({"noise", {PointwiseStep::gaussian_noise(0.0, 2.0, false, 1.0, 16)}});
+  c.push_back({"noise_sample_std", {PointwiseStep::gaussian_noise(0.5, 3.0, true, 0.6, 17)}});
+  c.push_back({"btcv_chain",
+               {PointwiseStep::scale_intensity_range(-175, 250, &bmin, &bmax, true),
+                PointwiseStep::rand_shift_intensity(-0.1, 0.1, 0.5, 18),
+                PointwiseStep::gaussian_noise(0.0, 0.1, true, 0.9, 19)}});
+  c.push_back({"long_chain",
+               {PointwiseStep::rand_scale_intensity(-0.2, 0.2, 1.0, 20),
+                PointwiseStep::gaussian_noise(0.0, 5.0, false, 1.0, 21),
+                PointwiseStep::scale_intensity_range(-60, 160, &bmin, &bmax, true),
+                PointwiseStep::rand_shift_intensity(-0.3, 0.3, 1.0, 22, true),
+                PointwiseStep::scale_intensity(0.5), PointwiseStep::shift_intensity(-1.0),
+                PointwiseStep::gaussian_noise(0.1, 0.2, true, 1.0, 23)}});
+  return c;
+}
+
+inline double u01(uint32_t r) { return static_cast<double>(r >> 8) / 16777216.0; }
+
+// The standard normal that element e of global sample g gets from a noise step's seed.
+inline double reference_normal(uint64_t seed, int64_t e, uint32_t g) {
+  using namespace voxaug::detail;
+  const U32x4 r = philox_block(seed, static_cast<uint64_t>(e / 4), g, PhiloxStream::Element);
+  const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+  const int pair = static_cast<int>(e % 4) / 2;
+  const double u1 = (static_cast<double>(w[2 * pair] >> 8) + 1.0) / 16777216.0;
+  const double u2 = u01(w[2 * pair + 1]);
+  const double rad = std::sqrt(-2.0 * std::log(u1));
+  return (e % 2 == 0) ? rad * std::cos(2 * M_PI * u2) : rad * std::sin(2 * M_PI * u2);
+}
+
+// Float64 reference of one chain on one element (value x, global sample g, local n,
+// channel c, element e of the sample).
+// `deriv`, when given, receives d out / d in (clip kills it outside [lo, hi]).
+inline double reference_element(const std::vector<PointwiseStep>& steps, double x, uint32_t g,
+                                int64_t c, int64_t e, double* deriv = nullptr) {
+  double d = 1.0;
+  using namespace voxaug::detail;
+  for (const PointwiseStep& s : steps) {
+    const U32x4 draw = philox_block(s.seed, 0, g, PhiloxStream::Sample);
+    if (!(u01(draw.x) < s.prob)) continue;
+    switch (s.op) {
+      case PointwiseOp::ScaleIntensityRange: {
+        if (s.a_max == s.a_min) {
+          x = x - s.a_min + (s.has_b_min ? s.b_min : 0.0);
+          break;
+        }
+        x = (x - s.a_min) / (s.a_max - s.a_min);
+        d = d / (s.a_max - s.a_min);
+        if (s.has_b_min && s.has_b_max) {
+          x = x * (s.b_max - s.b_min) + s.b_min;
+          d = d * (s.b_max - s.b_min);
+        }
+        if (s.clip && s.has_b_min && x < s.b_min) {
+          x = s.b_min;
+          d = 0;
+        }
+        if (s.clip && s.has_b_max && x > s.b_max) {
+          x = s.b_max;
+          d = 0;
+        }
+        break;
+      }
+      case PointwiseOp::ShiftIntensity:
+      case PointwiseOp::ScaleIntensity: {
+        double v = s.value;
+        if (s.random) {
+          const uint32_t bits =
+              s.channel_wise ? philox_block(s.seed, c, g, PhiloxStream::Channel).x : draw.y;
+          v = s.low + (s.high - s.low) * u01(bits);
+        }
+        if (s.op == PointwiseOp::ShiftIntensity) {
+          x = x + v;
+        } else {
+          x = x * (1.0 + v);
+          d = d * (1.0 + v);
+        }
+        break;
+      }
+      case PointwiseOp::GaussianNoise: {
+        const double sd = s.sample_std ? s.std * u01(draw.z) : s.std;
+        x = x + s.mean + sd * reference_normal(s.seed, e, g);
+        break;
+      }
+    }
+  }
+  if (deriv) *deriv = d;
+  return x;
+}
+
+}  // namespace voxaug_test

@@ -1,0 +1,227 @@
+// CPU path of the pointwise chain vs the float64 naive reference, plus layout, dtype,
+// determinism and argument-checking behaviour.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "intensity_cases.h"
+#include "voxaug/detail/convert.h"
+#include "voxaug/error.h"
+#include "voxaug/intensity.h"
+
+using namespace voxaug;
+using namespace voxaug_test;
+
+namespace {
+
+VolumeView host_view(void* p, DType t, const Shape& s) {
+  return contiguous_view(p, t, Device::CPU, s.n, s.c, s.d, s.h, s.w);
+}
+
+// Runs `chain` on float32 data of shape s; checks every element against float64.
+void check_chain_float32(const NamedChain& chain, const Shape& s, uint32_t first_sample) {
+  const auto src = random_values(s.numel(), 99, -200.0, 300.0);
+  std::vector<float> in(src.begin(), src.end()), out(in.size(), -7.0f);
+  pointwise_chain(host_view(in.data(), DType::Float32, s), host_view(out.data(), DType::Float32, s),
+                  chain.steps.data(), static_cast<int>(chain.steps.size()), nullptr, first_sample);
+  double worst = 0;
+  int64_t idx = 0;
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t e = 0; e < s.sample(); ++e, ++idx) {
+      const double ref = reference_element(chain.steps, in[idx],
+                                           first_sample + static_cast<uint32_t>(n), e / (s.d * s.h * s.w), e);
+      ASSERT_FALSE(std::isnan(out[idx])) << chain.name << " " << s.str() << " idx " << idx;
+      worst = std::max(worst, std::fabs(out[idx] - ref) / std::max(1.0, std::fabs(ref)));
+    }
+  EXPECT_LT(worst, 2e-5) << chain.name << " " << s.str();
+}
+
+}  // namespace
+
+TEST(IntensityCpu, EveryChainEveryShapeMatchesFloat64Reference) {
+  for (const auto& chain : reference_chains())
+    for (const auto& s : awkward_shapes()) check_chain_float32(chain, s, 0);
+}
+
+TEST(IntensityCpu, FirstSampleOffsetsTheRandomStreams) {
+  for (const auto& chain : reference_chains()) check_chain_float32(chain, {3, 2, 3, 4, 5}, 1000);
+}
+
+TEST(IntensityCpu, OutputIsNotTriviallyConstant) {
+  const Shape s{4, 1, 8, 8, 8};
+  const auto src = random_values(s.numel(), 5, 0, 100);
+  std::vector<float> in(src.begin(), src.end()), out(in.size());
+  const auto chain = reference_chains().back().steps;
+  pointwise_chain(host_view(in.data(), DType::Float32, s), host_view(out.data(), DType::Float32, s),
+                  chain.data(), static_cast<int>(chain.size()));
+  double lo = 1e30, hi = -1e30;
+  for (float v : out) lo = std::min<double>(lo, v), hi = std::max<double>(hi, v);
+  EXPECT_GT(hi - lo, 0.1);
+}
+
+TEST(IntensityCpu, SplitBatchEqualsWholeBatchBitwise) {
+  const Shape whole{8, 2, 5, 6, 7};
+  const Shape piece{3, 2, 5, 6, 7};
+  const auto src = random_values(whole.numel(), 1, -100, 100);
+  std::vector<float> in(src.begin(), src.end()), out(in.size()), part(piece.numel());
+  const auto chain = reference_chains()[14].steps;  // btcv_chain
+  pointwise_chain(host_view(in.data(), DType::Float32, whole),
+                  host_view(out.data(), DType::Float32, whole), chain.data(), 3);
+  pointwise_chain(host_view(in.data() + 4 * whole.sample(), DType::Float32, piece),
+                  host_view(part.data(), DType::Float32, piece), chain.data(), 3, nullptr, 4);
+  EXPECT_EQ(0, std::memcmp(part.data(), out.data() + 4 * whole.sample(), part.size() * sizeof(float)));
+}
+
+TEST(IntensityCpu, FusedChainEqualsStepByStepBitwise) {
+  const Shape s{3, 2, 7, 5, 9};
+  const auto src = random_values(s.numel(), 3, -300, 300);
+  std::vector<float> in(src.begin(), src.end()), fused(in.size()), stepwise(in);
+  const auto chain = reference_chains().back().steps;
+  pointwise_chain(host_view(in.data(), DType::Float32, s), host_view(fused.data(), DType::Float32, s),
+                  chain.data(), static_cast<int>(chain.size()));
+  for (const auto& step : chain) {
+    const VolumeView v = host_view(stepwise.data(), DType::Float32, s);
+    pointwise_chain(v, v, &step, 1);
+  }
+  EXPECT_EQ(0, std::memcmp(fused.data(), stepwise.data(), fused.size() * sizeof(float)));
+}
+
+TEST(IntensityCpu, InPlaceEqualsOutOfPlace) {
+  const Shape s{2, 3, 4, 5, 6};
+  const auto src = random_values(s.numel(), 4, -10, 10);
+  std::vector<float> a(src.begin(), src.end()), b(a), out(a.size());
+  const auto chain = reference_chains()[15].steps;
+  pointwise_chain(host_view(a.data(), DType::Float32, s), host_view(out.data(), DType::Float32, s),
+                  chain.data(), static_cast<int>(chain.size()));
+  const VolumeView vb = host_view(b.data(), DType::Float32, s);
+  pointwise_chain(vb, vb, chain.data(), static_cast<int>(chain.size()));
+  EXPECT_EQ(0, std::memcmp(out.data(), b.data(), b.size() * sizeof(float)));
+}
+
+TEST(IntensityCpu, NonContiguousInputMatchesContiguous) {
+  // A (N, C, W, H, D) buffer viewed as (N, C, D, H, W) by swapping strides.
+  const Shape s{2, 2, 5, 4, 3};
+  const auto src = random_values(s.numel(), 8, -50, 50);
+  std::vector<float> storage(src.begin(), src.end()), dense(s.numel()), out_a(s.numel()),
+      out_b(s.numel());
+  VolumeView strided = host_view(storage.data(), DType::Float32, s);
+  strided.strides[4] = s.d * s.h;  // W
+  strided.strides[3] = s.d;        // H
+  strided.strides[2] = 1;          // D
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t c = 0; c < s.c; ++c)
+      for (int64_t d = 0; d < s.d; ++d)
+        for (int64_t h = 0; h < s.h; ++h)
+          for (int64_t w = 0; w < s.w; ++w)
+            dense[(((n * s.c + c) * s.d + d) * s.h + h) * s.w + w] =
+                storage[n * strided.strides[0] + c * strided.strides[1] + d + h * s.d + w * s.d * s.h];
+  const auto chain = reference_chains()[15].steps;
+  pointwise_chain(strided, host_view(out_a.data(), DType::Float32, s), chain.data(),
+                  static_cast<int>(chain.size()));
+  pointwise_chain(host_view(dense.data(), DType::Float32, s),
+                  host_view(out_b.data(), DType::Float32, s), chain.data(),
+                  static_cast<int>(chain.size()));
+  EXPECT_EQ(0, std::memcmp(out_a.data(), out_b.data(), out_a.size() * sizeof(float)));
+}
+
+TEST(IntensityCpu, IntegerAndHalfInputsAndOutputs) {
+  const Shape s{2, 1, 5, 6, 7};
+  const auto src = random_values(s.numel(), 9, 0, 255);
+  std::vector<uint8_t> u8(s.numel());
+  std::vector<int16_t> i16(s.numel());
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    u8[i] = static_cast<uint8_t>(src[i]);
+    i16[i] = static_cast<int16_t>(src[i] * 10 - 1000);
+  }
+  const auto chain = reference_chains()[14].steps;
+  const int k = static_cast<int>(chain.size());
+  {  // uint8 -> float32, uint8 -> float16, int16 -> bfloat16
+    std::vector<float> f32(s.numel());
+    std::vector<detail::half_t> f16(s.numel());
+    std::vector<detail::bfloat16_t> b16(s.numel());
+    pointwise_chain(host_view(u8.data(), DType::UInt8, s), host_view(f32.data(), DType::Float32, s), chain.data(), k);
+    pointwise_chain(host_view(u8.data(), DType::UInt8, s), host_view(f16.data(), DType::Float16, s), chain.data(), k);
+    pointwise_chain(host_view(i16.data(), DType::Int16, s), host_view(b16.data(), DType::BFloat16, s), chain.data(), k);
+    for (int64_t i = 0; i < s.numel(); ++i) {
+      const int64_t n = i / s.sample(), e = i % s.sample();
+      const double r8 = reference_element(chain, u8[i], static_cast<uint32_t>(n), 0, e);
+      const double r16 = reference_element(chain, i16[i], static_cast<uint32_t>(n), 0, e);
+      EXPECT_NEAR(f32[i], r8, 2e-6 * std::max(1.0, std::fabs(r8)));
+      EXPECT_NEAR(detail::half_to_float(f16[i].bits), r8, 1e-3 * std::max(1.0, std::fabs(r8)));
+      EXPECT_NEAR(detail::bf16_to_float(b16[i].bits), r16, 8e-3 * std::max(1.0, std::fabs(r16)));
+    }
+  }
+  {  // float64 end to end (computed in double)
+    std::vector<double> in(src), out(s.numel());
+    pointwise_chain(host_view(in.data(), DType::Float64, s), host_view(out.data(), DType::Float64, s), chain.data(), k);
+    for (int64_t i = 0; i < s.numel(); ++i) {
+      const double ref = reference_element(chain, in[i], static_cast<uint32_t>(i / s.sample()), 0, i % s.sample());
+      EXPECT_NEAR(out[i], ref, 1e-6 * std::max(1.0, std::fabs(ref)));  // z is drawn in float32
+    }
+  }
+}
+
+TEST(IntensityCpu, BackwardMatchesFloat64Derivative) {
+  for (const auto& chain : reference_chains()) {
+    const Shape s{3, 2, 3, 4, 5};
+    const auto src = random_values(s.numel(), 21, -200, 300);
+    const auto g = random_values(s.numel(), 22, -1, 1);
+    std::vector<double> in(src), grad_out(g), grad_in(s.numel());
+    pointwise_chain_backward(host_view(grad_out.data(), DType::Float64, s),
+                             host_view(in.data(), DType::Float64, s),
+                             host_view(grad_in.data(), DType::Float64, s), chain.steps.data(),
+                             static_cast<int>(chain.steps.size()));
+    for (int64_t i = 0; i < s.numel(); ++i) {
+      const int64_t e = i % s.sample();
+      double d = 0;
+      reference_element(chain.steps, in[i], static_cast<uint32_t>(i / s.sample()),
+                        e / (s.d * s.h * s.w), e, &d);
+      EXPECT_NEAR(grad_in[i], grad_out[i] * d, 1e-9) << chain.name << " element " << i;
+    }
+  }
+}
+
+TEST(IntensityCpu, EmptyInputIsANoOp) {
+  const Shape s{0, 1, 4, 4, 4};
+  const auto chain = reference_chains()[14].steps;
+  EXPECT_NO_THROW(pointwise_chain(host_view(nullptr, DType::Float32, s),
+                                  host_view(nullptr, DType::Float32, s), chain.data(), 3));
+}
+
+namespace {
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const voxaug::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(IntensityCpu, BadArgumentsGiveNamedErrors) {
+  const Shape s{1, 1, 2, 2, 2};
+  std::vector<float> a(8), b(8);
+  const VolumeView va = host_view(a.data(), DType::Float32, s), vb = host_view(b.data(), DType::Float32, s);
+  auto run = [&](PointwiseStep st) { pointwise_chain(va, vb, &st, 1); };
+  EXPECT_NE(error_of([&] { run(PointwiseStep::rand_shift_intensity(0, 1, 1.5, 0)); }).find("prob must be in [0, 1]"), std::string::npos);
+  EXPECT_NE(error_of([&] { run(PointwiseStep::rand_shift_intensity(2, 1, 1, 0)); }).find("low must be <= high"), std::string::npos);
+  EXPECT_NE(error_of([&] { run(PointwiseStep::gaussian_noise(0, -1, false, 1, 0)); }).find("std must be >= 0"), std::string::npos);
+  EXPECT_NE(error_of([&] { run(PointwiseStep::gaussian_noise(std::nan(""), 1, false, 1, 0)); }).find("mean must be finite"), std::string::npos);
+  EXPECT_NE(error_of([&] { run(PointwiseStep::scale_intensity_range(0, std::numeric_limits<double>::infinity(), nullptr, nullptr, false)); }).find("a_max must be finite"), std::string::npos);
+  EXPECT_NE(error_of([&] { run(PointwiseStep::shift_intensity(std::nan(""))); }).find("offset must be finite"), std::string::npos);
+  PointwiseStep many[kMaxPointwiseSteps + 1];
+  EXPECT_NE(error_of([&] { pointwise_chain(va, vb, many, kMaxPointwiseSteps + 1); }).find("num_steps"), std::string::npos);
+  const Shape other{1, 1, 2, 2, 1};
+  const PointwiseStep st = PointwiseStep::shift_intensity(1.0);
+  EXPECT_NE(error_of([&] { pointwise_chain(va, host_view(b.data(), DType::Float32, other), &st, 1); }).find("output must have the shape of input"), std::string::npos);
+  EXPECT_NE(error_of([&] { pointwise_chain(va, host_view(b.data(), DType::Int32, s), &st, 1); }).find("output must be float64, float32, float16 or bfloat16"), std::string::npos);
+  EXPECT_NE(error_of([&] { pointwise_chain(host_view(a.data(), DType::Int64, s), vb, &st, 1); }).find("input must be"), std::string::npos);
+  VolumeView shifted = host_view(a.data() + 1, DType::Float32, {1, 1, 1, 1, 4});
+  EXPECT_NE(error_of([&] { pointwise_chain(host_view(a.data(), DType::Float32, {1, 1, 1, 1, 4}), shifted, &st, 1); }).find("overlaps"), std::string::npos);
+  VolumeView cuda_view = vb;
+  cuda_view.device = Device::CUDA;
+  EXPECT_NE(error_of([&] { pointwise_chain(va, cuda_view, &st, 1); }).find("must be on the device of input"), std::string::npos);
+}

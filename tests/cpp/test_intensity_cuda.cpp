@@ -1,0 +1,120 @@
+// CUDA path of the pointwise chain vs its CPU twin: bit-identical output for every chain,
+// shape and dtype pair. Compiled everywhere; skips (and says so) without a device.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "intensity_cases.h"
+#include "voxaug/config.h"
+#include "voxaug/detail/convert.h"
+#include "voxaug/intensity.h"
+
+#if VOXAUG_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+using namespace voxaug;
+using namespace voxaug_test;
+
+#if VOXAUG_WITH_CUDA
+namespace {
+
+#define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(size_t bytes) { (void)cudaMalloc(&p, bytes ? bytes : 1); }
+  ~DeviceBuffer() { cudaFree(p); }
+};
+
+bool have_device() { return cuda_device_count() > 0; }
+
+template <class TIn, class TOut>
+void compare_twin(const NamedChain& chain, const Shape& s, DType tin, DType tout,
+                  const std::vector<TIn>& in, bool in_place) {
+  std::vector<TOut> cpu(s.numel()), gpu(s.numel());
+  const int k = static_cast<int>(chain.steps.size());
+  pointwise_chain(contiguous_view(const_cast<TIn*>(in.data()), tin, Device::CPU, s.n, s.c, s.d, s.h, s.w),
+                  contiguous_view(cpu.data(), tout, Device::CPU, s.n, s.c, s.d, s.h, s.w),
+                  chain.steps.data(), k);
+  DeviceBuffer din(in.size() * sizeof(TIn)), dout(cpu.size() * sizeof(TOut));
+  CUDA_OK(cudaMemcpy(din.p, in.data(), in.size() * sizeof(TIn), cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  const VolumeView vin = contiguous_view(din.p, tin, Device::CUDA, s.n, s.c, s.d, s.h, s.w);
+  const VolumeView vout = in_place ? vin : contiguous_view(dout.p, tout, Device::CUDA, s.n, s.c, s.d, s.h, s.w);
+  pointwise_chain(vin, vout, chain.steps.data(), k, stream);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaMemcpy(gpu.data(), vout.data, gpu.size() * sizeof(TOut), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaStreamDestroy(stream));
+  EXPECT_EQ(0, std::memcmp(cpu.data(), gpu.data(), cpu.size() * sizeof(TOut)))
+      << chain.name << " " << s.str() << " " << dtype_name(tin) << "->" << dtype_name(tout);
+}
+
+}  // namespace
+
+TEST(IntensityCuda, Float32TwinBitIdentical) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  for (const auto& chain : reference_chains())
+    for (const auto& s : awkward_shapes()) {
+      const auto src = random_values(s.numel(), 31, -200, 300);
+      compare_twin<float, float>(chain, s, DType::Float32, DType::Float32,
+                                 std::vector<float>(src.begin(), src.end()), false);
+      compare_twin<float, float>(chain, s, DType::Float32, DType::Float32,
+                                 std::vector<float>(src.begin(), src.end()), true);
+    }
+}
+
+TEST(IntensityCuda, MixedDtypesTwinBitIdentical) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const Shape s{3, 2, 9, 10, 11};
+  const auto src = random_values(s.numel(), 32, 0, 250);
+  std::vector<uint8_t> u8(src.begin(), src.end());
+  std::vector<int16_t> i16(src.begin(), src.end());
+  std::vector<detail::half_t> f16(s.numel());
+  std::vector<detail::bfloat16_t> b16(s.numel());
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    f16[i].bits = detail::float_to_half(static_cast<float>(src[i]));
+    b16[i].bits = detail::float_to_bf16(static_cast<float>(src[i]));
+  }
+  for (const auto& chain : reference_chains()) {
+    compare_twin<uint8_t, float>(chain, s, DType::UInt8, DType::Float32, u8, false);
+    compare_twin<int16_t, detail::half_t>(chain, s, DType::Int16, DType::Float16, i16, false);
+    compare_twin<detail::half_t, detail::half_t>(chain, s, DType::Float16, DType::Float16, f16, false);
+    compare_twin<detail::bfloat16_t, detail::bfloat16_t>(chain, s, DType::BFloat16, DType::BFloat16, b16, true);
+    compare_twin<double, double>(chain, s, DType::Float64, DType::Float64, src, false);
+  }
+}
+
+TEST(IntensityCuda, LargeBatchTwinBitIdentical) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const Shape s{8, 1, 64, 64, 63};
+  const auto src = random_values(s.numel(), 33, -500, 500);
+  for (const auto& chain : reference_chains())
+    compare_twin<float, float>(chain, s, DType::Float32, DType::Float32,
+                               std::vector<float>(src.begin(), src.end()), false);
+}
+
+TEST(IntensityCuda, BackwardTwinBitIdentical) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const Shape s{2, 2, 7, 6, 5};
+  const auto src = random_values(s.numel(), 34, -200, 300);
+  const auto g = random_values(s.numel(), 35, -1, 1);
+  std::vector<float> in(src.begin(), src.end()), go(g.begin(), g.end()), cpu(s.numel()), gpu(s.numel());
+  const size_t bytes = in.size() * sizeof(float);
+  DeviceBuffer din(bytes), dgo(bytes), dgi(bytes);
+  CUDA_OK(cudaMemcpy(din.p, in.data(), bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dgo.p, go.data(), bytes, cudaMemcpyHostToDevice));
+  for (const auto& chain : reference_chains()) {
+    const int k = static_cast<int>(chain.steps.size());
+    auto hv = [&](void* p) { return contiguous_view(p, DType::Float32, Device::CPU, s.n, s.c, s.d, s.h, s.w); };
+    auto dv = [&](void* p) { return contiguous_view(p, DType::Float32, Device::CUDA, s.n, s.c, s.d, s.h, s.w); };
+    pointwise_chain_backward(hv(go.data()), hv(in.data()), hv(cpu.data()), chain.steps.data(), k);
+    pointwise_chain_backward(dv(dgo.p), dv(din.p), dv(dgi.p), chain.steps.data(), k);
+    CUDA_OK(cudaMemcpy(gpu.data(), dgi.p, bytes, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(0, std::memcmp(cpu.data(), gpu.data(), bytes)) << chain.name;
+  }
+}
+#else
+TEST(IntensityCuda, Float32TwinBitIdentical) { GTEST_SKIP() << "built without CUDA"; }
+#endif
