@@ -1,0 +1,39 @@
+"""voxaug: GPU-native augmentation kernels for 3D medical images.
+
+Importing the package loads the ``torch.ops.voxaug`` custom-op library. The transforms
+in :mod:`voxaug.transforms` mirror MONAI's names and arguments.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+__version__ = "0.1.0"
+
+
+def _library_path() -> Path:
+    env = os.environ.get("VOXAUG_LIBRARY")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent / "lib" / "libvoxaug_torch.so"
+
+
+def _load() -> Path:
+    path = _library_path()
+    if not path.is_file():
+        raise ImportError(
+            f"voxaug: ops library not found at {path}. Build it with the README's test command "
+            "(scripts/test.sh), or point VOXAUG_LIBRARY at libvoxaug_torch.so."
+        )
+    torch.ops.load_library(str(path))
+    return path
+
+
+library_path = _load()
+
+from . import ops  # noqa: E402
+from . import transforms  # noqa: E402
+
+__all__ = ["ops", "transforms", "library_path", "__version__"]

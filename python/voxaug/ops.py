@@ -1,0 +1,72 @@
+"""Thin Python entry points to ``torch.ops.voxaug`` (5-D (N, C, D, H, W) tensors).
+
+Chains use the canonical flat form documented in torch_ext/ops.cpp; :class:`Step` builds it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+
+# Op codes and flag bits of the canonical chain form (torch_ext/ops.cpp).
+SCALE_INTENSITY_RANGE, SHIFT_INTENSITY, SCALE_INTENSITY, GAUSSIAN_NOISE = 0, 1, 2, 3
+HAS_B_MIN, HAS_B_MAX, CLIP, RANDOM, CHANNEL_WISE, SAMPLE_STD = 1, 2, 4, 8, 16, 32
+
+
+@dataclass
+class Step:
+    """One pointwise step: op code, flag bits, up to 7 parameters, gate probability, seed."""
+
+    op: int
+    flags: int = 0
+    params: Sequence[float] = ()
+    prob: float = 1.0
+    seed: int = 0
+    values: Optional[torch.Tensor] = None
+    extra: dict = field(default_factory=dict)
+
+    def row(self) -> list[float]:
+        p = [float(v) for v in self.params]
+        if len(p) > 7:
+            raise ValueError(f"a step has at most 7 parameters, got {len(p)}")
+        return p + [0.0] * (7 - len(p)) + [float(self.prob)]
+
+
+def _signed64(seed: int) -> int:
+    seed &= (1 << 64) - 1
+    return seed - (1 << 64) if seed >= (1 << 63) else seed
+
+
+def _lists(steps: Sequence[Step]):
+    ops = [s.op for s in steps]
+    flags = [s.flags for s in steps]
+    params = [v for s in steps for v in s.row()]
+    seeds = [_signed64(s.seed) for s in steps]
+    values = [s.values for s in steps]
+    return ops, flags, params, seeds, values
+
+
+def pointwise_chain(image: torch.Tensor, steps: Sequence[Step], first_sample: int = 0,
+                    dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """All steps in one pass over memory (differentiable w.r.t. ``image``)."""
+    return torch.ops.voxaug.pointwise_chain(image, *_lists(steps), first_sample, dtype)
+
+
+def pointwise_chain_(image: torch.Tensor, steps: Sequence[Step], first_sample: int = 0) -> torch.Tensor:
+    """In-place form of :func:`pointwise_chain` (floating images; not differentiable)."""
+    return torch.ops.voxaug.pointwise_chain_(image, *_lists(steps), first_sample)
+
+
+scale_intensity_range = torch.ops.voxaug.scale_intensity_range
+scale_intensity_range_ = torch.ops.voxaug.scale_intensity_range_
+shift_intensity = torch.ops.voxaug.shift_intensity
+shift_intensity_ = torch.ops.voxaug.shift_intensity_
+scale_intensity = torch.ops.voxaug.scale_intensity
+scale_intensity_ = torch.ops.voxaug.scale_intensity_
+rand_shift_intensity = torch.ops.voxaug.rand_shift_intensity
+rand_shift_intensity_ = torch.ops.voxaug.rand_shift_intensity_
+rand_scale_intensity = torch.ops.voxaug.rand_scale_intensity
+rand_scale_intensity_ = torch.ops.voxaug.rand_scale_intensity_
+rand_gaussian_noise = torch.ops.voxaug.rand_gaussian_noise
+rand_gaussian_noise_ = torch.ops.voxaug.rand_gaussian_noise_

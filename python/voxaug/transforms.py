@@ -1,0 +1,366 @@
+"""MONAI-style transforms backed by ``torch.ops.voxaug`` (array and dictionary forms).
+
+Inputs: a (C, D, H, W) sample or an (N, C, D, H, W) batch, as a CPU or CUDA tensor, a MONAI
+MetaTensor (metadata is carried over to the result) or a numpy array (returned as a tensor).
+A batch is transformed in one launch with independent random parameters per sample.
+
+Randomness: each random transform draws a 64-bit seed per call from its own generator
+(``seed=`` / :meth:`set_random_state`) or, by default, from torch's global CPU generator, so
+``torch.manual_seed`` makes a pipeline reproducible. All random numbers are then made on the
+data's device by Philox keyed by (seed, sample, element): a sample's result does not depend
+on the batch it is in or on the device. Nothing syncs the host.
+
+Differences from MONAI, by design: the arithmetic is float32 for every input dtype (MONAI
+computes float16 inputs in float16); random draws come from Philox, not numpy; a batch gets a
+per-sample gate ``u < prob`` instead of one gate per call.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Hashable, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from . import ops
+from .ops import Step
+
+__all__ = [
+    "Compose", "ScaleIntensityRange", "ScaleIntensityRanged", "ShiftIntensity", "ShiftIntensityd",
+    "RandShiftIntensity", "RandShiftIntensityd", "ScaleIntensity", "ScaleIntensityd",
+    "RandScaleIntensity", "RandScaleIntensityd", "RandGaussianNoise", "RandGaussianNoised",
+]
+
+DtypeLike = Union[torch.dtype, np.dtype, type, str, None]
+
+
+def _torch_dtype(dtype: DtypeLike) -> Optional[torch.dtype]:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    mapping = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64,
+               np.dtype(np.float16): torch.float16}
+    try:
+        return mapping[np.dtype(dtype)]
+    except (KeyError, TypeError):
+        raise ValueError(f"dtype must be float32, float16, bfloat16 or float64, got {dtype!r}") from None
+
+
+def _is_meta_tensor(x: Any) -> bool:
+    return type(x).__name__ == "MetaTensor" and type(x).__module__.startswith("monai")
+
+
+def _as_batch(img: Any) -> tuple[torch.Tensor, Callable[[torch.Tensor], Any]]:
+    """Plain 5-D tensor view of `img` and a function that gives the result `img`'s form."""
+    src = img
+    if isinstance(img, np.ndarray):
+        img = torch.as_tensor(img)
+    if not isinstance(img, torch.Tensor):
+        raise TypeError(f"img must be a torch.Tensor, MetaTensor or numpy array, got {type(src).__name__}")
+    x = img.as_tensor() if _is_meta_tensor(img) else img
+    if x.dim() not in (4, 5):
+        raise ValueError(f"img must be (C, D, H, W) or (N, C, D, H, W), got {x.dim()}-D with shape {tuple(x.shape)}")
+    batched = x.dim() == 5
+    x5 = x if batched else x.unsqueeze(0)
+
+    def restore(out: torch.Tensor) -> Any:
+        out = out if batched else out.squeeze(0)
+        if _is_meta_tensor(src):
+            from monai.data import MetaTensor  # only when the caller passed one
+
+            return MetaTensor(out, meta=dict(src.meta), applied_operations=list(src.applied_operations))
+        return out
+
+    return x5, restore
+
+
+class _Randomizable:
+    """Per-transform seed source: its own torch.Generator, or torch's global CPU generator."""
+
+    def __init__(self, seed: Optional[int] = None):
+        self._generator: Optional[torch.Generator] = None
+        if seed is not None:
+            self.set_random_state(seed)
+
+    def set_random_state(self, seed: Optional[int] = None, generator: Optional[torch.Generator] = None):
+        if generator is not None:
+            self._generator = generator
+        elif seed is not None:
+            self._generator = torch.Generator(device="cpu")
+            self._generator.manual_seed(int(seed) & ((1 << 64) - 1))
+        else:
+            self._generator = None
+        return self
+
+    def _next_seed(self) -> int:
+        # Two 32-bit draws from a CPU generator: no device involved, no sync.
+        hi, lo = torch.randint(0, 1 << 32, (2,), dtype=torch.int64, generator=self._generator).tolist()
+        return (hi << 32) | lo
+
+
+def _check_prob(prob: float) -> float:
+    prob = float(prob)
+    if not 0.0 <= prob <= 1.0:
+        raise ValueError(f"prob must be in [0, 1], got {prob}")
+    return prob
+
+
+def _range(value: Union[float, Sequence[float]], name: str) -> tuple[float, float]:
+    if isinstance(value, (int, float)):
+        return (min(-value, value), max(-value, value))
+    if len(value) != 2:
+        raise ValueError(f"{name} should be a number or pair of numbers, got {value}.")
+    return (float(min(value)), float(max(value)))
+
+
+class _Pointwise:
+    """A transform made of pointwise steps; consecutive ones fuse inside :class:`Compose`."""
+
+    dtype: Optional[torch.dtype] = None
+
+    def _plan(self, x: torch.Tensor) -> list[Step]:
+        raise NotImplementedError
+
+    def _finish(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        return out
+
+    def __call__(self, img: Any) -> Any:
+        return self.apply(img)
+
+    def apply(self, img: Any, steps: Optional[list[Step]] = None) -> Any:
+        """Transforms `img`; `steps` replays an earlier plan (the same random draw)."""
+        x, restore = _as_batch(img)
+        out = ops.pointwise_chain(x, steps if steps is not None else self._plan(x), dtype=self._out_dtype(x))
+        return restore(self._finish(x, out))
+
+    def _out_dtype(self, x: torch.Tensor) -> Optional[torch.dtype]:
+        if self.dtype is not None:
+            return self.dtype
+        return None if x.is_floating_point() else torch.float32
+
+
+class ScaleIntensityRange(_Pointwise):
+    """MONAI ScaleIntensityRange: [a_min, a_max] -> [b_min, b_max], optional clip.
+
+    a_min == a_max gives ``img - a_min (+ b_min)`` without clipping, as MONAI does (with a warning).
+    """
+
+    def __init__(self, a_min: float, a_max: float, b_min: Optional[float] = None,
+                 b_max: Optional[float] = None, clip: bool = False, dtype: DtypeLike = torch.float32):
+        self.a_min, self.a_max, self.b_min, self.b_max, self.clip = a_min, a_max, b_min, b_max, clip
+        self.dtype = _torch_dtype(dtype)
+
+    def _plan(self, x):
+        if self.a_max - self.a_min == 0.0:
+            warnings.warn("Divide by zero (a_min == a_max)", Warning)
+        flags = (ops.HAS_B_MIN if self.b_min is not None else 0) | (ops.HAS_B_MAX if self.b_max is not None else 0)
+        flags |= ops.CLIP if self.clip else 0
+        params = (self.a_min, self.a_max, self.b_min or 0.0, self.b_max or 0.0)
+        return [Step(ops.SCALE_INTENSITY_RANGE, flags, params)]
+
+
+class ShiftIntensity(_Pointwise):
+    """MONAI ShiftIntensity: ``img + offset``; the result keeps the input dtype (``safe`` clamps
+    integer results to the dtype's range instead of wrapping)."""
+
+    def __init__(self, offset: float, safe: bool = False):
+        self.offset, self.safe = offset, safe
+
+    def _plan(self, x):
+        return [Step(ops.SHIFT_INTENSITY, 0, (self.offset,))]
+
+    def _out_dtype(self, x):
+        return None if x.is_floating_point() else torch.float32
+
+    def _finish(self, x, out):
+        return _back_to_dtype(out, x.dtype, self.safe)
+
+
+def _back_to_dtype(out: torch.Tensor, dtype: torch.dtype, safe: bool) -> torch.Tensor:
+    if out.dtype == dtype:
+        return out
+    if safe and not dtype.is_floating_point:
+        info = torch.iinfo(dtype)
+        out = out.clamp(info.min, info.max)
+    if not dtype.is_floating_point:
+        out = out.trunc()
+        # Wrap like numpy / torch integer casts do (MONAI's unsafe conversion).
+        return out.to(torch.int64).to(dtype)
+    return out.to(dtype)
+
+
+class RandShiftIntensity(_Pointwise, _Randomizable):
+    """MONAI RandShiftIntensity: offset ~ U(offsets) per sample (or per channel), applied with
+    probability ``prob`` per sample."""
+
+    def __init__(self, offsets: Union[tuple[float, float], float], safe: bool = False, prob: float = 0.1,
+                 channel_wise: bool = False, seed: Optional[int] = None):
+        _Randomizable.__init__(self, seed)
+        self.offsets = _range(offsets, "offsets")
+        self.safe, self.prob, self.channel_wise = safe, _check_prob(prob), channel_wise
+
+    def _plan(self, x):
+        flags = ops.RANDOM | (ops.CHANNEL_WISE if self.channel_wise else 0)
+        return [Step(ops.SHIFT_INTENSITY, flags, (0.0, *self.offsets), self.prob, self._next_seed())]
+
+    def _out_dtype(self, x):
+        return None if x.is_floating_point() else torch.float32
+
+    def _finish(self, x, out):
+        return _back_to_dtype(out, x.dtype, self.safe)
+
+
+class ScaleIntensity(_Pointwise):
+    """MONAI ScaleIntensity in its factor form: ``img * (1 + factor)``.
+
+    The min-max form (minv / maxv not None) needs per-sample reductions and is not provided
+    yet: pass ``minv=None, maxv=None, factor=...``.
+    """
+
+    def __init__(self, minv: Optional[float] = 0.0, maxv: Optional[float] = 1.0, factor: Optional[float] = None,
+                 channel_wise: bool = False, dtype: DtypeLike = torch.float32):
+        if minv is not None or maxv is not None:
+            raise NotImplementedError(
+                "voxaug.ScaleIntensity supports the factor form only (minv=None, maxv=None, factor=f)")
+        self.factor, self.channel_wise = factor, channel_wise
+        self.dtype = _torch_dtype(dtype)
+
+    def _plan(self, x):
+        return [Step(ops.SCALE_INTENSITY, 0, (self.factor or 0.0,))]
+
+
+class RandScaleIntensity(_Pointwise, _Randomizable):
+    """MONAI RandScaleIntensity: ``img * (1 + factor)``, factor ~ U(factors) per sample (or channel)."""
+
+    def __init__(self, factors: Union[tuple[float, float], float], prob: float = 0.1,
+                 channel_wise: bool = False, dtype: DtypeLike = torch.float32, seed: Optional[int] = None):
+        _Randomizable.__init__(self, seed)
+        self.factors = _range(factors, "factors")
+        self.prob, self.channel_wise = _check_prob(prob), channel_wise
+        self.dtype = _torch_dtype(dtype)
+
+    def _plan(self, x):
+        flags = ops.RANDOM | (ops.CHANNEL_WISE if self.channel_wise else 0)
+        return [Step(ops.SCALE_INTENSITY, flags, (0.0, *self.factors), self.prob, self._next_seed())]
+
+
+class RandGaussianNoise(_Pointwise, _Randomizable):
+    """MONAI RandGaussianNoise: ``img + N(mean, std)``; with ``sample_std`` the std of each
+    sample is drawn from U(0, std)."""
+
+    def __init__(self, prob: float = 0.1, mean: float = 0.0, std: float = 0.1, dtype: DtypeLike = torch.float32,
+                 sample_std: bool = True, seed: Optional[int] = None):
+        _Randomizable.__init__(self, seed)
+        if not std >= 0:
+            raise ValueError(f"std must be >= 0, got {std}")
+        self.prob, self.mean, self.std, self.sample_std = _check_prob(prob), mean, std, sample_std
+        self.dtype = _torch_dtype(dtype)
+
+    def _plan(self, x):
+        flags = ops.SAMPLE_STD if self.sample_std else 0
+        return [Step(ops.GAUSSIAN_NOISE, flags, (self.mean, self.std), self.prob, self._next_seed())]
+
+
+class Compose:
+    """Applies transforms in order; consecutive pointwise transforms run as one fused pass
+    (one read and one write of the volume). The result equals applying them one by one."""
+
+    def __init__(self, transforms: Sequence[Callable]):
+        self.transforms = list(transforms)
+
+    def set_random_state(self, seed: Optional[int] = None):
+        for i, t in enumerate(self.transforms):
+            if hasattr(t, "set_random_state"):
+                t.set_random_state(None if seed is None else seed * 1_000_003 + i)
+        return self
+
+    @staticmethod
+    def _fusable(t: Any) -> bool:
+        return isinstance(t, _Pointwise) and type(t)._finish is _Pointwise._finish
+
+    def __call__(self, data: Any) -> Any:
+        i = 0
+        while i < len(self.transforms):
+            t = self.transforms[i]
+            if not self._fusable(t):
+                data = t(data)
+                i += 1
+                continue
+            group = [t]
+            while i + len(group) < len(self.transforms) and self._fusable(self.transforms[i + len(group)]):
+                group.append(self.transforms[i + len(group)])
+            i += len(group)
+            if len(group) == 1:
+                data = t(data)
+                continue
+            for start in range(0, len(group), 8):  # at most 8 steps fuse into one pass
+                part = group[start:start + 8]
+                x, restore = _as_batch(data)
+                steps = [s for g in part for s in g._plan(x)]
+                dtype = next((g.dtype for g in reversed(part) if g.dtype is not None), None)
+                if dtype is None and not x.is_floating_point():
+                    dtype = torch.float32
+                data = restore(ops.pointwise_chain(x, steps, dtype=dtype))
+        return data
+
+
+# ---------------- dictionary forms ----------------
+class _Dict:
+    """Applies an array transform to ``keys``; random transforms share one draw across keys."""
+
+    def __init__(self, keys: Union[Hashable, Sequence[Hashable]], transform: _Pointwise, allow_missing_keys: bool):
+        self.keys = [keys] if isinstance(keys, (str, int)) or not isinstance(keys, Sequence) else list(keys)
+        self.transform = transform
+        self.allow_missing_keys = allow_missing_keys
+
+    def set_random_state(self, seed: Optional[int] = None, generator: Optional[torch.Generator] = None):
+        if isinstance(self.transform, _Randomizable):
+            self.transform.set_random_state(seed, generator)
+        return self
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
+        d = dict(data)
+        steps: Optional[list[Step]] = None  # one random draw per call, shared by every key
+        for key in self.keys:
+            if key not in d:
+                if self.allow_missing_keys:
+                    continue
+                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+            if steps is None:
+                steps = self.transform._plan(_as_batch(d[key])[0])
+            d[key] = self.transform.apply(d[key], steps)
+        return d
+
+
+class ScaleIntensityRanged(_Dict):
+    def __init__(self, keys, a_min: float, a_max: float, b_min: Optional[float] = None, b_max: Optional[float] = None,
+                 clip: bool = False, dtype: DtypeLike = torch.float32, allow_missing_keys: bool = False):
+        super().__init__(keys, ScaleIntensityRange(a_min, a_max, b_min, b_max, clip, dtype), allow_missing_keys)
+
+
+class ShiftIntensityd(_Dict):
+    def __init__(self, keys, offset: float, safe: bool = False, allow_missing_keys: bool = False):
+        super().__init__(keys, ShiftIntensity(offset, safe), allow_missing_keys)
+
+
+class RandShiftIntensityd(_Dict):
+    def __init__(self, keys, offsets, safe: bool = False, prob: float = 0.1, channel_wise: bool = False,
+                 allow_missing_keys: bool = False, seed: Optional[int] = None):
+        super().__init__(keys, RandShiftIntensity(offsets, safe, prob, channel_wise, seed), allow_missing_keys)
+
+
+class ScaleIntensityd(_Dict):
+    def __init__(self, keys, minv: Optional[float] = 0.0, maxv: Optional[float] = 1.0, factor: Optional[float] = None,
+                 channel_wise: bool = False, dtype: DtypeLike = torch.float32, allow_missing_keys: bool = False):
+        super().__init__(keys, ScaleIntensity(minv, maxv, factor, channel_wise, dtype), allow_missing_keys)
+
+
+class RandScaleIntensityd(_Dict):
+    def __init__(self, keys, factors, prob: float = 0.1, channel_wise: bool = False, dtype: DtypeLike = torch.float32,
+                 allow_missing_keys: bool = False, seed: Optional[int] = None):
+        super().__init__(keys, RandScaleIntensity(factors, prob, channel_wise, dtype, seed), allow_missing_keys)
+
+
+class RandGaussianNoised(_Dict):
+    def __init__(self, keys, prob: float = 0.1, mean: float = 0.0, std: float = 0.1, dtype: DtypeLike = torch.float32,
+                 allow_missing_keys: bool = False, sample_std: bool = True, seed: Optional[int] = None):
+        super().__init__(keys, RandGaussianNoise(prob, mean, std, dtype, sample_std, seed), allow_missing_keys)

@@ -1,0 +1,97 @@
+// voxaug torch_ext: every schema of the torch.ops.voxaug namespace, in one place, and the
+// C++ entry points (include/voxaug/torch_ops.h) that call them through the dispatcher.
+//
+// Chains are passed in a canonical, flat form shared by pointwise_chain and its backward:
+//   ops[k]    PointwiseOp code (0 scale_intensity_range, 1 shift, 2 scale, 3 gaussian noise)
+//   flags[k]  bit 0 has_b_min, 1 has_b_max, 2 clip, 3 random, 4 channel_wise, 5 sample_std
+//   params[8k .. 8k+7]  p0..p6, prob. scale_intensity_range: a_min, a_max, b_min, b_max;
+//             shift / scale: value, low, high; gaussian noise: mean, std
+//   seeds[k]  Philox key of the step (int64 bit pattern of a uint64)
+//   values[k] optional per-sample values (N,) for shift / scale, or None
+#include <torch/library.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include "voxaug/torch_ops.h"
+
+TORCH_LIBRARY(voxaug, m) {
+#define VOXAUG_CHAIN_ARGS "int[] ops, int[] flags, float[] params, int[] seeds, Tensor?[] values"
+  m.def("pointwise_chain(Tensor image, " VOXAUG_CHAIN_ARGS
+        ", int first_sample=0, ScalarType? dtype=None) -> Tensor");
+  m.def("pointwise_chain_(Tensor(a!) image, " VOXAUG_CHAIN_ARGS ", int first_sample=0) -> Tensor(a!)");
+  m.def("pointwise_chain_backward(Tensor grad, Tensor image, " VOXAUG_CHAIN_ARGS
+        ", int first_sample=0) -> Tensor");
+#undef VOXAUG_CHAIN_ARGS
+
+  m.def("scale_intensity_range(Tensor image, float a_min, float a_max, float? b_min=None, "
+        "float? b_max=None, bool clip=False, ScalarType? dtype=None) -> Tensor");
+  m.def("scale_intensity_range_(Tensor(a!) image, float a_min, float a_max, float? b_min=None, "
+        "float? b_max=None, bool clip=False) -> Tensor(a!)");
+  m.def("shift_intensity(Tensor image, Tensor offsets) -> Tensor");
+  m.def("shift_intensity_(Tensor(a!) image, Tensor offsets) -> Tensor(a!)");
+  m.def("scale_intensity(Tensor image, Tensor factors, ScalarType? dtype=None) -> Tensor");
+  m.def("scale_intensity_(Tensor(a!) image, Tensor factors) -> Tensor(a!)");
+  m.def("rand_shift_intensity(Tensor image, float low, float high, float prob, int seed, "
+        "bool channel_wise=False, int first_sample=0) -> Tensor");
+  m.def("rand_shift_intensity_(Tensor(a!) image, float low, float high, float prob, int seed, "
+        "bool channel_wise=False, int first_sample=0) -> Tensor(a!)");
+  m.def("rand_scale_intensity(Tensor image, float low, float high, float prob, int seed, "
+        "bool channel_wise=False, int first_sample=0, ScalarType? dtype=None) -> Tensor");
+  m.def("rand_scale_intensity_(Tensor(a!) image, float low, float high, float prob, int seed, "
+        "bool channel_wise=False, int first_sample=0) -> Tensor(a!)");
+  m.def("rand_gaussian_noise(Tensor image, float mean, float std, bool sample_std, float prob, "
+        "int seed, int first_sample=0, ScalarType? dtype=None) -> Tensor");
+  m.def("rand_gaussian_noise_(Tensor(a!) image, float mean, float std, bool sample_std, "
+        "float prob, int seed, int first_sample=0) -> Tensor(a!)");
+}
+
+namespace voxaug::ops {
+namespace {
+template <class Sig>
+c10::TypedOperatorHandle<Sig> handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
+}
+}  // namespace
+
+at::Tensor scale_intensity_range(const at::Tensor& image, double a_min, double a_max,
+                                 std::optional<double> b_min, std::optional<double> b_max,
+                                 bool clip, std::optional<c10::ScalarType> dtype) {
+  static auto op = handle<at::Tensor(const at::Tensor&, double, double, std::optional<double>,
+                                     std::optional<double>, bool, std::optional<c10::ScalarType>)>(
+      "voxaug::scale_intensity_range");
+  return op.call(image, a_min, a_max, b_min, b_max, clip, dtype);
+}
+at::Tensor shift_intensity(const at::Tensor& image, const at::Tensor& offsets) {
+  static auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&)>("voxaug::shift_intensity");
+  return op.call(image, offsets);
+}
+at::Tensor scale_intensity(const at::Tensor& image, const at::Tensor& factors,
+                           std::optional<c10::ScalarType> dtype) {
+  static auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&,
+                                     std::optional<c10::ScalarType>)>("voxaug::scale_intensity");
+  return op.call(image, factors, dtype);
+}
+at::Tensor rand_shift_intensity(const at::Tensor& image, double low, double high, double prob,
+                                int64_t seed, bool channel_wise, int64_t first_sample) {
+  static auto op = handle<at::Tensor(const at::Tensor&, double, double, double, int64_t, bool,
+                                     int64_t)>("voxaug::rand_shift_intensity");
+  return op.call(image, low, high, prob, seed, channel_wise, first_sample);
+}
+at::Tensor rand_scale_intensity(const at::Tensor& image, double low, double high, double prob,
+                                int64_t seed, bool channel_wise, int64_t first_sample,
+                                std::optional<c10::ScalarType> dtype) {
+  static auto op = handle<at::Tensor(const at::Tensor&, double, double, double, int64_t, bool,
+                                     int64_t, std::optional<c10::ScalarType>)>(
+      "voxaug::rand_scale_intensity");
+  return op.call(image, low, high, prob, seed, channel_wise, first_sample, dtype);
+}
+at::Tensor rand_gaussian_noise(const at::Tensor& image, double mean, double std, bool sample_std,
+                               double prob, int64_t seed, int64_t first_sample,
+                               std::optional<c10::ScalarType> dtype) {
+  static auto op = handle<at::Tensor(const at::Tensor&, double, double, bool, double, int64_t,
+                                     int64_t, std::optional<c10::ScalarType>)>(
+      "voxaug::rand_gaussian_noise");
+  return op.call(image, mean, std, sample_std, prob, seed, first_sample, dtype);
+}
+
+}  // namespace voxaug::ops
