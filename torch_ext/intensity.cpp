@@ -1,13 +1,12 @@
 // voxaug torch_ext: the intensity / noise ops. Every op is a pointwise chain (one or more
 // steps) in the canonical flat form documented in ops.cpp; CPU and CUDA share one kernel
 // entry (voxaug::pointwise_chain picks the backend from the view), Meta computes shapes,
-// Autograd routes through pointwise_chain_backward, and in-place ops get the
-// not-implemented autograd fallback (they are for no-grad augmentation pipelines).
+// Autograd routes through pointwise_chain_backward, and in-place ops refuse tensors that
+// require grad (they are for no-grad augmentation pipelines).
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/autograd.h>
-#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #if VOXAUG_WITH_CUDA
@@ -231,7 +230,7 @@ at::Tensor run(const at::Tensor& image, const Chain& c, int64_t first,
 
 // ---- Meta: shapes and dtypes only ----
 at::Tensor meta_out(const at::Tensor& image, std::optional<c10::ScalarType> dtype) {
-  check_5d(image, "image");
+  check_5d(image, "image", /*allow_meta=*/true);
   return at::empty(image.sizes(), image.options().dtype(output_dtype(image, dtype)));
 }
 
@@ -297,66 +296,59 @@ at::Tensor k_chain(const at::Tensor& image, at::IntArrayRef ops, at::IntArrayRef
                    int64_t first, std::optional<c10::ScalarType> dtype) {
   return run_chain(image, ops, flags, params, seeds, values, first, dtype, false);
 }
-at::Tensor k_chain_(at::Tensor& image, at::IntArrayRef ops, at::IntArrayRef flags,
+void k_chain_(at::Tensor& image, at::IntArrayRef ops, at::IntArrayRef flags,
                     at::ArrayRef<double> params, at::IntArrayRef seeds, const OptTensorList& values,
                     int64_t first) {
   run_chain(image, ops, flags, params, seeds, values, first, std::nullopt, true);
-  return image;
 }
 at::Tensor k_sir(const at::Tensor& image, double a_min, double a_max, std::optional<double> b_min,
                  std::optional<double> b_max, bool clip, std::optional<c10::ScalarType> dtype) {
   return run(image, sir_chain(a_min, a_max, b_min, b_max, clip), 0, dtype, false);
 }
-at::Tensor k_sir_(at::Tensor& image, double a_min, double a_max, std::optional<double> b_min,
+void k_sir_(at::Tensor& image, double a_min, double a_max, std::optional<double> b_min,
                   std::optional<double> b_max, bool clip) {
   run(image, sir_chain(a_min, a_max, b_min, b_max, clip), 0, std::nullopt, true);
-  return image;
 }
 at::Tensor k_shift(const at::Tensor& image, const at::Tensor& offsets) {
   return run(image, values_chain(PointwiseOp::ShiftIntensity, offsets), 0, std::nullopt, false);
 }
-at::Tensor k_shift_(at::Tensor& image, const at::Tensor& offsets) {
+void k_shift_(at::Tensor& image, const at::Tensor& offsets) {
   run(image, values_chain(PointwiseOp::ShiftIntensity, offsets), 0, std::nullopt, true);
-  return image;
 }
 at::Tensor k_scale(const at::Tensor& image, const at::Tensor& factors,
                    std::optional<c10::ScalarType> dtype) {
   return run(image, values_chain(PointwiseOp::ScaleIntensity, factors), 0, dtype, false);
 }
-at::Tensor k_scale_(at::Tensor& image, const at::Tensor& factors) {
+void k_scale_(at::Tensor& image, const at::Tensor& factors) {
   run(image, values_chain(PointwiseOp::ScaleIntensity, factors), 0, std::nullopt, true);
-  return image;
 }
 at::Tensor k_rshift(const at::Tensor& image, double low, double high, double prob, int64_t seed,
                     bool cw, int64_t first) {
   return run(image, rand_chain(PointwiseOp::ShiftIntensity, low, high, prob, seed, cw), first,
              std::nullopt, false);
 }
-at::Tensor k_rshift_(at::Tensor& image, double low, double high, double prob, int64_t seed,
+void k_rshift_(at::Tensor& image, double low, double high, double prob, int64_t seed,
                      bool cw, int64_t first) {
   run(image, rand_chain(PointwiseOp::ShiftIntensity, low, high, prob, seed, cw), first,
       std::nullopt, true);
-  return image;
 }
 at::Tensor k_rscale(const at::Tensor& image, double low, double high, double prob, int64_t seed,
                     bool cw, int64_t first, std::optional<c10::ScalarType> dtype) {
   return run(image, rand_chain(PointwiseOp::ScaleIntensity, low, high, prob, seed, cw), first,
              dtype, false);
 }
-at::Tensor k_rscale_(at::Tensor& image, double low, double high, double prob, int64_t seed,
+void k_rscale_(at::Tensor& image, double low, double high, double prob, int64_t seed,
                      bool cw, int64_t first) {
   run(image, rand_chain(PointwiseOp::ScaleIntensity, low, high, prob, seed, cw), first,
       std::nullopt, true);
-  return image;
 }
 at::Tensor k_noise(const at::Tensor& image, double mean, double std, bool sample_std, double prob,
                    int64_t seed, int64_t first, std::optional<c10::ScalarType> dtype) {
   return run(image, noise_chain(mean, std, sample_std, prob, seed), first, dtype, false);
 }
-at::Tensor k_noise_(at::Tensor& image, double mean, double std, bool sample_std, double prob,
+void k_noise_(at::Tensor& image, double mean, double std, bool sample_std, double prob,
                     int64_t seed, int64_t first) {
   run(image, noise_chain(mean, std, sample_std, prob, seed), first, std::nullopt, true);
-  return image;
 }
 
 // Meta kernels.
@@ -365,10 +357,8 @@ at::Tensor m_chain(const at::Tensor& image, at::IntArrayRef, at::IntArrayRef, at
                    std::optional<c10::ScalarType> dtype) {
   return meta_out(image, dtype);
 }
-at::Tensor m_chain_(at::Tensor& image, at::IntArrayRef, at::IntArrayRef, at::ArrayRef<double>,
-                    at::IntArrayRef, const OptTensorList&, int64_t) {
-  return image;
-}
+void m_chain_(at::Tensor&, at::IntArrayRef, at::IntArrayRef, at::ArrayRef<double>,
+                    at::IntArrayRef, const OptTensorList&, int64_t) {}
 at::Tensor m_chain_bwd(const at::Tensor&, const at::Tensor& image, at::IntArrayRef,
                        at::IntArrayRef, at::ArrayRef<double>, at::IntArrayRef,
                        const OptTensorList&, int64_t) {
@@ -378,21 +368,17 @@ at::Tensor m_sir(const at::Tensor& image, double, double, std::optional<double>,
                  std::optional<double>, bool, std::optional<c10::ScalarType> dtype) {
   return meta_out(image, dtype);
 }
-at::Tensor m_sir_(at::Tensor& image, double, double, std::optional<double>, std::optional<double>,
-                  bool) {
-  return image;
-}
+void m_sir_(at::Tensor&, double, double, std::optional<double>, std::optional<double>,
+                  bool) {}
 at::Tensor m_shift(const at::Tensor& image, const at::Tensor&) { return meta_out(image, std::nullopt); }
-at::Tensor m_values_(at::Tensor& image, const at::Tensor&) { return image; }
+void m_values_(at::Tensor&, const at::Tensor&) {}
 at::Tensor m_scale(const at::Tensor& image, const at::Tensor&, std::optional<c10::ScalarType> dtype) {
   return meta_out(image, dtype);
 }
 at::Tensor m_rshift(const at::Tensor& image, double, double, double, int64_t, bool, int64_t) {
   return meta_out(image, std::nullopt);
 }
-at::Tensor m_rand_(at::Tensor& image, double, double, double, int64_t, bool, int64_t) {
-  return image;
-}
+void m_rand_(at::Tensor&, double, double, double, int64_t, bool, int64_t) {}
 at::Tensor m_rscale(const at::Tensor& image, double, double, double, int64_t, bool, int64_t,
                     std::optional<c10::ScalarType> dtype) {
   return meta_out(image, dtype);
@@ -401,9 +387,7 @@ at::Tensor m_noise(const at::Tensor& image, double, double, bool, double, int64_
                    std::optional<c10::ScalarType> dtype) {
   return meta_out(image, dtype);
 }
-at::Tensor m_noise_(at::Tensor& image, double, double, bool, double, int64_t, int64_t) {
-  return image;
-}
+void m_noise_(at::Tensor&, double, double, bool, double, int64_t, int64_t) {}
 
 // Autograd kernels of the out-of-place ops.
 at::Tensor a_chain(const at::Tensor& image, at::IntArrayRef ops, at::IntArrayRef flags,
@@ -461,6 +445,22 @@ void register_backend(torch::Library& m) {
   m.impl("rand_gaussian_noise_", &k_noise_);
 }
 
+// In-place ops are for no-grad augmentation pipelines: mutating a tensor that autograd
+// tracks would silently give wrong gradients, so refuse it with a clear error.
+void inplace_autograd_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                             torch::jit::Stack* stack) {
+  const size_t num_args = op.schema().arguments().size();
+  const at::Tensor image = (*stack)[stack->size() - num_args].toTensor();
+  TORCH_CHECK(!(at::GradMode::is_enabled() && image.requires_grad()), op.schema().name(),
+              " mutates an image that requires grad and is not differentiable;"
+              " use the out-of-place op, or run it under torch.no_grad()");
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    op.redispatchBoxed(ks & c10::after_ADInplaceOrView_keyset, stack);
+  }
+  torch::autograd::impl::bump_version(image);  // what ADInplaceOrView does for built-in ops
+}
+
 const char* const kInPlaceOps[] = {"pointwise_chain_", "scale_intensity_range_", "shift_intensity_",
                                    "scale_intensity_", "rand_shift_intensity_",
                                    "rand_scale_intensity_", "rand_gaussian_noise_"};
@@ -495,12 +495,8 @@ TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
   m.impl("rand_shift_intensity", &a_rshift);
   m.impl("rand_scale_intensity", &a_rscale);
   m.impl("rand_gaussian_noise", &a_noise);
-  for (const char* name : kInPlaceOps) m.impl(name, torch::autograd::autogradNotImplementedFallback());
-}
-
-TORCH_LIBRARY_IMPL(voxaug, ADInplaceOrView, m) {
   for (const char* name : kInPlaceOps)
-    m.impl(name, torch::autograd::autogradNotImplementedInplaceOrViewFallback());
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&inplace_autograd_kernel>());
 }
 
 }  // namespace voxaug::torch_ext

@@ -8,6 +8,8 @@
 //             shift / scale: value, low, high; gaussian noise: mean, std
 //   seeds[k]  Philox key of the step (int64 bit pattern of a uint64)
 //   values[k] optional per-sample values (N,) for shift / scale, or None
+// In-place ops (trailing _) mutate `image` and return nothing, so torch.compile can
+// functionalise them.
 #include <torch/library.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -18,7 +20,7 @@ TORCH_LIBRARY(voxaug, m) {
 #define VOXAUG_CHAIN_ARGS "int[] ops, int[] flags, float[] params, int[] seeds, Tensor?[] values"
   m.def("pointwise_chain(Tensor image, " VOXAUG_CHAIN_ARGS
         ", int first_sample=0, ScalarType? dtype=None) -> Tensor");
-  m.def("pointwise_chain_(Tensor(a!) image, " VOXAUG_CHAIN_ARGS ", int first_sample=0) -> Tensor(a!)");
+  m.def("pointwise_chain_(Tensor(a!) image, " VOXAUG_CHAIN_ARGS ", int first_sample=0) -> ()");
   m.def("pointwise_chain_backward(Tensor grad, Tensor image, " VOXAUG_CHAIN_ARGS
         ", int first_sample=0) -> Tensor");
 #undef VOXAUG_CHAIN_ARGS
@@ -26,23 +28,23 @@ TORCH_LIBRARY(voxaug, m) {
   m.def("scale_intensity_range(Tensor image, float a_min, float a_max, float? b_min=None, "
         "float? b_max=None, bool clip=False, ScalarType? dtype=None) -> Tensor");
   m.def("scale_intensity_range_(Tensor(a!) image, float a_min, float a_max, float? b_min=None, "
-        "float? b_max=None, bool clip=False) -> Tensor(a!)");
+        "float? b_max=None, bool clip=False) -> ()");
   m.def("shift_intensity(Tensor image, Tensor offsets) -> Tensor");
-  m.def("shift_intensity_(Tensor(a!) image, Tensor offsets) -> Tensor(a!)");
+  m.def("shift_intensity_(Tensor(a!) image, Tensor offsets) -> ()");
   m.def("scale_intensity(Tensor image, Tensor factors, ScalarType? dtype=None) -> Tensor");
-  m.def("scale_intensity_(Tensor(a!) image, Tensor factors) -> Tensor(a!)");
+  m.def("scale_intensity_(Tensor(a!) image, Tensor factors) -> ()");
   m.def("rand_shift_intensity(Tensor image, float low, float high, float prob, int seed, "
         "bool channel_wise=False, int first_sample=0) -> Tensor");
   m.def("rand_shift_intensity_(Tensor(a!) image, float low, float high, float prob, int seed, "
-        "bool channel_wise=False, int first_sample=0) -> Tensor(a!)");
+        "bool channel_wise=False, int first_sample=0) -> ()");
   m.def("rand_scale_intensity(Tensor image, float low, float high, float prob, int seed, "
         "bool channel_wise=False, int first_sample=0, ScalarType? dtype=None) -> Tensor");
   m.def("rand_scale_intensity_(Tensor(a!) image, float low, float high, float prob, int seed, "
-        "bool channel_wise=False, int first_sample=0) -> Tensor(a!)");
+        "bool channel_wise=False, int first_sample=0) -> ()");
   m.def("rand_gaussian_noise(Tensor image, float mean, float std, bool sample_std, float prob, "
         "int seed, int first_sample=0, ScalarType? dtype=None) -> Tensor");
   m.def("rand_gaussian_noise_(Tensor(a!) image, float mean, float std, bool sample_std, "
-        "float prob, int seed, int first_sample=0) -> Tensor(a!)");
+        "float prob, int seed, int first_sample=0) -> ()");
 }
 
 namespace voxaug::ops {

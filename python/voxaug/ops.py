@@ -55,18 +55,31 @@ def pointwise_chain(image: torch.Tensor, steps: Sequence[Step], first_sample: in
 
 def pointwise_chain_(image: torch.Tensor, steps: Sequence[Step], first_sample: int = 0) -> torch.Tensor:
     """In-place form of :func:`pointwise_chain` (floating images; not differentiable)."""
-    return torch.ops.voxaug.pointwise_chain_(image, *_lists(steps), first_sample)
+    torch.ops.voxaug.pointwise_chain_(image, *_lists(steps), first_sample)
+    return image
+
+
+def _in_place(op):
+    # The in-place ops return nothing (so torch.compile can functionalise them); the
+    # Python forms return the mutated image for chaining.
+    def run(image: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        op(image, *args, **kwargs)
+        return image
+
+    run.__name__ = str(op).rsplit(".", 1)[-1]
+    run.__doc__ = f"In-place {run.__name__}: mutates and returns `image`."
+    return run
 
 
 scale_intensity_range = torch.ops.voxaug.scale_intensity_range
-scale_intensity_range_ = torch.ops.voxaug.scale_intensity_range_
+scale_intensity_range_ = _in_place(torch.ops.voxaug.scale_intensity_range_)
 shift_intensity = torch.ops.voxaug.shift_intensity
-shift_intensity_ = torch.ops.voxaug.shift_intensity_
+shift_intensity_ = _in_place(torch.ops.voxaug.shift_intensity_)
 scale_intensity = torch.ops.voxaug.scale_intensity
-scale_intensity_ = torch.ops.voxaug.scale_intensity_
+scale_intensity_ = _in_place(torch.ops.voxaug.scale_intensity_)
 rand_shift_intensity = torch.ops.voxaug.rand_shift_intensity
-rand_shift_intensity_ = torch.ops.voxaug.rand_shift_intensity_
+rand_shift_intensity_ = _in_place(torch.ops.voxaug.rand_shift_intensity_)
 rand_scale_intensity = torch.ops.voxaug.rand_scale_intensity
-rand_scale_intensity_ = torch.ops.voxaug.rand_scale_intensity_
+rand_scale_intensity_ = _in_place(torch.ops.voxaug.rand_scale_intensity_)
 rand_gaussian_noise = torch.ops.voxaug.rand_gaussian_noise
-rand_gaussian_noise_ = torch.ops.voxaug.rand_gaussian_noise_
+rand_gaussian_noise_ = _in_place(torch.ops.voxaug.rand_gaussian_noise_)

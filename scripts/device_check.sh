@@ -1,0 +1,417 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317  # the step functions are called through run_step "$fn"
+# The one prepared check for a GPU machine (H200, no network, minutes of budget): build
+# everything, run the C++ and Python tests (CUDA compared against the CPU twin), run
+# compute-sanitizer on the CUDA tests, benchmark the kernels, and print a summary table last.
+#
+#   bash scripts/device_check.sh                                  full run, needs a GPU
+#   VOXAUG_DEVICE_CHECK_CPU_ONLY=1 bash scripts/device_check.sh   same steps minus the CUDA ones
+#                                                                 (dry run on a machine without GPU)
+#
+# Run from anywhere; works in the repository root. Needs third_party/ as filled by
+# scripts/prepare_device_bundle.sh (GoogleTest and Google Benchmark sources, wheels): the
+# device has neither library installed and no network. Logs and results go to $OUT
+# (default ./out/device_check). Every step has its own time limit inside an overall budget;
+# a failing step does not stop the others.
+#
+# Environment: OUT, VOXAUG_DEVICE_CHECK_CPU_ONLY (0/1), VOXAUG_DEVICE_CHECK_BUDGET_S (overall
+# seconds, default 480; 3600 in CPU-only mode), VOXAUG_DEVICE_CHECK_BUILD_DIR (default ./build),
+# VOXAUG_CUDA_ARCHITECTURES (default 90), VOXAUG_BENCH_FILTER, VOXAUG_RACECHECK_FILTER, PYTHON.
+#
+# Exit status: 0 all steps passed or were skipped for a stated reason, 1 a step failed,
+# 2 no step failed but some were not run because the time budget ran out.
+set -u -o pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT" || exit 1
+
+CPU_ONLY="${VOXAUG_DEVICE_CHECK_CPU_ONLY:-0}"
+[[ "$CPU_ONLY" == 1 || "$CPU_ONLY" == true ]] && CPU_ONLY=1 || CPU_ONLY=0
+OUT="${OUT:-$ROOT/out/device_check}"
+mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)"
+BUILD="${VOXAUG_DEVICE_CHECK_BUILD_DIR:-$ROOT/build}"
+DEPS="$BUILD/_deps"
+PREFIX="$DEPS/prefix"
+PY="${PYTHON:-python3}"
+JOBS="$(nproc)"
+CUDA_ARCHS="${VOXAUG_CUDA_ARCHITECTURES:-90}"
+RACECHECK_FILTER="${VOXAUG_RACECHECK_FILTER:-IntensityCuda.LargeBatchTwinBitIdentical}"
+if [[ $CPU_ONLY == 1 ]]; then
+  BUDGET="${VOXAUG_DEVICE_CHECK_BUDGET_S:-3600}"
+  CAP_SCALE=6  # two slow cores instead of sixteen
+  BENCH_FILTER="${VOXAUG_BENCH_FILTER:-^cpu/chain/}"
+  BENCH_MIN_TIME=0.05
+  DEVICE=cpu
+else
+  BUDGET="${VOXAUG_DEVICE_CHECK_BUDGET_S:-480}"
+  CAP_SCALE=1
+  BENCH_FILTER="${VOXAUG_BENCH_FILTER:-^cuda/}"
+  BENCH_MIN_TIME=0.2
+  DEVICE=cuda
+fi
+DEADLINE=$((SECONDS + BUDGET))
+
+# nvcc and compute-sanitizer live in the toolkit's bin/, which is not always on PATH.
+for d in "${CUDA_HOME:-}" /usr/local/cuda; do
+  if [[ -n "$d" && -x "$d/bin/nvcc" ]] && ! command -v nvcc >/dev/null; then PATH="$d/bin:$PATH"; fi
+done
+SANITIZER="$(command -v compute-sanitizer || true)"
+[[ -z "$SANITIZER" && -x /usr/local/cuda/compute-sanitizer/compute-sanitizer ]] &&
+  SANITIZER=/usr/local/cuda/compute-sanitizer/compute-sanitizer
+# Wheels from the bundle go here (not into the system site-packages); `import voxaug` works
+# from the source tree.
+PYDEPS="$DEPS/pydeps"
+export PYTHONPATH="$ROOT/python:$PYDEPS${PYTHONPATH:+:$PYTHONPATH}"
+
+# ---------------------------------------------------------------- step machinery
+NAMES=() STATUSES=() TIMES=() KEYS=()
+INCOMPLETE=0
+STEP_STATUS=PASS STEP_KEY="" STEP_END=0
+HAVE_BENCHMARK=0
+
+log() { printf '[device_check] %s\n' "$*"; }
+step_left() { echo $((STEP_END - SECONDS)); }
+fail() { STEP_STATUS=FAIL; STEP_KEY="$*"; }
+skip() { STEP_STATUS=SKIP; STEP_KEY="$*"; }
+show_tail() { [[ -f "$1" ]] && tail -n "${2:-15}" "$1" | sed 's/^/    | /'; }
+
+# tmo <log> <cmd...>: runs cmd under the step's remaining time, output appended to <log>.
+# Returns cmd's status; 124 means it ran out of time.
+tmo() {
+  local logf=$1 left
+  shift
+  left=$(step_left)
+  if ((left <= 0)); then
+    echo "[device_check] not started, step time limit reached: $*" >>"$logf"
+    return 124
+  fi
+  echo "[device_check] \$ $*" >>"$logf"
+  timeout --kill-after=10 "$left" "$@" >>"$logf" 2>&1
+  local rc=$?
+  ((rc == 137)) && rc=124
+  ((rc == 124)) && echo "[device_check] TIMEOUT after ${left}s: $*" >>"$logf"
+  return "$rc"
+}
+
+# run_step <name> <limit_s> <function>: the limit is scaled in CPU-only mode and clipped to
+# what is left of the overall budget.
+run_step() {
+  local name=$1 cap=$(($2 * CAP_SCALE)) fn=$3 start left
+  left=$((DEADLINE - SECONDS - 5))
+  ((cap < left)) && left=$cap
+  if ((left < 10)); then
+    NAMES+=("$name") STATUSES+=(SKIP) TIMES+=(0) KEYS+=("not run: time budget exhausted")
+    INCOMPLETE=1
+    log "$name: not run, time budget exhausted"
+    return
+  fi
+  STEP_STATUS=PASS STEP_KEY="" STEP_END=$((SECONDS + left)) start=$SECONDS
+  log "$name: start (limit ${left}s)"
+  "$fn"
+  NAMES+=("$name") STATUSES+=("$STEP_STATUS") TIMES+=($((SECONDS - start))) KEYS+=("$STEP_KEY")
+  log "$name: $STEP_STATUS in $((SECONDS - start))s${STEP_KEY:+ -- $STEP_KEY}"
+}
+
+# junit_counts <xml>: "passed failed skipped total" from a JUnit file (ctest or pytest).
+junit_counts() {
+  "$PY" - "$1" <<'EOF'
+import sys, xml.etree.ElementTree as ET
+try:
+    cases = list(ET.parse(sys.argv[1]).getroot().iter("testcase"))
+except Exception:
+    print("0 0 0 0"); sys.exit()
+failed = sum(1 for c in cases if c.find("failure") is not None or c.find("error") is not None)
+skipped = sum(1 for c in cases if c.find("skipped") is not None
+              or c.get("status") in ("notrun", "disabled"))
+print(len(cases) - failed - skipped, failed, skipped, len(cases))
+EOF
+}
+
+# ---------------------------------------------------------------- 1. environment
+step_env() {
+  local f="$OUT/env.txt"
+  {
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "mode: $([[ $CPU_ONLY == 1 ]] && echo cpu-only || echo full)"
+    echo "host: $(uname -srm), $(nproc) cores, $(free -g 2>/dev/null | awk '/^Mem:/ {print $2 " GiB"}')"
+    echo "commit: $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)" \
+         "($(git -C "$ROOT" status --porcelain 2>/dev/null | wc -l) uncommitted paths)"
+    echo "--- nvidia-smi -L"
+    timeout 20 nvidia-smi -L 2>&1 || echo "nvidia-smi: not available"
+    timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
+      --format=csv 2>&1 || true
+    echo "--- nvcc --version"
+    timeout 20 nvcc --version 2>&1 || echo "nvcc: not found"
+    echo "--- compute-sanitizer: ${SANITIZER:-not found}"
+    [[ -n "$SANITIZER" ]] && timeout 20 "$SANITIZER" --version 2>&1 | tail -n 2
+    echo "--- tools"
+    cmake --version 2>&1 | head -n 1
+    echo "ninja $(ninja --version 2>&1)"
+    c++ --version 2>&1 | head -n 1
+    echo "--- python"
+    timeout 60 "$PY" -c 'import sys, torch; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), "devices", torch.cuda.device_count())' 2>&1
+    timeout 60 "$PY" -c 'import pytest, numpy; print("pytest", pytest.__version__, "numpy", numpy.__version__)' 2>&1
+  } >"$f" 2>&1
+  local gpu torch
+  gpu="$(grep -m1 '^GPU 0' "$f" | sed 's/ (UUID.*//; s/^GPU 0: //')"
+  torch="$(grep -m1 '^torch ' "$f")"
+  STEP_KEY="${gpu:-no GPU}; ${torch:-torch not importable}"
+  if [[ -z "$torch" ]]; then
+    fail "torch not importable by $PY"
+  elif [[ $CPU_ONLY == 0 ]] && ! grep -q 'available True' <<<"$torch"; then
+    fail "${gpu:-no GPU}; torch sees no CUDA device"
+  fi
+}
+
+# ---------------------------------------------------------------- 2. third-party libraries
+# Builds GoogleTest and Google Benchmark from third_party/ into $PREFIX (once; a stamp marks
+# it done) and installs the bundled wheels the machine lacks into $PYDEPS.
+build_dep() {  # <name> <source> <cmake args...>
+  local name=$1 src=$2 logf="$OUT/deps.log"
+  shift 2
+  [[ -f "$PREFIX/.$name.stamp" ]] && return 0
+  # GIT_DIR: benchmark's CMake asks git for its version; it must not touch our repository.
+  GIT_DIR=/nonexistent tmo "$logf" cmake -S "$src" -B "$DEPS/$name" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_INSTALL_PREFIX="$PREFIX" -DCMAKE_INSTALL_LIBDIR=lib \
+      -DCMAKE_POSITION_INDEPENDENT_CODE=ON "$@" &&
+    tmo "$logf" cmake --build "$DEPS/$name" -j "$JOBS" &&
+    tmo "$logf" cmake --install "$DEPS/$name" &&
+    touch "$PREFIX/.$name.stamp"
+}
+
+step_deps() {
+  local notes=() logf="$OUT/deps.log"
+  : >"$logf"
+  mkdir -p "$PREFIX"
+  if [[ -f third_party/googletest/CMakeLists.txt ]]; then
+    if build_dep googletest third_party/googletest; then notes+=("gtest ok"); else
+      fail "GoogleTest build failed (deps.log)"; show_tail "$logf"; return; fi
+  else
+    notes+=("no third_party/googletest: system GTest or none")
+  fi
+  if [[ -f third_party/benchmark/CMakeLists.txt ]]; then
+    if build_dep benchmark third_party/benchmark -DBENCHMARK_ENABLE_TESTING=OFF \
+         -DBENCHMARK_ENABLE_GTEST_TESTS=OFF -DBENCHMARK_ENABLE_WERROR=OFF -DBENCHMARK_INSTALL_DOCS=OFF; then
+      HAVE_BENCHMARK=1
+      notes+=("benchmark ok")
+    else
+      fail "Google Benchmark build failed (deps.log)"; show_tail "$logf"; return
+    fi
+  elif compgen -G "/usr/lib/*/cmake/benchmark/benchmarkConfig.cmake" >/dev/null ||
+       compgen -G "/usr/local/lib*/cmake/benchmark/benchmarkConfig.cmake" >/dev/null; then
+    HAVE_BENCHMARK=1
+    notes+=("system benchmark")
+  else
+    notes+=("no Google Benchmark sources (third_party/benchmark): benchmarks not built")
+  fi
+  local mod
+  for mod in numpy monai; do
+    if timeout 60 "$PY" -c "import $mod" >/dev/null 2>&1; then continue; fi
+    local wheels=()
+    [[ $mod == numpy ]] && mapfile -t wheels < <(compgen -G "third_party/wheels/fallback/numpy-*.whl")
+    [[ $mod == monai ]] && mapfile -t wheels < <(compgen -G "third_party/wheels/monai-*.whl")
+    if ((${#wheels[@]} == 0)); then notes+=("no $mod"); continue; fi
+    if tmo "$logf" "$PY" -m pip install --no-index --no-deps --upgrade --target "$PYDEPS" "${wheels[@]}"; then
+      notes+=("$mod from wheel")
+    else
+      notes+=("$mod wheel install failed")
+    fi
+  done
+  local joined
+  joined="$(printf '%s, ' "${notes[@]}")"
+  STEP_KEY="${joined%, }"
+}
+
+# ---------------------------------------------------------------- 3. configure + build
+step_build() {
+  local logf="$OUT/build.log" launcher=()
+  : >"$logf"
+  command -v ccache >/dev/null &&
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  if ! tmo "$logf" cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+       -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS" -DVOXAUG_WITH_CUDA=ON -DVOXAUG_BUILD_TORCH=ON \
+       -DVOXAUG_BUILD_TESTS=ON -DVOXAUG_BUILD_BENCHMARKS="$([[ $HAVE_BENCHMARK == 1 ]] && echo ON || echo OFF)" \
+       -DCMAKE_PREFIX_PATH="$PREFIX" -DPython3_EXECUTABLE="$(command -v "$PY")" "${launcher[@]}"; then
+    fail "configure failed (build.log)"; show_tail "$logf" 25; return
+  fi
+  # -k 0: build every target that can be built, so one broken piece does not hide the rest.
+  local rc=0
+  tmo "$logf" cmake --build "$BUILD" -j "$JOBS" -- -k 0 || rc=$?
+  local warnings
+  warnings="$(grep -c 'warning:' "$logf")"
+  if ((rc == 124)); then
+    fail "build timed out, $warnings warnings"
+  elif ((rc != 0)); then
+    fail "build failed: $(grep -c '^FAILED:' "$logf") targets, $warnings warnings (build.log)"
+    grep -m 20 -E '^FAILED:|error' "$logf" | sed 's/^/    | /'
+  else
+    STEP_KEY="$warnings compiler warnings"
+    ((warnings > 0)) && grep -m 10 'warning:' "$logf" | sed 's/^/    | /'
+  fi
+  return 0
+}
+
+# ---------------------------------------------------------------- 4. ctest
+step_ctest() {
+  local logf="$OUT/ctest.log" xml="$OUT/ctest.xml" rc=0
+  : >"$logf"
+  rm -f "$xml"
+  tmo "$logf" ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" --timeout 240 \
+    --output-junit "$xml" || rc=$?
+  local p f s n
+  read -r p f s n < <(junit_counts "$xml")
+  STEP_KEY="$p passed, $f failed, $s skipped of $n"
+  if ((rc == 124)); then fail "timed out; $STEP_KEY"
+  elif ((rc != 0 || f > 0 || n == 0)); then fail "$STEP_KEY (ctest exit $rc)"; show_tail "$logf" 20
+  fi
+  # With a GPU, a skipped CUDA test means the device was not seen.
+  if [[ $CPU_ONLY == 0 && $STEP_STATUS == PASS ]] && grep -q 'IntensityCuda.*(Skipped)' "$logf"; then
+    fail "$STEP_KEY; CUDA tests skipped: no device seen by the tests"
+  fi
+  return 0
+}
+
+# ---------------------------------------------------------------- 5. pytest
+step_pytest() {
+  local logf="$OUT/pytest.log" xml="$OUT/pytest.xml" rc=0
+  : >"$logf"
+  rm -f "$xml"
+  if [[ ! -d tests/python ]]; then skip "no tests/python"; return; fi
+  tmo "$logf" "$PY" -m pytest tests/python -q -rs -p no:cacheprovider --junitxml="$xml" || rc=$?
+  local p f s n
+  read -r p f s n < <(junit_counts "$xml")
+  STEP_KEY="$p passed, $f failed, $s skipped of $n"
+  case $rc in
+    0) ;;
+    5) skip "no tests collected" ;;
+    124) fail "timed out; $STEP_KEY" ;;
+    *) fail "$STEP_KEY (pytest exit $rc)"; show_tail "$logf" 20 ;;
+  esac
+}
+
+# ---------------------------------------------------------------- 6. compute-sanitizer
+# sanitize <tool> <filter> <log>: runs the gtest binary under compute-sanitizer and sets
+# SAN_ERRORS (the tool's error/hazard count), SAN_PASSED, SAN_SKIPPED; returns its status.
+SAN_ERRORS="?" SAN_PASSED=0 SAN_SKIPPED=0
+sanitize() {
+  local tool=$1 filter=$2 logf=$3 rc=0 extra=()
+  : >"$logf"
+  [[ $tool == memcheck ]] && extra=(--leak-check=full)
+  tmo "$logf" "$SANITIZER" --tool "$tool" --error-exitcode 86 "${extra[@]}" \
+    "$BUILD/tests/voxaug_core_tests" --gtest_filter="$filter" || rc=$?
+  SAN_ERRORS="$(grep -oE '(ERROR SUMMARY|RACECHECK SUMMARY): [0-9]+' "$logf" | grep -oE '[0-9]+$' | tail -n 1)"
+  SAN_PASSED="$(grep -oE '^\[  PASSED  \] [0-9]+' "$logf" | grep -oE '[0-9]+$' | tail -n 1)"
+  SAN_SKIPPED="$(grep -oE '^\[  SKIPPED \] [0-9]+' "$logf" | grep -oE '[0-9]+$' | tail -n 1)"
+  SAN_ERRORS="${SAN_ERRORS:-?}" SAN_PASSED="${SAN_PASSED:-0}" SAN_SKIPPED="${SAN_SKIPPED:-0}"
+  return "$rc"
+}
+
+step_sanitizer() {
+  if [[ $CPU_ONLY == 1 ]]; then skip "CPU-only mode"; return; fi
+  if [[ -z "$SANITIZER" ]]; then fail "compute-sanitizer not found"; return; fi
+  if [[ ! -x "$BUILD/tests/voxaug_core_tests" ]]; then fail "no tests/voxaug_core_tests binary"; return; fi
+  local m_rc=0 r_rc=0 me mp ms re rp
+  sanitize memcheck 'IntensityCuda.*' "$OUT/sanitizer_memcheck.log" || m_rc=$?
+  me=$SAN_ERRORS mp=$SAN_PASSED ms=$SAN_SKIPPED
+  sanitize racecheck "$RACECHECK_FILTER" "$OUT/sanitizer_racecheck.log" || r_rc=$?
+  re=$SAN_ERRORS rp=$SAN_PASSED
+  STEP_KEY="memcheck $me errors ($mp tests passed, $ms skipped); racecheck $re hazards ($rp passed)"
+  if ((m_rc == 124 || r_rc == 124)); then
+    fail "timed out; $STEP_KEY"
+  elif ((m_rc != 0 || r_rc != 0)) || [[ "$me" != 0 || "$re" != 0 ]]; then
+    fail "$STEP_KEY (exit $m_rc/$r_rc)"
+    show_tail "$OUT/sanitizer_memcheck.log" 15
+    show_tail "$OUT/sanitizer_racecheck.log" 8
+  elif ((mp == 0 || ms > 0 || rp == 0)); then
+    fail "$STEP_KEY: CUDA tests did not run under the sanitizer"
+  fi
+}
+
+# ---------------------------------------------------------------- 7. benchmarks
+step_bench() {
+  local bin="$BUILD/benchmarks/voxaug_bench_intensity" logf="$OUT/bench_intensity.log"
+  local json="$OUT/bench_intensity.json" rc=0 min_time
+  : >"$logf"
+  rm -f "$json"
+  if [[ $HAVE_BENCHMARK == 0 ]]; then
+    skip "no Google Benchmark (run scripts/prepare_device_bundle.sh to bundle its sources)"; return
+  fi
+  if [[ ! -x "$bin" ]]; then fail "no benchmarks/voxaug_bench_intensity binary"; return; fi
+  # benchmark >= 1.8 wants a unit ("0.2s"); 1.7 wants a bare number.
+  min_time="${BENCH_MIN_TIME}s"
+  "$bin" --benchmark_list_tests --benchmark_min_time="$min_time" >/dev/null 2>&1 || min_time="$BENCH_MIN_TIME"
+  tmo "$logf" "$bin" --benchmark_filter="$BENCH_FILTER" --benchmark_min_time="$min_time" \
+    --benchmark_out="$json" --benchmark_out_format=json || rc=$?
+  if ((rc == 124)); then fail "timed out"; return; fi
+  if ((rc != 0)) || [[ ! -s "$json" ]]; then fail "benchmark exit $rc, no JSON"; show_tail "$logf"; return; fi
+  local summary
+  summary="$("$PY" - "$json" "$DEVICE" <<'EOF'
+import json, sys
+path, backend = sys.argv[1], sys.argv[2]
+runs = json.load(open(path)).get("benchmarks", [])
+errors = [r["name"] for r in runs if r.get("error_occurred")]
+bw = {}
+for r in runs:
+    parts = r.get("run_name", r["name"]).split("/")
+    if r.get("run_type", "iteration") == "iteration" and not r.get("error_occurred") and len(parts) >= 3:
+        bw[(parts[0], parts[1], parts[2])] = r.get("bytes_per_second", 0.0) / 1e9
+ok = not errors and any(k[0] == backend for k in bw)
+shapes = [s for s in ("8x1x256x256x256", "1x1x256x256x256", "1x1x160x224x224") if (backend, "chain", s) in bw]
+if not shapes:
+    print(("OK" if ok else "FAIL"), f"{len(bw)} cases, {len(errors)} errors, no {backend}/chain case"); sys.exit()
+s = shapes[0]
+chain, copy = bw[(backend, "chain", s)], bw.get((backend, "copy", s))
+msg = f"{backend} chain {s}: {chain:.1f} GB/s"
+if copy:
+    msg += f", copy {copy:.1f} GB/s, ratio {chain / copy:.2f}"
+inplace = bw.get((backend, "chain_inplace", s))
+if inplace:
+    msg += f", in-place {inplace:.1f} GB/s"
+print(("OK" if ok else "FAIL"), f"{msg} ({len(bw)} cases, {len(errors)} errors)")
+EOF
+)"
+  STEP_KEY="${summary#* }"
+  [[ "$summary" == OK* ]] || { STEP_STATUS=FAIL; show_tail "$logf"; }
+  return 0
+}
+
+# ---------------------------------------------------------------- 8. MONAI comparison
+step_compare() {
+  local logf="$OUT/compare.log" json="$OUT/compare.json" rc=0
+  : >"$logf"
+  rm -f "$json"
+  if [[ ! -f benchmarks/compare.py ]]; then skip "no benchmarks/compare.py"; return; fi
+  tmo "$logf" "$PY" benchmarks/compare.py --device "$DEVICE" --json "$json" || rc=$?
+  if ((rc == 124)); then fail "timed out"; return; fi
+  if ((rc != 0)); then fail "compare.py exit $rc"; show_tail "$logf"; return; fi
+  STEP_KEY="see compare.log ($(grep -c . "$logf") lines)"
+  [[ -s "$json" ]] || fail "compare.py wrote no $json"
+}
+
+# ---------------------------------------------------------------- run
+log "mode: $([[ $CPU_ONLY == 1 ]] && echo cpu-only || echo full), budget ${BUDGET}s, $JOBS jobs, out $OUT, build $BUILD"
+run_step env 30 step_env
+run_step deps 150 step_deps
+run_step build 300 step_build
+run_step ctest 150 step_ctest
+run_step pytest 120 step_pytest
+run_step sanitizer 150 step_sanitizer
+run_step bench 90 step_bench
+run_step compare 120 step_compare
+
+if [[ -s "$OUT/compare.log" ]]; then
+  echo
+  log "compare.py (tail):"
+  tail -n 30 "$OUT/compare.log"
+fi
+
+{
+  echo
+  printf '%-10s %-6s %6s  %s\n' STEP STATUS SECONDS KEY
+  for i in "${!NAMES[@]}"; do
+    printf '%-10s %-6s %6s  %s\n' "${NAMES[$i]}" "${STATUSES[$i]}" "${TIMES[$i]}" "${KEYS[$i]}"
+  done
+  printf 'total %ss; logs in %s\n' "$SECONDS" "$OUT"
+} | tee "$OUT/summary.txt"
+for s in "${STATUSES[@]}"; do [[ $s == FAIL ]] && exit 1; done
+exit $((INCOMPLETE ? 2 : 0))
