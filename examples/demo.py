@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import platform
 import statistics
 import struct

@@ -274,9 +274,9 @@ step_ctest() {
 # ---------------------------------------------------------------- 5. pytest
 step_pytest() {
   local logf="$OUT/pytest.log" xml="$OUT/pytest.xml" rc=0
+  if [[ ! -d tests/python ]]; then skip "no tests/python"; return; fi
   : >"$logf"
   rm -f "$xml"
-  if [[ ! -d tests/python ]]; then skip "no tests/python"; return; fi
   tmo "$logf" "$PY" -m pytest tests/python -q -rs -p no:cacheprovider --junitxml="$xml" || rc=$?
   local p f s n
   read -r p f s n < <(junit_counts "$xml")
@@ -343,7 +343,9 @@ step_bench() {
   tmo "$logf" "$bin" --benchmark_filter="$BENCH_FILTER" --benchmark_min_time="$min_time" \
     --benchmark_out="$json" --benchmark_out_format=json || rc=$?
   if ((rc == 124)); then fail "timed out"; return; fi
-  if ((rc != 0)) || [[ ! -s "$json" ]]; then fail "benchmark exit $rc, no JSON"; show_tail "$logf"; return; fi
+  if ((rc != 0)) || [[ ! -s "$json" ]]; then
+    fail "benchmark exit $rc, no JSON: $(tail -n 1 "$logf")"; show_tail "$logf"; return
+  fi
   local summary
   summary="$("$PY" - "$json" "$DEVICE" <<'EOF'
 import json, sys
@@ -359,14 +361,16 @@ ok = not errors and any(k[0] == backend for k in bw)
 shapes = [s for s in ("8x1x256x256x256", "1x1x256x256x256", "1x1x160x224x224") if (backend, "chain", s) in bw]
 if not shapes:
     print(("OK" if ok else "FAIL"), f"{len(bw)} cases, {len(errors)} errors, no {backend}/chain case"); sys.exit()
+def gbs(x):
+    return f"{x:.1f} GB/s" if x >= 10 else f"{x:.3g} GB/s"
 s = shapes[0]
 chain, copy = bw[(backend, "chain", s)], bw.get((backend, "copy", s))
-msg = f"{backend} chain {s}: {chain:.1f} GB/s"
+msg = f"{backend} chain {s}: {gbs(chain)}"
 if copy:
-    msg += f", copy {copy:.1f} GB/s, ratio {chain / copy:.2f}"
+    msg += f", copy {gbs(copy)}, ratio {chain / copy:.2f}"
 inplace = bw.get((backend, "chain_inplace", s))
 if inplace:
-    msg += f", in-place {inplace:.1f} GB/s"
+    msg += f", in-place {gbs(inplace)}"
 print(("OK" if ok else "FAIL"), f"{msg} ({len(bw)} cases, {len(errors)} errors)")
 EOF
 )"
@@ -378,13 +382,14 @@ EOF
 # ---------------------------------------------------------------- 8. MONAI comparison
 step_compare() {
   local logf="$OUT/compare.log" json="$OUT/compare.json" rc=0
-  : >"$logf"
-  rm -f "$json"
+  rm -f "$logf" "$json"
   if [[ ! -f benchmarks/compare.py ]]; then skip "no benchmarks/compare.py"; return; fi
   tmo "$logf" "$PY" benchmarks/compare.py --device "$DEVICE" --json "$json" || rc=$?
   if ((rc == 124)); then fail "timed out"; return; fi
   if ((rc != 0)); then fail "compare.py exit $rc"; show_tail "$logf"; return; fi
-  STEP_KEY="see compare.log ($(grep -c . "$logf") lines)"
+  # The line that states the speed bar, when compare.py prints one; else a pointer to the log.
+  STEP_KEY="$(grep -iE '\bbar\b.*\b(PASS|FAIL)' "$logf" | tail -n 1 | cut -c1-110)"
+  STEP_KEY="${STEP_KEY:-see compare.log}"
   [[ -s "$json" ]] || fail "compare.py wrote no $json"
 }
 

@@ -76,7 +76,7 @@ std::vector<PointwiseStep> decode(const at::Tensor& image, at::IntArrayRef ops,
                     " (expected ", kParamsPerStep, " per step)");
   std::vector<PointwiseStep> steps(k);
   for (size_t i = 0; i < k; ++i) {
-    TORCH_CHECK_VALUE(ops[i] >= 0 && ops[i] <= 3, "ops[", i, "] must be 0..3, got ", ops[i]);
+    TORCH_CHECK_VALUE(ops[i] >= 0 && ops[i] <= 4, "ops[", i, "] must be 0..4, got ", ops[i]);
     const double* p = params.data() + i * kParamsPerStep;
     PointwiseStep& s = steps[i];
     s.op = static_cast<PointwiseOp>(ops[i]);
@@ -96,8 +96,27 @@ std::vector<PointwiseStep> decode(const at::Tensor& image, at::IntArrayRef ops,
       case PointwiseOp::GaussianNoise:
         s.mean = p[0]; s.std = p[1]; s.sample_std = f & kSampleStd;
         break;
+      case PointwiseOp::RescaleIntensity:
+        s.b_min = p[0]; s.b_max = p[1];
+        s.has_b_min = f & kHasBMin; s.has_b_max = f & kHasBMax; s.channel_wise = f & kChannelWise;
+        break;
     }
     const std::optional<at::Tensor> v = values.get(i);
+    if (s.op == PointwiseOp::RescaleIntensity) {
+      TORCH_CHECK_VALUE(v.has_value() && v->defined(), "values[", i,
+                        "]: a rescale step needs the (N, C, 2) statistics from voxaug::minmax");
+      const at::Tensor& st = *v;
+      const int64_t segs = s.channel_wise ? image.size(1) : 1;
+      TORCH_CHECK_VALUE(st.device() == image.device(), "stats must be on the image's device ",
+                        image.device(), ", got ", st.device());
+      TORCH_CHECK_VALUE(st.scalar_type() == at::kDouble && st.dim() == 3 &&
+                            st.size(0) == image.size(0) && st.size(1) == segs && st.size(2) == 2,
+                        "stats must be float64 of shape (", image.size(0), ", ", segs,
+                        ", 2) (from voxaug::minmax), got ", st.scalar_type(), " ", st.sizes());
+      keep.push_back(st.contiguous());
+      s.stats = keep.back().data_ptr<double>();
+      continue;
+    }
     if (v.has_value() && v->defined()) {
       TORCH_CHECK_VALUE(s.op == PointwiseOp::ShiftIntensity || s.op == PointwiseOp::ScaleIntensity,
                         "values[", i, "]: only shift / scale steps take per-sample values");
@@ -196,6 +215,22 @@ at::Tensor chain_backward_impl(const at::Tensor& grad, const at::Tensor& image,
                              static_cast<int>(steps.size()), current_stream(image), first);
   });
   return grad_in;
+}
+
+at::Tensor minmax_impl(const at::Tensor& image, bool channel_wise) {
+  check_5d(image, "image");
+  (void)to_voxaug_dtype(image.scalar_type(), "image");
+  TORCH_CHECK_VALUE(image.scalar_type() != at::kLong, "image: int64 images are not supported");
+  const int64_t segs = channel_wise ? image.size(1) : 1;
+  at::Tensor out = at::empty({image.size(0), segs, 2}, image.options().dtype(at::kDouble));
+  if (out.numel() == 0) return out;
+  TORCH_CHECK_VALUE(image.numel() > 0, "image: min / max of an empty volume is undefined, shape ",
+                    image.sizes());
+  const c10::DeviceGuard guard(image.device());
+  call_core([&] {
+    minmax(to_view(image, "image"), out.data_ptr<double>(), channel_wise, current_stream(image));
+  });
+  return out;
 }
 
 // ---- canonical chains of the single-step ops ----
@@ -427,7 +462,14 @@ at::Tensor a_noise(const at::Tensor& image, double mean, double std, bool sample
   return autograd_run(image, noise_chain(mean, std, sample_std, prob, seed), first, dtype);
 }
 
+at::Tensor m_minmax(const at::Tensor& image, bool channel_wise) {
+  check_5d(image, "image", /*allow_meta=*/true);
+  return at::empty({image.size(0), channel_wise ? image.size(1) : 1, 2},
+                   image.options().dtype(at::kDouble));
+}
+
 void register_backend(torch::Library& m) {
+  m.impl("minmax", &minmax_impl);
   m.impl("pointwise_chain", &k_chain);
   m.impl("pointwise_chain_", &k_chain_);
   m.impl("pointwise_chain_backward", &chain_backward_impl);
@@ -470,6 +512,7 @@ TORCH_LIBRARY_IMPL(voxaug, CPU, m) { register_backend(m); }
 TORCH_LIBRARY_IMPL(voxaug, CUDA, m) { register_backend(m); }
 
 TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
+  m.impl("minmax", &m_minmax);
   m.impl("pointwise_chain", &m_chain);
   m.impl("pointwise_chain_", &m_chain_);
   m.impl("pointwise_chain_backward", &m_chain_bwd);
@@ -487,7 +530,18 @@ TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("rand_gaussian_noise_", &m_noise_);
 }
 
+// minmax gives statistics, not a differentiable function of the image: its output never
+// requires grad (a rescale step treats them as constants in its backward).
+at::Tensor a_minmax(const at::Tensor& image, bool channel_wise) {
+  at::AutoDispatchBelowADInplaceOrView below;
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("voxaug::minmax", "")
+                       .typed<at::Tensor(const at::Tensor&, bool)>();
+  return op.call(image, channel_wise);
+}
+
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
+  m.impl("minmax", &a_minmax);
   m.impl("pointwise_chain", &a_chain);
   m.impl("scale_intensity_range", &a_sir);
   m.impl("shift_intensity", &a_shift);

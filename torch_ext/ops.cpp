@@ -2,12 +2,15 @@
 // C++ entry points (include/voxaug/torch_ops.h) that call them through the dispatcher.
 //
 // Chains are passed in a canonical, flat form shared by pointwise_chain and its backward:
-//   ops[k]    PointwiseOp code (0 scale_intensity_range, 1 shift, 2 scale, 3 gaussian noise)
+//   ops[k]    PointwiseOp code (0 scale_intensity_range, 1 shift, 2 scale, 3 gaussian noise,
+//             4 rescale: MONAI ScaleIntensity(minv, maxv), statistics from voxaug::minmax)
 //   flags[k]  bit 0 has_b_min, 1 has_b_max, 2 clip, 3 random, 4 channel_wise, 5 sample_std
 //   params[8k .. 8k+7]  p0..p6, prob. scale_intensity_range: a_min, a_max, b_min, b_max;
-//             shift / scale: value, low, high; gaussian noise: mean, std
+//             shift / scale: value, low, high; gaussian noise: mean, std; rescale: minv, maxv
+//             (bit 0 / 1 of flags say whether minv / maxv are given)
 //   seeds[k]  Philox key of the step (int64 bit pattern of a uint64)
-//   values[k] optional per-sample values (N,) for shift / scale, or None
+//   values[k] optional per-sample values (N,) for shift / scale; for rescale the float64
+//             (N, 1 or C, 2) output of minmax (C when channel-wise); else None
 // In-place ops (trailing _) mutate `image` and return nothing, so torch.compile can
 // functionalise them.
 #include <torch/library.h>
@@ -25,6 +28,7 @@ TORCH_LIBRARY(voxaug, m) {
         ", int first_sample=0) -> Tensor");
 #undef VOXAUG_CHAIN_ARGS
 
+  m.def("minmax(Tensor image, bool channel_wise=False) -> Tensor");
   m.def("scale_intensity_range(Tensor image, float a_min, float a_max, float? b_min=None, "
         "float? b_max=None, bool clip=False, ScalarType? dtype=None) -> Tensor");
   m.def("scale_intensity_range_(Tensor(a!) image, float a_min, float a_max, float? b_min=None, "

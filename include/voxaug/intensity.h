@@ -28,6 +28,7 @@ enum class PointwiseOp : int32_t {
   ShiftIntensity = 1,       // x + offset
   ScaleIntensity = 2,       // x * (1 + factor)
   GaussianNoise = 3,        // x + N(mean, std)
+  RescaleIntensity = 4,     // MONAI ScaleIntensity(minv, maxv): min-max rescale per sample
 };
 
 // One step of a pointwise chain. Build with the factory functions; the fields are the
@@ -47,6 +48,10 @@ struct PointwiseStep {
   // Shift/Scale: optional per-sample values (length N, float32, on the data's device);
   // overrides `value`.
   const float* per_sample = nullptr;
+  // Rescale: (min, max) pairs from minmax() on this step's input, float64, on the data's
+  // device: N pairs, or N * C pairs (n-major) when channel_wise. Target range minv / maxv
+  // when has_b_min / has_b_max (fields b_min / b_max).
+  const double* stats = nullptr;
 
   static PointwiseStep scale_intensity_range(double a_min, double a_max, const double* b_min,
                                              const double* b_max, bool clip);
@@ -60,6 +65,10 @@ struct PointwiseStep {
                                             bool channel_wise = false);
   static PointwiseStep gaussian_noise(double mean, double std, bool sample_std, double prob,
                                       uint64_t seed);
+  // MONAI rescale_array: (x - min) / (max - min) * (maxv - minv) + minv; only the
+  // normalisation when minv or maxv is null; x * minv (or x) when max == min.
+  static PointwiseStep rescale_intensity(const double* minmax_stats, bool channel_wise,
+                                         const double* minv, const double* maxv);
 };
 
 // Longest chain fused into one pass.
@@ -82,6 +91,13 @@ void pointwise_chain_backward(const VolumeView& grad_out, const VolumeView& in,
                               const VolumeView& grad_in, const PointwiseStep* steps,
                               int num_steps, cudaStream_t stream = nullptr,
                               uint32_t first_sample = 0);
+
+// Per-sample (or per-(sample, channel)) minimum and maximum of `in`, NaNs ignored, written
+// as float64 (min, max) pairs to `out_minmax` (device memory of `in`'s device): N pairs, or
+// N * C pairs in (n, c) order. A segment with only NaNs gets (+inf, -inf).
+// Asynchronous on CUDA like every other call here.
+void minmax(const VolumeView& in, double* out_minmax, bool channel_wise,
+            cudaStream_t stream = nullptr);
 
 // Single-step conveniences (each one is a chain of one step).
 void scale_intensity_range(const VolumeView& in, const VolumeView& out, double a_min,

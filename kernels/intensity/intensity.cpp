@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "../common/launch_cpu.h"
 #include "chain_dispatch.h"
+#include "voxaug/detail/minmax.h"
 #include "voxaug/error.h"
 
 namespace voxaug {
@@ -78,6 +81,18 @@ PointwiseStep PointwiseStep::rand_scale_intensity(double low, double high, doubl
   s.channel_wise = channel_wise;
   return s;
 }
+PointwiseStep PointwiseStep::rescale_intensity(const double* minmax_stats, bool channel_wise,
+                                               const double* minv, const double* maxv) {
+  PointwiseStep s;
+  s.op = PointwiseOp::RescaleIntensity;
+  s.stats = minmax_stats;
+  s.channel_wise = channel_wise;
+  s.has_b_min = minv != nullptr;
+  s.has_b_max = maxv != nullptr;
+  s.b_min = minv ? *minv : 0.0;
+  s.b_max = maxv ? *maxv : 0.0;
+  return s;
+}
 PointwiseStep PointwiseStep::gaussian_noise(double mean, double std, bool sample_std, double prob,
                                             uint64_t seed) {
   PointwiseStep s;
@@ -94,10 +109,10 @@ namespace {
 
 std::string step_name(const PointwiseStep& s, int k) {
   const char* names[] = {"scale_intensity_range", "shift_intensity", "scale_intensity",
-                         "gaussian_noise"};
+                         "gaussian_noise", "rescale_intensity"};
   const int op = static_cast<int>(s.op);
   return std::string("step ") + std::to_string(k) + " (" +
-         (op >= 0 && op < 4 ? names[op] : "unknown") + ")";
+         (op >= 0 && op < 5 ? names[op] : "unknown") + ")";
 }
 
 void expect_finite(double v, const std::string& where, const char* name) {
@@ -150,6 +165,17 @@ detail::ChainParams pack(const PointwiseStep* steps, int num_steps) {
         q.p1 = s.std;
         if (s.sample_std) q.flags |= detail::kSampleStd;
         p.any_noise = true;
+        break;
+      case PointwiseOp::RescaleIntensity:
+        q.p0 = s.b_min;
+        q.p1 = s.b_max;
+        q.stats = s.stats;
+        if (s.has_b_min) q.flags |= detail::kHasB;
+        if (s.has_b_min && s.has_b_max) q.flags |= detail::kAddB;
+        if (s.channel_wise) {
+          q.flags |= detail::kChannelWise;
+          p.any_channel_wise = true;
+        }
         break;
     }
   }
@@ -205,13 +231,18 @@ void check_batch(const VolumeView& v, uint32_t first_sample) {
 
 void check_per_sample_pointers(const VolumeView& v, const detail::ChainParams& p) {
   for (int k = 0; k < p.num_steps; ++k) {
-    if (!(p.steps[k].flags & detail::kPerSample)) continue;
 #if VOXAUG_WITH_CUDA
-    if (v.device == Device::CUDA)
+    if (v.device != Device::CUDA) continue;
+    if (p.steps[k].flags & detail::kPerSample)
       detail::check_device_pointer(p.steps[k].per_sample, v.device_index,
                                    "step " + std::to_string(k) + ": per-sample values");
+    if (p.steps[k].stats)
+      detail::check_device_pointer(p.steps[k].stats, v.device_index,
+                                   "step " + std::to_string(k) + ": stats");
 #else
     (void)v;
+    (void)p;
+    (void)k;
 #endif
   }
 }
@@ -226,7 +257,7 @@ void validate_pointwise_steps(const PointwiseStep* steps, int num_steps) {
   for (int k = 0; k < num_steps; ++k) {
     const PointwiseStep& s = steps[k];
     const std::string where = step_name(s, k);
-    VOXAUG_EXPECTS(static_cast<int>(s.op) >= 0 && static_cast<int>(s.op) <= 3,
+    VOXAUG_EXPECTS(static_cast<int>(s.op) >= 0 && static_cast<int>(s.op) <= 4,
                    where + ": unknown op " + std::to_string(static_cast<int>(s.op)));
     expect_finite(s.prob, where, "prob");
     VOXAUG_EXPECTS(s.prob >= 0.0 && s.prob <= 1.0,
@@ -250,6 +281,11 @@ void validate_pointwise_steps(const PointwiseStep* steps, int num_steps) {
           expect_finite(s.value, where, s.op == PointwiseOp::ShiftIntensity ? "offset" : "factor");
         }
         break;
+      case PointwiseOp::RescaleIntensity:
+        VOXAUG_EXPECTS(s.stats != nullptr, where + ": stats (from minmax) must not be null");
+        if (s.has_b_min) expect_finite(s.b_min, where, "minv");
+        if (s.has_b_max) expect_finite(s.b_max, where, "maxv");
+        break;
       case PointwiseOp::GaussianNoise:
         expect_finite(s.mean, where, "mean");
         expect_finite(s.std, where, "std");
@@ -263,6 +299,7 @@ void pointwise_chain(const VolumeView& in, const VolumeView& out, const Pointwis
                      int num_steps, cudaStream_t stream, uint32_t first_sample) {
   detail::ChainParams p = pack(steps, num_steps);
   p.first_sample = first_sample;
+  p.channels = in.shape[1];
   check_pair(in, "input", out, "output", /*allow_same=*/true);
   check_batch(in, first_sample);
   if (in.numel() == 0) return;
@@ -283,6 +320,7 @@ void pointwise_chain_backward(const VolumeView& grad_out, const VolumeView& in,
                               int num_steps, cudaStream_t stream, uint32_t first_sample) {
   detail::ChainParams p = pack(steps, num_steps);
   p.first_sample = first_sample;
+  p.channels = in.shape[1];
   check_pair(in, "input", grad_out, "grad_output", /*allow_same=*/true);
   check_pair(in, "input", grad_in, "grad_input", /*allow_same=*/false);
   VOXAUG_EXPECTS(grad_out.dtype == in.dtype && grad_in.dtype == in.dtype,
@@ -299,6 +337,76 @@ void pointwise_chain_backward(const VolumeView& grad_out, const VolumeView& in,
 #if VOXAUG_WITH_CUDA
   detail::chain_backward_cuda(grad_out, in, grad_in, p, stream);
 #else
+  VOXAUG_FAIL("input is a CUDA view but this voxaug was built without CUDA");
+#endif
+}
+
+namespace detail {
+Segments make_segments(const VolumeView& in, bool channel_wise) {
+  Segments sg;
+  sg.ix = make_indexer(in);
+  sg.per_sample = channel_wise ? in.shape[1] : 1;
+  sg.per_segment = in.sample_numel() / (channel_wise ? in.shape[1] : 1);
+  return sg;
+}
+
+namespace {
+template <class T>
+void minmax_cpu(const VolumeView& in, const Segments& sg, double* out) {
+  const T* data = static_cast<const T*>(in.data);
+  const int64_t segments = in.shape[0] * sg.per_sample;
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (sg.per_segment + kChunk - 1) / kChunk;
+  std::vector<double> lo(segments * chunks, INFINITY), hi(segments * chunks, -INFINITY);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < segments * chunks; ++t) {
+    const int64_t seg = t / chunks, begin = (t % chunks) * kChunk;
+    const int64_t end = std::min(sg.per_segment, begin + kChunk);
+    double a = INFINITY, b = -INFINITY;
+    for (int64_t i = begin; i < end; ++i) {
+      const double v = load_as<std::conditional_t<std::is_same_v<T, double>, double, float>>(
+          data[sg.offset(seg, i)]);
+      a = v < a ? v : a;  // NaN compares false: ignored
+      b = v > b ? v : b;
+    }
+    lo[t] = a;
+    hi[t] = b;
+  }
+  for (int64_t seg = 0; seg < segments; ++seg) {
+    double a = INFINITY, b = -INFINITY;
+    for (int64_t c = 0; c < chunks; ++c) {
+      a = std::min(a, lo[seg * chunks + c]);
+      b = std::max(b, hi[seg * chunks + c]);
+    }
+    out[2 * seg] = a;
+    out[2 * seg + 1] = b;
+  }
+}
+}  // namespace
+#if VOXAUG_WITH_CUDA
+void minmax_cuda(const VolumeView& in, const Segments& sg, double* out, cudaStream_t stream);
+#endif
+}  // namespace detail
+
+void minmax(const VolumeView& in, double* out_minmax, bool channel_wise, cudaStream_t stream) {
+  for (int k = 0; k < 5; ++k)
+    VOXAUG_EXPECTS(in.shape[k] >= 0, "input: sizes must be non-negative");
+  if (in.shape[0] == 0 || (channel_wise && in.shape[1] == 0)) return;
+  VOXAUG_EXPECTS(out_minmax != nullptr, "out_minmax must not be null");
+  VOXAUG_EXPECTS(in.numel() > 0, "input: minmax of an empty volume is undefined (shape " +
+                                     in.describe() + ")");
+  const detail::Segments sg = detail::make_segments(in, channel_wise);
+  if (in.device == Device::CPU) {
+    detail::visit_image_dtype(in.dtype, "input", [&](auto tag) {
+      detail::minmax_cpu<typename decltype(tag)::type>(in, sg, out_minmax);
+    });
+    return;
+  }
+#if VOXAUG_WITH_CUDA
+  detail::check_device_pointer(out_minmax, in.device_index, "out_minmax");
+  detail::minmax_cuda(in, sg, out_minmax, stream);
+#else
+  (void)stream;
   VOXAUG_FAIL("input is a CUDA view but this voxaug was built without CUDA");
 #endif
 }

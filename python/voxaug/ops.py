@@ -10,8 +10,9 @@ from typing import Optional, Sequence
 import torch
 
 # Op codes and flag bits of the canonical chain form (torch_ext/ops.cpp).
-SCALE_INTENSITY_RANGE, SHIFT_INTENSITY, SCALE_INTENSITY, GAUSSIAN_NOISE = 0, 1, 2, 3
+SCALE_INTENSITY_RANGE, SHIFT_INTENSITY, SCALE_INTENSITY, GAUSSIAN_NOISE, RESCALE_INTENSITY = 0, 1, 2, 3, 4
 HAS_B_MIN, HAS_B_MAX, CLIP, RANDOM, CHANNEL_WISE, SAMPLE_STD = 1, 2, 4, 8, 16, 32
+HAS_MINV, HAS_MAXV = HAS_B_MIN, HAS_B_MAX
 
 
 @dataclass
@@ -71,6 +72,7 @@ def _in_place(op):
     return run
 
 
+minmax = torch.ops.voxaug.minmax
 scale_intensity_range = torch.ops.voxaug.scale_intensity_range
 scale_intensity_range_ = _in_place(torch.ops.voxaug.scale_intensity_range_)
 shift_intensity = torch.ops.voxaug.shift_intensity

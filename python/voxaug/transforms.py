@@ -210,22 +210,30 @@ class RandShiftIntensity(_Pointwise, _Randomizable):
 
 
 class ScaleIntensity(_Pointwise):
-    """MONAI ScaleIntensity in its factor form: ``img * (1 + factor)``.
+    """MONAI ScaleIntensity.
 
-    The min-max form (minv / maxv not None) needs per-sample reductions and is not provided
-    yet: pass ``minv=None, maxv=None, factor=...``.
+    With ``minv`` or ``maxv`` given: min-max rescaling of each sample (each channel with
+    ``channel_wise``) to [minv, maxv]; only the normalisation to [0, 1] when one of them is None;
+    ``img * minv`` (or ``img``) for a constant sample, as MONAI's rescale_array. The per-sample
+    minimum and maximum come from a device reduction (``voxaug.ops.minmax``) on the transform's
+    input, so in a :class:`Compose` this transform starts a new fused pass; gradients treat
+    the statistics as constants.
+    With ``minv = maxv = None``: ``img * (1 + factor)``.
     """
 
     def __init__(self, minv: Optional[float] = 0.0, maxv: Optional[float] = 1.0, factor: Optional[float] = None,
                  channel_wise: bool = False, dtype: DtypeLike = torch.float32):
-        if minv is not None or maxv is not None:
-            raise NotImplementedError(
-                "voxaug.ScaleIntensity supports the factor form only (minv=None, maxv=None, factor=f)")
-        self.factor, self.channel_wise = factor, channel_wise
+        self.minv, self.maxv, self.factor, self.channel_wise = minv, maxv, factor, channel_wise
         self.dtype = _torch_dtype(dtype)
+        self._needs_input_stats = minv is not None or maxv is not None
 
     def _plan(self, x):
-        return [Step(ops.SCALE_INTENSITY, 0, (self.factor or 0.0,))]
+        if not self._needs_input_stats:
+            return [Step(ops.SCALE_INTENSITY, 0, (self.factor or 0.0,))]
+        flags = (ops.HAS_MINV if self.minv is not None else 0) | (ops.HAS_MAXV if self.maxv is not None else 0)
+        flags |= ops.CHANNEL_WISE if self.channel_wise else 0
+        stats = ops.minmax(x, self.channel_wise)
+        return [Step(ops.RESCALE_INTENSITY, flags, (self.minv or 0.0, self.maxv or 0.0), values=stats)]
 
 
 class RandScaleIntensity(_Pointwise, _Randomizable):
@@ -286,8 +294,12 @@ class Compose:
                 i += 1
                 continue
             group = [t]
-            while i + len(group) < len(self.transforms) and self._fusable(self.transforms[i + len(group)]):
-                group.append(self.transforms[i + len(group)])
+            while i + len(group) < len(self.transforms):
+                nxt = self.transforms[i + len(group)]
+                # A step that needs statistics of its own input starts a new pass.
+                if not self._fusable(nxt) or getattr(nxt, "_needs_input_stats", False):
+                    break
+                group.append(nxt)
             i += len(group)
             if len(group) == 1:
                 data = t(data)
@@ -325,6 +337,9 @@ class _Dict:
                 if self.allow_missing_keys:
                     continue
                 raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+            if not isinstance(self.transform, _Randomizable):  # e.g. statistics of each key's image
+                d[key] = self.transform(d[key])
+                continue
             if steps is None:
                 steps = self.transform._plan(_as_batch(d[key])[0])
             d[key] = self.transform.apply(d[key], steps)

@@ -96,8 +96,11 @@ inline double reference_normal(uint64_t seed, int64_t e, uint32_t g) {
 // Float64 reference of one chain on one element (value x, global sample g, local n,
 // channel c, element e of the sample).
 // `deriv`, when given, receives d out / d in (clip kills it outside [lo, hi]).
+// `channels` indexes per-(sample, channel) statistics of rescale steps (g doubles as the
+// local sample there: those tests use first_sample 0).
 inline double reference_element(const std::vector<PointwiseStep>& steps, double x, uint32_t g,
-                                int64_t c, int64_t e, double* deriv = nullptr) {
+                                int64_t c, int64_t e, double* deriv = nullptr,
+                                int64_t channels = 1) {
   double d = 1.0;
   using namespace voxaug::detail;
   for (const PointwiseStep& s : steps) {
@@ -138,6 +141,26 @@ inline double reference_element(const std::vector<PointwiseStep>& steps, double 
         } else {
           x = x * (1.0 + v);
           d = d * (1.0 + v);
+        }
+        break;
+      }
+      case PointwiseOp::RescaleIntensity: {
+        // Reference statistics are the float64 (min, max) pairs the test put in host memory.
+        const int64_t seg = s.channel_wise ? int64_t(g) * channels + c : int64_t(g);
+        const double mn = static_cast<float>(s.stats[2 * seg]);
+        const double mx = static_cast<float>(s.stats[2 * seg + 1]);
+        if (mx == mn) {
+          if (s.has_b_min) {
+            x *= s.b_min;
+            d *= s.b_min;
+          }
+          break;
+        }
+        x = (x - mn) / (mx - mn);
+        d = d / (mx - mn);
+        if (s.has_b_min && s.has_b_max) {
+          x = x * (s.b_max - s.b_min) + s.b_min;
+          d = d * (s.b_max - s.b_min);
         }
         break;
       }

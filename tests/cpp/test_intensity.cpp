@@ -182,6 +182,52 @@ TEST(IntensityCpu, BackwardMatchesFloat64Derivative) {
   }
 }
 
+TEST(IntensityCpu, MinMaxMatchesNaiveAndIgnoresNaN) {
+  const Shape s{3, 4, 5, 6, 7};
+  const auto src = random_values(s.numel(), 41, -1000, 1000);
+  std::vector<float> in(src.begin(), src.end());
+  in[17] = std::nanf("");
+  for (bool channel_wise : {false, true}) {
+    const int64_t segs = s.n * (channel_wise ? s.c : 1);
+    const int64_t per = s.numel() / segs;
+    std::vector<double> got(2 * segs);
+    minmax(host_view(in.data(), DType::Float32, s), got.data(), channel_wise);
+    for (int64_t g = 0; g < segs; ++g) {
+      double lo = INFINITY, hi = -INFINITY;
+      for (int64_t i = g * per; i < (g + 1) * per; ++i)
+        if (!std::isnan(in[i])) lo = std::min<double>(lo, in[i]), hi = std::max<double>(hi, in[i]);
+      EXPECT_EQ(got[2 * g], lo);
+      EXPECT_EQ(got[2 * g + 1], hi);
+    }
+  }
+}
+
+TEST(IntensityCpu, RescaleMatchesFloat64Reference) {
+  for (const Shape& s : awkward_shapes()) {
+    const auto src = random_values(s.numel(), 42, -300, 500);
+    std::vector<float> in(src.begin(), src.end()), out(in.size());
+    if (s.sample() > 1) std::fill(in.begin(), in.begin() + s.sample(), 3.0f);  // degenerate sample 0
+    const double minv = -1.0, maxv = 2.0;
+    for (bool channel_wise : {false, true}) {
+      std::vector<double> stats(2 * s.n * s.c);
+      minmax(host_view(in.data(), DType::Float32, s), stats.data(), channel_wise);
+      for (int variant = 0; variant < 3; ++variant) {
+        const PointwiseStep step = PointwiseStep::rescale_intensity(
+            stats.data(), channel_wise, variant < 2 ? &minv : nullptr, variant == 0 ? &maxv : nullptr);
+        pointwise_chain(host_view(in.data(), DType::Float32, s),
+                        host_view(out.data(), DType::Float32, s), &step, 1);
+        for (int64_t i = 0; i < s.numel(); ++i) {
+          const int64_t n = i / s.sample(), e = i % s.sample();
+          const double ref = reference_element({step}, in[i], static_cast<uint32_t>(n),
+                                               e / (s.d * s.h * s.w), e, nullptr, s.c);
+          ASSERT_NEAR(out[i], ref, 2e-6 * std::max(1.0, std::fabs(ref)))
+              << s.str() << " channel_wise " << channel_wise << " variant " << variant;
+        }
+      }
+    }
+  }
+}
+
 TEST(IntensityCpu, EmptyInputIsANoOp) {
   const Shape s{0, 1, 4, 4, 4};
   const auto chain = reference_chains()[14].steps;

@@ -95,6 +95,34 @@ TEST(IntensityCuda, LargeBatchTwinBitIdentical) {
                                std::vector<float>(src.begin(), src.end()), false);
 }
 
+TEST(IntensityCuda, MinMaxAndRescaleTwin) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const Shape s{3, 2, 33, 17, 65};
+  const auto src = random_values(s.numel(), 36, -1000, 1000);
+  std::vector<float> in(src.begin(), src.end());
+  DeviceBuffer din(in.size() * sizeof(float)), dstats(2 * s.n * s.c * sizeof(double)),
+      dout(in.size() * sizeof(float));
+  CUDA_OK(cudaMemcpy(din.p, in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice));
+  const double minv = 0.0, maxv = 1.0;
+  for (bool channel_wise : {false, true}) {
+    const size_t pairs = s.n * (channel_wise ? s.c : 1);
+    std::vector<double> cpu(2 * pairs), gpu(2 * pairs);
+    const VolumeView hin = contiguous_view(in.data(), DType::Float32, Device::CPU, s.n, s.c, s.d, s.h, s.w);
+    const VolumeView vin = contiguous_view(din.p, DType::Float32, Device::CUDA, s.n, s.c, s.d, s.h, s.w);
+    minmax(hin, cpu.data(), channel_wise);
+    minmax(vin, static_cast<double*>(dstats.p), channel_wise);
+    CUDA_OK(cudaMemcpy(gpu.data(), dstats.p, gpu.size() * sizeof(double), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(cpu, gpu);
+    std::vector<float> out_cpu(in.size()), out_gpu(in.size());
+    const PointwiseStep hs = PointwiseStep::rescale_intensity(cpu.data(), channel_wise, &minv, &maxv);
+    const PointwiseStep ds = PointwiseStep::rescale_intensity(static_cast<double*>(dstats.p), channel_wise, &minv, &maxv);
+    pointwise_chain(hin, contiguous_view(out_cpu.data(), DType::Float32, Device::CPU, s.n, s.c, s.d, s.h, s.w), &hs, 1);
+    pointwise_chain(vin, contiguous_view(dout.p, DType::Float32, Device::CUDA, s.n, s.c, s.d, s.h, s.w), &ds, 1);
+    CUDA_OK(cudaMemcpy(out_gpu.data(), dout.p, in.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(0, std::memcmp(out_cpu.data(), out_gpu.data(), in.size() * sizeof(float)));
+  }
+}
+
 TEST(IntensityCuda, BackwardTwinBitIdentical) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
   const Shape s{2, 2, 7, 6, 5};

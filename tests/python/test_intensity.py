@@ -85,6 +85,31 @@ def test_shift_and_scale_match_monai(ch2, device):
     assert torch.equal(ours, (u8.long() + 100).clamp(0, 255).to(torch.uint8))
 
 
+@pytest.mark.parametrize("kw", [dict(), dict(minv=-1.0, maxv=2.0), dict(minv=None, maxv=3.0),
+                                dict(minv=0.5, maxv=None), dict(channel_wise=True)])
+@pytest.mark.parametrize("device", DEVICES)
+def test_scale_intensity_minmax_matches_monai(ch2, kw, device):
+    img = ch2[0].to(device)
+    ours = vt.ScaleIntensity(**kw)(img)
+    ref = mt.ScaleIntensity(**kw)(img.clone())
+    torch.testing.assert_close(ours, torch.as_tensor(ref).to(device), rtol=1e-6, atol=1e-6)
+    multi = rand_volume((3, 4, 5, 6), seed=2, device=device)
+    multi[1] = 7.0  # a constant channel: MONAI returns img * minv there
+    torch.testing.assert_close(vt.ScaleIntensity(**kw)(multi), mt.ScaleIntensity(**kw)(multi.clone()).to(device),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_minmax_matches_torch_and_batches_per_sample():
+    x = rand_volume((4, 3, 5, 6, 7))
+    torch.testing.assert_close(ops.minmax(x), torch.stack([x.flatten(1).amin(1), x.flatten(1).amax(1)], -1)
+                               .double().unsqueeze(1))
+    torch.testing.assert_close(ops.minmax(x, True), torch.stack([x.flatten(2).amin(2), x.flatten(2).amax(2)], -1)
+                               .double())
+    # a batch rescales each sample with its own statistics
+    out = vt.ScaleIntensity()(x)
+    assert torch.allclose(out.flatten(1).amin(1), torch.zeros(4)) and torch.allclose(out.flatten(1).amax(1), torch.ones(4))
+
+
 def test_per_sample_ops_match_torch():
     x = rand_volume((4, 2, 5, 6, 7), dtype=torch.float64)
     offsets = torch.tensor([1.5, -2.0, 0.0, 10.0], dtype=torch.float64)
@@ -223,6 +248,11 @@ def test_dictionary_forms_share_one_draw_and_skip_missing():
     assert torch.equal(d["a"], d["b"]) and "c" not in d
     with pytest.raises(KeyError, match="allow_missing_keys"):
         vt.RandGaussianNoised(["zz"], prob=1.0)({"a": x})
+    y = rand_volume((1, 6, 6, 6), lo=5, hi=9, seed=4)
+    d = vt.ScaleIntensityd(["a", "b"])({"a": x, "b": y})  # each key rescaled with its own min / max
+    ref = mt.ScaleIntensityd(["a", "b"])({"a": x.clone(), "b": y.clone()})
+    torch.testing.assert_close(d["a"], ref["a"])
+    torch.testing.assert_close(d["b"], ref["b"])
     d = vt.ScaleIntensityRanged("a", -175, 250, 0, 1, True)({"a": x})
     torch.testing.assert_close(d["a"], mt.ScaleIntensityRanged("a", -175, 250, 0, 1, True)({"a": x.clone()})["a"])
 
@@ -297,8 +327,10 @@ def test_bad_inputs_give_named_errors():
         ops.rand_gaussian_noise_(x.to(torch.uint8), 0.0, 1.0, True, 1.0, 1)
     with pytest.raises(ValueError, match="prob must be in"):
         vt.RandShiftIntensity(0.1, prob=-0.1)
-    with pytest.raises(NotImplementedError, match="factor form"):
-        vt.ScaleIntensity()
+    with pytest.raises(ValueError, match=r"stats must be float64 of shape"):
+        ops.pointwise_chain(x, [ops.Step(ops.RESCALE_INTENSITY, 3, (0, 1), values=torch.zeros(1, 1, 2))])
+    with pytest.raises(ValueError, match="min / max of an empty volume"):
+        ops.minmax(torch.empty(1, 1, 0, 2, 2))
 
 
 @need_cuda
@@ -323,11 +355,13 @@ def _op_cases(device):
         ("rand_scale_intensity", (x, -0.5, 0.5, 0.5, 7, True)),
         ("rand_gaussian_noise", (x, 0.0, 1.0, True, 0.9, 7)),
         ("pointwise_chain", (x, *chain)),
+        ("pointwise_chain", (x, *ops._lists([ops.Step(ops.RESCALE_INTENSITY, 3, (-1, 1), values=ops.minmax(x))]))),
     ]
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck_every_op(device):
+    torch.library.opcheck(torch.ops.voxaug.minmax, (rand_volume((2, 3, 4, 5, 6), device=device), True))
     for name, args in _op_cases(device):
         torch.library.opcheck(getattr(torch.ops.voxaug, name), args)
         inplace = getattr(torch.ops.voxaug, name + "_")

@@ -24,6 +24,7 @@ enum StepFlags : uint32_t {
   kChannelWise = 1u << 6,
   kSampleStd = 1u << 7,   // Noise: std ~ U(0, std)
   kPerSample = 1u << 8,   // Shift/Scale: value from per_sample[n]
+  // Rescale reuses kHasB (minv given) and kAddB (minv and maxv given), kChannelWise.
 };
 
 // A step as it travels to the kernel (by value, in the functor).
@@ -36,6 +37,7 @@ struct KStep {
   double prob;
   uint64_t seed;
   const float* per_sample;
+  const double* stats;  // Rescale: (min, max) pairs
 };
 
 struct ChainParams {
@@ -43,6 +45,7 @@ struct ChainParams {
   uint32_t first_sample;  // global index of local sample 0 in the random streams
   bool any_channel_wise;
   bool any_noise;
+  int64_t channels;  // C: index of per-(sample, channel) statistics
   KStep steps[kMaxPointwiseSteps];
 };
 
@@ -56,7 +59,7 @@ struct Resolved {
 // n: local sample (indexes per_sample arrays); g: its global index in the random streams.
 template <class Acc>
 VOXAUG_HD VOXAUG_FORCEINLINE Resolved<Acc> resolve_step(const KStep& s, uint32_t n, uint32_t g,
-                                                        int64_t c) {
+                                                        int64_t c, int64_t channels) {
   Resolved<Acc> r{};
   const U32x4 sample_draw = philox_block(s.seed, 0, g, PhiloxStream::Sample);
   r.active = s.prob >= 1.0 || static_cast<double>(uniform01(sample_draw.x)) < s.prob;
@@ -91,6 +94,16 @@ VOXAUG_HD VOXAUG_FORCEINLINE Resolved<Acc> resolve_step(const KStep& s, uint32_t
       } else {
         r.p0 = v;
       }
+      break;
+    }
+    case PointwiseOp::RescaleIntensity: {
+      const int64_t seg = (s.flags & kChannelWise) ? int64_t(n) * channels + c : int64_t(n);
+      const double mn = s.stats[2 * seg], mx = s.stats[2 * seg + 1];
+      // MONAI computes min / max in the data dtype: round them to it before use.
+      r.p0 = static_cast<Acc>(mn);
+      r.p1 = fsub(static_cast<Acc>(mx), static_cast<Acc>(mn));
+      r.p2 = static_cast<Acc>(s.p1 - s.p0);  // maxv - minv
+      r.p3 = static_cast<Acc>(s.p0);          // minv
       break;
     }
     case PointwiseOp::GaussianNoise: {
@@ -140,6 +153,21 @@ VOXAUG_HD VOXAUG_FORCEINLINE void apply_step(const KStep& s, const Resolved<Acc>
       x = fmul(x, r.p0);
       if (Deriv) d = fmul(d, r.p0);
       return;
+    case PointwiseOp::RescaleIntensity:
+      if (r.p1 == Acc(0)) {  // max == min: MONAI returns x * minv, or x without minv
+        if (s.flags & kHasB) {
+          x = fmul(x, r.p3);
+          if (Deriv) d = fmul(d, r.p3);
+        }
+        return;
+      }
+      x = fdiv(fsub(x, r.p0), r.p1);
+      if (Deriv) d = fdiv(d, r.p1);
+      if (s.flags & kAddB) {  // both minv and maxv given
+        x = fadd(fmul(x, r.p2), r.p3);
+        if (Deriv) d = fmul(d, r.p2);
+      }
+      return;
     case PointwiseOp::GaussianNoise:
       // MONAI draws noise = mean + std * z and adds it.
       x = fadd(x, fadd(r.p0, fmul(r.p1, static_cast<Acc>(z))));
@@ -159,7 +187,7 @@ template <class Acc>
 VOXAUG_HD VOXAUG_FORCEINLINE void chain_begin_sample(const ChainParams& p, uint32_t n,
                                                      ChainState<Acc>& st) {
   for (int k = 0; k < p.num_steps; ++k)
-    st.r[k] = resolve_step<Acc>(p.steps[k], n, p.first_sample + n, 0);
+    st.r[k] = resolve_step<Acc>(p.steps[k], n, p.first_sample + n, 0, p.channels);
   st.channel = 0;
 }
 
@@ -182,7 +210,7 @@ VOXAUG_HD VOXAUG_FORCEINLINE void chain_apply4(const ChainParams& p, ChainState<
       if (c != st.channel) {
         for (int k = 0; k < p.num_steps; ++k)
           if (p.steps[k].flags & kChannelWise)
-            st.r[k] = resolve_step<Acc>(p.steps[k], n, p.first_sample + n, c);
+            st.r[k] = resolve_step<Acc>(p.steps[k], n, p.first_sample + n, c, p.channels);
         st.channel = c;
       }
     }

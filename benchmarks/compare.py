@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+"""voxaug vs MONAI: the same transforms on the same input, in one process.
+
+Cases
+  (a) the bar: ScaleIntensityRange(-175, 250, 0, 1, clip) -> RandShiftIntensity(0.1) ->
+      RandGaussianNoise(std 0.1), prob 1, on a 1x1x224x224x160 float32 volume:
+      monai.transforms.Compose vs voxaug.transforms.Compose (one fused pass)
+  (b) each single transform on the same volume
+  (c) the chain on a batch of 8 x 1 x 128^3: voxaug in one call, MONAI looping over samples
+  (d) --device cuda only: effective bandwidth of the fused chain at 8x1x256^3 (one float32
+      read + one write) against a device-to-device copy (dst.copy_(src)) of the same size
+
+MONAI gets the (C, D, H, W) torch tensor on the device, as a MONAI pipeline would; voxaug gets
+the (N, C, D, H, W) view of the same memory. Times are the median of --repeats calls after
+--warmup calls (torch.cuda.synchronize around each on CUDA), torch's thread count left as is.
+Each case also checks the outputs, so a broken op cannot pass as a fast one: deterministic ops
+must match MONAI; random ones must show the documented distribution (offset in the range,
+noise std <= std, ...), for both libraries. A failed check exits 1; the speed bar does not.
+
+    python3 benchmarks/compare.py [--device cpu|cuda] [--repeats 10] [--json results.json]
+
+The bar: case (a) on CPU must be >= 5x faster than MONAI; the output says PASS or FAIL.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+try:
+    import voxaug
+except ImportError:  # running from a checkout without the editable install
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+    import voxaug
+import voxaug.transforms as vt
+
+import monai
+import monai.transforms as mt
+
+BAR_SPEEDUP = 5.0
+SEED = 0
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_ms(fn: Callable[[], object], device: torch.device, repeats: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def plain(x) -> torch.Tensor:
+    """A plain torch.Tensor (MONAI returns MetaTensors), float64 on the CPU for the checks."""
+    x = x.as_tensor() if hasattr(x, "as_tensor") else torch.as_tensor(x)
+    return x.detach().to("cpu", torch.float64)
+
+
+def machine(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.processor())
+    except OSError:
+        return platform.processor() or "unknown CPU"
+
+
+# ---------------------------------------------------------------- the transforms, both libraries
+def sir_args():
+    return dict(a_min=-175.0, a_max=250.0, b_min=0.0, b_max=1.0, clip=True)
+
+
+def monai_chain():
+    return mt.Compose([mt.ScaleIntensityRange(**sir_args()),
+                       mt.RandShiftIntensity(offsets=0.1, prob=1.0),
+                       mt.RandGaussianNoise(prob=1.0, std=0.1)]).set_random_state(seed=SEED)
+
+
+def voxaug_chain():
+    return vt.Compose([vt.ScaleIntensityRange(**sir_args()),
+                       vt.RandShiftIntensity(offsets=0.1, prob=1.0),
+                       vt.RandGaussianNoise(prob=1.0, std=0.1)]).set_random_state(SEED)
+
+
+def single_pairs():
+    """(name, MONAI transform, voxaug transform, check) for case (b)."""
+    return [
+        ("ScaleIntensityRange", mt.ScaleIntensityRange(**sir_args()), vt.ScaleIntensityRange(**sir_args()),
+         check_equal),
+        ("RandShiftIntensity", mt.RandShiftIntensity(offsets=0.1, prob=1.0).set_random_state(SEED),
+         vt.RandShiftIntensity(offsets=0.1, prob=1.0, seed=SEED), check_shift),
+        ("RandScaleIntensity", mt.RandScaleIntensity(factors=0.1, prob=1.0).set_random_state(SEED),
+         vt.RandScaleIntensity(factors=0.1, prob=1.0, seed=SEED), check_scale),
+        ("RandGaussianNoise", mt.RandGaussianNoise(prob=1.0, std=0.1).set_random_state(SEED),
+         vt.RandGaussianNoise(prob=1.0, std=0.1, seed=SEED), check_noise),
+    ]
+
+
+# ---------------------------------------------------------------- output checks
+# Each takes the input and both outputs as float64 (N, C, ...) tensors and returns
+# (ok, short text). Tolerances are for float32 arithmetic on O(1) values.
+def check_equal(x, m, v):
+    d = (m - v).abs().max().item()
+    return d <= 1e-5, f"max|d| {d:.1g}"
+
+
+def _per_sample(t):
+    return t.reshape(t.shape[0], -1)
+
+
+def check_shift(x, m, v):
+    offs = []
+    for out in (m, v):
+        r = _per_sample(out - x)
+        off = r.mean(1)
+        if (r - off[:, None]).abs().max().item() > 1e-3 or off.abs().max().item() > 0.1 + 1e-4:
+            return False, "offset not constant / not in +-0.1"
+        offs.append(off[0].item())
+    return True, f"offset {offs[0]:+.3f}/{offs[1]:+.3f}"
+
+
+def check_scale(x, m, v):
+    fs = []
+    xs = _per_sample(x)
+    for out in (m, v):
+        f = (_per_sample(out) * xs).sum(1) / (xs * xs).sum(1) - 1.0  # least-squares factor
+        if (_per_sample(out) - xs * (1 + f[:, None])).abs().max().item() > 1e-2 or f.abs().max().item() > 0.1 + 1e-4:
+            return False, "not img*(1+f), |f|<=0.1"
+        fs.append(f[0].item())
+    return True, f"factor {fs[0]:+.3f}/{fs[1]:+.3f}"
+
+
+def check_noise(x, m, v, std=0.1):
+    sds = []
+    for out in (m, v):
+        r = _per_sample(out - x)
+        sd, mean = r.std(1), r.mean(1)
+        # sample_std: the std of each sample is drawn from U(0, std); 1% slack for estimation.
+        if sd.max().item() > std * 1.01 or (mean.abs() > 0.01 + 3 * sd / r.shape[1] ** 0.5).any():
+            return False, "noise std > std or mean != 0"
+        sds.append(sd[0].item())
+    return True, f"noise sd {sds[0]:.3f}/{sds[1]:.3f}"
+
+
+def check_chain(x, m, v):
+    """Chain = SIR (deterministic) + per-sample offset + noise: the residual after SIR has a
+    mean in [-0.1, 0.1] and a std <= 0.1."""
+    base = ((x + 175.0) / 425.0).clamp(0.0, 1.0)
+    texts = []
+    for out in (m, v):
+        r = _per_sample(out - base)
+        off, sd = r.mean(1), r.std(1)
+        if off.abs().max().item() > 0.1 + 1e-3 or sd.max().item() > 0.1 * 1.01 or sd.min().item() == 0.0:
+            return False, "residual after SIR: offset or noise out of range"
+        texts.append(f"{off[0].item():+.2f},{sd[0].item():.2f}")
+    return True, "off,sd " + "/".join(texts)
+
+
+# ---------------------------------------------------------------- cases
+def make_input(shape, device, seed=SEED) -> torch.Tensor:
+    """CT-like intensities in HU, so that SIR's window and clip both matter."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.empty(shape, dtype=torch.float32).uniform_(-1024.0, 1500.0, generator=g).to(device)
+
+
+def run_case(name, x5, monai_fn, voxaug_fn, check, device, args, per_sample_monai=False):
+    """Times MONAI and voxaug on the same data and checks both outputs."""
+    if per_sample_monai:
+        def monai_call():
+            return [monai_fn(x5[i]) for i in range(x5.shape[0])]
+    else:
+        def monai_call():
+            return monai_fn(x5[0])
+
+    m_out = monai_call()
+    v_out = voxaug_fn(x5)
+    m = torch.stack([plain(o) for o in m_out]) if per_sample_monai else plain(m_out)[None]
+    v = plain(v_out)
+    if m.shape != v.shape:
+        raise RuntimeError(f"{name}: MONAI shape {tuple(m.shape)} != voxaug shape {tuple(v.shape)}")
+    for label, t in (("MONAI", m), ("voxaug", v)):
+        if not torch.isfinite(t).all() or t.abs().max().item() == 0.0:
+            raise RuntimeError(f"{name}: {label} output is all zeros or not finite")
+    ok, text = check(plain(x5), m, v)
+    del m_out, v_out, m, v
+
+    monai_ms = median_ms(monai_call, device, args.repeats, args.warmup)
+    voxaug_ms = median_ms(lambda: voxaug_fn(x5), device, args.repeats, args.warmup)
+    return {"case": name, "shape": "x".join(map(str, x5.shape)), "device": device.type,
+            "monai_ms": monai_ms, "voxaug_ms": voxaug_ms, "speedup": monai_ms / voxaug_ms,
+            "check": text, "check_ok": ok}
+
+
+def bandwidth(device, args):
+    """(d): fused chain vs dst.copy_(src) at 8x1x256^3 float32, one read + one write each."""
+    x = make_input((8, 1, 256, 256, 256), device)
+    nbytes = 2 * x.numel() * x.element_size()
+    chain = voxaug_chain()
+    dst = torch.empty_like(x)
+    chain_ms = median_ms(lambda: chain(x), device, args.repeats, args.warmup)
+    copy_ms = median_ms(lambda: dst.copy_(x), device, args.repeats, args.warmup)
+    chain_gbs, copy_gbs = nbytes / (chain_ms * 1e6), nbytes / (copy_ms * 1e6)
+    return {"shape": "x".join(map(str, x.shape)), "bytes": nbytes, "chain_ms": chain_ms, "copy_ms": copy_ms,
+            "chain_GBps": chain_gbs, "copy_GBps": copy_gbs, "ratio_to_copy": chain_gbs / copy_gbs}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--repeats", type=int, default=10, help="timed calls per measurement (default 10)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed calls first (default 2)")
+    args = ap.parse_args(argv)
+    if args.repeats < 1 or args.warmup < 0:
+        ap.error("--repeats must be >= 1 and --warmup >= 0")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("compare: --device cuda, but torch.cuda.is_available() is False", file=sys.stderr)
+        return 2
+    device = torch.device(args.device)
+
+    meta = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
+        "device": args.device, "machine": machine(device), "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__, "monai": monai.__version__, "voxaug": voxaug.__version__,
+        "python": platform.python_version(), "repeats": args.repeats, "warmup": args.warmup,
+        "statistic": "median ms per call",
+    }
+    print(f"date     {meta['date']}")
+    print(f"command  {meta['command']}")
+    print(f"machine  {meta['machine']} ({args.device}), torch.get_num_threads() = {meta['torch_threads']}")
+    print(f"versions torch {meta['torch']}, monai {meta['monai']}, voxaug {meta['voxaug']}, "
+          f"python {meta['python']}")
+    print(f"timing   median of {args.repeats} calls after {args.warmup} warm-up calls\n")
+
+    rows = []
+    x = make_input((1, 1, 224, 224, 160), device)
+    rows.append(run_case("(a) chain SIR>shift>noise", x, monai_chain(), voxaug_chain(), check_chain, device, args))
+    for name, m_t, v_t, check in single_pairs():
+        rows.append(run_case(f"(b) {name}", x, m_t, v_t, check, device, args))
+    del x
+    xb = make_input((8, 1, 128, 128, 128), device)
+    rows.append(run_case("(c) chain, batch of 8", xb, monai_chain(), voxaug_chain(), check_chain, device, args,
+                         per_sample_monai=True))
+    del xb
+
+    head = (f"{'case':<27} {'shape':<15} {'device':<6} {'monai ms':>9} {'voxaug ms':>9} {'speedup':>8}"
+            "  check (monai/voxaug)")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        flag = "" if r["check_ok"] else "  <-- CHECK FAILED"
+        print(f"{r['case']:<27} {r['shape']:<15} {r['device']:<6} {r['monai_ms']:>9.2f} {r['voxaug_ms']:>9.2f} "
+              f"{r['speedup']:>7.2f}x  {r['check']}{flag}")
+
+    bw = None
+    if device.type == "cuda":
+        bw = bandwidth(device, args)
+        print(f"\n(d) bandwidth at {bw['shape']} float32, {bw['bytes'] / 1e9:.2f} GB moved (1 read + 1 write):")
+        print(f"    voxaug fused chain {bw['chain_ms']:8.3f} ms  {bw['chain_GBps']:7.1f} GB/s")
+        print(f"    dst.copy_(src)     {bw['copy_ms']:8.3f} ms  {bw['copy_GBps']:7.1f} GB/s")
+        print(f"    chain / copy       {bw['ratio_to_copy'] * 100:7.1f} %")
+
+    bar_speedup = rows[0]["speedup"]
+    if device.type == "cpu":
+        verdict = "PASS" if bar_speedup >= BAR_SPEEDUP else "FAIL"
+        print(f"\nBAR {verdict}: (a) chain on CPU is {bar_speedup:.2f}x MONAI (bar: >= {BAR_SPEEDUP:g}x)")
+    else:
+        verdict = "n/a"
+        print(f"\nBAR n/a: the bar is measured on CPU (run with --device cpu); on {args.device} (a) is "
+              f"{bar_speedup:.2f}x MONAI")
+
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"meta": meta, "rows": rows, "bandwidth": bw,
+                                         "bar": {"case": rows[0]["case"], "device": args.device,
+                                                 "required_speedup": BAR_SPEEDUP, "speedup": bar_speedup,
+                                                 "verdict": verdict}}, indent=2) + "\n")
+        print(f"wrote {args.json}")
+
+    failed = [r["case"] for r in rows if not r["check_ok"]]
+    if failed:
+        print(f"compare: output checks failed for {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
