@@ -5,7 +5,8 @@ Cases
   (a) the bar: ScaleIntensityRange(-175, 250, 0, 1, clip) -> RandShiftIntensity(0.1) ->
       RandGaussianNoise(std 0.1), prob 1, on a 1x1x224x224x160 float32 volume:
       monai.transforms.Compose vs voxaug.transforms.Compose (one fused pass)
-  (b) each single transform on the same volume
+  (b) each single transform on the same volume (ScaleIntensity in its min-max form, which
+      needs a per-sample reduction before the pass)
   (c) the chain on a batch of 8 x 1 x 128^3: voxaug in one call, MONAI looping over samples
   (d) --device cuda only: effective bandwidth of the fused chain at 8x1x256^3 (one float32
       read + one write) against a device-to-device copy (dst.copy_(src)) of the same size
@@ -105,6 +106,8 @@ def single_pairs():
     """(name, MONAI transform, voxaug transform, check) for case (b)."""
     return [
         ("ScaleIntensityRange", mt.ScaleIntensityRange(**sir_args()), vt.ScaleIntensityRange(**sir_args()),
+         check_equal),
+        ("ScaleIntensity min-max", mt.ScaleIntensity(minv=0.0, maxv=1.0), vt.ScaleIntensity(minv=0.0, maxv=1.0),
          check_equal),
         ("RandShiftIntensity", mt.RandShiftIntensity(offsets=0.1, prob=1.0).set_random_state(SEED),
          vt.RandShiftIntensity(offsets=0.1, prob=1.0, seed=SEED), check_shift),

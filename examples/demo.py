@@ -130,6 +130,7 @@ _FONT_ROWS = {
     ">": ".#...,..#..,...#.,....#,...#.,..#..,.#...", "(": "...#.,..#..,.#...,.#...,.#...,..#..,...#.",
     ")": ".#...,..#..,...#.,...#.,...#.,..#..,.#...", "/": ".....,....#,...#.,..#..,.#...,#....,.....",
     "+": ".....,..#..,..#..,#####,..#..,..#..,.....", "_": ".....,.....,.....,.....,.....,.....,#####",
+    ";": ".....,.##..,.##..,.....,.##..,..#..,.#...",
 }
 _FONT = {ch: np.array([[c == "#" for c in row] for row in rows.split(",")]) for ch, rows in _FONT_ROWS.items()}
 
@@ -288,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     single = [
         ("ScaleIntensityRange", batch_u8, sir),
         ("ShiftIntensity", batch, T.ShiftIntensity(offset=0.1)),
-        ("ScaleIntensity", batch, T.ScaleIntensity(minv=None, maxv=None, factor=0.2)),
+        ("ScaleIntensity min-max", batch_u8, T.ScaleIntensity(minv=0.0, maxv=1.0)),
+        ("ScaleIntensity factor", batch, T.ScaleIntensity(minv=None, maxv=None, factor=0.2)),
         ("RandShiftIntensity", batch, T.RandShiftIntensity(offsets=0.1, prob=1.0, seed=seed + 1)),
         ("RandScaleIntensity", batch, T.RandScaleIntensity(factors=0.2, prob=1.0, seed=seed + 2)),
         ("RandGaussianNoise", batch, T.RandGaussianNoise(prob=1.0, std=0.1, seed=seed + 3)),
@@ -369,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     write_png(transforms_path, montage(
         cols, [f"SAMPLE {k}" for k in show], lab_ax, (-0.2, 1.3),
         [f"EACH VOXAUG TRANSFORM ALONE, AXIAL MID-SLICE ({device.type.upper()}, SEED {seed})",
-         "INPUT: SCALEINTENSITYRANGE OUTPUT (0..1). DISPLAY WINDOW -0.2..1.3"], zoom=1))
+         "INPUT: THE RAW UINT8 VOLUME FOR SCALEINTENSITYRANGE, MIN-MAX AND COMPOSE; THE SCALEINTENSITYRANGE "
+         "OUTPUT (0..1) FOR THE OTHERS. DISPLAY WINDOW -0.2..1.3"], zoom=1))
 
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": " ".join([sys.executable, *sys.argv]), "device": device_name(device),

@@ -10,6 +10,13 @@
 
 namespace voxaug::detail {
 
+// Runs items [begin, end) of sample n. Functors with a host-specific structure (e.g. the
+// tiled, vectorised pointwise chain) provide their own cpu_items overload, found by ADL.
+template <class F>
+void cpu_items(const F& f, typename F::State& st, int64_t n, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) f(st, n, i);
+}
+
 struct CpuLauncher {
   template <class F>
   static void launch(const F& f, int64_t num_samples, cudaStream_t /*unused*/) {
@@ -25,7 +32,7 @@ struct CpuLauncher {
       const int64_t end = std::min(items, begin + kChunk);
       typename F::State st;
       f.begin_sample(n, st);
-      for (int64_t i = begin; i < end; ++i) f(st, n, i);
+      cpu_items(f, st, n, begin, end);
     }
   }
 };

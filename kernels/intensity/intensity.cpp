@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../common/launch_cpu.h"
+#include "chain_cpu.h"
 #include "chain_dispatch.h"
 #include "voxaug/detail/minmax.h"
 #include "voxaug/error.h"

@@ -106,10 +106,9 @@ VOXAUG_HD VOXAUG_FORCEINLINE float log_unit(float x) {
   int e = static_cast<int>((u >> 23) & 0xffu) - 127;
   u = (u & 0x007fffffu) | 0x3f800000u;  // m in [1, 2)
   float m = bits_float(u);
-  if (m > 1.41421356f) {
-    m = fmul(m, 0.5f);
-    e += 1;
-  }
+  const bool big = m > 1.41421356f;  // select, not branch: the host loops vectorise
+  m = big ? fmul(m, 0.5f) : m;
+  e += big ? 1 : 0;
   const float f = fsub(m, 1.0f);
   const float s = fdiv(f, fadd(m, 1.0f));
   const float s2 = fmul(s, s);
@@ -146,12 +145,11 @@ VOXAUG_HD VOXAUG_FORCEINLINE void sincospi_0_2(float t, float* s_out, float* c_o
   cp = fadd(fmul(cp, y2), 1.0f / 24.0f);
   cp = fadd(fmul(cp, y2), -0.5f);
   const float cs = fadd(fmul(cp, y2), 1.0f);
-  switch (qi) {
-    case 0: *s_out = sn; *c_out = cs; break;
-    case 1: *s_out = cs; *c_out = -sn; break;
-    case 2: *s_out = -sn; *c_out = -cs; break;
-    default: *s_out = -cs; *c_out = sn; break;
-  }
+  // Quadrant by selects (branch-free): q=0 (s, c), 1 (c, -s), 2 (-s, -c), 3 (-c, s).
+  const bool odd = qi & 1;
+  const float s0 = odd ? cs : sn, c0 = odd ? sn : cs;
+  *s_out = (qi == 2 || qi == 3) ? -s0 : s0;
+  *c_out = (qi == 1 || qi == 2) ? -c0 : c0;
 }
 
 }  // namespace voxaug::detail

@@ -34,6 +34,8 @@ VOXAUG_HD VOXAUG_FORCEINLINE U32x4 philox4x32_10(U32x4 c, uint32_t k0, uint32_t 
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
 #if VOXAUG_DEVICE_PASS
 #pragma unroll
+#elif defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC unroll 10
 #endif
   for (int round = 0; round < 10; ++round) {
     uint32_t hi0, lo0, hi1, lo1;

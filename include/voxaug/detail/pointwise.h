@@ -117,61 +117,81 @@ VOXAUG_HD VOXAUG_FORCEINLINE Resolved<Acc> resolve_step(const KStep& s, uint32_t
   return r;
 }
 
+// The per-op math on one value, written branch-free (selects) so the host's tiled loops
+// vectorise. `d` carries d(value)/d(input) when Deriv is true.
+template <bool Deriv, class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE void op_scale_intensity_range(uint32_t flags, const Resolved<Acc>& r,
+                                                           Acc& x, Acc& d) {
+  x = fsub(x, r.p0);
+  if (flags & kDegenerate) {  // a_min == a_max: MONAI returns x - a_min (+ b_min)
+    if (flags & kAddB) x = fadd(x, r.p3);
+    return;
+  }
+  x = fdiv(x, r.p1);
+  if (Deriv) d = fdiv(d, r.p1);
+  if (flags & kHasB) {
+    x = fadd(fmul(x, r.p2), r.p3);
+    if (Deriv) d = fmul(d, r.p2);
+  }
+  // torch.clamp semantics: NaN stays NaN; the gradient passes where lo <= x <= hi.
+  if (flags & kClipLo) {
+    const bool below = x < r.lo;
+    x = below ? r.lo : x;
+    if (Deriv) d = below ? Acc(0) : d;
+  }
+  if (flags & kClipHi) {
+    const bool above = x > r.hi;
+    x = above ? r.hi : x;
+    if (Deriv) d = above ? Acc(0) : d;
+  }
+}
+
+template <bool Deriv, class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE void op_shift_intensity(const Resolved<Acc>& r, Acc& x, Acc&) {
+  x = fadd(x, r.p0);
+}
+
+template <bool Deriv, class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE void op_scale_intensity(const Resolved<Acc>& r, Acc& x, Acc& d) {
+  x = fmul(x, r.p0);
+  if (Deriv) d = fmul(d, r.p0);
+}
+
+template <bool Deriv, class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE void op_rescale_intensity(uint32_t flags, const Resolved<Acc>& r,
+                                                       Acc& x, Acc& d) {
+  if (r.p1 == Acc(0)) {  // max == min: MONAI returns x * minv, or x without minv
+    if (flags & kHasB) {
+      x = fmul(x, r.p3);
+      if (Deriv) d = fmul(d, r.p3);
+    }
+    return;
+  }
+  x = fdiv(fsub(x, r.p0), r.p1);
+  if (Deriv) d = fdiv(d, r.p1);
+  if (flags & kAddB) {  // both minv and maxv given
+    x = fadd(fmul(x, r.p2), r.p3);
+    if (Deriv) d = fmul(d, r.p2);
+  }
+}
+
+// MONAI draws noise = mean + std * z and adds it.
+template <class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE void op_gaussian_noise(const Resolved<Acc>& r, Acc& x, float z) {
+  x = fadd(x, fadd(r.p0, fmul(r.p1, static_cast<Acc>(z))));
+}
+
 // One step on one value. `z` is this element's standard normal (noise steps only).
-// `d` carries d(value)/d(input) when Deriv is true.
 template <bool Deriv, class Acc>
 VOXAUG_HD VOXAUG_FORCEINLINE void apply_step(const KStep& s, const Resolved<Acc>& r, Acc& x, Acc& d,
                                              float z) {
   if (!r.active) return;
   switch (static_cast<PointwiseOp>(s.op)) {
-    case PointwiseOp::ScaleIntensityRange:
-      x = fsub(x, r.p0);
-      if (s.flags & kDegenerate) {
-        if (s.flags & kAddB) x = fadd(x, r.p3);
-        return;
-      }
-      x = fdiv(x, r.p1);
-      if (Deriv) d = fdiv(d, r.p1);
-      if (s.flags & kHasB) {
-        x = fadd(fmul(x, r.p2), r.p3);
-        if (Deriv) d = fmul(d, r.p2);
-      }
-      // torch.clamp semantics: NaN stays NaN; the gradient passes where lo <= x <= hi.
-      if ((s.flags & kClipLo) && x < r.lo) {
-        x = r.lo;
-        if (Deriv) d = Acc(0);
-      }
-      if ((s.flags & kClipHi) && x > r.hi) {
-        x = r.hi;
-        if (Deriv) d = Acc(0);
-      }
-      return;
-    case PointwiseOp::ShiftIntensity:
-      x = fadd(x, r.p0);
-      return;
-    case PointwiseOp::ScaleIntensity:
-      x = fmul(x, r.p0);
-      if (Deriv) d = fmul(d, r.p0);
-      return;
-    case PointwiseOp::RescaleIntensity:
-      if (r.p1 == Acc(0)) {  // max == min: MONAI returns x * minv, or x without minv
-        if (s.flags & kHasB) {
-          x = fmul(x, r.p3);
-          if (Deriv) d = fmul(d, r.p3);
-        }
-        return;
-      }
-      x = fdiv(fsub(x, r.p0), r.p1);
-      if (Deriv) d = fdiv(d, r.p1);
-      if (s.flags & kAddB) {  // both minv and maxv given
-        x = fadd(fmul(x, r.p2), r.p3);
-        if (Deriv) d = fmul(d, r.p2);
-      }
-      return;
-    case PointwiseOp::GaussianNoise:
-      // MONAI draws noise = mean + std * z and adds it.
-      x = fadd(x, fadd(r.p0, fmul(r.p1, static_cast<Acc>(z))));
-      return;
+    case PointwiseOp::ScaleIntensityRange: op_scale_intensity_range<Deriv>(s.flags, r, x, d); return;
+    case PointwiseOp::ShiftIntensity: op_shift_intensity<Deriv>(r, x, d); return;
+    case PointwiseOp::ScaleIntensity: op_scale_intensity<Deriv>(r, x, d); return;
+    case PointwiseOp::RescaleIntensity: op_rescale_intensity<Deriv>(s.flags, r, x, d); return;
+    case PointwiseOp::GaussianNoise: op_gaussian_noise(r, x, z); return;
   }
 }
 

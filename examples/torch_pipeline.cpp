@@ -1,0 +1,26 @@
+// voxaug from a LibTorch C++ program: the intensity ops through the dispatcher
+// (include/voxaug/torch_ops.h), on CUDA tensors when a GPU is present, else on the CPU.
+#include <torch/torch.h>
+
+#include <cstdio>
+
+#include <voxaug/torch_ops.h>
+
+int main() {
+  const torch::Device device = torch::cuda::is_available() ? torch::kCUDA : torch::kCPU;
+  torch::manual_seed(0);
+  const torch::Tensor batch = torch::rand({4, 1, 64, 64, 64}, device) * 425 - 175;  // HU-like
+
+  torch::Tensor x = voxaug::ops::scale_intensity_range(batch, -175, 250, 0.0, 1.0, /*clip=*/true);
+  x = voxaug::ops::rand_shift_intensity(x, -0.1, 0.1, /*prob=*/0.5, /*seed=*/11);
+  x = voxaug::ops::rand_gaussian_noise(x, 0.0, 0.1, /*sample_std=*/true, /*prob=*/1.0, /*seed=*/12);
+
+  // Differentiable: gradients flow back to the input through the ops' autograd kernels.
+  const torch::Tensor leaf = batch.clone().requires_grad_(true);
+  voxaug::ops::scale_intensity_range(leaf, -175, 250, 0.0, 1.0, true).sum().backward();
+
+  std::printf("device %s, output %s mean %.4f, grad mean %.6f (expected %.6f inside the window)\n",
+              device.is_cuda() ? "cuda" : "cpu", c10::toString(x.scalar_type()),
+              x.mean().item<double>(), leaf.grad().mean().item<double>(), 1.0 / 425.0);
+  return 0;
+}

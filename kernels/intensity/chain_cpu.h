@@ -1,0 +1,201 @@
+// voxaug: the host execution of the pointwise chain. Same math as the device (the op_*
+// functions of detail/pointwise.h, Philox, Box-Muller), but run step-major over small tiles
+// so that each step is one tight loop the compiler vectorises, in AVX-512 / AVX2 / baseline
+// clones picked at run time. Every element still sees the same sequence of IEEE operations
+// as on the device, so the results are bit-identical (no FMA contraction: -ffp-contract=off).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "voxaug/detail/pointwise.h"
+
+namespace voxaug::detail {
+
+constexpr int kCpuTile = 256;  // elements; a multiple of 4 (one Philox block = 4 elements)
+
+template <bool Deriv, class Acc>
+VOXAUG_FORCEINLINE void cpu_apply_steps(const ChainParams& p, ChainState<Acc>& st, uint32_t n,
+                                        int64_t t0, int cnt, Acc* x, Acc* d) {
+  for (int k = 0; k < p.num_steps; ++k) {
+    const KStep& s = p.steps[k];
+    const Resolved<Acc> r = st.r[k];
+    if (!r.active) continue;
+    switch (static_cast<PointwiseOp>(s.op)) {
+      case PointwiseOp::ScaleIntensityRange:
+        for (int j = 0; j < cnt; ++j) op_scale_intensity_range<Deriv>(s.flags, r, x[j], d[j]);
+        break;
+      case PointwiseOp::ShiftIntensity:
+        for (int j = 0; j < cnt; ++j) op_shift_intensity<Deriv>(r, x[j], d[j]);
+        break;
+      case PointwiseOp::ScaleIntensity:
+        for (int j = 0; j < cnt; ++j) op_scale_intensity<Deriv>(r, x[j], d[j]);
+        break;
+      case PointwiseOp::RescaleIntensity:
+        for (int j = 0; j < cnt; ++j) op_rescale_intensity<Deriv>(s.flags, r, x[j], d[j]);
+        break;
+      case PointwiseOp::GaussianNoise: {
+        // Normals of the Philox blocks that cover [t0, t0 + cnt).
+        alignas(64) float z[kCpuTile + 8];
+        const int64_t first_block = t0 >> 2;
+        const int blocks = static_cast<int>(((t0 + cnt + 3) >> 2) - first_block);
+        const uint32_t g = p.first_sample + n;
+        for (int b = 0; b < blocks; ++b) normal4(s.seed, static_cast<uint64_t>(first_block + b), g, z + 4 * b);
+        const float* zt = z + (t0 - 4 * first_block);
+        for (int j = 0; j < cnt; ++j) op_gaussian_noise(r, x[j], zt[j]);
+        break;
+      }
+    }
+  }
+}
+
+// Elements [e_begin, e_end) of sample n, tile by tile.
+template <bool Deriv, class Acc, class Load, class Finish>
+VOXAUG_FORCEINLINE void cpu_chain_range(const ChainParams& p, ChainState<Acc>& st, int64_t n,
+                                        int64_t e_begin, int64_t e_end, int64_t spatial,
+                                        Load&& load, Finish&& finish) {
+  alignas(64) Acc x[kCpuTile];
+  alignas(64) Acc d[kCpuTile];
+  for (int64_t t0 = e_begin; t0 < e_end;) {
+    int64_t t1 = std::min<int64_t>(t0 + kCpuTile, e_end);
+    if (p.any_channel_wise) {  // a tile stays inside one channel
+      const int64_t c = t0 / spatial;
+      t1 = std::min<int64_t>(t1, (c + 1) * spatial);
+      if (c != st.channel) {
+        for (int k = 0; k < p.num_steps; ++k)
+          if (p.steps[k].flags & kChannelWise)
+            st.r[k] = resolve_step<Acc>(p.steps[k], static_cast<uint32_t>(n),
+                                        p.first_sample + static_cast<uint32_t>(n), c, p.channels);
+        st.channel = c;
+      }
+    }
+    const int cnt = static_cast<int>(t1 - t0);
+    load(t0, cnt, x);
+    if (Deriv)
+      for (int j = 0; j < cnt; ++j) d[j] = Acc(1);
+    cpu_apply_steps<Deriv, Acc>(p, st, static_cast<uint32_t>(n), t0, cnt, x, d);
+    finish(t0, cnt, x, d);
+    t0 = t1;
+  }
+}
+
+template <class TIn, class TOut, class Acc>
+VOXAUG_FORCEINLINE void cpu_forward_items(const ChainForward<TIn, TOut, Acc>& f, ChainState<Acc>& st,
+                                          int64_t n, int64_t item_begin, int64_t item_end) {
+  const int64_t e_begin = item_begin * 4, e_end = std::min(item_end * 4, f.sample_numel);
+  const bool dense = f.in_ix.dense && f.out_ix.dense;
+  const TIn* in = f.in + n * f.in_ix.batch_stride;
+  TOut* out = f.out + n * f.out_ix.batch_stride;
+  cpu_chain_range<false, Acc>(
+      f.params, st, n, e_begin, e_end, f.spatial,
+      [&](int64_t t0, int cnt, Acc* x) {
+        if (dense) {
+          for (int j = 0; j < cnt; ++j) x[j] = load_as<Acc>(in[t0 + j]);
+        } else {
+          for (int j = 0; j < cnt; ++j) x[j] = load_as<Acc>(f.in[f.in_ix.offset(n, t0 + j)]);
+        }
+      },
+      [&](int64_t t0, int cnt, const Acc* x, const Acc*) {
+        if (dense) {
+          for (int j = 0; j < cnt; ++j) out[t0 + j] = store_as<TOut>(x[j]);
+        } else {
+          for (int j = 0; j < cnt; ++j) f.out[f.out_ix.offset(n, t0 + j)] = store_as<TOut>(x[j]);
+        }
+      });
+}
+
+template <class T, class Acc>
+VOXAUG_FORCEINLINE void cpu_backward_items(const ChainBackward<T, Acc>& f, ChainState<Acc>& st,
+                                           int64_t n, int64_t item_begin, int64_t item_end) {
+  const int64_t e_begin = item_begin * 4, e_end = std::min(item_end * 4, f.sample_numel);
+  cpu_chain_range<true, Acc>(
+      f.params, st, n, e_begin, e_end, f.spatial,
+      [&](int64_t t0, int cnt, Acc* x) {
+        for (int j = 0; j < cnt; ++j) x[j] = load_as<Acc>(f.in[f.in_ix.offset(n, t0 + j)]);
+      },
+      [&](int64_t t0, int cnt, const Acc*, const Acc* d) {
+        for (int j = 0; j < cnt; ++j) {
+          const Acc g = load_as<Acc>(f.grad_out[f.go_ix.offset(n, t0 + j)]);
+          f.grad_in[f.gi_ix.offset(n, t0 + j)] = store_as<T>(fmul(g, d[j]));
+        }
+      });
+}
+
+// Instruction-set clones of a range function, chosen once per process.
+enum class CpuIsa { Baseline, Avx2, Avx512 };
+inline CpuIsa cpu_isa() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const CpuIsa isa = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                                    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")
+                                ? CpuIsa::Avx512
+                            : __builtin_cpu_supports("avx2") ? CpuIsa::Avx2
+                                                             : CpuIsa::Baseline;
+  return isa;
+#else
+  return CpuIsa::Baseline;
+#endif
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define VOXAUG_TARGET_AVX2 __attribute__((target("avx2")))
+#define VOXAUG_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+#else
+#define VOXAUG_TARGET_AVX2
+#define VOXAUG_TARGET_AVX512
+#endif
+
+// Each clone inlines the whole tile loop, so the loops are compiled for its instruction set.
+template <class TIn, class TOut, class Acc>
+void forward_items_baseline(const ChainForward<TIn, TOut, Acc>& f, ChainState<Acc>& st, int64_t n,
+                            int64_t b, int64_t e) {
+  cpu_forward_items(f, st, n, b, e);
+}
+template <class TIn, class TOut, class Acc>
+VOXAUG_TARGET_AVX2 void forward_items_avx2(const ChainForward<TIn, TOut, Acc>& f,
+                                           ChainState<Acc>& st, int64_t n, int64_t b, int64_t e) {
+  cpu_forward_items(f, st, n, b, e);
+}
+template <class TIn, class TOut, class Acc>
+VOXAUG_TARGET_AVX512 void forward_items_avx512(const ChainForward<TIn, TOut, Acc>& f,
+                                               ChainState<Acc>& st, int64_t n, int64_t b, int64_t e) {
+  cpu_forward_items(f, st, n, b, e);
+}
+template <class T, class Acc>
+void backward_items_baseline(const ChainBackward<T, Acc>& f, ChainState<Acc>& st, int64_t n,
+                             int64_t b, int64_t e) {
+  cpu_backward_items(f, st, n, b, e);
+}
+template <class T, class Acc>
+VOXAUG_TARGET_AVX2 void backward_items_avx2(const ChainBackward<T, Acc>& f, ChainState<Acc>& st,
+                                            int64_t n, int64_t b, int64_t e) {
+  cpu_backward_items(f, st, n, b, e);
+}
+template <class T, class Acc>
+VOXAUG_TARGET_AVX512 void backward_items_avx512(const ChainBackward<T, Acc>& f,
+                                                ChainState<Acc>& st, int64_t n, int64_t b,
+                                                int64_t e) {
+  cpu_backward_items(f, st, n, b, e);
+}
+
+// The host launcher's hook for a range of items (launch_cpu.h): found by argument-dependent
+// lookup for the chain functors.
+template <class TIn, class TOut, class Acc>
+void cpu_items(const ChainForward<TIn, TOut, Acc>& f, ChainState<Acc>& st, int64_t n, int64_t b,
+               int64_t e) {
+  switch (cpu_isa()) {
+    case CpuIsa::Avx512: return forward_items_avx512(f, st, n, b, e);
+    case CpuIsa::Avx2: return forward_items_avx2(f, st, n, b, e);
+    case CpuIsa::Baseline: return forward_items_baseline(f, st, n, b, e);
+  }
+}
+template <class T, class Acc>
+void cpu_items(const ChainBackward<T, Acc>& f, ChainState<Acc>& st, int64_t n, int64_t b,
+               int64_t e) {
+  switch (cpu_isa()) {
+    case CpuIsa::Avx512: return backward_items_avx512(f, st, n, b, e);
+    case CpuIsa::Avx2: return backward_items_avx2(f, st, n, b, e);
+    case CpuIsa::Baseline: return backward_items_baseline(f, st, n, b, e);
+  }
+}
+
+}  // namespace voxaug::detail
