@@ -48,9 +48,8 @@ struct Shape {
 // Cubic volumes at batch 1 and 8, plus one CT-like volume (MONAI's 224x224x160 as N,C,D,H,W).
 const std::vector<Shape>& shapes() {
   static const std::vector<Shape> all = {
-      {1, 1, 64, 64, 64},    {8, 1, 64, 64, 64},    {1, 1, 128, 128, 128},
-      {8, 1, 128, 128, 128}, {1, 1, 256, 256, 256}, {8, 1, 256, 256, 256},
-      {1, 1, 160, 224, 224}};
+      {1, 1, 64, 64, 64},    {8, 1, 64, 64, 64},    {1, 1, 128, 128, 128}, {8, 1, 128, 128, 128},
+      {1, 1, 256, 256, 256}, {8, 1, 256, 256, 256}, {1, 1, 160, 224, 224}};
   return all;
 }
 
@@ -99,8 +98,8 @@ float* host_output(int64_t numel) {
 }
 
 voxaug::VolumeView view(const void* data, voxaug::Device device, const Shape& s) {
-  return voxaug::contiguous_view(const_cast<void*>(data), voxaug::DType::Float32, device, s.n,
-                                 s.c, s.d, s.h, s.w);
+  return voxaug::contiguous_view(const_cast<void*>(data), voxaug::DType::Float32, device, s.n, s.c,
+                                 s.d, s.h, s.w);
 }
 
 void bm_cpu(benchmark::State& state, const Shape& s, const std::vector<PointwiseStep>& steps) {
@@ -128,12 +127,12 @@ void register_cpu_cases() {
 
 #if VOXAUG_WITH_CUDA
 
-#define BENCH_CUDA_TRY(call)                                                               \
-  do {                                                                                     \
-    const cudaError_t bench_err_ = (call);                                                 \
-    if (bench_err_ != cudaSuccess)                                                         \
-      throw std::runtime_error(std::string(#call) + ": " + cudaGetErrorName(bench_err_) + \
-                               " (" + cudaGetErrorString(bench_err_) + ")");               \
+#define BENCH_CUDA_TRY(call)                                                                     \
+  do {                                                                                           \
+    const cudaError_t bench_err_ = (call);                                                       \
+    if (bench_err_ != cudaSuccess)                                                               \
+      throw std::runtime_error(std::string(#call) + ": " + cudaGetErrorName(bench_err_) + " (" + \
+                               cudaGetErrorString(bench_err_) + ")");                            \
   } while (0)
 
 // Device input (uploaded from host_input) and output, shared by every CUDA case and grown

@@ -21,13 +21,17 @@ int main() {
   const voxaug::PointwiseStep chain[] = {
       voxaug::PointwiseStep::scale_intensity_range(-175, 250, &b_min, &b_max, /*clip=*/true),
       voxaug::PointwiseStep::rand_shift_intensity(-0.1, 0.1, /*prob=*/0.5, /*seed=*/1),
-      voxaug::PointwiseStep::gaussian_noise(0.0, 0.1, /*sample_std=*/true, /*prob=*/1.0, /*seed=*/2)};
+      voxaug::PointwiseStep::gaussian_noise(0.0, 0.1, /*sample_std=*/true, /*prob=*/1.0,
+                                            /*seed=*/2)};
 
-  voxaug::Device device = voxaug::cuda_device_count() > 0 ? voxaug::Device::CUDA : voxaug::Device::CPU;
+  voxaug::Device device =
+      voxaug::cuda_device_count() > 0 ? voxaug::Device::CUDA : voxaug::Device::CPU;
   std::vector<float> result(count);
   if (device == voxaug::Device::CPU) {
-    const auto in = voxaug::contiguous_view(host.data(), voxaug::DType::Float32, device, n, c, d, h, w);
-    const auto out = voxaug::contiguous_view(result.data(), voxaug::DType::Float32, device, n, c, d, h, w);
+    const auto in =
+        voxaug::contiguous_view(host.data(), voxaug::DType::Float32, device, n, c, d, h, w);
+    const auto out =
+        voxaug::contiguous_view(result.data(), voxaug::DType::Float32, device, n, c, d, h, w);
     voxaug::pointwise_chain(in, out, chain, 3);
   } else {
 #if VOXAUG_EXAMPLE_CUDA

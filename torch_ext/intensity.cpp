@@ -85,20 +85,33 @@ std::vector<PointwiseStep> decode(const at::Tensor& image, at::IntArrayRef ops,
     const int64_t f = flags[i];
     switch (s.op) {
       case PointwiseOp::ScaleIntensityRange:
-        s.a_min = p[0]; s.a_max = p[1]; s.b_min = p[2]; s.b_max = p[3];
-        s.has_b_min = f & kHasBMin; s.has_b_max = f & kHasBMax; s.clip = f & kClip;
+        s.a_min = p[0];
+        s.a_max = p[1];
+        s.b_min = p[2];
+        s.b_max = p[3];
+        s.has_b_min = f & kHasBMin;
+        s.has_b_max = f & kHasBMax;
+        s.clip = f & kClip;
         break;
       case PointwiseOp::ShiftIntensity:
       case PointwiseOp::ScaleIntensity:
-        s.value = p[0]; s.low = p[1]; s.high = p[2];
-        s.random = f & kRandom; s.channel_wise = f & kChannelWise;
+        s.value = p[0];
+        s.low = p[1];
+        s.high = p[2];
+        s.random = f & kRandom;
+        s.channel_wise = f & kChannelWise;
         break;
       case PointwiseOp::GaussianNoise:
-        s.mean = p[0]; s.std = p[1]; s.sample_std = f & kSampleStd;
+        s.mean = p[0];
+        s.std = p[1];
+        s.sample_std = f & kSampleStd;
         break;
       case PointwiseOp::RescaleIntensity:
-        s.b_min = p[0]; s.b_max = p[1];
-        s.has_b_min = f & kHasBMin; s.has_b_max = f & kHasBMax; s.channel_wise = f & kChannelWise;
+        s.b_min = p[0];
+        s.b_max = p[1];
+        s.has_b_min = f & kHasBMin;
+        s.has_b_max = f & kHasBMax;
+        s.channel_wise = f & kChannelWise;
         break;
     }
     const std::optional<at::Tensor> v = values.get(i);
@@ -120,7 +133,8 @@ std::vector<PointwiseStep> decode(const at::Tensor& image, at::IntArrayRef ops,
     if (v.has_value() && v->defined()) {
       TORCH_CHECK_VALUE(s.op == PointwiseOp::ShiftIntensity || s.op == PointwiseOp::ScaleIntensity,
                         "values[", i, "]: only shift / scale steps take per-sample values");
-      keep.push_back(prepare_values(*v, image, s.op == PointwiseOp::ShiftIntensity ? "offsets" : "factors"));
+      keep.push_back(
+          prepare_values(*v, image, s.op == PointwiseOp::ShiftIntensity ? "offsets" : "factors"));
       s.per_sample = keep.back().data_ptr<float>();
     }
   }
@@ -130,13 +144,16 @@ std::vector<PointwiseStep> decode(const at::Tensor& image, at::IntArrayRef ops,
 c10::ScalarType output_dtype(const at::Tensor& image, std::optional<c10::ScalarType> dtype) {
   const c10::ScalarType in = image.scalar_type();
   (void)to_voxaug_dtype(in, "image");
-  TORCH_CHECK_VALUE(in != at::kLong, "image: int64 images are not supported by intensity ops; "
+  TORCH_CHECK_VALUE(in != at::kLong,
+                    "image: int64 images are not supported by intensity ops; "
                     "expected float64, float32, float16, bfloat16, uint8, int16 or int32");
   const c10::ScalarType out = dtype.value_or(at::isFloatingType(in) ? in : at::kFloat);
-  TORCH_CHECK_VALUE(out == at::kFloat || out == at::kHalf || out == at::kBFloat16 || out == at::kDouble,
-                    "dtype must be float32, float16, bfloat16 or float64, got ", out);
+  TORCH_CHECK_VALUE(
+      out == at::kFloat || out == at::kHalf || out == at::kBFloat16 || out == at::kDouble,
+      "dtype must be float32, float16, bfloat16 or float64, got ", out);
   TORCH_CHECK_VALUE((out == at::kDouble) == (in == at::kDouble),
-                    "dtype float64 pairs only with a float64 image (got image ", in, ", dtype ", out, ")");
+                    "dtype float64 pairs only with a float64 image (got image ", in, ", dtype ",
+                    out, ")");
   return out;
 }
 
@@ -191,10 +208,10 @@ at::Tensor run_chain(const at::Tensor& image, at::IntArrayRef ops, at::IntArrayR
   return out;
 }
 
-at::Tensor chain_backward_impl(const at::Tensor& grad, const at::Tensor& image,
-                               at::IntArrayRef ops, at::IntArrayRef flags,
-                               at::ArrayRef<double> params, at::IntArrayRef seeds,
-                               const OptTensorList& values, int64_t first_sample) {
+at::Tensor chain_backward_impl(const at::Tensor& grad, const at::Tensor& image, at::IntArrayRef ops,
+                               at::IntArrayRef flags, at::ArrayRef<double> params,
+                               at::IntArrayRef seeds, const OptTensorList& values,
+                               int64_t first_sample) {
   check_5d(grad, "grad");
   check_5d(image, "image");
   TORCH_CHECK_VALUE(grad.sizes() == image.sizes(), "grad must have the image's shape ",
@@ -278,12 +295,12 @@ class ChainFunction : public torch::autograd::Function<ChainFunction> {
     at::Tensor out;
     {
       at::AutoDispatchBelowADInplaceOrView below;
-      static auto op = c10::Dispatcher::singleton()
-                           .findSchemaOrThrow("voxaug::pointwise_chain", "")
-                           .typed<at::Tensor(const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
-                                             at::ArrayRef<double>, at::IntArrayRef,
-                                             const OptTensorList&, int64_t,
-                                             std::optional<c10::ScalarType>)>();
+      static auto op =
+          c10::Dispatcher::singleton()
+              .findSchemaOrThrow("voxaug::pointwise_chain", "")
+              .typed<at::Tensor(const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
+                                at::ArrayRef<double>, at::IntArrayRef, const OptTensorList&,
+                                int64_t, std::optional<c10::ScalarType>)>();
       out = op.call(image, chain.ops, chain.flags, chain.params, chain.seeds, chain.values,
                     first_sample, dtype);
     }
@@ -303,8 +320,8 @@ class ChainFunction : public torch::autograd::Function<ChainFunction> {
     static auto op = c10::Dispatcher::singleton()
                          .findSchemaOrThrow("voxaug::pointwise_chain_backward", "")
                          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, at::IntArrayRef,
-                                           at::IntArrayRef, at::ArrayRef<double>,
-                                           at::IntArrayRef, const OptTensorList&, int64_t)>();
+                                           at::IntArrayRef, at::ArrayRef<double>, at::IntArrayRef,
+                                           const OptTensorList&, int64_t)>();
     const auto ops = ctx->saved_data["ops"].toIntVector();
     const auto flags = ctx->saved_data["flags"].toIntVector();
     const auto params = ctx->saved_data["params"].toDoubleVector();
@@ -332,8 +349,8 @@ at::Tensor k_chain(const at::Tensor& image, at::IntArrayRef ops, at::IntArrayRef
   return run_chain(image, ops, flags, params, seeds, values, first, dtype, false);
 }
 void k_chain_(at::Tensor& image, at::IntArrayRef ops, at::IntArrayRef flags,
-                    at::ArrayRef<double> params, at::IntArrayRef seeds, const OptTensorList& values,
-                    int64_t first) {
+              at::ArrayRef<double> params, at::IntArrayRef seeds, const OptTensorList& values,
+              int64_t first) {
   run_chain(image, ops, flags, params, seeds, values, first, std::nullopt, true);
 }
 at::Tensor k_sir(const at::Tensor& image, double a_min, double a_max, std::optional<double> b_min,
@@ -341,7 +358,7 @@ at::Tensor k_sir(const at::Tensor& image, double a_min, double a_max, std::optio
   return run(image, sir_chain(a_min, a_max, b_min, b_max, clip), 0, dtype, false);
 }
 void k_sir_(at::Tensor& image, double a_min, double a_max, std::optional<double> b_min,
-                  std::optional<double> b_max, bool clip) {
+            std::optional<double> b_max, bool clip) {
   run(image, sir_chain(a_min, a_max, b_min, b_max, clip), 0, std::nullopt, true);
 }
 at::Tensor k_shift(const at::Tensor& image, const at::Tensor& offsets) {
@@ -362,8 +379,8 @@ at::Tensor k_rshift(const at::Tensor& image, double low, double high, double pro
   return run(image, rand_chain(PointwiseOp::ShiftIntensity, low, high, prob, seed, cw), first,
              std::nullopt, false);
 }
-void k_rshift_(at::Tensor& image, double low, double high, double prob, int64_t seed,
-                     bool cw, int64_t first) {
+void k_rshift_(at::Tensor& image, double low, double high, double prob, int64_t seed, bool cw,
+               int64_t first) {
   run(image, rand_chain(PointwiseOp::ShiftIntensity, low, high, prob, seed, cw), first,
       std::nullopt, true);
 }
@@ -372,8 +389,8 @@ at::Tensor k_rscale(const at::Tensor& image, double low, double high, double pro
   return run(image, rand_chain(PointwiseOp::ScaleIntensity, low, high, prob, seed, cw), first,
              dtype, false);
 }
-void k_rscale_(at::Tensor& image, double low, double high, double prob, int64_t seed,
-                     bool cw, int64_t first) {
+void k_rscale_(at::Tensor& image, double low, double high, double prob, int64_t seed, bool cw,
+               int64_t first) {
   run(image, rand_chain(PointwiseOp::ScaleIntensity, low, high, prob, seed, cw), first,
       std::nullopt, true);
 }
@@ -382,7 +399,7 @@ at::Tensor k_noise(const at::Tensor& image, double mean, double std, bool sample
   return run(image, noise_chain(mean, std, sample_std, prob, seed), first, dtype, false);
 }
 void k_noise_(at::Tensor& image, double mean, double std, bool sample_std, double prob,
-                    int64_t seed, int64_t first) {
+              int64_t seed, int64_t first) {
   run(image, noise_chain(mean, std, sample_std, prob, seed), first, std::nullopt, true);
 }
 
@@ -392,22 +409,23 @@ at::Tensor m_chain(const at::Tensor& image, at::IntArrayRef, at::IntArrayRef, at
                    std::optional<c10::ScalarType> dtype) {
   return meta_out(image, dtype);
 }
-void m_chain_(at::Tensor&, at::IntArrayRef, at::IntArrayRef, at::ArrayRef<double>,
-                    at::IntArrayRef, const OptTensorList&, int64_t) {}
-at::Tensor m_chain_bwd(const at::Tensor&, const at::Tensor& image, at::IntArrayRef,
-                       at::IntArrayRef, at::ArrayRef<double>, at::IntArrayRef,
-                       const OptTensorList&, int64_t) {
+void m_chain_(at::Tensor&, at::IntArrayRef, at::IntArrayRef, at::ArrayRef<double>, at::IntArrayRef,
+              const OptTensorList&, int64_t) {}
+at::Tensor m_chain_bwd(const at::Tensor&, const at::Tensor& image, at::IntArrayRef, at::IntArrayRef,
+                       at::ArrayRef<double>, at::IntArrayRef, const OptTensorList&, int64_t) {
   return at::empty(image.sizes(), image.options());
 }
 at::Tensor m_sir(const at::Tensor& image, double, double, std::optional<double>,
                  std::optional<double>, bool, std::optional<c10::ScalarType> dtype) {
   return meta_out(image, dtype);
 }
-void m_sir_(at::Tensor&, double, double, std::optional<double>, std::optional<double>,
-                  bool) {}
-at::Tensor m_shift(const at::Tensor& image, const at::Tensor&) { return meta_out(image, std::nullopt); }
+void m_sir_(at::Tensor&, double, double, std::optional<double>, std::optional<double>, bool) {}
+at::Tensor m_shift(const at::Tensor& image, const at::Tensor&) {
+  return meta_out(image, std::nullopt);
+}
 void m_values_(at::Tensor&, const at::Tensor&) {}
-at::Tensor m_scale(const at::Tensor& image, const at::Tensor&, std::optional<c10::ScalarType> dtype) {
+at::Tensor m_scale(const at::Tensor& image, const at::Tensor&,
+                   std::optional<c10::ScalarType> dtype) {
   return meta_out(image, dtype);
 }
 at::Tensor m_rshift(const at::Tensor& image, double, double, double, int64_t, bool, int64_t) {
@@ -503,13 +521,17 @@ void inplace_autograd_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet 
   torch::autograd::impl::bump_version(image);  // what ADInplaceOrView does for built-in ops
 }
 
-const char* const kInPlaceOps[] = {"pointwise_chain_", "scale_intensity_range_", "shift_intensity_",
-                                   "scale_intensity_", "rand_shift_intensity_",
-                                   "rand_scale_intensity_", "rand_gaussian_noise_"};
+const char* const kInPlaceOps[] = {
+    "pointwise_chain_",      "scale_intensity_range_", "shift_intensity_",    "scale_intensity_",
+    "rand_shift_intensity_", "rand_scale_intensity_",  "rand_gaussian_noise_"};
 }  // namespace
 
-TORCH_LIBRARY_IMPL(voxaug, CPU, m) { register_backend(m); }
-TORCH_LIBRARY_IMPL(voxaug, CUDA, m) { register_backend(m); }
+TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
+  register_backend(m);
+}
+TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
+  register_backend(m);
+}
 
 TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("minmax", &m_minmax);

@@ -29,26 +29,34 @@ TORCH_LIBRARY(voxaug, m) {
 #undef VOXAUG_CHAIN_ARGS
 
   m.def("minmax(Tensor image, bool channel_wise=False) -> Tensor");
-  m.def("scale_intensity_range(Tensor image, float a_min, float a_max, float? b_min=None, "
-        "float? b_max=None, bool clip=False, ScalarType? dtype=None) -> Tensor");
-  m.def("scale_intensity_range_(Tensor(a!) image, float a_min, float a_max, float? b_min=None, "
-        "float? b_max=None, bool clip=False) -> ()");
+  m.def(
+      "scale_intensity_range(Tensor image, float a_min, float a_max, float? b_min=None, "
+      "float? b_max=None, bool clip=False, ScalarType? dtype=None) -> Tensor");
+  m.def(
+      "scale_intensity_range_(Tensor(a!) image, float a_min, float a_max, float? b_min=None, "
+      "float? b_max=None, bool clip=False) -> ()");
   m.def("shift_intensity(Tensor image, Tensor offsets) -> Tensor");
   m.def("shift_intensity_(Tensor(a!) image, Tensor offsets) -> ()");
   m.def("scale_intensity(Tensor image, Tensor factors, ScalarType? dtype=None) -> Tensor");
   m.def("scale_intensity_(Tensor(a!) image, Tensor factors) -> ()");
-  m.def("rand_shift_intensity(Tensor image, float low, float high, float prob, int seed, "
-        "bool channel_wise=False, int first_sample=0) -> Tensor");
-  m.def("rand_shift_intensity_(Tensor(a!) image, float low, float high, float prob, int seed, "
-        "bool channel_wise=False, int first_sample=0) -> ()");
-  m.def("rand_scale_intensity(Tensor image, float low, float high, float prob, int seed, "
-        "bool channel_wise=False, int first_sample=0, ScalarType? dtype=None) -> Tensor");
-  m.def("rand_scale_intensity_(Tensor(a!) image, float low, float high, float prob, int seed, "
-        "bool channel_wise=False, int first_sample=0) -> ()");
-  m.def("rand_gaussian_noise(Tensor image, float mean, float std, bool sample_std, float prob, "
-        "int seed, int first_sample=0, ScalarType? dtype=None) -> Tensor");
-  m.def("rand_gaussian_noise_(Tensor(a!) image, float mean, float std, bool sample_std, "
-        "float prob, int seed, int first_sample=0) -> ()");
+  m.def(
+      "rand_shift_intensity(Tensor image, float low, float high, float prob, int seed, "
+      "bool channel_wise=False, int first_sample=0) -> Tensor");
+  m.def(
+      "rand_shift_intensity_(Tensor(a!) image, float low, float high, float prob, int seed, "
+      "bool channel_wise=False, int first_sample=0) -> ()");
+  m.def(
+      "rand_scale_intensity(Tensor image, float low, float high, float prob, int seed, "
+      "bool channel_wise=False, int first_sample=0, ScalarType? dtype=None) -> Tensor");
+  m.def(
+      "rand_scale_intensity_(Tensor(a!) image, float low, float high, float prob, int seed, "
+      "bool channel_wise=False, int first_sample=0) -> ()");
+  m.def(
+      "rand_gaussian_noise(Tensor image, float mean, float std, bool sample_std, float prob, "
+      "int seed, int first_sample=0, ScalarType? dtype=None) -> Tensor");
+  m.def(
+      "rand_gaussian_noise_(Tensor(a!) image, float mean, float std, bool sample_std, "
+      "float prob, int seed, int first_sample=0) -> ()");
 }
 
 namespace voxaug::ops {
@@ -68,35 +76,38 @@ at::Tensor scale_intensity_range(const at::Tensor& image, double a_min, double a
   return op.call(image, a_min, a_max, b_min, b_max, clip, dtype);
 }
 at::Tensor shift_intensity(const at::Tensor& image, const at::Tensor& offsets) {
-  static auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&)>("voxaug::shift_intensity");
+  static auto op =
+      handle<at::Tensor(const at::Tensor&, const at::Tensor&)>("voxaug::shift_intensity");
   return op.call(image, offsets);
 }
 at::Tensor scale_intensity(const at::Tensor& image, const at::Tensor& factors,
                            std::optional<c10::ScalarType> dtype) {
-  static auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&,
-                                     std::optional<c10::ScalarType>)>("voxaug::scale_intensity");
+  static auto op =
+      handle<at::Tensor(const at::Tensor&, const at::Tensor&, std::optional<c10::ScalarType>)>(
+          "voxaug::scale_intensity");
   return op.call(image, factors, dtype);
 }
 at::Tensor rand_shift_intensity(const at::Tensor& image, double low, double high, double prob,
                                 int64_t seed, bool channel_wise, int64_t first_sample) {
-  static auto op = handle<at::Tensor(const at::Tensor&, double, double, double, int64_t, bool,
-                                     int64_t)>("voxaug::rand_shift_intensity");
+  static auto op =
+      handle<at::Tensor(const at::Tensor&, double, double, double, int64_t, bool, int64_t)>(
+          "voxaug::rand_shift_intensity");
   return op.call(image, low, high, prob, seed, channel_wise, first_sample);
 }
 at::Tensor rand_scale_intensity(const at::Tensor& image, double low, double high, double prob,
                                 int64_t seed, bool channel_wise, int64_t first_sample,
                                 std::optional<c10::ScalarType> dtype) {
-  static auto op = handle<at::Tensor(const at::Tensor&, double, double, double, int64_t, bool,
-                                     int64_t, std::optional<c10::ScalarType>)>(
-      "voxaug::rand_scale_intensity");
+  static auto op =
+      handle<at::Tensor(const at::Tensor&, double, double, double, int64_t, bool, int64_t,
+                        std::optional<c10::ScalarType>)>("voxaug::rand_scale_intensity");
   return op.call(image, low, high, prob, seed, channel_wise, first_sample, dtype);
 }
 at::Tensor rand_gaussian_noise(const at::Tensor& image, double mean, double std, bool sample_std,
                                double prob, int64_t seed, int64_t first_sample,
                                std::optional<c10::ScalarType> dtype) {
-  static auto op = handle<at::Tensor(const at::Tensor&, double, double, bool, double, int64_t,
-                                     int64_t, std::optional<c10::ScalarType>)>(
-      "voxaug::rand_gaussian_noise");
+  static auto op =
+      handle<at::Tensor(const at::Tensor&, double, double, bool, double, int64_t, int64_t,
+                        std::optional<c10::ScalarType>)>("voxaug::rand_gaussian_noise");
   return op.call(image, mean, std, sample_std, prob, seed, first_sample, dtype);
 }
 

@@ -21,8 +21,9 @@ inline DType to_voxaug_dtype(c10::ScalarType t, const char* arg) {
     case c10::kInt: return DType::Int32;
     case c10::kLong: return DType::Int64;
     default:
-      TORCH_CHECK_VALUE(false, arg, " has unsupported dtype ", t,
-                  "; expected float64, float32, float16, bfloat16, uint8, int16, int32 or int64");
+      TORCH_CHECK_VALUE(
+          false, arg, " has unsupported dtype ", t,
+          "; expected float64, float32, float16, bfloat16, uint8, int16, int32 or int64");
   }
 }
 
@@ -31,8 +32,8 @@ inline void check_5d(const at::Tensor& t, const char* arg, bool allow_meta = fal
   TORCH_CHECK_VALUE(t.defined(), arg, " must be a defined tensor");
   TORCH_CHECK_VALUE(t.dim() == 5, arg, " must be 5-D (N, C, D, H, W), got ", t.dim(),
                     "-D with shape ", t.sizes());
-  TORCH_CHECK_VALUE(t.device().is_cpu() || t.device().is_cuda() || (allow_meta && t.is_meta()),
-                    arg, " must be a CPU or CUDA tensor, got ", t.device());
+  TORCH_CHECK_VALUE(t.device().is_cpu() || t.device().is_cuda() || (allow_meta && t.is_meta()), arg,
+                    " must be a CPU or CUDA tensor, got ", t.device());
 }
 
 inline VolumeView to_view(const at::Tensor& t, const char* arg) {

@@ -40,11 +40,11 @@ struct PointwiseStep {
   double a_min = 0, a_max = 1, b_min = 0, b_max = 1;
   bool has_b_min = false, has_b_max = false, clip = false;
   double value = 0, low = 0, high = 0, mean = 0, std = 0;
-  bool random = false;      // Shift/Scale: draw the value per sample (or per channel)
+  bool random = false;        // Shift/Scale: draw the value per sample (or per channel)
   bool channel_wise = false;  // Shift/Scale random: one draw per (sample, channel)
-  bool sample_std = false;  // Noise: std ~ U(0, std) per sample (MONAI's sample_std)
-  double prob = 1.0;        // per-sample gate: the step applies when u < prob
-  uint64_t seed = 0;        // key of this step's Philox streams
+  bool sample_std = false;    // Noise: std ~ U(0, std) per sample (MONAI's sample_std)
+  double prob = 1.0;          // per-sample gate: the step applies when u < prob
+  uint64_t seed = 0;          // key of this step's Philox streams
   // Shift/Scale: optional per-sample values (length N, float32, on the data's device);
   // overrides `value`.
   const float* per_sample = nullptr;
@@ -88,9 +88,8 @@ void pointwise_chain(const VolumeView& in, const VolumeView& out, const Pointwis
 // included, to know where clipping was active). All three views: same shape, device and a
 // floating dtype; grad_out and grad_in share a dtype.
 void pointwise_chain_backward(const VolumeView& grad_out, const VolumeView& in,
-                              const VolumeView& grad_in, const PointwiseStep* steps,
-                              int num_steps, cudaStream_t stream = nullptr,
-                              uint32_t first_sample = 0);
+                              const VolumeView& grad_in, const PointwiseStep* steps, int num_steps,
+                              cudaStream_t stream = nullptr, uint32_t first_sample = 0);
 
 // Per-sample (or per-(sample, channel)) minimum and maximum of `in`, NaNs ignored, written
 // as float64 (min, max) pairs to `out_minmax` (device memory of `in`'s device): N pairs, or
@@ -100,8 +99,8 @@ void minmax(const VolumeView& in, double* out_minmax, bool channel_wise,
             cudaStream_t stream = nullptr);
 
 // Single-step conveniences (each one is a chain of one step).
-void scale_intensity_range(const VolumeView& in, const VolumeView& out, double a_min,
-                           double a_max, const double* b_min, const double* b_max, bool clip,
+void scale_intensity_range(const VolumeView& in, const VolumeView& out, double a_min, double a_max,
+                           const double* b_min, const double* b_max, bool clip,
                            cudaStream_t stream = nullptr);
 void shift_intensity(const VolumeView& in, const VolumeView& out, const float* per_sample_offsets,
                      cudaStream_t stream = nullptr);

@@ -14,8 +14,7 @@ enum class Device : int8_t { CPU, CUDA };
 const char* dtype_name(DType t) noexcept;
 int64_t dtype_size(DType t) noexcept;
 inline bool is_floating(DType t) noexcept {
-  return t == DType::Float64 || t == DType::Float32 || t == DType::Float16 ||
-         t == DType::BFloat16;
+  return t == DType::Float64 || t == DType::Float32 || t == DType::Float16 || t == DType::BFloat16;
 }
 
 // A batch of volumes laid out as (N, C, D, H, W). Strides are in elements and may be
@@ -39,7 +38,7 @@ struct VolumeView {
 };
 
 // A dense C-order view of an (N, C, D, H, W) buffer.
-VolumeView contiguous_view(void* data, DType dtype, Device device, int64_t n, int64_t c,
-                           int64_t d, int64_t h, int64_t w, int device_index = 0);
+VolumeView contiguous_view(void* data, DType dtype, Device device, int64_t n, int64_t c, int64_t d,
+                           int64_t h, int64_t w, int device_index = 0);
 
 }  // namespace voxaug

@@ -7,15 +7,15 @@
 
 #include "voxaug/error.h"
 
-#define VOXAUG_CUDA_TRY(call)                                                             \
-  do {                                                                                    \
-    const cudaError_t voxaug_err_ = (call);                                               \
-    if (voxaug_err_ != cudaSuccess) {                                                     \
-      (void)cudaGetLastError();                                                           \
+#define VOXAUG_CUDA_TRY(call)                                                                \
+  do {                                                                                       \
+    const cudaError_t voxaug_err_ = (call);                                                  \
+    if (voxaug_err_ != cudaSuccess) {                                                        \
+      (void)cudaGetLastError();                                                              \
       throw ::voxaug::CudaError(std::string("CUDA error ") + cudaGetErrorName(voxaug_err_) + \
-                                    " (" + cudaGetErrorString(voxaug_err_) + ") in " #call, \
-                                static_cast<int>(voxaug_err_), __FILE__, __LINE__);       \
-    }                                                                                     \
+                                    " (" + cudaGetErrorString(voxaug_err_) + ") in " #call,  \
+                                static_cast<int>(voxaug_err_), __FILE__, __LINE__);          \
+    }                                                                                        \
   } while (0)
 
 // After every kernel launch: reports configuration errors without synchronising.

@@ -19,7 +19,8 @@ __global__ void __launch_bounds__(256) items_kernel(const F f, int64_t num_sampl
     typename F::State st;
     f.begin_sample(n, st);
     const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
-    for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < items; i += stride)
+    for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < items;
+         i += stride)
       f(st, n, i);
   }
 }
@@ -43,7 +44,8 @@ struct CudaLauncher {
     const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
     // 32-bit item counters when the loop cannot overflow them.
     if (items + grid_x * kThreads < std::numeric_limits<int32_t>::max()) {
-      items_kernel<F, int32_t><<<grid, kThreads, 0, stream>>>(f, num_samples, static_cast<int32_t>(items));
+      items_kernel<F, int32_t>
+          <<<grid, kThreads, 0, stream>>>(f, num_samples, static_cast<int32_t>(items));
     } else {
       items_kernel<F, int64_t><<<grid, kThreads, 0, stream>>>(f, num_samples, items);
     }

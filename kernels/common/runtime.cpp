@@ -29,9 +29,13 @@ const char* dtype_name(DType t) noexcept {
 
 int64_t dtype_size(DType t) noexcept {
   switch (t) {
-    case DType::Float64: case DType::Int64: return 8;
-    case DType::Float32: case DType::Int32: return 4;
-    case DType::Float16: case DType::BFloat16: case DType::Int16: return 2;
+    case DType::Float64:
+    case DType::Int64: return 8;
+    case DType::Float32:
+    case DType::Int32: return 4;
+    case DType::Float16:
+    case DType::BFloat16:
+    case DType::Int16: return 2;
     case DType::UInt8: return 1;
   }
   return 0;
@@ -48,15 +52,15 @@ bool VolumeView::sample_contiguous() const noexcept {
 
 std::string VolumeView::describe() const {
   std::ostringstream os;
-  os << dtype_name(dtype) << (device == Device::CUDA ? " cuda:" : " cpu") ;
+  os << dtype_name(dtype) << (device == Device::CUDA ? " cuda:" : " cpu");
   if (device == Device::CUDA) os << device_index;
-  os << " shape (" << shape[0] << ", " << shape[1] << ", " << shape[2] << ", " << shape[3]
-     << ", " << shape[4] << ")";
+  os << " shape (" << shape[0] << ", " << shape[1] << ", " << shape[2] << ", " << shape[3] << ", "
+     << shape[4] << ")";
   return os.str();
 }
 
-VolumeView contiguous_view(void* data, DType dtype, Device device, int64_t n, int64_t c,
-                           int64_t d, int64_t h, int64_t w, int device_index) {
+VolumeView contiguous_view(void* data, DType dtype, Device device, int64_t n, int64_t c, int64_t d,
+                           int64_t h, int64_t w, int device_index) {
   VolumeView v;
   v.data = data;
   v.dtype = dtype;
@@ -73,7 +77,9 @@ VolumeView contiguous_view(void* data, DType dtype, Device device, int64_t n, in
   return v;
 }
 
-bool built_with_cuda() noexcept { return VOXAUG_WITH_CUDA != 0; }
+bool built_with_cuda() noexcept {
+  return VOXAUG_WITH_CUDA != 0;
+}
 
 int cuda_device_count() noexcept {
 #if VOXAUG_WITH_CUDA

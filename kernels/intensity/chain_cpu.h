@@ -40,7 +40,8 @@ VOXAUG_FORCEINLINE void cpu_apply_steps(const ChainParams& p, ChainState<Acc>& s
         const int64_t first_block = t0 >> 2;
         const int blocks = static_cast<int>(((t0 + cnt + 3) >> 2) - first_block);
         const uint32_t g = p.first_sample + n;
-        for (int b = 0; b < blocks; ++b) normal4(s.seed, static_cast<uint64_t>(first_block + b), g, z + 4 * b);
+        for (int b = 0; b < blocks; ++b)
+          normal4(s.seed, static_cast<uint64_t>(first_block + b), g, z + 4 * b);
         const float* zt = z + (t0 - 4 * first_block);
         for (int j = 0; j < cnt; ++j) op_gaussian_noise(r, x[j], zt[j]);
         break;
@@ -80,8 +81,9 @@ VOXAUG_FORCEINLINE void cpu_chain_range(const ChainParams& p, ChainState<Acc>& s
 }
 
 template <class TIn, class TOut, class Acc>
-VOXAUG_FORCEINLINE void cpu_forward_items(const ChainForward<TIn, TOut, Acc>& f, ChainState<Acc>& st,
-                                          int64_t n, int64_t item_begin, int64_t item_end) {
+VOXAUG_FORCEINLINE void cpu_forward_items(const ChainForward<TIn, TOut, Acc>& f,
+                                          ChainState<Acc>& st, int64_t n, int64_t item_begin,
+                                          int64_t item_end) {
   const int64_t e_begin = item_begin * 4, e_end = std::min(item_end * 4, f.sample_numel);
   const bool dense = f.in_ix.dense && f.out_ix.dense;
   const TIn* in = f.in + n * f.in_ix.batch_stride;
@@ -125,11 +127,12 @@ VOXAUG_FORCEINLINE void cpu_backward_items(const ChainBackward<T, Acc>& f, Chain
 enum class CpuIsa { Baseline, Avx2, Avx512 };
 inline CpuIsa cpu_isa() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const CpuIsa isa = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                                    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")
-                                ? CpuIsa::Avx512
-                            : __builtin_cpu_supports("avx2") ? CpuIsa::Avx2
-                                                             : CpuIsa::Baseline;
+  static const CpuIsa isa =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")
+          ? CpuIsa::Avx512
+      : __builtin_cpu_supports("avx2") ? CpuIsa::Avx2
+                                       : CpuIsa::Baseline;
   return isa;
 #else
   return CpuIsa::Baseline;
@@ -157,7 +160,8 @@ VOXAUG_TARGET_AVX2 void forward_items_avx2(const ChainForward<TIn, TOut, Acc>& f
 }
 template <class TIn, class TOut, class Acc>
 VOXAUG_TARGET_AVX512 void forward_items_avx512(const ChainForward<TIn, TOut, Acc>& f,
-                                               ChainState<Acc>& st, int64_t n, int64_t b, int64_t e) {
+                                               ChainState<Acc>& st, int64_t n, int64_t b,
+                                               int64_t e) {
   cpu_forward_items(f, st, n, b, e);
 }
 template <class T, class Acc>
@@ -171,9 +175,8 @@ VOXAUG_TARGET_AVX2 void backward_items_avx2(const ChainBackward<T, Acc>& f, Chai
   cpu_backward_items(f, st, n, b, e);
 }
 template <class T, class Acc>
-VOXAUG_TARGET_AVX512 void backward_items_avx512(const ChainBackward<T, Acc>& f,
-                                                ChainState<Acc>& st, int64_t n, int64_t b,
-                                                int64_t e) {
+VOXAUG_TARGET_AVX512 void backward_items_avx512(const ChainBackward<T, Acc>& f, ChainState<Acc>& st,
+                                                int64_t n, int64_t b, int64_t e) {
   cpu_backward_items(f, st, n, b, e);
 }
 

@@ -36,11 +36,15 @@ void visit_image_dtype(DType t, const char* arg, Fn&& fn) {
     case DType::UInt8: return fn(Tag<uint8_t>{});
     case DType::Int16: return fn(Tag<int16_t>{});
     case DType::Int32: return fn(Tag<int32_t>{});
-    case DType::Float64: case DType::Float32: case DType::Float16: case DType::BFloat16:
-      return visit_float_dtype(t, arg, fn);
+    case DType::Float64:
+    case DType::Float32:
+    case DType::Float16:
+    case DType::BFloat16: return visit_float_dtype(t, arg, fn);
     default:
-      VOXAUG_FAIL(std::string(arg) + " must be float64, float32, float16, bfloat16, uint8, int16 "
-                  "or int32, got " + dtype_name(t));
+      VOXAUG_FAIL(std::string(arg) +
+                  " must be float64, float32, float16, bfloat16, uint8, int16 "
+                  "or int32, got " +
+                  dtype_name(t));
   }
 }
 
@@ -55,19 +59,27 @@ void chain_forward(const VolumeView& in, const VolumeView& out, const ChainParam
                      std::string("output dtype must be float64 for a float64 input, got ") +
                          dtype_name(out.dtype));
       ChainForward<double, double, double> f{static_cast<const double*>(in.data),
-                                             static_cast<double*>(out.data), make_indexer(in),
-                                             make_indexer(out), in.sample_numel(), spatial, p};
+                                             static_cast<double*>(out.data),
+                                             make_indexer(in),
+                                             make_indexer(out),
+                                             in.sample_numel(),
+                                             spatial,
+                                             p};
       Launcher::launch(f, in.batch(), stream);
     } else {
-      VOXAUG_EXPECTS(out.dtype != DType::Float64,
-                     std::string("output dtype float64 needs a float64 input, got ") +
-                         dtype_name(in.dtype));
+      VOXAUG_EXPECTS(
+          out.dtype != DType::Float64,
+          std::string("output dtype float64 needs a float64 input, got ") + dtype_name(in.dtype));
       visit_float_dtype(out.dtype, "output", [&](auto out_tag) {
         using TOut = typename decltype(out_tag)::type;
         if constexpr (!std::is_same_v<TOut, double>) {
           ChainForward<TIn, TOut, float> f{static_cast<const TIn*>(in.data),
-                                           static_cast<TOut*>(out.data), make_indexer(in),
-                                           make_indexer(out), in.sample_numel(), spatial, p};
+                                           static_cast<TOut*>(out.data),
+                                           make_indexer(in),
+                                           make_indexer(out),
+                                           in.sample_numel(),
+                                           spatial,
+                                           p};
           Launcher::launch(f, in.batch(), stream);
         }
       });
@@ -82,9 +94,14 @@ void chain_backward(const VolumeView& grad_out, const VolumeView& in, const Volu
   visit_float_dtype(in.dtype, "input", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    ChainBackward<T, Acc> f{static_cast<const T*>(grad_out.data), static_cast<const T*>(in.data),
-                            static_cast<T*>(grad_in.data), make_indexer(grad_out),
-                            make_indexer(in), make_indexer(grad_in), in.sample_numel(), spatial,
+    ChainBackward<T, Acc> f{static_cast<const T*>(grad_out.data),
+                            static_cast<const T*>(in.data),
+                            static_cast<T*>(grad_in.data),
+                            make_indexer(grad_out),
+                            make_indexer(in),
+                            make_indexer(grad_in),
+                            in.sample_numel(),
+                            spatial,
                             p};
     Launcher::launch(f, in.batch(), stream);
   });

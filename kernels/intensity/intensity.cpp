@@ -117,7 +117,8 @@ std::string step_name(const PointwiseStep& s, int k) {
 }
 
 void expect_finite(double v, const std::string& where, const char* name) {
-  VOXAUG_EXPECTS(std::isfinite(v), where + ": " + name + " must be finite, got " + std::to_string(v));
+  VOXAUG_EXPECTS(std::isfinite(v),
+                 where + ": " + name + " must be finite, got " + std::to_string(v));
 }
 
 detail::ChainParams pack(const PointwiseStep* steps, int num_steps) {
@@ -188,7 +189,10 @@ void extent(const VolumeView& v, uintptr_t* lo, uintptr_t* hi) {
   int64_t min_off = 0, max_off = 0;
   for (int k = 0; k < 5; ++k) {
     const int64_t span = (v.shape[k] - 1) * v.strides[k];
-    if (span < 0) min_off += span; else max_off += span;
+    if (span < 0)
+      min_off += span;
+    else
+      max_off += span;
   }
   const auto base = reinterpret_cast<uintptr_t>(v.data);
   *lo = base + min_off * dtype_size(v.dtype);
@@ -209,9 +213,10 @@ void check_pair(const VolumeView& a, const char* an, const VolumeView& b, const 
     VOXAUG_EXPECTS(a.shape[k] == b.shape[k], std::string(bn) + " must have the shape of " + an +
                                                  ": " + a.describe() + " vs " + b.describe());
   }
-  VOXAUG_EXPECTS(a.device == b.device && (a.device == Device::CPU || a.device_index == b.device_index),
-                 std::string(bn) + " must be on the device of " + an + ": " + a.describe() +
-                     " vs " + b.describe());
+  VOXAUG_EXPECTS(
+      a.device == b.device && (a.device == Device::CPU || a.device_index == b.device_index),
+      std::string(bn) + " must be on the device of " + an + ": " + a.describe() + " vs " +
+          b.describe());
   if (a.numel() == 0) return;
   VOXAUG_EXPECTS(a.data != nullptr && b.data != nullptr,
                  std::string(an) + " and " + bn + " must not be null");
@@ -220,7 +225,8 @@ void check_pair(const VolumeView& a, const char* an, const VolumeView& b, const 
   extent(a, &alo, &ahi);
   extent(b, &blo, &bhi);
   VOXAUG_EXPECTS(ahi <= blo || bhi <= alo,
-                 std::string(bn) + " overlaps " + an + " without being the same view; pass the "
+                 std::string(bn) + " overlaps " + an +
+                     " without being the same view; pass the "
                      "same view for in-place operation or a separate buffer");
 }
 
@@ -273,11 +279,13 @@ void validate_pointwise_steps(const PointwiseStep* steps, int num_steps) {
       case PointwiseOp::ShiftIntensity:
       case PointwiseOp::ScaleIntensity:
         if (s.random) {
-          VOXAUG_EXPECTS(!s.per_sample, where + ": give either per-sample values or a random range");
+          VOXAUG_EXPECTS(!s.per_sample,
+                         where + ": give either per-sample values or a random range");
           expect_finite(s.low, where, "low");
           expect_finite(s.high, where, "high");
           VOXAUG_EXPECTS(s.low <= s.high, where + ": low must be <= high, got " +
-                                              std::to_string(s.low) + " > " + std::to_string(s.high));
+                                              std::to_string(s.low) + " > " +
+                                              std::to_string(s.high));
         } else if (!s.per_sample) {
           expect_finite(s.value, where, s.op == PointwiseOp::ShiftIntensity ? "offset" : "factor");
         }
@@ -317,8 +325,8 @@ void pointwise_chain(const VolumeView& in, const VolumeView& out, const Pointwis
 }
 
 void pointwise_chain_backward(const VolumeView& grad_out, const VolumeView& in,
-                              const VolumeView& grad_in, const PointwiseStep* steps,
-                              int num_steps, cudaStream_t stream, uint32_t first_sample) {
+                              const VolumeView& grad_in, const PointwiseStep* steps, int num_steps,
+                              cudaStream_t stream, uint32_t first_sample) {
   detail::ChainParams p = pack(steps, num_steps);
   p.first_sample = first_sample;
   p.channels = in.shape[1];
@@ -390,12 +398,11 @@ void minmax_cuda(const VolumeView& in, const Segments& sg, double* out, cudaStre
 }  // namespace detail
 
 void minmax(const VolumeView& in, double* out_minmax, bool channel_wise, cudaStream_t stream) {
-  for (int k = 0; k < 5; ++k)
-    VOXAUG_EXPECTS(in.shape[k] >= 0, "input: sizes must be non-negative");
+  for (int k = 0; k < 5; ++k) VOXAUG_EXPECTS(in.shape[k] >= 0, "input: sizes must be non-negative");
   if (in.shape[0] == 0 || (channel_wise && in.shape[1] == 0)) return;
   VOXAUG_EXPECTS(out_minmax != nullptr, "out_minmax must not be null");
-  VOXAUG_EXPECTS(in.numel() > 0, "input: minmax of an empty volume is undefined (shape " +
-                                     in.describe() + ")");
+  VOXAUG_EXPECTS(in.numel() > 0,
+                 "input: minmax of an empty volume is undefined (shape " + in.describe() + ")");
   const detail::Segments sg = detail::make_segments(in, channel_wise);
   if (in.device == Device::CPU) {
     detail::visit_image_dtype(in.dtype, "input", [&](auto tag) {
@@ -412,8 +419,8 @@ void minmax(const VolumeView& in, double* out_minmax, bool channel_wise, cudaStr
 #endif
 }
 
-void scale_intensity_range(const VolumeView& in, const VolumeView& out, double a_min,
-                           double a_max, const double* b_min, const double* b_max, bool clip,
+void scale_intensity_range(const VolumeView& in, const VolumeView& out, double a_min, double a_max,
+                           const double* b_min, const double* b_max, bool clip,
                            cudaStream_t stream) {
   const PointwiseStep s = PointwiseStep::scale_intensity_range(a_min, a_max, b_min, b_max, clip);
   pointwise_chain(in, out, &s, 1, stream);

@@ -48,8 +48,8 @@ __global__ void minmax_init(uint64_t* enc, int64_t segments) {
 // blockIdx.y walks segments; each warp reduces its share and lane 0 commits with atomics
 // on the order-preserving encoding (so the result does not depend on the order).
 template <class T>
-__global__ void __launch_bounds__(256) minmax_reduce(const T* data, Segments sg, int64_t segments,
-                                                     unsigned long long* enc) {
+__global__ void __launch_bounds__(256)
+    minmax_reduce(const T* data, Segments sg, int64_t segments, unsigned long long* enc) {
   using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
   for (int64_t seg = blockIdx.y; seg < segments; seg += gridDim.y) {
     double a = INFINITY, b = -INFINITY;
@@ -98,8 +98,7 @@ void minmax_cuda(const VolumeView& in, const Segments& sg, double* out, cudaStre
   visit_image_dtype(in.dtype, "input", [&](auto tag) {
     using T = typename decltype(tag)::type;
     minmax_reduce<T><<<dim3(unsigned(grid_x), unsigned(grid_y)), 256, 0, stream>>>(
-        static_cast<const T*>(in.data), sg, segments,
-        reinterpret_cast<unsigned long long*>(enc));
+        static_cast<const T*>(in.data), sg, segments, reinterpret_cast<unsigned long long*>(enc));
     VOXAUG_CUDA_CHECK_LAUNCH();
   });
   minmax_decode<<<small_blocks, 256, 0, stream>>>(enc, 2 * segments);

@@ -54,15 +54,18 @@ inline std::vector<NamedChain> reference_chains() {
   c.push_back({"sir_clip", {PointwiseStep::scale_intensity_range(-50, 120, &bmin, &bmax, true)}});
   c.push_back({"sir_noclip", {PointwiseStep::scale_intensity_range(-50, 120, &neg, &bmax, false)}});
   c.push_back({"sir_no_b", {PointwiseStep::scale_intensity_range(10, 30, nullptr, nullptr, true)}});
-  c.push_back({"sir_clip_lo_only", {PointwiseStep::scale_intensity_range(-50, 120, &bmin, nullptr, true)}});
+  c.push_back(
+      {"sir_clip_lo_only", {PointwiseStep::scale_intensity_range(-50, 120, &bmin, nullptr, true)}});
   c.push_back({"sir_degenerate", {PointwiseStep::scale_intensity_range(5, 5, &bmin, &bmax, true)}});
   c.push_back({"shift_fixed", {PointwiseStep::shift_intensity(3.25)}});
   c.push_back({"scale_fixed", {PointwiseStep::scale_intensity(-0.3)}});
   c.push_back({"rand_shift", {PointwiseStep::rand_shift_intensity(-10, 10, 1.0, 11)}});
   c.push_back({"rand_shift_gated", {PointwiseStep::rand_shift_intensity(-10, 10, 0.5, 12)}});
-  c.push_back({"rand_shift_channel", {PointwiseStep::rand_shift_intensity(-10, 10, 0.7, 13, true)}});
+  c.push_back(
+      {"rand_shift_channel", {PointwiseStep::rand_shift_intensity(-10, 10, 0.7, 13, true)}});
   c.push_back({"rand_scale", {PointwiseStep::rand_scale_intensity(-0.5, 0.5, 0.8, 14)}});
-  c.push_back({"rand_scale_channel", {PointwiseStep::rand_scale_intensity(-0.5, 0.5, 1.0, 15, true)}});
+  c.push_back(
+      {"rand_scale_channel", {PointwiseStep::rand_scale_intensity(-0.5, 0.5, 1.0, 15, true)}});
   c.push_back({"noise", {PointwiseStep::gaussian_noise(0.0, 2.0, false, 1.0, 16)}});
   c.push_back({"noise_sample_std", {PointwiseStep::gaussian_noise(0.5, 3.0, true, 0.6, 17)}});
   c.push_back({"btcv_chain",
@@ -79,7 +82,9 @@ inline std::vector<NamedChain> reference_chains() {
   return c;
 }
 
-inline double u01(uint32_t r) { return static_cast<double>(r >> 8) / 16777216.0; }
+inline double u01(uint32_t r) {
+  return static_cast<double>(r >> 8) / 16777216.0;
+}
 
 // The standard normal that element e of global sample g gets from a noise step's seed.
 inline double reference_normal(uint64_t seed, int64_t e, uint32_t g) {

@@ -2,8 +2,8 @@
 // round-to-nearest-even) and a float64 rounding of the bfloat16 grid.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -27,16 +27,32 @@ float oracle_half_to_float(uint16_t b) {
 float oracle_bf16(float f) {
   if (std::isnan(f) || std::isinf(f) || f == 0.0f) return f;
   int e;
-  std::frexp(static_cast<double>(f), &e);  // f = m * 2^e, m in [0.5, 1)
-  const double q = std::ldexp(1.0, std::max(e - 8, -133));  // bf16 subnormal spacing 2^-133
+  std::frexp(static_cast<double>(f), &e);                           // f = m * 2^e, m in [0.5, 1)
+  const double q = std::ldexp(1.0, std::max(e - 8, -133));          // bf16 subnormal spacing 2^-133
   const double r = std::nearbyint(static_cast<double>(f) / q) * q;  // default mode: ties even
   return static_cast<float>(r);  // exact unless it overflows to inf, which is correct
 }
 std::vector<float> probe_floats() {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, 1e-8f,
-                          5.960464477539063e-08f, 2.9802322387695312e-08f, 2.98023259e-08f,
-                          6.103515625e-05f, 6.1035e-05f, 3.0e38f, -3.0e38f, INFINITY, -INFINITY,
-                          1.00048828125f, 1.00146484375f, 0.333333343f};
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          65504.0f,
+                          65519.99f,
+                          65520.0f,
+                          1e-8f,
+                          5.960464477539063e-08f,
+                          2.9802322387695312e-08f,
+                          2.98023259e-08f,
+                          6.103515625e-05f,
+                          6.1035e-05f,
+                          3.0e38f,
+                          -3.0e38f,
+                          INFINITY,
+                          -INFINITY,
+                          1.00048828125f,
+                          1.00146484375f,
+                          0.333333343f};
   std::mt19937 rng(1);
   for (int i = 0; i < 2000000; ++i) {
     const uint32_t bits = rng();
@@ -44,7 +60,8 @@ std::vector<float> probe_floats() {
     std::memcpy(&f, &bits, 4);
     if (!std::isnan(f)) v.push_back(f);
   }
-  for (int i = 0; i < 200000; ++i) v.push_back(std::ldexp(static_cast<float>(rng()) / 4294967296.0f, (int)(rng() % 40) - 30));
+  for (int i = 0; i < 200000; ++i)
+    v.push_back(std::ldexp(static_cast<float>(rng()) / 4294967296.0f, (int)(rng() % 40) - 30));
   return v;
 }
 }  // namespace

@@ -29,8 +29,8 @@ void check_chain_float32(const NamedChain& chain, const Shape& s, uint32_t first
   int64_t idx = 0;
   for (int64_t n = 0; n < s.n; ++n)
     for (int64_t e = 0; e < s.sample(); ++e, ++idx) {
-      const double ref = reference_element(chain.steps, in[idx],
-                                           first_sample + static_cast<uint32_t>(n), e / (s.d * s.h * s.w), e);
+      const double ref = reference_element(
+          chain.steps, in[idx], first_sample + static_cast<uint32_t>(n), e / (s.d * s.h * s.w), e);
       ASSERT_FALSE(std::isnan(out[idx])) << chain.name << " " << s.str() << " idx " << idx;
       worst = std::max(worst, std::fabs(out[idx] - ref) / std::max(1.0, std::fabs(ref)));
     }
@@ -70,7 +70,8 @@ TEST(IntensityCpu, SplitBatchEqualsWholeBatchBitwise) {
                   host_view(out.data(), DType::Float32, whole), chain.data(), 3);
   pointwise_chain(host_view(in.data() + 4 * whole.sample(), DType::Float32, piece),
                   host_view(part.data(), DType::Float32, piece), chain.data(), 3, nullptr, 4);
-  EXPECT_EQ(0, std::memcmp(part.data(), out.data() + 4 * whole.sample(), part.size() * sizeof(float)));
+  EXPECT_EQ(0,
+            std::memcmp(part.data(), out.data() + 4 * whole.sample(), part.size() * sizeof(float)));
 }
 
 TEST(IntensityCpu, FusedChainEqualsStepByStepBitwise) {
@@ -78,8 +79,9 @@ TEST(IntensityCpu, FusedChainEqualsStepByStepBitwise) {
   const auto src = random_values(s.numel(), 3, -300, 300);
   std::vector<float> in(src.begin(), src.end()), fused(in.size()), stepwise(in);
   const auto chain = reference_chains().back().steps;
-  pointwise_chain(host_view(in.data(), DType::Float32, s), host_view(fused.data(), DType::Float32, s),
-                  chain.data(), static_cast<int>(chain.size()));
+  pointwise_chain(host_view(in.data(), DType::Float32, s),
+                  host_view(fused.data(), DType::Float32, s), chain.data(),
+                  static_cast<int>(chain.size()));
   for (const auto& step : chain) {
     const VolumeView v = host_view(stepwise.data(), DType::Float32, s);
     pointwise_chain(v, v, &step, 1);
@@ -115,7 +117,8 @@ TEST(IntensityCpu, NonContiguousInputMatchesContiguous) {
         for (int64_t h = 0; h < s.h; ++h)
           for (int64_t w = 0; w < s.w; ++w)
             dense[(((n * s.c + c) * s.d + d) * s.h + h) * s.w + w] =
-                storage[n * strided.strides[0] + c * strided.strides[1] + d + h * s.d + w * s.d * s.h];
+                storage[n * strided.strides[0] + c * strided.strides[1] + d + h * s.d +
+                        w * s.d * s.h];
   const auto chain = reference_chains()[15].steps;
   pointwise_chain(strided, host_view(out_a.data(), DType::Float32, s), chain.data(),
                   static_cast<int>(chain.size()));
@@ -140,9 +143,12 @@ TEST(IntensityCpu, IntegerAndHalfInputsAndOutputs) {
     std::vector<float> f32(s.numel());
     std::vector<detail::half_t> f16(s.numel());
     std::vector<detail::bfloat16_t> b16(s.numel());
-    pointwise_chain(host_view(u8.data(), DType::UInt8, s), host_view(f32.data(), DType::Float32, s), chain.data(), k);
-    pointwise_chain(host_view(u8.data(), DType::UInt8, s), host_view(f16.data(), DType::Float16, s), chain.data(), k);
-    pointwise_chain(host_view(i16.data(), DType::Int16, s), host_view(b16.data(), DType::BFloat16, s), chain.data(), k);
+    pointwise_chain(host_view(u8.data(), DType::UInt8, s), host_view(f32.data(), DType::Float32, s),
+                    chain.data(), k);
+    pointwise_chain(host_view(u8.data(), DType::UInt8, s), host_view(f16.data(), DType::Float16, s),
+                    chain.data(), k);
+    pointwise_chain(host_view(i16.data(), DType::Int16, s),
+                    host_view(b16.data(), DType::BFloat16, s), chain.data(), k);
     for (int64_t i = 0; i < s.numel(); ++i) {
       const int64_t n = i / s.sample(), e = i % s.sample();
       const double r8 = reference_element(chain, u8[i], static_cast<uint32_t>(n), 0, e);
@@ -154,9 +160,11 @@ TEST(IntensityCpu, IntegerAndHalfInputsAndOutputs) {
   }
   {  // float64 end to end (computed in double)
     std::vector<double> in(src), out(s.numel());
-    pointwise_chain(host_view(in.data(), DType::Float64, s), host_view(out.data(), DType::Float64, s), chain.data(), k);
+    pointwise_chain(host_view(in.data(), DType::Float64, s),
+                    host_view(out.data(), DType::Float64, s), chain.data(), k);
     for (int64_t i = 0; i < s.numel(); ++i) {
-      const double ref = reference_element(chain, in[i], static_cast<uint32_t>(i / s.sample()), 0, i % s.sample());
+      const double ref =
+          reference_element(chain, in[i], static_cast<uint32_t>(i / s.sample()), 0, i % s.sample());
       EXPECT_NEAR(out[i], ref, 1e-6 * std::max(1.0, std::fabs(ref)));  // z is drawn in float32
     }
   }
@@ -206,14 +214,16 @@ TEST(IntensityCpu, RescaleMatchesFloat64Reference) {
   for (const Shape& s : awkward_shapes()) {
     const auto src = random_values(s.numel(), 42, -300, 500);
     std::vector<float> in(src.begin(), src.end()), out(in.size());
-    if (s.sample() > 1) std::fill(in.begin(), in.begin() + s.sample(), 3.0f);  // degenerate sample 0
+    if (s.sample() > 1)
+      std::fill(in.begin(), in.begin() + s.sample(), 3.0f);  // degenerate sample 0
     const double minv = -1.0, maxv = 2.0;
     for (bool channel_wise : {false, true}) {
       std::vector<double> stats(2 * s.n * s.c);
       minmax(host_view(in.data(), DType::Float32, s), stats.data(), channel_wise);
       for (int variant = 0; variant < 3; ++variant) {
-        const PointwiseStep step = PointwiseStep::rescale_intensity(
-            stats.data(), channel_wise, variant < 2 ? &minv : nullptr, variant == 0 ? &maxv : nullptr);
+        const PointwiseStep step = PointwiseStep::rescale_intensity(stats.data(), channel_wise,
+                                                                    variant < 2 ? &minv : nullptr,
+                                                                    variant == 0 ? &maxv : nullptr);
         pointwise_chain(host_view(in.data(), DType::Float32, s),
                         host_view(out.data(), DType::Float32, s), &step, 1);
         for (int64_t i = 0; i < s.numel(); ++i) {
@@ -250,24 +260,62 @@ std::string error_of(F&& f) {
 TEST(IntensityCpu, BadArgumentsGiveNamedErrors) {
   const Shape s{1, 1, 2, 2, 2};
   std::vector<float> a(8), b(8);
-  const VolumeView va = host_view(a.data(), DType::Float32, s), vb = host_view(b.data(), DType::Float32, s);
+  const VolumeView va = host_view(a.data(), DType::Float32, s),
+                   vb = host_view(b.data(), DType::Float32, s);
   auto run = [&](PointwiseStep st) { pointwise_chain(va, vb, &st, 1); };
-  EXPECT_NE(error_of([&] { run(PointwiseStep::rand_shift_intensity(0, 1, 1.5, 0)); }).find("prob must be in [0, 1]"), std::string::npos);
-  EXPECT_NE(error_of([&] { run(PointwiseStep::rand_shift_intensity(2, 1, 1, 0)); }).find("low must be <= high"), std::string::npos);
-  EXPECT_NE(error_of([&] { run(PointwiseStep::gaussian_noise(0, -1, false, 1, 0)); }).find("std must be >= 0"), std::string::npos);
-  EXPECT_NE(error_of([&] { run(PointwiseStep::gaussian_noise(std::nan(""), 1, false, 1, 0)); }).find("mean must be finite"), std::string::npos);
-  EXPECT_NE(error_of([&] { run(PointwiseStep::scale_intensity_range(0, std::numeric_limits<double>::infinity(), nullptr, nullptr, false)); }).find("a_max must be finite"), std::string::npos);
-  EXPECT_NE(error_of([&] { run(PointwiseStep::shift_intensity(std::nan(""))); }).find("offset must be finite"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::rand_shift_intensity(0, 1, 1.5, 0));
+            }).find("prob must be in [0, 1]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::rand_shift_intensity(2, 1, 1, 0));
+            }).find("low must be <= high"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::gaussian_noise(0, -1, false, 1, 0));
+            }).find("std must be >= 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::gaussian_noise(std::nan(""), 1, false, 1, 0));
+            }).find("mean must be finite"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::scale_intensity_range(0, std::numeric_limits<double>::infinity(),
+                                                       nullptr, nullptr, false));
+            }).find("a_max must be finite"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::shift_intensity(std::nan("")));
+            }).find("offset must be finite"),
+            std::string::npos);
   PointwiseStep many[kMaxPointwiseSteps + 1];
-  EXPECT_NE(error_of([&] { pointwise_chain(va, vb, many, kMaxPointwiseSteps + 1); }).find("num_steps"), std::string::npos);
+  EXPECT_NE(
+      error_of([&] { pointwise_chain(va, vb, many, kMaxPointwiseSteps + 1); }).find("num_steps"),
+      std::string::npos);
   const Shape other{1, 1, 2, 2, 1};
   const PointwiseStep st = PointwiseStep::shift_intensity(1.0);
-  EXPECT_NE(error_of([&] { pointwise_chain(va, host_view(b.data(), DType::Float32, other), &st, 1); }).find("output must have the shape of input"), std::string::npos);
-  EXPECT_NE(error_of([&] { pointwise_chain(va, host_view(b.data(), DType::Int32, s), &st, 1); }).find("output must be float64, float32, float16 or bfloat16"), std::string::npos);
-  EXPECT_NE(error_of([&] { pointwise_chain(host_view(a.data(), DType::Int64, s), vb, &st, 1); }).find("input must be"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              pointwise_chain(va, host_view(b.data(), DType::Float32, other), &st, 1);
+            }).find("output must have the shape of input"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              pointwise_chain(va, host_view(b.data(), DType::Int32, s), &st, 1);
+            }).find("output must be float64, float32, float16 or bfloat16"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              pointwise_chain(host_view(a.data(), DType::Int64, s), vb, &st, 1);
+            }).find("input must be"),
+            std::string::npos);
   VolumeView shifted = host_view(a.data() + 1, DType::Float32, {1, 1, 1, 1, 4});
-  EXPECT_NE(error_of([&] { pointwise_chain(host_view(a.data(), DType::Float32, {1, 1, 1, 1, 4}), shifted, &st, 1); }).find("overlaps"), std::string::npos);
+  EXPECT_NE(
+      error_of([&] {
+        pointwise_chain(host_view(a.data(), DType::Float32, {1, 1, 1, 1, 4}), shifted, &st, 1);
+      }).find("overlaps"),
+      std::string::npos);
   VolumeView cuda_view = vb;
   cuda_view.device = Device::CUDA;
-  EXPECT_NE(error_of([&] { pointwise_chain(va, cuda_view, &st, 1); }).find("must be on the device of input"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              pointwise_chain(va, cuda_view, &st, 1);
+            }).find("must be on the device of input"),
+            std::string::npos);
 }

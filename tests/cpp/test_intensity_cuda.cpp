@@ -27,22 +27,26 @@ struct DeviceBuffer {
   ~DeviceBuffer() { cudaFree(p); }
 };
 
-bool have_device() { return cuda_device_count() > 0; }
+bool have_device() {
+  return cuda_device_count() > 0;
+}
 
 template <class TIn, class TOut>
 void compare_twin(const NamedChain& chain, const Shape& s, DType tin, DType tout,
                   const std::vector<TIn>& in, bool in_place) {
   std::vector<TOut> cpu(s.numel()), gpu(s.numel());
   const int k = static_cast<int>(chain.steps.size());
-  pointwise_chain(contiguous_view(const_cast<TIn*>(in.data()), tin, Device::CPU, s.n, s.c, s.d, s.h, s.w),
-                  contiguous_view(cpu.data(), tout, Device::CPU, s.n, s.c, s.d, s.h, s.w),
-                  chain.steps.data(), k);
+  pointwise_chain(
+      contiguous_view(const_cast<TIn*>(in.data()), tin, Device::CPU, s.n, s.c, s.d, s.h, s.w),
+      contiguous_view(cpu.data(), tout, Device::CPU, s.n, s.c, s.d, s.h, s.w), chain.steps.data(),
+      k);
   DeviceBuffer din(in.size() * sizeof(TIn)), dout(cpu.size() * sizeof(TOut));
   CUDA_OK(cudaMemcpy(din.p, in.data(), in.size() * sizeof(TIn), cudaMemcpyHostToDevice));
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
   const VolumeView vin = contiguous_view(din.p, tin, Device::CUDA, s.n, s.c, s.d, s.h, s.w);
-  const VolumeView vout = in_place ? vin : contiguous_view(dout.p, tout, Device::CUDA, s.n, s.c, s.d, s.h, s.w);
+  const VolumeView vout =
+      in_place ? vin : contiguous_view(dout.p, tout, Device::CUDA, s.n, s.c, s.d, s.h, s.w);
   pointwise_chain(vin, vout, chain.steps.data(), k, stream);
   CUDA_OK(cudaStreamSynchronize(stream));
   CUDA_OK(cudaMemcpy(gpu.data(), vout.data, gpu.size() * sizeof(TOut), cudaMemcpyDeviceToHost));
@@ -80,8 +84,10 @@ TEST(IntensityCuda, MixedDtypesTwinBitIdentical) {
   for (const auto& chain : reference_chains()) {
     compare_twin<uint8_t, float>(chain, s, DType::UInt8, DType::Float32, u8, false);
     compare_twin<int16_t, detail::half_t>(chain, s, DType::Int16, DType::Float16, i16, false);
-    compare_twin<detail::half_t, detail::half_t>(chain, s, DType::Float16, DType::Float16, f16, false);
-    compare_twin<detail::bfloat16_t, detail::bfloat16_t>(chain, s, DType::BFloat16, DType::BFloat16, b16, true);
+    compare_twin<detail::half_t, detail::half_t>(chain, s, DType::Float16, DType::Float16, f16,
+                                                 false);
+    compare_twin<detail::bfloat16_t, detail::bfloat16_t>(chain, s, DType::BFloat16, DType::BFloat16,
+                                                         b16, true);
     compare_twin<double, double>(chain, s, DType::Float64, DType::Float64, src, false);
   }
 }
@@ -107,17 +113,25 @@ TEST(IntensityCuda, MinMaxAndRescaleTwin) {
   for (bool channel_wise : {false, true}) {
     const size_t pairs = s.n * (channel_wise ? s.c : 1);
     std::vector<double> cpu(2 * pairs), gpu(2 * pairs);
-    const VolumeView hin = contiguous_view(in.data(), DType::Float32, Device::CPU, s.n, s.c, s.d, s.h, s.w);
-    const VolumeView vin = contiguous_view(din.p, DType::Float32, Device::CUDA, s.n, s.c, s.d, s.h, s.w);
+    const VolumeView hin =
+        contiguous_view(in.data(), DType::Float32, Device::CPU, s.n, s.c, s.d, s.h, s.w);
+    const VolumeView vin =
+        contiguous_view(din.p, DType::Float32, Device::CUDA, s.n, s.c, s.d, s.h, s.w);
     minmax(hin, cpu.data(), channel_wise);
     minmax(vin, static_cast<double*>(dstats.p), channel_wise);
     CUDA_OK(cudaMemcpy(gpu.data(), dstats.p, gpu.size() * sizeof(double), cudaMemcpyDeviceToHost));
     EXPECT_EQ(cpu, gpu);
     std::vector<float> out_cpu(in.size()), out_gpu(in.size());
-    const PointwiseStep hs = PointwiseStep::rescale_intensity(cpu.data(), channel_wise, &minv, &maxv);
-    const PointwiseStep ds = PointwiseStep::rescale_intensity(static_cast<double*>(dstats.p), channel_wise, &minv, &maxv);
-    pointwise_chain(hin, contiguous_view(out_cpu.data(), DType::Float32, Device::CPU, s.n, s.c, s.d, s.h, s.w), &hs, 1);
-    pointwise_chain(vin, contiguous_view(dout.p, DType::Float32, Device::CUDA, s.n, s.c, s.d, s.h, s.w), &ds, 1);
+    const PointwiseStep hs =
+        PointwiseStep::rescale_intensity(cpu.data(), channel_wise, &minv, &maxv);
+    const PointwiseStep ds = PointwiseStep::rescale_intensity(static_cast<double*>(dstats.p),
+                                                              channel_wise, &minv, &maxv);
+    pointwise_chain(
+        hin, contiguous_view(out_cpu.data(), DType::Float32, Device::CPU, s.n, s.c, s.d, s.h, s.w),
+        &hs, 1);
+    pointwise_chain(vin,
+                    contiguous_view(dout.p, DType::Float32, Device::CUDA, s.n, s.c, s.d, s.h, s.w),
+                    &ds, 1);
     CUDA_OK(cudaMemcpy(out_gpu.data(), dout.p, in.size() * sizeof(float), cudaMemcpyDeviceToHost));
     EXPECT_EQ(0, std::memcmp(out_cpu.data(), out_gpu.data(), in.size() * sizeof(float)));
   }
@@ -128,15 +142,20 @@ TEST(IntensityCuda, BackwardTwinBitIdentical) {
   const Shape s{2, 2, 7, 6, 5};
   const auto src = random_values(s.numel(), 34, -200, 300);
   const auto g = random_values(s.numel(), 35, -1, 1);
-  std::vector<float> in(src.begin(), src.end()), go(g.begin(), g.end()), cpu(s.numel()), gpu(s.numel());
+  std::vector<float> in(src.begin(), src.end()), go(g.begin(), g.end()), cpu(s.numel()),
+      gpu(s.numel());
   const size_t bytes = in.size() * sizeof(float);
   DeviceBuffer din(bytes), dgo(bytes), dgi(bytes);
   CUDA_OK(cudaMemcpy(din.p, in.data(), bytes, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dgo.p, go.data(), bytes, cudaMemcpyHostToDevice));
   for (const auto& chain : reference_chains()) {
     const int k = static_cast<int>(chain.steps.size());
-    auto hv = [&](void* p) { return contiguous_view(p, DType::Float32, Device::CPU, s.n, s.c, s.d, s.h, s.w); };
-    auto dv = [&](void* p) { return contiguous_view(p, DType::Float32, Device::CUDA, s.n, s.c, s.d, s.h, s.w); };
+    auto hv = [&](void* p) {
+      return contiguous_view(p, DType::Float32, Device::CPU, s.n, s.c, s.d, s.h, s.w);
+    };
+    auto dv = [&](void* p) {
+      return contiguous_view(p, DType::Float32, Device::CUDA, s.n, s.c, s.d, s.h, s.w);
+    };
     pointwise_chain_backward(hv(go.data()), hv(in.data()), hv(cpu.data()), chain.steps.data(), k);
     pointwise_chain_backward(dv(dgo.p), dv(din.p), dv(dgi.p), chain.steps.data(), k);
     CUDA_OK(cudaMemcpy(gpu.data(), dgi.p, bytes, cudaMemcpyDeviceToHost));
@@ -144,5 +163,7 @@ TEST(IntensityCuda, BackwardTwinBitIdentical) {
   }
 }
 #else
-TEST(IntensityCuda, Float32TwinBitIdentical) { GTEST_SKIP() << "built without CUDA"; }
+TEST(IntensityCuda, Float32TwinBitIdentical) {
+  GTEST_SKIP() << "built without CUDA";
+}
 #endif

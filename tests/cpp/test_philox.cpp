@@ -46,7 +46,8 @@ TEST(Philox, KnownAnswerAllOnesAndPi) {
 TEST(Philox, MatchesCurandHostGeneratorRawStream) {
   for (const unsigned long long seed : {0ull, 1234ull, 0x0123456789abcdefull}) {
     curandGenerator_t gen;
-    ASSERT_EQ(curandCreateGeneratorHost(&gen, CURAND_RNG_PSEUDO_PHILOX4_32_10), CURAND_STATUS_SUCCESS);
+    ASSERT_EQ(curandCreateGeneratorHost(&gen, CURAND_RNG_PSEUDO_PHILOX4_32_10),
+              CURAND_STATUS_SUCCESS);
     ASSERT_EQ(curandSetPseudoRandomGeneratorSeed(gen, seed), CURAND_STATUS_SUCCESS);
     const size_t blocks = 3 * 65536 + 17;
     std::vector<unsigned> raw(blocks * 4);
@@ -54,8 +55,8 @@ TEST(Philox, MatchesCurandHostGeneratorRawStream) {
     curandDestroyGenerator(gen);
     size_t mismatches = 0;
     for (size_t b = 0; b < blocks; ++b) {
-      const U32x4 r = philox_block(seed, b / 65536, static_cast<uint32_t>(b % 65536),
-                                   PhiloxStream::Element);
+      const U32x4 r =
+          philox_block(seed, b / 65536, static_cast<uint32_t>(b % 65536), PhiloxStream::Element);
       mismatches += (r.x != raw[4 * b]) + (r.y != raw[4 * b + 1]) + (r.z != raw[4 * b + 2]) +
                     (r.w != raw[4 * b + 3]);
     }

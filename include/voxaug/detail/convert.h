@@ -39,7 +39,7 @@ VOXAUG_HD VOXAUG_FORCEINLINE uint16_t float_to_half(float f) {
     return static_cast<uint16_t>(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u));
   }
   if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
-  if (a < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
+  if (a < 0x38800000u) {               // below the smallest normal half (2^-14): subnormal or zero
     if (a < 0x33000000u) return sign;  // < 2^-25 rounds to zero (ties to even: 0)
     const uint32_t e = a >> 23;
     const uint32_t m = (a & 0x7fffffu) | 0x800000u;

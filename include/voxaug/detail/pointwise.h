@@ -22,8 +22,8 @@ enum StepFlags : uint32_t {
   kAddB = 1u << 4,        // SIR degenerate with b_min given
   kRandom = 1u << 5,      // Shift/Scale: value ~ U(lo, hi)
   kChannelWise = 1u << 6,
-  kSampleStd = 1u << 7,   // Noise: std ~ U(0, std)
-  kPerSample = 1u << 8,   // Shift/Scale: value from per_sample[n]
+  kSampleStd = 1u << 7,  // Noise: std ~ U(0, std)
+  kPerSample = 1u << 8,  // Shift/Scale: value from per_sample[n]
   // Rescale reuses kHasB (minv given) and kAddB (minv and maxv given), kChannelWise.
 };
 
@@ -78,12 +78,12 @@ VOXAUG_HD VOXAUG_FORCEINLINE Resolved<Acc> resolve_step(const KStep& s, uint32_t
       if (s.flags & kPerSample) {
         v = static_cast<Acc>(s.per_sample[n]);
       } else if (s.flags & kRandom) {
-        const uint32_t bits = (s.flags & kChannelWise)
-                                  ? philox_block(s.seed, static_cast<uint64_t>(c), g,
-                                                 PhiloxStream::Channel).x
-                                  : sample_draw.y;
-        v = static_cast<Acc>(uniform_range(bits, static_cast<float>(s.lo),
-                                           static_cast<float>(s.hi)));
+        const uint32_t bits =
+            (s.flags & kChannelWise)
+                ? philox_block(s.seed, static_cast<uint64_t>(c), g, PhiloxStream::Channel).x
+                : sample_draw.y;
+        v = static_cast<Acc>(
+            uniform_range(bits, static_cast<float>(s.lo), static_cast<float>(s.hi)));
       } else {
         v = static_cast<Acc>(s.p0);
       }
@@ -103,7 +103,7 @@ VOXAUG_HD VOXAUG_FORCEINLINE Resolved<Acc> resolve_step(const KStep& s, uint32_t
       r.p0 = static_cast<Acc>(mn);
       r.p1 = fsub(static_cast<Acc>(mx), static_cast<Acc>(mn));
       r.p2 = static_cast<Acc>(s.p1 - s.p0);  // maxv - minv
-      r.p3 = static_cast<Acc>(s.p0);          // minv
+      r.p3 = static_cast<Acc>(s.p0);         // minv
       break;
     }
     case PointwiseOp::GaussianNoise: {
@@ -187,7 +187,9 @@ VOXAUG_HD VOXAUG_FORCEINLINE void apply_step(const KStep& s, const Resolved<Acc>
                                              float z) {
   if (!r.active) return;
   switch (static_cast<PointwiseOp>(s.op)) {
-    case PointwiseOp::ScaleIntensityRange: op_scale_intensity_range<Deriv>(s.flags, r, x, d); return;
+    case PointwiseOp::ScaleIntensityRange:
+      op_scale_intensity_range<Deriv>(s.flags, r, x, d);
+      return;
     case PointwiseOp::ShiftIntensity: op_shift_intensity<Deriv>(r, x, d); return;
     case PointwiseOp::ScaleIntensity: op_scale_intensity<Deriv>(r, x, d); return;
     case PointwiseOp::RescaleIntensity: op_rescale_intensity<Deriv>(s.flags, r, x, d); return;
@@ -234,7 +236,8 @@ VOXAUG_HD VOXAUG_FORCEINLINE void chain_apply4(const ChainParams& p, ChainState<
         st.channel = c;
       }
     }
-    for (int k = 0; k < p.num_steps; ++k) apply_step<Deriv, Acc>(p.steps[k], st.r[k], x[j], d[j], z[k][j]);
+    for (int k = 0; k < p.num_steps; ++k)
+      apply_step<Deriv, Acc>(p.steps[k], st.r[k], x[j], d[j], z[k][j]);
   }
 }
 
