@@ -82,4 +82,16 @@ fi
 log "ctest"
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"
 log "pytest"
-cd "$repo" && "$python" -m pytest -q tests/python
+"$python" -m pytest -q tests/python
+
+# ---- the CPU paths again under AddressSanitizer + UndefinedBehaviorSanitizer ----
+if [[ "${VOXAUG_SKIP_SANITIZERS:-0}" != 1 ]]; then
+  log "sanitizers (ASan + UBSan, CPU paths)"
+  cmake -S . -B "$build_dir-asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVOXAUG_SANITIZE=ON \
+    -DVOXAUG_WITH_CUDA=OFF -DVOXAUG_BUILD_TORCH=OFF -DVOXAUG_BUILD_BENCHMARKS=OFF \
+    -DVOXAUG_BUILD_EXAMPLES=OFF "${launcher[@]}" >"$build_dir-asan.configure.log" 2>&1 ||
+    { cat "$build_dir-asan.configure.log"; exit 1; }
+  cmake --build "$build_dir-asan" -j "$jobs" --target voxaug_core_tests
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    ctest --test-dir "$build_dir-asan" --output-on-failure -j "$jobs" -L core
+fi

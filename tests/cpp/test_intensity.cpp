@@ -260,6 +260,7 @@ std::string error_of(F&& f) {
 TEST(IntensityCpu, BadArgumentsGiveNamedErrors) {
   const Shape s{1, 1, 2, 2, 2};
   std::vector<float> a(8), b(8);
+  std::vector<int64_t> wide(8);
   const VolumeView va = host_view(a.data(), DType::Float32, s),
                    vb = host_view(b.data(), DType::Float32, s);
   auto run = [&](PointwiseStep st) { pointwise_chain(va, vb, &st, 1); };
@@ -303,7 +304,7 @@ TEST(IntensityCpu, BadArgumentsGiveNamedErrors) {
             }).find("output must be float64, float32, float16 or bfloat16"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
-              pointwise_chain(host_view(a.data(), DType::Int64, s), vb, &st, 1);
+              pointwise_chain(host_view(wide.data(), DType::Int64, s), vb, &st, 1);
             }).find("input must be"),
             std::string::npos);
   VolumeView shifted = host_view(a.data() + 1, DType::Float32, {1, 1, 1, 1, 4});
