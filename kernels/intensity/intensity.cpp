@@ -236,22 +236,22 @@ void check_batch(const VolumeView& v, uint32_t first_sample) {
                      std::to_string(first_sample) + " + " + std::to_string(v.shape[0]));
 }
 
+// CUDA views need their per-sample values and statistics in device memory of their device.
 void check_per_sample_pointers(const VolumeView& v, const detail::ChainParams& p) {
-  for (int k = 0; k < p.num_steps; ++k) {
 #if VOXAUG_WITH_CUDA
-    if (v.device != Device::CUDA) continue;
+  if (v.device != Device::CUDA) return;
+  for (int k = 0; k < p.num_steps; ++k) {
     if (p.steps[k].flags & detail::kPerSample)
       detail::check_device_pointer(p.steps[k].per_sample, v.device_index,
                                    "step " + std::to_string(k) + ": per-sample values");
     if (p.steps[k].stats)
       detail::check_device_pointer(p.steps[k].stats, v.device_index,
                                    "step " + std::to_string(k) + ": stats");
-#else
-    (void)v;
-    (void)p;
-    (void)k;
-#endif
   }
+#else
+  (void)v;
+  (void)p;
+#endif
 }
 
 }  // namespace

@@ -282,14 +282,19 @@ class Compose:
         return self
 
     @staticmethod
-    def _fusable(t: Any) -> bool:
-        return isinstance(t, _Pointwise) and type(t)._finish is _Pointwise._finish
+    def _fusable(t: Any, input_is_float: bool) -> bool:
+        # Shift transforms give integer images back their dtype (_finish); on floating input,
+        # which includes the output of any earlier fused step, they fuse like the rest.
+        if not isinstance(t, _Pointwise):
+            return False
+        return type(t)._finish is _Pointwise._finish or input_is_float
 
     def __call__(self, data: Any) -> Any:
         i = 0
         while i < len(self.transforms):
             t = self.transforms[i]
-            if not self._fusable(t):
+            x_float = _as_batch(data)[0].is_floating_point() if isinstance(t, _Pointwise) else False
+            if not self._fusable(t, x_float):
                 data = t(data)
                 i += 1
                 continue
@@ -297,7 +302,7 @@ class Compose:
             while i + len(group) < len(self.transforms):
                 nxt = self.transforms[i + len(group)]
                 # A step that needs statistics of its own input starts a new pass.
-                if not self._fusable(nxt) or getattr(nxt, "_needs_input_stats", False):
+                if not self._fusable(nxt, True) or getattr(nxt, "_needs_input_stats", False):
                     break
                 group.append(nxt)
             i += len(group)

@@ -242,6 +242,21 @@ def test_fused_compose_equals_one_by_one():
     assert torch.equal(fused, y)
 
 
+def test_compose_fuses_into_one_pass_and_keeps_integer_shift_semantics(monkeypatch):
+    calls = []
+    real = ops.pointwise_chain
+    monkeypatch.setattr(ops, "pointwise_chain", lambda *a, **k: calls.append(len(a[1])) or real(*a, **k))
+    u8 = (rand_volume((1, 6, 7, 8), lo=0, hi=255)).to(torch.uint8)
+    btcv = vt.Compose([vt.ScaleIntensityRange(0, 255, 0, 1, True), vt.RandShiftIntensity(0.1, prob=1.0, seed=1),
+                       vt.RandGaussianNoise(prob=1.0, seed=2)])
+    assert btcv(u8).dtype == torch.float32 and calls == [3]  # one pass of three steps
+    calls.clear()
+    out = vt.Compose([vt.ShiftIntensity(100), vt.RandGaussianNoise(prob=1.0, seed=2)])(u8)
+    assert calls == [1, 1]  # the integer shift keeps uint8 (wraps) before the noise pass
+    ref = vt.RandGaussianNoise(prob=1.0, seed=2)(mt.ShiftIntensity(100)(u8.clone()).as_tensor())
+    assert torch.equal(out, ref)
+
+
 def test_dictionary_forms_share_one_draw_and_skip_missing():
     x = rand_volume((1, 6, 6, 6))
     d = vt.RandShiftIntensityd(["a", "b", "c"], 1.0, prob=1.0, allow_missing_keys=True, seed=1)({"a": x, "b": x.clone()})

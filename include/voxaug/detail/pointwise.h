@@ -251,7 +251,9 @@ VOXAUG_HD VOXAUG_FORCEINLINE bool aligned4(const T* p) {
   return (reinterpret_cast<uintptr_t>(p) % alignof(Vec4<T>)) == 0;
 }
 
-// Forward: out = chain(in). One item = four consecutive elements of one sample.
+// Forward: out = chain(in). One item = four consecutive elements of one sample. The item
+// body below is what the CUDA launcher runs; the host runs the same math in the tiled,
+// vectorised loops of kernels/intensity/chain_cpu.h.
 template <class TIn, class TOut, class Acc>
 struct ChainForward {
   const TIn* in;
@@ -273,28 +275,24 @@ struct ChainForward {
     const int64_t e0 = item * 4;
     const int cnt = static_cast<int>(sample_numel - e0 < 4 ? sample_numel - e0 : 4);
     Acc x[4], d[4] = {Acc(1), Acc(1), Acc(1), Acc(1)};
-    if (st.vec_ok) {
 #if VOXAUG_DEVICE_PASS
+    if (st.vec_ok) {  // dense, aligned sample: one vector load per item
       const Vec4<TIn> v = *reinterpret_cast<const Vec4<TIn>*>(in + n * in_ix.batch_stride + e0);
       for (int j = 0; j < 4; ++j) x[j] = load_as<Acc>(v.v[j]);
-#else
-      const TIn* src = in + n * in_ix.batch_stride + e0;
-      for (int j = 0; j < 4; ++j) x[j] = load_as<Acc>(src[j]);
+    } else
 #endif
-    } else {
+    {
       for (int j = 0; j < cnt; ++j) x[j] = load_as<Acc>(in[in_ix.offset(n, e0 + j)]);
     }
     chain_apply4<false, Acc>(params, st, static_cast<uint32_t>(n), e0, spatial, cnt, x, d);
-    if (st.vec_ok) {
 #if VOXAUG_DEVICE_PASS
+    if (st.vec_ok) {
       Vec4<TOut> v;
       for (int j = 0; j < 4; ++j) v.v[j] = store_as<TOut>(x[j]);
       *reinterpret_cast<Vec4<TOut>*>(out + n * out_ix.batch_stride + e0) = v;
-#else
-      TOut* dst = out + n * out_ix.batch_stride + e0;
-      for (int j = 0; j < 4; ++j) dst[j] = store_as<TOut>(x[j]);
+    } else
 #endif
-    } else {
+    {
       for (int j = 0; j < cnt; ++j) out[out_ix.offset(n, e0 + j)] = store_as<TOut>(x[j]);
     }
   }
