@@ -265,7 +265,7 @@ step_ctest() {
   elif ((rc != 0 || f > 0 || n == 0)); then fail "$STEP_KEY (ctest exit $rc)"; show_tail "$logf" 20
   fi
   # With a GPU, a skipped CUDA test means the device was not seen.
-  if [[ $CPU_ONLY == 0 && $STEP_STATUS == PASS ]] && grep -q 'IntensityCuda.*(Skipped)' "$logf"; then
+  if [[ $CPU_ONLY == 0 && $STEP_STATUS == PASS ]] && grep -q 'Cuda\.[A-Za-z]*.*(Skipped)' "$logf"; then
     fail "$STEP_KEY; CUDA tests skipped: no device seen by the tests"
   fi
   return 0
@@ -311,7 +311,7 @@ step_sanitizer() {
   if [[ -z "$SANITIZER" ]]; then fail "compute-sanitizer not found"; return; fi
   if [[ ! -x "$BUILD/tests/voxaug_core_tests" ]]; then fail "no tests/voxaug_core_tests binary"; return; fi
   local m_rc=0 r_rc=0 me mp ms re rp
-  sanitize memcheck 'IntensityCuda.*' "$OUT/sanitizer_memcheck.log" || m_rc=$?
+  sanitize memcheck '*Cuda.*' "$OUT/sanitizer_memcheck.log" || m_rc=$?
   me=$SAN_ERRORS mp=$SAN_PASSED ms=$SAN_SKIPPED
   sanitize racecheck "$RACECHECK_FILTER" "$OUT/sanitizer_racecheck.log" || r_rc=$?
   re=$SAN_ERRORS rp=$SAN_PASSED

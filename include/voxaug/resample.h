@@ -1,0 +1,47 @@
+// voxaug: batched resampling through a per-sample affine map, for several tensors that share
+// one coordinate computation (e.g. an image interpolated linearly and its label map by
+// nearest neighbour) in one launch.
+//
+// Conventions:
+// - Volumes are (N, C, D, H, W); voxel centres sit at integer indices.
+// - matrices: N row-major 3x4 float64 matrices (on the data's device) mapping an output voxel
+//   index (d, h, w, 1) to a continuous input voxel index (d', h', w').
+// - Padding, per tensor, with torch.nn.functional.grid_sample's semantics for the equivalent
+//   normalised map: Zeros (out-of-range corners contribute 0), Border (clamp the coordinate to
+//   [0, S-1]), Reflection (reflect about [0, S-1] when align_corners, else about
+//   [-0.5, S-0.5], then clamp), and Constant (out-of-range corners contribute `pad_value`).
+// - Nearest rounds half to even (as grid_sample) and copies the element bit-exactly, so it is
+//   the mode for labels of any dtype (uint8, int16, int32, int64) as well as images. Linear
+//   (trilinear) needs floating tensors (float64/32/16, bfloat16) and computes in float32
+//   (float64 for float64 data).
+// - CUDA views run on `stream` without synchronising the host; CPU views use OpenMP.
+#pragma once
+
+#include <cstdint>
+
+#include "voxaug/config.h"
+#include "voxaug/types.h"
+
+namespace voxaug {
+
+enum class Interp : int32_t { Nearest = 0, Linear = 1 };
+enum class Padding : int32_t { Zeros = 0, Border = 1, Reflection = 2, Constant = 3 };
+
+struct ResampleTarget {
+  VolumeView in;   // (N, C, D, H, W)
+  VolumeView out;  // (N, C, D', H', W'): its spatial size is the output grid of the launch
+  Interp mode = Interp::Linear;
+  Padding padding = Padding::Zeros;
+  double pad_value = 0.0;  // Padding::Constant
+};
+
+// Most tensors resampled together in one launch.
+constexpr int kMaxResampleTargets = 4;
+
+// Resamples every target through the same per-sample matrices. All targets share N and the
+// output spatial size; each has its own channels, input size, dtype, mode and padding.
+// `align_corners` selects the reflection bounds (see above).
+void resample(const ResampleTarget* targets, int num_targets, const double* matrices,
+              bool align_corners, cudaStream_t stream = nullptr);
+
+}  // namespace voxaug

@@ -1,0 +1,173 @@
+"""voxaug.resample vs torch.nn.functional.grid_sample + affine_grid (converted matrices)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from voxaug import ops
+
+from conftest import devices
+
+DEVICES = devices()
+
+
+def index_to_normalised(sizes, align_corners):
+    """4x4 map of a (d, h, w) voxel index to grid_sample's normalised (d, h, w) coordinate."""
+    t = torch.eye(4, dtype=torch.float64)
+    for a, s in enumerate(sizes):
+        if align_corners:
+            t[a, a], t[a, 3] = 2.0 / (s - 1), -1.0
+        else:
+            t[a, a], t[a, 3] = 2.0 / s, 1.0 / s - 1.0
+    return t
+
+
+def theta_for(matrices, in_size, out_size, align_corners):
+    """grid_sample's theta (normalised output (x, y, z) -> normalised input (x, y, z))."""
+    perm = torch.tensor([[0, 0, 1, 0], [0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 1]], dtype=torch.float64)
+    m4 = torch.cat([matrices.double().cpu(), torch.tensor([0, 0, 0, 1.0], dtype=torch.float64).expand(
+        matrices.shape[0], 1, 4)], 1)
+    t_in = index_to_normalised(in_size, align_corners)
+    t_out_inv = torch.linalg.inv(index_to_normalised(out_size, align_corners))
+    theta = perm @ t_in @ m4 @ t_out_inv @ perm
+    return theta[:, :3, :]
+
+
+def random_matrices(n, in_size, out_size, seed, strength=1.0):
+    """Rotation + anisotropic scale + translation about the centres, per sample."""
+    g = torch.Generator().manual_seed(seed)
+    mats = []
+    for _ in range(n):
+        angles = (torch.rand(3, generator=g, dtype=torch.float64) - 0.5) * strength
+        ca, sa = torch.cos(angles), torch.sin(angles)
+        rx = torch.tensor([[1, 0, 0], [0, ca[0], -sa[0]], [0, sa[0], ca[0]]], dtype=torch.float64)
+        ry = torch.tensor([[ca[1], 0, sa[1]], [0, 1, 0], [-sa[1], 0, ca[1]]], dtype=torch.float64)
+        rz = torch.tensor([[ca[2], -sa[2], 0], [sa[2], ca[2], 0], [0, 0, 1]], dtype=torch.float64)
+        scale = torch.diag(1 + (torch.rand(3, generator=g, dtype=torch.float64) - 0.5) * 0.6 * strength)
+        a = rx @ ry @ rz @ scale
+        c_in = (torch.tensor(in_size, dtype=torch.float64) - 1) / 2
+        c_out = (torch.tensor(out_size, dtype=torch.float64) - 1) / 2
+        shift = (torch.rand(3, generator=g, dtype=torch.float64) - 0.5) * 4 * strength
+        b = c_in - a @ c_out + shift
+        mats.append(torch.cat([a, b[:, None]], 1))
+    return torch.stack(mats)
+
+
+CASES = [((2, 2, 9, 10, 11), (7, 12, 8)), ((1, 1, 5, 6, 7), (5, 6, 7)), ((3, 1, 16, 4, 13), (9, 9, 9))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape,out_size", CASES)
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_linear_matches_grid_sample(device, shape, out_size, padding, align_corners, dtype):
+    x = torch.randn(shape, dtype=dtype, generator=torch.Generator().manual_seed(1)).to(device)
+    mats = random_matrices(shape[0], shape[2:], out_size, seed=sum(shape)).to(device)
+    (ours,) = ops.resample([x], mats, out_size, ["linear"], [padding], align_corners=align_corners)
+    theta = theta_for(mats, shape[2:], out_size, align_corners).to(device, dtype)
+    grid = F.affine_grid(theta, (shape[0], shape[1], *out_size), align_corners=align_corners)
+    ref = F.grid_sample(x, grid, mode="bilinear", padding_mode=padding, align_corners=align_corners)
+    tol = 1e-5 if dtype == torch.float32 else 1e-10
+    torch.testing.assert_close(ours, ref, rtol=tol, atol=tol * x.abs().max().item())
+    assert ours.abs().sum() > 0 and not torch.isnan(ours).any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_nearest_matches_grid_sample(device, padding, align_corners):
+    shape, out_size = (2, 3, 11, 9, 10), (12, 7, 9)
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(2)).to(device)
+    mats = random_matrices(shape[0], shape[2:], out_size, seed=5).to(device)
+    (ours,) = ops.resample([x], mats, out_size, ["nearest"], [padding], align_corners=align_corners)
+    theta = theta_for(mats, shape[2:], out_size, align_corners).to(device, torch.float32)
+    grid = F.affine_grid(theta, (shape[0], shape[1], *out_size), align_corners=align_corners)
+    ref = F.grid_sample(x, grid, mode="nearest", padding_mode=padding, align_corners=align_corners)
+    # Coordinates within float rounding of a half-voxel tie may round differently.
+    assert (ours != ref).float().mean().item() < 2e-3
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_constant_padding_equals_shifted_zeros(device):
+    shape, out_size, c = (2, 1, 8, 9, 10), (10, 10, 10), 3.5
+    x = torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(3)).to(device)
+    mats = random_matrices(2, shape[2:], out_size, seed=9, strength=2.0).to(device)
+    (const,) = ops.resample([x], mats, out_size, ["linear"], ["constant"], [c])
+    (zeros,) = ops.resample([x - c], mats, out_size, ["linear"], ["zeros"])
+    torch.testing.assert_close(const, zeros + c)  # weights sum to one
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_image_and_labels_in_one_launch(device):
+    n, out_size = 3, (10, 11, 12)
+    img = torch.randn(n, 2, 9, 10, 11, generator=torch.Generator().manual_seed(4)).to(device)
+    lab = torch.randint(0, 117, (n, 1, 9, 10, 11), generator=torch.Generator().manual_seed(5)).to(device)
+    mats = random_matrices(n, (9, 10, 11), out_size, seed=6).to(device)
+    out_img, out_lab8, out_lab64 = ops.resample([img, lab.to(torch.uint8), lab], mats, out_size,
+                                                ["linear", "nearest", "nearest"], ["border", "zeros", "zeros"])
+    (alone,) = ops.resample([img], mats, out_size, ["linear"], ["border"])
+    assert torch.equal(out_img, alone)
+    assert out_lab8.dtype == torch.uint8 and out_lab64.dtype == torch.int64
+    assert torch.equal(out_lab8.long(), out_lab64)
+    assert set(out_lab64.unique().tolist()) <= set(lab.unique().tolist()) | {0}  # labels stay labels
+    theta = theta_for(mats, (9, 10, 11), out_size, False).to(device, torch.float32)
+    grid = F.affine_grid(theta, (n, 1, *out_size), align_corners=False)
+    ref = F.grid_sample(lab.double(), grid.double(), mode="nearest", align_corners=False).long()
+    assert (out_lab64 != ref).float().mean().item() < 2e-3
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_identity_and_integer_shift_are_exact(device):
+    x = torch.randn(2, 2, 6, 7, 8, generator=torch.Generator().manual_seed(7)).to(device)
+    eye = torch.cat([torch.eye(3, dtype=torch.float64), torch.zeros(3, 1, dtype=torch.float64)], 1)
+    mats = eye.expand(2, 3, 4).clone().to(device)
+    for mode in ["linear", "nearest"]:
+        (out,) = ops.resample([x], mats, (6, 7, 8), [mode], ["zeros"])
+        assert torch.equal(out, x)
+    mats[:, :, 3] = torch.tensor([1.0, -2.0, 0.0], dtype=torch.float64, device=device)
+    (out,) = ops.resample([x], mats, (6, 7, 8), ["linear"], ["zeros"])
+    ref = torch.zeros_like(x)
+    ref[:, :, :5, 2:, :] = x[:, :, 1:, :5, :]
+    assert torch.equal(out, ref)
+
+
+def test_non_contiguous_and_half_precision():
+    x = torch.randn(2, 1, 10, 9, 8, generator=torch.Generator().manual_seed(8))
+    xt = x.permute(0, 1, 4, 3, 2)  # non-contiguous (N, C, W, H, D) view
+    mats = random_matrices(2, (8, 9, 10), (8, 8, 8), seed=11)
+    (a,) = ops.resample([xt], mats, (8, 8, 8), ["linear"], ["reflection"])
+    (b,) = ops.resample([xt.contiguous()], mats, (8, 8, 8), ["linear"], ["reflection"])
+    assert torch.equal(a, b)
+    (h,) = ops.resample([xt.half()], mats, (8, 8, 8), ["linear"], ["reflection"])
+    assert h.dtype == torch.float16
+    torch.testing.assert_close(h.float(), a, rtol=2e-3, atol=2e-3)
+
+
+def test_bad_inputs_give_named_errors():
+    x = torch.randn(2, 1, 4, 4, 4)
+    m = random_matrices(2, (4, 4, 4), (4, 4, 4), seed=1)
+    with pytest.raises(ValueError, match="matrices must be \\(N, 3, 4\\) with N = 2"):
+        ops.resample([x], m[:1], (4, 4, 4), ["linear"], ["zeros"])
+    with pytest.raises(ValueError, match="linear interpolation needs a floating tensor"):
+        ops.resample([x.long()], m, (4, 4, 4), ["linear"], ["zeros"])
+    with pytest.raises(ValueError, match="has batch size 1, inputs\\[0\\] has 2"):
+        ops.resample([x, x[:1]], m, (4, 4, 4), ["linear", "linear"], ["zeros", "zeros"])
+    with pytest.raises(ValueError, match="matrices must be finite"):
+        bad = m.clone()
+        bad[0, 1, 2] = math.nan
+        ops.resample([x], bad, (4, 4, 4), ["linear"], ["zeros"])
+    with pytest.raises(ValueError, match="out_size must be \\[D, H, W\\]"):
+        ops.resample([x], m, (4, 4), ["linear"], ["zeros"])
+    with pytest.raises(ValueError, match="inputs\\[0\\] must be 5-D"):
+        ops.resample([x[0]], m, (4, 4, 4), ["linear"], ["zeros"])
+    with pytest.raises(RuntimeError, match="no gradient yet"):
+        ops.resample([x.requires_grad_(True)], m, (4, 4, 4), ["linear"], ["zeros"])
+
+
+def test_opcheck():
+    x = torch.randn(2, 2, 5, 6, 7)
+    lab = torch.randint(0, 5, (2, 1, 5, 6, 7), dtype=torch.int32)
+    m = random_matrices(2, (5, 6, 7), (4, 5, 6), seed=2)
+    torch.library.opcheck(torch.ops.voxaug.resample, ([x, lab], m, [4, 5, 6], [1, 0], [2, 3], [0.0, 7.0], True))
