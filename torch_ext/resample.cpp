@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/autograd.h>
 #include <torch/library.h>
 
 #if VOXAUG_WITH_CUDA
@@ -107,38 +108,186 @@ std::vector<at::Tensor> resample_meta(at::TensorList inputs, const at::Tensor& m
   return check_and_allocate(inputs, matrices, out_size, modes, paddings, pad_values, true).outputs;
 }
 
-// Gradients of resample are not implemented yet: refuse inputs that require grad instead of
-// returning outputs that silently carry no gradient.
+cudaStream_t stream_of(const at::Tensor& t) {
+#if VOXAUG_WITH_CUDA
+  if (t.is_cuda()) return c10::cuda::getCurrentCUDAStream(t.get_device()).stream();
+#endif
+  return nullptr;
+}
+
+template <class F>
+void call_core(F&& f) {
+  try {
+    f();
+  } catch (const voxaug::CudaError& e) {
+    TORCH_CHECK(false, e.what());
+  } catch (const voxaug::Error& e) {
+    TORCH_CHECK_VALUE(false, e.what());
+  }
+}
+
+at::Tensor backward_input_impl(const at::Tensor& grad_output, const at::Tensor& input,
+                               const at::Tensor& matrices, int64_t mode, int64_t padding,
+                               bool align_corners) {
+  check_5d(grad_output, "grad_output");
+  check_5d(input, "input");
+  TORCH_CHECK_VALUE(at::isFloatingType(input.scalar_type()),
+                    "input must be floating to differentiate, got ", input.scalar_type());
+  const at::Tensor go = grad_output.to(input.scalar_type());
+  const at::Tensor m = matrices.to(at::kDouble).contiguous();
+  const bool dbl = input.scalar_type() == at::kDouble;
+  at::Tensor acc = at::empty(input.sizes(), input.options().dtype(dbl ? at::kDouble : at::kFloat));
+  if (input.numel() == 0) return acc.to(input.scalar_type());
+  ResampleTarget t;
+  t.in = to_view(input, "input");
+  t.out = to_view(go, "grad_output");
+  t.mode = static_cast<Interp>(mode);
+  t.padding = static_cast<Padding>(padding);
+  const c10::DeviceGuard guard(input.device());
+  call_core([&] {
+    resample_backward_input(t, m.data_ptr<double>(), align_corners, acc.data_ptr(),
+                            stream_of(input));
+  });
+  return acc.to(input.scalar_type());
+}
+
+at::Tensor backward_matrix_impl(at::TensorList grad_outputs, at::TensorList inputs,
+                                const at::Tensor& matrices, at::IntArrayRef modes,
+                                at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
+                                bool align_corners) {
+  TORCH_CHECK_VALUE(grad_outputs.size() == inputs.size(), "one grad_output per input");
+  const at::Tensor m = matrices.to(at::kDouble).contiguous();
+  // Only linear inputs whose output received a gradient contribute (nearest has none).
+  std::vector<at::Tensor> gos;
+  std::vector<ResampleTarget> live;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!grad_outputs[i].defined() || modes[i] != 1) continue;
+    gos.push_back(grad_outputs[i].to(inputs[i].scalar_type()));
+    ResampleTarget t;
+    t.in = to_view(inputs[i], "input");
+    t.out = to_view(gos.back(), "grad_output");
+    t.mode = Interp::Linear;
+    t.padding = static_cast<Padding>(paddings[i]);
+    t.pad_value = pad_values[i];
+    live.push_back(t);
+  }
+  at::Tensor grad = at::zeros({matrices.size(0), 3, 4}, matrices.options().dtype(at::kDouble));
+  if (live.empty() || matrices.size(0) == 0) return grad.to(matrices.scalar_type());
+  const c10::DeviceGuard guard(matrices.device());
+  call_core([&] {
+    resample_backward_matrix(live.data(), static_cast<int>(live.size()), m.data_ptr<double>(),
+                             align_corners, grad.data_ptr<double>(), stream_of(matrices));
+  });
+  return grad.to(matrices.scalar_type());
+}
+
+at::Tensor backward_input_meta(const at::Tensor&, const at::Tensor& input, const at::Tensor&,
+                               int64_t, int64_t, bool) {
+  return at::empty(input.sizes(), input.options());
+}
+at::Tensor backward_matrix_meta(at::TensorList, at::TensorList, const at::Tensor& matrices,
+                                at::IntArrayRef, at::IntArrayRef, at::ArrayRef<double>, bool) {
+  return at::empty({matrices.size(0), 3, 4}, matrices.options());
+}
+
+using ResampleSig = std::vector<at::Tensor>(at::TensorList, const at::Tensor&, at::IntArrayRef,
+                                            at::IntArrayRef, at::IntArrayRef, at::ArrayRef<double>,
+                                            bool);
+
+// Autograd: gradients w.r.t. every floating input (linear and nearest) and the matrices
+// (through the linear inputs), by the backward ops above.
+class ResampleFunction : public torch::autograd::Function<ResampleFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                at::TensorList inputs, const at::Tensor& matrices,
+                                                at::IntArrayRef out_size, at::IntArrayRef modes,
+                                                at::IntArrayRef paddings,
+                                                at::ArrayRef<double> pad_values,
+                                                bool align_corners) {
+    std::vector<at::Tensor> out;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      static auto op = c10::Dispatcher::singleton()
+                           .findSchemaOrThrow("voxaug::resample", "")
+                           .typed<ResampleSig>();
+      out = op.call(inputs, matrices, out_size, modes, paddings, pad_values, align_corners);
+    }
+    std::vector<at::Tensor> saved(inputs.begin(), inputs.end());
+    saved.push_back(matrices);
+    ctx->save_for_backward(saved);
+    ctx->saved_data["modes"] = modes.vec();
+    ctx->saved_data["paddings"] = paddings.vec();
+    ctx->saved_data["pad_values"] = pad_values.vec();
+    ctx->saved_data["align_corners"] = align_corners;
+    for (size_t i = 0; i < out.size(); ++i)
+      if (!at::isFloatingType(out[i].scalar_type())) ctx->mark_non_differentiable({out[i]});
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor matrices = saved.back();
+    saved.pop_back();
+    const auto modes = ctx->saved_data["modes"].toIntVector();
+    const auto paddings = ctx->saved_data["paddings"].toIntVector();
+    const auto pad_values = ctx->saved_data["pad_values"].toDoubleVector();
+    const bool ac = ctx->saved_data["align_corners"].toBool();
+    static auto bwd_input = c10::Dispatcher::singleton()
+                                .findSchemaOrThrow("voxaug::resample_backward_input", "")
+                                .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
+                                                  const at::Tensor&, int64_t, int64_t, bool)>();
+    static auto bwd_matrix =
+        c10::Dispatcher::singleton()
+            .findSchemaOrThrow("voxaug::resample_backward_matrix", "")
+            .typed<at::Tensor(at::TensorList, at::TensorList, const at::Tensor&, at::IntArrayRef,
+                              at::IntArrayRef, at::ArrayRef<double>, bool)>();
+    torch::autograd::variable_list result(saved.size() + 1);  // inputs..., matrices
+    for (size_t i = 0; i < saved.size(); ++i) {
+      if (!grads[i].defined() || !at::isFloatingType(saved[i].scalar_type()) ||
+          !ctx->needs_input_grad(i))
+        continue;
+      result[i] = bwd_input.call(grads[i], saved[i], matrices, modes[i], paddings[i], ac);
+    }
+    if (ctx->needs_input_grad(saved.size())) {
+      std::vector<at::Tensor> go(grads.begin(), grads.begin() + saved.size());
+      result[saved.size()] = bwd_matrix.call(go, saved, matrices, modes, paddings, pad_values, ac);
+    }
+    // One entry per forward argument: inputs are a TensorList (flattened), then matrices and
+    // the five non-tensor arguments.
+    result.resize(saved.size() + 1 + 5);
+    return result;
+  }
+};
+
 std::vector<at::Tensor> resample_autograd(at::TensorList inputs, const at::Tensor& matrices,
                                           at::IntArrayRef out_size, at::IntArrayRef modes,
                                           at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
                                           bool align_corners) {
-  if (at::GradMode::is_enabled()) {
-    for (const at::Tensor& t : inputs)
-      TORCH_CHECK(!t.requires_grad(),
-                  "voxaug::resample has no gradient yet; detach the inputs or "
-                  "run under torch.no_grad()");
-    TORCH_CHECK(!matrices.requires_grad(), "voxaug::resample has no gradient w.r.t. matrices yet");
-  }
-  at::AutoDispatchBelowADInplaceOrView below;
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("voxaug::resample", "")
-                       .typed<std::vector<at::Tensor>(
-                           at::TensorList, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
-                           at::IntArrayRef, at::ArrayRef<double>, bool)>();
-  return op.call(inputs, matrices, out_size, modes, paddings, pad_values, align_corners);
+  return ResampleFunction::apply(inputs, matrices, out_size, modes, paddings, pad_values,
+                                 align_corners);
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
+namespace {
+void register_backend(torch::Library& m) {
   m.impl("resample", &resample_impl);
+  m.impl("resample_backward_input", &backward_input_impl);
+  m.impl("resample_backward_matrix", &backward_matrix_impl);
+}
+}  // namespace
+
+TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
+  register_backend(m);
 }
 TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
-  m.impl("resample", &resample_impl);
+  register_backend(m);
 }
 TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("resample", &resample_meta);
+  m.impl("resample_backward_input", &backward_input_meta);
+  m.impl("resample_backward_matrix", &backward_matrix_meta);
 }
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
   m.impl("resample", &resample_autograd);

@@ -44,4 +44,23 @@ constexpr int kMaxResampleTargets = 4;
 void resample(const ResampleTarget* targets, int num_targets, const double* matrices,
               bool align_corners, cudaStream_t stream = nullptr);
 
+// Gradient w.r.t. the input of one target: grad_in = (d out / d in)^T grad_out, where
+// `target.in` describes the input (shape only is read), `target.out` is grad_out, and
+// `grad_in` is a dense (N, C, D, H, W) buffer of float32 (float64 for float64 tensors)
+// that this call zeroes and fills. Border / reflection send gradient to the voxels they read;
+// zeros / constant padding send none. The CPU path is deterministic (one thread per
+// (sample, channel)); the CUDA path scatters with atomicAdd, so its float sums may differ
+// in the last bits from run to run.
+void resample_backward_input(const ResampleTarget& target, const double* matrices,
+                             bool align_corners, void* grad_in, cudaStream_t stream = nullptr);
+
+// Gradient w.r.t. the matrices: grad_matrices (N x 12 float64, zeroed and filled here) =
+// sum over output voxels, linear targets and channels of grad_out * d out / d matrix. Each
+// target's `out` is its grad_out. Nearest targets contribute nothing (as in grid_sample).
+// The CPU path sums in a fixed order (deterministic); the CUDA path reduces per block and
+// adds blocks atomically.
+void resample_backward_matrix(const ResampleTarget* targets, int num_targets,
+                              const double* matrices, bool align_corners, double* grad_matrices,
+                              cudaStream_t stream = nullptr);
+
 }  // namespace voxaug

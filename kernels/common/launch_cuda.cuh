@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "cuda_check.cuh"
+#include "device.h"
 
 namespace voxaug::detail {
 
@@ -24,8 +25,6 @@ __global__ void __launch_bounds__(256) items_kernel(const F f, int64_t num_sampl
       f(st, n, i);
   }
 }
-
-int cuda_sm_count(int device);  // cached per device (kernels/common/runtime.cpp)
 
 struct CudaLauncher {
   template <class F>

@@ -3,6 +3,7 @@
 #include <sstream>
 #include <vector>
 
+#include "device.h"
 #include "voxaug/config.h"
 #include "voxaug/error.h"
 #include "voxaug/types.h"
@@ -96,6 +97,15 @@ int cuda_device_count() noexcept {
 
 #if VOXAUG_WITH_CUDA
 namespace detail {
+void check_device_pointer(const void* ptr, int device, const std::string& what) {
+  VOXAUG_EXPECTS(ptr != nullptr, what + " must not be null");
+  cudaPointerAttributes attr{};
+  VOXAUG_CUDA_TRY(cudaPointerGetAttributes(&attr, ptr));
+  VOXAUG_EXPECTS((attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) &&
+                     attr.device == device,
+                 what + " must be device memory on cuda:" + std::to_string(device));
+}
+
 int cuda_sm_count(int device) {
   static std::mutex mu;
   static std::vector<int> cache;

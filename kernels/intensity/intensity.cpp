@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../common/device.h"
 #include "../common/launch_cpu.h"
 #include "chain_cpu.h"
 #include "chain_dispatch.h"
@@ -21,7 +22,6 @@ void chain_forward_cuda(const VolumeView& in, const VolumeView& out, const Chain
                         cudaStream_t stream);
 void chain_backward_cuda(const VolumeView& grad_out, const VolumeView& in,
                          const VolumeView& grad_in, const ChainParams& p, cudaStream_t stream);
-void check_device_pointer(const void* ptr, int device, const std::string& what);
 #endif
 }  // namespace detail
 

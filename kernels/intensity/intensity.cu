@@ -8,15 +8,6 @@
 
 namespace voxaug::detail {
 
-void check_device_pointer(const void* ptr, int device, const std::string& what) {
-  VOXAUG_EXPECTS(ptr != nullptr, what + " must not be null");
-  cudaPointerAttributes attr{};
-  VOXAUG_CUDA_TRY(cudaPointerGetAttributes(&attr, ptr));
-  VOXAUG_EXPECTS((attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) &&
-                     attr.device == device,
-                 what + " must be device memory on cuda:" + std::to_string(device));
-}
-
 void chain_forward_cuda(const VolumeView& in, const VolumeView& out, const ChainParams& p,
                         cudaStream_t stream) {
   CudaDeviceGuard guard(in.device_index);

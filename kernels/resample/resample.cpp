@@ -1,9 +1,12 @@
 // voxaug: resample -- validation, parameter packing, CPU backend, routing to CUDA.
 #include "voxaug/resample.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
+#include "../common/device.h"
 #include "../common/launch_cpu.h"
 #include "resample_dispatch.h"
 #include "voxaug/error.h"
@@ -13,23 +16,39 @@ namespace detail {
 #if VOXAUG_WITH_CUDA
 void resample_cuda(const ResampleParams& p, int64_t batch, bool use_double, int device,
                    cudaStream_t stream);
-void check_device_pointer(const void* ptr, int device, const std::string& what);
+void resample_backward_input_cuda(const ResampleParams& p, int64_t batch, bool use_double,
+                                  int64_t grad_numel, void* grad_in, int device,
+                                  cudaStream_t stream);
+void resample_backward_matrix_cuda(const ResampleParams& p, int64_t batch, bool use_double,
+                                   double* grad, int device, cudaStream_t stream);
 #endif
 }  // namespace detail
 
-void resample(const ResampleTarget* targets, int num_targets, const double* matrices,
-              bool align_corners, cudaStream_t stream) {
+namespace {
+
+struct Packed {
+  detail::ResampleParams p{};
+  bool use_double = false;
+  int64_t work = 0;  // output elements
+  int64_t batch = 0;
+  Device device = Device::CPU;
+  int device_index = 0;
+};
+
+// Validates the targets (`in` -> `out`; for backward, `out` is the gradient of the output)
+// and packs them into the kernel's parameter block.
+Packed pack_targets(const ResampleTarget* targets, int num_targets, const double* matrices,
+                    bool align_corners) {
   VOXAUG_EXPECTS(num_targets >= 1 && num_targets <= kMaxResampleTargets,
                  "num_targets must be in [1, " + std::to_string(kMaxResampleTargets) + "], got " +
                      std::to_string(num_targets));
   VOXAUG_EXPECTS(targets != nullptr, "targets must not be null");
   const VolumeView& first = targets[0].out;
-  detail::ResampleParams p{};
+  Packed pk;
+  detail::ResampleParams& p = pk.p;
   p.num_targets = num_targets;
   p.align_corners = align_corners;
   p.matrices = matrices;
-  bool use_double = false;
-  int64_t work = 0;
   for (int k = 0; k < num_targets; ++k) {
     const ResampleTarget& t = targets[k];
     const std::string name = "target " + std::to_string(k);
@@ -56,20 +75,15 @@ void resample(const ResampleTarget* targets, int num_targets, const double* matr
                    name + ": unknown padding mode");
     VOXAUG_EXPECTS(std::isfinite(t.pad_value), name + ": pad_value must be finite");
     if (t.mode == Interp::Linear) {
-      VOXAUG_EXPECTS(
-          is_floating(t.in.dtype) && is_floating(t.out.dtype),
-          name + ": linear interpolation needs floating tensors (labels use nearest), got " +
-              dtype_name(t.in.dtype) + " -> " + dtype_name(t.out.dtype));
-      use_double = use_double || t.in.dtype == DType::Float64 || t.out.dtype == DType::Float64;
-    } else {
-      VOXAUG_EXPECTS(t.in.dtype == t.out.dtype, name +
-                                                    ": nearest copies elements, so output "
-                                                    "dtype must equal input dtype, got " +
-                                                    dtype_name(t.in.dtype) + " -> " +
-                                                    dtype_name(t.out.dtype));
+      VOXAUG_EXPECTS(is_floating(t.in.dtype) && is_floating(t.out.dtype),
+                     name +
+                         ": linear interpolation needs floating tensors (labels use nearest), "
+                         "got " +
+                         dtype_name(t.in.dtype) + " -> " + dtype_name(t.out.dtype));
+      pk.use_double =
+          pk.use_double || t.in.dtype == DType::Float64 || t.out.dtype == DType::Float64;
     }
-    const bool empty_in = t.in.numel() == 0;
-    VOXAUG_EXPECTS(!empty_in || t.out.numel() == 0 || t.in.shape[1] == 0,
+    VOXAUG_EXPECTS(t.in.numel() > 0 || t.out.numel() == 0,
                    name + ": cannot sample an empty input volume into a non-empty output");
     detail::KTarget& q = p.t[k];
     q.in = t.in.data;
@@ -86,24 +100,160 @@ void resample(const ResampleTarget* targets, int num_targets, const double* matr
       q.in_stride[a] = t.in.strides[a];
       q.out_stride[a] = t.out.strides[a];
     }
-    work += t.out.numel();
+    pk.work += t.out.numel();
   }
   for (int a = 0; a < 3; ++a) p.out_size[a] = first.shape[a + 2];
-  if (work == 0 || first.shape[0] == 0) return;
-  VOXAUG_EXPECTS(matrices != nullptr, "matrices must not be null");
-  if (first.device == Device::CPU) {
-    for (int64_t i = 0; i < 12 * first.shape[0]; ++i)
-      VOXAUG_EXPECTS(std::isfinite(matrices[i]), "matrices must be finite; entry " +
-                                                     std::to_string(i) + " is " +
-                                                     std::to_string(matrices[i]));
-    detail::resample_run<detail::CpuLauncher>(p, first.shape[0], use_double, stream);
+  pk.batch = first.shape[0];
+  pk.device = first.device;
+  pk.device_index = first.device_index;
+  if (pk.work > 0) {
+    VOXAUG_EXPECTS(matrices != nullptr, "matrices must not be null");
+    if (pk.device == Device::CPU) {
+      for (int64_t i = 0; i < 12 * pk.batch; ++i)
+        VOXAUG_EXPECTS(std::isfinite(matrices[i]), "matrices must be finite; entry " +
+                                                       std::to_string(i) + " is " +
+                                                       std::to_string(matrices[i]));
+    }
+#if VOXAUG_WITH_CUDA
+    if (pk.device == Device::CUDA)
+      detail::check_device_pointer(matrices, pk.device_index, "matrices");
+#endif
+  }
+  return pk;
+}
+
+#if !VOXAUG_WITH_CUDA
+[[noreturn]] void no_cuda() {
+  VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
+}
+#endif
+
+template <class Acc>
+void backward_input_cpu(const detail::KTarget& t, const detail::ResampleParams& p, int64_t batch,
+                        Acc* grad_in) {
+  const int64_t vol = t.in_size[0] * t.in_size[1] * t.in_size[2];
+  std::fill(grad_in, grad_in + batch * t.channels * vol, Acc(0));
+  // One task per (sample, channel): no two tasks touch the same voxel, so the sums are
+  // deterministic without atomics.
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t nc = 0; nc < batch * t.channels; ++nc) {
+    const int64_t n = nc / t.channels, c = nc % t.channels;
+    Acc m[12];
+    for (int k = 0; k < 12; ++k) m[k] = static_cast<Acc>(p.matrices[12 * n + k]);
+    for (int64_t od = 0; od < p.out_size[0]; ++od)
+      for (int64_t oh = 0; oh < p.out_size[1]; ++oh)
+        for (int64_t ow = 0; ow < p.out_size[2]; ++ow) {
+          Acc src[3];
+          detail::source_coordinate(m, od, oh, ow, src);
+          detail::scatter_input_grad(t, p.align_corners, src, n, c, od, oh, ow, grad_in,
+                                     [](Acc* q, Acc v) { *q += v; });
+        }
+  }
+}
+
+template <class Acc>
+void backward_matrix_cpu(const detail::ResampleParams& p, int64_t batch, double* grad) {
+  const int64_t voxels = p.out_size[0] * p.out_size[1] * p.out_size[2];
+  constexpr int64_t kChunk = 4096;
+  const int64_t chunks = (voxels + kChunk - 1) / kChunk;
+  // Fixed chunks, summed in a fixed order afterwards: deterministic for any thread count.
+  std::vector<double> partial(batch * chunks * 12, 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t task = 0; task < batch * chunks; ++task) {
+    const int64_t n = task / chunks, begin = (task % chunks) * kChunk;
+    const int64_t end = std::min(voxels, begin + kChunk);
+    Acc m[12];
+    for (int k = 0; k < 12; ++k) m[k] = static_cast<Acc>(p.matrices[12 * n + k]);
+    double acc[12] = {0};
+    for (int64_t v = begin; v < end; ++v) {
+      const int64_t ow = v % p.out_size[2], oh = (v / p.out_size[2]) % p.out_size[1],
+                    od = v / (p.out_size[2] * p.out_size[1]);
+      Acc src[3];
+      detail::source_coordinate(m, od, oh, ow, src);
+      Acc g[3] = {Acc(0), Acc(0), Acc(0)};
+      detail::source_grad(p, src, n, od, oh, ow, g);
+      const double o[4] = {double(od), double(oh), double(ow), 1.0};
+      for (int r = 0; r < 3; ++r)
+        for (int k = 0; k < 4; ++k) acc[4 * r + k] += double(g[r]) * o[k];
+    }
+    for (int k = 0; k < 12; ++k) partial[task * 12 + k] = acc[k];
+  }
+  for (int64_t n = 0; n < batch; ++n)
+    for (int k = 0; k < 12; ++k) {
+      double s = 0;
+      for (int64_t c = 0; c < chunks; ++c) s += partial[(n * chunks + c) * 12 + k];
+      grad[12 * n + k] = s;
+    }
+}
+
+}  // namespace
+
+void resample(const ResampleTarget* targets, int num_targets, const double* matrices,
+              bool align_corners, cudaStream_t stream) {
+  const Packed pk = pack_targets(targets, num_targets, matrices, align_corners);
+  for (int k = 0; k < num_targets; ++k)
+    VOXAUG_EXPECTS(targets[k].mode == Interp::Linear || targets[k].in.dtype == targets[k].out.dtype,
+                   "target " + std::to_string(k) +
+                       ": nearest copies elements, so output dtype must equal input dtype, got " +
+                       dtype_name(targets[k].in.dtype) + " -> " + dtype_name(targets[k].out.dtype));
+  if (pk.work == 0 || pk.batch == 0) return;
+  if (pk.device == Device::CPU) {
+    detail::resample_run<detail::CpuLauncher>(pk.p, pk.batch, pk.use_double, stream);
     return;
   }
 #if VOXAUG_WITH_CUDA
-  detail::check_device_pointer(matrices, first.device_index, "matrices");
-  detail::resample_cuda(p, first.shape[0], use_double, first.device_index, stream);
+  detail::resample_cuda(pk.p, pk.batch, pk.use_double, pk.device_index, stream);
 #else
-  VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
+  no_cuda();
+#endif
+}
+
+void resample_backward_input(const ResampleTarget& target, const double* matrices,
+                             bool align_corners, void* grad_in, cudaStream_t stream) {
+  const Packed pk = pack_targets(&target, 1, matrices, align_corners);
+  VOXAUG_EXPECTS(is_floating(target.out.dtype),
+                 std::string("grad_output must be floating, got ") + dtype_name(target.out.dtype));
+  const bool dbl = target.in.dtype == DType::Float64 || target.out.dtype == DType::Float64;
+  if (target.in.numel() == 0) return;
+  VOXAUG_EXPECTS(grad_in != nullptr, "grad_in must not be null");
+  if (pk.device == Device::CPU) {
+    if (dbl)
+      backward_input_cpu(pk.p.t[0], pk.p, pk.batch, static_cast<double*>(grad_in));
+    else
+      backward_input_cpu(pk.p.t[0], pk.p, pk.batch, static_cast<float*>(grad_in));
+    return;
+  }
+#if VOXAUG_WITH_CUDA
+  detail::resample_backward_input_cuda(pk.p, pk.batch, dbl, target.in.numel(), grad_in,
+                                       pk.device_index, stream);
+#else
+  (void)stream;
+  no_cuda();
+#endif
+}
+
+void resample_backward_matrix(const ResampleTarget* targets, int num_targets,
+                              const double* matrices, bool align_corners, double* grad_matrices,
+                              cudaStream_t stream) {
+  const Packed pk = pack_targets(targets, num_targets, matrices, align_corners);
+  for (int k = 0; k < num_targets; ++k)
+    VOXAUG_EXPECTS(targets[k].mode == Interp::Nearest || is_floating(targets[k].out.dtype),
+                   "target " + std::to_string(k) + ": grad_output must be floating");
+  if (pk.batch == 0) return;
+  VOXAUG_EXPECTS(grad_matrices != nullptr, "grad_matrices must not be null");
+  if (pk.device == Device::CPU) {
+    if (pk.use_double)
+      backward_matrix_cpu<double>(pk.p, pk.batch, grad_matrices);
+    else
+      backward_matrix_cpu<float>(pk.p, pk.batch, grad_matrices);
+    return;
+  }
+#if VOXAUG_WITH_CUDA
+  detail::resample_backward_matrix_cuda(pk.p, pk.batch, pk.use_double, grad_matrices,
+                                        pk.device_index, stream);
+#else
+  (void)stream;
+  no_cuda();
 #endif
 }
 

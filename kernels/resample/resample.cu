@@ -1,4 +1,6 @@
 // voxaug: CUDA backend of resample (the math is detail/resample.h, shared with the CPU).
+#include <algorithm>
+
 #include "../common/cuda_check.cuh"
 #include "../common/launch_cuda.cuh"
 #include "resample_dispatch.h"
@@ -9,6 +11,104 @@ void resample_cuda(const ResampleParams& p, int64_t batch, bool use_double, int 
                    cudaStream_t stream) {
   CudaDeviceGuard guard(device);
   resample_run<CudaLauncher>(p, batch, use_double, stream);
+}
+
+}  // namespace voxaug::detail
+
+// ---- backward ----
+namespace voxaug::detail {
+namespace {
+
+template <class Acc>
+__global__ void __launch_bounds__(256)
+    backward_input_kernel(const ResampleParams p, int64_t batch, Acc* grad_in) {
+  const KTarget& t = p.t[0];
+  const int64_t voxels = p.out_size[0] * p.out_size[1] * p.out_size[2];
+  for (int64_t n = blockIdx.y; n < batch; n += gridDim.y) {
+    Acc m[12];
+    for (int k = 0; k < 12; ++k) m[k] = static_cast<Acc>(p.matrices[12 * n + k]);
+    for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < voxels;
+         v += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t ow = v % p.out_size[2], oh = (v / p.out_size[2]) % p.out_size[1],
+                    od = v / (p.out_size[2] * p.out_size[1]);
+      Acc src[3];
+      source_coordinate(m, od, oh, ow, src);
+      for (int64_t c = 0; c < t.channels; ++c)
+        scatter_input_grad(t, p.align_corners, src, n, c, od, oh, ow, grad_in,
+                           [](Acc* q, Acc val) { atomicAdd(q, val); });
+    }
+  }
+}
+
+// Each thread sums its voxels' contributions, the warp reduces by shuffles and its lane 0
+// adds the 12 sums to the sample's gradient.
+template <class Acc>
+__global__ void __launch_bounds__(256)
+    backward_matrix_kernel(const ResampleParams p, int64_t batch, double* grad) {
+  const int64_t voxels = p.out_size[0] * p.out_size[1] * p.out_size[2];
+  for (int64_t n = blockIdx.y; n < batch; n += gridDim.y) {
+    Acc m[12];
+    for (int k = 0; k < 12; ++k) m[k] = static_cast<Acc>(p.matrices[12 * n + k]);
+    double acc[12] = {0};
+    for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < voxels;
+         v += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t ow = v % p.out_size[2], oh = (v / p.out_size[2]) % p.out_size[1],
+                    od = v / (p.out_size[2] * p.out_size[1]);
+      Acc src[3];
+      source_coordinate(m, od, oh, ow, src);
+      Acc g[3] = {Acc(0), Acc(0), Acc(0)};
+      source_grad(p, src, n, od, oh, ow, g);
+      const double o[4] = {double(od), double(oh), double(ow), 1.0};
+      for (int r = 0; r < 3; ++r)
+        for (int k = 0; k < 4; ++k) acc[4 * r + k] += double(g[r]) * o[k];
+    }
+    for (int k = 0; k < 12; ++k) {
+      double s = acc[k];
+      for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+      if ((threadIdx.x & 31) == 0) atomicAdd(&grad[12 * n + k], s);
+    }
+  }
+}
+
+dim3 backward_grid(const ResampleParams& p, int64_t batch, int device) {
+  const int64_t voxels = p.out_size[0] * p.out_size[1] * p.out_size[2];
+  const int64_t grid_y = std::min<int64_t>(batch, 65535);
+  const int64_t target = int64_t(cuda_sm_count(device)) * 8;
+  const int64_t grid_x =
+      std::max<int64_t>(1, std::min<int64_t>((voxels + 255) / 256, (target + grid_y - 1) / grid_y));
+  return dim3(unsigned(grid_x), unsigned(grid_y));
+}
+
+}  // namespace
+
+void resample_backward_input_cuda(const ResampleParams& p, int64_t batch, bool use_double,
+                                  int64_t grad_numel, void* grad_in, int device,
+                                  cudaStream_t stream) {
+  CudaDeviceGuard guard(device);
+  check_device_pointer(grad_in, device, "grad_in");
+  VOXAUG_CUDA_TRY(cudaMemsetAsync(grad_in, 0, grad_numel * (use_double ? 8 : 4), stream));
+  const dim3 grid = backward_grid(p, batch, device);
+  if (use_double) {
+    backward_input_kernel<double>
+        <<<grid, 256, 0, stream>>>(p, batch, static_cast<double*>(grad_in));
+  } else {
+    backward_input_kernel<float><<<grid, 256, 0, stream>>>(p, batch, static_cast<float*>(grad_in));
+  }
+  VOXAUG_CUDA_CHECK_LAUNCH();
+}
+
+void resample_backward_matrix_cuda(const ResampleParams& p, int64_t batch, bool use_double,
+                                   double* grad, int device, cudaStream_t stream) {
+  CudaDeviceGuard guard(device);
+  check_device_pointer(grad, device, "grad_matrices");
+  VOXAUG_CUDA_TRY(cudaMemsetAsync(grad, 0, batch * 12 * sizeof(double), stream));
+  const dim3 grid = backward_grid(p, batch, device);
+  if (use_double) {
+    backward_matrix_kernel<double><<<grid, 256, 0, stream>>>(p, batch, grad);
+  } else {
+    backward_matrix_kernel<float><<<grid, 256, 0, stream>>>(p, batch, grad);
+  }
+  VOXAUG_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace voxaug::detail

@@ -227,3 +227,79 @@ TEST(ResampleCuda, TwinBitIdenticalImageAndLabels) {
   cudaFree(dlout);
 }
 #endif
+
+#if VOXAUG_WITH_CUDA
+// Backward on CUDA vs the CPU twin: the scatter and the block sums add in a different order
+// (atomics), so equal within float rounding rather than bitwise.
+TEST(ResampleCuda, BackwardTwinWithinRounding) {
+  if (cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const Vol iv{3, 2, 11, 9, 10}, ov{3, 2, 8, 12, 9};
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd;
+  std::vector<float> img(iv.numel()), go(ov.numel());
+  for (auto& v : img) v = nd(rng);
+  for (auto& v : go) v = nd(rng);
+  const auto m = random_matrices(iv.n, iv, ov, 22);
+  void *dimg, *dgo, *dm, *dgi, *dgm;
+  ASSERT_EQ(cudaMalloc(&dimg, img.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dgo, go.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dm, m.size() * 8), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dgi, img.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dgm, m.size() * 8), cudaSuccess);
+  cudaMemcpy(dimg, img.data(), img.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(dgo, go.data(), go.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(dm, m.data(), m.size() * 8, cudaMemcpyHostToDevice);
+  for (Padding pad : {Padding::Zeros, Padding::Border, Padding::Reflection, Padding::Constant}) {
+    ResampleTarget h{view(img.data(), DType::Float32, iv), view(go.data(), DType::Float32, ov),
+                     Interp::Linear, pad, 0.5};
+    ResampleTarget g{view(dimg, DType::Float32, iv, Device::CUDA),
+                     view(dgo, DType::Float32, ov, Device::CUDA), Interp::Linear, pad, 0.5};
+    std::vector<float> gi_cpu(img.size()), gi_gpu(img.size());
+    std::vector<double> gm_cpu(m.size()), gm_gpu(m.size());
+    resample_backward_input(h, m.data(), false, gi_cpu.data());
+    resample_backward_input(g, static_cast<const double*>(dm), false, dgi);
+    resample_backward_matrix(&h, 1, m.data(), false, gm_cpu.data());
+    resample_backward_matrix(&g, 1, static_cast<const double*>(dm), false,
+                             static_cast<double*>(dgm));
+    ASSERT_EQ(cudaMemcpy(gi_gpu.data(), dgi, gi_gpu.size() * 4, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(gm_gpu.data(), dgm, gm_gpu.size() * 8, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    for (size_t i = 0; i < gi_cpu.size(); ++i) ASSERT_NEAR(gi_cpu[i], gi_gpu[i], 1e-4) << i;
+    for (size_t i = 0; i < gm_cpu.size(); ++i)
+      ASSERT_NEAR(gm_cpu[i], gm_gpu[i], 1e-6 * std::max(1.0, std::fabs(gm_cpu[i]))) << i;
+  }
+  cudaFree(dimg);
+  cudaFree(dgo);
+  cudaFree(dm);
+  cudaFree(dgi);
+  cudaFree(dgm);
+}
+#endif
+
+TEST(ResampleCpu, BackwardInputIsTheAdjointOfForward) {
+  // <resample(x), y> == <x, backward_input(y)> for the linear map x -> resample(x).
+  const Vol iv{2, 2, 6, 7, 5}, ov{2, 2, 7, 5, 6};
+  std::mt19937 rng(31);
+  std::normal_distribution<double> nd;
+  std::vector<double> x(iv.numel()), y(ov.numel()), fx(ov.numel()), by(iv.numel());
+  for (auto& v : x) v = nd(rng);
+  for (auto& v : y) v = nd(rng);
+  const auto m = random_matrices(iv.n, iv, ov, 32);
+  for (Padding pad : {Padding::Zeros, Padding::Border, Padding::Reflection}) {
+    for (Interp mode : {Interp::Linear, Interp::Nearest}) {
+      ResampleTarget f{view(x.data(), DType::Float64, iv), view(fx.data(), DType::Float64, ov),
+                       mode, pad, 0};
+      resample(&f, 1, m.data(), true);
+      ResampleTarget b{view(x.data(), DType::Float64, iv), view(y.data(), DType::Float64, ov), mode,
+                       pad, 0};
+      resample_backward_input(b, m.data(), true, by.data());
+      double lhs = 0, rhs = 0;
+      for (size_t i = 0; i < fx.size(); ++i) lhs += fx[i] * y[i];
+      for (size_t i = 0; i < x.size(); ++i) rhs += x[i] * by[i];
+      EXPECT_NEAR(lhs, rhs, 1e-9 * std::max(1.0, std::fabs(lhs)))
+          << "padding " << static_cast<int>(pad) << " mode " << static_cast<int>(mode);
+    }
+  }
+}

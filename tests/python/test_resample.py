@@ -24,7 +24,8 @@ def index_to_normalised(sizes, align_corners):
 
 
 def theta_for(matrices, in_size, out_size, align_corners):
-    """grid_sample's theta (normalised output (x, y, z) -> normalised input (x, y, z))."""
+    """grid_sample's theta (normalised output (x, y, z) -> normalised input (x, y, z));
+    differentiable w.r.t. `matrices` (float64, CPU)."""
     perm = torch.tensor([[0, 0, 1, 0], [0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 1]], dtype=torch.float64)
     m4 = torch.cat([matrices.double().cpu(), torch.tensor([0, 0, 0, 1.0], dtype=torch.float64).expand(
         matrices.shape[0], 1, 4)], 1)
@@ -162,8 +163,45 @@ def test_bad_inputs_give_named_errors():
         ops.resample([x], m, (4, 4), ["linear"], ["zeros"])
     with pytest.raises(ValueError, match="inputs\\[0\\] must be 5-D"):
         ops.resample([x[0]], m, (4, 4, 4), ["linear"], ["zeros"])
-    with pytest.raises(RuntimeError, match="no gradient yet"):
-        ops.resample([x.requires_grad_(True)], m, (4, 4, 4), ["linear"], ["zeros"])
+
+
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection", "constant"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_gradcheck_float64(padding, align_corners):
+    x = torch.randn(2, 2, 4, 5, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1)).requires_grad_()
+    m = random_matrices(2, (4, 5, 3), (3, 4, 5), seed=3).requires_grad_()
+    f = lambda x, m: ops.resample([x], m, (3, 4, 5), ["linear"], [padding], [0.7], align_corners=align_corners)[0]
+    assert torch.autograd.gradcheck(f, (x, m), eps=1e-6, atol=1e-6)
+    g = lambda x: ops.resample([x], m.detach(), (3, 4, 5), ["nearest"], [padding], [0.7],
+                               align_corners=align_corners)[0]
+    assert torch.autograd.gradcheck(g, (x,), eps=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_gradients_match_grid_sample(padding, align_corners):
+    shape, out_size = (2, 3, 7, 6, 8), (5, 9, 6)
+    x0 = torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    m0 = random_matrices(2, shape[2:], out_size, seed=8)
+    w = torch.randn(2, 3, *out_size, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    x, m = x0.clone().requires_grad_(), m0.clone().requires_grad_()
+    (ops.resample([x], m, out_size, ["linear"], [padding], align_corners=align_corners)[0] * w).sum().backward()
+    xr, mr = x0.clone().requires_grad_(), m0.clone().requires_grad_()
+    grid = F.affine_grid(theta_for(mr, shape[2:], out_size, align_corners), (2, 3, *out_size),
+                         align_corners=align_corners)
+    (F.grid_sample(xr, grid, mode="bilinear", padding_mode=padding, align_corners=align_corners) * w).sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(m.grad, mr.grad, rtol=1e-7, atol=1e-7)
+
+
+def test_labels_are_not_differentiable_and_images_are():
+    img = torch.randn(1, 1, 4, 4, 4, requires_grad=True)
+    lab = torch.randint(0, 3, (1, 1, 4, 4, 4))
+    m = random_matrices(1, (4, 4, 4), (4, 4, 4), seed=1)
+    out_img, out_lab = ops.resample([img, lab], m, (4, 4, 4), ["linear", "nearest"], ["zeros", "zeros"])
+    assert out_img.requires_grad and not out_lab.requires_grad
+    out_img.sum().backward()
+    assert img.grad is not None and img.grad.abs().sum() > 0
 
 
 def test_opcheck():
@@ -171,3 +209,5 @@ def test_opcheck():
     lab = torch.randint(0, 5, (2, 1, 5, 6, 7), dtype=torch.int32)
     m = random_matrices(2, (5, 6, 7), (4, 5, 6), seed=2)
     torch.library.opcheck(torch.ops.voxaug.resample, ([x, lab], m, [4, 5, 6], [1, 0], [2, 3], [0.0, 7.0], True))
+    xg, mg = x.double().requires_grad_(), m.clone().requires_grad_()
+    torch.library.opcheck(torch.ops.voxaug.resample, ([xg], mg, [4, 5, 6], [1], [1], [0.0], False))

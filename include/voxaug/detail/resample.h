@@ -13,29 +13,52 @@
 
 namespace voxaug::detail {
 
-// grid_sample's reflect_coordinates: reflect `x` about [twice_low/2, twice_high/2].
+// grid_sample's reflect_coordinates(_set_grad): reflect `x` about [twice_low/2, twice_high/2];
+// *grad receives d(result)/dx (+1 or -1).
 template <class Acc>
-VOXAUG_HD VOXAUG_FORCEINLINE Acc reflect_coordinate(Acc x, int64_t twice_low, int64_t twice_high) {
-  if (twice_low == twice_high) return Acc(0);
+VOXAUG_HD VOXAUG_FORCEINLINE Acc reflect_coordinate(Acc x, int64_t twice_low, int64_t twice_high,
+                                                    Acc* grad) {
+  if (twice_low == twice_high) {
+    *grad = Acc(0);
+    return Acc(0);
+  }
   const Acc lo = static_cast<Acc>(twice_low) / Acc(2);
   const Acc span = static_cast<Acc>(twice_high - twice_low) / Acc(2);
-  x = fabs(fsub(x, lo));
+  x = fsub(x, lo);
+  Acc mult = Acc(1);
+  if (x < Acc(0)) {
+    mult = Acc(-1);
+    x = -x;
+  }
   const Acc extra = fmod(x, span);
   const int64_t flips = static_cast<int64_t>(floor(fdiv(x, span)));
-  return (flips % 2 == 0) ? fadd(extra, lo) : fadd(fsub(span, extra), lo);
+  if (flips % 2 == 0) {
+    *grad = mult;
+    return fadd(extra, lo);
+  }
+  *grad = -mult;
+  return fadd(fsub(span, extra), lo);
 }
 
-// The coordinate after Border / Reflection handling (Zeros / Constant leave it as is).
+// The coordinate after Border / Reflection handling (Zeros / Constant leave it as is), and
+// its derivative w.r.t. the raw coordinate (grid_sample's clip / reflect _set_grad rules).
 template <class Acc>
 VOXAUG_HD VOXAUG_FORCEINLINE Acc pad_coordinate(Acc x, int64_t size, Padding padding,
-                                                bool align_corners) {
+                                                bool align_corners, Acc* grad) {
+  *grad = Acc(1);
   if (padding == Padding::Reflection) {
-    x = align_corners ? reflect_coordinate(x, 0, 2 * (size - 1))
-                      : reflect_coordinate(x, -1, 2 * size - 1);
+    x = align_corners ? reflect_coordinate(x, 0, 2 * (size - 1), grad)
+                      : reflect_coordinate(x, -1, 2 * size - 1, grad);
   }
   if (padding == Padding::Border || padding == Padding::Reflection) {
     const Acc hi = static_cast<Acc>(size - 1);
-    x = x < Acc(0) ? Acc(0) : (x > hi ? hi : x);  // NaN stays NaN, then reads as out of range
+    if (x <= Acc(0)) {
+      *grad = Acc(0);
+      x = Acc(0);
+    } else if (x >= hi) {
+      *grad = Acc(0);
+      x = hi;
+    }
   }
   return x;
 }
@@ -120,6 +143,87 @@ struct ResampleParams {
   KTarget t[kMaxResampleTargets];
 };
 
+// Source coordinate of output voxel (od, oh, ow): m is the sample's row-major 3x4 matrix.
+template <class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE void source_coordinate(const Acc m[12], int64_t od, int64_t oh,
+                                                    int64_t ow, Acc src[3]) {
+  const Acc o[3] = {static_cast<Acc>(od), static_cast<Acc>(oh), static_cast<Acc>(ow)};
+  for (int r = 0; r < 3; ++r) {
+    const Acc* row = m + 4 * r;
+    src[r] = fadd(fadd(fadd(fmul(row[0], o[0]), fmul(row[1], o[1])), fmul(row[2], o[2])), row[3]);
+  }
+}
+
+// A source point after padding, with d(padded)/d(raw) per axis, and its trilinear cell.
+template <class Acc>
+struct SourcePoint {
+  Acc x[3], grad[3];
+  int64_t i0[3];  // floor
+  Acc w1[3];      // fractional part: weight of the upper corner
+};
+
+template <class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE SourcePoint<Acc> source_point(const KTarget& t, const Acc src[3],
+                                                           bool align_corners) {
+  SourcePoint<Acc> sp;
+  const Padding pad = static_cast<Padding>(t.padding);
+  for (int a = 0; a < 3; ++a) {
+    // Far-away coordinates are outside whatever their value: bound them so the integer
+    // conversions stay defined (2^40 voxels is beyond any volume).
+    const Acc bound = static_cast<Acc>(1099511627776.0);
+    const Acc v = src[a] < -bound ? -bound : (src[a] > bound ? bound : src[a]);
+    sp.x[a] = pad_coordinate(v, t.in_size[a], pad, align_corners, &sp.grad[a]);
+    const Acc f = floor(sp.x[a]);
+    sp.i0[a] = sp.x[a] == sp.x[a] ? static_cast<int64_t>(f) : int64_t(-2);  // NaN: outside
+    sp.w1[a] = fsub(sp.x[a], f);
+  }
+  return sp;
+}
+
+// Corner `corner` (bits: d, h, w) of the cell: its index, whether it is inside, its weight
+// and the weight's derivative along each axis.
+template <class Acc>
+struct Corner {
+  int64_t off;  // offset within one (n, c) volume, valid when inside
+  bool inside;
+  Acc w, dw[3];
+};
+
+template <class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE Corner<Acc> corner_of(const KTarget& t, const SourcePoint<Acc>& sp,
+                                                   int corner) {
+  Corner<Acc> k;
+  int64_t idx[3];
+  Acc wa[3], sign[3];
+  k.inside = true;
+  for (int a = 0; a < 3; ++a) {
+    const int bit = (corner >> (2 - a)) & 1;
+    idx[a] = sp.i0[a] + bit;
+    wa[a] = bit ? sp.w1[a] : fsub(Acc(1), sp.w1[a]);
+    sign[a] = bit ? Acc(1) : Acc(-1);
+    k.inside = k.inside && idx[a] >= 0 && idx[a] < t.in_size[a];
+  }
+  k.w = fmul(fmul(wa[0], wa[1]), wa[2]);
+  k.dw[0] = fmul(fmul(sign[0], wa[1]), wa[2]);
+  k.dw[1] = fmul(fmul(wa[0], sign[1]), wa[2]);
+  k.dw[2] = fmul(fmul(wa[0], wa[1]), sign[2]);
+  k.off = idx[0] * t.in_stride[2] + idx[1] * t.in_stride[3] + idx[2] * t.in_stride[4];
+  return k;
+}
+
+// The nearest voxel's offset within one (n, c) volume, or -1 when outside.
+template <class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE int64_t nearest_offset(const KTarget& t, const SourcePoint<Acc>& sp) {
+  int64_t off = 0;
+  for (int a = 0; a < 3; ++a) {
+    if (sp.x[a] != sp.x[a]) return -1;
+    const int64_t i = round_half_even(sp.x[a]);
+    if (i < 0 || i >= t.in_size[a]) return -1;
+    off += i * t.in_stride[a + 2];
+  }
+  return off;
+}
+
 // Resample functor: one item = one output voxel of one sample, all targets and channels.
 template <class Acc>
 struct ResampleForward {
@@ -139,44 +243,24 @@ struct ResampleForward {
     const int64_t rest = item / p.out_size[2];
     const int64_t oh = rest % p.out_size[1];
     const int64_t od = rest / p.out_size[1];
-    const Acc o[3] = {static_cast<Acc>(od), static_cast<Acc>(oh), static_cast<Acc>(ow)};
     Acc src[3];
-    for (int r = 0; r < 3; ++r) {
-      const Acc* m = st.m + 4 * r;
-      src[r] = fadd(fadd(fadd(fmul(m[0], o[0]), fmul(m[1], o[1])), fmul(m[2], o[2])), m[3]);
-    }
+    source_coordinate(st.m, od, oh, ow, src);
     for (int k = 0; k < p.num_targets; ++k) gather(p.t[k], n, od, oh, ow, src);
   }
 
   VOXAUG_HD VOXAUG_FORCEINLINE void gather(const KTarget& t, int64_t n, int64_t od, int64_t oh,
                                            int64_t ow, const Acc src[3]) const {
-    const Padding pad = static_cast<Padding>(t.padding);
-    Acc x[3];
-    for (int a = 0; a < 3; ++a) {
-      // Far-away coordinates are outside whatever their value: bound them so the integer
-      // conversions below stay defined (2^40 voxels is beyond any volume).
-      const Acc bound = static_cast<Acc>(1099511627776.0);
-      const Acc v = src[a] < -bound ? -bound : (src[a] > bound ? bound : src[a]);
-      x[a] = pad_coordinate(v, t.in_size[a], pad, p.align_corners);
-    }
+    const SourcePoint<Acc> sp = source_point(t, src, p.align_corners);
     const int64_t out_base =
         n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3] + ow * t.out_stride[4];
     const int64_t in_base = n * t.in_stride[0];
-    const bool fill_const = pad == Padding::Constant;
+    const bool fill_const = static_cast<Padding>(t.padding) == Padding::Constant;
     if (static_cast<Interp>(t.mode) == Interp::Nearest) {
-      int64_t i[3];
-      bool inside = true;
-      for (int a = 0; a < 3; ++a) {
-        inside = inside && !(x[a] != x[a]);  // NaN coordinate: outside
-        i[a] = inside ? round_half_even(x[a]) : 0;
-        inside = inside && i[a] >= 0 && i[a] < t.in_size[a];
-      }
-      const int64_t in_off =
-          in_base + i[0] * t.in_stride[2] + i[1] * t.in_stride[3] + i[2] * t.in_stride[4];
+      const int64_t off = nearest_offset(t, sp);
       for (int64_t c = 0; c < t.channels; ++c) {
         const int64_t o = out_base + c * t.out_stride[1];
-        if (inside) {
-          copy_dyn(t.in, in_off + c * t.in_stride[1], t.out, o, t.elem_size);
+        if (off >= 0) {
+          copy_dyn(t.in, in_base + c * t.in_stride[1] + off, t.out, o, t.elem_size);
         } else {
           store_value_dyn(t.out, t.out_dtype, o, fill_const ? t.pad_value : 0.0);
         }
@@ -184,36 +268,86 @@ struct ResampleForward {
       return;
     }
     // Trilinear: 8 corners, weights as grid_sample (w = distance to the opposite corner).
-    int64_t i0[3];
-    Acc w1[3];
-    for (int a = 0; a < 3; ++a) {
-      const Acc f = floor(x[a]);
-      i0[a] = static_cast<int64_t>(f);
-      w1[a] = fsub(x[a], f);
-    }
-    const bool nan_coord = (x[0] != x[0]) || (x[1] != x[1]) || (x[2] != x[2]);
     const Acc fill = fill_const ? static_cast<Acc>(t.pad_value) : Acc(0);
     for (int64_t c = 0; c < t.channels; ++c) {
+      const int64_t base = in_base + c * t.in_stride[1];
       Acc acc = Acc(0);
       for (int corner = 0; corner < 8; ++corner) {
-        const int64_t id = i0[0] + ((corner >> 2) & 1), ih = i0[1] + ((corner >> 1) & 1),
-                      iw = i0[2] + (corner & 1);
-        const Acc wd = (corner >> 2) & 1 ? w1[0] : fsub(Acc(1), w1[0]);
-        const Acc wh = (corner >> 1) & 1 ? w1[1] : fsub(Acc(1), w1[1]);
-        const Acc ww = corner & 1 ? w1[2] : fsub(Acc(1), w1[2]);
-        const Acc w = fmul(fmul(wd, wh), ww);
-        const bool inside = !nan_coord && id >= 0 && id < t.in_size[0] && ih >= 0 &&
-                            ih < t.in_size[1] && iw >= 0 && iw < t.in_size[2];
-        const Acc v = inside ? load_dyn<Acc>(t.in, t.in_dtype,
-                                             in_base + c * t.in_stride[1] + id * t.in_stride[2] +
-                                                 ih * t.in_stride[3] + iw * t.in_stride[4])
-                             : fill;
-        acc = fadd(acc, fmul(w, v));
+        const Corner<Acc> k = corner_of(t, sp, corner);
+        const Acc v = k.inside ? load_dyn<Acc>(t.in, t.in_dtype, base + k.off) : fill;
+        acc = fadd(acc, fmul(k.w, v));
       }
-      store_dyn<Acc>(t.out, t.out_dtype, out_base + c * t.out_stride[1],
-                     nan_coord ? static_cast<Acc>(NAN) : acc);
+      store_dyn<Acc>(t.out, t.out_dtype, out_base + c * t.out_stride[1], acc);
     }
   }
 };
+
+// ---- backward ----
+// grad_in (Acc, dense (N, C, D, H, W)) += d out / d in * grad_out, for output voxel
+// (n, od, oh, ow) of target t (whose `out` is grad_out). `add` accumulates (atomically on
+// the device).
+template <class Acc, class Add>
+VOXAUG_HD VOXAUG_FORCEINLINE void scatter_input_grad(const KTarget& t, bool align_corners,
+                                                     const Acc src[3], int64_t n, int64_t c,
+                                                     int64_t od, int64_t oh, int64_t ow,
+                                                     Acc* grad_in, Add&& add) {
+  const SourcePoint<Acc> sp = source_point(t, src, align_corners);
+  const Acc g = load_dyn<Acc>(t.out, t.out_dtype,
+                              n * t.out_stride[0] + c * t.out_stride[1] + od * t.out_stride[2] +
+                                  oh * t.out_stride[3] + ow * t.out_stride[4]);
+  // grad_in is dense: the input's logical strides.
+  const int64_t vol = t.in_size[0] * t.in_size[1] * t.in_size[2];
+  Acc* base = grad_in + (n * t.channels + c) * vol;
+  if (static_cast<Interp>(t.mode) == Interp::Nearest) {
+    int64_t off = 0;
+    for (int a = 0; a < 3; ++a) {
+      const int64_t i = sp.x[a] == sp.x[a] ? round_half_even(sp.x[a]) : -1;
+      if (i < 0 || i >= t.in_size[a]) return;
+      off = off * t.in_size[a] + i;
+    }
+    add(base + off, g);
+    return;
+  }
+  for (int corner = 0; corner < 8; ++corner) {
+    int64_t idx[3];
+    Acc w = Acc(1);
+    bool inside = true;
+    for (int a = 0; a < 3; ++a) {
+      const int bit = (corner >> (2 - a)) & 1;
+      idx[a] = sp.i0[a] + bit;
+      w = fmul(w, bit ? sp.w1[a] : fsub(Acc(1), sp.w1[a]));
+      inside = inside && idx[a] >= 0 && idx[a] < t.in_size[a];
+    }
+    if (inside) add(base + (idx[0] * t.in_size[1] + idx[1]) * t.in_size[2] + idx[2], fmul(w, g));
+  }
+}
+
+// d loss / d source coordinate at output voxel (n, od, oh, ow), summed over the linear
+// targets and their channels (nearest contributes nothing, as in grid_sample).
+template <class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE void source_grad(const ResampleParams& p, const Acc src[3], int64_t n,
+                                              int64_t od, int64_t oh, int64_t ow, Acc gsrc[3]) {
+  for (int k = 0; k < p.num_targets; ++k) {
+    const KTarget& t = p.t[k];
+    if (static_cast<Interp>(t.mode) != Interp::Linear) continue;
+    const SourcePoint<Acc> sp = source_point(t, src, p.align_corners);
+    const Acc fill = static_cast<Padding>(t.padding) == Padding::Constant
+                         ? static_cast<Acc>(t.pad_value)
+                         : Acc(0);
+    for (int64_t c = 0; c < t.channels; ++c) {
+      const Acc g = load_dyn<Acc>(t.out, t.out_dtype,
+                                  n * t.out_stride[0] + c * t.out_stride[1] + od * t.out_stride[2] +
+                                      oh * t.out_stride[3] + ow * t.out_stride[4]);
+      const int64_t base = n * t.in_stride[0] + c * t.in_stride[1];
+      Acc dx[3] = {Acc(0), Acc(0), Acc(0)};
+      for (int corner = 0; corner < 8; ++corner) {
+        const Corner<Acc> q = corner_of(t, sp, corner);
+        const Acc v = q.inside ? load_dyn<Acc>(t.in, t.in_dtype, base + q.off) : fill;
+        for (int a = 0; a < 3; ++a) dx[a] = fadd(dx[a], fmul(q.dw[a], v));
+      }
+      for (int a = 0; a < 3; ++a) gsrc[a] = fadd(gsrc[a], fmul(fmul(g, dx[a]), sp.grad[a]));
+    }
+  }
+}
 
 }  // namespace voxaug::detail
