@@ -14,6 +14,10 @@
 //   the mode for labels of any dtype (uint8, int16, int32, int64) as well as images. Linear
 //   (trilinear) needs floating tensors (float64/32/16, bfloat16) and computes in float32
 //   (float64 for float64 data).
+// - Exact path: a sample whose matrix is a signed permutation with an integer offset (flip,
+//   rot90, orientation change, integer crop / pad) is copied voxel by voxel in every mode, so
+//   the result is bit-exact (linear interpolation at voxel centres would equal it for finite
+//   data; the copy also keeps inf / NaN neighbours from leaking in).
 // - CUDA views run on `stream` without synchronising the host; CPU views use OpenMP.
 #pragma once
 

@@ -384,3 +384,10 @@ class RandGaussianNoised(_Dict):
     def __init__(self, keys, prob: float = 0.1, mean: float = 0.0, std: float = 0.1, dtype: DtypeLike = torch.float32,
                  allow_missing_keys: bool = False, sample_std: bool = True, seed: Optional[int] = None):
         super().__init__(keys, RandGaussianNoise(prob, mean, std, dtype, sample_std, seed), allow_missing_keys)
+
+
+# ---------------- spatial family (python/voxaug/spatial.py) ----------------
+from .spatial import *  # noqa: E402,F401,F403
+from .spatial import __all__ as _spatial_all  # noqa: E402
+
+__all__ += _spatial_all

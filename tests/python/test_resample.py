@@ -134,6 +134,22 @@ def test_identity_and_integer_shift_are_exact(device):
     assert torch.equal(out, ref)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_signed_permutations_are_bit_exact_copies(device):
+    x = torch.randn(2, 2, 6, 7, 8, generator=torch.Generator().manual_seed(12)).to(device)
+    x[0, 0, 3, 3, 3] = float("inf")  # must not leak into neighbours on the exact path
+    # rot90 in the (h, w) plane for sample 0, flip of d plus an integer shift for sample 1
+    m = torch.zeros(2, 3, 4, dtype=torch.float64)
+    m[0, 0, 0], m[0, 1, 2], m[0, 2, 1], m[0, 2, 3] = 1, 1, -1, 7  # out (6, 8, 7)
+    m[1, 0, 0], m[1, 0, 3], m[1, 1, 2], m[1, 2, 1], m[1, 2, 3] = -1, 5, 1, -1, 7
+    out_size = (6, 8, 7)
+    for mode in ["linear", "nearest"]:
+        for padding in ["zeros", "reflection"]:
+            (out,) = ops.resample([x], m.to(device), out_size, [mode], [padding])
+            assert torch.equal(out[0], torch.rot90(x[0], 1, (2, 3)))
+            assert torch.equal(out[1], torch.flip(torch.rot90(x[1], 1, (2, 3)), (1,)))
+
+
 def test_non_contiguous_and_half_precision():
     x = torch.randn(2, 1, 10, 9, 8, generator=torch.Generator().manual_seed(8))
     xt = x.permute(0, 1, 4, 3, 2)  # non-contiguous (N, C, W, H, D) view

@@ -224,18 +224,43 @@ VOXAUG_HD VOXAUG_FORCEINLINE int64_t nearest_offset(const KTarget& t, const Sour
   return off;
 }
 
+// True when the 3x4 map sends voxel centres to voxel centres one-to-one: each row of the
+// linear part holds a single +-1, each column is used once, the offsets are integers.
+VOXAUG_HD VOXAUG_FORCEINLINE bool is_signed_permutation(const double* m) {
+  int used = 0;
+  for (int r = 0; r < 3; ++r) {
+    int col = -1;
+    for (int k = 0; k < 3; ++k) {
+      const double v = m[4 * r + k];
+      if (v == 0.0) continue;
+      if ((v != 1.0 && v != -1.0) || col >= 0) return false;
+      col = k;
+    }
+    if (col < 0 || (used & (1 << col))) return false;
+    used |= 1 << col;
+    const double t = m[4 * r + 3];
+    if (!(floor(t) == t) || t > 1e15 || t < -1e15) return false;
+  }
+  return true;
+}
+
 // Resample functor: one item = one output voxel of one sample, all targets and channels.
 template <class Acc>
 struct ResampleForward {
   ResampleParams p;
   struct State {
     Acc m[12];
+    // The sample's map is a signed permutation with an integer offset (flip, rot90,
+    // orientation change, integer crop / pad): every target copies voxels, bit-exactly.
+    bool exact;
   };
   VOXAUG_HD VOXAUG_FORCEINLINE int64_t items() const {
     return p.out_size[0] * p.out_size[1] * p.out_size[2];
   }
   VOXAUG_HD VOXAUG_FORCEINLINE void begin_sample(int64_t n, State& st) const {
-    for (int k = 0; k < 12; ++k) st.m[k] = static_cast<Acc>(p.matrices[12 * n + k]);
+    const double* m = p.matrices + 12 * n;
+    for (int k = 0; k < 12; ++k) st.m[k] = static_cast<Acc>(m[k]);
+    st.exact = is_signed_permutation(m);
   }
 
   VOXAUG_HD VOXAUG_FORCEINLINE void operator()(State& st, int64_t n, int64_t item) const {
@@ -245,24 +270,28 @@ struct ResampleForward {
     const int64_t od = rest / p.out_size[1];
     Acc src[3];
     source_coordinate(st.m, od, oh, ow, src);
-    for (int k = 0; k < p.num_targets; ++k) gather(p.t[k], n, od, oh, ow, src);
+    for (int k = 0; k < p.num_targets; ++k) gather(p.t[k], n, od, oh, ow, src, st.exact);
   }
 
   VOXAUG_HD VOXAUG_FORCEINLINE void gather(const KTarget& t, int64_t n, int64_t od, int64_t oh,
-                                           int64_t ow, const Acc src[3]) const {
+                                           int64_t ow, const Acc src[3], bool exact) const {
     const SourcePoint<Acc> sp = source_point(t, src, p.align_corners);
     const int64_t out_base =
         n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3] + ow * t.out_stride[4];
     const int64_t in_base = n * t.in_stride[0];
     const bool fill_const = static_cast<Padding>(t.padding) == Padding::Constant;
-    if (static_cast<Interp>(t.mode) == Interp::Nearest) {
+    const bool nearest = static_cast<Interp>(t.mode) == Interp::Nearest;
+    if (nearest || exact) {  // one source voxel: copy it (linear at integer points equals it)
       const int64_t off = nearest_offset(t, sp);
       for (int64_t c = 0; c < t.channels; ++c) {
         const int64_t o = out_base + c * t.out_stride[1];
-        if (off >= 0) {
+        if (off < 0) {
+          store_value_dyn(t.out, t.out_dtype, o, fill_const ? t.pad_value : 0.0);
+        } else if (nearest) {
           copy_dyn(t.in, in_base + c * t.in_stride[1] + off, t.out, o, t.elem_size);
         } else {
-          store_value_dyn(t.out, t.out_dtype, o, fill_const ? t.pad_value : 0.0);
+          store_dyn<Acc>(t.out, t.out_dtype, o,
+                         load_dyn<Acc>(t.in, t.in_dtype, in_base + c * t.in_stride[1] + off));
         }
       }
       return;

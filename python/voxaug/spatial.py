@@ -1,0 +1,1152 @@
+"""MONAI-compatible spatial transforms backed by ``torch.ops.voxaug.resample``.
+
+Every transform here is a per-sample 3x4 index map (output voxel index -> input voxel index,
+voxel centres at integers) plus an output size. The maps are built in float64 on the CPU
+(parameter plumbing only), moved to the data's device with ``non_blocking=True``, and one
+``voxaug.ops.resample`` launch gathers the whole batch; in the dictionary forms the keys
+that share a map (image and label of a RandAffined, say) share that one launch, each with
+its own interpolation and padding mode. Nothing syncs the host.
+
+Inputs and outputs follow :mod:`voxaug.transforms`: a (C, D, H, W) sample or an
+(N, C, D, H, W) batch (CPU or CUDA tensor, MONAI MetaTensor or numpy array).
+
+What matches MONAI, and how (tests/python/test_spatial.py checks each on real volumes):
+
+- Flip, Rotate90 (and RandFlip, RandRotate90): signed permutations, nearest, bit-identical to
+  ``torch.flip`` / ``torch.rot90`` for every dtype.
+- Affine, RandAffine: MONAI's matrix ``A = R @ Sh @ T @ Sc`` (AffineGrid; each factor only
+  when its parameters are truthy) acts on centred output coordinates; MONAI's Resample
+  maps the result to grid_sample's normalised grid with ``2 / max(2, size)`` and our map
+  reproduces that, the ``max(2, size)`` of size-1 axes and the ``align_corners`` rescaling
+  included. Rotate, RandRotate: MONAI's ``shift @ R @ shift_1`` index map, MONAI's output
+  shape rule for ``keep_size=False``. Linear results agree with MONAI within float32
+  interpolation rounding; nearest results are identical except at coordinates within float
+  rounding of a half-voxel tie (MONAI builds its grid in float32).
+- Resize, Zoom: MONAI calls ``torch.nn.functional.interpolate``; linear modes are the same
+  separable map (``src = (o + 0.5) * in/out - 0.5`` clamped to the border, or
+  ``o * (in-1)/(out-1)`` with ``align_corners=True``). Interpolate's ``nearest`` and
+  ``nearest-exact`` floor rather than round: voxaug reads interpolate's own index table
+  for the sizes at hand and picks the offset that makes round-half-even give the same
+  indices, so nearest results are bit-identical. Zoom's ``keep_size`` centre crop is part
+  of the map; its padding (``edge``, ``constant``, ``reflect``, ``symmetric``, ``wrap``) is
+  a gather after the resample, as MONAI pads after interpolating.
+
+Differences from MONAI, by design:
+
+- Nearest keeps the input dtype (int16 labels stay int16, bit-exact); MONAI returns float32.
+  Linear modes return the input's floating dtype (integer input is computed in float32).
+  Arithmetic is float32 (float64 input: float64), whatever MONAI's ``dtype`` argument says;
+  ``dtype``, ``device`` and ``cache_grid`` are accepted for signature compatibility only.
+- Random parameters come from a torch CPU generator per sample, seeded from the transform's
+  seed and the sample's index (``draw_params(batch_size, first_sample, seed)``): a sample's
+  result does not depend on the batch it is in. A batch gets a per-sample gate ``u < prob``
+  and per-sample parameters, not one draw per call.
+- A MetaTensor keeps its metadata; its ``affine`` is composed with the transform's index map
+  as MONAI does (``affine @ xform``, per sample for a batch with different maps).
+  ``applied_operations`` is not extended: inverses and lazy resampling come later
+  (``lazy=True`` raises NotImplementedError).
+- Not supported yet (NotImplementedError): ``bicubic`` (cubic B-spline resampling comes
+  later), MONAI's integer spline orders, interpolate's ``area`` mode (the default of MONAI's
+  Resize and Zoom: pass ``mode="trilinear"`` or ``"nearest"``), Resize ``anti_aliasing``,
+  Affine ``normalized=True``. Size-1 axes with ``align_corners=True`` in Rotate: MONAI's
+  normalisation degenerates there; voxaug keeps the plain index map.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from numbers import Number
+from typing import Any, Hashable, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import ops
+from .transforms import _as_batch, _check_prob, _is_meta_tensor, _Randomizable
+
+__all__ = [
+    "Flip", "Flipd", "RandFlip", "RandFlipd", "Rotate90", "Rotate90d", "RandRotate90", "RandRotate90d",
+    "Affine", "Affined", "RandAffine", "RandAffined", "Rotate", "Rotated", "RandRotate", "RandRotated",
+    "Zoom", "Zoomd", "Resize", "Resized",
+]
+
+_MASK64 = (1 << 64) - 1
+_MAX_TARGETS = 4  # kMaxResampleTargets (include/voxaug/resample.h)
+
+
+# ---------------- small helpers ----------------
+def _name(v: Any) -> Any:
+    return v.value if isinstance(v, Enum) else v
+
+
+def _not_lazy(lazy: Optional[bool]) -> None:
+    if lazy:
+        raise NotImplementedError("lazy=True: lazy resampling (fused spatial composition) comes later in voxaug")
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, Number) and not isinstance(v, bool)
+
+
+def _as_list(v: Any) -> list:
+    """MONAI's ensure_tuple: None -> [None], a scalar -> [scalar], a sequence -> list."""
+    if isinstance(v, (np.ndarray, torch.Tensor)):
+        return [float(x) for x in np.asarray(v, dtype=np.float64).reshape(-1)]
+    if isinstance(v, (list, tuple)):
+        return list(v)
+    return [v]
+
+
+def _numbers(v: Any, name: str) -> list[float]:
+    out = []
+    for x in _as_list(v):
+        if not _is_number(x) or not math.isfinite(float(x)):
+            raise ValueError(f"{name} must be a finite number or a sequence of them, got {v!r}")
+        out.append(float(x))
+    return out
+
+
+def _truthy(p: Any) -> bool:
+    """MONAI's ``if self.rotate_params:`` on a scalar or a sequence."""
+    if p is None:
+        return False
+    if isinstance(p, (np.ndarray, torch.Tensor)):
+        return p.size > 0 if isinstance(p, np.ndarray) else p.numel() > 0
+    if isinstance(p, (list, tuple)):
+        return len(p) > 0
+    return bool(p)
+
+
+def _rep3(v: Any, name: str) -> list[float]:
+    """MONAI's ensure_tuple_rep(v, 3) for numbers."""
+    vals = _numbers(v, name)
+    if len(vals) == 1 and not isinstance(v, (list, tuple, np.ndarray, torch.Tensor)):
+        return vals * 3
+    if len(vals) != 3:
+        raise ValueError(f"{name} must be a number or 3 numbers (one per spatial axis), got {v!r}")
+    return vals
+
+
+def _fall_back_size(spatial_size: Any, img_size: Sequence[int], name: str = "spatial_size") -> tuple[int, ...]:
+    """MONAI's fall_back_tuple: None -> the image size; non-positive entries -> the image's."""
+    if spatial_size is None:
+        return tuple(int(s) for s in img_size)
+    vals = _as_list(spatial_size)
+    if len(vals) == 1 and not isinstance(spatial_size, (list, tuple)):
+        vals = vals * 3
+    if len(vals) != 3 or any(v is not None and not _is_number(v) for v in vals):
+        raise ValueError(f"{name} must be an int or 3 ints (D, H, W), got {spatial_size!r}")
+    out = []
+    for v, s in zip(vals, img_size):
+        if v is not None and int(v) != v:
+            raise ValueError(f"{name} must be integers, got {spatial_size!r}")
+        out.append(int(s) if v is None or v <= 0 else int(v))
+    return tuple(out)
+
+
+def _spatial_axes(axes: Any, name: str) -> list[int]:
+    """MONAI's map_spatial_axes for 3 spatial dims (negative axes count from the last)."""
+    if axes is None:
+        return [0, 1, 2]
+    out = []
+    for a in _as_list(axes):
+        if not isinstance(a, (int, np.integer)) or isinstance(a, bool) or not -3 <= a <= 2:
+            raise ValueError(f"{name} must be spatial axes in [-3, 2], got {axes!r}")
+        out.append(int(a) % 3)
+    return out
+
+
+def _translate(shift: Sequence[float]) -> np.ndarray:
+    m = np.eye(4)
+    m[:3, 3] = shift
+    return m
+
+
+def _rotation(radians: Sequence[float], order: str = "XYZ") -> np.ndarray:
+    """MONAI's create_rotate for 3 spatial dims (monai/transforms/utils.py, _create_rotate)."""
+    if len(radians) < 1:
+        raise ValueError("rotation angles must be non-empty")
+    if (not isinstance(order, str) or not 1 <= len(order) <= 3 or not (order.islower() or order.isupper())
+            or any(a not in "xyz" for a in order.lower())
+            or any(order[i].lower() == order[i + 1].lower() for i in range(len(order) - 1))
+            or len(order) < len(radians)):
+        raise ValueError(f"rotate_order must be 1-3 axes from 'xyz' (lower: extrinsic, upper: intrinsic), no axis "
+                         f"twice in a row, at least one per angle; got {order!r} for {len(radians)} angle(s)")
+    affine = np.eye(4)
+    for axis, rad in zip(order.lower(), radians):
+        s, c = math.sin(rad), math.cos(rad)
+        r = np.eye(4)
+        if axis == "x":
+            r[1, 1], r[1, 2], r[2, 1], r[2, 2] = c, -s, s, c
+        elif axis == "y":
+            r[0, 0], r[0, 2], r[2, 0], r[2, 2] = c, s, -s, c
+        else:
+            r[0, 0], r[0, 1], r[1, 0], r[1, 1] = c, -s, s, c
+        affine = affine @ r if order.isupper() else r @ affine
+    return affine
+
+
+def _shear(coefs: Sequence[float]) -> np.ndarray:
+    """MONAI's create_shear (3D): elementary shears composed in coefficient order."""
+    c = (list(coefs) + [0.0] * 6)[:6]
+    out = np.eye(4)
+    for (i, j), v in zip([(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)], c):
+        s = np.eye(4)
+        s[i, j] = v
+        out = s @ out
+    return out
+
+
+def _scale(factors: Sequence[float]) -> np.ndarray:
+    """MONAI's create_scale (3D): missing factors are 1."""
+    return np.diag((list(factors) + [1.0] * 3)[:3] + [1.0])
+
+
+def _centred_affine(rotate, shear, translate, scale, order: str = "XYZ") -> np.ndarray:
+    """MONAI AffineGrid: eye @ rotate @ shear @ translate @ scale, each only when truthy."""
+    a = np.eye(4)
+    if _truthy(rotate):
+        a = a @ _rotation(_numbers(rotate, "rotate_params"), order)
+    if _truthy(shear):
+        a = a @ _shear(_numbers(shear, "shear_params"))
+    if _truthy(translate):
+        a = a @ _translate((_numbers(translate, "translate_params") + [0.0] * 3)[:3])
+    if _truthy(scale):
+        a = a @ _scale(_numbers(scale, "scale_params"))
+    return a
+
+
+def _grid_index_map(a: np.ndarray, in_size, out_size, align_corners: bool) -> tuple[np.ndarray, np.ndarray]:
+    """MONAI Affine/RandAffine: centred map `a` -> (kernel index map, MetaTensor index map).
+
+    MONAI applies `a` to the centred output grid (times max(2, s) / (max(2, s) - 1) per output
+    axis with align_corners), multiplies by 2 / max(2, s_in) and calls grid_sample; in input
+    voxel indices that is  i = c * s_in / max(2, s_in) + (s_in - 1) / 2  (align_corners=False)
+    or  i = c * (s_in - 1) / max(2, s_in) + (s_in - 1) / 2  (align_corners=True).
+    The metadata map is MONAI's compute_w_affine (no align_corners, no max(2, .)).
+    """
+    t_in = _translate([(s - 1) / 2 for s in in_size])
+    t_out = _translate([-(s - 1) / 2 for s in out_size])
+    if align_corners:
+        f_in = np.diag([(s - 1) / max(2, s) for s in in_size] + [1.0])
+        g_out = np.diag([max(2, s) / (max(2, s) - 1) for s in out_size] + [1.0])
+    else:
+        f_in = np.diag([s / max(2, s) for s in in_size] + [1.0])
+        g_out = np.eye(4)
+    return t_in @ f_in @ a @ g_out @ t_out, t_in @ a @ t_out
+
+
+def _sample_seed(seed: int, index: int) -> int:
+    """splitmix64 of (seed, sample index): independent streams per sample."""
+    z = (seed + 0x9E3779B97F4A7C15 * (index + 1)) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+# ---------------- modes ----------------
+_GRID_MODES = {"bilinear": "linear", "nearest": "nearest"}
+_GRID_PADDINGS = ("zeros", "border", "reflection")
+_INTERP_MODES = {"nearest": "nearest", "nearest-exact": "nearest-exact", "linear": "linear", "bilinear": "linear",
+                 "trilinear": "linear"}
+
+
+def _grid_mode(mode: Any) -> str:
+    m = _name(mode)
+    if isinstance(m, (int, np.integer)) and not isinstance(m, bool):
+        raise NotImplementedError(f"mode={m}: MONAI's spline orders (scipy/cupy map_coordinates backend) are not "
+                                  "supported by voxaug; use mode='bilinear' or 'nearest'")
+    if m == "bicubic":
+        raise NotImplementedError("mode='bicubic': cubic B-spline resampling comes later in voxaug; "
+                                  "use mode='bilinear' or 'nearest' for now")
+    if m not in _GRID_MODES:
+        raise ValueError(f"mode must be 'bilinear' or 'nearest', got {mode!r}")
+    return _GRID_MODES[m]
+
+
+def _grid_padding(padding_mode: Any) -> str:
+    p = _name(padding_mode)
+    if p not in _GRID_PADDINGS:
+        raise ValueError(f"padding_mode must be 'zeros', 'border' or 'reflection', got {padding_mode!r}")
+    return p
+
+
+def _interp_mode(mode: Any) -> str:
+    m = _name(mode)
+    if m in ("area", "bicubic"):
+        raise NotImplementedError(f"mode={m!r} (torch interpolate) is not supported by voxaug's resample yet "
+                                  "(MONAI's Resize/Zoom default is 'area'); use mode='trilinear' or 'nearest'")
+    if m not in _INTERP_MODES:
+        raise ValueError(f"mode must be one of 'nearest', 'nearest-exact', 'linear', 'bilinear', 'trilinear', "
+                         f"got {mode!r}")
+    return _INTERP_MODES[m]
+
+
+_PAD_MODES = {"constant": "constant", "edge": "edge", "replicate": "edge", "reflect": "reflect",
+              "symmetric": "symmetric", "wrap": "wrap", "circular": "wrap"}
+
+
+def _pad_mode(padding_mode: Any) -> str:
+    p = _name(padding_mode)
+    if p not in _PAD_MODES:
+        raise ValueError(f"padding_mode must be one of {sorted(_PAD_MODES)} (numpy.pad / torch pad names), "
+                         f"got {padding_mode!r}")
+    return _PAD_MODES[p]
+
+
+@dataclass(frozen=True)
+class _Opts:
+    """Per-call (per-key) options: kernel mode, MONAI mode name, padding, align_corners."""
+
+    mode: str  # "linear" | "nearest" (kernel)
+    interp: str  # "linear" | "nearest" | "nearest-exact" (the index rule)
+    padding: str  # kernel padding, or the pad mode of Zoom's keep_size padding
+    align_corners: bool
+    pad_value: float = 0.0
+
+
+@dataclass
+class _Geometry:
+    mats: torch.Tensor  # (N, 3, 4) float64, CPU: output index -> input index (what the kernel gets)
+    out_size: tuple[int, int, int]
+    meta: torch.Tensor  # (N, 4, 4) float64: the map MONAI composes into a MetaTensor's affine
+    kernel_padding: str
+    pad: Optional[tuple] = None  # ((before, after) x 3, mode, value): padding after the resample
+
+    def same_launch(self, other: "_Geometry") -> bool:
+        return (self.out_size == other.out_size and self.pad == other.pad and self.mats.shape == other.mats.shape
+                and torch.equal(self.mats, other.mats))
+
+
+def _stack(maps: Sequence[np.ndarray]) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(np.stack(maps).astype(np.float64)))
+
+
+# ---------------- interpolate's index rules (Resize, Zoom) ----------------
+def _nearest_table(in_size: int, out_size: int, mode: str) -> np.ndarray:
+    """Source index of each output voxel under torch interpolate's `mode` (its own floor rule)."""
+    x = torch.arange(in_size, dtype=torch.float64).view(1, 1, in_size)
+    return F.interpolate(x, size=out_size, mode=mode)[0, 0].numpy()
+
+
+def _fit_nearest(table: np.ndarray, first: int, count: int, slope: float) -> tuple[float, float]:
+    """(m, b) with round_half_even(m * o + b) == table[first + o] for o < count, with the
+    widest margin from the half-way points (at least 1 / (2 * len(table)) for interpolate's
+    tables). The kernel computes m * o + b in float32, far inside that margin."""
+    t = table[first:first + count]
+    o = np.arange(count, dtype=np.float64)
+    best = None
+    for m in (slope, float(np.float32(slope))):
+        lo, hi = np.max(t - 0.5 - m * o), np.min(t + 0.5 - m * o)
+        if best is None or hi - lo > best[2]:
+            best = (m, (lo + hi) / 2, hi - lo)
+    m, b, width = best
+    if width <= 4 * np.finfo(np.float32).eps * max(len(table), 1):
+        raise RuntimeError(f"no affine map reproduces interpolate's nearest indices for {len(table)} voxels; "
+                           "please report this size")
+    return m, b
+
+
+def _interp_axis(in_size: int, zoomed: int, first: int, count: int, opts: _Opts) -> tuple[float, float, float, float]:
+    """Per-axis (kernel m, kernel b, meta m, meta b) for interpolate from `in_size` to `zoomed`
+    voxels, output voxel o standing for zoomed voxel first + o."""
+    if opts.align_corners:
+        s = 0.0 if zoomed == 1 else (in_size - 1) / (zoomed - 1)
+        lm, lb = s, 0.0
+    else:
+        s = in_size / zoomed
+        lm, lb = s, (s - 1) / 2  # (o + 0.5) * s - 0.5; interpolate clamps: border padding
+    meta_m, meta_b = (1.0, 0.0) if in_size == zoomed else (lm, lb)
+    meta_b += meta_m * first
+    if opts.interp == "linear":
+        return lm, lb + lm * first, meta_m, meta_b
+    table = _nearest_table(in_size, zoomed, opts.interp)
+    m, b = _fit_nearest(table, first, count, in_size / zoomed)
+    return m, b, meta_m, meta_b
+
+
+def _diag_maps(axes: Sequence[tuple[float, float, float, float]], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    k, meta = np.eye(4), np.eye(4)
+    for a, (m, b, mm, mb) in enumerate(axes):
+        k[a, a], k[a, 3], meta[a, a], meta[a, 3] = m, b, mm, mb
+    return _stack([k[:3]] * n), _stack([meta] * n)
+
+
+def _pad_index(size: int, before: int, after: int, mode: str) -> np.ndarray:
+    """numpy.pad's source index of each padded position (constant: -1 outside)."""
+    j = np.arange(-before, size + after)
+    if mode == "constant":
+        return np.where((j >= 0) & (j < size), j, -1)
+    if mode == "edge" or size == 1:
+        return np.clip(j, 0, size - 1)
+    if mode == "reflect":
+        p = 2 * (size - 1)
+        j = np.mod(j, p)
+        return np.where(j >= size, p - j, j)
+    if mode == "symmetric":
+        j = np.mod(j, 2 * size)
+        return np.where(j >= size, 2 * size - 1 - j, j)
+    return np.mod(j, size)  # wrap
+
+
+def _apply_pad(x: torch.Tensor, pad: tuple) -> torch.Tensor:
+    widths, mode, value = pad
+    if mode == "constant":
+        out = torch.full((*x.shape[:2], *[s + b + a for s, (b, a) in zip(x.shape[2:], widths)]), value,
+                         dtype=x.dtype, device=x.device)
+        out[:, :, widths[0][0]:widths[0][0] + x.shape[2], widths[1][0]:widths[1][0] + x.shape[3],
+            widths[2][0]:widths[2][0] + x.shape[4]] = x
+        return out
+    for a, (b, e) in enumerate(widths):
+        if b or e:
+            idx = torch.from_numpy(_pad_index(x.shape[2 + a], b, e, mode)).to(x.device, non_blocking=True)
+            x = x.index_select(2 + a, idx)
+    return x
+
+
+# ---------------- execution ----------------
+def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts]) -> list[torch.Tensor]:
+    """One resample launch (per 4 inputs) for inputs that share `geom`."""
+    align = opts[0].align_corners
+    if any(o.align_corners != align for o in opts):
+        raise ValueError("inputs of one resample launch must share align_corners")
+    inputs = [x if o.mode == "nearest" or x.is_floating_point() else x.float() for x, o in zip(xs, opts)]
+    mats = geom.mats.to(inputs[0].device, non_blocking=True)
+    outs: list[torch.Tensor] = []
+    for s in range(0, len(inputs), _MAX_TARGETS):
+        part, popts = inputs[s:s + _MAX_TARGETS], opts[s:s + _MAX_TARGETS]
+        outs += ops.resample(part, mats, geom.out_size, [o.mode for o in popts], [geom.kernel_padding] * len(part),
+                             align_corners=align)
+    if geom.pad is not None:
+        outs = [_apply_pad(o, geom.pad) for o in outs]
+    return outs
+
+
+def _with_affine(out: Any, meta: torch.Tensor) -> Any:
+    """A MetaTensor result gets ``affine @ meta`` (MONAI's update), per sample when they differ."""
+    if not _is_meta_tensor(out):
+        return out
+    aff = out.affine
+    m = meta.to(aff.device, aff.dtype)
+    if m.shape[0] == 1 or bool((m == m[:1]).all()):
+        out.affine = aff @ m[0]
+    else:
+        out.affine = aff @ m
+    return out
+
+
+class _Spatial:
+    """A spatial transform: options per call, an optional per-sample draw, a geometry."""
+
+    _n_uniforms = 0  # random transforms: uniforms drawn per sample
+
+    def _options(self, **overrides) -> _Opts:
+        raise NotImplementedError
+
+    def _geometry(self, in_size: tuple, n: int, params: Optional[torch.Tensor], opts: _Opts) -> _Geometry:
+        raise NotImplementedError
+
+    def _params_for(self, n: int, randomize: bool) -> Optional[torch.Tensor]:
+        return None
+
+    def apply(self, img: Any, params: Optional[torch.Tensor] = None, **overrides) -> Any:
+        """Transforms `img`; `params` (random transforms) replays a draw of :meth:`draw_params`."""
+        x, restore = _as_batch(img)
+        opts = self._options(**overrides)
+        if params is None:
+            params = self._params_for(x.shape[0], True)
+        geom = self._geometry(tuple(x.shape[2:]), x.shape[0], params, opts)
+        (out,) = _run([x], geom, [opts])
+        return _with_affine(restore(out), geom.meta)
+
+
+class _RandomSpatial(_Spatial, _Randomizable):
+    def __init__(self, prob: float, seed: Optional[int]):
+        _Randomizable.__init__(self, seed)
+        self.prob = _check_prob(prob)
+        self._last: Optional[torch.Tensor] = None
+
+    def draw_params(self, batch_size: int = 1, first_sample: int = 0, seed: Optional[int] = None) -> torch.Tensor:
+        """Per-sample uniforms in [0, 1), shape (batch_size, k), float64 on the CPU: sample i
+        draws from a generator seeded by (seed, first_sample + i), so its parameters do not
+        depend on the batch. `seed` defaults to the transform's next seed."""
+        seed = self._next_seed() if seed is None else int(seed) & _MASK64
+        rows = []
+        for i in range(int(batch_size)):
+            g = torch.Generator(device="cpu").manual_seed(_sample_seed(seed, int(first_sample) + i))
+            rows.append(torch.rand(self._n_uniforms, dtype=torch.float64, generator=g))
+        return torch.stack(rows) if rows else torch.zeros(0, self._n_uniforms, dtype=torch.float64)
+
+    def _params_for(self, n: int, randomize: bool) -> torch.Tensor:
+        if randomize or self._last is None:
+            self._last = self.draw_params(n)
+        elif self._last.shape[0] != n:
+            raise ValueError(f"randomize=False reuses the last draw, made for a batch of {self._last.shape[0]}, "
+                             f"but img has a batch of {n}")
+        return self._last
+
+    def _gates(self, params: torch.Tensor) -> np.ndarray:
+        return params[:, 0].numpy() < self.prob
+
+
+# ---------------- Flip / RandFlip ----------------
+def _flip_map(in_size, axes) -> np.ndarray:
+    m = np.eye(4)
+    for a in axes:
+        m[a, a], m[a, 3] = -1.0, in_size[a] - 1
+    return m
+
+
+def _exact_opts() -> _Opts:
+    return _Opts("nearest", "nearest", "zeros", False)
+
+
+class Flip(_Spatial):
+    """MONAI Flip: reverses the given spatial axes (None: all). Bit-identical to torch.flip."""
+
+    def __init__(self, spatial_axis: Union[Sequence[int], int, None] = None, lazy: bool = False):
+        _not_lazy(lazy)
+        self.spatial_axis = spatial_axis
+        self._axes = _spatial_axes(spatial_axis, "spatial_axis")
+
+    def _options(self, **overrides):
+        return _exact_opts()
+
+    def _geometry(self, in_size, n, params, opts):
+        m = _flip_map(in_size, self._axes)
+        return _Geometry(_stack([m[:3]] * n), in_size, _stack([m] * n), "zeros")
+
+    def __call__(self, img, lazy: Optional[bool] = None):
+        _not_lazy(lazy)
+        return self.apply(img)
+
+
+class RandFlip(_RandomSpatial):
+    """MONAI RandFlip: flips the given axes with probability `prob`, per sample."""
+
+    _n_uniforms = 1
+
+    def __init__(self, prob: float = 0.1, spatial_axis: Union[Sequence[int], int, None] = None, lazy: bool = False,
+                 seed: Optional[int] = None):
+        _not_lazy(lazy)
+        super().__init__(prob, seed)
+        self.spatial_axis = spatial_axis
+        self._axes = _spatial_axes(spatial_axis, "spatial_axis")
+
+    def _options(self, **overrides):
+        return _exact_opts()
+
+    def _geometry(self, in_size, n, params, opts):
+        maps = [_flip_map(in_size, self._axes) if g else np.eye(4) for g in self._gates(params)]
+        return _Geometry(_stack([m[:3] for m in maps]), in_size, _stack(maps), "zeros")
+
+    def __call__(self, img, randomize: bool = True, lazy: Optional[bool] = None):
+        _not_lazy(lazy)
+        x, _ = _as_batch(img)
+        return self.apply(img, self._params_for(x.shape[0], randomize))
+
+
+# ---------------- Rotate90 / RandRotate90 ----------------
+def _rot90_map(in_size, k: int, axes) -> tuple[np.ndarray, tuple]:
+    """Index map and output size of torch.rot90(x, k, axes): one quarter turn is
+    out[.., i, .., j, ..] = in[.., j, .., S_b - 1 - i, ..] (flip axis b, then swap a and b)."""
+    a, b = axes
+    m, size = np.eye(4), list(in_size)
+    for _ in range(k % 4):
+        q = np.zeros((4, 4))
+        q[3, 3] = 1.0
+        for c in range(3):
+            if c not in (a, b):
+                q[c, c] = 1.0
+        q[a, b] = 1.0  # in_a = out_b
+        q[b, a], q[b, 3] = -1.0, size[b] - 1  # in_b = S_b - 1 - out_a
+        m = m @ q
+        size[a], size[b] = size[b], size[a]
+    return m, tuple(size)
+
+
+def _rot90_axes(spatial_axes: Any) -> tuple[int, int]:
+    axes = _spatial_axes(spatial_axes, "spatial_axes")
+    if len(axes) != 2 or axes[0] == axes[1]:
+        raise ValueError(f"spatial_axes must be 2 different spatial axes defining the plane to rotate, "
+                         f"got {spatial_axes!r}")
+    return axes[0], axes[1]
+
+
+class Rotate90(_Spatial):
+    """MONAI Rotate90: k quarter turns in the plane of `spatial_axes`. Bit-identical to torch.rot90."""
+
+    def __init__(self, k: int = 1, spatial_axes: tuple[int, int] = (0, 1), lazy: bool = False):
+        _not_lazy(lazy)
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool):
+            raise ValueError(f"k must be an int, got {k!r}")
+        self.k = (4 + (int(k) % 4)) % 4
+        self.spatial_axes = _rot90_axes(spatial_axes)
+
+    def _options(self, **overrides):
+        return _exact_opts()
+
+    def _geometry(self, in_size, n, params, opts):
+        m, out_size = _rot90_map(in_size, self.k, self.spatial_axes)
+        return _Geometry(_stack([m[:3]] * n), out_size, _stack([m] * n), "zeros")
+
+    def __call__(self, img, lazy: Optional[bool] = None):
+        _not_lazy(lazy)
+        return self.apply(img)
+
+
+class RandRotate90(_RandomSpatial):
+    """MONAI RandRotate90: with probability `prob`, k ~ U{1, ..., max_k} quarter turns, per sample.
+
+    A batch needs equal sizes along `spatial_axes` (a quarter turn would change one sample's
+    shape); transform samples of other shapes one at a time.
+    """
+
+    _n_uniforms = 2
+
+    def __init__(self, prob: float = 0.1, max_k: int = 3, spatial_axes: tuple[int, int] = (0, 1),
+                 lazy: bool = False, seed: Optional[int] = None):
+        _not_lazy(lazy)
+        super().__init__(prob, seed)
+        if not isinstance(max_k, (int, np.integer)) or isinstance(max_k, bool) or max_k < 1:
+            raise ValueError(f"max_k must be an int >= 1, got {max_k!r}")
+        self.max_k = int(max_k)
+        self.spatial_axes = _rot90_axes(spatial_axes)
+
+    def _options(self, **overrides):
+        return _exact_opts()
+
+    def _ks(self, params: torch.Tensor) -> list[int]:
+        u = params[:, 1].numpy()
+        return [min(int(v * self.max_k), self.max_k - 1) + 1 if g else 0 for v, g in zip(u, self._gates(params))]
+
+    def _geometry(self, in_size, n, params, opts):
+        a, b = self.spatial_axes
+        if n > 1 and in_size[a] != in_size[b]:
+            raise ValueError(f"img: RandRotate90 on a batch needs equal sizes along spatial_axes {self.spatial_axes}, "
+                             f"got {in_size[a]} and {in_size[b]} (a quarter turn changes a sample's shape); "
+                             "transform the samples one at a time")
+        maps = [_rot90_map(in_size, k, self.spatial_axes) for k in self._ks(params)]
+        out_size = maps[0][1] if maps else in_size
+        return _Geometry(_stack([m[:3] for m, _ in maps]) if maps else torch.zeros(0, 3, 4, dtype=torch.float64),
+                         out_size, _stack([m for m, _ in maps]) if maps else torch.zeros(0, 4, 4, dtype=torch.float64),
+                         "zeros")
+
+    def __call__(self, img, randomize: bool = True, lazy: Optional[bool] = None):
+        _not_lazy(lazy)
+        x, _ = _as_batch(img)
+        return self.apply(img, self._params_for(x.shape[0], randomize))
+
+
+# ---------------- Affine / RandAffine ----------------
+def _grid_opts(mode, padding_mode, align_corners) -> _Opts:
+    kmode = _grid_mode(mode)
+    return _Opts(kmode, kmode, _grid_padding(padding_mode), bool(align_corners))
+
+
+class Affine(_Spatial):
+    """MONAI Affine: rotate, shear, translate, scale about the image centre (MONAI's order and
+    conventions: the matrix maps output to input coordinates), or a given 4x4 `affine`.
+
+    Returns ``(img, affine)`` unless ``image_only=True``, as MONAI does; the second item is
+    MONAI's voxel-index map (compute_w_affine), a float64 (4, 4) tensor.
+    """
+
+    def __init__(self, rotate_params=None, shear_params=None, translate_params=None, scale_params=None,
+                 affine=None, spatial_size=None, mode="bilinear", padding_mode="reflection", normalized: bool = False,
+                 device=None, dtype=np.float32, align_corners: bool = False, image_only: bool = False,
+                 lazy: bool = False, rotate_order: str = "XYZ"):
+        _not_lazy(lazy)
+        if normalized:
+            raise NotImplementedError("normalized=True (an affine in grid_sample's normalised coordinates) is not "
+                                      "supported by voxaug; pass a voxel-space affine")
+        if affine is not None:
+            a = np.asarray(affine.detach().cpu() if isinstance(affine, torch.Tensor) else affine, dtype=np.float64)
+            if a.shape != (4, 4) or not np.all(np.isfinite(a)):
+                raise ValueError(f"affine must be a finite 4x4 matrix, got shape {a.shape}")
+            self._a = a
+        else:
+            self._a = _centred_affine(rotate_params, shear_params, translate_params, scale_params, rotate_order)
+        self.rotate_params, self.shear_params = rotate_params, shear_params
+        self.translate_params, self.scale_params = translate_params, scale_params
+        self.spatial_size, self.mode, self.padding_mode = spatial_size, mode, padding_mode
+        self.align_corners, self.image_only = bool(align_corners), image_only
+        _grid_opts(mode, padding_mode, align_corners)  # validate now
+        _fall_back_size(spatial_size, (1, 1, 1))
+
+    def _options(self, mode=None, padding_mode=None, align_corners=None, spatial_size=None):
+        return _grid_opts(self.mode if mode is None else mode,
+                          self.padding_mode if padding_mode is None else padding_mode,
+                          self.align_corners if align_corners is None else align_corners)
+
+    def _geometry(self, in_size, n, params, opts, spatial_size=None):
+        out_size = _fall_back_size(self.spatial_size if spatial_size is None else spatial_size, in_size)
+        k, meta = _grid_index_map(self._a, in_size, out_size, opts.align_corners)
+        return _Geometry(_stack([k[:3]] * n), out_size, _stack([meta] * n), opts.padding)
+
+    def __call__(self, img, spatial_size=None, mode=None, padding_mode=None, lazy: Optional[bool] = None):
+        _not_lazy(lazy)
+        x, restore = _as_batch(img)
+        opts = self._options(mode, padding_mode)
+        geom = self._geometry(tuple(x.shape[2:]), x.shape[0], None, opts, spatial_size)
+        (out,) = _run([x], geom, [opts])
+        out = _with_affine(restore(out), geom.meta)
+        meta = geom.meta[0] if geom.meta.shape[0] else _stack([np.eye(4)])[0]
+        return out if self.image_only else (out, meta)
+
+
+def _rand_ranges(rng: Any, name: str) -> list[tuple[float, float]]:
+    """MONAI RandAffineGrid._get_rand_param: per element, (lo, hi) or U(-f, f); None skipped."""
+    out = []
+    for f in _as_list(rng):
+        if f is None:
+            continue
+        if isinstance(f, (list, tuple, np.ndarray, torch.Tensor)):
+            v = _numbers(f, name)
+            if len(v) != 2:
+                raise ValueError(f"{name}: a range given as [min, max] needs 2 elements per dim, got {f!r}")
+            out.append((v[0], v[1]))
+        else:
+            (v,) = _numbers(f, name)
+            out.append((-v, v))
+    return out
+
+
+class RandAffine(_RandomSpatial):
+    """MONAI RandAffine: with probability `prob` per sample, a random affine with rotation,
+    shear, translation and scale drawn per sample from MONAI's ranges (each element of a range:
+    ``(min, max)`` or ``f`` for ``U(-f, f)``; scale adds 1), built in MONAI's order. A sample
+    that is not selected is resampled with the identity (exact) onto `spatial_size`."""
+
+    def __init__(self, prob: float = 0.1, rotate_range=None, shear_range=None, translate_range=None,
+                 scale_range=None, spatial_size=None, mode="bilinear", padding_mode="reflection",
+                 cache_grid: bool = False, device=None, lazy: bool = False, seed: Optional[int] = None):
+        _not_lazy(lazy)
+        super().__init__(prob, seed)
+        self.rotate_range, self.shear_range = rotate_range, shear_range
+        self.translate_range, self.scale_range = translate_range, scale_range
+        self._ranges = [_rand_ranges(rotate_range, "rotate_range"), _rand_ranges(shear_range, "shear_range"),
+                        _rand_ranges(translate_range, "translate_range"), _rand_ranges(scale_range, "scale_range")]
+        self._n_uniforms = 1 + sum(len(r) for r in self._ranges)
+        self.spatial_size, self.mode, self.padding_mode = spatial_size, mode, padding_mode
+        _grid_opts(mode, padding_mode, False)
+        _fall_back_size(spatial_size, (1, 1, 1))
+
+    def _options(self, mode=None, padding_mode=None, align_corners=None):
+        return _grid_opts(self.mode if mode is None else mode,
+                          self.padding_mode if padding_mode is None else padding_mode, False)
+
+    def centred_matrices(self, params: torch.Tensor) -> np.ndarray:
+        """(N, 4, 4) float64: the centred MONAI matrix of each sample (identity where not selected)."""
+        out = []
+        for row, gate in zip(params.numpy(), self._gates(params)):
+            if not gate:
+                out.append(np.eye(4))
+                continue
+            vals, j = [], 1
+            for rng, add in zip(self._ranges, (0.0, 0.0, 0.0, 1.0)):
+                vals.append([lo + (hi - lo) * row[j + i] + add for i, (lo, hi) in enumerate(rng)])
+                j += len(rng)
+            out.append(_centred_affine(*vals))
+        return np.stack(out) if out else np.zeros((0, 4, 4))
+
+    def _geometry(self, in_size, n, params, opts, spatial_size=None):
+        out_size = _fall_back_size(self.spatial_size if spatial_size is None else spatial_size, in_size)
+        ks, metas = [], []
+        for a in self.centred_matrices(params):
+            k, meta = _grid_index_map(a, in_size, out_size, False)
+            ks.append(k[:3])
+            metas.append(meta)
+        if not ks:
+            return _Geometry(torch.zeros(0, 3, 4, dtype=torch.float64), out_size,
+                             torch.zeros(0, 4, 4, dtype=torch.float64), opts.padding)
+        return _Geometry(_stack(ks), out_size, _stack(metas), opts.padding)
+
+    def __call__(self, img, spatial_size=None, mode=None, padding_mode=None, randomize: bool = True, grid=None,
+                 lazy: Optional[bool] = None):
+        _not_lazy(lazy)
+        if grid is not None:
+            raise NotImplementedError("grid=: voxaug builds its index map itself; a precomputed grid is not supported")
+        x, restore = _as_batch(img)
+        opts = self._options(mode, padding_mode)
+        params = self._params_for(x.shape[0], randomize)
+        geom = self._geometry(tuple(x.shape[2:]), x.shape[0], params, opts, spatial_size)
+        (out,) = _run([x], geom, [opts])
+        return _with_affine(restore(out), geom.meta)
+
+
+# ---------------- Rotate / RandRotate ----------------
+def _rotate_geometry(in_size, angles_per_sample, keep_size: bool, opts: _Opts, order: str = "XYZ") -> _Geometry:
+    """MONAI functional.rotate: transform = shift(in) @ R @ shift(-(out - 1) / 2), a voxel-index
+    map (AffineTransform with normalized=False); output shape MONAI's corner rule."""
+    ks, sizes = [], set()
+    for angles in angles_per_sample:
+        r = _rotation(angles, order)
+        if keep_size:
+            out_size = tuple(in_size)
+        else:
+            corners = np.asarray(np.meshgrid(*[(0, d) for d in in_size], indexing="ij")).reshape(3, -1)
+            corners = r[:3, :3] @ corners
+            out_size = tuple(int(v) for v in np.asarray(np.ptp(corners, axis=1) + 0.5, dtype=int))
+        sizes.add(out_size)
+        ks.append(_translate([(d - 1) / 2 for d in in_size]) @ r @ _translate([-(d - 1) / 2 for d in out_size]))
+    if len(sizes) > 1:
+        raise ValueError(f"img: keep_size=False gives the samples of this batch different shapes {sorted(sizes)}; "
+                         "transform them one at a time or use keep_size=True")
+    out_size = sizes.pop() if sizes else tuple(in_size)
+    if not ks:
+        z3, z4 = torch.zeros(0, 3, 4, dtype=torch.float64), torch.zeros(0, 4, 4, dtype=torch.float64)
+        return _Geometry(z3, out_size, z4, opts.padding)
+    return _Geometry(_stack([k[:3] for k in ks]), out_size, _stack(ks), opts.padding)
+
+
+class Rotate(_Spatial):
+    """MONAI Rotate: rotation by `angle` (radians; a scalar is used for all three axes, as
+    MONAI's ensure_tuple_rep does) about the image centre; ``keep_size=False`` enlarges the
+    output to hold the whole rotated input (MONAI's rule)."""
+
+    def __init__(self, angle, keep_size: bool = True, mode="bilinear", padding_mode="border",
+                 align_corners: bool = False, dtype=np.float32, lazy: bool = False, rotate_order: str = "XYZ"):
+        _not_lazy(lazy)
+        self.angle = _rep3(angle, "angle")
+        self.keep_size, self.mode, self.padding_mode = bool(keep_size), mode, padding_mode
+        self.align_corners, self.rotate_order = bool(align_corners), rotate_order
+        _grid_opts(mode, padding_mode, align_corners)
+        _rotation(self.angle, rotate_order)
+
+    def _options(self, mode=None, padding_mode=None, align_corners=None, dtype=None):
+        return _grid_opts(self.mode if mode is None else mode,
+                          self.padding_mode if padding_mode is None else padding_mode,
+                          self.align_corners if align_corners is None else align_corners)
+
+    def _geometry(self, in_size, n, params, opts):
+        g = _rotate_geometry(in_size, [self.angle], self.keep_size, opts, self.rotate_order)
+        return _Geometry(g.mats.expand(n, 3, 4).contiguous(), g.out_size, g.meta.expand(n, 4, 4).contiguous(),
+                         g.kernel_padding)
+
+    def __call__(self, img, mode=None, padding_mode=None, align_corners=None, dtype=None,
+                 lazy: Optional[bool] = None):
+        _not_lazy(lazy)
+        return self.apply(img, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+
+
+def _angle_range(v: Any, name: str) -> tuple[float, float]:
+    vals = _numbers(v, name)
+    if len(vals) == 1:
+        return tuple(sorted((-vals[0], vals[0])))
+    if len(vals) != 2:
+        raise ValueError(f"{name} must be a number or (min, max), got {v!r}")
+    return vals[0], vals[1]
+
+
+class RandRotate(_RandomSpatial):
+    """MONAI RandRotate: with probability `prob` per sample, angles x ~ U(range_x), y ~ U(range_y),
+    z ~ U(range_z) (a number r means (-r, r)), applied as MONAI's create_rotate (x about the
+    first spatial axis, then y, then z). With ``keep_size=False`` a batch must be one sample."""
+
+    _n_uniforms = 4
+
+    def __init__(self, range_x=0.0, range_y=0.0, range_z=0.0, prob: float = 0.1, keep_size: bool = True,
+                 mode="bilinear", padding_mode="border", align_corners: bool = False, dtype=np.float32,
+                 lazy: bool = False, seed: Optional[int] = None):
+        _not_lazy(lazy)
+        super().__init__(prob, seed)
+        self.range_x = _angle_range(range_x, "range_x")
+        self.range_y = _angle_range(range_y, "range_y")
+        self.range_z = _angle_range(range_z, "range_z")
+        self.keep_size, self.mode, self.padding_mode = bool(keep_size), mode, padding_mode
+        self.align_corners = bool(align_corners)
+        _grid_opts(mode, padding_mode, align_corners)
+
+    def _options(self, mode=None, padding_mode=None, align_corners=None, dtype=None):
+        return _grid_opts(self.mode if mode is None else mode,
+                          self.padding_mode if padding_mode is None else padding_mode,
+                          self.align_corners if align_corners is None else align_corners)
+
+    def angles(self, params: torch.Tensor) -> list[list[float]]:
+        out = []
+        for row, gate in zip(params.numpy(), self._gates(params)):
+            rngs = (self.range_x, self.range_y, self.range_z)
+            out.append([lo + (hi - lo) * u for (lo, hi), u in zip(rngs, row[1:4])] if gate else [0.0, 0.0, 0.0])
+        return out
+
+    def _geometry(self, in_size, n, params, opts):
+        return _rotate_geometry(in_size, self.angles(params), self.keep_size, opts)
+
+    def __call__(self, img, mode=None, padding_mode=None, align_corners=None, dtype=None, randomize: bool = True,
+                 lazy: Optional[bool] = None):
+        _not_lazy(lazy)
+        x, _ = _as_batch(img)
+        return self.apply(img, self._params_for(x.shape[0], randomize), mode=mode, padding_mode=padding_mode,
+                          align_corners=align_corners)
+
+
+# ---------------- Zoom / Resize ----------------
+def _interp_opts(mode, align_corners) -> _Opts:
+    interp = _interp_mode(mode)
+    kmode = "linear" if interp == "linear" else "nearest"
+    return _Opts(kmode, interp, "border", bool(align_corners) if interp == "linear" else False)
+
+
+class Zoom(_Spatial):
+    """MONAI Zoom: interpolate by factor `zoom` (output size floor(size * zoom), interpolate's
+    recomputed scale size / output); with ``keep_size`` the result is centre-cropped or padded
+    (`padding_mode`, numpy.pad names) back to the input size, as MONAI's ResizeWithPadOrCrop.
+    MONAI's default mode 'area' is not supported yet: pass mode='trilinear' or 'nearest'."""
+
+    def __init__(self, zoom, mode="area", padding_mode="edge", align_corners: Optional[bool] = None,
+                 dtype=torch.float32, keep_size: bool = True, lazy: bool = False, **kwargs):
+        _not_lazy(lazy)
+        self.zoom = _rep3(zoom, "zoom")
+        if any(z <= 0 for z in self.zoom):
+            raise ValueError(f"zoom must be > 0, got {zoom!r}")
+        self.mode, self.padding_mode, self.align_corners = mode, padding_mode, align_corners
+        self.keep_size = bool(keep_size)
+        unknown = set(kwargs) - {"value", "constant_values"}
+        if unknown:
+            raise ValueError(f"unsupported padding arguments {sorted(unknown)}; only value / constant_values")
+        self.pad_value = float(kwargs.get("value", kwargs.get("constant_values", 0.0)))
+        _pad_mode(padding_mode)
+
+    def _options(self, mode=None, padding_mode=None, align_corners=None, dtype=None):
+        o = _interp_opts(self.mode if mode is None else mode, self.align_corners if align_corners is None
+                         else align_corners)
+        pad = _pad_mode(self.padding_mode if padding_mode is None else padding_mode)
+        return _Opts(o.mode, o.interp, pad, o.align_corners, self.pad_value)
+
+    def _geometry(self, in_size, n, params, opts):
+        zoomed = [int(math.floor(float(s) * z)) for s, z in zip(in_size, self.zoom)]
+        if any(z < 1 for z in zoomed):
+            raise ValueError(f"zoom {self.zoom} of img with spatial size {tuple(in_size)} gives an empty output "
+                             f"{tuple(zoomed)}")
+        axes, out_size, widths = [], [], []
+        for s, z in zip(in_size, zoomed):
+            if not self.keep_size or z == s:
+                first, count, pad = 0, z, (0, 0)
+            elif z > s:  # CenterSpatialCrop: start = z // 2 - s // 2
+                first, count, pad = z // 2 - s // 2, s, (0, 0)
+            else:  # SpatialPad, symmetric
+                first, count, pad = 0, z, ((s - z) // 2, s - z - (s - z) // 2)
+            axes.append(_interp_axis(s, z, first, count, opts))
+            out_size.append(count)
+            widths.append(pad)
+        mats, meta = _diag_maps(axes, n)
+        # Padding shifts the output: the metadata map sees padded voxel o as zoomed voxel o - before.
+        shift = _translate([-b for b, _ in widths])
+        meta = meta @ torch.from_numpy(shift)
+        pad = (tuple(widths), opts.padding, opts.pad_value) if any(b or a for b, a in widths) else None
+        return _Geometry(mats, tuple(out_size), meta, "border", pad)
+
+    def __call__(self, img, mode=None, padding_mode=None, align_corners=None, dtype=None,
+                 lazy: Optional[bool] = None):
+        _not_lazy(lazy)
+        return self.apply(img, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+
+
+class Resize(_Spatial):
+    """MONAI Resize: interpolate to `spatial_size` (non-positive entries keep the input size;
+    ``size_mode="longest"``: an int for the longest side, aspect ratio kept). MONAI's default
+    mode 'area' and anti-aliasing are not supported yet."""
+
+    def __init__(self, spatial_size, size_mode: str = "all", mode="area", align_corners: Optional[bool] = None,
+                 anti_aliasing: bool = False, anti_aliasing_sigma=None, dtype=torch.float32, lazy: bool = False):
+        _not_lazy(lazy)
+        if size_mode not in ("all", "longest"):
+            raise ValueError(f"size_mode must be 'all' or 'longest', got {size_mode!r}")
+        if size_mode == "longest":
+            if not isinstance(spatial_size, (int, np.integer)) or isinstance(spatial_size, bool) or spatial_size < 1:
+                raise ValueError(f"spatial_size must be an int >= 1 if size_mode is 'longest', got {spatial_size!r}")
+        elif not isinstance(spatial_size, (list, tuple)) or len(spatial_size) != 3:
+            raise ValueError(f"spatial_size must be 3 ints (D, H, W) with size_mode='all' (MONAI needs one per "
+                             f"spatial dim), got {spatial_size!r}")
+        else:
+            _fall_back_size(spatial_size, (1, 1, 1))
+        self.spatial_size, self.size_mode, self.mode, self.align_corners = spatial_size, size_mode, mode, align_corners
+        self.anti_aliasing = anti_aliasing
+        self._check_anti_aliasing(anti_aliasing)
+        _interp_mode(mode)
+
+    @staticmethod
+    def _check_anti_aliasing(anti_aliasing):
+        if anti_aliasing:
+            raise NotImplementedError("anti_aliasing=True: Gaussian pre-smoothing comes later in voxaug")
+
+    def _options(self, mode=None, align_corners=None, anti_aliasing=None, anti_aliasing_sigma=None, dtype=None):
+        self._check_anti_aliasing(anti_aliasing)
+        return _interp_opts(self.mode if mode is None else mode,
+                            self.align_corners if align_corners is None else align_corners)
+
+    def _out_size(self, in_size) -> tuple[int, int, int]:
+        if self.size_mode == "longest":
+            scale = self.spatial_size / max(in_size)
+            return tuple(int(round(s * scale)) for s in in_size)
+        return _fall_back_size(self.spatial_size, in_size)
+
+    def _geometry(self, in_size, n, params, opts):
+        out_size = self._out_size(in_size)
+        if any(s < 1 for s in out_size):
+            raise ValueError(f"spatial_size {self.spatial_size!r} gives an empty output {out_size} for img with "
+                             f"spatial size {tuple(in_size)}")
+        if tuple(out_size) == tuple(in_size):  # MONAI returns the input as is: the identity map
+            axes = [(1.0, 0.0, 1.0, 0.0)] * 3
+        else:
+            axes = [_interp_axis(s, z, 0, z, opts) for s, z in zip(in_size, out_size)]
+        mats, meta = _diag_maps(axes, n)
+        return _Geometry(mats, tuple(out_size), meta, "border")
+
+    def __call__(self, img, mode=None, align_corners=None, anti_aliasing=None, anti_aliasing_sigma=None, dtype=None,
+                 lazy: Optional[bool] = None):
+        _not_lazy(lazy)
+        return self.apply(img, mode=mode, align_corners=align_corners, anti_aliasing=anti_aliasing)
+
+
+# ---------------- dictionary forms ----------------
+def _per_key(value: Any, n: int, name: str) -> list:
+    """MONAI's ensure_tuple_rep for per-key settings."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise ValueError(f"{name} must be one value or one per key ({n}), got {value!r}")
+        return list(value)
+    return [value] * n
+
+
+class _SpatialDict:
+    """Applies a spatial transform to `keys` with per-key options. Random draws are shared by
+    every key; keys whose index maps agree share one resample launch (e.g. image bilinear +
+    label nearest of an Affined / RandAffined)."""
+
+    def __init__(self, keys, transform: _Spatial, options: dict[str, Any], allow_missing_keys: bool):
+        self.keys = [keys] if isinstance(keys, (str, int)) or not isinstance(keys, Sequence) else list(keys)
+        self.transform = transform
+        self.options = {k: _per_key(v, len(self.keys), k) for k, v in options.items()}
+        self.allow_missing_keys = allow_missing_keys
+        for i in range(len(self.keys)):  # validate the per-key options now
+            transform._options(**{k: v[i] for k, v in self.options.items()})
+
+    def set_random_state(self, seed: Optional[int] = None, generator: Optional[torch.Generator] = None):
+        if isinstance(self.transform, _Randomizable):
+            self.transform.set_random_state(seed, generator)
+        return self
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
+        d = dict(data)
+        items = []
+        for i, key in enumerate(self.keys):
+            if key not in d:
+                if self.allow_missing_keys:
+                    continue
+                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+            x, restore = _as_batch(d[key])
+            items.append((key, x, restore, self.transform._options(**{k: v[i] for k, v in self.options.items()})))
+        if not items:
+            return d
+        params = None
+        if isinstance(self.transform, _RandomSpatial):
+            sizes = {x.shape[0] for _, x, _, _ in items}
+            if len(sizes) != 1:
+                raise ValueError(f"all keys must have the same batch size to share a random draw, got {sorted(sizes)}")
+            params = self.transform._params_for(sizes.pop(), True)
+        groups: list[tuple[_Geometry, bool, torch.device, list[int]]] = []
+        geoms = []
+        for j, (_, x, _, opts) in enumerate(items):
+            g = self.transform._geometry(tuple(x.shape[2:]), x.shape[0], params, opts)
+            geoms.append(g)
+            for geom, align, dev, members in groups:
+                if align == opts.align_corners and dev == x.device and geom.kernel_padding == g.kernel_padding \
+                        and geom.same_launch(g):
+                    members.append(j)
+                    break
+            else:
+                groups.append((g, opts.align_corners, x.device, [j]))
+        for geom, _, _, members in groups:
+            outs = _run([items[j][1] for j in members], geom, [items[j][3] for j in members])
+            for j, out in zip(members, outs):
+                key, _, restore, _ = items[j]
+                d[key] = _with_affine(restore(out), geoms[j].meta)
+        return d
+
+
+class Flipd(_SpatialDict):
+    def __init__(self, keys, spatial_axis=None, allow_missing_keys: bool = False, lazy: bool = False):
+        super().__init__(keys, Flip(spatial_axis, lazy), {}, allow_missing_keys)
+
+
+class RandFlipd(_SpatialDict):
+    def __init__(self, keys, prob: float = 0.1, spatial_axis=None, allow_missing_keys: bool = False,
+                 lazy: bool = False, seed: Optional[int] = None):
+        super().__init__(keys, RandFlip(prob, spatial_axis, lazy, seed), {}, allow_missing_keys)
+
+
+class Rotate90d(_SpatialDict):
+    def __init__(self, keys, k: int = 1, spatial_axes: tuple[int, int] = (0, 1), allow_missing_keys: bool = False,
+                 lazy: bool = False):
+        super().__init__(keys, Rotate90(k, spatial_axes, lazy), {}, allow_missing_keys)
+
+
+class RandRotate90d(_SpatialDict):
+    def __init__(self, keys, prob: float = 0.1, max_k: int = 3, spatial_axes: tuple[int, int] = (0, 1),
+                 allow_missing_keys: bool = False, lazy: bool = False, seed: Optional[int] = None):
+        super().__init__(keys, RandRotate90(prob, max_k, spatial_axes, lazy, seed), {}, allow_missing_keys)
+
+
+class Affined(_SpatialDict):
+    def __init__(self, keys, rotate_params=None, shear_params=None, translate_params=None, scale_params=None,
+                 affine=None, spatial_size=None, mode="bilinear", padding_mode="reflection", device=None,
+                 dtype=np.float32, align_corners: bool = False, allow_missing_keys: bool = False, lazy: bool = False,
+                 rotate_order: str = "XYZ"):
+        t = Affine(rotate_params, shear_params, translate_params, scale_params, affine, spatial_size,
+                   align_corners=align_corners, image_only=True, lazy=lazy, rotate_order=rotate_order)
+        super().__init__(keys, t, {"mode": mode, "padding_mode": padding_mode}, allow_missing_keys)
+
+
+class RandAffined(_SpatialDict):
+    def __init__(self, keys, spatial_size=None, prob: float = 0.1, rotate_range=None, shear_range=None,
+                 translate_range=None, scale_range=None, mode="bilinear", padding_mode="reflection",
+                 cache_grid: bool = False, device=None, allow_missing_keys: bool = False, lazy: bool = False,
+                 seed: Optional[int] = None):
+        t = RandAffine(prob, rotate_range, shear_range, translate_range, scale_range, spatial_size, lazy=lazy,
+                       seed=seed)
+        super().__init__(keys, t, {"mode": mode, "padding_mode": padding_mode}, allow_missing_keys)
+
+
+class Rotated(_SpatialDict):
+    def __init__(self, keys, angle, keep_size: bool = True, mode="bilinear", padding_mode="border",
+                 align_corners=False, dtype=np.float32, allow_missing_keys: bool = False, lazy: bool = False,
+                 rotate_order: str = "XYZ"):
+        t = Rotate(angle, keep_size, lazy=lazy, rotate_order=rotate_order)
+        super().__init__(keys, t, {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners},
+                         allow_missing_keys)
+
+
+class RandRotated(_SpatialDict):
+    def __init__(self, keys, range_x=0.0, range_y=0.0, range_z=0.0, prob: float = 0.1, keep_size: bool = True,
+                 mode="bilinear", padding_mode="border", align_corners=False, dtype=np.float32,
+                 allow_missing_keys: bool = False, lazy: bool = False, seed: Optional[int] = None):
+        t = RandRotate(range_x, range_y, range_z, prob, keep_size, lazy=lazy, seed=seed)
+        super().__init__(keys, t, {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners},
+                         allow_missing_keys)
+
+
+class Zoomd(_SpatialDict):
+    """Keys with different modes get different maps (interpolate's nearest floors), so an image
+    and its label take two launches here."""
+
+    def __init__(self, keys, zoom, mode="area", padding_mode="edge", align_corners=None, dtype=np.float32,
+                 keep_size: bool = True, allow_missing_keys: bool = False, lazy: bool = False, **kwargs):
+        t = Zoom(zoom, "trilinear", "edge", None, keep_size=keep_size, lazy=lazy, **kwargs)
+        super().__init__(keys, t, {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners},
+                         allow_missing_keys)
+
+
+class Resized(_SpatialDict):
+    """Keys with different modes get different maps (interpolate's nearest floors), so an image
+    and its label take two launches here."""
+
+    def __init__(self, keys, spatial_size, size_mode: str = "all", mode="area", align_corners=None,
+                 anti_aliasing=False, anti_aliasing_sigma=None, dtype=np.float32, allow_missing_keys: bool = False,
+                 lazy: bool = False):
+        t = Resize(spatial_size, size_mode, "trilinear", None, lazy=lazy)
+        super().__init__(keys, t, {"mode": mode, "align_corners": align_corners, "anti_aliasing": anti_aliasing},
+                         allow_missing_keys)
