@@ -45,13 +45,14 @@ Checked check_and_allocate(at::TensorList inputs, const at::Tensor& matrices,
                       inputs[i].size(0), ", inputs[0] has ", first.size(0));
     TORCH_CHECK_VALUE(inputs[i].device() == first.device(), name, " is on ", inputs[i].device(),
                       ", inputs[0] on ", first.device());
-    TORCH_CHECK_VALUE(modes[i] == 0 || modes[i] == 1, "modes[", i,
-                      "] must be 0 (nearest) or 1 (linear), got ", modes[i]);
+    TORCH_CHECK_VALUE(modes[i] >= 0 && modes[i] <= 2, "modes[", i,
+                      "] must be 0 (nearest), 1 (linear) or 2 (cubic), got ", modes[i]);
     TORCH_CHECK_VALUE(paddings[i] >= 0 && paddings[i] <= 3, "paddings[", i,
                       "] must be 0 zeros, 1 border, 2 reflection or 3 constant, got ", paddings[i]);
     (void)to_voxaug_dtype(inputs[i].scalar_type(), name.c_str());
     TORCH_CHECK_VALUE(modes[i] == 0 || at::isFloatingType(inputs[i].scalar_type()), name,
-                      ": linear interpolation needs a floating tensor (labels use nearest), got ",
+                      ": linear and cubic interpolation need a floating tensor (labels use "
+                      "nearest), got ",
                       inputs[i].scalar_type());
   }
   TORCH_CHECK_VALUE(matrices.dim() == 3 && matrices.size(0) == first.size(0) &&
@@ -71,43 +72,6 @@ Checked check_and_allocate(at::TensorList inputs, const at::Tensor& matrices,
   return c;
 }
 
-std::vector<at::Tensor> resample_impl(at::TensorList inputs, const at::Tensor& matrices,
-                                      at::IntArrayRef out_size, at::IntArrayRef modes,
-                                      at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
-                                      bool align_corners) {
-  Checked c = check_and_allocate(inputs, matrices, out_size, modes, paddings, pad_values, false);
-  std::vector<ResampleTarget> targets(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    targets[i].in = to_view(inputs[i], "input");
-    targets[i].out = to_view(c.outputs[i], "output");
-    targets[i].mode = static_cast<Interp>(modes[i]);
-    targets[i].padding = static_cast<Padding>(paddings[i]);
-    targets[i].pad_value = pad_values[i];
-  }
-  const c10::DeviceGuard guard(inputs[0].device());
-  cudaStream_t stream = nullptr;
-#if VOXAUG_WITH_CUDA
-  if (inputs[0].is_cuda())
-    stream = c10::cuda::getCurrentCUDAStream(inputs[0].get_device()).stream();
-#endif
-  try {
-    resample(targets.data(), static_cast<int>(targets.size()), c.matrices.data_ptr<double>(),
-             align_corners, stream);
-  } catch (const voxaug::CudaError& e) {
-    TORCH_CHECK(false, e.what());
-  } catch (const voxaug::Error& e) {
-    TORCH_CHECK_VALUE(false, e.what());
-  }
-  return c.outputs;
-}
-
-std::vector<at::Tensor> resample_meta(at::TensorList inputs, const at::Tensor& matrices,
-                                      at::IntArrayRef out_size, at::IntArrayRef modes,
-                                      at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
-                                      bool) {
-  return check_and_allocate(inputs, matrices, out_size, modes, paddings, pad_values, true).outputs;
-}
-
 cudaStream_t stream_of(const at::Tensor& t) {
 #if VOXAUG_WITH_CUDA
   if (t.is_cuda()) return c10::cuda::getCurrentCUDAStream(t.get_device()).stream();
@@ -124,6 +88,49 @@ void call_core(F&& f) {
   } catch (const voxaug::Error& e) {
     TORCH_CHECK_VALUE(false, e.what());
   }
+}
+
+std::vector<at::Tensor> resample_impl(at::TensorList inputs, const at::Tensor& matrices,
+                                      at::IntArrayRef out_size, at::IntArrayRef modes,
+                                      at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
+                                      bool align_corners) {
+  Checked c = check_and_allocate(inputs, matrices, out_size, modes, paddings, pad_values, false);
+  std::vector<ResampleTarget> targets(inputs.size());
+  std::vector<at::Tensor> coeffs;  // cubic: B-spline coefficients, kept alive for the launch
+  const c10::DeviceGuard guard(inputs[0].device());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (modes[i] == 2 && inputs[i].numel() > 0) {
+      const int64_t P = kBSplinePad;
+      coeffs.push_back(at::empty(
+          {inputs[i].size(0), inputs[i].size(1), inputs[i].size(2) + 2 * P,
+           inputs[i].size(3) + 2 * P, inputs[i].size(4) + 2 * P},
+          inputs[i].options().dtype(inputs[i].scalar_type() == at::kDouble ? at::kDouble
+                                                                           : at::kFloat)));
+      targets[i].coeff = to_view(coeffs.back(), "coefficients");
+      call_core([&] {
+        bspline_prefilter(to_view(inputs[i], "input"), targets[i].coeff,
+                          static_cast<Padding>(paddings[i]), pad_values[i], align_corners,
+                          stream_of(inputs[i]));
+      });
+    }
+    targets[i].in = to_view(inputs[i], "input");
+    targets[i].out = to_view(c.outputs[i], "output");
+    targets[i].mode = static_cast<Interp>(modes[i]);
+    targets[i].padding = static_cast<Padding>(paddings[i]);
+    targets[i].pad_value = pad_values[i];
+  }
+  call_core([&] {
+    resample(targets.data(), static_cast<int>(targets.size()), c.matrices.data_ptr<double>(),
+             align_corners, stream_of(inputs[0]));
+  });
+  return c.outputs;
+}
+
+std::vector<at::Tensor> resample_meta(at::TensorList inputs, const at::Tensor& matrices,
+                                      at::IntArrayRef out_size, at::IntArrayRef modes,
+                                      at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
+                                      bool) {
+  return check_and_allocate(inputs, matrices, out_size, modes, paddings, pad_values, true).outputs;
 }
 
 at::Tensor backward_input_impl(const at::Tensor& grad_output, const at::Tensor& input,
@@ -161,6 +168,9 @@ at::Tensor backward_matrix_impl(at::TensorList grad_outputs, at::TensorList inpu
   std::vector<at::Tensor> gos;
   std::vector<ResampleTarget> live;
   for (size_t i = 0; i < inputs.size(); ++i) {
+    TORCH_CHECK(!(grad_outputs[i].defined() && modes[i] == 2),
+                "voxaug::resample: cubic interpolation has no gradient w.r.t. the matrices "
+                "(use linear)");
     if (!grad_outputs[i].defined() || modes[i] != 1) continue;
     gos.push_back(grad_outputs[i].to(inputs[i].scalar_type()));
     ResampleTarget t;

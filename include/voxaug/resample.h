@@ -10,6 +10,7 @@
 //   normalised map: Zeros (out-of-range corners contribute 0), Border (clamp the coordinate to
 //   [0, S-1]), Reflection (reflect about [0, S-1] when align_corners, else about
 //   [-0.5, S-0.5], then clamp), and Constant (out-of-range corners contribute `pad_value`).
+// - Cubic: see bspline_prefilter below; the target carries the prefiltered coefficients.
 // - Nearest rounds half to even (as grid_sample) and copies the element bit-exactly, so it is
 //   the mode for labels of any dtype (uint8, int16, int32, int64) as well as images. Linear
 //   (trilinear) needs floating tensors (float64/32/16, bfloat16) and computes in float32
@@ -28,7 +29,7 @@
 
 namespace voxaug {
 
-enum class Interp : int32_t { Nearest = 0, Linear = 1 };
+enum class Interp : int32_t { Nearest = 0, Linear = 1, Cubic = 2 };
 enum class Padding : int32_t { Zeros = 0, Border = 1, Reflection = 2, Constant = 3 };
 
 struct ResampleTarget {
@@ -37,7 +38,24 @@ struct ResampleTarget {
   Interp mode = Interp::Linear;
   Padding padding = Padding::Zeros;
   double pad_value = 0.0;  // Padding::Constant
+  // Interp::Cubic only: the B-spline coefficients of `in` from bspline_prefilter (same
+  // padding, pad_value and align_corners), (N, C, D + 2P, H + 2P, W + 2P), P = kBSplinePad.
+  VolumeView coeff;
 };
+
+// Cubic B-spline interpolation (Interp::Cubic) interpolates the data, as
+// scipy.ndimage.map_coordinates(order=3, prefilter=True): the volume is first turned into
+// B-spline coefficients by the exact recursive prefilter (Unser 1993; pole sqrt(3) - 2),
+// on a copy extended by kBSplinePad voxels per side with the padding rule, as scipy extends
+// its 'nearest' and 'grid-constant' inputs by 12 before filtering. Padding maps to scipy's
+// modes: Zeros / Constant -> 'grid-constant' (cval), Border -> 'nearest', Reflection ->
+// 'reflect' (align_corners false) or 'mirror' (align_corners true). Floating data only.
+constexpr int64_t kBSplinePad = 12;
+
+// Writes the coefficients of `in` into `coeff` ((N, C, D+2P, H+2P, W+2P), float32 or float64,
+// dense; computed in its dtype). Asynchronous on CUDA.
+void bspline_prefilter(const VolumeView& in, const VolumeView& coeff, Padding padding,
+                       double pad_value, bool align_corners, cudaStream_t stream = nullptr);
 
 // Most tensors resampled together in one launch.
 constexpr int kMaxResampleTargets = 4;

@@ -21,6 +21,8 @@ void resample_backward_input_cuda(const ResampleParams& p, int64_t batch, bool u
                                   cudaStream_t stream);
 void resample_backward_matrix_cuda(const ResampleParams& p, int64_t batch, bool use_double,
                                    double* grad, int device, cudaStream_t stream);
+void bspline_prefilter_cuda(const VolumeView& in, const VolumeView& coeff, Padding padding,
+                            double pad_value, bool align_corners, cudaStream_t stream);
 #endif
 }  // namespace detail
 
@@ -69,19 +71,30 @@ Packed pack_targets(const ResampleTarget* targets, int num_targets, const double
                        (first.device == Device::CPU || (t.in.device_index == first.device_index &&
                                                         t.out.device_index == first.device_index)),
                    name + ": every tensor must be on one device");
-    VOXAUG_EXPECTS(t.mode == Interp::Nearest || t.mode == Interp::Linear,
-                   name + ": mode must be nearest or linear");
+    VOXAUG_EXPECTS(t.mode == Interp::Nearest || t.mode == Interp::Linear || t.mode == Interp::Cubic,
+                   name + ": mode must be nearest, linear or cubic");
     VOXAUG_EXPECTS(static_cast<int>(t.padding) >= 0 && static_cast<int>(t.padding) <= 3,
                    name + ": unknown padding mode");
     VOXAUG_EXPECTS(std::isfinite(t.pad_value), name + ": pad_value must be finite");
-    if (t.mode == Interp::Linear) {
+    if (t.mode != Interp::Nearest) {
       VOXAUG_EXPECTS(is_floating(t.in.dtype) && is_floating(t.out.dtype),
-                     name +
-                         ": linear interpolation needs floating tensors (labels use nearest), "
-                         "got " +
+                     name + ": " + (t.mode == Interp::Linear ? "linear" : "cubic") +
+                         " interpolation needs floating tensors (labels use nearest), got " +
                          dtype_name(t.in.dtype) + " -> " + dtype_name(t.out.dtype));
       pk.use_double =
           pk.use_double || t.in.dtype == DType::Float64 || t.out.dtype == DType::Float64;
+    }
+    if (t.mode == Interp::Cubic) {
+      VOXAUG_EXPECTS(t.coeff.data != nullptr || t.in.numel() == 0,
+                     name + ": cubic needs the coefficients from bspline_prefilter (coeff)");
+      VOXAUG_EXPECTS(t.coeff.dtype == DType::Float32 || t.coeff.dtype == DType::Float64,
+                     name + ": coeff must be float32 or float64");
+      for (int a = 0; a < 5; ++a)
+        VOXAUG_EXPECTS(t.coeff.shape[a] == t.in.shape[a] + (a >= 2 ? 2 * kBSplinePad : 0),
+                       name + ": coeff must be the input's shape padded by " +
+                           std::to_string(kBSplinePad) + " per side, got " + t.coeff.describe());
+      VOXAUG_EXPECTS(t.coeff.device == t.in.device, name + ": coeff must be on the input's device");
+      pk.use_double = pk.use_double || t.coeff.dtype == DType::Float64;
     }
     VOXAUG_EXPECTS(t.in.numel() > 0 || t.out.numel() == 0,
                    name + ": cannot sample an empty input volume into a non-empty output");
@@ -99,7 +112,10 @@ Packed pack_targets(const ResampleTarget* targets, int num_targets, const double
     for (int a = 0; a < 5; ++a) {
       q.in_stride[a] = t.in.strides[a];
       q.out_stride[a] = t.out.strides[a];
+      q.coeff_stride[a] = t.coeff.strides[a];
     }
+    q.coeff = t.coeff.data;
+    q.coeff_dtype = t.coeff.dtype;
     pk.work += t.out.numel();
   }
   for (int a = 0; a < 3; ++a) p.out_size[a] = first.shape[a + 2];
@@ -210,6 +226,8 @@ void resample(const ResampleTarget* targets, int num_targets, const double* matr
 
 void resample_backward_input(const ResampleTarget& target, const double* matrices,
                              bool align_corners, void* grad_in, cudaStream_t stream) {
+  VOXAUG_EXPECTS(target.mode != Interp::Cubic,
+                 "resample_backward_input: cubic interpolation has no gradient (use linear)");
   const Packed pk = pack_targets(&target, 1, matrices, align_corners);
   VOXAUG_EXPECTS(is_floating(target.out.dtype),
                  std::string("grad_output must be floating, got ") + dtype_name(target.out.dtype));
@@ -235,6 +253,9 @@ void resample_backward_input(const ResampleTarget& target, const double* matrice
 void resample_backward_matrix(const ResampleTarget* targets, int num_targets,
                               const double* matrices, bool align_corners, double* grad_matrices,
                               cudaStream_t stream) {
+  for (int k = 0; k < num_targets; ++k)
+    VOXAUG_EXPECTS(targets[k].mode != Interp::Cubic,
+                   "resample_backward_matrix: cubic interpolation has no gradient (use linear)");
   const Packed pk = pack_targets(targets, num_targets, matrices, align_corners);
   for (int k = 0; k < num_targets; ++k)
     VOXAUG_EXPECTS(targets[k].mode == Interp::Nearest || is_floating(targets[k].out.dtype),
@@ -251,6 +272,87 @@ void resample_backward_matrix(const ResampleTarget* targets, int num_targets,
 #if VOXAUG_WITH_CUDA
   detail::resample_backward_matrix_cuda(pk.p, pk.batch, pk.use_double, grad_matrices,
                                         pk.device_index, stream);
+#else
+  (void)stream;
+  no_cuda();
+#endif
+}
+
+namespace {
+template <class T>
+void prefilter_cpu(const VolumeView& in, const VolumeView& coeff, Padding padding, double pad_value,
+                   bool align_corners) {
+  T* out = static_cast<T*>(coeff.data);
+  const int64_t P = kBSplinePad;
+  const int64_t N = in.shape[0], C = in.shape[1];
+  const int64_t S[3] = {in.shape[2], in.shape[3], in.shape[4]};
+  const int64_t Q[3] = {S[0] + 2 * P, S[1] + 2 * P, S[2] + 2 * P};
+  // 1. The padded copy, by the padding's extension rule.
+#pragma omp parallel for schedule(static)
+  for (int64_t ncd = 0; ncd < N * C * Q[0]; ++ncd) {
+    const int64_t n = ncd / (C * Q[0]), c = (ncd / Q[0]) % C, d = ncd % Q[0];
+    const int64_t sd = detail::extend_index(d - P, S[0], padding, align_corners);
+    for (int64_t h = 0; h < Q[1]; ++h) {
+      const int64_t sh = detail::extend_index(h - P, S[1], padding, align_corners);
+      T* row = out + n * coeff.strides[0] + c * coeff.strides[1] + d * coeff.strides[2] +
+               h * coeff.strides[3];
+      for (int64_t w = 0; w < Q[2]; ++w) {
+        const int64_t sw = detail::extend_index(w - P, S[2], padding, align_corners);
+        row[w * coeff.strides[4]] =
+            (sd < 0 || sh < 0 || sw < 0)
+                ? static_cast<T>(pad_value)
+                : detail::load_dyn<T>(in.data, in.dtype,
+                                      n * in.strides[0] + c * in.strides[1] + sd * in.strides[2] +
+                                          sh * in.strides[3] + sw * in.strides[4]);
+      }
+    }
+  }
+  // 2. The recursive filter along W, H and D: one task per line.
+  for (int axis = 2; axis >= 0; --axis) {
+    const int a1 = axis == 0 ? 1 : 0, a2 = axis == 2 ? 1 : 2;
+    const int64_t lines = N * C * Q[a1] * Q[a2];
+#pragma omp parallel for schedule(static)
+    for (int64_t l = 0; l < lines; ++l) {
+      const int64_t i2 = l % Q[a2], i1 = (l / Q[a2]) % Q[a1], nc = l / (Q[a2] * Q[a1]);
+      T* line = out + (nc / C) * coeff.strides[0] + (nc % C) * coeff.strides[1] +
+                i1 * coeff.strides[a1 + 2] + i2 * coeff.strides[a2 + 2];
+      detail::bspline_filter_line(line, Q[axis], coeff.strides[axis + 2]);
+    }
+  }
+}
+}  // namespace
+
+void bspline_prefilter(const VolumeView& in, const VolumeView& coeff, Padding padding,
+                       double pad_value, bool align_corners, cudaStream_t stream) {
+  VOXAUG_EXPECTS(
+      is_floating(in.dtype),
+      std::string("bspline_prefilter: input must be floating, got ") + dtype_name(in.dtype));
+  VOXAUG_EXPECTS(coeff.dtype == DType::Float32 || coeff.dtype == DType::Float64,
+                 "bspline_prefilter: coeff must be float32 or float64");
+  for (int a = 0; a < 5; ++a)
+    VOXAUG_EXPECTS(coeff.shape[a] == in.shape[a] + (a >= 2 ? 2 * kBSplinePad : 0),
+                   "bspline_prefilter: coeff must be the input's shape padded by " +
+                       std::to_string(kBSplinePad) + " per side, got " + coeff.describe() +
+                       " for " + in.describe());
+  VOXAUG_EXPECTS(
+      coeff.sample_contiguous() &&
+          coeff.strides[0] == coeff.shape[1] * coeff.shape[2] * coeff.shape[3] * coeff.shape[4],
+      "bspline_prefilter: coeff must be dense");
+  VOXAUG_EXPECTS(in.device == coeff.device,
+                 "bspline_prefilter: coeff must be on the input's device");
+  VOXAUG_EXPECTS(std::isfinite(pad_value), "bspline_prefilter: pad_value must be finite");
+  if (coeff.numel() == 0) return;
+  VOXAUG_EXPECTS(in.numel() > 0, "bspline_prefilter: the input volume is empty: " + in.describe());
+  const double pad = padding == Padding::Constant ? pad_value : 0.0;
+  if (in.device == Device::CPU) {
+    if (coeff.dtype == DType::Float64)
+      prefilter_cpu<double>(in, coeff, padding, pad, align_corners);
+    else
+      prefilter_cpu<float>(in, coeff, padding, pad, align_corners);
+    return;
+  }
+#if VOXAUG_WITH_CUDA
+  detail::bspline_prefilter_cuda(in, coeff, padding, pad, align_corners, stream);
 #else
   (void)stream;
   no_cuda();

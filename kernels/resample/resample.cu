@@ -112,3 +112,87 @@ void resample_backward_matrix_cuda(const ResampleParams& p, int64_t batch, bool 
 }
 
 }  // namespace voxaug::detail
+
+// ---- cubic B-spline prefilter ----
+namespace voxaug::detail {
+namespace {
+
+template <class T>
+__global__ void __launch_bounds__(256)
+    bspline_pad_kernel(const VolumeView in, const VolumeView coeff, int64_t total, Padding padding,
+                       double pad_value, bool align_corners) {
+  const int64_t P = kBSplinePad;
+  T* out = static_cast<T*>(coeff.data);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t r = i;
+    const int64_t w = r % coeff.shape[4];
+    r /= coeff.shape[4];
+    const int64_t h = r % coeff.shape[3];
+    r /= coeff.shape[3];
+    const int64_t d = r % coeff.shape[2];
+    r /= coeff.shape[2];
+    const int64_t c = r % coeff.shape[1], n = r / coeff.shape[1];
+    const int64_t sd = extend_index(d - P, in.shape[2], padding, align_corners);
+    const int64_t sh = extend_index(h - P, in.shape[3], padding, align_corners);
+    const int64_t sw = extend_index(w - P, in.shape[4], padding, align_corners);
+    out[i] = (sd < 0 || sh < 0 || sw < 0)
+                 ? static_cast<T>(pad_value)
+                 : load_dyn<T>(in.data, in.dtype,
+                               n * in.strides[0] + c * in.strides[1] + sd * in.strides[2] +
+                                   sh * in.strides[3] + sw * in.strides[4]);
+  }
+}
+
+// One thread per line along `axis` of the dense coefficient volume.
+template <class T>
+__global__ void __launch_bounds__(128)
+    bspline_line_kernel(T* data, int64_t lines, int64_t len, int64_t stride, int64_t inner,
+                        int64_t inner_stride, int64_t outer_stride) {
+  for (int64_t l = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; l < lines;
+       l += int64_t(gridDim.x) * blockDim.x) {
+    // Lines are indexed (outer, inner); consecutive threads take consecutive inner indices.
+    const int64_t o = l / inner, i = l % inner;
+    bspline_filter_line(data + o * outer_stride + i * inner_stride, len, stride);
+  }
+}
+
+}  // namespace
+
+void bspline_prefilter_cuda(const VolumeView& in, const VolumeView& coeff, Padding padding,
+                            double pad_value, bool align_corners, cudaStream_t stream) {
+  CudaDeviceGuard guard(in.device_index);
+  const int64_t total = coeff.numel();
+  const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 65535));
+  const int64_t Q[3] = {coeff.shape[2], coeff.shape[3], coeff.shape[4]};
+  const int64_t NC = coeff.shape[0] * coeff.shape[1];
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    T* data = static_cast<T*>(coeff.data);
+    bspline_pad_kernel<T>
+        <<<blocks, 256, 0, stream>>>(in, coeff, total, padding, pad_value, align_corners);
+    VOXAUG_CUDA_CHECK_LAUNCH();
+    // Dense layout strides: W 1, H Q2, D Q1*Q2, (n,c) Q0*Q1*Q2.
+    const int64_t sw = 1, sh = Q[2], sd = Q[1] * Q[2], snc = Q[0] * Q[1] * Q[2];
+    struct Pass {
+      int64_t len, stride, inner, inner_stride, outer, outer_stride;
+    };
+    // W lines: inner = H rows of one (n, c, d) plane; H lines: inner = W; D lines: inner = H*W.
+    const Pass passes[3] = {{Q[2], sw, Q[1], sh, NC * Q[0], sd},
+                            {Q[1], sh, Q[2], sw, NC * Q[0], sd},
+                            {Q[0], sd, Q[1] * Q[2], 1, NC, snc}};
+    for (const Pass& ps : passes) {
+      const int64_t lines = ps.inner * ps.outer;
+      const int lb = static_cast<int>(std::min<int64_t>((lines + 127) / 128, 65535));
+      bspline_line_kernel<T><<<lb, 128, 0, stream>>>(data, lines, ps.len, ps.stride, ps.inner,
+                                                     ps.inner_stride, ps.outer_stride);
+      VOXAUG_CUDA_CHECK_LAUNCH();
+    }
+  };
+  if (coeff.dtype == DType::Float64)
+    run(double{});
+  else
+    run(float{});
+}
+
+}  // namespace voxaug::detail

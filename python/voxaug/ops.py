@@ -87,7 +87,7 @@ rand_gaussian_noise = torch.ops.voxaug.rand_gaussian_noise
 rand_gaussian_noise_ = _in_place(torch.ops.voxaug.rand_gaussian_noise_)
 
 # ---------------- spatial family ----------------
-NEAREST, LINEAR = 0, 1
+NEAREST, LINEAR, CUBIC = 0, 1, 2
 PADDING = {"zeros": 0, "border": 1, "reflection": 2, "constant": 3}
 
 
@@ -95,10 +95,11 @@ def resample(inputs, matrices: torch.Tensor, out_size, modes, paddings, pad_valu
              align_corners: bool = False):
     """Resamples each (N, C, D, H, W) tensor of `inputs` through the per-sample (N, 3, 4)
     `matrices` (output voxel index -> input voxel index) onto an `out_size` grid, all in one
-    launch. `modes`: "nearest" / "linear" (or 0 / 1) per input; `paddings`: "zeros",
+    launch. `modes`: "nearest" / "linear" / "cubic" (or 0 / 1 / 2) per input; `paddings`: "zeros",
     "border", "reflection" or "constant" per input."""
     inputs = list(inputs)
-    modes = [m if isinstance(m, int) else {"nearest": NEAREST, "linear": LINEAR}[m] for m in modes]
+    modes = [m if isinstance(m, int) else {"nearest": NEAREST, "linear": LINEAR, "cubic": CUBIC}[m]
+             for m in modes]
     paddings = [p if isinstance(p, int) else PADDING[p] for p in paddings]
     pad_values = [0.0] * len(inputs) if pad_values is None else [float(v) for v in pad_values]
     return torch.ops.voxaug.resample(inputs, matrices, list(out_size), modes, paddings, pad_values,

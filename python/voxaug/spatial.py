@@ -53,6 +53,7 @@ Differences from MONAI, by design:
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from enum import Enum
@@ -305,6 +306,7 @@ class _Opts:
     padding: str  # kernel padding, or the pad mode of Zoom's keep_size padding
     align_corners: bool
     pad_value: float = 0.0
+    table_dtype: torch.dtype = torch.float32  # Resize / Zoom nearest: the dtype MONAI interpolates in
 
 
 @dataclass
@@ -314,10 +316,11 @@ class _Geometry:
     meta: torch.Tensor  # (N, 4, 4) float64: the map MONAI composes into a MetaTensor's affine
     kernel_padding: str
     pad: Optional[tuple] = None  # ((before, after) x 3, mode, value): padding after the resample
+    tables: Optional[tuple] = None  # per-axis source indices: an exact gather instead of the kernel
 
     def same_launch(self, other: "_Geometry") -> bool:
-        return (self.out_size == other.out_size and self.pad == other.pad and self.mats.shape == other.mats.shape
-                and torch.equal(self.mats, other.mats))
+        return (self.out_size == other.out_size and self.pad == other.pad and self.tables == other.tables
+                and self.mats.shape == other.mats.shape and torch.equal(self.mats, other.mats))
 
 
 def _stack(maps: Sequence[np.ndarray]) -> torch.Tensor:
@@ -325,33 +328,64 @@ def _stack(maps: Sequence[np.ndarray]) -> torch.Tensor:
 
 
 # ---------------- interpolate's index rules (Resize, Zoom) ----------------
-def _nearest_table(in_size: int, out_size: int, mode: str) -> np.ndarray:
-    """Source index of each output voxel under torch interpolate's `mode` (its own floor rule)."""
-    x = torch.arange(in_size, dtype=torch.float64).view(1, 1, in_size)
-    return F.interpolate(x, size=out_size, mode=mode)[0, 0].numpy()
+def _nearest_table(in_size: int, out_size: int, mode: str, dtype: torch.dtype) -> np.ndarray:
+    """Source index of each output voxel under torch interpolate's `mode` on `dtype` data (its
+    own floor rule; float32 data computes ``o * scale`` in float32, float64 data in float64)."""
+    x = torch.arange(in_size, dtype=dtype).view(1, 1, in_size)
+    return F.interpolate(x, size=out_size, mode=mode)[0, 0].double().numpy()
 
 
-def _fit_nearest(table: np.ndarray, first: int, count: int, slope: float) -> tuple[float, float]:
-    """(m, b) with round_half_even(m * o + b) == table[first + o] for o < count, with the
-    widest margin from the half-way points (at least 1 / (2 * len(table)) for interpolate's
-    tables). The kernel computes m * o + b in float32, far inside that margin."""
-    t = table[first:first + count]
+def _margin(t: np.ndarray, o: np.ndarray, m: float) -> tuple[float, float]:
+    """Half the width of the offsets b with |m * o + b - t| < 1/2 for all o, and their centre."""
+    hi, lo = np.min(t + 0.5 - m * o), np.max(t - 0.5 - m * o)
+    return (hi - lo) / 2, (hi + lo) / 2
+
+
+@functools.lru_cache(maxsize=512)
+def _nearest_rule(in_size: int, zoomed: int, first: int, count: int, mode: str,
+                  dtype: torch.dtype) -> tuple[float, float, Optional[tuple[int, ...]]]:
+    """(m, b, None) with round_half_even(m * o + b) == interpolate's index of zoomed voxel
+    first + o, for o < count; or (m, b, table) when no affine map gives that table.
+
+    The margin of a slope (how far the best offset keeps every m * o + b from a rounding
+    boundary) is concave in the slope, so a ternary search finds the widest. It is at least
+    1 / (2 * zoomed) for the exact floor(o * in / out); torch's float32 rounding of
+    o * scale moves a few indices off that line and, rarely (about 0.5% of size pairs),
+    off every line: then the caller gathers with the table itself (still exact).
+    """
+    t = _nearest_table(in_size, zoomed, mode, dtype)[first:first + count]
     o = np.arange(count, dtype=np.float64)
-    best = None
-    for m in (slope, float(np.float32(slope))):
-        lo, hi = np.max(t - 0.5 - m * o), np.min(t + 0.5 - m * o)
-        if best is None or hi - lo > best[2]:
-            best = (m, (lo + hi) / 2, hi - lo)
-    m, b, width = best
-    if width <= 4 * np.finfo(np.float32).eps * max(len(table), 1):
-        raise RuntimeError(f"no affine map reproduces interpolate's nearest indices for {len(table)} voxels; "
-                           "please report this size")
-    return m, b
+    s = in_size / zoomed
+    lo, hi = s - 2.0 / zoomed, s + 2.0 / zoomed
+    for _ in range(100):
+        a, b = lo + (hi - lo) / 3, hi - (hi - lo) / 3
+        if _margin(t, o, a)[0] < _margin(t, o, b)[0]:
+            lo = a
+        else:
+            hi = b
+    m = (lo + hi) / 2
+    width, b = _margin(t, o, m)
+    # The kernel computes m * o + b in float32: keep well clear of its rounding.
+    if width > 64 * float(np.finfo(np.float32).eps) * (in_size + abs(b) + 1):
+        return m, b, None
+    return m, b, tuple(int(v) for v in t)
 
 
-def _interp_axis(in_size: int, zoomed: int, first: int, count: int, opts: _Opts) -> tuple[float, float, float, float]:
-    """Per-axis (kernel m, kernel b, meta m, meta b) for interpolate from `in_size` to `zoomed`
-    voxels, output voxel o standing for zoomed voxel first + o."""
+def _table_dtype(dtype: Any, img_dtype: torch.dtype) -> torch.dtype:
+    """The dtype MONAI interpolates in: ``dtype or img.dtype`` (float32 by default)."""
+    if dtype is None:
+        return torch.float64 if img_dtype == torch.float64 else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return torch.float64 if dtype == torch.float64 else torch.float32
+    try:
+        return torch.float64 if np.dtype(dtype) == np.float64 else torch.float32
+    except TypeError:
+        raise ValueError(f"dtype must be a torch or numpy dtype, got {dtype!r}") from None
+
+
+def _interp_axis(in_size: int, zoomed: int, first: int, count: int, opts: _Opts):
+    """Per-axis (kernel m, kernel b, meta m, meta b, table or None) for interpolate from
+    `in_size` to `zoomed` voxels, output voxel o standing for zoomed voxel first + o."""
     if opts.align_corners:
         s = 0.0 if zoomed == 1 else (in_size - 1) / (zoomed - 1)
         lm, lb = s, 0.0
@@ -361,17 +395,21 @@ def _interp_axis(in_size: int, zoomed: int, first: int, count: int, opts: _Opts)
     meta_m, meta_b = (1.0, 0.0) if in_size == zoomed else (lm, lb)
     meta_b += meta_m * first
     if opts.interp == "linear":
-        return lm, lb + lm * first, meta_m, meta_b
-    table = _nearest_table(in_size, zoomed, opts.interp)
-    m, b = _fit_nearest(table, first, count, in_size / zoomed)
-    return m, b, meta_m, meta_b
+        return lm, lb + lm * first, meta_m, meta_b, None
+    m, b, table = _nearest_rule(in_size, zoomed, first, count, opts.interp, opts.table_dtype)
+    return m, b, meta_m, meta_b, table
 
 
-def _diag_maps(axes: Sequence[tuple[float, float, float, float]], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _diag_maps(axes: Sequence[tuple], out_size: Sequence[int], n: int):
+    """Kernel maps, metadata maps and (when some nearest axis has no exact line) index tables."""
     k, meta = np.eye(4), np.eye(4)
-    for a, (m, b, mm, mb) in enumerate(axes):
+    for a, (m, b, mm, mb, _) in enumerate(axes):
         k[a, a], k[a, 3], meta[a, a], meta[a, 3] = m, b, mm, mb
-    return _stack([k[:3]] * n), _stack([meta] * n)
+    tables = None
+    if any(ax[4] is not None for ax in axes):  # some axis has no exact line: gather all three
+        tables = tuple(ax[4] if ax[4] is not None else tuple(int(v) for v in np.round(ax[0] * np.arange(c) + ax[1]))
+                       for ax, c in zip(axes, out_size))
+    return _stack([k[:3]] * n), _stack([meta] * n), tables
 
 
 def _pad_index(size: int, before: int, after: int, mode: str) -> np.ndarray:
@@ -413,8 +451,12 @@ def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts]) -> 
     if any(o.align_corners != align for o in opts):
         raise ValueError("inputs of one resample launch must share align_corners")
     inputs = [x if o.mode == "nearest" or x.is_floating_point() else x.float() for x, o in zip(xs, opts)]
-    mats = geom.mats.to(inputs[0].device, non_blocking=True)
     outs: list[torch.Tensor] = []
+    if geom.tables is not None:  # interpolate's nearest where no affine map reproduces it
+        idx = [torch.tensor(t, dtype=torch.int64).to(inputs[0].device, non_blocking=True) for t in geom.tables]
+        outs = [x.index_select(2, idx[0]).index_select(3, idx[1]).index_select(4, idx[2]) for x in inputs]
+        return [_apply_pad(o, geom.pad) for o in outs] if geom.pad is not None else outs
+    mats = geom.mats.to(inputs[0].device, non_blocking=True)
     for s in range(0, len(inputs), _MAX_TARGETS):
         part, popts = inputs[s:s + _MAX_TARGETS], opts[s:s + _MAX_TARGETS]
         outs += ops.resample(part, mats, geom.out_size, [o.mode for o in popts], [geom.kernel_padding] * len(part),
@@ -884,10 +926,11 @@ class RandRotate(_RandomSpatial):
 
 
 # ---------------- Zoom / Resize ----------------
-def _interp_opts(mode, align_corners) -> _Opts:
+def _interp_opts(mode, align_corners, dtype) -> _Opts:
     interp = _interp_mode(mode)
     kmode = "linear" if interp == "linear" else "nearest"
-    return _Opts(kmode, interp, "border", bool(align_corners) if interp == "linear" else False)
+    return _Opts(kmode, interp, "border", bool(align_corners) if interp == "linear" else False,
+                 table_dtype=_table_dtype(dtype, torch.float32))
 
 
 class Zoom(_Spatial):
@@ -908,13 +951,15 @@ class Zoom(_Spatial):
         if unknown:
             raise ValueError(f"unsupported padding arguments {sorted(unknown)}; only value / constant_values")
         self.pad_value = float(kwargs.get("value", kwargs.get("constant_values", 0.0)))
+        self.dtype = dtype
         _pad_mode(padding_mode)
+        _table_dtype(dtype, torch.float32)
 
     def _options(self, mode=None, padding_mode=None, align_corners=None, dtype=None):
         o = _interp_opts(self.mode if mode is None else mode, self.align_corners if align_corners is None
-                         else align_corners)
+                         else align_corners, self.dtype if dtype is None else dtype)
         pad = _pad_mode(self.padding_mode if padding_mode is None else padding_mode)
-        return _Opts(o.mode, o.interp, pad, o.align_corners, self.pad_value)
+        return _Opts(o.mode, o.interp, pad, o.align_corners, self.pad_value, o.table_dtype)
 
     def _geometry(self, in_size, n, params, opts):
         zoomed = [int(math.floor(float(s) * z)) for s, z in zip(in_size, self.zoom)]
@@ -932,17 +977,17 @@ class Zoom(_Spatial):
             axes.append(_interp_axis(s, z, first, count, opts))
             out_size.append(count)
             widths.append(pad)
-        mats, meta = _diag_maps(axes, n)
+        mats, meta, tables = _diag_maps(axes, out_size, n)
         # Padding shifts the output: the metadata map sees padded voxel o as zoomed voxel o - before.
         shift = _translate([-b for b, _ in widths])
         meta = meta @ torch.from_numpy(shift)
         pad = (tuple(widths), opts.padding, opts.pad_value) if any(b or a for b, a in widths) else None
-        return _Geometry(mats, tuple(out_size), meta, "border", pad)
+        return _Geometry(mats, tuple(out_size), meta, "border", pad, tables)
 
     def __call__(self, img, mode=None, padding_mode=None, align_corners=None, dtype=None,
                  lazy: Optional[bool] = None):
         _not_lazy(lazy)
-        return self.apply(img, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+        return self.apply(img, mode=mode, padding_mode=padding_mode, align_corners=align_corners, dtype=dtype)
 
 
 class Resize(_Spatial):
@@ -964,9 +1009,10 @@ class Resize(_Spatial):
         else:
             _fall_back_size(spatial_size, (1, 1, 1))
         self.spatial_size, self.size_mode, self.mode, self.align_corners = spatial_size, size_mode, mode, align_corners
-        self.anti_aliasing = anti_aliasing
+        self.anti_aliasing, self.dtype = anti_aliasing, dtype
         self._check_anti_aliasing(anti_aliasing)
         _interp_mode(mode)
+        _table_dtype(dtype, torch.float32)
 
     @staticmethod
     def _check_anti_aliasing(anti_aliasing):
@@ -976,7 +1022,8 @@ class Resize(_Spatial):
     def _options(self, mode=None, align_corners=None, anti_aliasing=None, anti_aliasing_sigma=None, dtype=None):
         self._check_anti_aliasing(anti_aliasing)
         return _interp_opts(self.mode if mode is None else mode,
-                            self.align_corners if align_corners is None else align_corners)
+                            self.align_corners if align_corners is None else align_corners,
+                            self.dtype if dtype is None else dtype)
 
     def _out_size(self, in_size) -> tuple[int, int, int]:
         if self.size_mode == "longest":
@@ -990,16 +1037,16 @@ class Resize(_Spatial):
             raise ValueError(f"spatial_size {self.spatial_size!r} gives an empty output {out_size} for img with "
                              f"spatial size {tuple(in_size)}")
         if tuple(out_size) == tuple(in_size):  # MONAI returns the input as is: the identity map
-            axes = [(1.0, 0.0, 1.0, 0.0)] * 3
+            axes = [(1.0, 0.0, 1.0, 0.0, None)] * 3
         else:
             axes = [_interp_axis(s, z, 0, z, opts) for s, z in zip(in_size, out_size)]
-        mats, meta = _diag_maps(axes, n)
-        return _Geometry(mats, tuple(out_size), meta, "border")
+        mats, meta, tables = _diag_maps(axes, out_size, n)
+        return _Geometry(mats, tuple(out_size), meta, "border", tables=tables)
 
     def __call__(self, img, mode=None, align_corners=None, anti_aliasing=None, anti_aliasing_sigma=None, dtype=None,
                  lazy: Optional[bool] = None):
         _not_lazy(lazy)
-        return self.apply(img, mode=mode, align_corners=align_corners, anti_aliasing=anti_aliasing)
+        return self.apply(img, mode=mode, align_corners=align_corners, anti_aliasing=anti_aliasing, dtype=dtype)
 
 
 # ---------------- dictionary forms ----------------
@@ -1136,8 +1183,8 @@ class Zoomd(_SpatialDict):
     def __init__(self, keys, zoom, mode="area", padding_mode="edge", align_corners=None, dtype=np.float32,
                  keep_size: bool = True, allow_missing_keys: bool = False, lazy: bool = False, **kwargs):
         t = Zoom(zoom, "trilinear", "edge", None, keep_size=keep_size, lazy=lazy, **kwargs)
-        super().__init__(keys, t, {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners},
-                         allow_missing_keys)
+        super().__init__(keys, t, {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners,
+                                   "dtype": dtype}, allow_missing_keys)
 
 
 class Resized(_SpatialDict):
@@ -1148,5 +1195,6 @@ class Resized(_SpatialDict):
                  anti_aliasing=False, anti_aliasing_sigma=None, dtype=np.float32, allow_missing_keys: bool = False,
                  lazy: bool = False):
         t = Resize(spatial_size, size_mode, "trilinear", None, lazy=lazy)
-        super().__init__(keys, t, {"mode": mode, "align_corners": align_corners, "anti_aliasing": anti_aliasing},
+        super().__init__(keys, t, {"mode": mode, "align_corners": align_corners, "anti_aliasing": anti_aliasing,
+                                   "dtype": dtype},
                          allow_missing_keys)

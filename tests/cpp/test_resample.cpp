@@ -104,8 +104,12 @@ TEST(ResampleCpu, LinearMatchesFloat64ReferenceForEveryPadding) {
   for (Padding pad : {Padding::Zeros, Padding::Border, Padding::Reflection, Padding::Constant}) {
     for (bool ac : {false, true}) {
       std::vector<double> out(ov.numel());
-      ResampleTarget t{view(in.data(), DType::Float64, iv), view(out.data(), DType::Float64, ov),
-                       Interp::Linear, pad, 2.25};
+      ResampleTarget t{view(in.data(), DType::Float64, iv),
+                       view(out.data(), DType::Float64, ov),
+                       Interp::Linear,
+                       pad,
+                       2.25,
+                       {}};
       resample(&t, 1, m.data(), ac);
       double worst = 0;
       for (int64_t n = 0; n < ov.n; ++n)
@@ -134,8 +138,12 @@ TEST(ResampleCpu, NearestCopiesLabelsExactly) {
   for (int64_t i = 0; i < iv.numel(); ++i) lab[i] = (i * 7919) % 116 + 1;
   std::vector<int64_t> out(ov.numel(), -1);
   const auto m = random_matrices(iv.n, iv, ov, 9);
-  ResampleTarget t{view(lab.data(), DType::Int64, iv), view(out.data(), DType::Int64, ov),
-                   Interp::Nearest, Padding::Constant, 255};
+  ResampleTarget t{view(lab.data(), DType::Int64, iv),
+                   view(out.data(), DType::Int64, ov),
+                   Interp::Nearest,
+                   Padding::Constant,
+                   255,
+                   {}};
   resample(&t, 1, m.data(), false);
   int64_t filled = 0;
   for (int64_t v : out) {
@@ -159,19 +167,31 @@ TEST(ResampleCpu, BadArgumentsGiveNamedErrors) {
     }
     return "";
   };
-  EXPECT_NE(msg({view(l.data(), DType::Int32, v), view(b.data(), DType::Float32, v), Interp::Linear,
-                 Padding::Zeros, 0},
+  EXPECT_NE(msg({view(l.data(), DType::Int32, v),
+                 view(b.data(), DType::Float32, v),
+                 Interp::Linear,
+                 Padding::Zeros,
+                 0,
+                 {}},
                 eye)
                 .find("linear interpolation needs floating tensors"),
             std::string::npos);
-  EXPECT_NE(msg({view(a.data(), DType::Float32, v), view(l.data(), DType::Int32, v),
-                 Interp::Nearest, Padding::Zeros, 0},
+  EXPECT_NE(msg({view(a.data(), DType::Float32, v),
+                 view(l.data(), DType::Int32, v),
+                 Interp::Nearest,
+                 Padding::Zeros,
+                 0,
+                 {}},
                 eye)
                 .find("output dtype must equal input dtype"),
             std::string::npos);
   const double bad[12] = {1, 0, 0, 0, 0, NAN, 0, 0, 0, 0, 1, 0};
-  EXPECT_NE(msg({view(a.data(), DType::Float32, v), view(b.data(), DType::Float32, v),
-                 Interp::Linear, Padding::Zeros, 0},
+  EXPECT_NE(msg({view(a.data(), DType::Float32, v),
+                 view(b.data(), DType::Float32, v),
+                 Interp::Linear,
+                 Padding::Zeros,
+                 0,
+                 {}},
                 bad)
                 .find("matrices must be finite"),
             std::string::npos);
@@ -203,14 +223,29 @@ TEST(ResampleCuda, TwinBitIdenticalImageAndLabels) {
       std::vector<float> cpu(ov.numel()), gpu(ov.numel());
       std::vector<uint8_t> lcpu(lo.numel()), lgpu(lo.numel());
       ResampleTarget h[2] = {{view(img.data(), DType::Float32, iv),
-                              view(cpu.data(), DType::Float32, ov), Interp::Linear, pad, 1.5},
+                              view(cpu.data(), DType::Float32, ov),
+                              Interp::Linear,
+                              pad,
+                              1.5,
+                              {}},
                              {view(lab.data(), DType::UInt8, lv),
-                              view(lcpu.data(), DType::UInt8, lo), Interp::Nearest, pad, 200}};
-      ResampleTarget g[2] = {
-          {view(dimg, DType::Float32, iv, Device::CUDA),
-           view(dout, DType::Float32, ov, Device::CUDA), Interp::Linear, pad, 1.5},
-          {view(dlab, DType::UInt8, lv, Device::CUDA), view(dlout, DType::UInt8, lo, Device::CUDA),
-           Interp::Nearest, pad, 200}};
+                              view(lcpu.data(), DType::UInt8, lo),
+                              Interp::Nearest,
+                              pad,
+                              200,
+                              {}}};
+      ResampleTarget g[2] = {{view(dimg, DType::Float32, iv, Device::CUDA),
+                              view(dout, DType::Float32, ov, Device::CUDA),
+                              Interp::Linear,
+                              pad,
+                              1.5,
+                              {}},
+                             {view(dlab, DType::UInt8, lv, Device::CUDA),
+                              view(dlout, DType::UInt8, lo, Device::CUDA),
+                              Interp::Nearest,
+                              pad,
+                              200,
+                              {}}};
       resample(h, 2, m.data(), ac);
       resample(g, 2, static_cast<const double*>(dm), ac);
       ASSERT_EQ(cudaMemcpy(gpu.data(), dout, gpu.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -251,10 +286,18 @@ TEST(ResampleCuda, BackwardTwinWithinRounding) {
   cudaMemcpy(dgo, go.data(), go.size() * 4, cudaMemcpyHostToDevice);
   cudaMemcpy(dm, m.data(), m.size() * 8, cudaMemcpyHostToDevice);
   for (Padding pad : {Padding::Zeros, Padding::Border, Padding::Reflection, Padding::Constant}) {
-    ResampleTarget h{view(img.data(), DType::Float32, iv), view(go.data(), DType::Float32, ov),
-                     Interp::Linear, pad, 0.5};
+    ResampleTarget h{view(img.data(), DType::Float32, iv),
+                     view(go.data(), DType::Float32, ov),
+                     Interp::Linear,
+                     pad,
+                     0.5,
+                     {}};
     ResampleTarget g{view(dimg, DType::Float32, iv, Device::CUDA),
-                     view(dgo, DType::Float32, ov, Device::CUDA), Interp::Linear, pad, 0.5};
+                     view(dgo, DType::Float32, ov, Device::CUDA),
+                     Interp::Linear,
+                     pad,
+                     0.5,
+                     {}};
     std::vector<float> gi_cpu(img.size()), gi_gpu(img.size());
     std::vector<double> gm_cpu(m.size()), gm_gpu(m.size());
     resample_backward_input(h, m.data(), false, gi_cpu.data());
@@ -289,11 +332,15 @@ TEST(ResampleCpu, BackwardInputIsTheAdjointOfForward) {
   const auto m = random_matrices(iv.n, iv, ov, 32);
   for (Padding pad : {Padding::Zeros, Padding::Border, Padding::Reflection}) {
     for (Interp mode : {Interp::Linear, Interp::Nearest}) {
-      ResampleTarget f{view(x.data(), DType::Float64, iv), view(fx.data(), DType::Float64, ov),
-                       mode, pad, 0};
+      ResampleTarget f{view(x.data(), DType::Float64, iv),
+                       view(fx.data(), DType::Float64, ov),
+                       mode,
+                       pad,
+                       0,
+                       {}};
       resample(&f, 1, m.data(), true);
-      ResampleTarget b{view(x.data(), DType::Float64, iv), view(y.data(), DType::Float64, ov), mode,
-                       pad, 0};
+      ResampleTarget b{
+          view(x.data(), DType::Float64, iv), view(y.data(), DType::Float64, ov), mode, pad, 0, {}};
       resample_backward_input(b, m.data(), true, by.data());
       double lhs = 0, rhs = 0;
       for (size_t i = 0; i < fx.size(); ++i) lhs += fx[i] * y[i];
@@ -303,3 +350,56 @@ TEST(ResampleCpu, BackwardInputIsTheAdjointOfForward) {
     }
   }
 }
+
+#if VOXAUG_WITH_CUDA
+TEST(ResampleCuda, CubicTwinBitIdentical) {
+  if (cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const Vol iv{2, 2, 13, 9, 11}, ov{2, 2, 10, 12, 9};
+  const int64_t P = kBSplinePad;
+  const Vol cv{2, 2, 13 + 2 * P, 9 + 2 * P, 11 + 2 * P};
+  std::mt19937 rng(41);
+  std::normal_distribution<float> nd;
+  std::vector<float> img(iv.numel());
+  for (auto& v : img) v = nd(rng);
+  const auto m = random_matrices(iv.n, iv, ov, 42);
+  void *dimg, *dm, *dcoeff, *dout;
+  ASSERT_EQ(cudaMalloc(&dimg, img.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dm, m.size() * 8), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dcoeff, cv.numel() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dout, ov.numel() * 4), cudaSuccess);
+  cudaMemcpy(dimg, img.data(), img.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(dm, m.data(), m.size() * 8, cudaMemcpyHostToDevice);
+  for (Padding pad : {Padding::Zeros, Padding::Border, Padding::Reflection, Padding::Constant}) {
+    for (bool ac : {false, true}) {
+      std::vector<float> coeff(cv.numel()), out(ov.numel()), gcoeff(cv.numel()), gout(ov.numel());
+      ResampleTarget h{view(img.data(), DType::Float32, iv),
+                       view(out.data(), DType::Float32, ov),
+                       Interp::Cubic,
+                       pad,
+                       0.25,
+                       view(coeff.data(), DType::Float32, cv)};
+      ResampleTarget g{view(dimg, DType::Float32, iv, Device::CUDA),
+                       view(dout, DType::Float32, ov, Device::CUDA),
+                       Interp::Cubic,
+                       pad,
+                       0.25,
+                       view(dcoeff, DType::Float32, cv, Device::CUDA)};
+      bspline_prefilter(h.in, h.coeff, pad, 0.25, ac);
+      bspline_prefilter(g.in, g.coeff, pad, 0.25, ac);
+      resample(&h, 1, m.data(), ac);
+      resample(&g, 1, static_cast<const double*>(dm), ac);
+      ASSERT_EQ(cudaMemcpy(gcoeff.data(), dcoeff, gcoeff.size() * 4, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(gout.data(), dout, gout.size() * 4, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      EXPECT_EQ(0, std::memcmp(coeff.data(), gcoeff.data(), coeff.size() * 4));
+      EXPECT_EQ(0, std::memcmp(out.data(), gout.data(), out.size() * 4));
+    }
+  }
+  cudaFree(dimg);
+  cudaFree(dm);
+  cudaFree(dcoeff);
+  cudaFree(dout);
+}
+#endif

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "voxaug/config.h"
+#include "voxaug/detail/bspline.h"
 #include "voxaug/detail/convert.h"
 #include "voxaug/detail/fmath.h"
 #include "voxaug/resample.h"
@@ -133,6 +134,10 @@ struct KTarget {
   int64_t in_stride[5];  // N, C, D, H, W (elements)
   int64_t out_stride[5];
   int64_t elem_size;
+  // Interp::Cubic: prefiltered coefficients, padded by kBSplinePad per side.
+  const void* coeff;
+  DType coeff_dtype;
+  int64_t coeff_stride[5];
 };
 
 struct ResampleParams {
@@ -275,6 +280,10 @@ struct ResampleForward {
 
   VOXAUG_HD VOXAUG_FORCEINLINE void gather(const KTarget& t, int64_t n, int64_t od, int64_t oh,
                                            int64_t ow, const Acc src[3], bool exact) const {
+    if (static_cast<Interp>(t.mode) == Interp::Cubic && !exact) {
+      cubic_gather(t, n, od, oh, ow, src);
+      return;
+    }
     const SourcePoint<Acc> sp = source_point(t, src, p.align_corners);
     const int64_t out_base =
         n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3] + ow * t.out_stride[4];
@@ -305,6 +314,64 @@ struct ResampleForward {
         const Corner<Acc> k = corner_of(t, sp, corner);
         const Acc v = k.inside ? load_dyn<Acc>(t.in, t.in_dtype, base + k.off) : fill;
         acc = fadd(acc, fmul(k.w, v));
+      }
+      store_dyn<Acc>(t.out, t.out_dtype, out_base + c * t.out_stride[1], acc);
+    }
+  }
+
+  // Cubic B-spline on the padded coefficients: 4 x 4 x 4 taps. Coordinates beyond the padded
+  // band read as the pad value (Zeros / Constant) or the edge (Border); Reflection folds them
+  // back into the volume first.
+  VOXAUG_HD VOXAUG_FORCEINLINE void cubic_gather(const KTarget& t, int64_t n, int64_t od,
+                                                 int64_t oh, int64_t ow, const Acc src[3]) const {
+    const Padding pad = static_cast<Padding>(t.padding);
+    const int64_t out_base =
+        n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3] + ow * t.out_stride[4];
+    const Acc band = static_cast<Acc>(kBSplinePad - 2);
+    int64_t i0[3];
+    Acc w[3][4];
+    bool outside = false;
+    for (int a = 0; a < 3; ++a) {
+      const int64_t size = t.in_size[a];
+      const Acc bound = static_cast<Acc>(1099511627776.0);
+      Acc v = src[a] < -bound ? -bound : (src[a] > bound ? bound : src[a]);
+      const Acc hi = fadd(static_cast<Acc>(size - 1), band);
+      if (pad == Padding::Reflection) {
+        Acc unused;
+        v = p.align_corners ? reflect_coordinate(v, 0, 2 * (size - 1), &unused)
+                            : reflect_coordinate(v, -1, 2 * size - 1, &unused);
+      } else if (pad == Padding::Border) {
+        v = v < -band ? -band : (v > hi ? hi : v);
+      } else {
+        outside = outside || !(v >= -band && v <= hi);  // NaN: outside
+      }
+      const Acc x = fadd(v, static_cast<Acc>(kBSplinePad));
+      const Acc f = floor(x);
+      i0[a] = outside ? 0 : static_cast<int64_t>(f) - 1;
+      bspline_weights(fsub(x, f), w[a]);
+    }
+    if (outside) {
+      const double fill = pad == Padding::Constant ? t.pad_value : 0.0;
+      for (int64_t c = 0; c < t.channels; ++c)
+        store_dyn<Acc>(t.out, t.out_dtype, out_base + c * t.out_stride[1], static_cast<Acc>(fill));
+      return;
+    }
+    for (int64_t c = 0; c < t.channels; ++c) {
+      const int64_t base = n * t.coeff_stride[0] + c * t.coeff_stride[1] +
+                           i0[0] * t.coeff_stride[2] + i0[1] * t.coeff_stride[3] +
+                           i0[2] * t.coeff_stride[4];
+      Acc acc = Acc(0);
+      for (int a = 0; a < 4; ++a) {
+        Acc plane = Acc(0);
+        for (int b = 0; b < 4; ++b) {
+          Acc row = Acc(0);
+          const int64_t rb = base + a * t.coeff_stride[2] + b * t.coeff_stride[3];
+          for (int k = 0; k < 4; ++k)
+            row = fadd(row, fmul(w[2][k], load_dyn<Acc>(t.coeff, t.coeff_dtype,
+                                                        rb + k * t.coeff_stride[4])));
+          plane = fadd(plane, fmul(w[1][b], row));
+        }
+        acc = fadd(acc, fmul(w[0][a], plane));
       }
       store_dyn<Acc>(t.out, t.out_dtype, out_base + c * t.out_stride[1], acc);
     }
