@@ -8,6 +8,7 @@
 
 #include "../common/device.h"
 #include "../common/launch_cpu.h"
+#include "resample_cpu.h"
 #include "resample_dispatch.h"
 #include "voxaug/error.h"
 

@@ -14,6 +14,10 @@
 
 namespace voxaug::detail {
 
+// Source coordinates are clamped to +-2^30 voxels before padding: beyond any volume, and
+// small enough for 32-bit indices on the host's row path.
+constexpr double kCoordinateBound = 1073741824.0;
+
 // grid_sample's reflect_coordinates(_set_grad): reflect `x` about [twice_low/2, twice_high/2];
 // *grad receives d(result)/dx (+1 or -1).
 template <class Acc>
@@ -25,6 +29,10 @@ VOXAUG_HD VOXAUG_FORCEINLINE Acc reflect_coordinate(Acc x, int64_t twice_low, in
   }
   const Acc lo = static_cast<Acc>(twice_low) / Acc(2);
   const Acc span = static_cast<Acc>(twice_high - twice_low) / Acc(2);
+  if (x >= lo && x <= fadd(lo, span)) {  // already inside: the common case, kept exact
+    *grad = Acc(1);
+    return x;
+  }
   x = fsub(x, lo);
   Acc mult = Acc(1);
   if (x < Acc(0)) {
@@ -174,8 +182,8 @@ VOXAUG_HD VOXAUG_FORCEINLINE SourcePoint<Acc> source_point(const KTarget& t, con
   const Padding pad = static_cast<Padding>(t.padding);
   for (int a = 0; a < 3; ++a) {
     // Far-away coordinates are outside whatever their value: bound them so the integer
-    // conversions stay defined (2^40 voxels is beyond any volume).
-    const Acc bound = static_cast<Acc>(1099511627776.0);
+    // conversions stay defined.
+    const Acc bound = static_cast<Acc>(kCoordinateBound);
     const Acc v = src[a] < -bound ? -bound : (src[a] > bound ? bound : src[a]);
     sp.x[a] = pad_coordinate(v, t.in_size[a], pad, align_corners, &sp.grad[a]);
     const Acc f = floor(sp.x[a]);
@@ -269,10 +277,26 @@ struct ResampleForward {
   }
 
   VOXAUG_HD VOXAUG_FORCEINLINE void operator()(State& st, int64_t n, int64_t item) const {
-    const int64_t ow = item % p.out_size[2];
-    const int64_t rest = item / p.out_size[2];
-    const int64_t oh = rest % p.out_size[1];
-    const int64_t od = rest / p.out_size[1];
+    int64_t od, oh, ow;
+    if (item < (int64_t(1) << 32)) {  // 32-bit division is several times cheaper
+      const uint32_t i = static_cast<uint32_t>(item), w = static_cast<uint32_t>(p.out_size[2]);
+      const uint32_t h = static_cast<uint32_t>(p.out_size[1]);
+      const uint32_t rest = i / w;
+      ow = i - rest * w;
+      od = rest / h;
+      oh = rest - static_cast<uint32_t>(od) * h;
+    } else {
+      ow = item % p.out_size[2];
+      const int64_t rest = item / p.out_size[2];
+      oh = rest % p.out_size[1];
+      od = rest / p.out_size[1];
+    }
+    voxel(st, n, od, oh, ow);
+  }
+
+  // All targets at output voxel (od, oh, ow) of sample n.
+  VOXAUG_HD VOXAUG_FORCEINLINE void voxel(const State& st, int64_t n, int64_t od, int64_t oh,
+                                          int64_t ow) const {
     Acc src[3];
     source_coordinate(st.m, od, oh, ow, src);
     for (int k = 0; k < p.num_targets; ++k) gather(p.t[k], n, od, oh, ow, src, st.exact);
@@ -333,7 +357,7 @@ struct ResampleForward {
     bool outside = false;
     for (int a = 0; a < 3; ++a) {
       const int64_t size = t.in_size[a];
-      const Acc bound = static_cast<Acc>(1099511627776.0);
+      const Acc bound = static_cast<Acc>(kCoordinateBound);
       Acc v = src[a] < -bound ? -bound : (src[a] > bound ? bound : src[a]);
       const Acc hi = fadd(static_cast<Acc>(size - 1), band);
       if (pad == Padding::Reflection) {
