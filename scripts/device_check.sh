@@ -16,7 +16,8 @@
 #
 # Environment: OUT, VOXAUG_DEVICE_CHECK_CPU_ONLY (0/1), VOXAUG_DEVICE_CHECK_BUDGET_S (overall
 # seconds, default 480; 3600 in CPU-only mode), VOXAUG_DEVICE_CHECK_BUILD_DIR (default ./build),
-# VOXAUG_CUDA_ARCHITECTURES (default 90), VOXAUG_BENCH_FILTER, VOXAUG_RACECHECK_FILTER, PYTHON.
+# VOXAUG_CUDA_ARCHITECTURES (default 90), VOXAUG_BENCH_FILTER, VOXAUG_BENCH_RESAMPLE_FILTER,
+# VOXAUG_RACECHECK_FILTER, PYTHON.
 #
 # Exit status: 0 all steps passed or were skipped for a stated reason, 1 a step failed,
 # 2 no step failed but some were not run because the time budget ran out.
@@ -41,14 +42,21 @@ if [[ $CPU_ONLY == 1 ]]; then
   CAP_SCALE=6  # two slow cores instead of sixteen
   BENCH_FILTER="${VOXAUG_BENCH_FILTER:-^cpu/chain/}"
   BENCH_MIN_TIME=0.05
+  # The 4 x 96^3 image+label key case and small forward/backward cases: seconds on 2 cores.
+  BENCH_RESAMPLE_FILTER="${VOXAUG_BENCH_RESAMPLE_FILTER:-^cpu/(image_label/4x1x96x96x96|(linear|backward_input|backward_matrix)/1x1x64x64x64)/}"
   DEVICE=cpu
 else
   BUDGET="${VOXAUG_DEVICE_CHECK_BUDGET_S:-480}"
   CAP_SCALE=1
   BENCH_FILTER="${VOXAUG_BENCH_FILTER:-^cuda/}"
   BENCH_MIN_TIME=0.2
+  BENCH_RESAMPLE_FILTER="${VOXAUG_BENCH_RESAMPLE_FILTER:-^cuda/}"
   DEVICE=cuda
 fi
+# The resample benchmark times 8 calls per iteration: 0.05 s each keeps its ~60 CUDA cases
+# to roughly 20 s; the bench step keeps this much of its time for it.
+BENCH_RESAMPLE_MIN_TIME=0.05
+BENCH_RESAMPLE_RESERVE_S=45
 DEADLINE=$((SECONDS + BUDGET))
 
 # nvcc and compute-sanitizer live in the toolkit's bin/, which is not always on PATH.
@@ -328,26 +336,13 @@ step_sanitizer() {
 }
 
 # ---------------------------------------------------------------- 7. benchmarks
-step_bench() {
-  local bin="$BUILD/benchmarks/voxaug_bench_intensity" logf="$OUT/bench_intensity.log"
-  local json="$OUT/bench_intensity.json" rc=0 min_time
-  : >"$logf"
-  rm -f "$json"
-  if [[ $HAVE_BENCHMARK == 0 ]]; then
-    skip "no Google Benchmark (run scripts/prepare_device_bundle.sh to bundle its sources)"; return
-  fi
-  if [[ ! -x "$bin" ]]; then fail "no benchmarks/voxaug_bench_intensity binary"; return; fi
-  # benchmark >= 1.8 wants a unit ("0.2s"); 1.7 wants a bare number.
-  min_time="${BENCH_MIN_TIME}s"
-  "$bin" --benchmark_list_tests --benchmark_min_time="$min_time" >/dev/null 2>&1 || min_time="$BENCH_MIN_TIME"
-  tmo "$logf" "$bin" --benchmark_filter="$BENCH_FILTER" --benchmark_min_time="$min_time" \
-    --benchmark_out="$json" --benchmark_out_format=json || rc=$?
-  if ((rc == 124)); then fail "timed out"; return; fi
-  if ((rc != 0)) || [[ ! -s "$json" ]]; then
-    fail "benchmark exit $rc, no JSON: $(tail -n 1 "$logf")"; show_tail "$logf"; return
-  fi
-  local summary
-  summary="$("$PY" - "$json" "$DEVICE" <<'EOF'
+# Two binaries, each with its own share of the step's time: voxaug_bench_intensity (key: the
+# chain vs a device-to-device copy) and voxaug_bench_resample (key: the issue's bar, batched
+# RandAffine of 4 x 96^3 image+label vs a copy of the same bytes, target ratio >= 0.50).
+
+# summarize_intensity <json> <backend>: prints "OK|FAIL <key>".
+summarize_intensity() {
+  "$PY" - "$1" "$2" <<'EOF'
 import json, sys
 path, backend = sys.argv[1], sys.argv[2]
 runs = json.load(open(path)).get("benchmarks", [])
@@ -373,9 +368,79 @@ if inplace:
     msg += f", in-place {gbs(inplace)}"
 print(("OK" if ok else "FAIL"), f"{msg} ({len(bw)} cases, {len(errors)} errors)")
 EOF
-)"
-  STEP_KEY="${summary#* }"
-  [[ "$summary" == OK* ]] || { STEP_STATUS=FAIL; show_tail "$logf"; }
+}
+
+# summarize_resample <json> <backend>: prints "OK|FAIL <key>". GB/s by the benchmark's count
+# (output written + one input element read per voxel and target: 10 B/voxel for image+label).
+summarize_resample() {
+  "$PY" - "$1" "$2" <<'EOF'
+import json, sys
+path, backend = sys.argv[1], sys.argv[2]
+runs = json.load(open(path)).get("benchmarks", [])
+errors = [r["name"] for r in runs if r.get("error_occurred")]
+bw = {}
+for r in runs:
+    parts = r.get("run_name", r["name"]).split("/")
+    if r.get("run_type", "iteration") == "iteration" and not r.get("error_occurred") and len(parts) >= 3:
+        bw[(parts[0], parts[1], parts[2])] = r.get("bytes_per_second", 0.0) / 1e9
+ok = not errors and any(k[0] == backend for k in bw)
+counts = f"({len(bw)} cases, {len(errors)} errors)"
+def gbs(x):
+    return f"{x:.1f} GB/s" if x >= 10 else f"{x:.3g} GB/s"
+bar = "4x1x96x96x96"
+gather = bw.get((backend, "image_label", bar))
+if gather is None:
+    print(("OK" if ok else "FAIL"), f"resample: no {backend}/image_label/{bar} case {counts}"); sys.exit()
+msg = f"resample {backend} image_label {bar}: {gbs(gather)}"
+copy = bw.get((backend, "copy_image_label", bar))
+if copy:
+    ratio = gather / copy
+    msg += f", copy {gbs(copy)}, ratio {ratio:.2f} (bar >= 0.50 {'met' if ratio >= 0.5 else 'NOT met'})"
+else:
+    msg += " (no copy baseline on cpu)" if backend == "cpu" else ", no copy baseline"
+print(("OK" if ok else "FAIL"), f"{msg} {counts}")
+EOF
+}
+
+# bench_binary <name> <filter> <min_time> <summarizer>: runs benchmarks/voxaug_bench_<name>
+# (log and JSON in $OUT/bench_<name>.*) under the step's remaining time and sets BENCH_LINE
+# to the summarizer's "OK|FAIL <key>".
+BENCH_LINE=""
+bench_binary() {
+  local name=$1 filter=$2 min_time=$3 summarizer=$4 rc=0
+  local bin="$BUILD/benchmarks/voxaug_bench_$name" logf="$OUT/bench_$name.log" json="$OUT/bench_$name.json"
+  : >"$logf"
+  rm -f "$json"
+  if [[ ! -x "$bin" ]]; then BENCH_LINE="FAIL no benchmarks/voxaug_bench_$name binary"; return; fi
+  # benchmark >= 1.8 wants a unit ("0.2s"); 1.7 wants a bare number.
+  local mt="${min_time}s"
+  "$bin" --benchmark_list_tests --benchmark_min_time="$mt" >/dev/null 2>&1 || mt="$min_time"
+  tmo "$logf" "$bin" --benchmark_filter="$filter" --benchmark_min_time="$mt" \
+    --benchmark_out="$json" --benchmark_out_format=json || rc=$?
+  if ((rc == 124)); then BENCH_LINE="FAIL $name: timed out"; show_tail "$logf"; return; fi
+  if ((rc != 0)) || [[ ! -s "$json" ]]; then
+    BENCH_LINE="FAIL $name: benchmark exit $rc, no JSON: $(tail -n 1 "$logf")"; show_tail "$logf"; return
+  fi
+  BENCH_LINE="$("$summarizer" "$json" "$DEVICE" 2>&1 | tail -n 1)"
+  [[ "$BENCH_LINE" == OK\ * ]] || { BENCH_LINE="FAIL ${BENCH_LINE#FAIL }"; show_tail "$logf"; }
+}
+
+step_bench() {
+  if [[ $HAVE_BENCHMARK == 0 ]]; then
+    skip "no Google Benchmark (run scripts/prepare_device_bundle.sh to bundle its sources)"; return
+  fi
+  # The intensity run leaves the resample run its reserve (at most half the step).
+  local end=$STEP_END reserve=$BENCH_RESAMPLE_RESERVE_S intensity resample
+  (((end - SECONDS) / 2 < reserve)) && reserve=$(((end - SECONDS) / 2))
+  STEP_END=$((end - reserve))
+  bench_binary intensity "$BENCH_FILTER" "$BENCH_MIN_TIME" summarize_intensity
+  intensity=$BENCH_LINE
+  STEP_END=$end
+  bench_binary resample "$BENCH_RESAMPLE_FILTER" "$BENCH_RESAMPLE_MIN_TIME" summarize_resample
+  resample=$BENCH_LINE
+  # Two lines in the summary table: the resample key continues under the KEY column.
+  STEP_KEY="${intensity#* }"$'\n'"$(printf '%26s' '')${resample#* }"
+  [[ $intensity == OK\ * && $resample == OK\ * ]] || STEP_STATUS=FAIL
   return 0
 }
 
@@ -401,7 +466,7 @@ run_step build 300 step_build
 run_step ctest 150 step_ctest
 run_step pytest 120 step_pytest
 run_step sanitizer 150 step_sanitizer
-run_step bench 90 step_bench
+run_step bench 120 step_bench
 run_step compare 120 step_compare
 
 if [[ -s "$OUT/compare.log" ]]; then
