@@ -24,12 +24,19 @@ What matches MONAI, and how (tests/python/test_spatial.py checks each on real vo
   rounding of a half-voxel tie (MONAI builds its grid in float32).
 - Resize, Zoom: MONAI calls ``torch.nn.functional.interpolate``; linear modes are the same
   separable map (``src = (o + 0.5) * in/out - 0.5`` clamped to the border, or
-  ``o * (in-1)/(out-1)`` with ``align_corners=True``). Interpolate's ``nearest`` and
-  ``nearest-exact`` floor rather than round: voxaug reads interpolate's own index table
-  for the sizes at hand and picks the offset that makes round-half-even give the same
-  indices, so nearest results are bit-identical. Zoom's ``keep_size`` centre crop is part
-  of the map; its padding (``edge``, ``constant``, ``reflect``, ``symmetric``, ``wrap``) is
-  a gather after the resample, as MONAI pads after interpolating.
+  ``o * (in-1)/(out-1)`` with ``align_corners=True``), within float32 rounding. Interpolate's
+  ``nearest`` and ``nearest-exact`` floor rather than round, and compute ``o * scale`` in the
+  data's precision (MONAI's ``dtype``, float32 by default): voxaug reads interpolate's own
+  index table for the sizes and dtype at hand and fits the map that round-half-even turns
+  into the same indices, so nearest results are bit-identical. For rare size pairs (about
+  0.5%; e.g. 6 -> 246) float32 rounding gives a table that no affine map reproduces; those
+  are gathered with the table itself (three index_selects), still bit-identical. Zoom's
+  ``keep_size`` centre crop is part of the map; its padding (numpy.pad's ``edge``,
+  ``constant``, ``reflect``, ``symmetric``, ``wrap``, or torch's names) is a gather after the
+  resample, as MONAI pads after interpolating.
+- Dictionary forms: keys whose maps agree share one launch (Affined, RandAffined, Rotated,
+  RandRotated, Flipd, ...: image bilinear + label nearest in one gather). In Resized / Zoomd
+  a nearest key has its own (floor-rule) map, so image and label take two launches.
 
 Differences from MONAI, by design:
 
@@ -50,9 +57,16 @@ Differences from MONAI, by design:
   Resize and Zoom: pass ``mode="trilinear"`` or ``"nearest"``), Resize ``anti_aliasing``,
   Affine ``normalized=True``. Size-1 axes with ``align_corners=True`` in Rotate: MONAI's
   normalisation degenerates there; voxaug keeps the plain index map.
+- Shapes that would differ between the samples of a batch are refused (ValueError):
+  RandRotate90 on a non-square plane, RandRotate with ``keep_size=False``. Transform such
+  samples one at a time.
+- Rotations by exact multiples of 90 degrees between axes whose sizes differ in parity put
+  whole planes on half-voxel ties: nearest results then differ from MONAI's on those planes
+  (both are valid roundings); Rotate90 is the exact tool there.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -94,7 +108,7 @@ def _is_number(v: Any) -> bool:
 def _as_list(v: Any) -> list:
     """MONAI's ensure_tuple: None -> [None], a scalar -> [scalar], a sequence -> list."""
     if isinstance(v, (np.ndarray, torch.Tensor)):
-        return [float(x) for x in np.asarray(v, dtype=np.float64).reshape(-1)]
+        return np.asarray(v.detach().cpu() if isinstance(v, torch.Tensor) else v).reshape(-1).tolist()
     if isinstance(v, (list, tuple)):
         return list(v)
     return [v]
@@ -306,7 +320,8 @@ class _Opts:
     padding: str  # kernel padding, or the pad mode of Zoom's keep_size padding
     align_corners: bool
     pad_value: float = 0.0
-    table_dtype: torch.dtype = torch.float32  # Resize / Zoom nearest: the dtype MONAI interpolates in
+    table_dtype: Optional[torch.dtype] = torch.float32  # Resize / Zoom nearest: the dtype MONAI interpolates
+    # in; None: the image's (MONAI's ``dtype=None``), resolved by :func:`_for_input`
 
 
 @dataclass
@@ -323,8 +338,11 @@ class _Geometry:
                 and self.mats.shape == other.mats.shape and torch.equal(self.mats, other.mats))
 
 
-def _stack(maps: Sequence[np.ndarray]) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(np.stack(maps).astype(np.float64)))
+def _stack(maps: Sequence[np.ndarray], rows: int = 4) -> torch.Tensor:
+    """(N, rows, 4) float64 CPU tensor of the first `rows` rows of each 4x4 map."""
+    if len(maps) == 0:
+        return torch.zeros(0, rows, 4, dtype=torch.float64)
+    return torch.from_numpy(np.ascontiguousarray(np.stack([m[:rows] for m in maps]).astype(np.float64)))
 
 
 # ---------------- interpolate's index rules (Resize, Zoom) ----------------
@@ -409,7 +427,7 @@ def _diag_maps(axes: Sequence[tuple], out_size: Sequence[int], n: int):
     if any(ax[4] is not None for ax in axes):  # some axis has no exact line: gather all three
         tables = tuple(ax[4] if ax[4] is not None else tuple(int(v) for v in np.round(ax[0] * np.arange(c) + ax[1]))
                        for ax, c in zip(axes, out_size))
-    return _stack([k[:3]] * n), _stack([meta] * n), tables
+    return _stack([k] * n, 3), _stack([meta] * n), tables
 
 
 def _pad_index(size: int, before: int, after: int, mode: str) -> np.ndarray:
@@ -445,6 +463,12 @@ def _apply_pad(x: torch.Tensor, pad: tuple) -> torch.Tensor:
 
 
 # ---------------- execution ----------------
+def _for_input(opts: _Opts, x: torch.Tensor) -> _Opts:
+    if opts.table_dtype is None:
+        return dataclasses.replace(opts, table_dtype=_table_dtype(None, x.dtype))
+    return opts
+
+
 def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts]) -> list[torch.Tensor]:
     """One resample launch (per 4 inputs) for inputs that share `geom`."""
     align = opts[0].align_corners
@@ -496,9 +520,13 @@ class _Spatial:
     def apply(self, img: Any, params: Optional[torch.Tensor] = None, **overrides) -> Any:
         """Transforms `img`; `params` (random transforms) replays a draw of :meth:`draw_params`."""
         x, restore = _as_batch(img)
-        opts = self._options(**overrides)
+        opts = _for_input(self._options(**overrides), x)
         if params is None:
             params = self._params_for(x.shape[0], True)
+        elif self._n_uniforms and (not isinstance(params, torch.Tensor)
+                                   or tuple(params.shape) != (x.shape[0], self._n_uniforms)):
+            raise ValueError(f"params must be a ({x.shape[0]}, {self._n_uniforms}) tensor from draw_params, got "
+                             f"{tuple(params.shape) if isinstance(params, torch.Tensor) else type(params).__name__}")
         geom = self._geometry(tuple(x.shape[2:]), x.shape[0], params, opts)
         (out,) = _run([x], geom, [opts])
         return _with_affine(restore(out), geom.meta)
@@ -558,7 +586,7 @@ class Flip(_Spatial):
 
     def _geometry(self, in_size, n, params, opts):
         m = _flip_map(in_size, self._axes)
-        return _Geometry(_stack([m[:3]] * n), in_size, _stack([m] * n), "zeros")
+        return _Geometry(_stack([m] * n, 3), in_size, _stack([m] * n), "zeros")
 
     def __call__(self, img, lazy: Optional[bool] = None):
         _not_lazy(lazy)
@@ -582,7 +610,7 @@ class RandFlip(_RandomSpatial):
 
     def _geometry(self, in_size, n, params, opts):
         maps = [_flip_map(in_size, self._axes) if g else np.eye(4) for g in self._gates(params)]
-        return _Geometry(_stack([m[:3] for m in maps]), in_size, _stack(maps), "zeros")
+        return _Geometry(_stack(maps, 3), in_size, _stack(maps), "zeros")
 
     def __call__(self, img, randomize: bool = True, lazy: Optional[bool] = None):
         _not_lazy(lazy)
@@ -632,7 +660,7 @@ class Rotate90(_Spatial):
 
     def _geometry(self, in_size, n, params, opts):
         m, out_size = _rot90_map(in_size, self.k, self.spatial_axes)
-        return _Geometry(_stack([m[:3]] * n), out_size, _stack([m] * n), "zeros")
+        return _Geometry(_stack([m] * n, 3), out_size, _stack([m] * n), "zeros")
 
     def __call__(self, img, lazy: Optional[bool] = None):
         _not_lazy(lazy)
@@ -672,8 +700,7 @@ class RandRotate90(_RandomSpatial):
                              "transform the samples one at a time")
         maps = [_rot90_map(in_size, k, self.spatial_axes) for k in self._ks(params)]
         out_size = maps[0][1] if maps else in_size
-        return _Geometry(_stack([m[:3] for m, _ in maps]) if maps else torch.zeros(0, 3, 4, dtype=torch.float64),
-                         out_size, _stack([m for m, _ in maps]) if maps else torch.zeros(0, 4, 4, dtype=torch.float64),
+        return _Geometry(_stack([m for m, _ in maps], 3), out_size, _stack([m for m, _ in maps]),
                          "zeros")
 
     def __call__(self, img, randomize: bool = True, lazy: Optional[bool] = None):
@@ -726,7 +753,7 @@ class Affine(_Spatial):
     def _geometry(self, in_size, n, params, opts, spatial_size=None):
         out_size = _fall_back_size(self.spatial_size if spatial_size is None else spatial_size, in_size)
         k, meta = _grid_index_map(self._a, in_size, out_size, opts.align_corners)
-        return _Geometry(_stack([k[:3]] * n), out_size, _stack([meta] * n), opts.padding)
+        return _Geometry(_stack([k] * n, 3), out_size, _stack([meta] * n), opts.padding)
 
     def __call__(self, img, spatial_size=None, mode=None, padding_mode=None, lazy: Optional[bool] = None):
         _not_lazy(lazy)
@@ -735,7 +762,7 @@ class Affine(_Spatial):
         geom = self._geometry(tuple(x.shape[2:]), x.shape[0], None, opts, spatial_size)
         (out,) = _run([x], geom, [opts])
         out = _with_affine(restore(out), geom.meta)
-        meta = geom.meta[0] if geom.meta.shape[0] else _stack([np.eye(4)])[0]
+        meta = geom.meta[0] if geom.meta.shape[0] else torch.eye(4, dtype=torch.float64)
         return out if self.image_only else (out, meta)
 
 
@@ -780,18 +807,27 @@ class RandAffine(_RandomSpatial):
         return _grid_opts(self.mode if mode is None else mode,
                           self.padding_mode if padding_mode is None else padding_mode, False)
 
-    def centred_matrices(self, params: torch.Tensor) -> np.ndarray:
-        """(N, 4, 4) float64: the centred MONAI matrix of each sample (identity where not selected)."""
+    def parameters(self, params: torch.Tensor) -> list[Optional[dict[str, list[float]]]]:
+        """Per sample: MONAI's rotate/shear/translate/scale params drawn from `params` (as
+        RandAffineGrid.randomize would set them), or None where the sample is not selected."""
         out = []
         for row, gate in zip(params.numpy(), self._gates(params)):
             if not gate:
-                out.append(np.eye(4))
+                out.append(None)
                 continue
-            vals, j = [], 1
-            for rng, add in zip(self._ranges, (0.0, 0.0, 0.0, 1.0)):
-                vals.append([lo + (hi - lo) * row[j + i] + add for i, (lo, hi) in enumerate(rng)])
+            vals, j = {}, 1
+            for name, rng, add in zip(("rotate_params", "shear_params", "translate_params", "scale_params"),
+                                      self._ranges, (0.0, 0.0, 0.0, 1.0)):
+                vals[name] = [lo + (hi - lo) * float(row[j + i]) + add for i, (lo, hi) in enumerate(rng)]
                 j += len(rng)
-            out.append(_centred_affine(*vals))
+            out.append(vals)
+        return out
+
+    def centred_matrices(self, params: torch.Tensor) -> np.ndarray:
+        """(N, 4, 4) float64: the centred MONAI matrix of each sample (identity where not selected)."""
+        out = [np.eye(4) if p is None else _centred_affine(p["rotate_params"], p["shear_params"],
+                                                            p["translate_params"], p["scale_params"])
+               for p in self.parameters(params)]
         return np.stack(out) if out else np.zeros((0, 4, 4))
 
     def _geometry(self, in_size, n, params, opts, spatial_size=None):
@@ -799,12 +835,9 @@ class RandAffine(_RandomSpatial):
         ks, metas = [], []
         for a in self.centred_matrices(params):
             k, meta = _grid_index_map(a, in_size, out_size, False)
-            ks.append(k[:3])
+            ks.append(k)
             metas.append(meta)
-        if not ks:
-            return _Geometry(torch.zeros(0, 3, 4, dtype=torch.float64), out_size,
-                             torch.zeros(0, 4, 4, dtype=torch.float64), opts.padding)
-        return _Geometry(_stack(ks), out_size, _stack(metas), opts.padding)
+        return _Geometry(_stack(ks, 3), out_size, _stack(metas), opts.padding)
 
     def __call__(self, img, spatial_size=None, mode=None, padding_mode=None, randomize: bool = True, grid=None,
                  lazy: Optional[bool] = None):
@@ -838,10 +871,7 @@ def _rotate_geometry(in_size, angles_per_sample, keep_size: bool, opts: _Opts, o
         raise ValueError(f"img: keep_size=False gives the samples of this batch different shapes {sorted(sizes)}; "
                          "transform them one at a time or use keep_size=True")
     out_size = sizes.pop() if sizes else tuple(in_size)
-    if not ks:
-        z3, z4 = torch.zeros(0, 3, 4, dtype=torch.float64), torch.zeros(0, 4, 4, dtype=torch.float64)
-        return _Geometry(z3, out_size, z4, opts.padding)
-    return _Geometry(_stack([k[:3] for k in ks]), out_size, _stack(ks), opts.padding)
+    return _Geometry(_stack(ks, 3), out_size, _stack(ks), opts.padding)
 
 
 class Rotate(_Spatial):
@@ -930,7 +960,7 @@ def _interp_opts(mode, align_corners, dtype) -> _Opts:
     interp = _interp_mode(mode)
     kmode = "linear" if interp == "linear" else "nearest"
     return _Opts(kmode, interp, "border", bool(align_corners) if interp == "linear" else False,
-                 table_dtype=_table_dtype(dtype, torch.float32))
+                 table_dtype=None if dtype is None else _table_dtype(dtype, torch.float32))
 
 
 class Zoom(_Spatial):
@@ -952,6 +982,7 @@ class Zoom(_Spatial):
             raise ValueError(f"unsupported padding arguments {sorted(unknown)}; only value / constant_values")
         self.pad_value = float(kwargs.get("value", kwargs.get("constant_values", 0.0)))
         self.dtype = dtype
+        _interp_mode(mode)
         _pad_mode(padding_mode)
         _table_dtype(dtype, torch.float32)
 
@@ -1086,7 +1117,8 @@ class _SpatialDict:
                     continue
                 raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
             x, restore = _as_batch(d[key])
-            items.append((key, x, restore, self.transform._options(**{k: v[i] for k, v in self.options.items()})))
+            opts = self.transform._options(**{k: v[i] for k, v in self.options.items()})
+            items.append((key, x, restore, _for_input(opts, x)))
         if not items:
             return d
         params = None

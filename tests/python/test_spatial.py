@@ -1,0 +1,576 @@
+"""voxaug spatial transforms (python/voxaug/spatial.py) vs MONAI on real volumes.
+
+Volumes (mricron-data): inia19-t1-brain.nii.gz (float32) + inia19-NeuroMaps.nii.gz (int16
+labels) taken every 2nd voxel (84 x 103 x 64), ch2.nii.gz + aal.nii.gz (uint8) every 3rd
+voxel (61 x 73 x 61): odd, even and anisotropic sizes, and small enough for 2 CI cores.
+
+Tolerances:
+- Images: |voxaug - MONAI| <= 5e-5 x the data range. MONAI builds its sampling grid in
+  float32 (coordinates up to ~100 voxels from the centre carry ~6e-6 voxel of rounding, and
+  RandAffine samples in float64, the others in float32); voxaug computes each coordinate in
+  float32 from a float64 matrix. A coordinate difference of d voxels changes a trilinear value
+  by at most d x the largest step between neighbours (<= the data range), plus float32
+  accumulation: ~1e-5 of the range at most (observed <= 1.2e-5).
+- Labels (nearest): identical except where a coordinate is within float rounding of a
+  half-voxel tie and the two float32 pipelines round it to different sides: at most
+  LABEL_TIES = 1e-5 of the voxels (observed <= 4e-6). Rotations by exact multiples of 90
+  degrees between axes of different parity put whole planes on ties (see
+  test_rotate_quarter_turn_ties); use Rotate90 there.
+- Flip, Rotate90, and Resize / Zoom nearest: bit-identical (voxaug reproduces
+  interpolate's floor rule, see spatial._nearest_rule).
+"""
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from voxaug import ops
+from voxaug import spatial
+from voxaug import transforms as vt
+
+from conftest import TEMPLATES
+
+mt = pytest.importorskip("monai.transforms")
+nib = pytest.importorskip("nibabel")
+from monai.data import MetaTensor  # noqa: E402
+
+IMG_TOL = 5e-5
+LABEL_TIES = 1e-5
+
+
+def _load(name, step):
+    path = os.path.join(TEMPLATES, name)
+    if not os.path.exists(path):
+        pytest.skip("mricron-data not installed (apt-get install mricron-data)")
+    im = nib.load(path)
+    data = np.asarray(im.dataobj)[::step, ::step, ::step]
+    affine = im.affine @ np.diag([step, step, step, 1.0])
+    return torch.from_numpy(np.ascontiguousarray(data))[None], torch.from_numpy(affine)
+
+
+@pytest.fixture(scope="module")
+def inia():
+    img, aff = _load("inia19-t1-brain.nii.gz", 2)
+    lab, _ = _load("inia19-NeuroMaps.nii.gz", 2)
+    assert img.dtype == torch.float32 and lab.dtype == torch.int16 and img.shape == (1, 84, 103, 64)
+    return img, lab, aff
+
+
+@pytest.fixture(scope="module")
+def ch2aal():
+    img, aff = _load("ch2.nii.gz", 3)
+    lab, _ = _load("aal.nii.gz", 3)
+    assert img.dtype == torch.uint8 and lab.dtype == torch.uint8 and img.shape == (1, 61, 73, 61)
+    return img, lab, aff
+
+
+def plain(x):
+    return x.as_tensor() if isinstance(x, MetaTensor) else torch.as_tensor(x)
+
+
+def assert_image_close(ours, ref):
+    ours, ref = plain(ours), plain(ref)
+    assert ours.shape == ref.shape
+    rng = (ref.max() - ref.min()).item()
+    err = (ours.double() - ref.double()).abs().max().item()
+    assert err <= IMG_TOL * rng, f"max error {err:.3g} > {IMG_TOL} x range {rng:.4g}"
+    assert ours.abs().sum() > 0 and not torch.isnan(ours).any()
+
+
+def assert_labels_match(ours, ref, ties=LABEL_TIES):
+    ours, ref = plain(ours), plain(ref)
+    assert ours.shape == ref.shape
+    frac = (ours.double() != ref.double()).double().mean().item()
+    assert frac <= ties, f"{frac:.3g} of the labels differ (allowed: half-voxel ties, {ties})"
+    assert ours.abs().sum() > 0
+
+
+def assert_bitwise(ours, ref):
+    ours, ref = plain(ours), plain(ref)
+    assert ours.shape == ref.shape and torch.equal(ours.to(ref.dtype), ref)
+
+
+# ---------------- Flip / Rotate90: bit-identical ----------------
+@pytest.mark.parametrize("spatial_axis", [None, 0, 1, 2, -1, (0, 2), [2, 1, 0]])
+def test_flip_bitwise_like_monai(inia, ch2aal, spatial_axis):
+    for x in (inia[0], inia[1], ch2aal[1]):
+        out = vt.Flip(spatial_axis)(x)
+        assert out.dtype == x.dtype
+        assert_bitwise(out, mt.Flip(spatial_axis)(x))
+
+
+@pytest.mark.parametrize("k", [-1, 0, 1, 2, 3, 5])
+@pytest.mark.parametrize("axes", [(0, 1), (1, 2), (2, 0), (0, -1)])
+def test_rotate90_bitwise_like_monai(inia, k, axes):
+    lab = inia[1]
+    out = vt.Rotate90(k, axes)(lab)
+    assert out.dtype == torch.int16
+    assert_bitwise(out, mt.Rotate90(k, axes)(lab))
+    assert_bitwise(out, torch.rot90(lab, k, [a % 3 + 1 for a in axes]))
+
+
+def test_rand_flip_and_rand_rotate90_per_sample(inia):
+    x = torch.stack([inia[1][:, i:i + 60, 10 + i:70 + i, :50] for i in range(5)])  # (5, 1, 60, 60, 50)
+    flip = vt.RandFlip(prob=0.5, spatial_axis=(0, 2), seed=3)
+    params = flip.draw_params(5)
+    out = flip.apply(x, params)
+    gates = params[:, 0] < 0.5
+    assert 0 < gates.sum() < 5
+    for i in range(5):
+        assert torch.equal(out[i], torch.flip(x[i], [1, 3]) if gates[i] else x[i])
+    rot = vt.RandRotate90(prob=0.8, max_k=3, spatial_axes=(0, 1), seed=4)
+    params = rot.draw_params(5)
+    out = rot.apply(x, params)
+    ks = rot._ks(params)
+    assert len(set(ks)) > 1
+    for i in range(5):
+        assert torch.equal(out[i], torch.rot90(x[i], ks[i], [1, 2]))
+
+
+def test_rand_rotate90_k_distribution():
+    t = vt.RandRotate90(prob=1.0, max_k=3, seed=1)
+    ks = np.array(t._ks(t.draw_params(3000)))
+    counts = np.bincount(ks, minlength=4)
+    assert counts[0] == 0 and all(abs(c / 3000 - 1 / 3) < 0.04 for c in counts[1:])
+
+
+# ---------------- Affine / RandAffine ----------------
+AFFINE_KW = dict(rotate_params=(0.3, -0.2, 0.1), shear_params=(0.05, 0.02, 0.0, 0.03, 0.01, 0.0),
+                 translate_params=(3.5, -2.0, 1.25), scale_params=(1.1, 0.9, 1.2))
+
+
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("spatial_size", [None, (70, 90, 61)])
+def test_affine_matches_monai(inia, padding_mode, align_corners, spatial_size):
+    img, lab, _ = inia
+    kw = dict(AFFINE_KW, padding_mode=padding_mode, align_corners=align_corners, spatial_size=spatial_size)
+    ours, our_affine = vt.Affine(**kw)(img)
+    ref, ref_affine = mt.Affine(**kw)(img)
+    assert_image_close(ours, ref)
+    # MONAI builds the matrix in float32 (create_rotate's torch backend).
+    np.testing.assert_allclose(our_affine.numpy(), ref_affine, atol=2e-6 * np.abs(ref_affine).max())
+    ours = vt.Affine(**kw, mode="nearest", image_only=True)(lab)
+    assert ours.dtype == torch.int16
+    assert_labels_match(ours, mt.Affine(**kw, mode="nearest", image_only=True)(lab))
+
+
+@pytest.mark.parametrize("kw", [
+    dict(rotate_params=0.4), dict(rotate_params=(0.1, -0.3)), dict(rotate_params=(0.1, 0.2, 0.3), rotate_order="zyx"),
+    dict(rotate_params=(0.1, 0.2, 0.3), rotate_order="ZXY"), dict(shear_params=0.2), dict(scale_params=1.5),
+    dict(translate_params=(1.0, 2.0)), dict(rotate_params=0.0, scale_params=()), AFFINE_KW,
+    dict(affine=np.array([[0.9, 0.1, 0, 2], [0, 1.1, 0.05, -1], [0.02, 0, 1, 0.5], [0, 0, 0, 1]])),
+])
+def test_affine_matrix_construction_matches_monai(kw):
+    """Scalars, short tuples and rotate orders follow MONAI (a scalar scale only scales the
+    first axis, a scalar rotation only rotates about the first axis, ...)."""
+    size = (9, 12, 7)
+    _, ours = vt.Affine(**kw, spatial_size=size)(torch.zeros(1, 6, 8, 10))
+    _, ref = mt.Affine(**kw, spatial_size=size)(torch.zeros(1, 6, 8, 10))
+    np.testing.assert_allclose(ours.numpy(), ref, atol=1e-5)
+    centred = spatial._centred_affine(kw.get("rotate_params"), kw.get("shear_params"), kw.get("translate_params"),
+                                      kw.get("scale_params"), kw.get("rotate_order", "XYZ"))
+    if "affine" not in kw:
+        grid = mt.AffineGrid(**{k: v for k, v in kw.items()}, lazy=True)
+        np.testing.assert_allclose(centred, grid(size)[1].numpy(), atol=1e-6)
+
+
+def test_affine_size_one_axes_like_monai():
+    """MONAI normalises with 2 / max(2, size): a size-1 input axis samples at half the offset."""
+    x = torch.rand(1, 1, 6, 7, generator=torch.Generator().manual_seed(0)) + 1  # (C, D=1, H, W)
+    for ac in (False, True):
+        kw = dict(translate_params=(0.6, 1.5, -0.5), padding_mode="zeros", align_corners=ac, image_only=True)
+        assert_image_close(vt.Affine(**kw)(x), mt.Affine(**kw)(x))
+
+
+RAND_AFFINE_KW = dict(rotate_range=(0.4, (-0.2, 0.1), 0.3), shear_range=(0.1, 0.05), translate_range=(4, (-3, 1), 2),
+                      scale_range=((-0.2, 0.2), 0.1, 0.15))
+
+
+def test_rand_affined_per_sample_matches_monai_affine(inia):
+    """A batch of 3 with different random matrices: image (bilinear) and label (nearest) in one
+    call; each sample equals MONAI's Affine with that sample's drawn parameters."""
+    img, lab, _ = inia
+    imgs = torch.stack([img, img.flip(1), img.flip(3)])
+    labs = torch.stack([lab, lab.flip(1), lab.flip(3)])
+    t = vt.RandAffined(["img", "lab"], spatial_size=(80, 96, 60), prob=0.9, mode=("bilinear", "nearest"),
+                       padding_mode=("reflection", "zeros"), seed=11, **RAND_AFFINE_KW)
+    out = t({"img": imgs, "lab": labs})
+    assert out["lab"].dtype == torch.int16 and out["img"].shape == (3, 1, 80, 96, 60)
+    per_sample = t.transform.parameters(t.transform._last)
+    assert all(p is not None for p in per_sample) and per_sample[0] != per_sample[1]
+    for i, p in enumerate(per_sample):
+        ref_img = mt.Affine(**p, spatial_size=(80, 96, 60), padding_mode="reflection", image_only=True)(imgs[i])
+        ref_lab = mt.Affine(**p, spatial_size=(80, 96, 60), mode="nearest", padding_mode="zeros",
+                            image_only=True)(labs[i])
+        assert_image_close(out["img"][i], ref_img)
+        assert_labels_match(out["lab"][i], ref_lab)
+
+
+def test_rand_affine_parameter_ranges_and_gate():
+    t = vt.RandAffine(prob=0.3, seed=5, **RAND_AFFINE_KW)
+    params = t.draw_params(4000)
+    per_sample = t.parameters(params)
+    chosen = [p for p in per_sample if p is not None]
+    assert abs(len(chosen) / 4000 - 0.3) < 0.03
+    arr = {k: np.array([p[k] for p in chosen]) for k in chosen[0]}
+    bounds = {"rotate_params": [(-0.4, 0.4), (-0.2, 0.1), (-0.3, 0.3)], "shear_params": [(-0.1, 0.1), (-0.05, 0.05)],
+              "translate_params": [(-4, 4), (-3, 1), (-2, 2)], "scale_params": [(0.8, 1.2), (0.9, 1.1), (0.85, 1.15)]}
+    for k, bs in bounds.items():
+        assert arr[k].shape[1] == len(bs)
+        for j, (lo, hi) in enumerate(bs):
+            v = arr[k][:, j]
+            assert lo <= v.min() and v.max() < hi and abs(v.mean() - (lo + hi) / 2) < 0.05 * (hi - lo)
+    # A sample that is not selected is resampled with the identity: exact.
+    x = torch.randn(2, 2, 7, 8, 9)
+    none = vt.RandAffine(prob=0.0, rotate_range=1.0)(x)
+    assert torch.equal(none, x)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: vt.RandAffine(prob=0.7, spatial_size=(20, 22, 18), **RAND_AFFINE_KW),
+    lambda: vt.RandRotate(0.3, 0.2, (-0.1, 0.4), prob=0.7),
+    lambda: vt.RandFlip(prob=0.5),
+    lambda: vt.RandRotate90(prob=0.7, spatial_axes=(1, 2)),
+])
+def test_batch_equals_per_sample_calls(make):
+    """Sample i draws from (seed, first_sample + i): its result does not depend on the batch."""
+    x = torch.randn(5, 2, 17, 19, 19, generator=torch.Generator().manual_seed(0))
+    t = make()
+    full = t.draw_params(5, seed=1234)
+    out = t.apply(x, full)
+    for i in range(5):
+        single = t.draw_params(1, first_sample=i, seed=1234)
+        assert torch.equal(single[0], full[i])
+        assert torch.equal(t.apply(x[i:i + 1], single), out[i:i + 1])
+        assert torch.equal(t.apply(x[i], single), out[i])  # unbatched (C, D, H, W)
+    assert not torch.equal(full[0], full[1])
+    # Same seed, same result; the default seed follows torch's global generator.
+    a, b = make(), make()
+    a.set_random_state(7)
+    b.set_random_state(7)
+    first = a(x)
+    assert torch.equal(first, b(x))
+    torch.manual_seed(0)
+    c = make()(x)
+    torch.manual_seed(0)
+    assert torch.equal(make()(x), c)
+    # randomize=False replays the last draw.
+    assert torch.equal(a(x, randomize=False), first)
+
+
+# ---------------- Rotate / RandRotate ----------------
+@pytest.mark.parametrize("angle", [0.3, (0.2, -0.1, 0.4)])
+@pytest.mark.parametrize("keep_size", [True, False])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_rotate_matches_monai(inia, angle, keep_size, padding_mode, align_corners):
+    img, lab, _ = inia
+    kw = dict(angle=angle, keep_size=keep_size, padding_mode=padding_mode, align_corners=align_corners)
+    assert_image_close(vt.Rotate(**kw)(img), mt.Rotate(**kw)(img))
+    ours = vt.Rotate(**kw, mode="nearest")(lab)
+    assert ours.dtype == torch.int16
+    assert_labels_match(ours, mt.Rotate(**kw, mode="nearest")(lab))
+
+
+def test_rotate_quarter_turn_ties(inia):
+    """(0, 0, pi/2) on 84 x 103 voxels with keep_size: every coordinate along D is o - 9.5, a
+    half-voxel tie, and MONAI's float32 grid breaks those ties its own way. Without ties
+    (keep_size=False, the output is 103 x 84) the labels are identical."""
+    lab = inia[1]
+    kw = dict(angle=(0.0, 0.0, np.pi / 2), mode="nearest")
+    assert_bitwise(vt.Rotate(**kw, keep_size=False)(lab), mt.Rotate(**kw, keep_size=False)(lab))
+    ours, ref = vt.Rotate(**kw)(lab), mt.Rotate(**kw)(lab)
+    frac = (ours.float() != ref.as_tensor()).float().mean().item()
+    assert 0 < frac < 0.1
+
+
+def test_rand_rotate_per_sample_matches_monai_rotate(ch2aal):
+    img, lab, _ = ch2aal
+    x, y = torch.stack([img, img.flip(2)]), torch.stack([lab, lab.flip(2)])
+    t = vt.RandRotated(["img", "lab"], range_x=0.3, range_y=(0.1, 0.2), range_z=0.2, prob=1.0,
+                       mode=("bilinear", "nearest"), padding_mode="zeros", seed=2)
+    out = t({"img": x, "lab": y})
+    assert out["img"].dtype == torch.float32 and out["lab"].dtype == torch.uint8  # uint8 image computed in float32
+    angles = t.transform.angles(t.transform._last)
+    assert angles[0] != angles[1]
+    for i, ang in enumerate(angles):
+        assert -0.3 <= ang[0] <= 0.3 and 0.1 <= ang[1] <= 0.2 and -0.2 <= ang[2] <= 0.2
+        assert_image_close(out["img"][i], mt.Rotate(ang, padding_mode="zeros")(x[i]))
+        assert_labels_match(out["lab"][i], mt.Rotate(ang, mode="nearest", padding_mode="zeros")(y[i]))
+
+
+# ---------------- Zoom / Resize ----------------
+@pytest.mark.parametrize("zoom", [1.3, 0.7, (1.2, 0.8, 1.0), (0.55, 1.71, 2.0)])
+@pytest.mark.parametrize("keep_size", [True, False])
+def test_zoom_matches_monai(inia, zoom, keep_size):
+    img, lab, _ = inia
+    for mode, ac in [("trilinear", None), ("trilinear", True), ("bilinear", None)]:
+        kw = dict(zoom=zoom, mode=mode, align_corners=ac, keep_size=keep_size)
+        assert_image_close(vt.Zoom(**kw)(img), mt.Zoom(**kw)(img))
+    for mode in ["nearest", "nearest-exact"]:
+        ours = vt.Zoom(zoom, mode=mode, keep_size=keep_size)(lab)
+        assert ours.dtype == torch.int16
+        assert_bitwise(ours.float(), mt.Zoom(zoom, mode=mode, keep_size=keep_size)(lab))
+    # keep_size pads after interpolating where the zoom shrinks an axis (MONAI's ResizeWithPadOrCrop).
+    for pad in (["constant", "reflect", "symmetric", "wrap", "replicate"] if keep_size else []):
+        assert_bitwise(vt.Zoom(zoom, mode="nearest", padding_mode=pad)(lab).float(),
+                       mt.Zoom(zoom, mode="nearest", padding_mode=pad)(lab))
+
+
+@pytest.mark.parametrize("size", [(70, 90, 61), (100, 120, 80), (84, -1, 33), (13, 200, 7)])
+def test_resize_matches_monai(inia, size):
+    img, lab, _ = inia
+    for ac in (None, True):
+        assert_image_close(vt.Resize(size, mode="trilinear", align_corners=ac)(img),
+                           mt.Resize(size, mode="trilinear", align_corners=ac)(img))
+    for mode in ("nearest", "nearest-exact"):
+        ours = vt.Resize(size, mode=mode)(lab)
+        assert ours.dtype == torch.int16
+        assert_bitwise(ours.float(), mt.Resize(size, mode=mode)(lab))
+
+
+def test_resize_nearest_follows_monai_dtype(inia):
+    """interpolate computes o * scale in the data's precision: 84 -> 100 voxels picks source 62
+    for output 75 in float32 and 63 in float64. MONAI interpolates in `dtype` (float32 by
+    default; None: the image's), and so does voxaug's index rule."""
+    lab = inia[1].double()
+    f32, f64 = (vt.Resize((100, 103, 64), mode="nearest", dtype=d)(lab) for d in (torch.float32, None))
+    assert not torch.equal(f32, f64)
+    assert_bitwise(f32, mt.Resize((100, 103, 64), mode="nearest")(lab))
+    assert_bitwise(f64, mt.Resize((100, 103, 64), mode="nearest", dtype=None)(lab))
+
+
+def test_resize_longest_and_same_size(ch2aal):
+    img, lab, _ = ch2aal
+    assert_bitwise(vt.Resize(90, size_mode="longest", mode="nearest")(lab),
+                   mt.Resize(90, size_mode="longest", mode="nearest")(lab).to(torch.uint8))
+    assert_image_close(vt.Resize(50, size_mode="longest", mode="trilinear")(img),
+                       mt.Resize(50, size_mode="longest", mode="trilinear")(img))
+    assert torch.equal(vt.Resize((-1, -1, -1), mode="nearest")(lab), lab)
+
+
+def test_resize_nearest_where_no_affine_map_exists():
+    """torch's float32 `o * scale` makes a few index tables (here 6 -> 246 nearest and
+    18 -> 111 nearest-exact) that no affine map rounds to; voxaug gathers with the table."""
+    lab = torch.randint(0, 200, (1, 6, 5, 18), dtype=torch.int16, generator=torch.Generator().manual_seed(1))
+    for mode, size in (("nearest", (246, 7, 20)), ("nearest-exact", (12, 7, 111))):
+        t = vt.Resize(size, mode=mode)
+        geom = t._geometry((6, 5, 18), 1, None, t._options())
+        assert geom.tables is not None
+        assert_bitwise(t(lab).float(), mt.Resize(size, mode=mode)(lab))
+
+
+def test_nearest_rule_reproduces_interpolate():
+    """Resize nearest through the kernel equals interpolate's index table for many size pairs
+    and both data dtypes MONAI may interpolate in."""
+    pairs = [(s, z) for s in (1, 2, 7, 31, 64, 97) for z in (1, 2, 5, 33, 64, 100, 129, 2 * s, 3 * s)]
+    for dtype in (torch.float32, torch.float64):
+        for s, z in pairs:
+            x = torch.arange(s, dtype=torch.int32).view(1, 1, s, 1, 1)
+            for mode in ("nearest", "nearest-exact"):
+                ref = F.interpolate(torch.arange(s, dtype=dtype).view(1, 1, s), size=z, mode=mode).flatten()
+                out = vt.Resize((z, 1, 1), mode=mode, dtype=dtype)(x).flatten()
+                assert torch.equal(out.to(dtype), ref), (s, z, mode, dtype)
+
+
+# ---------------- uint8 volumes (ch2 + aal) ----------------
+def test_ch2_aal_affine_and_zoom(ch2aal):
+    img, lab, _ = ch2aal
+    kw = dict(AFFINE_KW, padding_mode="border", image_only=True)
+    ours = vt.Affined(["img", "lab"], **{k: v for k, v in kw.items() if k != "image_only"},
+                      mode=("bilinear", "nearest"))({"img": img, "lab": lab})
+    assert ours["img"].dtype == torch.float32 and ours["lab"].dtype == torch.uint8
+    assert_image_close(ours["img"], mt.Affine(**kw)(img))
+    assert_labels_match(ours["lab"], mt.Affine(**kw, mode="nearest")(lab))
+    z = vt.Zoomd(["img", "lab"], zoom=(1.4, 0.9, 1.1), mode=("trilinear", "nearest"))({"img": img, "lab": lab})
+    assert_image_close(z["img"], mt.Zoom((1.4, 0.9, 1.1), mode="trilinear")(img))
+    assert_bitwise(z["lab"].float(), mt.Zoom((1.4, 0.9, 1.1), mode="nearest")(lab))
+
+
+# ---------------- dictionary forms ----------------
+def test_dictionary_forms_share_one_launch(inia, monkeypatch):
+    img, lab, _ = inia
+    img, lab = img[:, :40, :50, :30].contiguous(), lab[:, :40, :50, :30].contiguous()
+    calls = []
+    real = ops.resample
+
+    def counting(inputs, *args, **kwargs):
+        calls.append(len(inputs))
+        return real(inputs, *args, **kwargs)
+
+    monkeypatch.setattr(ops, "resample", counting)
+    data = {"img": img, "lab": lab, "other": "kept"}
+    cases = [
+        (vt.Affined(["img", "lab"], **AFFINE_KW, mode=("bilinear", "nearest")),
+         [vt.Affine(**AFFINE_KW, image_only=True), vt.Affine(**AFFINE_KW, mode="nearest", image_only=True)], [2]),
+        (vt.Rotated(["img", "lab"], 0.2, mode=("bilinear", "nearest")),
+         [vt.Rotate(0.2), vt.Rotate(0.2, mode="nearest")], [2]),
+        (vt.Flipd(["img", "lab"], 1), [vt.Flip(1), vt.Flip(1)], [2]),
+        (vt.Rotate90d(["img", "lab"], 3, (1, 2)), [vt.Rotate90(3, (1, 2))] * 2, [2]),
+        # interpolate's nearest floors: a different map from trilinear, so two launches.
+        (vt.Resized(["img", "lab"], (30, 45, 33), mode=("trilinear", "nearest")),
+         [vt.Resize((30, 45, 33), mode="trilinear"), vt.Resize((30, 45, 33), mode="nearest")], [1, 1]),
+    ]
+    for dict_t, array_ts, expected in cases:
+        calls.clear()
+        out = dict_t(data)
+        assert calls == expected, type(dict_t).__name__
+        assert out["other"] == "kept"
+        for key, t in zip(["img", "lab"], array_ts):
+            assert torch.equal(out[key], t(data[key]))
+    calls.clear()
+    r = vt.RandAffined(["img", "lab"], prob=1.0, mode=("bilinear", "nearest"), seed=3, **RAND_AFFINE_KW)
+    out = r(data)
+    assert calls == [2]
+    replay = vt.RandAffine(prob=1.0, **RAND_AFFINE_KW)
+    assert torch.equal(out["img"], replay.apply(img, r.transform._last))
+    assert torch.equal(out["lab"], replay.apply(lab, r.transform._last, mode="nearest"))
+    # Missing keys.
+    assert set(vt.Flipd(["img", "nope"], allow_missing_keys=True)({"img": img})) == {"img"}
+    with pytest.raises(KeyError, match="nope"):
+        vt.Flipd(["img", "nope"])({"img": img})
+
+
+# ---------------- MetaTensor ----------------
+META_CASES = [
+    ("Flip", dict(spatial_axis=(0, 2))), ("Rotate90", dict(k=3, spatial_axes=(2, 1))),
+    ("Affine", dict(AFFINE_KW, spatial_size=(40, 30, 35), image_only=True)),
+    ("Rotate", dict(angle=(0.2, 0.1, -0.3), keep_size=False)), ("Zoom", dict(zoom=(1.3, 0.7, 1.0), mode="trilinear")),
+    ("Zoom", dict(zoom=(1.3, 0.7, 1.0), mode="nearest", keep_size=False)),
+    ("Resize", dict(spatial_size=(30, -1, 20), mode="trilinear")),
+    ("Resize", dict(spatial_size=(30, 40, 20), mode="trilinear", align_corners=True)),
+]
+
+
+@pytest.mark.parametrize("name,kw", META_CASES)
+def test_meta_tensor_keeps_metadata_and_updates_affine_like_monai(inia, name, kw):
+    img, _, aff = inia
+    aff2 = aff @ torch.diag(torch.tensor([2.0, 2, 2, 1], dtype=torch.float64))
+    x = MetaTensor(img[:, ::2, ::2, ::2].contiguous(), affine=aff2)
+    x.meta["filename_or_obj"] = "inia19-t1-brain.nii.gz"
+    ours = getattr(vt, name)(**kw)(x)
+    ref = getattr(mt, name)(**kw)(x.clone())
+    assert isinstance(ours, MetaTensor) and ours.meta["filename_or_obj"] == "inia19-t1-brain.nii.gz"
+    assert ours.shape == ref.shape
+    torch.testing.assert_close(ours.affine, ref.affine, atol=1e-5, rtol=0)
+    assert torch.equal(x.affine, aff2)  # the input is untouched
+
+
+def test_batched_meta_tensor_gets_per_sample_affines(inia):
+    img, _, aff = inia
+    x = MetaTensor(torch.stack([img[:, :30, :30, :30]] * 3), affine=aff)
+    t = vt.RandAffine(prob=1.0, rotate_range=0.5, translate_range=3, seed=1)
+    params = t.draw_params(3)
+    out = t.apply(x, params)
+    assert out.affine.shape == (3, 4, 4)
+    for i in range(3):
+        single = t.apply(MetaTensor(x.as_tensor()[i], affine=aff), params[i:i + 1])
+        torch.testing.assert_close(out.affine[i], single.affine)
+        assert torch.equal(out.as_tensor()[i], single.as_tensor())
+
+
+# ---------------- dtypes, layouts, devices ----------------
+def test_dtypes_and_non_contiguous(inia):
+    img = inia[0][:, :40, :44, :36]
+    t = vt.Affine(**AFFINE_KW, image_only=True)
+    ref = t(img.contiguous())
+    assert torch.equal(t(img), ref)  # non-contiguous view
+    assert t(img.double()).dtype == torch.float64
+    torch.testing.assert_close(t(img.double()).float(), ref, atol=IMG_TOL * 400, rtol=0)
+    half = t(img.half())
+    assert half.dtype == torch.float16
+    torch.testing.assert_close(half.float(), ref, atol=0.5, rtol=2e-3)
+    assert isinstance(vt.Flip(0)(img.numpy()), torch.Tensor)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the CPU twin is what CI proves")
+def test_cuda_equals_cpu(inia):
+    img, lab, _ = inia
+    data = {"img": torch.stack([img] * 3), "lab": torch.stack([lab] * 3)}
+    make = lambda: vt.RandAffined(["img", "lab"], prob=1.0, mode=("bilinear", "nearest"), seed=5,  # noqa: E731
+                                  **RAND_AFFINE_KW)
+    cpu = make()(data)
+    cuda = make()({k: v.cuda() for k, v in data.items()})
+    torch.testing.assert_close(cuda["img"].cpu(), cpu["img"], atol=1e-4, rtol=1e-5)
+    assert (cuda["lab"].cpu() != cpu["lab"]).float().mean() < LABEL_TIES
+    for t in (vt.Flip((0, 2)), vt.Rotate90(1, (0, 2)), vt.Resize((50, 60, 70), mode="nearest")):
+        assert torch.equal(t(lab.cuda()).cpu(), t(lab))
+
+
+# ---------------- bad inputs ----------------
+def test_bad_inputs_give_clear_errors():
+    x = torch.zeros(1, 6, 7, 8)
+    with pytest.raises(ValueError, match="spatial_axis"):
+        vt.Flip(spatial_axis=3)
+    with pytest.raises(ValueError, match="spatial_axes"):
+        vt.Rotate90(spatial_axes=(1, 1))
+    with pytest.raises(ValueError, match="spatial_axes"):
+        vt.RandRotate90(spatial_axes=(0, 1, 2))
+    with pytest.raises(ValueError, match="k must be an int"):
+        vt.Rotate90(k=1.5)
+    with pytest.raises(ValueError, match="max_k"):
+        vt.RandRotate90(max_k=0)
+    with pytest.raises(ValueError, match="mode must be 'bilinear' or 'nearest'"):
+        vt.Affine(rotate_params=0.1, mode="cubic")
+    with pytest.raises(NotImplementedError, match="cubic B-spline resampling comes later"):
+        vt.RandAffine(mode="bicubic")
+    with pytest.raises(NotImplementedError, match="spline orders"):
+        vt.Affine(mode=3)
+    with pytest.raises(ValueError, match="padding_mode"):
+        vt.Rotate(0.1, padding_mode="wrap")
+    with pytest.raises(ValueError, match="spatial_size"):
+        vt.Affine(spatial_size=(4, 5))
+    with pytest.raises(ValueError, match="angle"):
+        vt.Rotate((0.1, 0.2))
+    with pytest.raises(ValueError, match="rotate_order"):
+        vt.Affine(rotate_params=(0.1, 0.2, 0.3), rotate_order="xxz")
+    with pytest.raises(ValueError, match="zoom"):
+        vt.Zoom(0.0, mode="nearest")
+    with pytest.raises(NotImplementedError, match="'area'"):
+        vt.Zoom(1.5)
+    with pytest.raises(NotImplementedError, match="'area'"):
+        vt.Resized("img", (4, 4, 4))
+    with pytest.raises(ValueError, match="padding_mode"):
+        vt.Zoom(1.5, mode="nearest", padding_mode="median")
+    with pytest.raises(ValueError, match="spatial_size"):
+        vt.Resize(64, mode="nearest")
+    with pytest.raises(NotImplementedError, match="anti_aliasing"):
+        vt.Resize((4, 4, 4), mode="trilinear", anti_aliasing=True)
+    with pytest.raises(ValueError, match="prob"):
+        vt.RandAffine(prob=1.5)
+    with pytest.raises(ValueError, match="rotate_range"):
+        vt.RandAffine(rotate_range=((0.0, 0.1, 0.2),))
+    with pytest.raises(ValueError, match="translate_range"):
+        vt.RandAffine(translate_range="a")
+    with pytest.raises(ValueError, match="range_x"):
+        vt.RandRotate(range_x=(0.1, 0.2, 0.3))
+    with pytest.raises(NotImplementedError, match="lazy"):
+        vt.Flip(lazy=True)
+    with pytest.raises(ValueError, match="img must be"):
+        vt.Flip()(torch.zeros(6, 7, 8))
+    with pytest.raises(ValueError, match="equal sizes along spatial_axes"):
+        vt.RandRotate90(prob=1.0)(torch.zeros(2, 1, 6, 7, 8))
+    with pytest.raises(ValueError, match="keep_size=False"):
+        vt.RandRotate(0.5, prob=1.0, keep_size=False, seed=1)(torch.zeros(3, 1, 6, 7, 8))
+    with pytest.raises(ValueError, match="same batch size"):
+        vt.RandAffined(["a", "b"], prob=1.0)({"a": torch.zeros(2, 1, 4, 4, 4), "b": torch.zeros(3, 1, 4, 4, 4)})
+    with pytest.raises(ValueError, match="mode must be one value or one per key"):
+        vt.Affined(["a", "b"], mode=("bilinear", "nearest", "nearest"))
+    with pytest.raises(ValueError, match="params must be a"):
+        vt.RandFlip(prob=1.0).apply(x, torch.zeros(2, 1, dtype=torch.float64))
+    with pytest.raises(ValueError, match="randomize=False reuses the last draw"):
+        t = vt.RandFlip(prob=1.0)
+        t(torch.zeros(2, 1, 4, 4, 4))
+        t(x, randomize=False)
+    with pytest.raises(ValueError, match="gives an empty output"):
+        vt.Zoom(0.1, mode="nearest")(x)
+
+
+def test_empty_batch():
+    x = torch.zeros(0, 1, 5, 6, 7)
+    assert vt.RandAffine(prob=1.0, rotate_range=0.3)(x).shape == (0, 1, 5, 6, 7)
+    assert vt.Resize((3, 4, 5), mode="nearest")(x).shape == (0, 1, 3, 4, 5)
+    assert vt.RandRotate90(prob=1.0)(x).shape == (0, 1, 5, 6, 7)
