@@ -9,10 +9,6 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
-#if VOXAUG_WITH_CUDA
-#include <c10/cuda/CUDAStream.h>
-#endif
-
 #include <cmath>
 #include <string>
 #include <vector>
@@ -161,25 +157,6 @@ uint32_t checked_first_sample(int64_t first_sample) {
   TORCH_CHECK_VALUE(first_sample >= 0 && first_sample <= int64_t(0xffffffff),
                     "first_sample must be in [0, 2^32), got ", first_sample);
   return static_cast<uint32_t>(first_sample);
-}
-
-cudaStream_t current_stream(const at::Tensor& t) {
-#if VOXAUG_WITH_CUDA
-  if (t.is_cuda()) return c10::cuda::getCurrentCUDAStream(t.get_device()).stream();
-#endif
-  TORCH_CHECK(!t.is_cuda(), "this voxaug build has no CUDA backend");
-  return nullptr;
-}
-
-template <class F>
-void call_core(F&& f) {
-  try {
-    f();
-  } catch (const voxaug::CudaError& e) {
-    TORCH_CHECK(false, e.what());
-  } catch (const voxaug::Error& e) {
-    TORCH_CHECK_VALUE(false, e.what());
-  }
 }
 
 // The one CPU/CUDA implementation behind every forward op.

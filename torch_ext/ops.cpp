@@ -33,12 +33,15 @@ TORCH_LIBRARY(voxaug, m) {
   // Spatial family (include/voxaug/resample.h): every input through one coordinate map.
   // matrices: (N, 3, 4) output voxel index (d, h, w, 1) -> input voxel index; modes[k]:
   // 0 nearest, 1 linear; paddings[k]: 0 zeros, 1 border, 2 reflection, 3 constant.
-  m.def("resample(Tensor[] inputs, Tensor matrices, int[] out_size, int[] modes, int[] paddings, "
-        "float[] pad_values, bool align_corners=False) -> Tensor[]");
-  m.def("resample_backward_input(Tensor grad_output, Tensor input, Tensor matrices, int mode, "
-        "int padding, bool align_corners=False) -> Tensor");
-  m.def("resample_backward_matrix(Tensor[] grad_outputs, Tensor[] inputs, Tensor matrices, "
-        "int[] modes, int[] paddings, float[] pad_values, bool align_corners=False) -> Tensor");
+  m.def(
+      "resample(Tensor[] inputs, Tensor matrices, int[] out_size, int[] modes, int[] paddings, "
+      "float[] pad_values, bool align_corners=False) -> Tensor[]");
+  m.def(
+      "resample_backward_input(Tensor grad_output, Tensor input, Tensor matrices, int mode, "
+      "int padding, bool align_corners=False) -> Tensor");
+  m.def(
+      "resample_backward_matrix(Tensor[] grad_outputs, Tensor[] inputs, Tensor matrices, "
+      "int[] modes, int[] paddings, float[] pad_values, bool align_corners=False) -> Tensor");
   m.def(
       "scale_intensity_range(Tensor image, float a_min, float a_max, float? b_min=None, "
       "float? b_max=None, bool clip=False, ScalarType? dtype=None) -> Tensor");

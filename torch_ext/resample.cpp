@@ -6,10 +6,6 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
-#if VOXAUG_WITH_CUDA
-#include <c10/cuda/CUDAStream.h>
-#endif
-
 #include <string>
 #include <vector>
 
@@ -72,24 +68,6 @@ Checked check_and_allocate(at::TensorList inputs, const at::Tensor& matrices,
   return c;
 }
 
-cudaStream_t stream_of(const at::Tensor& t) {
-#if VOXAUG_WITH_CUDA
-  if (t.is_cuda()) return c10::cuda::getCurrentCUDAStream(t.get_device()).stream();
-#endif
-  return nullptr;
-}
-
-template <class F>
-void call_core(F&& f) {
-  try {
-    f();
-  } catch (const voxaug::CudaError& e) {
-    TORCH_CHECK(false, e.what());
-  } catch (const voxaug::Error& e) {
-    TORCH_CHECK_VALUE(false, e.what());
-  }
-}
-
 std::vector<at::Tensor> resample_impl(at::TensorList inputs, const at::Tensor& matrices,
                                       at::IntArrayRef out_size, at::IntArrayRef modes,
                                       at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
@@ -110,7 +88,7 @@ std::vector<at::Tensor> resample_impl(at::TensorList inputs, const at::Tensor& m
       call_core([&] {
         bspline_prefilter(to_view(inputs[i], "input"), targets[i].coeff,
                           static_cast<Padding>(paddings[i]), pad_values[i], align_corners,
-                          stream_of(inputs[i]));
+                          current_stream(inputs[i]));
       });
     }
     targets[i].in = to_view(inputs[i], "input");
@@ -121,7 +99,7 @@ std::vector<at::Tensor> resample_impl(at::TensorList inputs, const at::Tensor& m
   }
   call_core([&] {
     resample(targets.data(), static_cast<int>(targets.size()), c.matrices.data_ptr<double>(),
-             align_corners, stream_of(inputs[0]));
+             align_corners, current_stream(inputs[0]));
   });
   return c.outputs;
 }
@@ -153,7 +131,7 @@ at::Tensor backward_input_impl(const at::Tensor& grad_output, const at::Tensor& 
   const c10::DeviceGuard guard(input.device());
   call_core([&] {
     resample_backward_input(t, m.data_ptr<double>(), align_corners, acc.data_ptr(),
-                            stream_of(input));
+                            current_stream(input));
   });
   return acc.to(input.scalar_type());
 }
@@ -186,7 +164,7 @@ at::Tensor backward_matrix_impl(at::TensorList grad_outputs, at::TensorList inpu
   const c10::DeviceGuard guard(matrices.device());
   call_core([&] {
     resample_backward_matrix(live.data(), static_cast<int>(live.size()), m.data_ptr<double>(),
-                             align_corners, grad.data_ptr<double>(), stream_of(matrices));
+                             align_corners, grad.data_ptr<double>(), current_stream(matrices));
   });
   return grad.to(matrices.scalar_type());
 }

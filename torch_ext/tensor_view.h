@@ -1,4 +1,5 @@
-// voxaug torch_ext: at::Tensor -> voxaug::VolumeView, dtype mapping, argument checks.
+// voxaug torch_ext: at::Tensor -> voxaug::VolumeView, dtype mapping, argument checks, the
+// current stream, and the mapping of voxaug errors to torch errors (shared by every op file).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -6,7 +7,12 @@
 
 #include <string>
 
+#include "voxaug/error.h"
 #include "voxaug/types.h"
+
+#if VOXAUG_WITH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace voxaug::torch_ext {
 
@@ -48,6 +54,27 @@ inline VolumeView to_view(const at::Tensor& t, const char* arg) {
     v.strides[k] = t.stride(k);
   }
   return v;
+}
+
+// The stream the op runs on: torch's current stream of the tensor's device (null on the CPU).
+inline cudaStream_t current_stream(const at::Tensor& t) {
+#if VOXAUG_WITH_CUDA
+  if (t.is_cuda()) return c10::cuda::getCurrentCUDAStream(t.get_device()).stream();
+#endif
+  TORCH_CHECK(!t.is_cuda(), "this voxaug build has no CUDA backend");
+  return nullptr;
+}
+
+// Runs a core call; voxaug::Error (bad arguments) becomes ValueError, CudaError RuntimeError.
+template <class F>
+void call_core(F&& f) {
+  try {
+    f();
+  } catch (const voxaug::CudaError& e) {
+    TORCH_CHECK(false, e.what());
+  } catch (const voxaug::Error& e) {
+    TORCH_CHECK_VALUE(false, e.what());
+  }
 }
 
 }  // namespace voxaug::torch_ext

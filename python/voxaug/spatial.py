@@ -271,13 +271,16 @@ _INTERP_MODES = {"nearest": "nearest", "nearest-exact": "nearest-exact", "linear
 def _grid_mode(mode: Any) -> str:
     m = _name(mode)
     if isinstance(m, (int, np.integer)) and not isinstance(m, bool):
-        raise NotImplementedError(f"mode={m}: MONAI's spline orders (scipy/cupy map_coordinates backend) are not "
-                                  "supported by voxaug; use mode='bilinear' or 'nearest'")
+        # MONAI's integer modes are spline orders (its scipy map_coordinates backend).
+        if int(m) in (0, 1, 3):
+            return {0: "nearest", 1: "linear", 3: "cubic"}[int(m)]
+        raise NotImplementedError(f"mode={m}: voxaug has spline orders 0, 1 and 3 (cubic B-spline); got {m}")
     if m == "bicubic":
-        raise NotImplementedError("mode='bicubic': cubic B-spline resampling comes later in voxaug; "
-                                  "use mode='bilinear' or 'nearest' for now")
+        # torch's grid_sample has no 3-D bicubic; voxaug's cubic is the interpolating B-spline
+        # (scipy map_coordinates order 3, prefiltered).
+        return "cubic"
     if m not in _GRID_MODES:
-        raise ValueError(f"mode must be 'bilinear' or 'nearest', got {mode!r}")
+        raise ValueError(f"mode must be 'bilinear', 'nearest', 'bicubic' or 0 / 1 / 3, got {mode!r}")
     return _GRID_MODES[m]
 
 
