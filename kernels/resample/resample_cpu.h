@@ -12,9 +12,69 @@
 
 #include "voxaug/detail/resample.h"
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#endif
+
 namespace voxaug::detail {
 
+inline bool cpu_has_avx512() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+#else
+  return false;
+#endif
+}
+
 constexpr int64_t kResampleRow = 256;
+
+// Per-axis row tables of the linear row path: for corner bit b of axis a, the voxel offset
+// (times the stride), the weight, and whether the voxel is inside.
+template <class Acc>
+struct RowTables {
+  alignas(64) int32_t off[3][2][kResampleRow];
+  alignas(64) Acc wt[3][2][kResampleRow];
+  alignas(64) int32_t ok[3][2][kResampleRow];
+};
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// The 8-corner accumulation of a float32 row with AVX-512 masked gathers, 16 voxels at a
+// time. Same operations per voxel as the scalar loop: w = (wd * wh) * ww, then
+// acc = acc + w * v corner by corner (no FMA), so the results are identical.
+__attribute__((target("avx512f"))) inline void corners_f32_avx512(const RowTables<float>& tb,
+                                                                  const float* src, int cnt,
+                                                                  float fill, float* dst,
+                                                                  int64_t dst_stride) {
+  const __m512 fillv = _mm512_set1_ps(fill);
+  for (int j = 0; j < cnt; j += 16) {
+    const __mmask16 lanes = cnt - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cnt - j)) - 1u);
+    __m512 acc = _mm512_setzero_ps();
+    for (int corner = 0; corner < 8; ++corner) {
+      const int bd = (corner >> 2) & 1, bh = (corner >> 1) & 1, bw = corner & 1;
+      const __m512 w = _mm512_mul_ps(
+          _mm512_mul_ps(_mm512_load_ps(&tb.wt[0][bd][j]), _mm512_load_ps(&tb.wt[1][bh][j])),
+          _mm512_load_ps(&tb.wt[2][bw][j]));
+      const __m512i inside = _mm512_and_si512(_mm512_and_si512(_mm512_load_si512(&tb.ok[0][bd][j]),
+                                                               _mm512_load_si512(&tb.ok[1][bh][j])),
+                                              _mm512_load_si512(&tb.ok[2][bw][j]));
+      const __mmask16 m = _mm512_test_epi32_mask(inside, inside) & lanes;
+      const __m512i idx = _mm512_add_epi32(_mm512_add_epi32(_mm512_load_si512(&tb.off[0][bd][j]),
+                                                            _mm512_load_si512(&tb.off[1][bh][j])),
+                                           _mm512_load_si512(&tb.off[2][bw][j]));
+      const __m512 v = _mm512_mask_i32gather_ps(fillv, m, idx, src, 4);
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(w, v));
+    }
+    if (dst_stride == 1) {
+      _mm512_mask_storeu_ps(dst + j, lanes, acc);
+    } else {
+      alignas(64) float tmp[16];
+      _mm512_store_ps(tmp, acc);
+      for (int k = 0; k < 16 && j + k < cnt; ++k) dst[(j + k) * dst_stride] = tmp[k];
+    }
+  }
+}
+#endif
 
 // Linear gather of target t for output voxels (n, od, oh, ow0 .. ow0 + cnt): the row path.
 // Offsets are 32-bit (the dispatcher checks that the volume fits).
@@ -22,10 +82,10 @@ template <class Acc, class T>
 VOXAUG_FORCEINLINE void linear_row(const ResampleParams& p, const KTarget& t, const Acc m[12],
                                    int64_t n, int64_t od, int64_t oh, int64_t ow0, int cnt) {
   alignas(64) Acc x[kResampleRow];
-  // Per axis and corner bit: voxel offset (times the stride), weight, and inside flag.
-  alignas(64) int32_t off[3][2][kResampleRow];
-  alignas(64) Acc wt[3][2][kResampleRow];
-  alignas(64) int32_t ok[3][2][kResampleRow];
+  RowTables<Acc> tb;
+  auto& off = tb.off;
+  auto& wt = tb.wt;
+  auto& ok = tb.ok;
   const Padding pad = static_cast<Padding>(t.padding);
   for (int a = 0; a < 3; ++a) {
     const Acc* row = m + 4 * a;
@@ -63,6 +123,14 @@ VOXAUG_FORCEINLINE void linear_row(const ResampleParams& p, const KTarget& t, co
   for (int64_t c = 0; c < t.channels; ++c) {
     const T* src = in + n * t.in_stride[0] + c * t.in_stride[1];
     T* dst = out + out_base + c * t.out_stride[1];
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<Acc, float>) {
+      if (cpu_has_avx512()) {
+        corners_f32_avx512(tb, src, cnt, fill, dst + ow0 * t.out_stride[4], t.out_stride[4]);
+        continue;
+      }
+    }
+#endif
     for (int j = 0; j < cnt; ++j) {
       Acc acc = Acc(0);
       // The 8 corners in the device's order (bits d, h, w); each always loads (voxel 0 when
