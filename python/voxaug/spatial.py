@@ -34,6 +34,13 @@ What matches MONAI, and how (tests/python/test_spatial.py checks each on real vo
   ``keep_size`` centre crop is part of the map; its padding (numpy.pad's ``edge``,
   ``constant``, ``reflect``, ``symmetric``, ``wrap``, or torch's names) is a gather after the
   resample, as MONAI pads after interpolating.
+- Spacing, Orientation (and Spacingd, Orientationd): affine-aware; MONAI's geometry step by step in
+  float64 (min/max_pixdim, zoom_affine, compute_shape_offset, ``solve(src, dst)`` as the index map,
+  the "affine unchanged" shortcut, ``affine @ xform``, recompute_affine, Spacingd's
+  ensure_same_shape, nibabel's orientation helpers): same shapes and affines (tests/python/
+  test_spacing.py). Spacing images within float32 rounding of MONAI's float64 resampling;
+  Orientation is a signed permutation, bit-identical. Plain tensors take ``affine=`` and get
+  ``(tensor, new_affine)`` back; a batch needs one shared affine.
 - Dictionary forms: keys whose maps agree share one launch (Affined, RandAffined, Rotated,
   RandRotated, Flipd, ...: image bilinear + label nearest in one gather). In Resized / Zoomd
   a nearest key has its own (floor-rule) map, so image and label take two launches.
@@ -69,6 +76,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import warnings
 from dataclasses import dataclass
 from enum import Enum
 from numbers import Number
@@ -84,7 +92,7 @@ from .transforms import _as_batch, _check_prob, _is_meta_tensor, _Randomizable
 __all__ = [
     "Flip", "Flipd", "RandFlip", "RandFlipd", "Rotate90", "Rotate90d", "RandRotate90", "RandRotate90d",
     "Affine", "Affined", "RandAffine", "RandAffined", "Rotate", "Rotated", "RandRotate", "RandRotated",
-    "Zoom", "Zoomd", "Resize", "Resized",
+    "Zoom", "Zoomd", "Resize", "Resized", "Spacing", "Spacingd", "Orientation", "Orientationd",
 ]
 
 _MASK64 = (1 << 64) - 1
@@ -1233,3 +1241,421 @@ class Resized(_SpatialDict):
         super().__init__(keys, t, {"mode": mode, "align_corners": align_corners, "anti_aliasing": anti_aliasing,
                                    "dtype": dtype},
                          allow_missing_keys)
+
+
+# ---------------- Spacing / Orientation (affine-aware) ----------------
+_AFFINE_TOL = 1e-3  # monai.data.utils.AFFINE_TOL
+_LPS_LABELS = (("R", "L"), ("A", "P"), ("I", "S"))  # Orientation's labels for a MetaTensor whose meta["space"] is LPS
+
+
+def _to_affine_3d(a: np.ndarray) -> np.ndarray:
+    """monai.data.utils.to_affine_nd(3, a): the top-left block and the translation column."""
+    new = np.eye(4)
+    d = max(min(3, len(a) - 1), 1)
+    new[:d, :d] = a[:d, :d]
+    if d > 1:
+        new[:d, -1] = a[:d, -1]
+    return new
+
+
+def _one_affine(affine: Any, name: str = "affine") -> np.ndarray:
+    """A square float64 affine, or one shared (N, k, k) stack; (N, k, k) stacks that differ are refused."""
+    a = np.asarray(affine.detach().cpu() if isinstance(affine, torch.Tensor) else affine, dtype=np.float64)
+    if a.ndim == 3:
+        if a.shape[0] == 0 or not np.all(a == a[:1]):
+            raise ValueError(f"{name}: the samples of a batch have different affines ({a.shape[0]} of them); "
+                             "voxaug's Spacing / Orientation need one geometry per batch: transform the samples "
+                             "one at a time")
+        a = a[0]
+    if a.ndim != 2 or a.shape[0] != a.shape[1] or a.shape[0] < 2 or not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be a finite square (k, k) matrix (4x4 for 3-D) or a shared (N, k, k) "
+                         f"stack, got shape {a.shape}")
+    return _to_affine_3d(a)
+
+
+def _source_affine(img: Any, affine: Any) -> tuple[np.ndarray, Optional[torch.Tensor]]:
+    """(4x4 float64 numpy affine, the MetaTensor's own affine tensor or None)."""
+    if affine is not None:
+        return _one_affine(affine, "affine"), None
+    if _is_meta_tensor(img):
+        return _one_affine(img.affine, "img.affine"), img.affine
+    warnings.warn("img is neither a MetaTensor nor given an affine=: assuming the identity affine (as MONAI does)")
+    return np.eye(4), None
+
+
+def _spacing_of(a: np.ndarray) -> np.ndarray:
+    """monai.data.utils.affine_to_spacing(a, 3) with suppress_zeros."""
+    s = np.sqrt(np.sum(a[:3, :3] * a[:3, :3], axis=0))
+    s[s == 0] = 1.0
+    return s
+
+
+def _zoom_affine(affine: np.ndarray, scale: np.ndarray, diagonal: bool) -> np.ndarray:
+    """monai.data.utils.zoom_affine for a 4x4 affine and 3 scales."""
+    norm = _spacing_of(affine)
+    s = np.array([v if v and v > 0 else n for v, n in zip(scale, norm)], dtype=float)  # fall_back_tuple
+    s[s == 0] = 1.0
+    if diagonal:
+        return np.diag(np.append(s, [1.0]))
+    rzs = affine[:-1, :-1]
+    zs = np.linalg.cholesky(rzs.T @ rzs).T
+    rotation = rzs @ np.linalg.inv(zs)
+    new = np.eye(4)
+    new[:-1, :-1] = rotation @ np.diag(np.sign(np.diag(zs)) * np.abs(s))
+    return new
+
+
+def _compute_shape_offset(shape_in: Sequence[int], in_affine: np.ndarray, out_affine: np.ndarray,
+                          scale_extent: bool) -> tuple[np.ndarray, np.ndarray]:
+    """monai.data.utils.compute_shape_offset."""
+    shape = np.array(tuple(shape_in), dtype=float)
+    in_coords = [(-0.5, dim - 0.5) if scale_extent else (0.0, dim - 1.0) for dim in shape]
+    corners = np.asarray(np.meshgrid(*in_coords, indexing="ij")).reshape((len(shape), -1))
+    corners = np.concatenate((corners, np.ones_like(corners[:1])))
+    try:
+        corners_out = np.linalg.solve(out_affine, in_affine) @ corners
+    except np.linalg.LinAlgError as e:
+        raise ValueError(f"affine: the output affine {out_affine.tolist()} is not invertible") from e
+    corners = in_affine @ corners
+    all_dist = corners_out[:-1].copy()
+    corners_out = corners_out[:-1] / corners_out[-1]
+    ptp = np.ptp(corners_out, axis=1)
+    out_shape = np.round(ptp) if scale_extent else np.round(ptp + 1.0)
+    offset = None
+    for i in range(corners.shape[1]):
+        min_corner = np.min(all_dist - all_dist[:, i:i + 1], 1)
+        if np.allclose(min_corner, 0.0, rtol=_AFFINE_TOL):
+            offset = corners[:-1, i]
+            break
+    if offset is None:
+        offset = in_affine[:-1, :-1] @ (shape / 2.0) + in_affine[:-1, -1] - out_affine[:-1, :-1] @ (out_shape / 2.0)
+    if scale_extent:
+        in_offset = np.append(0.5 * (shape / out_shape - 1.0), 1.0)
+        offset = np.abs((in_affine @ in_offset / in_offset[-1])[:-1]) * np.sign(offset)
+    return out_shape.astype(int), offset
+
+
+def _scale_affine(size: Sequence[int], new_size: Sequence[int], align_corners: bool) -> np.ndarray:
+    """monai.transforms.utils.scale_affine(size, new_size, centered=True, align_corners)."""
+    if align_corners:
+        s = [0.0 if float(n) == 1 else (float(o) - 1) / (float(n) - 1) for o, n in zip(size, new_size)]
+    else:
+        s = [float(o) / float(max(n, 1)) for o, n in zip(size, new_size)]
+    m = np.diag(s + [1.0])
+    if not align_corners:
+        m[:3, -1] = (np.diag(m)[:3] - 1) / 2.0
+    return m
+
+
+def _optional_pixdim(v: Any, name: str) -> np.ndarray:
+    if v is None:
+        return np.array([np.nan])
+    return np.array(_numbers(v, name), dtype=np.float64)
+
+
+def _finish_affine(out: Any, src_meta_affine: Optional[torch.Tensor], src_affine: np.ndarray, xform: np.ndarray,
+                   replace: Optional[np.ndarray] = None) -> tuple[Any, torch.Tensor]:
+    """MONAI's track_transform_meta update: ``affine @ xform`` in float64 (or `replace` outright)."""
+    if replace is not None:
+        new = torch.as_tensor(replace, dtype=torch.float64)
+        if src_meta_affine is not None and src_meta_affine.dim() == 3:
+            new = new.expand(src_meta_affine.shape[0], 4, 4).clone()
+    else:
+        base = (src_meta_affine.detach().cpu().to(torch.float64) if src_meta_affine is not None
+                else torch.as_tensor(src_affine, dtype=torch.float64))
+        if base.shape[-1] != 4:
+            base = torch.as_tensor(src_affine, dtype=torch.float64)
+        new = base @ torch.as_tensor(xform, dtype=torch.float64)
+    if _is_meta_tensor(out):
+        out.affine = new
+    return out, new
+
+
+def _check_img_affine(img: Any, affine: Any) -> None:
+    if affine is not None and _is_meta_tensor(img):
+        raise ValueError("affine: pass affine= only with a plain tensor; a MetaTensor carries its own affine")
+
+
+class Spacing:
+    """MONAI Spacing: resamples to voxel spacing `pixdim`, keeping the affine's orientation (or a
+    diagonal affine with ``diagonal=True``). MONAI's geometry exactly: min/max_pixdim, zoom_affine,
+    compute_shape_offset (output shape and offset), ``xform = solve(src_affine, dst_affine)`` as the
+    output-index -> input-index map (MONAI's AffineTransform(normalized=False) reproduces it exactly
+    in grid_sample's normalised grid for either ``align_corners``), ``affine @ xform`` as the new
+    affine, MONAI's "affine unchanged" shortcut (no resampling), ``recompute_affine``.
+
+    Input: a MetaTensor (its ``affine``) or a plain tensor / array with ``affine=`` (a 4x4, or a
+    shared (N, 4, 4)); returns a MetaTensor with the new affine, or ``(tensor, new_affine)`` for a
+    plain input. One geometry per batch. Modes: ``bilinear`` / ``nearest`` / ``bicubic`` (voxaug's
+    cubic B-spline) or MONAI's spline orders 0 / 1 / 3; paddings ``zeros`` / ``border`` (MONAI's
+    default) / ``reflection``. Output dtype follows voxaug (nearest keeps the dtype, linear the
+    floating dtype, integer input -> float32) and arithmetic is float32, not MONAI's float64:
+    ``dtype`` is accepted for signature compatibility only.
+    """
+
+    def __init__(self, pixdim, diagonal: bool = False, mode="bilinear", padding_mode="border",
+                 align_corners: bool = False, dtype=np.float64, scale_extent: bool = False,
+                 recompute_affine: bool = False, min_pixdim=None, max_pixdim=None, lazy: bool = False):
+        _not_lazy(lazy)
+        pd = _numbers(pixdim, "pixdim")
+        if not pd:
+            raise ValueError(f"pixdim must be a number or a non-empty sequence of numbers, got {pixdim!r}")
+        self.pixdim = np.array(pd, dtype=np.float64)
+        self.min_pixdim = _optional_pixdim(min_pixdim, "min_pixdim")
+        self.max_pixdim = _optional_pixdim(max_pixdim, "max_pixdim")
+        for mn, mx in zip(self.min_pixdim, self.max_pixdim):
+            if not np.isnan(mn) and not np.isnan(mx) and (mx < mn or mn < 0):
+                raise ValueError(f"min_pixdim {self.min_pixdim} must be positive, smaller than max_pixdim "
+                                 f"{self.max_pixdim}")
+        self.diagonal, self.scale_extent, self.recompute_affine = bool(diagonal), bool(scale_extent), \
+            bool(recompute_affine)
+        self.mode, self.padding_mode, self.align_corners, self.dtype = mode, padding_mode, bool(align_corners), dtype
+        _grid_opts(mode, padding_mode, align_corners)  # validate now
+
+    def _options(self, mode=None, padding_mode=None, align_corners=None) -> _Opts:
+        return _grid_opts(self.mode if mode is None else mode,
+                          self.padding_mode if padding_mode is None else padding_mode,
+                          self.align_corners if align_corners is None else align_corners)
+
+    def _plan(self, src: np.ndarray, in_size: tuple, scale_extent=None, output_spatial_shape=None,
+              align_corners: bool = False):
+        """(xform 4x4 out index -> in index, out_size, unchanged, replaced affine or None)."""
+        out_d = self.pixdim[:3].copy()
+        if out_d.size < 3:
+            out_d = np.append(out_d, [out_d[-1]] * (3 - out_d.size))
+        orig_d = _spacing_of(src)
+        mins = list(self.min_pixdim[:3]) + [np.nan] * (3 - len(self.min_pixdim[:3]))
+        maxs = list(self.max_pixdim[:3]) + [np.nan] * (3 - len(self.max_pixdim[:3]))
+        for i, (d0, mn, mx) in enumerate(zip(orig_d, mins, maxs)):
+            target = out_d[i]
+            mn = target if np.isnan(mn) else min(mn, target)
+            mx = target if np.isnan(mx) else max(mx, target)
+            if mn > mx:
+                raise ValueError(f"min_pixdim is larger than max_pixdim at dim {i}: min {mn} max {mx} out {target}")
+            out_d[i] = d0 if (mn - _AFFINE_TOL) <= d0 <= (mx + _AFFINE_TOL) else target
+        new_affine = _zoom_affine(src, out_d, self.diagonal)
+        se = self.scale_extent if scale_extent is None else bool(scale_extent)
+        shape, offset = _compute_shape_offset(in_size, src, new_affine, se)
+        new_affine[:3, -1] = offset[:3]
+        if output_spatial_shape is None:
+            out_size = tuple(int(v) for v in shape)
+        else:
+            req = _as_list(output_spatial_shape)
+            if len(req) == 1:
+                req = req * 3
+            if len(req) < 3 or not all(_is_number(v) for v in req[:3]):
+                raise ValueError(f"output_spatial_shape must be 3 integers, got {output_spatial_shape!r}")
+            out_size = tuple(int(v) if v >= 0 else int(s) for v, s in zip(req[:3], in_size))  # fall_back_tuple
+        if min(out_size) < 1:
+            raise ValueError(f"pixdim: the output shape {out_size} is empty")
+        try:
+            xform = np.linalg.solve(src, new_affine)
+        except np.linalg.LinAlgError as e:
+            raise ValueError(f"affine: the source affine {src.tolist()} is not invertible") from e
+        same_size = tuple(out_size) == tuple(in_size)
+        unchanged = same_size and (np.allclose(src, new_affine, atol=_AFFINE_TOL)
+                                   or np.allclose(xform, np.eye(4), atol=_AFFINE_TOL))
+        replace = _scale_affine(in_size, out_size, align_corners) if self.recompute_affine else None
+        return xform, out_size, unchanged, replace
+
+    def _geometry(self, src: np.ndarray, in_size: tuple, n: int, opts: _Opts, scale_extent=None,
+                  output_spatial_shape=None):
+        xform, out_size, unchanged, replace = self._plan(src, in_size, scale_extent, output_spatial_shape,
+                                                         opts.align_corners)
+        k = np.eye(4) if unchanged else xform
+        return _Geometry(_stack([k] * n, 3), out_size, _stack([k] * n), opts.padding), \
+            (np.eye(4) if unchanged else xform), replace
+
+    def __call__(self, data_array, mode=None, padding_mode=None, align_corners=None, dtype=None,
+                 scale_extent=None, output_spatial_shape=None, lazy: Optional[bool] = None, affine=None):
+        _not_lazy(lazy)
+        _check_img_affine(data_array, affine)
+        x, restore = _as_batch(data_array)
+        src, meta_aff = _source_affine(data_array, affine)
+        opts = self._options(mode, padding_mode, align_corners)
+        geom, xform, replace = self._geometry(src, tuple(x.shape[2:]), x.shape[0], opts, scale_extent,
+                                              output_spatial_shape)
+        (out,) = _run([x], geom, [opts])
+        out, new = _finish_affine(restore(out), meta_aff, src, xform, replace)
+        return out if _is_meta_tensor(out) else (out, new)
+
+
+def _orientation_xform(src: np.ndarray, in_size: tuple, axcodes, as_closest_canonical: bool, labels):
+    """MONAI Orientation's ornt (nibabel io_orientation / axcodes2ornt / ornt_transform) as
+    (inv_ornt_aff: output index -> input index, output size)."""
+    import nibabel as nib
+
+    if as_closest_canonical:
+        ornt = nib.io_orientation(src)
+    else:
+        if len(axcodes) > 3:
+            warnings.warn(f"axcodes ('{axcodes}') is longer than the 3 spatial dimensions; using '{axcodes[:3]}'")
+        try:
+            dst = nib.orientations.axcodes2ornt(axcodes[:3], labels=labels)
+        except Exception as e:  # nibabel raises ValueError / KeyError on unknown codes
+            raise ValueError(f"axcodes {axcodes!r} is not valid for labels {labels}: {e}") from e
+        if len(dst) < 3:
+            raise ValueError(f"axcodes must match the 3 spatial dimensions, got axcodes={axcodes!r}")
+        if np.isnan(dst).any() or len(set(dst[:, 0].astype(int).tolist())) != 3:
+            raise ValueError(f"axcodes {axcodes!r} must name each of the 3 axes once (labels {labels})")
+        ornt = nib.orientations.ornt_transform(nib.io_orientation(src), dst)
+    xform = np.asarray(nib.orientations.inv_ornt_aff(ornt, in_size), dtype=np.float64)
+    perm = np.argsort(ornt[:, 0])
+    out_size = tuple(int(in_size[i]) for i in perm)
+    return xform, out_size
+
+
+class Orientation:
+    """MONAI Orientation: reorders and flips the axes so that the affine's axis codes become
+    `axcodes` (nibabel's conventions, MONAI's LPS labels for a MetaTensor with meta["space"] ==
+    "LPS", ``as_closest_canonical``). A signed permutation: voxels are copied, bit-identical to
+    MONAI's torch.flip + permute for every dtype; the affine becomes ``affine @ inv_ornt_aff``.
+
+    Input: a MetaTensor or a plain tensor / array with ``affine=``; returns a MetaTensor, or
+    ``(tensor, new_affine)`` for a plain input.
+    """
+
+    def __init__(self, axcodes: Optional[str] = None, as_closest_canonical: bool = False, labels=None,
+                 lazy: bool = False):
+        _not_lazy(lazy)
+        if axcodes is None and not as_closest_canonical:
+            raise ValueError("Incompatible values: axcodes=None and as_closest_canonical=False; give axcodes "
+                             "(e.g. 'RAS') or as_closest_canonical=True")
+        if axcodes is not None and not isinstance(axcodes, str):
+            raise ValueError(f"axcodes must be a string such as 'RAS', got {axcodes!r}")
+        if axcodes is not None and as_closest_canonical:
+            warnings.warn("using as_closest_canonical=True, axcodes ignored.")
+        if labels is not None:
+            try:
+                ok = len(labels) >= 3 and all(len(p) == 2 and all(isinstance(c, str) for c in p) for p in labels)
+            except TypeError:
+                ok = False
+            if not ok:
+                raise ValueError(f"labels must be 3 pairs of axis codes such as (('L', 'R'), ('P', 'A'), ('I', 'S')), "
+                                 f"got {labels!r}")
+        self.axcodes, self.as_closest_canonical, self.labels = axcodes, bool(as_closest_canonical), labels
+        if axcodes is not None and not as_closest_canonical:  # validate now
+            _orientation_xform(np.eye(4), (1, 1, 1), axcodes, False, labels or (("L", "R"), ("P", "A"), ("I", "S")))
+
+    def _labels_for(self, img: Any):
+        if self.labels is None and _is_meta_tensor(img) and str(_name(img.meta.get("space", ""))).upper() == "LPS":
+            return _LPS_LABELS
+        return self.labels if self.labels is not None else (("L", "R"), ("P", "A"), ("I", "S"))
+
+    def _geometry(self, img: Any, src: np.ndarray, in_size: tuple, n: int):
+        xform, out_size = _orientation_xform(src, in_size, self.axcodes, self.as_closest_canonical,
+                                             self._labels_for(img))
+        return _Geometry(_stack([xform] * n, 3), out_size, _stack([xform] * n), "zeros"), xform
+
+    def __call__(self, data_array, lazy: Optional[bool] = None, affine=None):
+        _not_lazy(lazy)
+        _check_img_affine(data_array, affine)
+        x, restore = _as_batch(data_array)
+        src, meta_aff = _source_affine(data_array, affine)
+        geom, xform = self._geometry(data_array, src, tuple(x.shape[2:]), x.shape[0])
+        (out,) = _run([x], geom, [_exact_opts()])
+        out, new = _finish_affine(restore(out), meta_aff, src, xform)
+        return out if _is_meta_tensor(out) else (out, new)
+
+
+def _run_grouped(d: dict, jobs: list) -> None:
+    """jobs: (key, x, restore, geom, opts, finish) -> one resample launch per group of keys that
+    share the geometry, padding, align_corners and device."""
+    groups: list[tuple[_Geometry, _Opts, torch.device, list[int]]] = []
+    for j, (_, x, _, g, o, _) in enumerate(jobs):
+        for geom, go, dev, members in groups:
+            if go.align_corners == o.align_corners and dev == x.device and geom.kernel_padding == g.kernel_padding \
+                    and geom.same_launch(g):
+                members.append(j)
+                break
+        else:
+            groups.append((g, o, x.device, [j]))
+    for geom, _, _, members in groups:
+        outs = _run([jobs[j][1] for j in members], geom, [jobs[j][4] for j in members])
+        for j, out in zip(members, outs):
+            key, _, restore, _, _, finish = jobs[j]
+            d[key] = finish(restore(out))
+
+
+class Spacingd:
+    """MONAI Spacingd: per-key mode / padding_mode / align_corners / dtype / scale_extent, and
+    MONAI's ``ensure_same_shape`` (MetaTensors with the first key's shape and pixdim within 1e-3
+    get the first key's output shape). Keys with the same geometry share one launch (image
+    bilinear + label nearest). Plain tensors are taken to have the identity affine, as in MONAI."""
+
+    def __init__(self, keys, pixdim, diagonal: bool = False, mode="bilinear", padding_mode="border",
+                 align_corners=False, dtype=np.float64, scale_extent=False, recompute_affine: bool = False,
+                 min_pixdim=None, max_pixdim=None, ensure_same_shape: bool = True, allow_missing_keys: bool = False,
+                 lazy: bool = False):
+        self.keys = [keys] if isinstance(keys, (str, int)) or not isinstance(keys, Sequence) else list(keys)
+        self.spacing_transform = Spacing(pixdim, diagonal=diagonal, recompute_affine=recompute_affine,
+                                         min_pixdim=min_pixdim, max_pixdim=max_pixdim, lazy=lazy)
+        n = len(self.keys)
+        self.mode, self.padding_mode = _per_key(mode, n, "mode"), _per_key(padding_mode, n, "padding_mode")
+        self.align_corners, self.dtype = _per_key(align_corners, n, "align_corners"), _per_key(dtype, n, "dtype")
+        self.scale_extent = _per_key(scale_extent, n, "scale_extent")
+        self.ensure_same_shape, self.allow_missing_keys = bool(ensure_same_shape), allow_missing_keys
+        for i in range(n):
+            self.spacing_transform._options(self.mode[i], self.padding_mode[i], self.align_corners[i])
+
+    def __call__(self, data: Mapping[Hashable, Any], lazy: Optional[bool] = None) -> dict:
+        _not_lazy(lazy)
+        d = dict(data)
+        sp = self.spacing_transform
+        init_shape, init_pixdim, out_shape_k, should_match = None, None, None, False
+        jobs = []
+        for i, key in enumerate(self.keys):
+            if key not in d:
+                if self.allow_missing_keys:
+                    continue
+                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+            img = d[key]
+            x, restore = _as_batch(img)
+            src, meta_aff = _source_affine(img, None)
+            in_size = tuple(x.shape[2:])
+            if self.ensure_same_shape and _is_meta_tensor(img):
+                if init_shape is None:
+                    init_shape, init_pixdim = in_size, _spacing_of(src)
+                else:
+                    should_match = np.allclose(init_shape, in_size) and np.allclose(init_pixdim, _spacing_of(src),
+                                                                                    atol=1e-3)
+            opts = sp._options(self.mode[i], self.padding_mode[i], self.align_corners[i])
+            geom, xform, replace = sp._geometry(src, in_size, x.shape[0], opts, self.scale_extent[i],
+                                                out_shape_k if should_match else None)
+            finish = functools.partial(
+                lambda out, m, s, xf, r: _finish_affine(out, m, s, xf, r)[0], m=meta_aff, s=src, xf=xform, r=replace)
+            jobs.append((key, x, restore, geom, opts, finish))
+            if out_shape_k is None:
+                out_shape_k = geom.out_size
+        _run_grouped(d, jobs)
+        return d
+
+
+class Orientationd:
+    """MONAI Orientationd: the same axcodes for every key; keys with the same geometry share one
+    (exact) launch."""
+
+    def __init__(self, keys, axcodes: Optional[str] = None, as_closest_canonical: bool = False, labels=None,
+                 allow_missing_keys: bool = False, lazy: bool = False):
+        self.keys = [keys] if isinstance(keys, (str, int)) or not isinstance(keys, Sequence) else list(keys)
+        self.ornt_transform = Orientation(axcodes, as_closest_canonical, labels, lazy)
+        self.allow_missing_keys = allow_missing_keys
+
+    def __call__(self, data: Mapping[Hashable, Any], lazy: Optional[bool] = None) -> dict:
+        _not_lazy(lazy)
+        d = dict(data)
+        jobs = []
+        for key in self.keys:
+            if key not in d:
+                if self.allow_missing_keys:
+                    continue
+                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+            img = d[key]
+            x, restore = _as_batch(img)
+            src, meta_aff = _source_affine(img, None)
+            geom, xform = self.ornt_transform._geometry(img, src, tuple(x.shape[2:]), x.shape[0])
+            finish = functools.partial(lambda out, m, s, xf: _finish_affine(out, m, s, xf)[0], m=meta_aff, s=src,
+                                       xf=xform)
+            jobs.append((key, x, restore, geom, _exact_opts(), finish))
+        _run_grouped(d, jobs)
+        return d
