@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_common.h"
 #include "voxaug/intensity.h"
 #include "voxaug/types.h"
 
@@ -33,6 +34,10 @@
 #endif
 
 namespace {
+#if VOXAUG_WITH_CUDA
+using voxaug_bench::CudaEvent;
+using voxaug_bench::CudaStream;
+#endif
 
 using voxaug::PointwiseStep;
 
@@ -127,14 +132,6 @@ void register_cpu_cases() {
 
 #if VOXAUG_WITH_CUDA
 
-#define BENCH_CUDA_TRY(call)                                                                     \
-  do {                                                                                           \
-    const cudaError_t bench_err_ = (call);                                                       \
-    if (bench_err_ != cudaSuccess)                                                               \
-      throw std::runtime_error(std::string(#call) + ": " + cudaGetErrorName(bench_err_) + " (" + \
-                               cudaGetErrorString(bench_err_) + ")");                            \
-  } while (0)
-
 // Device input (uploaded from host_input) and output, shared by every CUDA case and grown
 // on demand; released at the end of main, before the runtime shuts down.
 struct DeviceBuffers {
@@ -167,30 +164,6 @@ const DeviceBuffers& device_buffers_for(int64_t numel) {
   }
   return b;
 }
-
-class CudaStream {
- public:
-  CudaStream() { BENCH_CUDA_TRY(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~CudaStream() { cudaStreamDestroy(s_); }
-  CudaStream(const CudaStream&) = delete;
-  CudaStream& operator=(const CudaStream&) = delete;
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
-
-class CudaEvent {
- public:
-  CudaEvent() { BENCH_CUDA_TRY(cudaEventCreate(&e_)); }
-  ~CudaEvent() { cudaEventDestroy(e_); }
-  CudaEvent(const CudaEvent&) = delete;
-  CudaEvent& operator=(const CudaEvent&) = delete;
-  cudaEvent_t get() const { return e_; }
-
- private:
-  cudaEvent_t e_ = nullptr;
-};
 
 enum class CudaMode { OutOfPlace, InPlace, Copy };
 
@@ -259,22 +232,11 @@ void register_cuda_cases() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  register_cpu_cases();
-  const int devices = voxaug::cuda_device_count();
 #if VOXAUG_WITH_CUDA
-  if (devices > 0) register_cuda_cases();
+  return voxaug_bench::run_main(argc, argv, "voxaug_bench_intensity", register_cpu_cases,
+                                register_cuda_cases, release_device_buffers);
+#else
+  return voxaug_bench::run_main(argc, argv, "voxaug_bench_intensity", register_cpu_cases, nullptr,
+                                nullptr);
 #endif
-  if (devices == 0)
-    std::fprintf(stderr, "voxaug_bench_intensity: %s: CUDA cases not registered\n",
-                 voxaug::built_with_cuda() ? "no CUDA device visible" : "built without CUDA");
-  benchmark::AddCustomContext("cuda_devices", std::to_string(devices));
-
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-#if VOXAUG_WITH_CUDA
-  if (devices > 0) release_device_buffers();
-#endif
-  return 0;
 }

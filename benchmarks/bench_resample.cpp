@@ -54,6 +54,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "voxaug/resample.h"
 #include "voxaug/types.h"
 
@@ -62,6 +63,10 @@
 #endif
 
 namespace {
+#if VOXAUG_WITH_CUDA
+using voxaug_bench::CudaEvent;
+using voxaug_bench::CudaStream;
+#endif
 
 using voxaug::DType;
 using voxaug::Interp;
@@ -336,14 +341,6 @@ void register_cpu_cases() {
 
 #if VOXAUG_WITH_CUDA
 
-#define BENCH_CUDA_TRY(call)                                                                     \
-  do {                                                                                           \
-    const cudaError_t bench_err_ = (call);                                                       \
-    if (bench_err_ != cudaSuccess)                                                               \
-      throw std::runtime_error(std::string(#call) + ": " + cudaGetErrorName(bench_err_) + " (" + \
-                               cudaGetErrorString(bench_err_) + ")");                            \
-  } while (0)
-
 // Device input and output, shared by every CUDA case and grown on demand; released at the
 // end of main, before the runtime shuts down. Each of `in` and `out` holds a float32 image
 // of `numel` voxels followed (256-byte aligned) by a uint8 label of `numel` voxels: one
@@ -407,30 +404,6 @@ const DeviceBuffers& device_buffers_for(int64_t numel) {
 
 // Calls per timed interval (see the top of the file).
 constexpr int kLaunchesPerIteration = 8;
-
-class CudaStream {
- public:
-  CudaStream() { BENCH_CUDA_TRY(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~CudaStream() { cudaStreamDestroy(s_); }
-  CudaStream(const CudaStream&) = delete;
-  CudaStream& operator=(const CudaStream&) = delete;
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
-
-class CudaEvent {
- public:
-  CudaEvent() { BENCH_CUDA_TRY(cudaEventCreate(&e_)); }
-  ~CudaEvent() { cudaEventDestroy(e_); }
-  CudaEvent(const CudaEvent&) = delete;
-  CudaEvent& operator=(const CudaEvent&) = delete;
-  cudaEvent_t get() const { return e_; }
-
- private:
-  cudaEvent_t e_ = nullptr;
-};
 
 void bm_cuda(benchmark::State& state, const Shape& s, Op op) {
   try {
@@ -515,22 +488,11 @@ void register_cuda_cases() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  register_cpu_cases();
-  const int devices = voxaug::cuda_device_count();
 #if VOXAUG_WITH_CUDA
-  if (devices > 0) register_cuda_cases();
+  return voxaug_bench::run_main(argc, argv, "voxaug_bench_resample", register_cpu_cases,
+                                register_cuda_cases, release_device_buffers);
+#else
+  return voxaug_bench::run_main(argc, argv, "voxaug_bench_resample", register_cpu_cases, nullptr,
+                                nullptr);
 #endif
-  if (devices == 0)
-    std::fprintf(stderr, "voxaug_bench_resample: %s: CUDA cases not registered\n",
-                 voxaug::built_with_cuda() ? "no CUDA device visible" : "built without CUDA");
-  benchmark::AddCustomContext("cuda_devices", std::to_string(devices));
-
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-#if VOXAUG_WITH_CUDA
-  if (devices > 0) release_device_buffers();
-#endif
-  return 0;
 }
