@@ -196,9 +196,10 @@ def render_panel(gray: np.ndarray, label: np.ndarray, colors: np.ndarray, window
     return rgb
 
 
-def montage(columns: list[tuple[str, dict[str, np.ndarray]]], rows: list[str], labels: dict[str, np.ndarray],
+def montage(columns: list[tuple[str, dict[str, np.ndarray]]], rows: list[str], labels,
             window: tuple[float, float], title: list[str], zoom: int = 2) -> np.ndarray:
-    """Grid: one row per view in `rows`, one column per (caption, slices) entry."""
+    """Grid: one row per view in `rows`, one column per (caption, slices) entry. `labels` is one
+    {view: slice} dict for every column, or a list with one such dict per column."""
     colors = label_colors(256)
     cell = max(max(s.shape) for _, sl in columns for s in sl.values()) * zoom
     cell = max(cell, max(text_width(caption) for caption, _ in columns) + 8)
@@ -216,7 +217,8 @@ def montage(columns: list[tuple[str, dict[str, np.ndarray]]], rows: list[str], l
         y0 = top + r * (cell + pad)
         draw_text(canvas, view, y0 + cell // 2 - 7, pad)
         for c, (_, slices) in enumerate(columns):
-            panel = render_panel(slices[view], labels[view], colors, window, zoom)
+            lab = labels[c] if isinstance(labels, list) else labels
+            panel = render_panel(slices[view], lab[view], colors, window, zoom)
             x0 = left + c * (cell + pad)
             oy, ox = (cell - panel.shape[0]) // 2, (cell - panel.shape[1]) // 2
             canvas[y0 + oy:y0 + oy + panel.shape[0], x0 + ox:x0 + ox + panel.shape[1]] = panel
@@ -337,6 +339,28 @@ def main(argv: list[str] | None = None) -> int:
                   "shape": list(batch_u8.shape), "in_dtype": "uint8",
                   "ms_per_batch": ms, "voxels_per_s": nvox / (ms * 1e-3)})
 
+    # ---- spatial: image and atlas labels move together, one launch for the whole batch ----
+    lab_vol = torch.from_numpy(np.ascontiguousarray(label))
+    lab_batch = lab_vol.to(device).expand(args.batch, 1, *lab_vol.shape).contiguous()
+    affine_d = T.RandAffined(keys=["image", "label"], prob=1.0, rotate_range=(0.3, 0.3, 0.3),
+                             scale_range=(0.15, 0.15, 0.15), translate_range=(8, 8, 8),
+                             mode=("bilinear", "nearest"), padding_mode="zeros", seed=seed + 10)
+    spatial_cases = [
+        ("RandAffined img+label", lambda: affine_d({"image": fused_out, "label": lab_batch})),
+        ("RandFlip", lambda t=T.RandFlip(prob=0.5, spatial_axis=0, seed=seed + 11): t(fused_out)),
+        ("RandRotate90", lambda t=T.RandRotate90(prob=1.0, spatial_axes=(0, 2), seed=seed + 12): t(fused_out)),
+    ]
+    for name, fn in spatial_cases:
+        ms, _ = time_call(fn, device, args.repeats)
+        table.append({"transform": name, "device": device.type, "batch": args.batch,
+                      "shape": list(fused_out.shape), "in_dtype": "float32",
+                      "ms_per_batch": ms, "voxels_per_s": nvox / (ms * 1e-3)})
+    moved = affine_d({"image": fused_out, "label": lab_batch})
+    new_labels = set(torch.unique(moved["label"]).cpu().tolist())
+    if not new_labels <= set(np.unique(label).tolist()):
+        sys.exit("demo: RandAffined invented label values: nearest resampling is broken")
+    print("check: RandAffined labels are a subset of the atlas labels (nearest keeps labels labels)")
+
     print(f"\ntiming: batch {tuple(batch_u8.shape)} = {nvox / 1e6:.1f} Mvoxel, median of {args.repeats} "
           f"after 1 warm-up, ms per batch (whole batch in one call)")
     head = f"{'transform':<26} {'device':<6} {'batch':>5} {'in':>7} {'ms/batch':>10} {'Gvoxel/s':>9}"
@@ -364,6 +388,22 @@ def main(argv: list[str] | None = None) -> int:
     montage_path = args.out / "montage.png"
     write_png(montage_path, montage(columns, views, labels, window, title))
 
+    # Spatial: each sample with its own moved atlas, so alignment shows.
+    img_host = moved["image"][:n_show, 0].cpu().numpy()
+    lab_host = moved["label"][:n_show, 0].cpu().numpy()
+    spatial_cols = [("FUSED CHAIN, SAMPLE 0", mid_slices(host_out[0]))]
+    spatial_labels = [labels]
+    for k in range(n_show):
+        spatial_cols.append((f"RANDAFFINED {k}", mid_slices(img_host[k])))
+        spatial_labels.append(mid_slices(lab_host[k]))
+    spatial_path = args.out / "spatial.png"
+    write_png(spatial_path, montage(
+        spatial_cols, views, spatial_labels, window,
+        [f"VOXAUG RANDAFFINED ON IMAGE + AAL LABELS ({device.type.upper()}, BATCH {args.batch}, SEED {seed + 10})",
+         "ROTATE +-0.3 RAD, SCALE +-0.15, TRANSLATE +-8 VOXELS PER SAMPLE; IMAGE BILINEAR, LABELS NEAREST, "
+         "ONE LAUNCH",
+         "EDGES: EACH SAMPLE'S OWN RESAMPLED ATLAS (THEY MUST FOLLOW THE ANATOMY)"]))
+
     # Each transform alone: axial mid-slice of samples 0 and 1 (two draws of each random one).
     cols = [(name, {f"SAMPLE {k}": np.flipud(pic[k].T) for k in show}) for name, pic in pictures]
     lab_ax = {f"SAMPLE {k}": labels["axial"] for k in show}
@@ -379,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__, "voxaug": voxaug.__version__, "repeats": args.repeats,
             "checks": {"fused_vs_steps_max_abs": fused_vs_steps, "sample0_vs_cpu_single_max_abs": twin}}
     (args.out / "timings.json").write_text(json.dumps({"meta": meta, "timings": table}, indent=2) + "\n")
-    print(f"\nwrote {montage_path}\nwrote {transforms_path}\nwrote {args.out / 'timings.json'}")
+    print(f"\nwrote {montage_path}\nwrote {spatial_path}\nwrote {transforms_path}\n"
+          f"wrote {args.out / 'timings.json'}")
     print(f"total {time.perf_counter() - t_start:.1f} s")
     return 0
 
