@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "voxaug/detail/bspline.h"
 #include "voxaug/detail/resample.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -181,6 +182,112 @@ VOXAUG_FORCEINLINE bool linear_row_dispatch(const ResampleParams& p, const KTarg
   }
 }
 
+// Integer padding of an exact map's source index, equal to what the device's float path does
+// for integer coordinates (clip; half- or whole-sample reflection then clip). -1: outside.
+VOXAUG_FORCEINLINE int64_t exact_index(int64_t i, int64_t size, Padding pad, bool align_corners) {
+  const int64_t bound = static_cast<int64_t>(kCoordinateBound);
+  i = i < -bound ? -bound : (i > bound ? bound : i);
+  if (i >= 0 && i < size) return i;
+  switch (pad) {
+    case Padding::Border: return i < 0 ? 0 : size - 1;
+    case Padding::Reflection: return extend_index(i, size, pad, align_corners);
+    default: return -1;
+  }
+}
+
+template <class U>
+VOXAUG_FORCEINLINE void strided_copy(const void* in, int64_t src0, int64_t src_step, void* out,
+                                     int64_t dst0, int64_t dst_step, int64_t lo, int64_t hi) {
+  const U* s = static_cast<const U*>(in);
+  U* d = static_cast<U*>(out);
+  for (int64_t j = lo; j < hi; ++j) d[dst0 + j * dst_step] = s[src0 + j * src_step];
+}
+
+// Rows of a signed-permutation map with integer offset: integer source indices walk with a
+// constant step, each voxel is copied (nearest: bytes; linear: converted) or filled. Returns
+// false where the float path's coordinates would not be exact integers (|values| >= 2^23),
+// leaving those rare maps to the per-voxel path so both sides stay identical.
+VOXAUG_FORCEINLINE bool exact_row(const ResampleParams& p, const KTarget& t, const double* m,
+                                  int64_t n, int64_t od, int64_t oh, int64_t ow0, int cnt) {
+  const double kExact = 8388608.0;  // 2^23
+  int64_t first[3], step[3];
+  for (int a = 0; a < 3; ++a) {
+    const double* r = m + 4 * a;
+    const double v0 = r[0] * od + r[1] * oh + r[2] * ow0 + r[3];
+    if (!(v0 < kExact && v0 > -kExact) || ow0 + cnt >= kExact || t.in_size[a] >= kExact)
+      return false;
+    first[a] = static_cast<int64_t>(v0);
+    step[a] = static_cast<int64_t>(r[2]);
+  }
+  const Padding pad = static_cast<Padding>(t.padding);
+  const bool nearest = static_cast<Interp>(t.mode) == Interp::Nearest;
+  const double fill = pad == Padding::Constant ? t.pad_value : 0.0;
+  const int64_t out_base = n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3];
+  // The j range where every raw index is inside (no padding rule applies): each index moves
+  // by step in {-1, 0, 1} per j, so the range is an interval.
+  int64_t lo = 0, hi = cnt;
+  for (int a = 0; a < 3; ++a) {
+    const int64_t f0 = first[a], st = step[a], size = t.in_size[a];
+    if (st == 0) {
+      if (f0 < 0 || f0 >= size) hi = lo;
+    } else if (st > 0) {
+      lo = std::max<int64_t>(lo, -f0);        // f0 + j >= 0
+      hi = std::min<int64_t>(hi, size - f0);  // f0 + j < size
+    } else {
+      lo = std::max<int64_t>(lo, f0 - (size - 1));  // f0 - j < size
+      hi = std::min<int64_t>(hi, f0 + 1);           // f0 - j >= 0
+    }
+  }
+  if (hi < lo) hi = lo;
+  const bool same_type = nearest || t.in_dtype == t.out_dtype;
+  auto general = [&](int64_t j) {
+    int64_t off = 0;
+    bool inside = true;
+    for (int a = 0; a < 3; ++a) {
+      const int64_t i = exact_index(first[a] + j * step[a], t.in_size[a], pad, p.align_corners);
+      inside = inside && i >= 0;
+      off += i * t.in_stride[a + 2];
+    }
+    for (int64_t c = 0; c < t.channels; ++c) {
+      const int64_t o = out_base + c * t.out_stride[1] + (ow0 + j) * t.out_stride[4];
+      const int64_t src = n * t.in_stride[0] + c * t.in_stride[1] + off;
+      if (!inside) {
+        store_value_dyn(t.out, t.out_dtype, o, fill);
+      } else if (nearest) {
+        copy_dyn(t.in, src, t.out, o, t.elem_size);
+      } else if (t.in_dtype == DType::Float64 || t.out_dtype == DType::Float64) {
+        store_dyn<double>(t.out, t.out_dtype, o, load_dyn<double>(t.in, t.in_dtype, src));
+      } else {
+        store_dyn<float>(t.out, t.out_dtype, o, load_dyn<float>(t.in, t.in_dtype, src));
+      }
+    }
+  };
+  for (int64_t j = 0; j < lo; ++j) general(j);
+  if (same_type && lo < hi) {
+    // Inside the volume with one dtype: a strided element copy (bit-exact either way).
+    int64_t off0 = 0, doff = 0;
+    for (int a = 0; a < 3; ++a) {
+      off0 += first[a] * t.in_stride[a + 2];
+      doff += step[a] * t.in_stride[a + 2];
+    }
+    for (int64_t c = 0; c < t.channels; ++c) {
+      const int64_t src0 = n * t.in_stride[0] + c * t.in_stride[1] + off0;
+      const int64_t dst0 = out_base + c * t.out_stride[1] + ow0 * t.out_stride[4];
+      const int64_t ds = t.out_stride[4];
+      switch (t.elem_size) {
+        case 1: strided_copy<uint8_t>(t.in, src0, doff, t.out, dst0, ds, lo, hi); break;
+        case 2: strided_copy<uint16_t>(t.in, src0, doff, t.out, dst0, ds, lo, hi); break;
+        case 4: strided_copy<uint32_t>(t.in, src0, doff, t.out, dst0, ds, lo, hi); break;
+        default: strided_copy<uint64_t>(t.in, src0, doff, t.out, dst0, ds, lo, hi); break;
+      }
+    }
+  } else {
+    for (int64_t j = lo; j < hi; ++j) general(j);
+  }
+  for (int64_t j = hi; j < cnt; ++j) general(j);
+  return true;
+}
+
 template <class Acc>
 VOXAUG_FORCEINLINE void resample_items(const ResampleForward<Acc>& f,
                                        typename ResampleForward<Acc>::State& st, int64_t n,
@@ -192,6 +299,7 @@ VOXAUG_FORCEINLINE void resample_items(const ResampleForward<Acc>& f,
     const int cnt = static_cast<int>(std::min({W - ow, end - i, kResampleRow}));
     for (int k = 0; k < f.p.num_targets; ++k) {
       const KTarget& t = f.p.t[k];
+      if (st.exact && exact_row(f.p, t, f.p.matrices + 12 * n, n, od, oh, ow, cnt)) continue;
       if (st.exact || !linear_row_dispatch(f.p, t, st.m, n, od, oh, ow, cnt)) {
         for (int j = 0; j < cnt; ++j) {  // per-voxel path: nearest, cubic, exact copies, casts
           Acc src[3];
