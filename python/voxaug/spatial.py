@@ -12,6 +12,9 @@ Inputs and outputs follow :mod:`voxaug.transforms`: a (C, D, H, W) sample or an
 
 What matches MONAI, and how (tests/python/test_spatial.py checks each on real volumes):
 
+- SpatialCrop, CenterSpatialCrop: MONAI's compute_slices (center & size, start & end, or
+  slices), as an integer translation: exact path, bit-identical to slicing (empty crops are
+  refused).
 - Flip, Rotate90 (and RandFlip, RandRotate90): signed permutations, nearest, bit-identical to
   ``torch.flip`` / ``torch.rot90`` for every dtype.
 - Affine, RandAffine: MONAI's matrix ``A = R @ Sh @ T @ Sc`` (AffineGrid; each factor only
@@ -57,8 +60,11 @@ Differences from MONAI, by design:
   and per-sample parameters, not one draw per call.
 - A MetaTensor keeps its metadata; its ``affine`` is composed with the transform's index map
   as MONAI does (``affine @ xform``, per sample for a batch with different maps).
-  ``applied_operations`` is not extended: inverses and lazy resampling come later
-  (``lazy=True`` raises NotImplementedError).
+  ``applied_operations`` is not extended: inverses come later, and per-transform
+  ``lazy=True`` raises NotImplementedError. Lazy resampling is done by
+  :class:`voxaug.transforms.Compose` instead: consecutive spatial transforms, a following
+  SpatialCrop / CenterSpatialCrop included, are multiplied into one map and gathered once
+  (see :func:`compose_spatial` and the "lazy composition" notes at the end of this module).
 - Not supported yet (NotImplementedError): ``bicubic`` (cubic B-spline resampling comes
   later), MONAI's integer spline orders, interpolate's ``area`` mode (the default of MONAI's
   Resize and Zoom: pass ``mode="trilinear"`` or ``"nearest"``), Resize ``anti_aliasing``,
@@ -93,6 +99,7 @@ __all__ = [
     "Flip", "Flipd", "RandFlip", "RandFlipd", "Rotate90", "Rotate90d", "RandRotate90", "RandRotate90d",
     "Affine", "Affined", "RandAffine", "RandAffined", "Rotate", "Rotated", "RandRotate", "RandRotated",
     "Zoom", "Zoomd", "Resize", "Resized", "Spacing", "Spacingd", "Orientation", "Orientationd",
+    "SpatialCrop", "SpatialCropd", "CenterSpatialCrop", "CenterSpatialCropd",
 ]
 
 _MASK64 = (1 << 64) - 1
@@ -1091,6 +1098,98 @@ class Resize(_Spatial):
         return self.apply(img, mode=mode, align_corners=align_corners, anti_aliasing=anti_aliasing, dtype=dtype)
 
 
+# ---------------- SpatialCrop / CenterSpatialCrop ----------------
+def _int_list(v: Any, name: str) -> list[int]:
+    """MONAI's _to_int_list: a scalar, a sequence, a tensor or an array -> Python ints."""
+    if isinstance(v, (str, bytes)):
+        raise TypeError(f"{name}: ROI specs must be integers or sequences of integers, not strings")
+    return [int(i) for i in _as_list(v)]
+
+
+def _int_pair(a: Any, b: Any, na: str, nb: str) -> tuple[list[int], list[int]]:
+    """MONAI's _broadcast_int_pair."""
+    la, lb = _int_list(a, na), _int_list(b, nb)
+    n = max(len(la), len(lb))
+    if len(la) not in (1, n) or len(lb) not in (1, n):
+        raise ValueError(f"ROI specs must have matching lengths or be scalar, got {len(la)} and {len(lb)}.")
+    return (la * n if len(la) == 1 else la), (lb * n if len(lb) == 1 else lb)
+
+
+def _crop_slices(roi_center=None, roi_size=None, roi_start=None, roi_end=None, roi_slices=None) -> tuple:
+    """MONAI Crop.compute_slices: slices from center & size, start & end, or given slices."""
+    if roi_slices:
+        if not all(isinstance(s, slice) and (s.step is None or s.step == 1) for s in roi_slices):
+            raise ValueError(f"only slices with step 1 / None are supported, got {roi_slices}.")
+        return tuple(roi_slices)
+    if roi_center is not None and roi_size is not None:
+        centers, sizes = _int_pair(roi_center, roi_size, "roi_center", "roi_size")
+        starts = [max(c - s // 2, 0) for c, s in zip(centers, sizes)]
+        ends = [st + s for st, s in zip(starts, sizes)]
+    else:
+        if roi_start is None or roi_end is None:
+            raise ValueError("please specify either roi_center, roi_size or roi_start, roi_end.")
+        starts, ends = _int_pair(roi_start, roi_end, "roi_start", "roi_end")
+        starts = [max(s, 0) for s in starts]
+    return tuple(slice(s, max(e, s)) for s, e in zip(starts, ends))
+
+
+def _crop_geometry(slices: Sequence[slice], in_size, n: int) -> _Geometry:
+    """Python slicing of the spatial axes (missing trailing slices: the whole axis) as an integer
+    translation: in = out + start, the map MONAI composes into the affine."""
+    if len(slices) > 3:
+        raise ValueError(f"a crop has at most 3 spatial slices, got {len(slices)}")
+    starts, out_size = [], []
+    for s, size in zip(list(slices) + [slice(None)] * (3 - len(slices)), in_size):
+        a, b, _ = s.indices(int(size))
+        starts.append(a)
+        out_size.append(max(b - a, 0))
+    if min(out_size) < 1:
+        raise ValueError(f"the crop {tuple(slices)} of img with spatial size {tuple(in_size)} is empty "
+                         f"({tuple(out_size)}); voxaug refuses empty outputs")
+    m = _translate(starts)
+    return _Geometry(_stack([m] * n, 3), tuple(out_size), _stack([m] * n), "zeros")
+
+
+class SpatialCrop(_Spatial):
+    """MONAI SpatialCrop: crops to `roi_slices`, or ``[roi_start, roi_end)``, or `roi_size` about
+    `roi_center` (MONAI's compute_slices: starts clamped at 0, ends at the image size). An integer
+    translation: the exact path, bit-identical to slicing for every dtype; inside a
+    :class:`~voxaug.transforms.Compose` it folds into the neighbouring spatial maps."""
+
+    def __init__(self, roi_center=None, roi_size=None, roi_start=None, roi_end=None, roi_slices=None,
+                 lazy: bool = False):
+        _not_lazy(lazy)
+        self.slices = _crop_slices(roi_center, roi_size, roi_start, roi_end, roi_slices)
+
+    def _options(self, **overrides):
+        return _exact_opts()
+
+    def _slices(self, in_size) -> tuple:
+        return self.slices
+
+    def _geometry(self, in_size, n, params, opts):
+        return _crop_geometry(self._slices(in_size), in_size, n)
+
+    def __call__(self, img, lazy: Optional[bool] = None):
+        _not_lazy(lazy)
+        return self.apply(img)
+
+
+class CenterSpatialCrop(SpatialCrop):
+    """MONAI CenterSpatialCrop: a `roi_size` crop about the centre ``size // 2`` (non-positive or
+    missing entries of `roi_size` keep the image's size)."""
+
+    def __init__(self, roi_size, lazy: bool = False):
+        _not_lazy(lazy)
+        self.roi_size = roi_size
+        _fall_back_size(roi_size, (1, 1, 1), "roi_size")  # validate now
+
+    def _slices(self, in_size) -> tuple:
+        size = _fall_back_size(self.roi_size, in_size, "roi_size")
+        return _crop_slices(roi_center=[s // 2 for s in in_size], roi_size=list(size))
+
+
+
 # ---------------- dictionary forms ----------------
 def _per_key(value: Any, n: int, name: str) -> list:
     """MONAI's ensure_tuple_rep for per-key settings."""
@@ -1241,6 +1340,18 @@ class Resized(_SpatialDict):
         super().__init__(keys, t, {"mode": mode, "align_corners": align_corners, "anti_aliasing": anti_aliasing,
                                    "dtype": dtype},
                          allow_missing_keys)
+
+
+class SpatialCropd(_SpatialDict):
+    def __init__(self, keys, roi_center=None, roi_size=None, roi_start=None, roi_end=None, roi_slices=None,
+                 allow_missing_keys: bool = False, lazy: bool = False):
+        super().__init__(keys, SpatialCrop(roi_center, roi_size, roi_start, roi_end, roi_slices, lazy), {},
+                         allow_missing_keys)
+
+
+class CenterSpatialCropd(_SpatialDict):
+    def __init__(self, keys, roi_size, allow_missing_keys: bool = False, lazy: bool = False):
+        super().__init__(keys, CenterSpatialCrop(roi_size, lazy), {}, allow_missing_keys)
 
 
 # ---------------- Spacing / Orientation (affine-aware) ----------------
@@ -1659,3 +1770,197 @@ class Orientationd:
             jobs.append((key, x, restore, geom, _exact_opts(), finish))
         _run_grouped(d, jobs)
         return d
+
+
+# ---------------- lazy composition (used by voxaug.transforms.Compose) ----------------
+# Consecutive spatial transforms are index maps out -> in, so a run of them is one map:
+# in = K_1 @ K_2 @ ... @ K_last @ out (float64, per sample), on the last output grid, gathered
+# by one resample launch. A MetaTensor's affine is updated step by step exactly as each
+# transform would (``affine @ map``), so the affines equal the step-by-step ones.
+#
+# Interpolation: the "exact" steps (Flip, RandFlip, Rotate90, RandRotate90, Orientation,
+# SpatialCrop, CenterSpatialCrop: signed permutations / integer shifts inside the image) adopt
+# the group's mode; the other steps (Affine, RandAffine, Rotate, RandRotate, Resize, Zoom,
+# Spacing) must agree on (kernel mode, kernel padding, align_corners). A step that disagrees
+# ends the group and starts the next one (one launch each). A group of exact steps alone runs
+# on the kernel's exact path and is bit-identical to the step-by-step result.
+#
+# Not fused (run as the transform itself, ending the group): Resize / Zoom whose map is not
+# affine (interpolate's nearest table fallback) or that pad after the resample (Zoom keep_size
+# with zoom < 1), Affine with image_only=False (it returns a tuple), Spacing with
+# recompute_affine, Spacing / Orientation on a plain tensor (they return a tuple), Spacingd /
+# Orientationd (dictionary forms with their own per-key geometry rules), anything else.
+_EXACT_TYPES: tuple = ()  # set below, after the classes exist
+_FUSABLE_TYPES: tuple = ()
+
+
+@dataclass
+class _LazyStep:
+    mats: torch.Tensor  # (N, 4, 4) float64 kernel map of this step
+    out_size: tuple
+    opts: _Opts
+    padding: str  # kernel padding
+    exact: bool
+
+
+class _LazyChain:
+    """Lazy state of one tensor (an array input, or one key of a dictionary)."""
+
+    def __init__(self, img: Any):
+        x, _ = _as_batch(img)
+        self.img, self.n, self.size, self.dtype = img, x.shape[0], tuple(x.shape[2:]), x.dtype
+        self.affine = img.affine if _is_meta_tensor(img) else None
+        self.steps: list[_LazyStep] = []
+        self.mode_key: Optional[tuple] = None
+
+    def compatible(self, step: _LazyStep) -> bool:
+        return step.exact or self.mode_key is None or self.mode_key == _mode_key(step)
+
+    def push(self, step: _LazyStep, new_affine: Any) -> None:
+        self.steps.append(step)
+        if not step.exact and self.mode_key is None:
+            self.mode_key = _mode_key(step)
+        self.size, self.affine = tuple(step.out_size), new_affine
+        if step.opts.mode != "nearest" and not self.dtype.is_floating_point:
+            self.dtype = torch.float32
+
+    def job(self, key: Any, img: Any):
+        x, restore = _as_batch(img)
+        total = self.steps[0].mats
+        for s in self.steps[1:]:
+            total = total @ s.mats  # out -> in maps compose first-to-last
+        lead = next((s for s in self.steps if not s.exact), None)
+        opts = lead.opts if lead is not None else _exact_opts()
+        geom = _Geometry(total[:, :3].contiguous(), self.size, total, lead.padding if lead is not None else "zeros")
+        affine = self.affine
+
+        def finish(out):
+            if _is_meta_tensor(out) and affine is not None:
+                out.affine = affine
+            return out
+
+        return key, x, restore, geom, opts, finish
+
+
+def _mode_key(step: _LazyStep) -> tuple:
+    return step.opts.mode, step.padding, step.opts.align_corners
+
+
+def _square(m: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros(m.shape[0], 4, 4, dtype=torch.float64)
+    out[:, :3] = m[:, :3].to(torch.float64)
+    out[:, 3, 3] = 1.0
+    return out
+
+
+def _plan_lazy(t: Any, ch: _LazyChain, over: dict, params: Optional[torch.Tensor]):
+    """(step, new affine) of spatial transform `t` on the chain's current (virtual) tensor, or None
+    when `t` cannot join a fused group there."""
+    if isinstance(t, (Spacing, Orientation)):
+        if ch.affine is None or (isinstance(t, Spacing) and t.recompute_affine):
+            return None
+        src = _one_affine(ch.affine, "img.affine")
+        if isinstance(t, Spacing):
+            opts = t._options(**over)
+            geom, xform, _ = t._geometry(src, ch.size, ch.n, opts)
+        else:
+            opts = _exact_opts()
+            geom, xform = t._geometry(ch.img, src, ch.size, ch.n)
+        base = ch.affine.detach().cpu().to(torch.float64)
+        if base.shape[-1] != 4:
+            base = torch.as_tensor(src, dtype=torch.float64)
+        new_affine = base @ torch.as_tensor(xform, dtype=torch.float64)  # as _finish_affine
+        return _LazyStep(_square(geom.mats), geom.out_size, opts, geom.kernel_padding,
+                         isinstance(t, Orientation)), new_affine
+    if not isinstance(t, _Spatial):
+        return None
+    opts = t._options(**over)
+    if opts.table_dtype is None:
+        opts = dataclasses.replace(opts, table_dtype=_table_dtype(None, ch.dtype))
+    geom = t._geometry(ch.size, ch.n, params, opts)
+    if geom.tables is not None or geom.pad is not None:
+        return None
+    new_affine = ch.affine
+    if new_affine is not None:  # as _with_affine
+        m = geom.meta.to(new_affine.device, new_affine.dtype)
+        new_affine = new_affine @ m[0] if m.shape[0] == 1 or bool((m == m[:1]).all()) else new_affine @ m
+    return _LazyStep(_square(geom.mats), geom.out_size, opts, geom.kernel_padding,
+                     isinstance(t, _EXACT_TYPES)), new_affine
+
+
+def _lazy_candidate(t: Any) -> bool:
+    inner = t.transform if isinstance(t, _SpatialDict) else t
+    return isinstance(inner, _FUSABLE_TYPES)
+
+
+def compose_spatial(transforms: Sequence[Any], data: Any) -> Any:
+    """Applies a run of spatial transforms with consecutive fusable ones as one resample launch
+    per group (per group of keys sharing the map, for dictionaries). Random transforms draw
+    exactly as when called one by one."""
+    is_dict = isinstance(data, Mapping)
+    d = dict(data) if is_dict else {None: data}
+    chains: dict[Any, _LazyChain] = {}
+
+    def flush():
+        jobs = [ch.job(key, d[key]) for key, ch in chains.items() if ch.steps]
+        chains.clear()
+        _run_grouped(d, jobs)
+
+    def chain(key):
+        if key not in chains:
+            chains[key] = _LazyChain(d[key])
+        return chains[key]
+
+    def direct(t):
+        flush()
+        out = t(d if is_dict else d[None])
+        if is_dict:
+            d.clear()
+            d.update(out)
+        else:
+            d[None] = out
+
+    for t in transforms:
+        if is_dict != isinstance(t, _SpatialDict) or not _lazy_candidate(t):
+            direct(t)
+            continue
+        if is_dict:
+            tr = t.transform
+            keys = []
+            for i, key in enumerate(t.keys):
+                if key not in d:
+                    if not t.allow_missing_keys:
+                        keys = None  # let the transform raise its KeyError
+                        break
+                    continue
+                keys.append((key, {k: v[i] for k, v in t.options.items()}))
+        else:
+            tr, keys = t, [(None, {})]
+        if keys is None or (not is_dict and isinstance(tr, Affine) and not tr.image_only):
+            direct(t)
+            continue
+        if not keys:
+            continue
+        params = None
+        if isinstance(tr, _RandomSpatial):
+            sizes = {chain(k).n for k, _ in keys}
+            if len(sizes) != 1:
+                direct(t)  # raises the transform's own error
+                continue
+            params = tr._params_for(sizes.pop(), True)
+        planned = [(k, _plan_lazy(tr, chain(k), over, params)) for k, over in keys]
+        if any(p is None for _, p in planned):
+            assert params is None, "random spatial transforms are always fusable"
+            direct(t)
+            continue
+        if any(not chain(k).compatible(step) for k, (step, _) in planned):
+            flush()  # the plans stay valid: the flushed tensors are what they were planned on
+        for k, (step, new_affine) in planned:
+            chain(k).push(step, new_affine)
+    flush()
+    return d if is_dict else d[None]
+
+
+_EXACT_TYPES = (Flip, RandFlip, Rotate90, RandRotate90, SpatialCrop)
+_FUSABLE_TYPES = (Flip, RandFlip, Rotate90, RandRotate90, SpatialCrop, Affine, RandAffine, Rotate, RandRotate,
+                  Zoom, Resize, Spacing, Orientation)

@@ -270,10 +270,26 @@ class RandGaussianNoise(_Pointwise, _Randomizable):
 
 class Compose:
     """Applies transforms in order; consecutive pointwise transforms run as one fused pass
-    (one read and one write of the volume). The result equals applying them one by one."""
+    (one read and one write of the volume). The result equals applying them one by one.
 
-    def __init__(self, transforms: Sequence[Callable]):
+    Lazy spatial composition (``fuse_spatial=True``, the default): consecutive spatial
+    transforms that are index maps (Flip, RandFlip, Rotate90, RandRotate90, Orientation,
+    SpatialCrop, CenterSpatialCrop, Affine, RandAffine, Rotate, RandRotate, Spacing, and Resize /
+    Zoom where their map is affine; their dictionary forms likewise, except Spacingd /
+    Orientationd) are multiplied into one per-sample map (``M = M_first @ ... @ M_last``, output
+    index -> input index, float64) and gathered by one resample launch, a following crop
+    included. Random transforms draw exactly the parameters they draw when called one by one.
+    The result is the step-by-step result with one interpolation instead of several: groups
+    of exact steps only (flips, quarter turns, orientation, crops) are bit-identical; with
+    interpolating steps the results agree away from the borders (near them, the fused gather
+    reads real input voxels where the step-by-step one read an earlier step's padding).
+    Interpolating steps of a group must agree on mode, padding and align_corners; a step that
+    does not starts a new group. See ``voxaug.spatial.compose_spatial``.
+    """
+
+    def __init__(self, transforms: Sequence[Callable], fuse_spatial: bool = True):
         self.transforms = list(transforms)
+        self.fuse_spatial = bool(fuse_spatial)
 
     def set_random_state(self, seed: Optional[int] = None):
         for i, t in enumerate(self.transforms):
@@ -290,9 +306,18 @@ class Compose:
         return type(t)._finish is _Pointwise._finish or input_is_float
 
     def __call__(self, data: Any) -> Any:
+        from . import spatial
+
         i = 0
         while i < len(self.transforms):
             t = self.transforms[i]
+            if self.fuse_spatial and spatial._lazy_candidate(t):
+                j = i + 1
+                while j < len(self.transforms) and spatial._lazy_candidate(self.transforms[j]):
+                    j += 1
+                data = spatial.compose_spatial(self.transforms[i:j], data)
+                i = j
+                continue
             x_float = _as_batch(data)[0].is_floating_point() if isinstance(t, _Pointwise) else False
             if not self._fusable(t, x_float):
                 data = t(data)
