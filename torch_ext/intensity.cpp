@@ -539,6 +539,24 @@ at::Tensor a_minmax(const at::Tensor& image, bool channel_wise) {
   return op.call(image, channel_wise);
 }
 
+at::Tensor philox_uniform_impl(int64_t seed, int64_t first_sample, int64_t batch, int64_t count,
+                               std::optional<c10::Device> device) {
+  TORCH_CHECK_VALUE(batch >= 0 && count >= 0, "batch and count must be >= 0, got ", batch, ", ",
+                    count);
+  const uint32_t first = checked_first_sample(first_sample);
+  const auto options = at::TensorOptions().dtype(at::kDouble);
+  if (device && device->is_meta()) return at::empty({batch, count}, options.device(*device));
+  at::Tensor out = at::empty({batch, count}, options);
+  call_core([&] {
+    philox_uniforms(static_cast<uint64_t>(seed), first, batch, count, out.data_ptr<double>());
+  });
+  return device ? out.to(*device) : out;
+}
+
+TORCH_LIBRARY_IMPL(voxaug, CompositeExplicitAutograd, m) {
+  m.impl("philox_uniform", &philox_uniform_impl);
+}
+
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
   m.impl("minmax", &a_minmax);
   m.impl("pointwise_chain", &a_chain);

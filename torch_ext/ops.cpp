@@ -29,6 +29,11 @@ TORCH_LIBRARY(voxaug, m) {
 #undef VOXAUG_CHAIN_ARGS
 
   m.def("minmax(Tensor image, bool channel_wise=False) -> Tensor");
+  // Host-side Philox parameter draws: (batch, count) float64 uniforms (computed on the CPU;
+  // `device` only for factory-function tracing, e.g. fake tensors).
+  m.def(
+      "philox_uniform(int seed, int first_sample, int batch, int count, *, Device? device=None) "
+      "-> Tensor");
 
   // Spatial family (include/voxaug/resample.h): every input through one coordinate map.
   // matrices: (N, 3, 4) output voxel index (d, h, w, 1) -> input voxel index; modes[k]:

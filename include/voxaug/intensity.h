@@ -98,6 +98,13 @@ void pointwise_chain_backward(const VolumeView& grad_out, const VolumeView& in,
 void minmax(const VolumeView& in, double* out_minmax, bool channel_wise,
             cudaStream_t stream = nullptr);
 
+// Host-side parameter draws for transforms whose parameters are built on the host (the
+// spatial family's matrices): out[i * count + k] is the k-th float64 uniform in [0, 1) of
+// global sample first_sample + i under `seed` (Philox, stream Params), so a sample's draws do
+// not depend on the batch it is in.
+void philox_uniforms(uint64_t seed, uint32_t first_sample, int64_t batch, int64_t count,
+                     double* out);
+
 // Single-step conveniences (each one is a chain of one step).
 void scale_intensity_range(const VolumeView& in, const VolumeView& out, double a_min, double a_max,
                            const double* b_min, const double* b_max, bool clip,

@@ -419,6 +419,22 @@ void minmax(const VolumeView& in, double* out_minmax, bool channel_wise, cudaStr
 #endif
 }
 
+void philox_uniforms(uint64_t seed, uint32_t first_sample, int64_t batch, int64_t count,
+                     double* out) {
+  VOXAUG_EXPECTS(batch >= 0 && count >= 0, "philox_uniforms: batch and count must be >= 0");
+  VOXAUG_EXPECTS(batch + int64_t(first_sample) <= int64_t(0xffffffff) + 1,
+                 "philox_uniforms: first_sample + batch must not exceed 2^32");
+  VOXAUG_EXPECTS(out != nullptr || batch * count == 0, "philox_uniforms: out must not be null");
+  for (int64_t i = 0; i < batch; ++i)
+    for (int64_t k = 0; k < count; k += 2) {
+      const detail::U32x4 r = detail::philox_block(seed, static_cast<uint64_t>(k / 2),
+                                                   first_sample + static_cast<uint32_t>(i),
+                                                   detail::PhiloxStream::Params);
+      out[i * count + k] = detail::uniform01_f64(r.x, r.y);
+      if (k + 1 < count) out[i * count + k + 1] = detail::uniform01_f64(r.z, r.w);
+    }
+}
+
 void scale_intensity_range(const VolumeView& in, const VolumeView& out, double a_min, double a_max,
                            const double* b_min, const double* b_max, bool clip,
                            cudaStream_t stream) {

@@ -73,6 +73,14 @@ def _in_place(op):
 
 
 minmax = torch.ops.voxaug.minmax
+
+
+def philox_uniform(seed: int, first_sample: int, batch: int, count: int) -> torch.Tensor:
+    """(batch, count) float64 uniforms in [0, 1) on the CPU: Philox keyed by `seed`, row i is
+    global sample first_sample + i (host-side parameter draws of the spatial transforms)."""
+    return torch.ops.voxaug.philox_uniform(_signed64(seed), first_sample, batch, count)
+
+
 scale_intensity_range = torch.ops.voxaug.scale_intensity_range
 scale_intensity_range_ = _in_place(torch.ops.voxaug.scale_intensity_range_)
 shift_intensity = torch.ops.voxaug.shift_intensity

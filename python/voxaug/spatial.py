@@ -268,14 +268,6 @@ def _grid_index_map(a: np.ndarray, in_size, out_size, align_corners: bool) -> tu
     return t_in @ f_in @ a @ g_out @ t_out, t_in @ a @ t_out
 
 
-def _sample_seed(seed: int, index: int) -> int:
-    """splitmix64 of (seed, sample index): independent streams per sample."""
-    z = (seed + 0x9E3779B97F4A7C15 * (index + 1)) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
-
-
 # ---------------- modes ----------------
 _GRID_MODES = {"bilinear": "linear", "nearest": "nearest"}
 _GRID_PADDINGS = ("zeros", "border", "reflection")
@@ -557,15 +549,12 @@ class _RandomSpatial(_Spatial, _Randomizable):
         self._last: Optional[torch.Tensor] = None
 
     def draw_params(self, batch_size: int = 1, first_sample: int = 0, seed: Optional[int] = None) -> torch.Tensor:
-        """Per-sample uniforms in [0, 1), shape (batch_size, k), float64 on the CPU: sample i
-        draws from a generator seeded by (seed, first_sample + i), so its parameters do not
-        depend on the batch. `seed` defaults to the transform's next seed."""
+        """Per-sample uniforms in [0, 1), shape (batch_size, k), float64 on the CPU: Philox keyed
+        by `seed`, addressed by the global sample index first_sample + i (voxaug.ops.philox_uniform),
+        so a sample's parameters do not depend on the batch. `seed` defaults to the transform's
+        next seed."""
         seed = self._next_seed() if seed is None else int(seed) & _MASK64
-        rows = []
-        for i in range(int(batch_size)):
-            g = torch.Generator(device="cpu").manual_seed(_sample_seed(seed, int(first_sample) + i))
-            rows.append(torch.rand(self._n_uniforms, dtype=torch.float64, generator=g))
-        return torch.stack(rows) if rows else torch.zeros(0, self._n_uniforms, dtype=torch.float64)
+        return ops.philox_uniform(seed, int(first_sample), int(batch_size), self._n_uniforms)
 
     def _params_for(self, n: int, randomize: bool) -> torch.Tensor:
         if randomize or self._last is None:

@@ -50,8 +50,9 @@ VOXAUG_HD VOXAUG_FORCEINLINE U32x4 philox4x32_10(U32x4 c, uint32_t k0, uint32_t 
 
 // Counter layout used across voxaug: (block lo, block hi, sample, stream).
 // stream 0: per-element draws (block = element / 4); stream 1: per-sample parameters;
-// stream 2: per-(sample, channel) parameters (block = channel).
-enum class PhiloxStream : uint32_t { Element = 0, Sample = 1, Channel = 2 };
+// stream 2: per-(sample, channel) parameters (block = channel); stream 3: host-side parameter
+// draws of the spatial transforms (block = k / 2 for the k-th float64 uniform).
+enum class PhiloxStream : uint32_t { Element = 0, Sample = 1, Channel = 2, Params = 3 };
 
 VOXAUG_HD VOXAUG_FORCEINLINE U32x4 philox_block(uint64_t seed, uint64_t block, uint32_t sample,
                                                 PhiloxStream stream) {
@@ -71,6 +72,12 @@ VOXAUG_HD VOXAUG_FORCEINLINE float uniform01_open0(uint32_t r) {
 // Uniform in [lo, hi).
 VOXAUG_HD VOXAUG_FORCEINLINE float uniform_range(uint32_t r, float lo, float hi) {
   return fadd(lo, fmul(fsub(hi, lo), uniform01(r)));
+}
+
+// Uniform float64 in [0, 1) with 53 random bits, from two uint32 draws.
+VOXAUG_HD VOXAUG_FORCEINLINE double uniform01_f64(uint32_t hi, uint32_t lo) {
+  const uint64_t bits = (static_cast<uint64_t>(hi) << 21) ^ (static_cast<uint64_t>(lo) >> 11);
+  return static_cast<double>(bits & ((uint64_t(1) << 53) - 1)) * (1.0 / 9007199254740992.0);
 }
 
 // Box-Muller: two independent standard normals from two uint32 draws.
