@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "voxaug/detail/bspline.h"
@@ -106,7 +107,7 @@ VOXAUG_FORCEINLINE void linear_row(const ResampleParams& p, const KTarget& t, co
     const int32_t stride = static_cast<int32_t>(t.in_stride[a + 2]);
     for (int j = 0; j < cnt; ++j) {
       const Acc xj = x[j] != x[j] ? Acc(-2) : x[j];  // NaN: outside, as on the device
-      const Acc f = floor(xj);
+      const Acc f = std::floor(xj);  // the float overload on the host: vectorises
       const int32_t i = static_cast<int32_t>(f);
       const Acc w1 = fsub(x[j], f);
       wt[a][0][j] = fsub(Acc(1), w1);
