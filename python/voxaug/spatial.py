@@ -554,7 +554,17 @@ class _RandomSpatial(_Spatial, _Randomizable):
         so a sample's parameters do not depend on the batch. `seed` defaults to the transform's
         next seed."""
         seed = self._next_seed() if seed is None else int(seed) & _MASK64
+        if getattr(self, "_share_batch", False):  # one draw for the whole batch
+            row = ops.philox_uniform(seed, int(first_sample), 1, self._n_uniforms)
+            return row.expand(int(batch_size), self._n_uniforms).clone()
         return ops.philox_uniform(seed, int(first_sample), int(batch_size), self._n_uniforms)
+
+    def share_batch_params(self, share: bool = True):
+        """share=True: every sample of a batch gets the same draw (sample `first_sample`'s), as
+        when one MONAI transform is applied to a stacked batch; default False: independent
+        draws per sample."""
+        self._share_batch = bool(share)
+        return self
 
     def _params_for(self, n: int, randomize: bool) -> torch.Tensor:
         if randomize or self._last is None:

@@ -36,3 +36,12 @@ def test_spatial_draws_are_philox_rows():
     t = vt.RandAffine(prob=1.0, rotate_range=(0.3, 0.3, 0.3), seed=3)
     p = t.draw_params(4, first_sample=2, seed=99)
     assert torch.equal(p, ops.philox_uniform(99, 2, 4, p.shape[1]))
+
+
+def test_spatial_batch_can_share_one_draw():
+    x = torch.randn(1, 1, 12, 13, 14, generator=torch.Generator().manual_seed(1)).expand(3, 1, 12, 13, 14)
+    kw = dict(prob=1.0, rotate_range=(0.4, 0.4, 0.4), scale_range=(0.2, 0.2, 0.2), seed=5)
+    shared = vt.RandAffine(**kw).share_batch_params()(x)
+    assert torch.equal(shared[0], shared[1]) and torch.equal(shared[0], shared[2])
+    independent = vt.RandAffine(**kw)(x)
+    assert not torch.equal(independent[0], independent[1])
