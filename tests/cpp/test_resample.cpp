@@ -406,6 +406,46 @@ TEST(ResampleCuda, CubicTwinBitIdentical) {
 
 #include "voxaug/detail/resample.h"
 
+namespace {
+// The per-voxel body the CUDA kernel runs (ResampleForward::voxel), evaluated on the host for
+// one float32 target: the reference of the host's row paths. `all_exact` reports whether every
+// sample took the exact (signed-permutation) path.
+std::vector<float> device_body_float32(std::vector<float>& img, const Vol& iv, const Vol& ov,
+                                       const std::vector<double>& m, Interp mode, Padding pad,
+                                       double pad_value, bool ac, bool* all_exact) {
+  std::vector<float> voxel(ov.numel());
+  detail::ResampleParams p{};
+  p.num_targets = 1;
+  p.align_corners = ac;
+  p.matrices = m.data();
+  p.out_size[0] = ov.d, p.out_size[1] = ov.h, p.out_size[2] = ov.w;
+  detail::KTarget& k = p.t[0];
+  k.in = img.data();
+  k.out = voxel.data();
+  k.in_dtype = k.out_dtype = DType::Float32;
+  k.mode = static_cast<int32_t>(mode);
+  k.padding = static_cast<int32_t>(pad);
+  k.pad_value = pad_value;
+  k.channels = iv.c;
+  k.elem_size = 4;
+  const VolumeView vi = view(img.data(), DType::Float32, iv),
+                   vo = view(voxel.data(), DType::Float32, ov);
+  for (int a = 0; a < 3; ++a) k.in_size[a] = vi.shape[a + 2];
+  for (int a = 0; a < 5; ++a) k.in_stride[a] = vi.strides[a], k.out_stride[a] = vo.strides[a];
+  const detail::ResampleForward<float> f{p};
+  *all_exact = true;
+  for (int64_t n = 0; n < ov.n; ++n) {
+    detail::ResampleForward<float>::State st;
+    f.begin_sample(n, st);
+    *all_exact = *all_exact && st.exact;
+    for (int64_t d = 0; d < ov.d; ++d)
+      for (int64_t h = 0; h < ov.h; ++h)
+        for (int64_t w = 0; w < ov.w; ++w) f.voxel(st, n, d, h, w);
+  }
+  return voxel;
+}
+}  // namespace
+
 // The host's row path (kernels/resample/resample_cpu.h) must equal the per-voxel body the
 // CUDA kernel runs (ResampleForward::voxel), bit for bit.
 TEST(ResampleCpu, RowPathEqualsPerVoxelDeviceBody) {
@@ -417,7 +457,7 @@ TEST(ResampleCpu, RowPathEqualsPerVoxelDeviceBody) {
   const auto m = random_matrices(iv.n, iv, ov, 52);
   for (Padding pad : {Padding::Zeros, Padding::Border, Padding::Reflection, Padding::Constant}) {
     for (bool ac : {false, true}) {
-      std::vector<float> row(ov.numel()), voxel(ov.numel());
+      std::vector<float> row(ov.numel());
       ResampleTarget t{view(img.data(), DType::Float32, iv),
                        view(row.data(), DType::Float32, ov),
                        Interp::Linear,
@@ -425,32 +465,9 @@ TEST(ResampleCpu, RowPathEqualsPerVoxelDeviceBody) {
                        0.75,
                        {}};
       resample(&t, 1, m.data(), ac);
-      detail::ResampleParams p{};
-      p.num_targets = 1;
-      p.align_corners = ac;
-      p.matrices = m.data();
-      p.out_size[0] = ov.d, p.out_size[1] = ov.h, p.out_size[2] = ov.w;
-      detail::KTarget& k = p.t[0];
-      k.in = img.data();
-      k.out = voxel.data();
-      k.in_dtype = k.out_dtype = DType::Float32;
-      k.mode = static_cast<int32_t>(Interp::Linear);
-      k.padding = static_cast<int32_t>(pad);
-      k.pad_value = 0.75;
-      k.channels = iv.c;
-      k.elem_size = 4;
-      const VolumeView vi = view(img.data(), DType::Float32, iv),
-                       vo = view(voxel.data(), DType::Float32, ov);
-      for (int a = 0; a < 3; ++a) k.in_size[a] = vi.shape[a + 2];
-      for (int a = 0; a < 5; ++a) k.in_stride[a] = vi.strides[a], k.out_stride[a] = vo.strides[a];
-      const detail::ResampleForward<float> f{p};
-      for (int64_t n = 0; n < ov.n; ++n) {
-        detail::ResampleForward<float>::State st;
-        f.begin_sample(n, st);
-        for (int64_t d = 0; d < ov.d; ++d)
-          for (int64_t h = 0; h < ov.h; ++h)
-            for (int64_t w = 0; w < ov.w; ++w) f.voxel(st, n, d, h, w);
-      }
+      bool exact = false;
+      const std::vector<float> voxel =
+          device_body_float32(img, iv, ov, m, Interp::Linear, pad, 0.75, ac, &exact);
       EXPECT_EQ(0, std::memcmp(row.data(), voxel.data(), row.size() * 4))
           << "padding " << static_cast<int>(pad) << " align_corners " << ac;
     }
@@ -469,7 +486,7 @@ TEST(ResampleCpu, ExactRowPathEqualsPerVoxelDeviceBody) {
   for (Padding pad : {Padding::Zeros, Padding::Border, Padding::Reflection, Padding::Constant}) {
     for (bool ac : {false, true}) {
       for (Interp mode : {Interp::Linear, Interp::Nearest}) {
-        std::vector<float> row(ov.numel()), voxel(ov.numel());
+        std::vector<float> row(ov.numel());
         ResampleTarget t{view(img.data(), DType::Float32, iv),
                          view(row.data(), DType::Float32, ov),
                          mode,
@@ -477,33 +494,10 @@ TEST(ResampleCpu, ExactRowPathEqualsPerVoxelDeviceBody) {
                          0.5,
                          {}};
         resample(&t, 1, m.data(), ac);
-        detail::ResampleParams p{};
-        p.num_targets = 1;
-        p.align_corners = ac;
-        p.matrices = m.data();
-        p.out_size[0] = ov.d, p.out_size[1] = ov.h, p.out_size[2] = ov.w;
-        detail::KTarget& k = p.t[0];
-        k.in = img.data();
-        k.out = voxel.data();
-        k.in_dtype = k.out_dtype = DType::Float32;
-        k.mode = static_cast<int32_t>(mode);
-        k.padding = static_cast<int32_t>(pad);
-        k.pad_value = 0.5;
-        k.channels = iv.c;
-        k.elem_size = 4;
-        const VolumeView vi = view(img.data(), DType::Float32, iv),
-                         vo = view(voxel.data(), DType::Float32, ov);
-        for (int a = 0; a < 3; ++a) k.in_size[a] = vi.shape[a + 2];
-        for (int a = 0; a < 5; ++a) k.in_stride[a] = vi.strides[a], k.out_stride[a] = vo.strides[a];
-        const detail::ResampleForward<float> f{p};
-        for (int64_t n = 0; n < ov.n; ++n) {
-          detail::ResampleForward<float>::State st;
-          f.begin_sample(n, st);
-          ASSERT_TRUE(st.exact);
-          for (int64_t d = 0; d < ov.d; ++d)
-            for (int64_t h = 0; h < ov.h; ++h)
-              for (int64_t w = 0; w < ov.w; ++w) f.voxel(st, n, d, h, w);
-        }
+        bool exact = false;
+        const std::vector<float> voxel =
+            device_body_float32(img, iv, ov, m, mode, pad, 0.5, ac, &exact);
+        ASSERT_TRUE(exact);
         EXPECT_EQ(0, std::memcmp(row.data(), voxel.data(), row.size() * 4))
             << "padding " << static_cast<int>(pad) << " align_corners " << ac << " mode "
             << static_cast<int>(mode);
