@@ -10,6 +10,7 @@
 #include "../common/launch_cpu.h"
 #include "resample_cpu.h"
 #include "resample_dispatch.h"
+#include "../deform/deform_kernels.h"
 #include "voxaug/error.h"
 
 namespace voxaug {
@@ -205,14 +206,18 @@ void backward_matrix_cpu(const detail::ResampleParams& p, int64_t batch, double*
 
 }  // namespace
 
-void resample(const ResampleTarget* targets, int num_targets, const double* matrices,
-              bool align_corners, cudaStream_t stream) {
-  const Packed pk = pack_targets(targets, num_targets, matrices, align_corners);
+namespace {
+void run_forward(const ResampleTarget* targets, int num_targets, const double* matrices,
+                 const DeformField* field, bool align_corners, cudaStream_t stream) {
+  Packed pk = pack_targets(targets, num_targets, matrices, align_corners);
   for (int k = 0; k < num_targets; ++k)
     VOXAUG_EXPECTS(targets[k].mode == Interp::Linear || targets[k].in.dtype == targets[k].out.dtype,
                    "target " + std::to_string(k) +
                        ": nearest copies elements, so output dtype must equal input dtype, got " +
                        dtype_name(targets[k].in.dtype) + " -> " + dtype_name(targets[k].out.dtype));
+  if (field != nullptr)
+    pk.p.field = detail::pack_field(*field, targets[0].out.shape[0], pk.p.out_size, pk.device,
+                                    pk.device_index);
   if (pk.work == 0 || pk.batch == 0) return;
   if (pk.device == Device::CPU) {
     detail::resample_run<detail::CpuLauncher>(pk.p, pk.batch, pk.use_double, stream);
@@ -223,6 +228,17 @@ void resample(const ResampleTarget* targets, int num_targets, const double* matr
 #else
   no_cuda();
 #endif
+}
+}  // namespace
+
+void resample(const ResampleTarget* targets, int num_targets, const double* matrices,
+              bool align_corners, cudaStream_t stream) {
+  run_forward(targets, num_targets, matrices, nullptr, align_corners, stream);
+}
+
+void resample_deformed(const ResampleTarget* targets, int num_targets, const double* matrices,
+                       const DeformField& field, bool align_corners, cudaStream_t stream) {
+  run_forward(targets, num_targets, matrices, &field, align_corners, stream);
 }
 
 void resample_backward_input(const ResampleTarget& target, const double* matrices,

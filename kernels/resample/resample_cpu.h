@@ -8,10 +8,12 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
 #include "voxaug/detail/bspline.h"
+#include "voxaug/detail/deform.h"
 #include "voxaug/detail/resample.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -80,9 +82,96 @@ __attribute__((target("avx512f"))) inline void corners_f32_avx512(const RowTable
 
 // Linear gather of target t for output voxels (n, od, oh, ow0 .. ow0 + cnt): the row path.
 // Offsets are 32-bit (the dispatcher checks that the volume fits).
+// Source coordinates of a row, per axis (raw: before bounding and padding).
+template <class Acc>
+struct RowCoords {
+  alignas(64) Acc x[3][kResampleRow];
+};
+
+// Plain map: the sequence of source_coordinate, ((m0 d + m1 h) + m2 w) + m3, per voxel.
+template <class Acc>
+VOXAUG_FORCEINLINE void row_coords(const Acc m[12], int64_t od, int64_t oh, int64_t ow0, int cnt,
+                                   RowCoords<Acc>& rc) {
+  for (int a = 0; a < 3; ++a) {
+    const Acc* row = m + 4 * a;
+    const Acc base = fadd(fmul(row[0], static_cast<Acc>(od)), fmul(row[1], static_cast<Acc>(oh)));
+    for (int j = 0; j < cnt; ++j)
+      rc.x[a][j] = fadd(fadd(base, fmul(row[2], static_cast<Acc>(ow0 + j))), row[3]);
+  }
+}
+
+// Displaced map: M (o + u(o)) per voxel, u from the field. A B-spline field contracts its
+// d and h taps once per row (bspline_line for each w control index the row touches), then
+// each voxel sums its 4 w taps: the same operations per voxel as field_displacement.
+template <class Acc>
+VOXAUG_FORCEINLINE void row_displacement(const KField& f, int64_t n, int64_t od, int64_t oh,
+                                         int64_t ow0, int cnt, Acc (&u)[3][kResampleRow]) {
+  bool done = false;
+  if (static_cast<FieldKind>(f.kind) == FieldKind::BSpline) {
+    Acc wd[4], wh[4];
+    int64_t fd, fh;
+    if (!bspline_axis(f, 0, od, &fd, wd) || !bspline_axis(f, 1, oh, &fh, wh)) {
+      for (int c = 0; c < 3; ++c)
+        for (int j = 0; j < cnt; ++j) u[c][j] = Acc(0);
+      done = true;
+    } else {
+      int64_t first[kResampleRow];
+      Acc ww[kResampleRow][4];
+      bool inside[kResampleRow];
+      int64_t lo = INT64_MAX, hi = INT64_MIN;
+      for (int j = 0; j < cnt; ++j) {
+        inside[j] = bspline_axis(f, 2, ow0 + j, &first[j], ww[j]);
+        if (inside[j]) {
+          lo = std::min(lo, first[j]);
+          hi = std::max(hi, first[j] + 3);
+        }
+      }
+      constexpr int64_t kMaxLine = kResampleRow + 4;
+      if (lo > hi || hi - lo + 1 <= kMaxLine) {
+        Acc line[3][kMaxLine];
+        for (int c = 0; c < 3; ++c)
+          for (int64_t k = lo; k <= hi; ++k)
+            line[c][k - lo] = bspline_line(f, n, c, fd, fh, k, wd, wh);
+        for (int j = 0; j < cnt; ++j)
+          for (int c = 0; c < 3; ++c) {
+            Acc v = Acc(0);
+            if (inside[j])
+              for (int k = 0; k < 4; ++k) v = fadd(v, fmul(ww[j][k], line[c][first[j] + k - lo]));
+            u[c][j] = v;
+          }
+        done = true;
+      }
+    }
+  }
+  if (!done) {
+    for (int j = 0; j < cnt; ++j) {
+      Acc uj[3];
+      field_displacement(f, n, od, oh, ow0 + j, uj);
+      for (int c = 0; c < 3; ++c) u[c][j] = uj[c];
+    }
+  }
+}
+
+template <class Acc>
+VOXAUG_FORCEINLINE void row_coords_deformed(const KField& f, const Acc m[12], int64_t n,
+                                            int64_t od, int64_t oh, int64_t ow0, int cnt,
+                                            RowCoords<Acc>& rc) {
+  alignas(64) Acc u[3][kResampleRow];
+  row_displacement(f, n, od, oh, ow0, cnt, u);
+  const Acc o0 = static_cast<Acc>(od), o1 = static_cast<Acc>(oh);
+  for (int j = 0; j < cnt; ++j) {
+    const Acc q[3] = {fadd(o0, u[0][j]), fadd(o1, u[1][j]),
+                      fadd(static_cast<Acc>(ow0 + j), u[2][j])};
+    Acc src[3];
+    displaced_source(m, q, src);
+    for (int a = 0; a < 3; ++a) rc.x[a][j] = src[a];
+  }
+}
+
 template <class Acc, class T>
-VOXAUG_FORCEINLINE void linear_row(const ResampleParams& p, const KTarget& t, const Acc m[12],
-                                   int64_t n, int64_t od, int64_t oh, int64_t ow0, int cnt) {
+VOXAUG_FORCEINLINE void linear_row(const ResampleParams& p, const KTarget& t,
+                                   const RowCoords<Acc>& rc, int64_t n, int64_t od, int64_t oh,
+                                   int64_t ow0, int cnt) {
   alignas(64) Acc x[kResampleRow];
   RowTables<Acc> tb;
   auto& off = tb.off;
@@ -90,12 +179,9 @@ VOXAUG_FORCEINLINE void linear_row(const ResampleParams& p, const KTarget& t, co
   auto& ok = tb.ok;
   const Padding pad = static_cast<Padding>(t.padding);
   for (int a = 0; a < 3; ++a) {
-    const Acc* row = m + 4 * a;
-    const Acc base = fadd(fmul(row[0], static_cast<Acc>(od)), fmul(row[1], static_cast<Acc>(oh)));
     const Acc bound = static_cast<Acc>(kCoordinateBound);
     for (int j = 0; j < cnt; ++j) {
-      // Same sequence as source_coordinate: ((m0 d + m1 h) + m2 w) + m3.
-      const Acc src = fadd(fadd(base, fmul(row[2], static_cast<Acc>(ow0 + j))), row[3]);
+      const Acc src = rc.x[a][j];
       x[j] = src < -bound ? -bound : (src > bound ? bound : src);
     }
     if (pad != Padding::Zeros && pad != Padding::Constant) {
@@ -161,8 +247,8 @@ VOXAUG_FORCEINLINE void linear_row(const ResampleParams& p, const KTarget& t, co
 
 template <class Acc>
 VOXAUG_FORCEINLINE bool linear_row_dispatch(const ResampleParams& p, const KTarget& t,
-                                            const Acc m[12], int64_t n, int64_t od, int64_t oh,
-                                            int64_t ow0, int cnt) {
+                                            const RowCoords<Acc>& rc, int64_t n, int64_t od,
+                                            int64_t oh, int64_t ow0, int cnt) {
   if (static_cast<Interp>(t.mode) != Interp::Linear || t.in_dtype != t.out_dtype) return false;
   // 32-bit offsets within one (n, c) volume.
   int64_t span = 1;
@@ -173,11 +259,11 @@ VOXAUG_FORCEINLINE bool linear_row_dispatch(const ResampleParams& p, const KTarg
   switch (t.in_dtype) {
     case DType::Float32:
       if (!std::is_same_v<Acc, float>) return false;
-      linear_row<Acc, float>(p, t, m, n, od, oh, ow0, cnt);
+      linear_row<Acc, float>(p, t, rc, n, od, oh, ow0, cnt);
       return true;
     case DType::Float64:
       if (!std::is_same_v<Acc, double>) return false;
-      linear_row<Acc, double>(p, t, m, n, od, oh, ow0, cnt);
+      linear_row<Acc, double>(p, t, rc, n, od, oh, ow0, cnt);
       return true;
     default: return false;
   }
@@ -294,17 +380,25 @@ VOXAUG_FORCEINLINE void resample_items(const ResampleForward<Acc>& f,
                                        typename ResampleForward<Acc>::State& st, int64_t n,
                                        int64_t begin, int64_t end) {
   const int64_t W = f.p.out_size[2], H = f.p.out_size[1];
+  RowCoords<Acc> rc;
   int64_t i = begin;
   while (i < end) {
     const int64_t ow = i % W, oh = (i / W) % H, od = i / (W * H);
     const int cnt = static_cast<int>(std::min({W - ow, end - i, kResampleRow}));
+    bool have_coords = false;
     for (int k = 0; k < f.p.num_targets; ++k) {
       const KTarget& t = f.p.t[k];
       if (st.exact && exact_row(f.p, t, f.p.matrices + 12 * n, n, od, oh, ow, cnt)) continue;
-      if (st.exact || !linear_row_dispatch(f.p, t, st.m, n, od, oh, ow, cnt)) {
+      if (!have_coords) {  // once per row, shared by the targets
+        if (static_cast<FieldKind>(f.p.field.kind) == FieldKind::None)
+          row_coords(st.m, od, oh, ow, cnt, rc);
+        else
+          row_coords_deformed(f.p.field, st.m, n, od, oh, ow, cnt, rc);
+        have_coords = true;
+      }
+      if (st.exact || !linear_row_dispatch(f.p, t, rc, n, od, oh, ow, cnt)) {
         for (int j = 0; j < cnt; ++j) {  // per-voxel path: nearest, cubic, exact copies, casts
-          Acc src[3];
-          source_coordinate(st.m, od, oh, ow + j, src);
+          const Acc src[3] = {rc.x[0][j], rc.x[1][j], rc.x[2][j]};
           f.gather(t, n, od, oh, ow + j, src, st.exact);
         }
       }

@@ -9,6 +9,7 @@
 #include "voxaug/config.h"
 #include "voxaug/detail/bspline.h"
 #include "voxaug/detail/convert.h"
+#include "voxaug/detail/deform.h"
 #include "voxaug/detail/fmath.h"
 #include "voxaug/resample.h"
 
@@ -154,6 +155,7 @@ struct ResampleParams {
   int64_t out_size[3];
   const double* matrices;  // N x 12
   KTarget t[kMaxResampleTargets];
+  KField field;  // kind None: plain resampling
 };
 
 // Source coordinate of output voxel (od, oh, ow): m is the sample's row-major 3x4 matrix.
@@ -273,7 +275,7 @@ struct ResampleForward {
   VOXAUG_HD VOXAUG_FORCEINLINE void begin_sample(int64_t n, State& st) const {
     const double* m = p.matrices + 12 * n;
     for (int k = 0; k < 12; ++k) st.m[k] = static_cast<Acc>(m[k]);
-    st.exact = is_signed_permutation(m);
+    st.exact = static_cast<FieldKind>(p.field.kind) == FieldKind::None && is_signed_permutation(m);
   }
 
   VOXAUG_HD VOXAUG_FORCEINLINE void operator()(State& st, int64_t n, int64_t item) const {
@@ -298,8 +300,22 @@ struct ResampleForward {
   VOXAUG_HD VOXAUG_FORCEINLINE void voxel(const State& st, int64_t n, int64_t od, int64_t oh,
                                           int64_t ow) const {
     Acc src[3];
-    source_coordinate(st.m, od, oh, ow, src);
+    source(st, n, od, oh, ow, src);
     for (int k = 0; k < p.num_targets; ++k) gather(p.t[k], n, od, oh, ow, src, st.exact);
+  }
+
+  // The input coordinate of output voxel (od, oh, ow): M o, or M (o + u(o)) with a field.
+  VOXAUG_HD VOXAUG_FORCEINLINE void source(const State& st, int64_t n, int64_t od, int64_t oh,
+                                           int64_t ow, Acc src[3]) const {
+    if (static_cast<FieldKind>(p.field.kind) == FieldKind::None) {
+      source_coordinate(st.m, od, oh, ow, src);
+      return;
+    }
+    Acc u[3];
+    field_displacement(p.field, n, od, oh, ow, u);
+    const Acc q[3] = {fadd(static_cast<Acc>(od), u[0]), fadd(static_cast<Acc>(oh), u[1]),
+                      fadd(static_cast<Acc>(ow), u[2])};
+    displaced_source(st.m, q, src);
   }
 
   VOXAUG_HD VOXAUG_FORCEINLINE void gather(const KTarget& t, int64_t n, int64_t od, int64_t oh,
