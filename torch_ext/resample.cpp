@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "resample_common.h"
 #include "tensor_view.h"
 #include "voxaug/error.h"
 #include "voxaug/resample.h"
@@ -68,10 +69,19 @@ Checked check_and_allocate(at::TensorList inputs, const at::Tensor& matrices,
   return c;
 }
 
-std::vector<at::Tensor> resample_impl(at::TensorList inputs, const at::Tensor& matrices,
+}  // namespace
+
+std::vector<at::Tensor> resample_meta(at::TensorList inputs, const at::Tensor& matrices,
                                       at::IntArrayRef out_size, at::IntArrayRef modes,
                                       at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
-                                      bool align_corners) {
+                                      bool) {
+  return check_and_allocate(inputs, matrices, out_size, modes, paddings, pad_values, true).outputs;
+}
+
+std::vector<at::Tensor> resample_forward(at::TensorList inputs, const at::Tensor& matrices,
+                                         at::IntArrayRef out_size, at::IntArrayRef modes,
+                                         at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
+                                         bool align_corners, const DeformField* field) {
   Checked c = check_and_allocate(inputs, matrices, out_size, modes, paddings, pad_values, false);
   std::vector<ResampleTarget> targets(inputs.size());
   std::vector<at::Tensor> coeffs;  // cubic: B-spline coefficients, kept alive for the launch
@@ -98,17 +108,25 @@ std::vector<at::Tensor> resample_impl(at::TensorList inputs, const at::Tensor& m
     targets[i].pad_value = pad_values[i];
   }
   call_core([&] {
-    resample(targets.data(), static_cast<int>(targets.size()), c.matrices.data_ptr<double>(),
-             align_corners, current_stream(inputs[0]));
+    if (field == nullptr)
+      resample(targets.data(), static_cast<int>(targets.size()), c.matrices.data_ptr<double>(),
+               align_corners, current_stream(inputs[0]));
+    else
+      resample_deformed(targets.data(), static_cast<int>(targets.size()),
+                        c.matrices.data_ptr<double>(), *field, align_corners,
+                        current_stream(inputs[0]));
   });
   return c.outputs;
 }
 
-std::vector<at::Tensor> resample_meta(at::TensorList inputs, const at::Tensor& matrices,
+namespace {
+
+std::vector<at::Tensor> resample_impl(at::TensorList inputs, const at::Tensor& matrices,
                                       at::IntArrayRef out_size, at::IntArrayRef modes,
                                       at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
-                                      bool) {
-  return check_and_allocate(inputs, matrices, out_size, modes, paddings, pad_values, true).outputs;
+                                      bool align_corners) {
+  return resample_forward(inputs, matrices, out_size, modes, paddings, pad_values, align_corners,
+                          nullptr);
 }
 
 at::Tensor backward_input_impl(const at::Tensor& grad_output, const at::Tensor& input,

@@ -43,13 +43,15 @@ struct DeformField {
   VolumeView field;
   double scale[3] = {1.0, 1.0, 1.0};   // BSpline: output index -> control index
   double offset[3] = {0.0, 0.0, 0.0};  // BSpline
+  // BSpline, optional: per-sample maps instead of scale / offset, N x 6 float64 (scale d, h,
+  // w, offset d, h, w) on the data's device (e.g. a control spacing per sample).
+  const double* sample_map = nullptr;
 };
 
 // resample() through a deformation: one launch for all targets, image and label together.
 // Asynchronous on CUDA (no host sync); the field lives on the targets' device.
 void resample_deformed(const ResampleTarget* targets, int num_targets, const double* matrices,
-                       const DeformField& field, bool align_corners,
-                       cudaStream_t stream = nullptr);
+                       const DeformField& field, bool align_corners, cudaStream_t stream = nullptr);
 
 // Writes u(x) for every output voxel into `out` ((N, 3, D', H', W'), float32 or float64,
 // any strides): the dense displacement, for users who inspect or invert it.

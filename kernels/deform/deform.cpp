@@ -18,12 +18,11 @@ namespace detail {
 #if VOXAUG_WITH_CUDA
 void deform_field_dense_cuda(const KField& f, const VolumeView& out, bool use_double,
                              cudaStream_t stream);
-void uniform_fill_cuda(const UniformFillForward& f, int64_t batch, int device,
-                       cudaStream_t stream);
+void uniform_fill_cuda(const UniformFillForward& f, int64_t batch, int device, cudaStream_t stream);
 #endif
 
-KField pack_field(const DeformField& field, int64_t batch, const int64_t out_size[3],
-                  Device device, int device_index) {
+KField pack_field(const DeformField& field, int64_t batch, const int64_t out_size[3], Device device,
+                  int device_index) {
   KField k{};
   k.kind = static_cast<int32_t>(field.kind);
   if (field.kind == FieldKind::None) return k;
@@ -43,9 +42,9 @@ KField pack_field(const DeformField& field, int64_t batch, const int64_t out_siz
   switch (field.kind) {
     case FieldKind::BSpline:
       for (int a = 0; a < 3; ++a) {
-        VOXAUG_EXPECTS(v.shape[a + 2] >= 4,
-                       "a B-spline field needs at least 4 control points per axis, got " +
-                           v.describe());
+        VOXAUG_EXPECTS(
+            v.shape[a + 2] >= 4,
+            "a B-spline field needs at least 4 control points per axis, got " + v.describe());
         VOXAUG_EXPECTS(std::isfinite(field.scale[a]) && std::isfinite(field.offset[a]),
                        "field scale and offset must be finite");
       }
@@ -54,8 +53,8 @@ KField pack_field(const DeformField& field, int64_t batch, const int64_t out_siz
       for (int a = 0; a < 3; ++a)
         VOXAUG_EXPECTS(v.shape[a + 2] == out_size[a],
                        "a dense field must have the output's spatial size (" +
-                           std::to_string(out_size[0]) + ", " + std::to_string(out_size[1]) +
-                           ", " + std::to_string(out_size[2]) + "), got " + v.describe());
+                           std::to_string(out_size[0]) + ", " + std::to_string(out_size[1]) + ", " +
+                           std::to_string(out_size[2]) + "), got " + v.describe());
       break;
     default:  // Separable
       VOXAUG_EXPECTS(v.shape[3] == 1 && v.shape[4] == 1 &&
@@ -68,6 +67,16 @@ KField pack_field(const DeformField& field, int64_t batch, const int64_t out_siz
 #if VOXAUG_WITH_CUDA
   if (device == Device::CUDA && v.numel() > 0) check_device_pointer(v.data, device_index, "field");
 #endif
+  if (field.sample_map != nullptr && field.kind == FieldKind::BSpline && batch > 0) {
+    if (device == Device::CPU) {
+      for (int64_t i = 0; i < 6 * batch; ++i)
+        VOXAUG_EXPECTS(std::isfinite(field.sample_map[i]), "field sample_map must be finite");
+    }
+#if VOXAUG_WITH_CUDA
+    if (device == Device::CUDA) check_device_pointer(field.sample_map, device_index, "sample_map");
+#endif
+    k.sample_map = field.sample_map;
+  }
   k.dtype = v.dtype;
   k.data = v.data;
   for (int a = 0; a < 3; ++a) {
@@ -81,8 +90,8 @@ KField pack_field(const DeformField& field, int64_t batch, const int64_t out_siz
 
 // Host rows of the dense output: the row path of the gather (same operations per voxel).
 template <class Acc>
-void cpu_items(const FieldDenseForward<Acc>& f, typename FieldDenseForward<Acc>::State&,
-               int64_t n, int64_t begin, int64_t end) {
+void cpu_items(const FieldDenseForward<Acc>& f, typename FieldDenseForward<Acc>::State&, int64_t n,
+               int64_t begin, int64_t end) {
   const int64_t W = f.out_size[2], H = f.out_size[1];
   alignas(64) Acc u[3][kResampleRow];
   for (int64_t i = begin; i < end;) {
@@ -136,8 +145,8 @@ void uniform_fill(const VolumeView& out, double low, double high, uint64_t seed,
   VOXAUG_EXPECTS(is_floating(out.dtype),
                  std::string("out must be floating, got ") + dtype_name(out.dtype));
   VOXAUG_EXPECTS(std::isfinite(low) && std::isfinite(high) && low <= high,
-                 "low and high must be finite with low <= high, got " + std::to_string(low) +
-                     ", " + std::to_string(high));
+                 "low and high must be finite with low <= high, got " + std::to_string(low) + ", " +
+                     std::to_string(high));
   VOXAUG_EXPECTS(first_sample >= 0 && first_sample + out.shape[0] <= (int64_t(1) << 32),
                  "first_sample + batch must be in [0, 2^32]");
   for (int a = 0; a < 5; ++a) VOXAUG_EXPECTS(out.shape[a] >= 0, "out sizes must be >= 0");

@@ -14,8 +14,8 @@ namespace voxaug::detail {
 
 // Validates `field` for a launch of `batch` samples with output size out_size on `device`,
 // and packs it. Kind None packs an empty field.
-KField pack_field(const DeformField& field, int64_t batch, const int64_t out_size[3],
-                  Device device, int device_index);
+KField pack_field(const DeformField& field, int64_t batch, const int64_t out_size[3], Device device,
+                  int device_index);
 
 // One item = one output voxel: writes u(x) to out (N, 3, D', H', W').
 template <class Acc>

@@ -8,9 +8,9 @@
 
 #include "../common/device.h"
 #include "../common/launch_cpu.h"
+#include "../deform/deform_kernels.h"
 #include "resample_cpu.h"
 #include "resample_dispatch.h"
-#include "../deform/deform_kernels.h"
 #include "voxaug/error.h"
 
 namespace voxaug {

@@ -110,7 +110,7 @@ VOXAUG_FORCEINLINE void row_displacement(const KField& f, int64_t n, int64_t od,
   if (static_cast<FieldKind>(f.kind) == FieldKind::BSpline) {
     Acc wd[4], wh[4];
     int64_t fd, fh;
-    if (!bspline_axis(f, 0, od, &fd, wd) || !bspline_axis(f, 1, oh, &fh, wh)) {
+    if (!bspline_axis(f, n, 0, od, &fd, wd) || !bspline_axis(f, n, 1, oh, &fh, wh)) {
       for (int c = 0; c < 3; ++c)
         for (int j = 0; j < cnt; ++j) u[c][j] = Acc(0);
       done = true;
@@ -120,7 +120,7 @@ VOXAUG_FORCEINLINE void row_displacement(const KField& f, int64_t n, int64_t od,
       bool inside[kResampleRow];
       int64_t lo = INT64_MAX, hi = INT64_MIN;
       for (int j = 0; j < cnt; ++j) {
-        inside[j] = bspline_axis(f, 2, ow0 + j, &first[j], ww[j]);
+        inside[j] = bspline_axis(f, n, 2, ow0 + j, &first[j], ww[j]);
         if (inside[j]) {
           lo = std::min(lo, first[j]);
           hi = std::max(hi, first[j] + 3);
@@ -153,9 +153,8 @@ VOXAUG_FORCEINLINE void row_displacement(const KField& f, int64_t n, int64_t od,
 }
 
 template <class Acc>
-VOXAUG_FORCEINLINE void row_coords_deformed(const KField& f, const Acc m[12], int64_t n,
-                                            int64_t od, int64_t oh, int64_t ow0, int cnt,
-                                            RowCoords<Acc>& rc) {
+VOXAUG_FORCEINLINE void row_coords_deformed(const KField& f, const Acc m[12], int64_t n, int64_t od,
+                                            int64_t oh, int64_t ow0, int cnt, RowCoords<Acc>& rc) {
   alignas(64) Acc u[3][kResampleRow];
   row_displacement(f, n, od, oh, ow0, cnt, u);
   const Acc o0 = static_cast<Acc>(od), o1 = static_cast<Acc>(oh);
@@ -193,7 +192,7 @@ VOXAUG_FORCEINLINE void linear_row(const ResampleParams& p, const KTarget& t,
     const int32_t stride = static_cast<int32_t>(t.in_stride[a + 2]);
     for (int j = 0; j < cnt; ++j) {
       const Acc xj = x[j] != x[j] ? Acc(-2) : x[j];  // NaN: outside, as on the device
-      const Acc f = std::floor(xj);  // the float overload on the host: vectorises
+      const Acc f = std::floor(xj);                  // the float overload on the host: vectorises
       const int32_t i = static_cast<int32_t>(f);
       const Acc w1 = fsub(x[j], f);
       wt[a][0][j] = fsub(Acc(1), w1);

@@ -171,7 +171,8 @@ TEST(Deform, BSplineFieldMatchesNaiveFloat64) {
             naive_bspline(coeff, bc.K, bc.scale, bc.offset, n, o, u);
             for (int c = 0; c < 3; ++c) {
               const int64_t i = (((n * 3 + c) * fo.d + d) * fo.h + h) * fo.w + w;
-              ASSERT_NEAR(out64[i], u[c], 1e-12) << n << " " << c << " " << d << " " << h << " " << w;
+              ASSERT_NEAR(out64[i], u[c], 1e-12)
+                  << n << " " << c << " " << d << " " << h << " " << w;
               ASSERT_NEAR(out32[i], u[c], 2e-6 * 3);
               nonzero += u[c] != 0;
             }
@@ -285,8 +286,8 @@ TEST(Deform, SeparableFieldIsPerAxisTable) {
   const auto table = random_vec<float>(in.n * 3 * L, 4, -1.5, 1.5);
   DeformField s;
   s.kind = FieldKind::Separable;
-  s.field = contiguous_view(const_cast<float*>(table.data()), DType::Float32, Device::CPU, in.n,
-                            3, L, 1, 1);
+  s.field = contiguous_view(const_cast<float*>(table.data()), DType::Float32, Device::CPU, in.n, 3,
+                            L, 1, 1);
   // The same field written densely.
   const Vol fo{out.n, 3, out.d, out.h, out.w};
   std::vector<float> dense(fo.numel());
@@ -296,7 +297,8 @@ TEST(Deform, SeparableFieldIsPerAxisTable) {
         for (int64_t w = 0; w < out.w; ++w) {
           const int64_t o[3] = {d, h, w};
           for (int c = 0; c < 3; ++c)
-            dense[(((n * 3 + c) * out.d + d) * out.h + h) * out.w + w] = table[(n * 3 + c) * L + o[c]];
+            dense[(((n * 3 + c) * out.d + d) * out.h + h) * out.w + w] =
+                table[(n * 3 + c) * L + o[c]];
         }
   std::vector<float> got(fo.numel());
   deform_field_dense(s, view(got.data(), DType::Float32, fo));

@@ -23,6 +23,7 @@ struct KField {
   int64_t size[3];    // Kd, Kh, Kw (BSpline) / D', H', W' (Dense) / L, 1, 1 (Separable)
   int64_t stride[5];  // N, component, then the three grid axes (elements)
   double scale[3], offset[3];
+  const double* sample_map;  // optional N x 6 (scale d, h, w, offset d, h, w) per sample
 };
 
 template <class Acc>
@@ -34,10 +35,11 @@ VOXAUG_HD VOXAUG_FORCEINLINE Acc field_load(const KField& f, int64_t off) {
 // One axis of a B-spline field at output index o: the first control index of the 4 taps and
 // their weights; false where o lies outside the field's domain [1, K - 2].
 template <class Acc>
-VOXAUG_HD VOXAUG_FORCEINLINE bool bspline_axis(const KField& f, int a, int64_t o, int64_t* first,
-                                               Acc w[4]) {
-  const Acc g = fadd(fmul(static_cast<Acc>(f.scale[a]), static_cast<Acc>(o)),
-                     static_cast<Acc>(f.offset[a]));
+VOXAUG_HD VOXAUG_FORCEINLINE bool bspline_axis(const KField& f, int64_t n, int a, int64_t o,
+                                               int64_t* first, Acc w[4]) {
+  const double sc = f.sample_map ? f.sample_map[6 * n + a] : f.scale[a];
+  const double off = f.sample_map ? f.sample_map[6 * n + 3 + a] : f.offset[a];
+  const Acc g = fadd(fmul(static_cast<Acc>(sc), static_cast<Acc>(o)), static_cast<Acc>(off));
   const int64_t k = f.size[a];
   if (!(g >= Acc(1) && g <= static_cast<Acc>(k - 2))) return false;  // NaN: outside too
   int64_t i = static_cast<int64_t>(floor(g));
@@ -54,13 +56,14 @@ template <class Acc>
 VOXAUG_HD VOXAUG_FORCEINLINE Acc bspline_line(const KField& f, int64_t n, int c, int64_t fd,
                                               int64_t fh, int64_t kw, const Acc wd[4],
                                               const Acc wh[4]) {
-  const int64_t base = n * f.stride[0] + c * f.stride[1] + fd * f.stride[2] + fh * f.stride[3] +
-                       kw * f.stride[4];
+  const int64_t base =
+      n * f.stride[0] + c * f.stride[1] + fd * f.stride[2] + fh * f.stride[3] + kw * f.stride[4];
   Acc line = Acc(0);
   for (int a = 0; a < 4; ++a) {
     Acc plane = Acc(0);
     for (int b = 0; b < 4; ++b)
-      plane = fadd(plane, fmul(wh[b], field_load<Acc>(f, base + a * f.stride[2] + b * f.stride[3])));
+      plane =
+          fadd(plane, fmul(wh[b], field_load<Acc>(f, base + a * f.stride[2] + b * f.stride[3])));
     line = fadd(line, fmul(wd[a], plane));
   }
   return line;
@@ -75,8 +78,8 @@ VOXAUG_HD VOXAUG_FORCEINLINE void field_displacement(const KField& f, int64_t n,
     case FieldKind::BSpline: {
       Acc wd[4], wh[4], ww[4];
       int64_t fd, fh, fw;
-      if (!bspline_axis(f, 0, od, &fd, wd) || !bspline_axis(f, 1, oh, &fh, wh) ||
-          !bspline_axis(f, 2, ow, &fw, ww))
+      if (!bspline_axis(f, n, 0, od, &fd, wd) || !bspline_axis(f, n, 1, oh, &fh, wh) ||
+          !bspline_axis(f, n, 2, ow, &fw, ww))
         return;
       for (int c = 0; c < 3; ++c) {
         Acc v = Acc(0);

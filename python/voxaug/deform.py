@@ -1,0 +1,627 @@
+"""Elastic and grid deformations evaluated inside the resample gather.
+
+MONAI's Rand3DElastic draws a full-resolution noise field with numpy and smooths it; TorchIO
+goes through SimpleITK on the CPU. voxaug evaluates the displacement u(x) in the same kernel
+that interpolates the image (include/voxaug/deform.h): out(x) = in(M (x + u(x))), M the
+sample's affine index map, image and labels in one launch, parameters drawn per sample from
+Philox, no host round trip of any field.
+
+Transforms (MONAI / TorchIO names and arguments; (C, D, H, W) or batched (N, C, D, H, W)
+tensors, MONAI MetaTensors keep their metadata):
+
+- :class:`Rand3DElastic` / :class:`Rand3DElasticd` (MONAI): ``field="fast"`` (default) draws
+  the noise on a coarse control grid and evaluates it as a cubic B-spline in the kernel;
+  ``field="exact"`` builds MONAI's field (U(-1, 1) noise at every output voxel, smoothed by
+  MONAI's erf Gaussian truncated at 3 sigma, times the magnitude) on the device and gathers
+  through it. The fast field is a documented approximation of the exact one (see
+  :func:`fast_field_layout`): same displacement variance and the same correlation length
+  (control spacing sqrt(3) sigma); tests/python/test_deform.py measures both.
+- :class:`GridDistortion`, :class:`RandGridDistortion` (+ ``d`` forms): MONAI's per-axis
+  piecewise-linear maps as a separable field.
+- :class:`RandomElasticDeformation` (TorchIO): control points in mm over SimpleITK's
+  BSplineTransformInitializer domain, locked borders, folding warning.
+- :func:`jacobian_determinant`, :func:`folding_fraction`: folding checks of dense fields
+  (``deform_field_dense``).
+
+Differences from MONAI / TorchIO are listed in each class.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Hashable, Mapping, Optional, Sequence
+
+import numpy as np
+import torch
+
+from . import ops
+from .spatial import (_MASK64, _MAX_TARGETS, _centred_affine, _fall_back_size, _grid_index_map, _grid_opts,
+                      _rand_ranges, _stack)
+from .transforms import _as_batch, _check_prob, _is_meta_tensor, _Randomizable
+
+__all__ = ["Rand3DElastic", "Rand3DElasticd", "GridDistortion", "GridDistortiond", "RandGridDistortion",
+           "RandGridDistortiond", "RandomElasticDeformation", "gaussian_kernel_sum_sq", "fast_field_layout",
+           "jacobian_determinant", "folding_fraction"]
+
+# Mean over positions of sum_k B3(t - k)^2: the order-7 B-spline at 0 (151 / 315).
+_BSPLINE_SQ_MEAN = 151.0 / 315.0
+
+
+def gaussian_kernel_sum_sq(sigma: float, truncated: float = 3.0) -> float:
+    """sum_i g_i^2 of MONAI's 1-D erf Gaussian kernel (gaussian_1d(sigma, truncated, "erf"))."""
+    radius = int(max(sigma * truncated, 0.5) + 0.5)
+    t = 0.70710678 / sigma
+    g = [0.5 * (math.erf((x + 0.5) * t) - math.erf((x - 0.5) * t)) for x in range(-radius, radius + 1)]
+    return float(sum(v * v for v in g))
+
+
+def fast_field_layout(size: Sequence[int], sigma: float) -> tuple[tuple[int, int, int], list[float], list[float]]:
+    """Control grid of the fast Rand3DElastic field for an output of `size` voxels: spacing
+    h = sqrt(3) sigma voxels (the autocorrelation of a cubic B-spline field, the order-7
+    B-spline, has variance 2/3 h^2 = 2 sigma^2, that of Gaussian-smoothed white noise), grid
+    index g = x / h + 1. Returns (K per axis, scale, offset)."""
+    h = math.sqrt(3.0) * float(sigma)
+    ks = tuple(int(math.floor((s - 1) / h)) + 4 for s in size)
+    return ks, [1.0 / h] * 3, [1.0] * 3
+
+
+def _fast_amplitude(sigma: float) -> float:
+    """Half-width a of the U(-a, a) control coefficients whose field has, averaged over
+    positions, the variance of MONAI's field for magnitude 1: (1/3) s^3 with s = sum g^2;
+    a B-spline field of coefficient variance v has v (151/315)^3, so a = (s / (151/315))^(3/2)."""
+    return (gaussian_kernel_sum_sq(sigma) / _BSPLINE_SQ_MEAN) ** 1.5
+
+
+def jacobian_determinant(field: torch.Tensor) -> torch.Tensor:
+    """det(I + grad u) of dense displacements `field` (N, 3, D, H, W) in voxels, by central
+    differences (one-sided at the borders): (N, D, H, W). Values <= 0 mark folding."""
+    if field.dim() != 5 or field.shape[1] != 3:
+        raise ValueError(f"field must be (N, 3, D, H, W), got {tuple(field.shape)}")
+    f = field.double()
+    grads = []
+    for a in range(3):
+        if f.shape[2 + a] < 2:
+            grads.append(torch.zeros_like(f))
+        else:
+            grads.append(torch.gradient(f, dim=2 + a)[0])
+    j = [[grads[k][:, r] + (1.0 if r == k else 0.0) for k in range(3)] for r in range(3)]
+    return (j[0][0] * (j[1][1] * j[2][2] - j[1][2] * j[2][1]) - j[0][1] * (j[1][0] * j[2][2] - j[1][2] * j[2][0])
+            + j[0][2] * (j[1][0] * j[2][1] - j[1][1] * j[2][0]))
+
+
+def folding_fraction(field: torch.Tensor) -> torch.Tensor:
+    """Per sample, the fraction of voxels whose Jacobian determinant is <= 0: (N,) float64."""
+    det = jacobian_determinant(field)
+    return (det <= 0).flatten(1).double().mean(1)
+
+
+# ---------------- shared machinery ----------------
+@dataclass
+class _Plan:
+    mats: torch.Tensor  # (N, 3, 4) float64 CPU
+    out_size: tuple[int, int, int]
+    field: torch.Tensor  # on the data's device
+    kind: int
+    scale: Sequence[float] = (1.0, 1.0, 1.0)
+    offset: Sequence[float] = (0.0, 0.0, 0.0)
+    field_map: Optional[torch.Tensor] = None  # (N, 6) float64 CPU: per-sample control maps
+
+
+def _launch(xs: Sequence[torch.Tensor], plan: _Plan, modes: Sequence[str], paddings: Sequence[str],
+            pad_values: Optional[Sequence[float]] = None) -> list[torch.Tensor]:
+    """One gather per up to 4 inputs through the plan's field."""
+    inputs = [x if m == "nearest" or x.is_floating_point() else x.float() for x, m in zip(xs, modes)]
+    pad_values = [0.0] * len(inputs) if pad_values is None else list(pad_values)
+    mats = plan.mats.to(inputs[0].device, non_blocking=True)
+    field = plan.field.to(inputs[0].device, non_blocking=True)
+    fmap = None if plan.field_map is None else plan.field_map.to(inputs[0].device, non_blocking=True)
+    outs: list[torch.Tensor] = []
+    for s in range(0, len(inputs), _MAX_TARGETS):
+        sl = slice(s, s + _MAX_TARGETS)
+        outs += ops.resample_deformed(inputs[sl], mats, field, plan.kind, plan.out_size, modes[sl], paddings[sl],
+                                      pad_values[sl], False, plan.scale, plan.offset, fmap)
+    return outs
+
+
+class _RandomDeform(_Randomizable):
+    """Per-sample Philox draws (k uniforms + the sample's global index + the call's noise key),
+    replayable through ``params``."""
+
+    _n_uniforms = 1
+
+    def __init__(self, prob: float, seed: Optional[int]):
+        _Randomizable.__init__(self, seed)
+        self.prob = _check_prob(prob)
+        self._last: Optional[torch.Tensor] = None
+        self._share_batch = False
+
+    def share_batch_params(self, share: bool = True):
+        """share=True: every sample of a batch gets the same draw (and the same noise)."""
+        self._share_batch = bool(share)
+        return self
+
+    def draw_params(self, batch_size: int = 1, first_sample: int = 0, seed: Optional[int] = None) -> torch.Tensor:
+        """(batch_size, k + 2) float64 CPU tensor: k Philox uniforms per sample (keyed by `seed` and
+        the global sample index first_sample + i), then that index, then the call's noise key
+        (a 52-bit integer): the device noise of sample i is Philox (key, index), so a sample's
+        field does not depend on the batch it is in."""
+        seed = self._next_seed() if seed is None else int(seed) & _MASK64
+        n = int(batch_size)
+        if self._share_batch:
+            u = ops.philox_uniform(seed, int(first_sample), 1, self._n_uniforms).expand(n, -1)
+            ids = torch.full((n, 1), float(first_sample), dtype=torch.float64)
+        else:
+            u = ops.philox_uniform(seed, int(first_sample), n, self._n_uniforms)
+            ids = torch.arange(first_sample, first_sample + n, dtype=torch.float64).view(n, 1)
+        key = torch.full((n, 1), float((seed >> 12) ^ 0x9E3779B97F4A7), dtype=torch.float64)
+        return torch.cat([u, ids, key], 1).contiguous()
+
+    def _params_for(self, n: int, randomize: bool) -> torch.Tensor:
+        if randomize or self._last is None:
+            self._last = self.draw_params(n)
+        elif self._last.shape[0] != n:
+            raise ValueError(f"randomize=False reuses the last draw, made for a batch of {self._last.shape[0]}, "
+                             f"but img has a batch of {n}")
+        return self._last
+
+    def _check_params(self, params: torch.Tensor, n: int) -> torch.Tensor:
+        k = self._n_uniforms + 2
+        if not isinstance(params, torch.Tensor) or tuple(params.shape) != (n, k):
+            raise ValueError(f"params must be a ({n}, {k}) tensor from draw_params, got "
+                             f"{tuple(params.shape) if isinstance(params, torch.Tensor) else type(params).__name__}")
+        return params
+
+    def _gates(self, params: torch.Tensor) -> np.ndarray:
+        return params[:, 0].numpy() < self.prob
+
+    @staticmethod
+    def _noise(params: torch.Tensor, shape: Sequence[int], device, dtype=torch.float32) -> torch.Tensor:
+        """U(-1, 1) of `shape` (N, ...) on `device`: sample i keyed by (params key, params index)."""
+        n = params.shape[0]
+        ids = params[:, -2].numpy()
+        key = int(params[0, -1].item())
+        if n and np.all(ids == ids[0]) and n > 1:  # shared draw: one noise for the batch
+            one = ops.uniform_fill_(torch.empty((1, *shape[1:]), dtype=dtype, device=device), -1.0, 1.0, key,
+                                    int(ids[0]))
+            return one.expand(n, *shape[1:]).contiguous()
+        first = int(ids[0]) if n else 0
+        if n and not np.array_equal(ids, np.arange(first, first + n)):
+            raise ValueError("params rows must be consecutive samples of one draw_params call")
+        return ops.uniform_fill_(torch.empty(tuple(shape), dtype=dtype, device=device), -1.0, 1.0, key, first)
+
+    def _per_sample(self, values: Sequence[float], device) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.float32).view(-1, 1, 1, 1, 1).to(device, non_blocking=True)
+
+
+def _keys(keys) -> list:
+    return [keys] if isinstance(keys, (str, int)) or not isinstance(keys, Sequence) else list(keys)
+
+
+def _per_key(value: Any, n: int, name: str) -> list:
+    if isinstance(value, (list, tuple)) and not isinstance(value, str):
+        if len(value) != n:
+            raise ValueError(f"{name}: one entry per key ({n}) expected, got {len(value)}")
+        return list(value)
+    return [value] * n
+
+
+class _DeformDict:
+    """Applies a deformation to `keys` with per-key mode / padding: one draw, one field, one
+    gather for all keys of the same spatial size."""
+
+    def __init__(self, keys, transform, mode, padding_mode, allow_missing_keys: bool):
+        self.keys = _keys(keys)
+        self.transform = transform
+        self.mode = _per_key(mode, len(self.keys), "mode")
+        self.padding_mode = _per_key(padding_mode, len(self.keys), "padding_mode")
+        self.allow_missing_keys = allow_missing_keys
+        for m, p in zip(self.mode, self.padding_mode):
+            _grid_opts(m, p, False)
+
+    def set_random_state(self, seed: Optional[int] = None, generator: Optional[torch.Generator] = None):
+        self.transform.set_random_state(seed, generator)
+        return self
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
+        d = dict(data)
+        items = []
+        for i, key in enumerate(self.keys):
+            if key not in d:
+                if self.allow_missing_keys:
+                    continue
+                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+            x, restore = _as_batch(d[key])
+            opts = _grid_opts(self.mode[i], self.padding_mode[i], False)
+            items.append((key, x, restore, opts))
+        if not items:
+            return d
+        sizes = {x.shape[0] for _, x, _, _ in items}
+        if len(sizes) != 1:
+            raise ValueError(f"all keys must have the same batch size to share a random draw, got {sorted(sizes)}")
+        n = sizes.pop()
+        params = self.transform._params_for(n, True) if isinstance(self.transform, _RandomDeform) else None
+        by_size: dict = {}
+        for j, (_, x, _, _) in enumerate(items):
+            by_size.setdefault((tuple(x.shape[2:]), x.device), []).append(j)
+        for (in_size, device), members in by_size.items():
+            plan = self.transform._plan(in_size, n, params, device)
+            outs = _launch([items[j][1] for j in members], plan, [items[j][3].mode for j in members],
+                           [items[j][3].padding for j in members])
+            for j, out in zip(members, outs):
+                d[items[j][0]] = items[j][2](out)
+        return d
+
+
+# ---------------- MONAI Rand3DElastic ----------------
+class Rand3DElastic(_RandomDeform):
+    """MONAI Rand3DElastic: with probability `prob` per sample, a random smooth displacement
+    (sigma ~ U(sigma_range), magnitude ~ U(magnitude_range), in output voxels) plus a random
+    affine (MONAI's rotate / shear / translate / scale ranges and construction), as MONAI:
+    grid = A (x + u(x)), centred. Unselected samples are resampled with the identity onto
+    `spatial_size`.
+
+    ``field="fast"`` (default): u is a cubic B-spline with control spacing sqrt(3) sigma and
+    U(-a, a) coefficients scaled to MONAI's variance (:func:`fast_field_layout`), evaluated
+    in the gather; ``field="exact"``: MONAI's algorithm (U(-1, 1) noise at every output voxel,
+    erf Gaussian truncated at 3 sigma, zero padded, times the magnitude) on the device, then
+    the gather reads the dense field. The random numbers are voxaug's (Philox), not numpy's.
+    """
+
+    def __init__(self, sigma_range, magnitude_range, prob: float = 0.1, rotate_range=None, shear_range=None,
+                 translate_range=None, scale_range=None, spatial_size=None, mode="bilinear",
+                 padding_mode="reflection", device=None, field: str = "fast", seed: Optional[int] = None):
+        super().__init__(prob, seed)
+        self.sigma_range = tuple(float(v) for v in sigma_range)
+        self.magnitude_range = tuple(float(v) for v in magnitude_range)
+        if len(self.sigma_range) != 2 or not 0 < self.sigma_range[0] <= self.sigma_range[1]:
+            raise ValueError(f"sigma_range must be (min, max) with 0 < min <= max, got {sigma_range!r}")
+        if len(self.magnitude_range) != 2 or self.magnitude_range[0] > self.magnitude_range[1]:
+            raise ValueError(f"magnitude_range must be (min, max) with min <= max, got {magnitude_range!r}")
+        if field not in ("fast", "exact"):
+            raise ValueError(f"field must be 'fast' or 'exact', got {field!r}")
+        self.field = field
+        self._ranges = [_rand_ranges(rotate_range, "rotate_range"), _rand_ranges(shear_range, "shear_range"),
+                        _rand_ranges(translate_range, "translate_range"), _rand_ranges(scale_range, "scale_range")]
+        self._n_uniforms = 3 + sum(len(r) for r in self._ranges)
+        self.spatial_size, self.mode, self.padding_mode = spatial_size, mode, padding_mode
+        _grid_opts(mode, padding_mode, False)
+        _fall_back_size(spatial_size, (1, 1, 1))
+
+    def parameters(self, params: torch.Tensor) -> list[Optional[dict]]:
+        """Per sample: sigma, magnitude and MONAI's affine params, or None (not selected)."""
+        out = []
+        for row, gate in zip(params.numpy(), self._gates(params)):
+            if not gate:
+                out.append(None)
+                continue
+            lo, hi = self.magnitude_range
+            vals = {"magnitude": lo + (hi - lo) * float(row[1])}
+            lo, hi = self.sigma_range
+            vals["sigma"] = lo + (hi - lo) * float(row[2])
+            j = 3
+            for name, rng, add in zip(("rotate_params", "shear_params", "translate_params", "scale_params"),
+                                      self._ranges, (0.0, 0.0, 0.0, 1.0)):
+                vals[name] = [a + (b - a) * float(row[j + i]) + add for i, (a, b) in enumerate(rng)]
+                j += len(rng)
+            out.append(vals)
+        return out
+
+    def _plan(self, in_size, n: int, params: torch.Tensor, device, spatial_size=None) -> _Plan:
+        out_size = _fall_back_size(self.spatial_size if spatial_size is None else spatial_size, in_size)
+        per = self.parameters(params)
+        mats = []
+        for p in per:
+            a = np.eye(4) if p is None else _centred_affine(p["rotate_params"], p["shear_params"],
+                                                             p["translate_params"], p["scale_params"])
+            mats.append(_grid_index_map(a, in_size, out_size, False)[0])
+        mats_t = _stack(mats, 3)
+        mags = [0.0 if p is None else p["magnitude"] for p in per]
+        if self.field == "exact":
+            noise = self._noise(params, (n, 3, *out_size), device)
+            sig = torch.tensor([[0.0] * 3 if p is None else [p["sigma"]] * 3 for p in per], dtype=torch.float64)
+            smooth = torch.ops.voxaug.gaussian_smooth(noise, sig, 3.0)
+            field = smooth * self._per_sample(mags, device)
+            return _Plan(mats_t, out_size, field, ops.DENSE_FIELD)
+        # fast: one control grid (the largest K of the batch), a control spacing per sample.
+        sigmas = [self.sigma_range[0] if p is None else p["sigma"] for p in per]
+        layouts = [fast_field_layout(out_size, s) for s in sigmas]
+        kmax = tuple(max(lay[0][a] for lay in layouts) if layouts else 4 for a in range(3))
+        noise = self._noise(params, (n, 3, *kmax), device)
+        amps = [m * _fast_amplitude(s) for m, s in zip(mags, sigmas)]
+        coeff = noise * self._per_sample(amps, device)
+        fmap = torch.tensor([lay[1] + lay[2] for lay in layouts], dtype=torch.float64).view(n, 6)
+        return _Plan(mats_t, out_size, coeff, ops.BSPLINE_FIELD, field_map=fmap)
+
+    def __call__(self, img, spatial_size=None, mode=None, padding_mode=None, randomize: bool = True):
+        x, restore = _as_batch(img)
+        opts = _grid_opts(self.mode if mode is None else mode,
+                          self.padding_mode if padding_mode is None else padding_mode, False)
+        params = self._params_for(x.shape[0], randomize)
+        plan = self._plan(tuple(x.shape[2:]), x.shape[0], params, x.device, spatial_size)
+        (out,) = _launch([x], plan, [opts.mode], [opts.padding])
+        return restore(out)
+
+
+class Rand3DElasticd(_DeformDict):
+    """Dictionary form of :class:`Rand3DElastic`: one draw and one gather for all keys (e.g.
+    image bilinear + label nearest); `mode` / `padding_mode` per key."""
+
+    def __init__(self, keys, sigma_range, magnitude_range, spatial_size=None, prob: float = 0.1,
+                 rotate_range=None, shear_range=None, translate_range=None, scale_range=None, mode="bilinear",
+                 padding_mode="reflection", device=None, allow_missing_keys: bool = False, field: str = "fast",
+                 seed: Optional[int] = None):
+        t = Rand3DElastic(sigma_range, magnitude_range, prob, rotate_range, shear_range, translate_range,
+                          scale_range, spatial_size, "bilinear", "reflection", device, field, seed)
+        super().__init__(keys, t, mode, padding_mode, allow_missing_keys)
+
+
+# ---------------- MONAI GridDistortion / RandGridDistortion ----------------
+def _num_cells(num_cells) -> tuple[int, int, int]:
+    v = [num_cells] * 3 if isinstance(num_cells, (int, np.integer)) else list(num_cells)
+    if len(v) != 3 or any(int(c) != c or c < 1 for c in v):
+        raise ValueError(f"num_cells must be a positive int or 3 positive ints, got {num_cells!r}")
+    return tuple(int(c) for c in v)
+
+
+def _distortion_ranges(size: int, cells: int, steps: Sequence[float]) -> torch.Tensor:
+    """MONAI GridDistortion's source index of each voxel along one axis (its float32 linspace
+    pieces; MONAI then centres the values and its resampler un-centres them)."""
+    ranges = torch.zeros(size, dtype=torch.float32)
+    cell = size // cells
+    prev = 0.0
+    for idx in range(cells + 1):
+        start = int(idx * cell)
+        end = start + cell
+        if end > size:
+            end, cur = size, float(size)
+        else:
+            cur = prev + cell * float(steps[idx])
+        ranges[start:end] = torch.linspace(prev, cur, end - start)
+        prev = cur
+    return ranges
+
+
+def _separable_plan(in_size, steps_per_sample: Sequence[Optional[Sequence[Sequence[float]]]],
+                    cells: tuple[int, int, int], device) -> _Plan:
+    n = len(steps_per_sample)
+    length = max(in_size)
+    table = torch.zeros(n, 3, length, 1, 1, dtype=torch.float64)
+    for i, steps in enumerate(steps_per_sample):
+        if steps is None:
+            continue
+        for a in range(3):
+            if len(steps[a]) != cells[a] + 1:
+                raise ValueError(f"distort_steps[{a}] needs num_cells + 1 = {cells[a] + 1} values, got {len(steps[a])}")
+            r = _distortion_ranges(in_size[a], cells[a], steps[a]).double()
+            table[i, a, :in_size[a], 0, 0] = r - torch.arange(in_size[a], dtype=torch.float64)
+    mats = _stack([_grid_index_map(np.eye(4), in_size, in_size, False)[0]] * n, 3)
+    return _Plan(mats, tuple(in_size), table.to(device, non_blocking=True), ops.SEPARABLE_FIELD)
+
+
+class GridDistortion:
+    """MONAI GridDistortion(num_cells, distort_steps, mode, padding_mode): each axis is split in
+    `num_cells` cells stretched by `distort_steps` (num_cells + 1 values per axis), evaluated
+    in the gather as a separable field. The same steps for every sample of a batch."""
+
+    def __init__(self, num_cells, distort_steps, mode="bilinear", padding_mode="border", device=None):
+        self.num_cells = _num_cells(num_cells)
+        if len(distort_steps) != 3:
+            raise ValueError(f"distort_steps needs one tuple per spatial axis (3), got {len(distort_steps)}")
+        self.distort_steps = [tuple(float(v) for v in s) for s in distort_steps]
+        for a in range(3):
+            if len(self.distort_steps[a]) != self.num_cells[a] + 1:
+                raise ValueError(f"distort_steps[{a}] needs num_cells + 1 = {self.num_cells[a] + 1} values")
+        self.mode, self.padding_mode = mode, padding_mode
+        _grid_opts(mode, padding_mode, False)
+
+    def _plan(self, in_size, n: int, params, device) -> _Plan:
+        return _separable_plan(in_size, [self.distort_steps] * n, self.num_cells, device)
+
+    def __call__(self, img, distort_steps=None, mode=None, padding_mode=None):
+        x, restore = _as_batch(img)
+        opts = _grid_opts(self.mode if mode is None else mode,
+                          self.padding_mode if padding_mode is None else padding_mode, False)
+        steps = self.distort_steps if distort_steps is None else distort_steps
+        plan = _separable_plan(tuple(x.shape[2:]), [steps] * x.shape[0], self.num_cells, x.device)
+        (out,) = _launch([x], plan, [opts.mode], [opts.padding])
+        return restore(out)
+
+
+class GridDistortiond(_DeformDict):
+    def __init__(self, keys, num_cells, distort_steps, mode="bilinear", padding_mode="border", device=None,
+                 allow_missing_keys: bool = False):
+        super().__init__(keys, GridDistortion(num_cells, distort_steps, "bilinear", "border"), mode, padding_mode,
+                         allow_missing_keys)
+
+
+class RandGridDistortion(_RandomDeform):
+    """MONAI RandGridDistortion(num_cells=5, prob=0.1, distort_limit=(-0.03, 0.03)): with
+    probability `prob` per sample, distort steps 1 + U(distort_limit) per cell boundary and
+    axis (:meth:`parameters` returns them), evaluated as a separable field."""
+
+    def __init__(self, num_cells=5, prob: float = 0.1, distort_limit=(-0.03, 0.03), mode="bilinear",
+                 padding_mode="border", device=None, seed: Optional[int] = None):
+        super().__init__(prob, seed)
+        self.num_cells = _num_cells(num_cells)
+        if isinstance(distort_limit, (int, float)):
+            distort_limit = (min(-distort_limit, distort_limit), max(-distort_limit, distort_limit))
+        self.distort_limit = (float(distort_limit[0]), float(distort_limit[1]))
+        self._n_uniforms = 1 + sum(c + 1 for c in self.num_cells)
+        self.mode, self.padding_mode = mode, padding_mode
+        _grid_opts(mode, padding_mode, False)
+
+    def parameters(self, params: torch.Tensor) -> list[Optional[list[list[float]]]]:
+        out = []
+        lo, hi = self.distort_limit
+        for row, gate in zip(params.numpy(), self._gates(params)):
+            if not gate:
+                out.append(None)
+                continue
+            steps, j = [], 1
+            for c in self.num_cells:
+                steps.append([1.0 + lo + (hi - lo) * float(v) for v in row[j:j + c + 1]])
+                j += c + 1
+            out.append(steps)
+        return out
+
+    def _plan(self, in_size, n: int, params, device) -> _Plan:
+        return _separable_plan(in_size, self.parameters(params), self.num_cells, device)
+
+    def __call__(self, img, mode=None, padding_mode=None, randomize: bool = True):
+        x, restore = _as_batch(img)
+        opts = _grid_opts(self.mode if mode is None else mode,
+                          self.padding_mode if padding_mode is None else padding_mode, False)
+        params = self._params_for(x.shape[0], randomize)
+        (out,) = _launch([x], self._plan(tuple(x.shape[2:]), x.shape[0], params, x.device), [opts.mode],
+                         [opts.padding])
+        return restore(out)
+
+
+class RandGridDistortiond(_DeformDict):
+    def __init__(self, keys, num_cells=5, prob: float = 0.1, distort_limit=(-0.03, 0.03), mode="bilinear",
+                 padding_mode="border", device=None, allow_missing_keys: bool = False, seed: Optional[int] = None):
+        super().__init__(keys, RandGridDistortion(num_cells, prob, distort_limit, "bilinear", "border", None, seed),
+                         mode, padding_mode, allow_missing_keys)
+
+
+# ---------------- TorchIO RandomElasticDeformation ----------------
+_TORCHIO_INTERP = {"nearest": "nearest", "linear": "linear", "bspline": "cubic", "cubic": "cubic"}
+
+
+def sitk_control_map(size: Sequence[int], num_control_points: Sequence[int]) -> tuple[list[float], list[float]]:
+    """SimpleITK's BSplineTransformInitializer(image, mesh = K - 3) in voxel indices: its domain
+    is [-0.625, S - 0.375] (the voxel extent widened by 1/8 voxel per side), control spacing
+    (S + 0.25) / mesh, control index g = (i + 0.625) / spacing + 1. Returns (scale, offset)."""
+    scale, offset = [], []
+    for s, k in zip(size, num_control_points):
+        step = (s + 0.25) / (k - 3)
+        scale.append(1.0 / step)
+        offset.append(0.625 / step + 1.0)
+    return scale, offset
+
+
+def _spacing_of(img: Any, spacing) -> tuple[float, float, float]:
+    if spacing is not None:
+        v = [float(spacing)] * 3 if isinstance(spacing, (int, float)) else [float(s) for s in spacing]
+        if len(v) != 3 or any(s <= 0 for s in v):
+            raise ValueError(f"spacing must be a positive number or 3 positive numbers, got {spacing!r}")
+        return tuple(v)
+    if _is_meta_tensor(img):
+        aff = img.affine
+        aff = aff[0] if aff.dim() == 3 else aff
+        return tuple(float(v) for v in torch.linalg.norm(aff[:3, :3].double(), dim=0))
+    return (1.0, 1.0, 1.0)
+
+
+class RandomElasticDeformation(_RandomDeform):
+    """TorchIO RandomElasticDeformation(num_control_points=7, max_displacement=7.5 mm,
+    locked_borders=2, image_interpolation='linear', label_interpolation='nearest', p=1).
+
+    Per sample (probability `p`): control-point displacements U(-max, max) mm per component on
+    a (Kd, Kh, Kw) grid laid over the image as SimpleITK's BSplineTransformInitializer lays it
+    (:func:`sitk_control_map`), the outer `locked_borders` layers zeroed, evaluated as a cubic
+    B-spline in the gather (mm -> voxels with the spacing of the MetaTensor's affine, or
+    `spacing`). Warns as TorchIO when max_displacement exceeds half the control spacing
+    (possible folding). Called on a tensor or on a dict of tensors (``label_keys`` and
+    integer tensors use label_interpolation); all in one gather per spatial size.
+
+    Differences from TorchIO: displacement components are along the array axes (TorchIO's are
+    along ITK's LPS axes: the sign of the first two differs for RAS images; the distribution is
+    symmetric); outside the image voxaug pads with `padding_mode` ('border' by default; TorchIO
+    fills with each channel's minimum, which a border voxel of a background-padded scan equals).
+    """
+
+    def __init__(self, num_control_points=7, max_displacement=7.5, locked_borders: int = 2,
+                 image_interpolation: str = "linear", label_interpolation: str = "nearest", p: float = 1.0,
+                 spacing=None, padding_mode: str = "border", label_keys: Sequence[Hashable] = (),
+                 seed: Optional[int] = None):
+        super().__init__(p, seed)
+        k = [num_control_points] * 3 if isinstance(num_control_points, int) else list(num_control_points)
+        if len(k) != 3 or any(not isinstance(v, (int, np.integer)) or v < 4 for v in k):
+            raise ValueError(f"num_control_points must be an int or 3 ints, each >= 4, got {num_control_points!r}")
+        self.num_control_points = tuple(int(v) for v in k)
+        d = [max_displacement] * 3 if isinstance(max_displacement, (int, float)) else list(max_displacement)
+        if len(d) != 3 or any(float(v) < 0 for v in d):
+            raise ValueError(f"max_displacement must be a number or 3 numbers >= 0, got {max_displacement!r}")
+        self.max_displacement = tuple(float(v) for v in d)
+        if locked_borders not in (0, 1, 2):
+            raise ValueError("locked_borders must be 0, 1, or 2")
+        if locked_borders == 2 and 4 in self.num_control_points:
+            raise ValueError("Setting locked_borders to 2 and using less than 5 control points results in an "
+                             "identity transform. Lock fewer borders or use more control points.")
+        self.locked_borders = locked_borders
+        for name, v in (("image_interpolation", image_interpolation), ("label_interpolation", label_interpolation)):
+            if v not in _TORCHIO_INTERP:
+                raise ValueError(f"{name} must be one of {sorted(_TORCHIO_INTERP)}, got {v!r}")
+        self.image_interpolation, self.label_interpolation = image_interpolation, label_interpolation
+        self.spacing = spacing
+        _grid_opts("bilinear", padding_mode, False)
+        self.padding_mode = padding_mode
+        self.label_keys = set(label_keys)
+        self._n_uniforms = 1
+
+    def _check_folding(self, size, spacing) -> None:
+        grid = [(s + 0.25) * sp / (k - 3) for s, sp, k in zip(size, spacing, self.num_control_points)]
+        conflicts = [a for a in range(3) if self.max_displacement[a] > grid[a] / 2]
+        if conflicts:
+            warnings.warn(f"The maximum displacement is larger than the coarse grid spacing for dimensions: "
+                          f"{conflicts}, so folding may occur. Choose fewer control points or a smaller maximum "
+                          f"displacement", RuntimeWarning, stacklevel=3)
+
+    def _plan(self, in_size, n: int, params, device, spacing=(1.0, 1.0, 1.0)) -> _Plan:
+        self._check_folding(in_size, spacing)
+        coeff = self._noise(params, (n, 3, *self.num_control_points), device)
+        gate = torch.from_numpy(self._gates(params).astype(np.float32))
+        scale = torch.tensor([m / s for m, s in zip(self.max_displacement, spacing)], dtype=torch.float32)
+        coeff = coeff * (gate.view(n, 1, 1, 1, 1) * scale.view(1, 3, 1, 1, 1)).to(device, non_blocking=True)
+        for i in range(self.locked_borders):
+            coeff[:, :, i] = 0
+            coeff[:, :, -1 - i] = 0
+            coeff[:, :, :, i] = 0
+            coeff[:, :, :, -1 - i] = 0
+            coeff[:, :, :, :, i] = 0
+            coeff[:, :, :, :, -1 - i] = 0
+        sc, off = sitk_control_map(in_size, self.num_control_points)
+        mats = _stack([np.eye(4)] * n, 3)
+        return _Plan(mats, tuple(in_size), coeff, ops.BSPLINE_FIELD, sc, off)
+
+    def __call__(self, data, randomize: bool = True):
+        if isinstance(data, Mapping):
+            d = dict(data)
+            items = []
+            for key, v in d.items():
+                if not isinstance(v, torch.Tensor) or v.dim() not in (4, 5):
+                    continue
+                x, restore = _as_batch(v)
+                label = key in self.label_keys or not x.is_floating_point()
+                items.append((key, x, restore, self.label_interpolation if label else self.image_interpolation))
+            if not items:
+                return d
+            first = d[items[0][0]]
+        else:
+            x, restore = _as_batch(data)
+            items, first = [(None, x, restore, self.image_interpolation)], data
+        sizes = {x.shape[0] for _, x, _, _ in items}
+        if len(sizes) != 1:
+            raise ValueError(f"all images must have the same batch size, got {sorted(sizes)}")
+        n = sizes.pop()
+        if all(v == 0 for v in self.max_displacement):
+            return data  # TorchIO: no displacement, nothing to do
+        params = self._params_for(n, randomize)
+        spacing = _spacing_of(first, self.spacing)
+        by_size: dict = {}
+        for j, (_, x, _, _) in enumerate(items):
+            by_size.setdefault((tuple(x.shape[2:]), x.device), []).append(j)
+        results = {}
+        for (in_size, device), members in by_size.items():
+            plan = self._plan(in_size, n, params, device, spacing)
+            outs = _launch([items[j][1] for j in members], plan, [_TORCHIO_INTERP[items[j][3]] for j in members],
+                           [self.padding_mode] * len(members))
+            for j, out in zip(members, outs):
+                results[j] = items[j][2](out)
+        if not isinstance(data, Mapping):
+            return results[0]
+        for j, (key, _, _, _) in enumerate(items):
+            d[key] = results[j]
+        return d
