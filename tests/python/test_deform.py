@@ -1,0 +1,348 @@
+"""Deformation fields in the gather: vs SimpleITK's BSplineTransform, vs grid_sample through
+the materialised field, vs MONAI Rand3DElastic / GridDistortion with the same noise / steps,
+fast-vs-exact field statistics, real volumes, bad inputs."""
+import math
+import os
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from voxaug import deform, ops
+
+from conftest import TEMPLATES, devices
+
+
+def _grid_sample_index(x, src, padding="zeros"):
+    """grid_sample (align_corners=True) at input voxel indices src (N, 3, D, H, W), float64."""
+    sizes = x.shape[2:]
+    norm = [2.0 * src[:, a] / max(sizes[a] - 1, 1) - 1.0 for a in range(3)]
+    grid = torch.stack([norm[2], norm[1], norm[0]], -1)  # grid_sample wants (x=w, y=h, z=d)
+    return F.grid_sample(x.double(), grid.double(), mode="bilinear", padding_mode=padding, align_corners=True)
+
+
+def _index_grid(size):
+    return torch.stack(torch.meshgrid(*[torch.arange(s, dtype=torch.float64) for s in size], indexing="ij"))
+
+
+@pytest.mark.parametrize("size,spacing,k", [((20, 15, 12), (1.0, 1.0, 1.0), (7, 7, 7)),
+                                            ((33, 17, 9), (0.7, 2.5, 1.3), (5, 8, 4)),
+                                            ((181, 217, 181), (1.0, 1.0, 1.0), (7, 7, 7))])
+def test_bspline_field_matches_simpleitk(size, spacing, k):
+    sitk = pytest.importorskip("SimpleITK")
+    img = sitk.Image(list(size), sitk.sitkFloat32)
+    img.SetSpacing(list(spacing))
+    img.SetOrigin([3.0, -7.0, 11.0])
+    t = sitk.BSplineTransformInitializer(img, [kk - 3 for kk in k])
+    rng = np.random.default_rng(5)
+    p = rng.uniform(-6, 6, (*k, 3))  # mm, ITK's (x, y, z) control order
+    t.SetParameters(p.flatten(order="F").tolist())
+    disp = sitk.TransformToDisplacementField(t, sitk.sitkVectorFloat64, img.GetSize(), img.GetOrigin(),
+                                             img.GetSpacing(), img.GetDirection())
+    ref = np.transpose(sitk.GetArrayFromImage(disp), (3, 2, 1, 0))  # (3, x, y, z) mm
+    sp = torch.tensor(spacing, dtype=torch.float64)
+    coeff = (torch.from_numpy(p).permute(3, 0, 1, 2) / sp.view(3, 1, 1, 1))[None]  # voxels
+    sc, off = deform.sitk_control_map(size, k)
+    for dtype, tol in ((torch.float64, 1e-5), (torch.float32, 1e-4)):  # issue: 1e-4 mm
+        u = ops.deform_field_dense(coeff.to(dtype), ops.BSPLINE_FIELD, size, sc, off)
+        mm = u[0].double() * sp.view(3, 1, 1, 1)
+        err = (mm - torch.from_numpy(ref)).abs().max().item()
+        assert err < tol, f"{dtype}: max |voxaug - SimpleITK| = {err} mm"
+    assert np.abs(ref).max() > 1.0
+
+
+@pytest.mark.parametrize("device", devices())
+def test_zero_field_is_plain_resample(device):
+    x = torch.rand(2, 2, 11, 9, 13, device=device)
+    lab = torch.randint(0, 5, (2, 1, 11, 9, 13), dtype=torch.int16, device=device)
+    a = math.radians(20)
+    m = torch.tensor([[math.cos(a), -math.sin(a), 0, 3], [math.sin(a), math.cos(a), 0, -1], [0, 0, 1, 0.5]],
+                     dtype=torch.float64).expand(2, 3, 4).contiguous().to(device)
+    zeros = torch.zeros(2, 3, 5, 5, 6, device=device)
+    plain = ops.resample([x, lab], m, (10, 12, 8), ["linear", "nearest"], ["reflection", "zeros"])
+    fused = ops.resample_deformed([x, lab], m, zeros, ops.BSPLINE_FIELD, (10, 12, 8), ["linear", "nearest"],
+                                  ["reflection", "zeros"], field_scale=(0.3, 0.3, 0.5), field_offset=(1, 1, 1))
+    for p, f in zip(plain, fused):
+        assert torch.equal(p, f)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("padding", ["zeros", "border"])
+def test_fused_equals_materialised_field_and_grid_sample(device, padding):
+    torch.manual_seed(0)
+    x = torch.randn(3, 2, 14, 16, 15, device=device)
+    out_size = (13, 17, 12)
+    coeff = torch.empty(3, 3, 6, 7, 5, device=device).uniform_(-2, 2)
+    fmap = torch.tensor([[5 / 12, 6 / 16, 3 / 11, 1, 1, 1], [0.3, 0.3, 0.2, 1.2, 1.1, 1.4],
+                         [5 / 12, 6 / 16, 3 / 11, 1, 1, 1]], dtype=torch.float64, device=device)
+    m = torch.eye(3, 4, dtype=torch.float64).repeat(3, 1, 1)
+    m[:, :, 3] = torch.tensor([0.7, -0.4, 1.2], dtype=torch.float64)
+    m[1, 0, 1] = 0.15
+    m = m.to(device)
+    (fused,) = ops.resample_deformed([x], m, coeff, ops.BSPLINE_FIELD, out_size, ["linear"], [padding],
+                                     field_map=fmap)
+    u = ops.deform_field_dense(coeff, ops.BSPLINE_FIELD, out_size, field_map=fmap)
+    (via_dense,) = ops.resample_deformed([x], m, u, ops.DENSE_FIELD, out_size, ["linear"], [padding])
+    assert torch.equal(fused, via_dense)
+    # Independent: grid_sample through src = M (x + u), float64.
+    pts = _index_grid(out_size).to(device)[None] + u.double()
+    src = torch.einsum("nrk,nkdhw->nrdhw", m[:, :, :3], pts) + m[:, :, 3].view(3, 3, 1, 1, 1)
+    ref = _grid_sample_index(x, src, padding)
+    err = (fused.double() - ref).abs().max().item()
+    assert err < 1e-4 * x.abs().max().item(), err
+    assert u.abs().max() > 0.5
+
+
+def test_per_sample_map_equals_separate_calls():
+    coeff = torch.empty(2, 3, 6, 6, 6).uniform_(-1, 1)
+    fmap = torch.tensor([[0.4, 0.3, 0.25, 1, 1.1, 1.2], [0.2, 0.35, 0.3, 1.3, 1, 1]], dtype=torch.float64)
+    both = ops.deform_field_dense(coeff, ops.BSPLINE_FIELD, (9, 10, 11), field_map=fmap)
+    for i in range(2):
+        one = ops.deform_field_dense(coeff[i:i + 1], ops.BSPLINE_FIELD, (9, 10, 11), fmap[i, :3].tolist(),
+                                     fmap[i, 3:].tolist())
+        assert torch.equal(both[i:i + 1], one)
+
+
+def _monai_elastic(sigma, magnitude, noise, rotate=None):
+    from monai.transforms import Rand3DElastic as M
+
+    m = M(sigma_range=(sigma, sigma), magnitude_range=(magnitude, magnitude), prob=1.0,
+          rotate_range=None if rotate is None else [(r, r) for r in rotate], padding_mode="zeros")
+    m.randomize(noise.shape[1:])
+    m.rand_offset = noise.numpy()
+    m.sigma, m.magnitude = sigma, magnitude
+    return m
+
+
+def test_exact_mode_matches_monai_rand3delastic_with_the_same_noise(ch2):
+    """voxaug's exact field (its own Philox noise) through MONAI Rand3DElastic: same output."""
+    img = ch2[0][None, :, 40:100, 50:120, 60:110].float()  # (1, 1, 60, 70, 50)
+    t = deform.Rand3DElastic((4.0, 6.0), (20.0, 60.0), prob=1.0, rotate_range=(0.2, 0.1, 0.3),
+                             padding_mode="zeros", field="exact", seed=7)
+    params = t.draw_params(1)
+    (p,) = t.parameters(params)
+    plan = t._plan(tuple(img.shape[2:]), 1, params, img.device)
+    noise = deform._RandomDeform._noise(params, (1, 3, *img.shape[2:]), img.device)
+    # Smoothing equals MONAI's GaussianFilter(truncated=3) on the same noise.
+    from monai.networks.layers import GaussianFilter
+
+    ref_field = GaussianFilter(3, p["sigma"], 3.0)(noise) * p["magnitude"]
+    assert (plan.field - ref_field).abs().max().item() < 1e-5 * ref_field.abs().max().item()
+    m = _monai_elastic(p["sigma"], p["magnitude"], noise[0], p["rotate_params"])
+    m.rand_affine_grid.randomize = lambda *a, **k: None  # MONAI redraws the affine inside __call__
+    m.rand_affine_grid.rotate_params = p["rotate_params"]
+    want = m(img[0], randomize=False)
+    t._last = params  # replay the draw
+    got = t(img, randomize=False)
+    err = (got[0] - torch.as_tensor(want)).abs()
+    assert err.max().item() < 1e-3 * 255, err.max().item()
+    assert err.mean().item() < 1e-5 * 255
+    assert (got - img).abs().mean() > 1.0  # it did deform
+
+
+def _field_stats(u):
+    """std of the displacement, std of its first differences along each axis."""
+    core = u[:, :, 8:-8, 8:-8, 8:-8]
+    diffs = [torch.diff(core, dim=d).std().item() for d in (2, 3, 4)]
+    return core.std().item(), float(np.mean(diffs))
+
+
+@pytest.mark.parametrize("sigma", [3.0, 5.0])
+def test_fast_field_statistics_match_exact_mode(sigma):
+    """The documented approximation: the B-spline field's displacement and gradient spread are
+    within 10 % / 20 % of MONAI's smoothed-noise field (averaged over 4 samples of 64^3)."""
+    size = (64, 64, 64)
+    kw = dict(prob=1.0, seed=3)
+    exact = deform.Rand3DElastic((sigma, sigma), (10.0, 10.0), field="exact", **kw)
+    fast = deform.Rand3DElastic((sigma, sigma), (10.0, 10.0), field="fast", **kw)
+    params = exact.draw_params(4)
+    ue = exact._plan(size, 4, params, "cpu").field
+    pf = fast._plan(size, 4, params, "cpu")
+    uf = ops.deform_field_dense(pf.field, ops.BSPLINE_FIELD, size, field_map=pf.field_map)
+    se, ge = _field_stats(ue)
+    sf, gf = _field_stats(uf)
+    # MONAI's variance from the kernel: 10^2 * (1/3) * (sum g^2)^3.
+    predicted = 10 * math.sqrt(deform.gaussian_kernel_sum_sq(sigma) ** 3 / 3)
+    assert abs(se / predicted - 1) < 0.1, (se, predicted)
+    assert abs(sf / se - 1) < 0.1, (sf, se)
+    assert abs(gf / ge - 1) < 0.2, (gf, ge)
+
+
+def test_rand3delastic_dict_labels_stay_labels(ch2):
+    nib = pytest.importorskip("nibabel")
+    aal = nib.load(os.path.join(TEMPLATES, "aal.nii.gz"))
+    lab = torch.from_numpy(np.asarray(aal.dataobj).astype(np.int16))[None, None]
+    img = ch2[0][None].float()
+    assert lab.shape[2:] == img.shape[2:]
+    batch_img, batch_lab = img.expand(2, -1, -1, -1, -1), lab.expand(2, -1, -1, -1, -1)
+    t = deform.Rand3DElasticd(["image", "label"], (6, 8), (50, 100), prob=1.0, rotate_range=0.2,
+                              mode=["bilinear", "nearest"], padding_mode="zeros", seed=11)
+    out = t({"image": batch_img, "label": batch_lab})
+    assert out["label"].dtype == torch.int16
+    assert set(torch.unique(out["label"]).tolist()) <= set(torch.unique(lab).tolist())
+    assert not torch.equal(out["label"][0], out["label"][1])  # independent draws per sample
+    assert (out["image"] - batch_img).abs().mean() > 1.0
+    # The label follows the image: the foreground of the deformed image sits on labelled voxels.
+    fg, fg0 = out["image"] > 60, batch_img > 60
+    base = (batch_lab[fg0] > 0).float().mean()
+    assert (out["label"][fg] > 0).float().mean() > base - 0.05
+
+
+def test_grid_distortion_matches_monai(ch2):
+    from monai.transforms import GridDistortion as M
+
+    img = ch2[0][None, :, 20:120, 30:140, 10:90].float()
+    steps = [(1.1, 0.9, 1.05, 0.95, 1.0, 1.02), (0.8, 1.2, 1.0, 1.0, 0.9, 1.1), (1.0, 1.0, 1.3, 0.7, 1.0, 1.0)]
+    for mode, padding in (("bilinear", "border"), ("nearest", "zeros")):
+        want = torch.as_tensor(M(5, steps, mode=mode, padding_mode=padding)(img[0]))
+        got = deform.GridDistortion(5, steps, mode=mode, padding_mode=padding)(img)[0]
+        err = (got - want).abs()
+        if mode == "bilinear":
+            assert err.max().item() < 1e-3 * 255, err.max().item()
+        else:  # ties at half voxels may round either way
+            assert (err > 0).float().mean().item() < 1e-3
+
+
+def test_rand_grid_distortion_per_sample_draws(ch2):
+    from monai.transforms import GridDistortion as M
+
+    img = ch2[0][None, :, 20:100, 30:110, 10:90].float().expand(3, -1, -1, -1, -1)
+    t = deform.RandGridDistortion(num_cells=4, prob=0.7, distort_limit=0.2, seed=5)
+    params = t.draw_params(3)
+    steps = t.parameters(params)
+    t._last = params
+    out = t(img, randomize=False)
+    for i, s in enumerate(steps):
+        if s is None:
+            assert torch.equal(out[i], img[i])
+            continue
+        want = torch.as_tensor(M(4, s, padding_mode="border")(img[i]))
+        assert (out[i] - want).abs().max().item() < 1e-3 * 255
+
+
+def test_torchio_random_elastic_matches_simpleitk_resample():
+    """voxaug RandomElasticDeformation == SimpleITK resampling through TorchIO's transform with
+    the same control points (identity direction, linear interpolation)."""
+    sitk = pytest.importorskip("SimpleITK")
+    rng = np.random.default_rng(2)
+    vol = rng.uniform(0, 100, (30, 26, 22)).astype(np.float32)
+    vol = torch.from_numpy(vol)
+    spacing = (1.2, 0.9, 1.5)
+    t = deform.RandomElasticDeformation(num_control_points=(7, 6, 8), max_displacement=(4, 3, 5), spacing=spacing,
+                                        seed=4)
+    params = t.draw_params(1)
+    plan = t._plan(tuple(vol.shape), 1, params, "cpu", spacing)
+    coeff_mm = plan.field[0].double() * torch.tensor(spacing, dtype=torch.float64).view(3, 1, 1, 1)
+    assert coeff_mm[0].abs().max() <= 4 and coeff_mm[:, :2].abs().max() == 0  # locked borders
+    img = sitk.GetImageFromArray(vol.numpy().transpose(2, 1, 0).copy())
+    img.SetSpacing(spacing)
+    bs = sitk.BSplineTransformInitializer(img, [k - 3 for k in (7, 6, 8)])
+    bs.SetParameters(coeff_mm.permute(1, 2, 3, 0).numpy().flatten(order="F").tolist())
+    res = sitk.Resample(img, img, bs, sitk.sitkLinear, 0.0, sitk.sitkFloat32)
+    want = torch.from_numpy(sitk.GetArrayFromImage(res).transpose(2, 1, 0).copy())
+    t._last = params
+    got = deform.RandomElasticDeformation(num_control_points=(7, 6, 8), max_displacement=(4, 3, 5), spacing=spacing,
+                                          padding_mode="zeros")
+    got._last = params
+    out = got(vol[None], randomize=False)[0]
+    # ITK's linear interpolator treats [-0.5, S - 0.5] as inside and returns the default value
+    # beyond; compare where the displaced point lies within [0, S - 1] (both sides interpolate).
+    u = ops.deform_field_dense(plan.field, ops.BSPLINE_FIELD, vol.shape, plan.scale, plan.offset)[0].double()
+    src = _index_grid(vol.shape) + u
+    inside = torch.ones(vol.shape, dtype=torch.bool)
+    for a in range(3):
+        inside &= (src[a] >= 0) & (src[a] <= vol.shape[a] - 1)
+    assert inside.float().mean() > 0.5
+    err = (out - want).abs()[inside]
+    assert err.max().item() < 1e-3, err.max().item()
+    assert (out - vol).abs().mean() > 1.0
+
+
+def test_torchio_folding_warning_and_validation():
+    with pytest.warns(RuntimeWarning, match="folding"):
+        deform.RandomElasticDeformation(num_control_points=12, max_displacement=20, seed=1)(torch.rand(1, 20, 20, 20))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        deform.RandomElasticDeformation(num_control_points=5, max_displacement=2, seed=1)(torch.rand(1, 20, 20, 20))
+    with pytest.raises(ValueError, match="num_control_points"):
+        deform.RandomElasticDeformation(num_control_points=3)
+    with pytest.raises(ValueError, match="locked_borders"):
+        deform.RandomElasticDeformation(num_control_points=4, locked_borders=2)
+    with pytest.raises(ValueError, match="sigma_range"):
+        deform.Rand3DElastic((0, 1), (1, 2))
+    with pytest.raises(ValueError, match="field"):
+        deform.Rand3DElastic((1, 2), (1, 2), field="approx")
+
+
+def test_jacobian_determinant_and_folding():
+    # An affine displacement u = B x has det(I + B) everywhere.
+    b = torch.tensor([[0.1, 0.2, 0.0], [0.0, -0.3, 0.1], [0.05, 0.0, 0.2]], dtype=torch.float64)
+    u = torch.einsum("rk,kdhw->rdhw", b, _index_grid((6, 7, 8)))[None]
+    det = deform.jacobian_determinant(u)
+    assert torch.allclose(det, torch.linalg.det(torch.eye(3, dtype=torch.float64) + b).expand_as(det))
+    assert deform.folding_fraction(u).item() == 0
+    fold = u.clone()
+    fold[:, 0] = -2 * _index_grid((6, 7, 8))[0]  # d -> -d: folded everywhere
+    assert deform.folding_fraction(fold).item() == 1.0
+    # Small elastic fields from the fast mode do not fold.
+    t = deform.Rand3DElastic((6, 6), (5, 5), prob=1.0, seed=1)
+    p = t._plan((40, 40, 40), 2, t.draw_params(2), "cpu")
+    uf = ops.deform_field_dense(p.field, ops.BSPLINE_FIELD, (40, 40, 40), field_map=p.field_map)
+    assert deform.folding_fraction(uf).max().item() == 0
+
+
+def test_batch_split_invariance_and_determinism():
+    x = torch.rand(4, 1, 20, 22, 18)
+    t = deform.Rand3DElastic((3, 5), (5, 10), prob=0.8, rotate_range=0.2, seed=9)
+    params = t.draw_params(4, first_sample=0, seed=123)
+    parts = [t.draw_params(2, first_sample=0, seed=123), t.draw_params(2, first_sample=2, seed=123)]
+    assert torch.equal(torch.cat(parts), params)
+    t._last = params
+    whole = t(x, randomize=False)
+    t._last = parts[1]
+    half = t(x[2:], randomize=False)
+    assert torch.equal(whole[2:], half)
+    t._last = params
+    assert torch.equal(t(x, randomize=False), whole)
+    shared = deform.Rand3DElastic((3, 5), (5, 10), prob=1.0, seed=9).share_batch_params()
+    y = shared(x[:1].expand(3, -1, -1, -1, -1))
+    assert torch.equal(y[0], y[1]) and torch.equal(y[0], y[2])
+
+
+def test_bad_inputs():
+    x = torch.rand(2, 1, 8, 8, 8)
+    m = torch.eye(3, 4, dtype=torch.float64).repeat(2, 1, 1)
+    with pytest.raises(ValueError, match="at least 4 control points"):
+        ops.resample_deformed([x], m, torch.zeros(2, 3, 3, 4, 4), ops.BSPLINE_FIELD, (8, 8, 8), ["linear"], ["zeros"])
+    with pytest.raises(ValueError, match=r"\(N, 3, \.\.\.\)"):
+        ops.resample_deformed([x], m, torch.zeros(1, 3, 4, 4, 4), ops.BSPLINE_FIELD, (8, 8, 8), ["linear"], ["zeros"])
+    with pytest.raises(ValueError, match="output's spatial size"):
+        ops.resample_deformed([x], m, torch.zeros(2, 3, 4, 4, 4), ops.DENSE_FIELD, (8, 8, 8), ["linear"], ["zeros"])
+    with pytest.raises(ValueError, match="float32 or float64"):
+        ops.resample_deformed([x], m, torch.zeros(2, 3, 4, 4, 4, dtype=torch.int32), ops.BSPLINE_FIELD, (8, 8, 8),
+                              ["linear"], ["zeros"])
+    with pytest.raises(ValueError, match="field_kind"):
+        ops.resample_deformed([x], m, torch.zeros(2, 3, 4, 4, 4), 7, (8, 8, 8), ["linear"], ["zeros"])
+    with pytest.raises(ValueError, match="field_map"):
+        ops.resample_deformed([x], m, torch.zeros(2, 3, 4, 4, 4), ops.BSPLINE_FIELD, (8, 8, 8), ["linear"],
+                              ["zeros"], field_map=torch.zeros(2, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="separable"):
+        ops.resample_deformed([x], m, torch.zeros(2, 3, 5, 1, 1), ops.SEPARABLE_FIELD, (8, 8, 8), ["linear"],
+                              ["zeros"])
+    with pytest.raises(ValueError, match="low"):
+        ops.uniform_fill_(torch.empty(1, 1, 2, 2, 2), 1.0, 0.0, 3)
+
+
+def test_opcheck():
+    x = torch.rand(2, 1, 6, 7, 5)
+    m = torch.eye(3, 4, dtype=torch.float64).repeat(2, 1, 1)
+    coeff = torch.rand(2, 3, 5, 5, 5)
+    fmap = torch.tensor([[0.5, 0.5, 0.5, 1, 1, 1]] * 2, dtype=torch.float64)
+    torch.library.opcheck(torch.ops.voxaug.resample_deformed,
+                          ([x], m, coeff, 1, [0.5, 0.5, 0.5], [1.0, 1.0, 1.0], [6, 7, 5], [1], [0], [0.0], False,
+                           fmap), test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(torch.ops.voxaug.deform_field_dense, (coeff, 1, [0.5] * 3, [1.0] * 3, [6, 7, 5], None, None),
+                          test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(torch.ops.voxaug.uniform_fill_, (torch.empty(2, 1, 3, 3, 3), -1.0, 1.0, 5, 0))
