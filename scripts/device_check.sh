@@ -36,7 +36,7 @@ PREFIX="$DEPS/prefix"
 PY="${PYTHON:-python3}"
 JOBS="$(nproc)"
 CUDA_ARCHS="${VOXAUG_CUDA_ARCHITECTURES:-90}"
-RACECHECK_FILTER="${VOXAUG_RACECHECK_FILTER:-IntensityCuda.LargeBatchTwinBitIdentical}"
+RACECHECK_FILTER="${VOXAUG_RACECHECK_FILTER:-IntensityCuda.LargeBatchTwinBitIdentical:FilterCuda.Float32TwinBitIdentical}"
 if [[ $CPU_ONLY == 1 ]]; then
   BUDGET="${VOXAUG_DEVICE_CHECK_BUDGET_S:-3600}"
   CAP_SCALE=6  # two slow cores instead of sixteen

@@ -47,6 +47,20 @@ TORCH_LIBRARY(voxaug, m) {
   m.def(
       "resample_backward_matrix(Tensor[] grad_outputs, Tensor[] inputs, Tensor matrices, "
       "int[] modes, int[] paddings, float[] pad_values, bool align_corners=False) -> Tensor");
+  // Deform family (include/voxaug/deform.h): resample through M (x + u(x)), u from `field`:
+  // field_kind 1 B-spline control grid (N, 3, Kd, Kh, Kw) with control index
+  // g = field_scale * x + field_offset per axis; 2 dense (N, 3, D', H', W'); 3 separable
+  // (N, 3, L, 1, 1). Displacements in output voxels. field_map (optional, B-spline): per-sample
+  // (N, 6) float64 (scale d, h, w, offset d, h, w) replacing field_scale / field_offset.
+  m.def(
+      "resample_deformed(Tensor[] inputs, Tensor matrices, Tensor field, int field_kind, "
+      "float[] field_scale, float[] field_offset, int[] out_size, int[] modes, int[] paddings, "
+      "float[] pad_values, bool align_corners=False, Tensor? field_map=None) -> Tensor[]");
+  m.def(
+      "deform_field_dense(Tensor field, int field_kind, float[] field_scale, float[] field_offset, "
+      "int[] out_size, ScalarType? dtype=None, Tensor? field_map=None) -> Tensor");
+  // U(low, high) from Philox keyed by (seed, first_sample + n, element), in place.
+  m.def("uniform_fill_(Tensor(a!) out, float low, float high, int seed, int first_sample=0) -> ()");
   m.def(
       "scale_intensity_range(Tensor image, float a_min, float a_max, float? b_min=None, "
       "float? b_max=None, bool clip=False, ScalarType? dtype=None) -> Tensor");
@@ -75,6 +89,13 @@ TORCH_LIBRARY(voxaug, m) {
   m.def(
       "rand_gaussian_noise_(Tensor(a!) image, float mean, float std, bool sample_std, "
       "float prob, int seed, int first_sample=0) -> ()");
+  // Filter family (include/voxaug/filter.h): separable Gaussian smoothing, MONAI's
+  // GaussianFilter (erf taps, zero padding). sigma: (N, 3) floating CPU tensor, per sample and
+  // spatial axis (D, H, W), in voxels; output dtype: `dtype`, else the image's (float32 for
+  // integer images). Differentiable w.r.t. image.
+  m.def(
+      "gaussian_smooth(Tensor image, Tensor sigma, float truncated=4.0, ScalarType? dtype=None) "
+      "-> Tensor");
 }
 
 namespace voxaug::ops {

@@ -94,10 +94,11 @@ void cpu_items(const FieldDenseForward<Acc>& f, typename FieldDenseForward<Acc>:
                int64_t begin, int64_t end) {
   const int64_t W = f.out_size[2], H = f.out_size[1];
   alignas(64) Acc u[3][kResampleRow];
+  BSplineRowTaps<Acc> taps;
   for (int64_t i = begin; i < end;) {
     const int64_t ow = i % W, oh = (i / W) % H, od = i / (W * H);
     const int cnt = static_cast<int>(std::min({W - ow, end - i, kResampleRow}));
-    row_displacement(f.f, n, od, oh, ow, cnt, u);
+    row_displacement(f.f, n, od, oh, ow, cnt, u, taps);
     for (int j = 0; j < cnt; ++j) {
       const Acc uj[3] = {u[0][j], u[1][j], u[2][j]};
       f.store(n, od, oh, ow + j, uj);

@@ -103,9 +103,37 @@ VOXAUG_FORCEINLINE void row_coords(const Acc m[12], int64_t od, int64_t oh, int6
 // Displaced map: M (o + u(o)) per voxel, u from the field. A B-spline field contracts its
 // d and h taps once per row (bspline_line for each w control index the row touches), then
 // each voxel sums its 4 w taps: the same operations per voxel as field_displacement.
+// The w-axis taps of a B-spline field for a run of a row: the same for every row of a sample,
+// so the row path keeps them while (n, ow0, cnt) stays the same.
+template <class Acc>
+struct BSplineRowTaps {
+  int64_t n = -1, ow0 = -1;
+  int cnt = -1;
+  int64_t lo = 0, hi = -1;
+  int64_t first[kResampleRow];
+  Acc ww[kResampleRow][4];
+  bool inside[kResampleRow];
+  void update(const KField& f, int64_t n_, int64_t ow0_, int cnt_) {
+    if (n_ == n && ow0_ == ow0 && cnt_ == cnt) return;
+    n = n_;
+    ow0 = ow0_;
+    cnt = cnt_;
+    lo = INT64_MAX;
+    hi = INT64_MIN;
+    for (int j = 0; j < cnt; ++j) {
+      inside[j] = bspline_axis(f, n, 2, ow0 + j, &first[j], ww[j]);
+      if (inside[j]) {
+        lo = std::min(lo, first[j]);
+        hi = std::max(hi, first[j] + 3);
+      }
+    }
+  }
+};
+
 template <class Acc>
 VOXAUG_FORCEINLINE void row_displacement(const KField& f, int64_t n, int64_t od, int64_t oh,
-                                         int64_t ow0, int cnt, Acc (&u)[3][kResampleRow]) {
+                                         int64_t ow0, int cnt, Acc (&u)[3][kResampleRow],
+                                         BSplineRowTaps<Acc>& taps) {
   bool done = false;
   if (static_cast<FieldKind>(f.kind) == FieldKind::BSpline) {
     Acc wd[4], wh[4];
@@ -115,17 +143,11 @@ VOXAUG_FORCEINLINE void row_displacement(const KField& f, int64_t n, int64_t od,
         for (int j = 0; j < cnt; ++j) u[c][j] = Acc(0);
       done = true;
     } else {
-      int64_t first[kResampleRow];
-      Acc ww[kResampleRow][4];
-      bool inside[kResampleRow];
-      int64_t lo = INT64_MAX, hi = INT64_MIN;
-      for (int j = 0; j < cnt; ++j) {
-        inside[j] = bspline_axis(f, n, 2, ow0 + j, &first[j], ww[j]);
-        if (inside[j]) {
-          lo = std::min(lo, first[j]);
-          hi = std::max(hi, first[j] + 3);
-        }
-      }
+      taps.update(f, n, ow0, cnt);
+      const int64_t* first = taps.first;
+      const auto& ww = taps.ww;
+      const bool* inside = taps.inside;
+      const int64_t lo = taps.lo, hi = taps.hi;
       constexpr int64_t kMaxLine = kResampleRow + 4;
       if (lo > hi || hi - lo + 1 <= kMaxLine) {
         Acc line[3][kMaxLine];
@@ -154,9 +176,10 @@ VOXAUG_FORCEINLINE void row_displacement(const KField& f, int64_t n, int64_t od,
 
 template <class Acc>
 VOXAUG_FORCEINLINE void row_coords_deformed(const KField& f, const Acc m[12], int64_t n, int64_t od,
-                                            int64_t oh, int64_t ow0, int cnt, RowCoords<Acc>& rc) {
+                                            int64_t oh, int64_t ow0, int cnt, RowCoords<Acc>& rc,
+                                            BSplineRowTaps<Acc>& taps) {
   alignas(64) Acc u[3][kResampleRow];
-  row_displacement(f, n, od, oh, ow0, cnt, u);
+  row_displacement(f, n, od, oh, ow0, cnt, u, taps);
   const Acc o0 = static_cast<Acc>(od), o1 = static_cast<Acc>(oh);
   for (int j = 0; j < cnt; ++j) {
     const Acc q[3] = {fadd(o0, u[0][j]), fadd(o1, u[1][j]),
@@ -265,6 +288,74 @@ VOXAUG_FORCEINLINE bool linear_row_dispatch(const ResampleParams& p, const KTarg
       linear_row<Acc, double>(p, t, rc, n, od, oh, ow0, cnt);
       return true;
     default: return false;
+  }
+}
+
+template <class U>
+VOXAUG_FORCEINLINE void nearest_copy(const void* in, int64_t src0, const int64_t* off, void* out,
+                                     int64_t dst0, int64_t dst_step, int cnt, U fill) {
+  const U* s = static_cast<const U*>(in) + src0;
+  U* d = static_cast<U*>(out) + dst0;
+  for (int j = 0; j < cnt; ++j) d[j * dst_step] = off[j] >= 0 ? s[off[j]] : fill;
+}
+
+// Nearest gather of target t for a row (coordinates rc): the per-voxel rule of
+// ResampleForward::gather (pad the coordinate, round half to even, copy the element or fill),
+// organised per step so the index arithmetic vectorises.
+template <class Acc>
+VOXAUG_FORCEINLINE void nearest_row(const ResampleParams& p, const KTarget& t,
+                                    const RowCoords<Acc>& rc, int64_t n, int64_t od, int64_t oh,
+                                    int64_t ow0, int cnt) {
+  int64_t off[kResampleRow];
+  const Padding pad = static_cast<Padding>(t.padding);
+  for (int j = 0; j < cnt; ++j) off[j] = 0;
+  for (int a = 0; a < 3; ++a) {
+    const Acc bound = static_cast<Acc>(kCoordinateBound);
+    for (int j = 0; j < cnt; ++j) {
+      if (off[j] < 0) continue;
+      const Acc v = rc.x[a][j] < -bound ? -bound : (rc.x[a][j] > bound ? bound : rc.x[a][j]);
+      Acc unused;
+      const Acc x = pad_coordinate(v, t.in_size[a], pad, p.align_corners, &unused);
+      if (x != x) {
+        off[j] = -1;
+        continue;
+      }
+      const int64_t i = round_half_even(x);
+      off[j] = (i < 0 || i >= t.in_size[a]) ? int64_t(-1) : off[j] + i * t.in_stride[a + 2];
+    }
+  }
+  const double fill = pad == Padding::Constant ? t.pad_value : 0.0;
+  const int64_t out_base = n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3];
+  for (int64_t c = 0; c < t.channels; ++c) {
+    const int64_t src0 = n * t.in_stride[0] + c * t.in_stride[1];
+    const int64_t dst0 = out_base + c * t.out_stride[1] + ow0 * t.out_stride[4];
+    const int64_t ds = t.out_stride[4];
+    switch (t.in_dtype) {  // the fill converted as store_value_dyn converts it
+      case DType::Float64: nearest_copy<double>(t.in, src0, off, t.out, dst0, ds, cnt, fill); break;
+      case DType::Float32:
+        nearest_copy<float>(t.in, src0, off, t.out, dst0, ds, cnt, static_cast<float>(fill));
+        break;
+      case DType::UInt8:
+        nearest_copy<uint8_t>(t.in, src0, off, t.out, dst0, ds, cnt, static_cast<uint8_t>(fill));
+        break;
+      case DType::Int16:
+        nearest_copy<int16_t>(t.in, src0, off, t.out, dst0, ds, cnt, static_cast<int16_t>(fill));
+        break;
+      case DType::Int32:
+        nearest_copy<int32_t>(t.in, src0, off, t.out, dst0, ds, cnt, static_cast<int32_t>(fill));
+        break;
+      case DType::Int64:
+        nearest_copy<int64_t>(t.in, src0, off, t.out, dst0, ds, cnt, static_cast<int64_t>(fill));
+        break;
+      default:  // float16 / bfloat16: through the per-element helpers
+        for (int j = 0; j < cnt; ++j) {
+          const int64_t o = dst0 + j * ds;
+          if (off[j] < 0)
+            store_value_dyn(t.out, t.out_dtype, o, fill);
+          else
+            copy_dyn(t.in, src0 + off[j], t.out, o, t.elem_size);
+        }
+    }
   }
 }
 
@@ -380,6 +471,7 @@ VOXAUG_FORCEINLINE void resample_items(const ResampleForward<Acc>& f,
                                        int64_t begin, int64_t end) {
   const int64_t W = f.p.out_size[2], H = f.p.out_size[1];
   RowCoords<Acc> rc;
+  BSplineRowTaps<Acc> taps;
   int64_t i = begin;
   while (i < end) {
     const int64_t ow = i % W, oh = (i / W) % H, od = i / (W * H);
@@ -392,8 +484,12 @@ VOXAUG_FORCEINLINE void resample_items(const ResampleForward<Acc>& f,
         if (static_cast<FieldKind>(f.p.field.kind) == FieldKind::None)
           row_coords(st.m, od, oh, ow, cnt, rc);
         else
-          row_coords_deformed(f.p.field, st.m, n, od, oh, ow, cnt, rc);
+          row_coords_deformed(f.p.field, st.m, n, od, oh, ow, cnt, rc, taps);
         have_coords = true;
+      }
+      if (!st.exact && static_cast<Interp>(t.mode) == Interp::Nearest) {
+        nearest_row(f.p, t, rc, n, od, oh, ow, cnt);
+        continue;
       }
       if (st.exact || !linear_row_dispatch(f.p, t, rc, n, od, oh, ow, cnt)) {
         for (int j = 0; j < cnt; ++j) {  // per-voxel path: nearest, cubic, exact copies, casts

@@ -35,5 +35,8 @@ library_path = _load()
 
 from . import ops  # noqa: E402
 from . import transforms  # noqa: E402
+from . import spatial  # noqa: E402
+from . import deform  # noqa: E402
+from . import filter  # noqa: E402  (voxaug.filter: the Gaussian smoothing family)
 
-__all__ = ["ops", "transforms", "library_path", "__version__"]
+__all__ = ["ops", "transforms", "spatial", "deform", "filter", "library_path", "__version__"]

@@ -112,3 +112,73 @@ def resample(inputs, matrices: torch.Tensor, out_size, modes, paddings, pad_valu
     pad_values = [0.0] * len(inputs) if pad_values is None else [float(v) for v in pad_values]
     return torch.ops.voxaug.resample(inputs, matrices, list(out_size), modes, paddings, pad_values,
                                      align_corners)
+
+
+# ---------------- deform family ----------------
+BSPLINE_FIELD, DENSE_FIELD, SEPARABLE_FIELD = 1, 2, 3
+
+
+def _modes_paddings(inputs, modes, paddings, pad_values):
+    modes = [m if isinstance(m, int) else {"nearest": NEAREST, "linear": LINEAR, "cubic": CUBIC}[m]
+             for m in modes]
+    paddings = [p if isinstance(p, int) else PADDING[p] for p in paddings]
+    pad_values = [0.0] * len(inputs) if pad_values is None else [float(v) for v in pad_values]
+    return modes, paddings, pad_values
+
+
+def resample_deformed(inputs, matrices: torch.Tensor, field: torch.Tensor, field_kind: int, out_size, modes,
+                      paddings, pad_values=None, align_corners: bool = False, field_scale=(1.0, 1.0, 1.0),
+                      field_offset=(0.0, 0.0, 0.0), field_map: Optional[torch.Tensor] = None):
+    """:func:`resample` through a displacement field: out(x) = in(M (x + u(x))), u in output voxels
+    (include/voxaug/deform.h). `field_kind`: BSPLINE_FIELD (control grid (N, 3, Kd, Kh, Kw), control
+    index g = field_scale * x + field_offset per axis), DENSE_FIELD ((N, 3, D', H', W')) or
+    SEPARABLE_FIELD ((N, 3, L, 1, 1): u_a depends on x_a only). `field_map` (B-spline): per-sample
+    (N, 6) float64 (scale d, h, w, offset d, h, w) on the data's device instead of the shared
+    scale / offset. One launch for all inputs."""
+    inputs = list(inputs)
+    modes, paddings, pad_values = _modes_paddings(inputs, modes, paddings, pad_values)
+    return torch.ops.voxaug.resample_deformed(inputs, matrices, field, int(field_kind),
+                                              [float(v) for v in field_scale], [float(v) for v in field_offset],
+                                              list(out_size), modes, paddings, pad_values, align_corners,
+                                              field_map)
+
+
+def deform_field_dense(field: torch.Tensor, field_kind: int, out_size, field_scale=(1.0, 1.0, 1.0),
+                       field_offset=(0.0, 0.0, 0.0), dtype: Optional[torch.dtype] = None,
+                       field_map: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The displacement u(x) of every output voxel, (N, 3, D', H', W') (same field conventions as
+    :func:`resample_deformed`)."""
+    return torch.ops.voxaug.deform_field_dense(field, int(field_kind), [float(v) for v in field_scale],
+                                               [float(v) for v in field_offset], list(out_size), dtype,
+                                               field_map)
+
+
+def uniform_fill_(out: torch.Tensor, low: float, high: float, seed: int, first_sample: int = 0) -> torch.Tensor:
+    """Fills the 5-D floating `out` with U(low, high) from Philox keyed by (seed, first_sample + n,
+    element), on its device, in place; returns it."""
+    torch.ops.voxaug.uniform_fill_(out, float(low), float(high), _signed64(seed), int(first_sample))
+    return out
+
+
+# ---------------- filter family ----------------
+def _per_sample_sigma(sigma, n: int) -> torch.Tensor:
+    """sigma as an (n, 3) float64 CPU tensor: a number, 3 numbers (D, H, W), or (n, 3)."""
+    s = torch.as_tensor(sigma, dtype=torch.float64)
+    if s.device.type != "cpu":
+        raise ValueError(f"sigma must be on the CPU (the taps are built on the host), got {s.device}")
+    if s.dim() == 0:
+        return s.expand(n, 3).contiguous()
+    if s.dim() == 1 and s.shape[0] == 3:
+        return s.expand(n, 3).contiguous()
+    if s.dim() == 2 and tuple(s.shape) == (n, 3):
+        return s.contiguous()
+    raise ValueError(f"sigma must be a number, 3 numbers (D, H, W) or ({n}, 3), got shape {tuple(s.shape)}")
+
+
+def gaussian_smooth(image: torch.Tensor, sigma, truncated: float = 4.0,
+                    dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """MONAI GaussianFilter (erf taps, zero padding) on an (N, C, D, H, W) tensor in one launch
+    per axis; `sigma` in voxels: a number, (D, H, W), or an (N, 3) per-sample CPU tensor.
+    Differentiable w.r.t. `image`."""
+    s = _per_sample_sigma(sigma, image.shape[0])
+    return torch.ops.voxaug.gaussian_smooth(image, s, float(truncated), dtype)

@@ -59,8 +59,8 @@ Differences from MONAI, by design:
   result does not depend on the batch it is in. A batch gets a per-sample gate ``u < prob``
   and per-sample parameters, not one draw per call.
 - A MetaTensor keeps its metadata; its ``affine`` is composed with the transform's index map
-  as MONAI does (``affine @ xform``, per sample for a batch with different maps).
-  ``applied_operations`` is not extended: inverses come later, and per-transform
+  as MONAI does (``affine @ xform``, per sample for a batch with different maps), and its
+  ``applied_operations`` gets one record per call (see "Invertibility" below). Per-transform
   ``lazy=True`` raises NotImplementedError. Lazy resampling is done by
   :class:`voxaug.transforms.Compose` instead: consecutive spatial transforms, a following
   SpatialCrop / CenterSpatialCrop included, are multiplied into one map and gathered once
@@ -76,6 +76,68 @@ Differences from MONAI, by design:
 - Rotations by exact multiples of 90 degrees between axes whose sizes differ in parity put
   whole planes on half-voxel ties: nearest results then differ from MONAI's on those planes
   (both are valid roundings); Rotate90 is the exact tool there.
+
+Invertibility (MONAI's InvertibleTransform; tests/python/test_inverse.py compares each inverse
+with MONAI's on real volumes):
+
+- On a MetaTensor, while ``monai.data.set_track_meta`` is on, every transform here (array and
+  dictionary forms, random ones included) appends a record to ``applied_operations`` (of each
+  key, for dictionaries), and ``t.inverse(x)`` / ``t.inverse(data)`` pops the last record,
+  checks that it is ``t``'s (same ``id``; MONAI's ``"none"`` id skips the check) and undoes it.
+  Errors name what was expected: no MetaTensor or an empty ``applied_operations``
+  (ValueError), the record of another transform (RuntimeError; records are undone last-in,
+  first-out). The input is never modified; the result is a new MetaTensor.
+- Undoing a map: the per-sample index maps are inverted in float64 and the batch is resampled
+  onto the original grid in one launch, with the forward's mode, padding and align_corners
+  (MONAI's Affine / RandAffine / Rotate / RandRotate / Spacing inverses resample with the
+  inverted matrix too). Signed permutations with integer offsets are inverted exactly, so
+  Flip, Rotate90, Orientation, the random flips / quarter turns and integer crops come back
+  bit-exactly (a crop: zeros outside the ROI, as MONAI's BorderPad). Zoom and Resize invert as
+  MONAI does: undo keep_size's padding (a crop) or crop (zero padding), then resize back to
+  the original size with the forward's mode (interpolate's nearest rule is not the inverse of
+  a map; this keeps nearest labels bit-identical to MONAI's inverse).
+- The affine: ``affine @ inv(map)`` per sample, as MONAI composes; when that equals the
+  recorded input affine up to rounding (always, unless the affine was edited in between), the
+  recorded affine itself is restored, so a batch whose samples got different affines returns
+  to its shared (4, 4) affine exactly.
+- :class:`voxaug.transforms.Compose` ``.inverse`` undoes its transforms in reverse order,
+  skipping those without an inverse (intensity), as MONAI does. A lazily fused group writes one
+  record of the Compose (its ``id``) with the product map and the list of its steps
+  (``extra_info["transforms"]``, class and id each): the inverse undoes the whole group in one
+  launch with the inverted product map (a group of one step records as that transform).
+
+Record format (``RECORD_FORMAT``; MONAI's TraceKeys names)::
+
+    {"class": "RandAffine", "id": id(transform), "orig_size": (D, H, W), "do_transforms": bool,
+     "tracing": True, "lazy": False,
+     "extra_info": {"format": "voxaug.batched/1", "kind": "map" | "resize", "batch_size": N,
+                    "out_size": (D', H', W'),
+                    "maps": (N, 4, 4) float64 CPU, output index -> input index (kernel map),
+                    "meta": (N, 4, 4) float64 CPU, the affine update (affine @ meta),
+                    "mode", "padding_mode", "align_corners",  # the kernel's
+                    "affine": the input's affine (float64) or None, "affine_replaced": bool,
+                    "do_transforms_per_sample": [bool] * N (random transforms) or None,
+                    # kind "resize" (Zoom, Resize): "interp", "table_dtype", and per axis
+                    # "zoomed", "first", "count", "pad" (keep_size's crop / padding)
+                    # fused Compose groups: "transforms": [{"class", "id"}, ...]
+                    }}
+
+Where it differs from MONAI, and why:
+
+- One record per call for the whole batch, with per-sample maps inside, rather than MONAI's
+  one record per sample: voxaug transforms a batch in one launch and inverts it in one launch
+  (MONAI's transforms take single samples; its collated batches hold per-sample lists).
+  A random transform's ``do_transforms`` is True if any sample was transformed; the
+  per-sample gates are in ``extra_info``. Decollating a batch does not split these records.
+- ``extra_info`` holds the maps themselves instead of MONAI's per-transform parameters
+  (``rot_mat``, ``k``, ``axes``, ``padded`` ...): every voxaug transform is a map, so one
+  inverse serves them all, including fused groups that no single MONAI transform describes.
+- A voxaug transform accepts only its own records (and raises on MONAI's); MONAI's
+  transforms cannot read voxaug's. MONAI (1.6) looks back through the stack for the most
+  recent record with its id; voxaug requires it on top.
+- Size-1 axes: MONAI's Affine inverse rebuilds its grid with ``max(2, size)``; voxaug inverts
+  the forward map (identical for sizes >= 2). Fused groups invert the product map: with
+  nearest steps that is one lookup through the product, not MONAI's step-by-step lookups.
 """
 from __future__ import annotations
 
@@ -513,6 +575,183 @@ def _with_affine(out: Any, meta: torch.Tensor) -> Any:
     return out
 
 
+# ---------------- invertibility: MONAI-style records in applied_operations ----------------
+# MONAI's TraceKeys (monai.utils.enums), spelled out so that voxaug needs MONAI only when the
+# caller passes MetaTensors (the only inputs that get records).
+_CLASS, _ID, _ORIG_SIZE, _EXTRA, _DO = "class", "id", "orig_size", "extra_info", "do_transforms"
+_TRACING, _LAZY_KEY, _NONE = "tracing", "lazy", "none"
+RECORD_FORMAT = "voxaug.batched/1"  # extra_info["format"] of every record voxaug writes
+
+
+def _tracking(img: Any) -> bool:
+    """Records are kept for MetaTensors while MONAI's track_meta is on (as MONAI does)."""
+    if not _is_meta_tensor(img):
+        return False
+    from monai.data.meta_obj import get_track_meta
+
+    return bool(get_track_meta())
+
+
+def _affine_copy(img: Any) -> Optional[torch.Tensor]:
+    return img.affine.detach().cpu().to(torch.float64).clone() if _is_meta_tensor(img) else None
+
+
+def _make_record(owner: Any, in_size: Sequence[int], geom: _Geometry, opts: _Opts, src_affine: Optional[torch.Tensor],
+                 affine_map: Optional[torch.Tensor] = None, replaced: bool = False, gates: Any = None,
+                 kind: str = "map", extra: Optional[dict] = None) -> dict:
+    """One record for the whole batch (see the module docstring, "Invertibility")."""
+    n = geom.mats.shape[0]
+    meta = geom.meta if affine_map is None else affine_map
+    out_size = [int(s) for s in geom.out_size]
+    if geom.pad is not None:  # Zoom's keep_size padding after the resample
+        out_size = [s + b + a for s, (b, a) in zip(out_size, geom.pad[0])]
+    info = {
+        "format": RECORD_FORMAT, "kind": kind, "batch_size": int(n), "out_size": tuple(out_size),
+        "maps": _square(geom.mats), "meta": meta.to(torch.float64).expand(n, 4, 4).clone(),
+        "mode": opts.mode, "padding_mode": geom.kernel_padding, "align_corners": bool(opts.align_corners),
+        "affine": src_affine, "affine_replaced": bool(replaced),
+        "do_transforms_per_sample": None if gates is None else [bool(g) for g in gates],
+    }
+    info.update(extra or {})
+    return {_CLASS: type(owner).__name__, _ID: id(owner), _ORIG_SIZE: tuple(int(s) for s in in_size), _EXTRA: info,
+            _DO: True if gates is None else bool(np.any(gates)), _TRACING: True, _LAZY_KEY: False}
+
+
+def _push(out: Any, record: Optional[dict]) -> Any:
+    if record is not None and _is_meta_tensor(out):
+        out.applied_operations.append(record)
+    return out
+
+
+def _describe(rec: Any) -> str:
+    if not isinstance(rec, Mapping):
+        return f"a {type(rec).__name__}"
+    fused = rec.get(_EXTRA, {}).get("transforms") if isinstance(rec.get(_EXTRA), Mapping) else None
+    what = f"{rec.get(_CLASS, '?')} (id {rec.get(_ID, '?')})"
+    if fused:
+        what += " fusing [" + ", ".join(str(m[_CLASS]) for m in fused) + "]"
+    return what
+
+
+def _last_record(img: Any, owner: Any, where: str) -> dict:
+    """The last record of `img`, checked to be `owner`'s (MONAI's pop_transform check, strict:
+    records are undone last-in first-out)."""
+    name = type(owner).__name__
+    expected = f"a record of {name} (id {id(owner)})"
+    if not _is_meta_tensor(img):
+        raise ValueError(f"{name}.inverse: {where} is a {type(img).__name__}, not a MetaTensor, so it carries no "
+                         f"applied_operations; expected {expected} (voxaug records transforms on MetaTensors while "
+                         "monai's track_meta is on)")
+    ops_ = img.applied_operations
+    if not ops_:
+        raise ValueError(f"{name}.inverse: {where} has empty applied_operations: nothing to invert; "
+                         f"expected {expected}")
+    rec = ops_[-1]
+    if not isinstance(rec, Mapping) or (rec.get(_ID) != id(owner) and rec.get(_ID) != _NONE) \
+            or (rec.get(_ID) == _NONE and rec.get(_CLASS) != name):
+        raise RuntimeError(f"{name}.inverse: the last applied operation of {where} is {_describe(rec)}, but expected "
+                           f"{expected}; invert transforms in the reverse order of application")
+    info = rec.get(_EXTRA)
+    if not isinstance(info, Mapping) or info.get("format") != RECORD_FORMAT:
+        raise ValueError(f"{name}.inverse: the last applied operation of {where} is not a voxaug record "
+                         f"(extra_info['format'] != {RECORD_FORMAT!r}); expected {expected}")
+    return rec
+
+
+def _invert_maps(maps: torch.Tensor) -> torch.Tensor:
+    """(N, 4, 4) float64 inverses; a signed permutation with an integer offset is inverted exactly
+    (R^T, -R^T t), so the inverse of an exact map stays on the kernel's exact path."""
+    maps = maps.to(torch.float64)
+    out = torch.linalg.inv(maps) if maps.shape[0] else maps.clone()
+    r, t = maps[:, :3, :3], maps[:, :3, 3]
+    perm = ((r == 0) | (r.abs() == 1)).all(dim=(1, 2)) & ((r != 0).sum(dim=2) == 1).all(dim=1) \
+        & ((r != 0).sum(dim=1) == 1).all(dim=1) & (t == t.round()).all(dim=1)
+    for i in torch.nonzero(perm).flatten().tolist():
+        out[i] = torch.eye(4, dtype=torch.float64)
+        out[i, :3, :3] = r[i].T
+        out[i, :3, 3] = -(r[i].T @ t[i])
+    return out
+
+
+def _inverse_affine(current: torch.Tensor, info: Mapping) -> torch.Tensor:
+    """``affine @ inv(map)`` (MONAI composes the inverse map); when that is the recorded input
+    affine up to rounding (or the forward replaced the affine outright, Spacing's
+    recompute_affine), the recorded affine itself, shape included."""
+    cur = current.detach().cpu().to(torch.float64)
+    inv = _invert_maps(info["meta"])
+    if inv.shape[0] and (inv.shape[0] == 1 or bool((inv == inv[:1]).all())) and cur.dim() == 2:
+        composed = cur @ inv[0]
+    else:
+        composed = cur @ inv
+    orig = info.get("affine")
+    if orig is not None:
+        orig = torch.as_tensor(orig, dtype=torch.float64)
+        scale = max(1.0, float(orig.abs().max()))
+        if info.get("affine_replaced") or (composed.shape[-2:] == orig.shape[-2:] and torch.allclose(
+                composed, orig.expand_as(composed) if composed.dim() >= orig.dim() else orig, rtol=0,
+                atol=1e-6 * scale)):
+            return orig.clone()
+    return composed
+
+
+def _inverse_job(key: Any, img: Any, rec: Mapping, where: str):
+    """A job for :func:`_run_grouped` that undoes `rec` on `img` (one launch per group)."""
+    info = rec[_EXTRA]
+    x, restore = _as_batch(img)
+    n, out_size, orig = x.shape[0], tuple(info["out_size"]), tuple(int(s) for s in rec[_ORIG_SIZE])
+    if n != info["batch_size"] or tuple(x.shape[2:]) != out_size:
+        raise ValueError(f"{where}: the record of {rec[_CLASS]} was made for a batch of {info['batch_size']} with "
+                         f"spatial size {out_size} after the transform, got {n} samples of {tuple(x.shape[2:])}")
+    if info["kind"] == "resize":
+        # MONAI's Zoom / Resize inverse: undo the keep_size padding (crop) or crop (zero padding),
+        # then interpolate back to the original size with the same mode (Resize's index rule).
+        sl = [slice(b, b + c) for (b, _), c in zip(info["pad"], info["count"])]
+        x = x[:, :, sl[0], sl[1], sl[2]]
+        widths = tuple((f, z - f - c) for f, z, c in zip(info["first"], info["zoomed"], info["count"]))
+        if any(b or a for b, a in widths):
+            x = _apply_pad(x, (widths, "constant", 0.0))
+        opts = _Opts(info["mode"], info["interp"], "border", info["align_corners"],
+                     table_dtype=torch.float64 if info["table_dtype"] == "float64" else torch.float32)
+        axes = [(1.0, 0.0, 1.0, 0.0, None) if z == s else _interp_axis(z, s, 0, s, opts)
+                for z, s in zip(info["zoomed"], orig)]
+        mats, meta, tables = _diag_maps(axes, orig, n)
+        geom = _Geometry(mats, orig, meta, "border", tables=tables)
+    else:
+        inv = _invert_maps(info["maps"])
+        opts = _Opts(info["mode"], info["mode"], info["padding_mode"], info["align_corners"])
+        geom = _Geometry(inv[:, :3].contiguous(), orig, inv, info["padding_mode"])
+
+    def finish(out):
+        if _is_meta_tensor(out):
+            if out.applied_operations and out.applied_operations[-1] is rec:
+                out.applied_operations.pop()
+            out.affine = _inverse_affine(out.affine, info)
+        return out
+
+    return key, x, restore, geom, opts, finish
+
+
+def _inverse_array(owner: Any, data: Any) -> Any:
+    rec = _last_record(data, owner, "img")
+    d: dict = {}
+    _run_grouped(d, [_inverse_job(None, data, rec, "img")])
+    return d[None]
+
+
+def _inverse_dict(owner: Any, data: Mapping, keys: Sequence, allow_missing_keys: bool) -> dict:
+    d = dict(data)
+    jobs = []
+    for key in keys:
+        if key not in d:
+            if allow_missing_keys:
+                continue
+            raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+        where = f"data[{key!r}]"
+        jobs.append(_inverse_job(key, d[key], _last_record(d[key], owner, where), where))
+    _run_grouped(d, jobs)
+    return d
+
+
 class _Spatial:
     """A spatial transform: options per call, an optional per-sample draw, a geometry."""
 
@@ -527,6 +766,27 @@ class _Spatial:
     def _params_for(self, n: int, randomize: bool) -> Optional[torch.Tensor]:
         return None
 
+    def _record_kind(self, in_size: tuple, geom: _Geometry, opts: _Opts) -> tuple[str, dict]:
+        return "map", {}
+
+    def _record_for(self, img: Any, in_size: tuple, geom: _Geometry, opts: _Opts, params: Optional[torch.Tensor],
+                    owner: Any = None, src_affine: Any = "img") -> Optional[dict]:
+        """The applied_operations record of this call (None unless `img` is a tracked MetaTensor)."""
+        if not _tracking(img):
+            return None
+        kind, extra = self._record_kind(in_size, geom, opts)
+        gates = self._gates(params) if isinstance(self, _RandomSpatial) and params is not None else None
+        return _make_record(self if owner is None else owner, in_size, geom, opts,
+                            _affine_copy(img) if isinstance(src_affine, str) else src_affine, gates=gates, kind=kind,
+                            extra=extra)
+
+    def inverse(self, data: Any) -> Any:
+        """Undoes this transform's last call on `data` (a MetaTensor it returned, or one whose last
+        applied operation is that call's record): one resample launch onto the original grid with
+        the inverted per-sample maps (Zoom / Resize: MONAI's resize back). Returns a MetaTensor
+        with that record popped and the original affine."""
+        return _inverse_array(self, data)
+
     def apply(self, img: Any, params: Optional[torch.Tensor] = None, **overrides) -> Any:
         """Transforms `img`; `params` (random transforms) replays a draw of :meth:`draw_params`."""
         x, restore = _as_batch(img)
@@ -539,7 +799,8 @@ class _Spatial:
                              f"{tuple(params.shape) if isinstance(params, torch.Tensor) else type(params).__name__}")
         geom = self._geometry(tuple(x.shape[2:]), x.shape[0], params, opts)
         (out,) = _run([x], geom, [opts])
-        return _with_affine(restore(out), geom.meta)
+        out = _with_affine(restore(out), geom.meta)
+        return _push(out, self._record_for(img, tuple(x.shape[2:]), geom, opts, params))
 
 
 class _RandomSpatial(_Spatial, _Randomizable):
@@ -779,6 +1040,7 @@ class Affine(_Spatial):
         geom = self._geometry(tuple(x.shape[2:]), x.shape[0], None, opts, spatial_size)
         (out,) = _run([x], geom, [opts])
         out = _with_affine(restore(out), geom.meta)
+        out = _push(out, self._record_for(img, tuple(x.shape[2:]), geom, opts, None))
         meta = geom.meta[0] if geom.meta.shape[0] else torch.eye(4, dtype=torch.float64)
         return out if self.image_only else (out, meta)
 
@@ -866,7 +1128,8 @@ class RandAffine(_RandomSpatial):
         params = self._params_for(x.shape[0], randomize)
         geom = self._geometry(tuple(x.shape[2:]), x.shape[0], params, opts, spatial_size)
         (out,) = _run([x], geom, [opts])
-        return _with_affine(restore(out), geom.meta)
+        out = _with_affine(restore(out), geom.meta)
+        return _push(out, self._record_for(img, tuple(x.shape[2:]), geom, opts, params))
 
 
 # ---------------- Rotate / RandRotate ----------------
@@ -980,6 +1243,12 @@ def _interp_opts(mode, align_corners, dtype) -> _Opts:
                  table_dtype=None if dtype is None else _table_dtype(dtype, torch.float32))
 
 
+def _resize_record(opts: _Opts, zoomed, first, count, pad) -> dict:
+    return {"interp": opts.interp, "table_dtype": "float64" if opts.table_dtype == torch.float64 else "float32",
+            "zoomed": [int(v) for v in zoomed], "first": [int(v) for v in first], "count": [int(v) for v in count],
+            "pad": [tuple(int(v) for v in p) for p in pad]}
+
+
 class Zoom(_Spatial):
     """MONAI Zoom: interpolate by factor `zoom` (output size floor(size * zoom), interpolate's
     recomputed scale size / output); with ``keep_size`` the result is centre-cropped or padded
@@ -1009,19 +1278,30 @@ class Zoom(_Spatial):
         pad = _pad_mode(self.padding_mode if padding_mode is None else padding_mode)
         return _Opts(o.mode, o.interp, pad, o.align_corners, self.pad_value, o.table_dtype)
 
-    def _geometry(self, in_size, n, params, opts):
+    def _plan_axes(self, in_size) -> list[tuple[int, int, int, tuple[int, int]]]:
+        """Per axis (zoomed size, first zoomed voxel kept, voxels kept, keep_size padding)."""
         zoomed = [int(math.floor(float(s) * z)) for s, z in zip(in_size, self.zoom)]
         if any(z < 1 for z in zoomed):
             raise ValueError(f"zoom {self.zoom} of img with spatial size {tuple(in_size)} gives an empty output "
                              f"{tuple(zoomed)}")
-        axes, out_size, widths = [], [], []
+        out = []
         for s, z in zip(in_size, zoomed):
             if not self.keep_size or z == s:
-                first, count, pad = 0, z, (0, 0)
+                out.append((z, 0, z, (0, 0)))
             elif z > s:  # CenterSpatialCrop: start = z // 2 - s // 2
-                first, count, pad = z // 2 - s // 2, s, (0, 0)
+                out.append((z, z // 2 - s // 2, s, (0, 0)))
             else:  # SpatialPad, symmetric
-                first, count, pad = 0, z, ((s - z) // 2, s - z - (s - z) // 2)
+                out.append((z, 0, z, ((s - z) // 2, s - z - (s - z) // 2)))
+        return out
+
+    def _record_kind(self, in_size, geom, opts):
+        plan = self._plan_axes(in_size)
+        return "resize", _resize_record(opts, [p[0] for p in plan], [p[1] for p in plan], [p[2] for p in plan],
+                                        [p[3] for p in plan])
+
+    def _geometry(self, in_size, n, params, opts):
+        axes, out_size, widths = [], [], []
+        for s, (z, first, count, pad) in zip(in_size, self._plan_axes(in_size)):
             axes.append(_interp_axis(s, z, first, count, opts))
             out_size.append(count)
             widths.append(pad)
@@ -1078,6 +1358,10 @@ class Resize(_Spatial):
             scale = self.spatial_size / max(in_size)
             return tuple(int(round(s * scale)) for s in in_size)
         return _fall_back_size(self.spatial_size, in_size)
+
+    def _record_kind(self, in_size, geom, opts):
+        out = list(geom.out_size)
+        return "resize", _resize_record(opts, out, [0, 0, 0], out, [(0, 0)] * 3)
 
     def _geometry(self, in_size, n, params, opts):
         out_size = self._out_size(in_size)
@@ -1251,9 +1535,16 @@ class _SpatialDict:
         for geom, _, _, members in groups:
             outs = _run([items[j][1] for j in members], geom, [items[j][3] for j in members])
             for j, out in zip(members, outs):
-                key, _, restore, _ = items[j]
-                d[key] = _with_affine(restore(out), geoms[j].meta)
+                key, x, restore, opts = items[j]
+                out = _with_affine(restore(out), geoms[j].meta)
+                d[key] = _push(out, self.transform._record_for(data[key], tuple(x.shape[2:]), geoms[j], opts, params,
+                                                               owner=self))
         return d
+
+    def inverse(self, data: Mapping[Hashable, Any]) -> dict:
+        """Undoes this transform's last call on every key (MONAI's dictionary inverse); keys whose
+        inverse maps agree share one resample launch."""
+        return _inverse_dict(self, data, self.keys, self.allow_missing_keys)
 
 
 class Flipd(_SpatialDict):
@@ -1587,7 +1878,15 @@ class Spacing:
                                               output_spatial_shape)
         (out,) = _run([x], geom, [opts])
         out, new = _finish_affine(restore(out), meta_aff, src, xform, replace)
+        if _tracking(data_array):
+            _push(out, _make_record(self, x.shape[2:], geom, opts, _affine_copy(data_array),
+                                    torch.from_numpy(np.asarray(xform, dtype=np.float64)), replace is not None))
         return out if _is_meta_tensor(out) else (out, new)
+
+    def inverse(self, data: Any) -> Any:
+        """Undoes the last call on `data`: the inverted index map onto the original grid (MONAI's
+        SpatialResample inverse), the original affine back."""
+        return _inverse_array(self, data)
 
 
 def _orientation_xform(src: np.ndarray, in_size: tuple, axcodes, as_closest_canonical: bool, labels):
@@ -1665,7 +1964,13 @@ class Orientation:
         geom, xform = self._geometry(data_array, src, tuple(x.shape[2:]), x.shape[0])
         (out,) = _run([x], geom, [_exact_opts()])
         out, new = _finish_affine(restore(out), meta_aff, src, xform)
+        if _tracking(data_array):
+            _push(out, _make_record(self, x.shape[2:], geom, _exact_opts(), _affine_copy(data_array)))
         return out if _is_meta_tensor(out) else (out, new)
+
+    def inverse(self, data: Any) -> Any:
+        """Undoes the last call on `data`: the inverse signed permutation (bit-exact)."""
+        return _inverse_array(self, data)
 
 
 def _run_grouped(d: dict, jobs: list) -> None:
@@ -1732,13 +2037,21 @@ class Spacingd:
             opts = sp._options(self.mode[i], self.padding_mode[i], self.align_corners[i])
             geom, xform, replace = sp._geometry(src, in_size, x.shape[0], opts, self.scale_extent[i],
                                                 out_shape_k if should_match else None)
+            rec = _make_record(self, in_size, geom, opts, _affine_copy(img),
+                               torch.from_numpy(np.asarray(xform, dtype=np.float64)), replace is not None) \
+                if _tracking(img) else None
             finish = functools.partial(
-                lambda out, m, s, xf, r: _finish_affine(out, m, s, xf, r)[0], m=meta_aff, s=src, xf=xform, r=replace)
+                lambda out, m, s, xf, r, rec: _push(_finish_affine(out, m, s, xf, r)[0], rec), m=meta_aff, s=src,
+                xf=xform, r=replace, rec=rec)
             jobs.append((key, x, restore, geom, opts, finish))
             if out_shape_k is None:
                 out_shape_k = geom.out_size
         _run_grouped(d, jobs)
         return d
+
+    def inverse(self, data: Mapping[Hashable, Any]) -> dict:
+        """Undoes the last call on every key; keys whose inverse maps agree share one launch."""
+        return _inverse_dict(self, data, self.keys, self.allow_missing_keys)
 
 
 class Orientationd:
@@ -1764,11 +2077,16 @@ class Orientationd:
             x, restore = _as_batch(img)
             src, meta_aff = _source_affine(img, None)
             geom, xform = self.ornt_transform._geometry(img, src, tuple(x.shape[2:]), x.shape[0])
-            finish = functools.partial(lambda out, m, s, xf: _finish_affine(out, m, s, xf)[0], m=meta_aff, s=src,
-                                       xf=xform)
+            rec = _make_record(self, x.shape[2:], geom, _exact_opts(), _affine_copy(img)) if _tracking(img) else None
+            finish = functools.partial(lambda out, m, s, xf, rec: _push(_finish_affine(out, m, s, xf)[0], rec),
+                                       m=meta_aff, s=src, xf=xform, rec=rec)
             jobs.append((key, x, restore, geom, _exact_opts(), finish))
         _run_grouped(d, jobs)
         return d
+
+    def inverse(self, data: Mapping[Hashable, Any]) -> dict:
+        """Undoes the last call on every key; keys whose inverse maps agree share one launch."""
+        return _inverse_dict(self, data, self.keys, self.allow_missing_keys)
 
 
 # ---------------- lazy composition (used by voxaug.transforms.Compose) ----------------
@@ -1800,6 +2118,9 @@ class _LazyStep:
     opts: _Opts
     padding: str  # kernel padding
     exact: bool
+    meta: Optional[torch.Tensor] = None  # (N, 4, 4) float64: the step's affine update (affine @ meta)
+    owner: Any = None  # the transform as listed in the Compose (a dictionary form for dictionaries)
+    record: Optional[dict] = None  # the record the step writes when it is a group of its own
 
 
 class _LazyChain:
@@ -1811,6 +2132,11 @@ class _LazyChain:
         self.affine = img.affine if _is_meta_tensor(img) else None
         self.steps: list[_LazyStep] = []
         self.mode_key: Optional[tuple] = None
+        self.track, self.orig_size, self.orig_affine = _tracking(img), self.size, _affine_copy(img)
+        self.owner: Any = None  # the Compose whose fused records these are
+
+    def affine_copy(self) -> Optional[torch.Tensor]:
+        return None if self.affine is None else self.affine.detach().cpu().to(torch.float64).clone()
 
     def compatible(self, step: _LazyStep) -> bool:
         return step.exact or self.mode_key is None or self.mode_key == _mode_key(step)
@@ -1832,13 +2158,31 @@ class _LazyChain:
         opts = lead.opts if lead is not None else _exact_opts()
         geom = _Geometry(total[:, :3].contiguous(), self.size, total, lead.padding if lead is not None else "zeros")
         affine = self.affine
+        record = self.record(geom, opts) if self.track else None
 
         def finish(out):
             if _is_meta_tensor(out) and affine is not None:
                 out.affine = affine
-            return out
+            return _push(out, record)
 
         return key, x, restore, geom, opts, finish
+
+
+    def record(self, geom: _Geometry, opts: _Opts) -> Optional[dict]:
+        """A group of one step records as that transform does; a fused group writes one record of
+        the Compose with the product map (inverted as one) and the list of its steps."""
+        if len(self.steps) == 1:
+            return self.steps[0].record
+        meta = self.steps[0].meta
+        for s in self.steps[1:]:
+            meta = meta @ s.meta
+        members = [{_CLASS: type(s.owner).__name__, _ID: id(s.owner)} for s in self.steps]
+        owner = self.owner if self.owner is not None else self
+        rec = _make_record(owner, self.orig_size, geom, opts, self.orig_affine, affine_map=meta,
+                           extra={"transforms": members})
+        if self.owner is None:
+            rec[_CLASS], rec[_ID] = "Compose", _NONE
+        return rec
 
 
 def _mode_key(step: _LazyStep) -> tuple:
@@ -1852,7 +2196,7 @@ def _square(m: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _plan_lazy(t: Any, ch: _LazyChain, over: dict, params: Optional[torch.Tensor]):
+def _plan_lazy(t: Any, ch: _LazyChain, over: dict, params: Optional[torch.Tensor], owner: Any = None):
     """(step, new affine) of spatial transform `t` on the chain's current (virtual) tensor, or None
     when `t` cannot join a fused group there."""
     if isinstance(t, (Spacing, Orientation)):
@@ -1869,8 +2213,11 @@ def _plan_lazy(t: Any, ch: _LazyChain, over: dict, params: Optional[torch.Tensor
         if base.shape[-1] != 4:
             base = torch.as_tensor(src, dtype=torch.float64)
         new_affine = base @ torch.as_tensor(xform, dtype=torch.float64)  # as _finish_affine
+        meta = torch.as_tensor(np.asarray(xform, dtype=np.float64)).expand(ch.n, 4, 4).clone()
+        record = _make_record(owner if owner is not None else t, ch.size, geom, opts, ch.affine_copy(), meta) \
+            if ch.track else None
         return _LazyStep(_square(geom.mats), geom.out_size, opts, geom.kernel_padding,
-                         isinstance(t, Orientation)), new_affine
+                         isinstance(t, Orientation), meta, owner if owner is not None else t, record), new_affine
     if not isinstance(t, _Spatial):
         return None
     opts = t._options(**over)
@@ -1879,12 +2226,15 @@ def _plan_lazy(t: Any, ch: _LazyChain, over: dict, params: Optional[torch.Tensor
     geom = t._geometry(ch.size, ch.n, params, opts)
     if geom.tables is not None or geom.pad is not None:
         return None
+    record = t._record_for(ch.img, ch.size, geom, opts, params, owner=owner, src_affine=ch.affine_copy()) \
+        if ch.track else None
     new_affine = ch.affine
     if new_affine is not None:  # as _with_affine
         m = geom.meta.to(new_affine.device, new_affine.dtype)
         new_affine = new_affine @ m[0] if m.shape[0] == 1 or bool((m == m[:1]).all()) else new_affine @ m
-    return _LazyStep(_square(geom.mats), geom.out_size, opts, geom.kernel_padding,
-                     isinstance(t, _EXACT_TYPES)), new_affine
+    return _LazyStep(_square(geom.mats), geom.out_size, opts, geom.kernel_padding, isinstance(t, _EXACT_TYPES),
+                     geom.meta.to(torch.float64).expand(ch.n, 4, 4).clone(), owner if owner is not None else t,
+                     record), new_affine
 
 
 def _lazy_candidate(t: Any) -> bool:
@@ -1892,10 +2242,12 @@ def _lazy_candidate(t: Any) -> bool:
     return isinstance(inner, _FUSABLE_TYPES)
 
 
-def compose_spatial(transforms: Sequence[Any], data: Any) -> Any:
+def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None) -> Any:
     """Applies a run of spatial transforms with consecutive fusable ones as one resample launch
     per group (per group of keys sharing the map, for dictionaries). Random transforms draw
-    exactly as when called one by one."""
+    exactly as when called one by one. On tracked MetaTensors a group of one step records as
+    that transform; a fused group writes one record of `owner` (the Compose; its inverse undoes
+    the group in one launch), listing the steps in extra_info["transforms"]."""
     is_dict = isinstance(data, Mapping)
     d = dict(data) if is_dict else {None: data}
     chains: dict[Any, _LazyChain] = {}
@@ -1908,6 +2260,7 @@ def compose_spatial(transforms: Sequence[Any], data: Any) -> Any:
     def chain(key):
         if key not in chains:
             chains[key] = _LazyChain(d[key])
+            chains[key].owner = owner
         return chains[key]
 
     def direct(t):
@@ -1947,7 +2300,7 @@ def compose_spatial(transforms: Sequence[Any], data: Any) -> Any:
                 direct(t)  # raises the transform's own error
                 continue
             params = tr._params_for(sizes.pop(), True)
-        planned = [(k, _plan_lazy(tr, chain(k), over, params)) for k, over in keys]
+        planned = [(k, _plan_lazy(tr, chain(k), over, params, t)) for k, over in keys]
         if any(p is None for _, p in planned):
             assert params is None, "random spatial transforms are always fusable"
             direct(t)
@@ -1957,6 +2310,67 @@ def compose_spatial(transforms: Sequence[Any], data: Any) -> Any:
         for k, (step, new_affine) in planned:
             chain(k).push(step, new_affine)
     flush()
+    return d if is_dict else d[None]
+
+
+def _fused_record(img: Any, compose: Any, t: Any) -> Optional[dict]:
+    """The last record of `img` when it is a fused group of `compose` ending with `t`."""
+    if not _is_meta_tensor(img) or not img.applied_operations:
+        return None
+    rec = img.applied_operations[-1]
+    if not isinstance(rec, Mapping) or rec.get(_ID) != id(compose) or not isinstance(rec.get(_EXTRA), Mapping):
+        return None
+    members = rec[_EXTRA].get("transforms")
+    return rec if members and members[-1][_ID] == id(t) else None
+
+
+def inverse_compose(compose: Any, data: Any) -> Any:
+    """:meth:`voxaug.transforms.Compose.inverse`: undoes `compose.transforms` in reverse order.
+    Transforms without an ``inverse`` (intensity) are skipped, as MONAI skips non-invertible
+    ones. A fused group (one record of the Compose listing its steps) is undone in one
+    launch with the inverted product map; its steps are then skipped."""
+    is_dict = isinstance(data, Mapping)
+    d = dict(data) if is_dict else {None: data}
+    pending: dict = {}  # key -> ids of the steps of an undone fused group still to skip
+    for t in reversed(list(compose.transforms)):
+        if not callable(getattr(t, "inverse", None)):
+            continue
+        if is_dict and not isinstance(getattr(t, "keys", None), list):  # e.g. a nested Compose
+            d = dict(t.inverse(d))
+            continue
+        keys, own, jobs = (t.keys if is_dict else [None]), [], []
+        for key in keys:
+            if key not in d:
+                if getattr(t, "allow_missing_keys", False):
+                    continue
+                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+            skip = pending.get(key)
+            if skip:
+                if skip[-1] != id(t):
+                    raise RuntimeError(f"Compose.inverse: the fused record of {'img' if key is None else key!r} "
+                                       f"lists a step (id {skip[-1]}) where the Compose has {type(t).__name__} "
+                                       f"(id {id(t)}); was the data made by this Compose?")
+                skip.pop()
+                continue
+            rec = _fused_record(d[key], compose, t)
+            if rec is None:
+                own.append(key)
+                continue
+            where = "img" if key is None else f"data[{key!r}]"
+            jobs.append(_inverse_job(key, d[key], rec, where))
+            pending[key] = [m[_ID] for m in rec[_EXTRA]["transforms"][:-1]]
+        _run_grouped(d, jobs)
+        if not own:
+            continue
+        if not is_dict:
+            d[None] = t.inverse(d[None])
+        elif isinstance(t, (_SpatialDict, Spacingd, Orientationd)):
+            d = _inverse_dict(t, d, own, False)
+        else:
+            d = dict(t.inverse(d))
+    left = {k: v for k, v in pending.items() if v}
+    if left:
+        raise RuntimeError(f"Compose.inverse: fused records still list steps not in this Compose: {left}")
     return d if is_dict else d[None]
 
 

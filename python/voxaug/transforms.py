@@ -297,6 +297,15 @@ class Compose:
                 t.set_random_state(None if seed is None else seed * 1_000_003 + i)
         return self
 
+    def inverse(self, data: Any) -> Any:
+        """Undoes the transforms in reverse order (MONAI's Compose.inverse): each spatial
+        transform pops its record from the MetaTensor(s); a group that was fused into one map is
+        undone as one (one resample launch with the inverted product map). Intensity transforms
+        are not invertible and are skipped, as MONAI skips them."""
+        from . import spatial
+
+        return spatial.inverse_compose(self, data)
+
     @staticmethod
     def _fusable(t: Any, input_is_float: bool) -> bool:
         # Shift transforms give integer images back their dtype (_finish); on floating input,
@@ -315,7 +324,7 @@ class Compose:
                 j = i + 1
                 while j < len(self.transforms) and spatial._lazy_candidate(self.transforms[j]):
                     j += 1
-                data = spatial.compose_spatial(self.transforms[i:j], data)
+                data = spatial.compose_spatial(self.transforms[i:j], data, owner=self)
                 i = j
                 continue
             x_float = _as_batch(data)[0].is_floating_point() if isinstance(t, _Pointwise) else False

@@ -1,0 +1,137 @@
+// voxaug: the per-voxel math of the separable filter (include/voxaug/filter.h), shared by the
+// CPU backend and the CUDA kernels. One pass filters along one spatial axis.
+#pragma once
+
+#include <cstdint>
+
+#include "voxaug/config.h"
+#include "voxaug/detail/convert.h"
+#include "voxaug/detail/fmath.h"
+#include "voxaug/types.h"
+
+namespace voxaug::detail {
+
+// One pass: dst = correlate(src) along spatial `axis` (0 D, 1 H, 2 W) of an (N, C, D, H, W)
+// volume. src and dst have their own dtype and strides (element units).
+struct FilterPass {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  DType src_dtype = DType::Float32;
+  DType dst_dtype = DType::Float32;
+  int64_t shape[5] = {0, 0, 0, 0, 0};
+  int64_t src_strides[5] = {0, 0, 0, 0, 0};
+  int64_t dst_strides[5] = {0, 0, 0, 0, 0};
+  int axis = 0;
+  const double* table = nullptr;  // FilterTaps::table
+  int64_t width = 0;
+  bool identity = false;  // ignore the table: radius 0, tap 1 (a pure conversion)
+};
+
+// The row of (sample n, axis) and its radius.
+VOXAUG_HD VOXAUG_FORCEINLINE const double* filter_row(const FilterPass& p, int64_t n) {
+  return p.table + (n * 3 + p.axis) * p.width;
+}
+// Clamped to what a row of the table's width can hold (NaN reads as 0), so a malformed
+// table cannot make a pass read outside its row.
+VOXAUG_HD VOXAUG_FORCEINLINE int filter_radius(const FilterPass& p, const double* row) {
+  if (p.identity) return 0;
+  const double r = row[0];
+  const int64_t rmax = (p.width - 2) / 2;
+  return r > 0 ? (r < static_cast<double>(rmax) ? static_cast<int>(r) : static_cast<int>(rmax)) : 0;
+}
+// Tap k (0 .. 2R) of a row, in the compute precision.
+template <class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE Acc filter_tap(const FilterPass& p, const double* row, int k) {
+  return p.identity ? Acc(1) : static_cast<Acc>(row[1 + k]);
+}
+
+// The definition of one output value: position i of a line of length len, taps tap(0 .. 2R)
+// for offsets -R .. R, line(j) the input at position j. Terms whose input lies outside the
+// line are left out (zero padding); the rest are summed from the lowest offset up, starting
+// from +0: acc = acc + tap * x, rounded after each operation (fadd / fmul).
+template <class Acc, class Taps, class Line>
+VOXAUG_HD VOXAUG_FORCEINLINE Acc filter_point(const Taps& tap, int R, int64_t i, int64_t len,
+                                              const Line& line) {
+  const int64_t k0 = i < R ? R - i : 0;
+  const int64_t k1 = i + R >= len ? R + (len - 1 - i) : 2 * int64_t(R);
+  Acc acc = Acc(0);
+  for (int64_t k = k0; k <= k1; ++k)
+    acc = fadd(acc, fmul(tap(static_cast<int>(k)), line(i - R + k)));
+  return acc;
+}
+
+// Storage access by run-time dtype (the first pass reads the caller's dtype, the last one
+// writes it; passes in between use the compute type).
+template <class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE Acc filter_load(const void* base, DType t, int64_t off) {
+  switch (t) {
+    case DType::Float64: return static_cast<Acc>(static_cast<const double*>(base)[off]);
+    case DType::Float32: return static_cast<Acc>(static_cast<const float*>(base)[off]);
+    case DType::Float16:
+      return static_cast<Acc>(half_to_float(static_cast<const uint16_t*>(base)[off]));
+    case DType::BFloat16:
+      return static_cast<Acc>(bf16_to_float(static_cast<const uint16_t*>(base)[off]));
+    case DType::UInt8: return static_cast<Acc>(static_cast<const uint8_t*>(base)[off]);
+    case DType::Int16: return static_cast<Acc>(static_cast<const int16_t*>(base)[off]);
+    case DType::Int32: return static_cast<Acc>(static_cast<const int32_t*>(base)[off]);
+    case DType::Int64: return static_cast<Acc>(static_cast<const int64_t*>(base)[off]);
+  }
+  return Acc(0);
+}
+template <class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE void filter_store(void* base, DType t, int64_t off, Acc v) {
+  switch (t) {
+    case DType::Float64: static_cast<double*>(base)[off] = static_cast<double>(v); return;
+    case DType::Float32: static_cast<float*>(base)[off] = static_cast<float>(v); return;
+    case DType::Float16:
+      static_cast<uint16_t*>(base)[off] = float_to_half(static_cast<float>(v));
+      return;
+    case DType::BFloat16:
+      static_cast<uint16_t*>(base)[off] = float_to_bf16(static_cast<float>(v));
+      return;
+    default: return;  // outputs are floating (validated)
+  }
+}
+
+// The pass as a per-element functor for the generic launchers (launch_cpu.h,
+// launch_cuda.cuh): item = output voxel of a sample in C-order. The CPU backend overrides
+// the item loop with a row-wise one (same sums, same order); the CUDA backend uses this
+// functor for kernels too wide for its shared-memory tiles.
+template <class Acc>
+struct FilterForward {
+  FilterPass p;
+  struct State {
+    const double* row = nullptr;
+    int radius = 0;
+  };
+
+  VOXAUG_HD VOXAUG_FORCEINLINE int64_t items() const {
+    return p.shape[1] * p.shape[2] * p.shape[3] * p.shape[4];
+  }
+  VOXAUG_HD VOXAUG_FORCEINLINE void begin_sample(int64_t n, State& st) const {
+    st.row = p.identity ? nullptr : filter_row(p, n);
+    st.radius = p.identity ? 0 : filter_radius(p, st.row);
+  }
+  VOXAUG_HD VOXAUG_FORCEINLINE void operator()(const State& st, int64_t n, int64_t item) const {
+    int64_t idx[5];
+    idx[0] = n;
+    int64_t r = item;
+    for (int d = 4; d >= 1; --d) {
+      idx[d] = r % p.shape[d];
+      r /= p.shape[d];
+    }
+    const int da = p.axis + 2;
+    int64_t src_base = 0, dst_off = 0;
+    for (int d = 0; d < 5; ++d) {
+      if (d != da) src_base += idx[d] * p.src_strides[d];
+      dst_off += idx[d] * p.dst_strides[d];
+    }
+    const int64_t sa = p.src_strides[da];
+    const Acc v = filter_point<Acc>(
+        [&](int k) { return filter_tap<Acc>(p, st.row, k); }, st.radius, idx[da], p.shape[da],
+        [&](int64_t j) { return filter_load<Acc>(p.src, p.src_dtype, src_base + j * sa); });
+    filter_store<Acc>(p.dst, p.dst_dtype, dst_off, v);
+  }
+};
+
+}  // namespace voxaug::detail

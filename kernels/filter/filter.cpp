@@ -1,0 +1,377 @@
+// voxaug: separable filter -- Gaussian taps (host), validation, the CPU backend, routing to
+// the CUDA backend (filter.cu).
+#include "voxaug/filter.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../common/launch_cpu.h"
+#include "voxaug/detail/filter.h"
+#include "voxaug/error.h"
+
+namespace voxaug {
+namespace detail {
+#if VOXAUG_WITH_CUDA
+void filter_pass_cuda(const FilterPass& p, bool use_double, int device, cudaStream_t stream);
+void filter_check_cuda_pointers(const FilterTaps& taps, const void* workspace, int64_t ws_bytes,
+                                int device);
+#endif
+
+namespace {
+
+// One element in the compute type, as filter_load converts it.
+template <class Acc, class T>
+VOXAUG_FORCEINLINE Acc load_one(T v) {
+  if constexpr (std::is_same_v<T, half_t> || std::is_same_v<T, bfloat16_t>) {
+    return static_cast<Acc>(load_as<float>(v));
+  } else {
+    return static_cast<Acc>(v);
+  }
+}
+
+// Input row -> compute type: the dtype switch outside the element loop.
+template <class Acc, class T>
+void load_row_typed(const T* src, int64_t stride, int64_t cnt, Acc* out) {
+  if (stride == 1) {
+    for (int64_t j = 0; j < cnt; ++j) out[j] = load_one<Acc>(src[j]);
+  } else {
+    for (int64_t j = 0; j < cnt; ++j) out[j] = load_one<Acc>(src[j * stride]);
+  }
+}
+template <class Acc>
+void load_row(const void* base, DType t, int64_t off, int64_t stride, int64_t cnt, Acc* out) {
+  switch (t) {
+    case DType::Float64:
+      load_row_typed(static_cast<const double*>(base) + off, stride, cnt, out);
+      return;
+    case DType::Float32:
+      load_row_typed(static_cast<const float*>(base) + off, stride, cnt, out);
+      return;
+    case DType::Float16:
+      load_row_typed(static_cast<const half_t*>(base) + off, stride, cnt, out);
+      return;
+    case DType::BFloat16:
+      load_row_typed(static_cast<const bfloat16_t*>(base) + off, stride, cnt, out);
+      return;
+    case DType::UInt8:
+      load_row_typed(static_cast<const uint8_t*>(base) + off, stride, cnt, out);
+      return;
+    case DType::Int16:
+      load_row_typed(static_cast<const int16_t*>(base) + off, stride, cnt, out);
+      return;
+    case DType::Int32:
+      load_row_typed(static_cast<const int32_t*>(base) + off, stride, cnt, out);
+      return;
+    case DType::Int64:
+      load_row_typed(static_cast<const int64_t*>(base) + off, stride, cnt, out);
+      return;
+  }
+}
+template <class T, class Acc>
+void store_row_typed(const Acc* v, int64_t cnt, T* dst, int64_t stride) {
+  for (int64_t j = 0; j < cnt; ++j) dst[j * stride] = store_as<T>(v[j]);
+}
+template <class Acc>
+void store_row(const Acc* v, int64_t cnt, void* base, DType t, int64_t off, int64_t stride) {
+  switch (t) {
+    case DType::Float64: store_row_typed(v, cnt, static_cast<double*>(base) + off, stride); return;
+    case DType::Float32: store_row_typed(v, cnt, static_cast<float*>(base) + off, stride); return;
+    case DType::Float16:
+      for (int64_t j = 0; j < cnt; ++j)
+        static_cast<half_t*>(base)[off + j * stride] = store_as<half_t>(static_cast<float>(v[j]));
+      return;
+    case DType::BFloat16:
+      for (int64_t j = 0; j < cnt; ++j)
+        static_cast<bfloat16_t*>(base)[off + j * stride] =
+            store_as<bfloat16_t>(static_cast<float>(v[j]));
+      return;
+    default: return;
+  }
+}
+
+}  // namespace
+
+// The host launcher's hook (launch_cpu.h), found by argument-dependent lookup: items are
+// processed in runs along W. Along D and H every tap adds a whole input row to the run
+// (vectorised); along W the run's input span is gathered once and each tap adds a shifted
+// slice. For every output voxel the terms are the ones filter_point takes, in its order.
+template <class Acc>
+void cpu_items(const FilterForward<Acc>& f, typename FilterForward<Acc>::State& st, int64_t n,
+               int64_t begin, int64_t end) {
+  const FilterPass& p = f.p;
+  const int64_t D = p.shape[2], H = p.shape[3], W = p.shape[4];
+  const int64_t* ss = p.src_strides;
+  const int64_t* ds = p.dst_strides;
+  const int R = st.radius;
+  constexpr int64_t kRun = 256;
+  alignas(64) Acc acc[kRun];
+  thread_local std::vector<Acc> buf;
+  if (static_cast<int64_t>(buf.size()) < std::max<int64_t>(kRun, std::min(W, kRun + 2 * R)))
+    buf.resize(std::max<int64_t>(kRun, std::min(W, kRun + 2 * int64_t(R))));
+  Acc* b = buf.data();
+  int64_t i = begin;
+  while (i < end) {
+    const int64_t w0 = i % W;
+    int64_t r = i / W;
+    const int64_t h = r % H;
+    r /= H;
+    const int64_t d = r % D;
+    const int64_t c = r / D;
+    const int64_t cnt = std::min({W - w0, end - i, kRun});
+    for (int64_t j = 0; j < cnt; ++j) acc[j] = Acc(0);
+    const int64_t src_nc = n * ss[0] + c * ss[1];
+    if (p.axis == 2) {
+      const int64_t lo = std::max<int64_t>(0, w0 - R), hi = std::min<int64_t>(W, w0 + cnt + R);
+      load_row(p.src, p.src_dtype, src_nc + d * ss[2] + h * ss[3] + lo * ss[4], ss[4], hi - lo, b);
+      for (int k = 0; k <= 2 * R; ++k) {
+        const int64_t off = int64_t(k) - R;  // input position = w0 + j + off
+        const int64_t j0 = std::max<int64_t>(0, -(w0 + off));
+        const int64_t j1 = std::min<int64_t>(cnt, W - w0 - off);
+        if (j0 >= j1) continue;
+        const Acc tap = filter_tap<Acc>(p, st.row, k);
+        const Acc* x = b + (w0 + off - lo);
+        for (int64_t j = j0; j < j1; ++j) acc[j] = fadd(acc[j], fmul(tap, x[j]));
+      }
+    } else {
+      const int64_t ia = p.axis == 0 ? d : h, L = p.axis == 0 ? D : H;
+      const int64_t k0 = ia < R ? R - ia : 0;
+      const int64_t k1 = ia + R >= L ? R + (L - 1 - ia) : 2 * int64_t(R);
+      for (int64_t k = k0; k <= k1; ++k) {
+        const int64_t pos = ia - R + k;
+        const int64_t off =
+            src_nc + (p.axis == 0 ? pos * ss[2] + h * ss[3] : d * ss[2] + pos * ss[3]) + w0 * ss[4];
+        load_row(p.src, p.src_dtype, off, ss[4], cnt, b);
+        const Acc tap = filter_tap<Acc>(p, st.row, static_cast<int>(k));
+        for (int64_t j = 0; j < cnt; ++j) acc[j] = fadd(acc[j], fmul(tap, b[j]));
+      }
+    }
+    store_row(acc, cnt, p.dst, p.dst_dtype,
+              n * ds[0] + c * ds[1] + d * ds[2] + h * ds[3] + w0 * ds[4], ds[4]);
+    i += cnt;
+  }
+}
+
+}  // namespace detail
+
+// ---------------- Gaussian taps ----------------
+namespace {
+
+void check_gaussian_args(double sigma, double truncated) {
+  VOXAUG_EXPECTS(std::isfinite(sigma), "sigma must be finite, got " + std::to_string(sigma));
+  VOXAUG_EXPECTS(std::isfinite(truncated) && truncated > 0.0,
+                 "truncated must be positive and finite, got " + std::to_string(truncated));
+}
+
+constexpr int64_t kMaxRadius = int64_t(1) << 20;
+
+}  // namespace
+
+int64_t gaussian_radius(double sigma, double truncated) {
+  check_gaussian_args(sigma, truncated);
+  const double s = static_cast<double>(static_cast<float>(sigma));  // MONAI's float32 sigma
+  const double tail = std::max(s * truncated, 0.5) + 0.5;
+  VOXAUG_EXPECTS(tail <= static_cast<double>(kMaxRadius),
+                 "sigma * truncated is too large: the kernel radius would exceed " +
+                     std::to_string(kMaxRadius) + " (sigma " + std::to_string(sigma) +
+                     ", truncated " + std::to_string(truncated) + ")");
+  return static_cast<int64_t>(tail);
+}
+
+void gaussian_kernel_1d(double sigma, double truncated, double* taps) {
+  const int64_t R = gaussian_radius(sigma, truncated);
+  VOXAUG_EXPECTS(taps != nullptr, "taps must not be null");
+  // float32 throughout, as torch evaluates MONAI's expression on a float32 sigma; erf is
+  // evaluated in float64 and rounded (torch's float32 erf is within an ulp of it).
+  const float s = std::fabs(static_cast<float>(sigma));
+  const float t = 0.70710678f / s;  // +inf for sigma == 0: taps (0, 1, 0)
+  for (int64_t x = -R; x <= R; ++x) {
+    const float xf = static_cast<float>(x);
+    const float hi = static_cast<float>(std::erf(static_cast<double>(t * (xf + 0.5f))));
+    const float lo = static_cast<float>(std::erf(static_cast<double>(t * (xf - 0.5f))));
+    const float w = 0.5f * (hi - lo);
+    taps[x + R] = static_cast<double>(w > 0.0f ? w : 0.0f);
+  }
+}
+
+int64_t gaussian_table_width(const double* sigma, int64_t batch, double truncated) {
+  VOXAUG_EXPECTS(batch >= 0, "batch must be >= 0, got " + std::to_string(batch));
+  VOXAUG_EXPECTS(sigma != nullptr || batch == 0, "sigma must not be null");
+  check_gaussian_args(0.0, truncated);
+  int64_t rmax = 0;
+  for (int64_t i = 0; i < batch * 3; ++i) {
+    VOXAUG_EXPECTS(std::isfinite(sigma[i]), "sigma[" + std::to_string(i / 3) + "][" +
+                                                std::to_string(i % 3) + "] must be finite, got " +
+                                                std::to_string(sigma[i]));
+    if (sigma[i] != 0.0) rmax = std::max(rmax, gaussian_radius(sigma[i], truncated));
+  }
+  return 2 * rmax + 2;
+}
+
+int gaussian_table(const double* sigma, int64_t batch, double truncated, int64_t width,
+                   double* table) {
+  const int64_t needed = gaussian_table_width(sigma, batch, truncated);
+  VOXAUG_EXPECTS(width >= needed, "width must be at least " + std::to_string(needed) +
+                                      " for these sigmas, got " + std::to_string(width));
+  VOXAUG_EXPECTS(table != nullptr || batch == 0, "table must not be null");
+  int axes = 0;
+  for (int64_t n = 0; n < batch; ++n) {
+    for (int a = 0; a < 3; ++a) {
+      double* row = table + (n * 3 + a) * width;
+      std::fill(row, row + width, 0.0);
+      const double s = sigma[n * 3 + a];
+      if (s == 0.0) {  // MONAI's (0, 1, 0): the identity
+        row[0] = 0.0;
+        row[1] = 1.0;
+        continue;
+      }
+      row[0] = static_cast<double>(gaussian_radius(s, truncated));
+      gaussian_kernel_1d(s, truncated, row + 1);
+      axes |= 1 << a;
+    }
+  }
+  return axes;
+}
+
+// ---------------- the filter ----------------
+namespace {
+
+struct Plan {
+  bool use_double = false;
+  int axes_list[3] = {0, 0, 0};
+  int passes = 0;
+  bool identity = false;       // no axis filtered: one converting pass
+  bool out_is_buffer = false;  // out holds an intermediate (3 passes)
+  int ws_buffers = 0;
+  int64_t buffer_bytes = 0;  // one dense intermediate
+};
+
+Plan make_plan(const VolumeView& in, const VolumeView& out, int axes) {
+  VOXAUG_EXPECTS(axes >= 0 && axes <= 7,
+                 "taps.axes must be a mask of spatial axes in [0, 7], got " + std::to_string(axes));
+  Plan pl;
+  pl.use_double = in.dtype == DType::Float64 || out.dtype == DType::Float64;
+  for (int a = 0; a < 3; ++a)
+    if (axes & (1 << a)) pl.axes_list[pl.passes++] = a;
+  if (pl.passes == 0) {
+    pl.identity = true;
+    pl.passes = 1;
+    pl.axes_list[0] = 2;
+  }
+  const DType acc = pl.use_double ? DType::Float64 : DType::Float32;
+  pl.out_is_buffer = pl.passes == 3 && out.dtype == acc;
+  pl.ws_buffers = pl.passes <= 1 ? 0 : (pl.passes == 2 || pl.out_is_buffer ? 1 : 2);
+  pl.buffer_bytes = in.numel() * dtype_size(acc);
+  return pl;
+}
+
+void validate(const VolumeView& in, const VolumeView& out) {
+  for (int k = 0; k < 5; ++k) {
+    VOXAUG_EXPECTS(in.shape[k] >= 0, "in: sizes must be >= 0, got " + in.describe());
+    VOXAUG_EXPECTS(out.shape[k] == in.shape[k],
+                   "out must have the shape of in: " + in.describe() + " -> " + out.describe());
+  }
+  VOXAUG_EXPECTS(
+      in.device == out.device && (in.device == Device::CPU || in.device_index == out.device_index),
+      "in and out must be on one device: " + in.describe() + " -> " + out.describe());
+  const int di = static_cast<int>(in.dtype), dout = static_cast<int>(out.dtype);
+  VOXAUG_EXPECTS(di >= 0 && di <= static_cast<int>(DType::Int64), "in has an unknown dtype");
+  VOXAUG_EXPECTS(dout >= 0 && is_floating(out.dtype),
+                 std::string("out must be float64, float32, float16 or bfloat16, got ") +
+                     dtype_name(out.dtype));
+  VOXAUG_EXPECTS(in.numel() == 0 || (in.data != nullptr && out.data != nullptr),
+                 "in and out must not be null");
+  VOXAUG_EXPECTS(in.numel() == 0 || in.data != out.data,
+                 "out must not overlap in (the filter does not run in place)");
+}
+
+}  // namespace
+
+int64_t separable_filter_workspace_bytes(const VolumeView& in, const VolumeView& out, int axes) {
+  validate(in, out);
+  const Plan pl = make_plan(in, out, axes);
+  return pl.ws_buffers * pl.buffer_bytes;
+}
+
+void separable_filter(const VolumeView& in, const VolumeView& out, const FilterTaps& taps,
+                      void* workspace, int64_t workspace_bytes, cudaStream_t stream) {
+  validate(in, out);
+  const Plan pl = make_plan(in, out, taps.axes);
+  const int64_t need = pl.ws_buffers * pl.buffer_bytes;
+  VOXAUG_EXPECTS(workspace_bytes >= need,
+                 "workspace_bytes must be at least " + std::to_string(need) +
+                     " (separable_filter_workspace_bytes), got " + std::to_string(workspace_bytes));
+  VOXAUG_EXPECTS(workspace != nullptr || need == 0, "workspace must not be null");
+  if (!pl.identity) {
+    VOXAUG_EXPECTS(taps.table != nullptr || in.numel() == 0, "taps.table must not be null");
+    VOXAUG_EXPECTS(taps.width >= 2, "taps.width must be >= 2, got " + std::to_string(taps.width));
+  }
+  if (in.numel() == 0) return;
+
+  if (in.device == Device::CPU && !pl.identity) {
+    // Host tables can be checked here; device rows are clamped by filter_radius instead.
+    const int64_t rmax = (taps.width - 2) / 2;
+    for (int64_t n = 0; n < in.shape[0]; ++n)
+      for (int a = 0; a < 3; ++a) {
+        const double r = taps.table[(n * 3 + a) * taps.width];
+        VOXAUG_EXPECTS(r >= 0 && r <= static_cast<double>(rmax) && r == std::floor(r),
+                       "taps.table row (" + std::to_string(n) + ", " + std::to_string(a) +
+                           ") has radius " + std::to_string(r) + "; expected an integer in [0, " +
+                           std::to_string(rmax) + "] for width " + std::to_string(taps.width));
+      }
+  }
+#if VOXAUG_WITH_CUDA
+  if (in.device == Device::CUDA)
+    detail::filter_check_cuda_pointers(pl.identity ? FilterTaps{} : taps, workspace, need,
+                                       in.device_index);
+#else
+  VOXAUG_EXPECTS(in.device == Device::CPU, "this voxaug build has no CUDA backend");
+#endif
+
+  // The buffers between passes: the last pass writes `out`.
+  const DType acc = pl.use_double ? DType::Float64 : DType::Float32;
+  char* ws = static_cast<char*>(workspace);
+  auto dense = [&](char* p) {
+    return contiguous_view(p, acc, in.device, in.shape[0], in.shape[1], in.shape[2], in.shape[3],
+                           in.shape[4], in.device_index);
+  };
+  VolumeView bufs[2];
+  if (pl.passes == 2) {
+    bufs[0] = dense(ws);
+  } else if (pl.passes == 3) {
+    bufs[0] = pl.out_is_buffer ? out : dense(ws);
+    bufs[1] = pl.out_is_buffer ? dense(ws) : dense(ws + pl.buffer_bytes);
+  }
+  for (int j = 0; j < pl.passes; ++j) {
+    const VolumeView& src = j == 0 ? in : bufs[j - 1];
+    const VolumeView& dst = j == pl.passes - 1 ? out : bufs[j];
+    detail::FilterPass p;
+    p.src = src.data;
+    p.dst = dst.data;
+    p.src_dtype = src.dtype;
+    p.dst_dtype = dst.dtype;
+    for (int k = 0; k < 5; ++k) {
+      p.shape[k] = in.shape[k];
+      p.src_strides[k] = src.strides[k];
+      p.dst_strides[k] = dst.strides[k];
+    }
+    p.axis = pl.axes_list[j];
+    p.table = taps.table;
+    p.width = taps.width;
+    p.identity = pl.identity;
+    if (in.device == Device::CUDA) {
+#if VOXAUG_WITH_CUDA
+      detail::filter_pass_cuda(p, pl.use_double, in.device_index, stream);
+#endif
+    } else if (pl.use_double) {
+      detail::CpuLauncher::launch(detail::FilterForward<double>{p}, in.shape[0], stream);
+    } else {
+      detail::CpuLauncher::launch(detail::FilterForward<float>{p}, in.shape[0], stream);
+    }
+  }
+}
+
+}  // namespace voxaug

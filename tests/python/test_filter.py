@@ -1,0 +1,285 @@
+"""voxaug.ops.gaussian_smooth and voxaug.filter vs MONAI (GaussianSmooth, GaussianFilter,
+RandGaussianSmooth, RandGaussianSharpen) and scipy.ndimage.correlate1d."""
+import numpy as np
+import pytest
+import torch
+
+from voxaug import filter as vf
+from voxaug import ops
+
+from conftest import devices
+
+DEVICES = devices()
+monai = pytest.importorskip("monai")
+from monai.networks.layers import GaussianFilter  # noqa: E402
+from monai.networks.layers.convutils import gaussian_1d  # noqa: E402
+from monai.transforms import GaussianSharpen as MGaussianSharpen  # noqa: E402
+from monai.transforms import GaussianSmooth as MGaussianSmooth  # noqa: E402
+from monai.transforms import RandGaussianSharpen as MRandGaussianSharpen  # noqa: E402
+from monai.transforms import RandGaussianSmooth as MRandGaussianSmooth  # noqa: E402
+
+
+def rand(shape, dtype=torch.float32, seed=0, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(shape, generator=g, dtype=torch.float64) * 200 - 50).to(dtype).to(device)
+
+
+def close(ours, ref, rel=1e-5):
+    ours, ref = ours.detach().cpu().double(), ref.detach().cpu().double()
+    assert ours.shape == ref.shape
+    assert not torch.isnan(ours).any()
+    assert ours.abs().sum() > 0
+    torch.testing.assert_close(ours, ref, rtol=rel, atol=rel * ref.abs().max().item())
+
+
+SHAPES = [(1, 9, 10, 11), (2, 1, 7, 5), (1, 16, 3, 33), (3, 4, 4, 4), (1, 1, 1, 1)]
+SIGMAS = [1.0, (0.5, 1.5, 2.5), (0.0, 1.0, 0.7), (3.0, 0.3, 5.0)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("sigma", SIGMAS)
+def test_gaussian_smooth_matches_monai(device, shape, sigma):
+    x = rand(shape, seed=sum(shape))
+    ref = MGaussianSmooth(sigma=sigma)(x)
+    ours = vf.GaussianSmooth(sigma=sigma)(x.to(device))
+    assert ours.dtype == torch.float32 and ours.shape == x.shape
+    if shape == (1, 1, 1, 1, 1):
+        torch.testing.assert_close(ours.cpu(), torch.as_tensor(ref))
+    else:
+        close(ours, torch.as_tensor(ref))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("sigma", [0.8, (1.5, 0.5, 2.0), (4.0, 4.0, 0.0)])
+def test_gaussian_filter_truncated3_matches_monai(device, dtype, sigma):
+    x = rand((2, 3, 12, 9, 14), dtype=dtype, seed=3)
+    ref = GaussianFilter(3, sigma, truncated=3.0)(x)
+    ours = ops.gaussian_smooth(x.to(device), sigma, truncated=3.0)
+    assert ours.dtype == dtype
+    close(ours, ref, 1e-5 if dtype == torch.float32 else 1e-7)
+
+
+def test_taps_equal_monai_gaussian_1d():
+    """The impulse response of one axis is the kernel itself (1 * tap + 0 exactly)."""
+    for sigma in [0.3, 0.5, 1.0, 1.37, 2.0, 3.0, 6.5]:
+        for truncated in [3.0, 4.0]:
+            ref = gaussian_1d(torch.tensor(sigma), truncated=truncated).double()
+            r = (ref.numel() - 1) // 2
+            x = torch.zeros(1, 1, 1, 1, 2 * r + 1, dtype=torch.float64)
+            x[..., r] = 1.0
+            ours = ops.gaussian_smooth(x, (0.0, 0.0, sigma), truncated=truncated).flatten()
+            assert ours.numel() == ref.numel()
+            # MONAI's taps come from torch's float32 erf (on the CPU a polynomial approximation,
+            # on CUDA erff); ours from a correctly rounded one. Both subtract values near 1 in
+            # float32, so they agree to a float32 ulp of 1 (6e-8) absolute, not relative.
+            assert ((ours - ref).abs() <= 1.2e-7).all(), (sigma, truncated, (ours - ref).abs().max())
+            assert (ours == ref).float().mean() > 0.5  # mostly the very same float32 values
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 17, 12, 9), (2, 2, 5, 30, 1)])
+def test_matches_scipy_correlate1d(shape):
+    ndimage = pytest.importorskip("scipy.ndimage")
+    sigma = (1.3, 0.0, 2.2)
+    x = rand(shape, dtype=torch.float64, seed=5)
+    ours = ops.gaussian_smooth(x, sigma).numpy()
+    ref = x.numpy().copy()
+    for axis, s in enumerate(sigma):
+        if s == 0:
+            continue
+        w = gaussian_1d(torch.tensor(s), truncated=4.0).double().numpy()
+        ref = ndimage.correlate1d(ref, w, axis=axis + 2, mode="constant", cval=0.0)
+    np.testing.assert_allclose(ours, ref, rtol=1e-6, atol=1e-6 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_per_sample_sigma_in_one_batch(device):
+    x = rand((4, 2, 10, 11, 12), seed=7, device=device)
+    sigma = torch.tensor([[0.5, 1.0, 1.5], [2.0, 0.0, 0.7], [3.0, 3.0, 3.0], [0.0, 0.0, 0.0]], dtype=torch.float64)
+    out = ops.gaussian_smooth(x, sigma)
+    for i in range(4):
+        alone = ops.gaussian_smooth(x[i:i + 1], sigma[i])
+        assert torch.equal(out[i:i + 1], alone), i  # a sample's result does not depend on its batch
+        ref = GaussianFilter(3, sigma[i].tolist())(x[i:i + 1].cpu())
+        if i == 3:
+            assert torch.equal(out[3].cpu(), x[3].cpu())  # sigma 0 everywhere: identity
+        else:
+            close(out[i:i + 1], ref)
+
+
+def test_real_volume_ch2(ch2):
+    vol, _ = ch2
+    x = vol.float()
+    for sigma in [(1.5, 2.0, 0.8), 3.0]:
+        ref = MGaussianSmooth(sigma=sigma)(x)
+        ours = vf.GaussianSmooth(sigma=sigma)(vol)  # uint8 in, float32 out
+        close(ours, torch.as_tensor(ref))
+    ref3 = GaussianFilter(3, (1.0, 2.5, 0.5), truncated=3.0)(x[None])
+    close(ops.gaussian_smooth(vol[None], (1.0, 2.5, 0.5), truncated=3.0), ref3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.uint8, torch.int16, torch.float64])
+def test_dtypes(device, dtype):
+    x = rand((2, 1, 8, 9, 10), seed=9).clamp(0, 120).to(dtype)
+    ref = GaussianFilter(3, (1.0, 0.6, 2.0))(x.double() if dtype == torch.float64 else x.float())
+    out = ops.gaussian_smooth(x.to(device), (1.0, 0.6, 2.0))
+    expected = dtype if dtype.is_floating_point else torch.float32
+    assert out.dtype == expected
+    rel = {torch.float16: 2e-3, torch.bfloat16: 1e-2}.get(dtype, 1e-5)
+    close(out, ref, rel)
+    for odt in [torch.float32, torch.float16, torch.bfloat16, torch.float64]:
+        o = ops.gaussian_smooth(x.to(device), (1.0, 0.6, 2.0), dtype=odt)
+        assert o.dtype == odt
+        full = ops.gaussian_smooth(x.to(device), (1.0, 0.6, 2.0), dtype=torch.float64 if dtype == torch.float64
+                                   else torch.float32)
+        if odt == torch.float64 and dtype != torch.float64:
+            close(o, full, 1e-6)  # a float64 output makes the whole computation float64
+        else:
+            assert torch.equal(o, full.to(odt))  # the compute-precision result rounded once
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_contiguous_input(device):
+    base = rand((2, 3, 11, 12, 13), seed=11, device=device)
+    view = base.permute(0, 1, 4, 2, 3)[:, ::2, :, 1:, ::2]  # strided, transposed
+    assert not view.is_contiguous()
+    sigma = torch.tensor([[1.0, 2.0, 0.5], [0.7, 0.0, 1.4]], dtype=torch.float64)
+    assert torch.equal(ops.gaussian_smooth(view, sigma), ops.gaussian_smooth(view.contiguous(), sigma))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: CUDA-vs-CPU twin comparison skipped")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_cuda_matches_cpu_bitwise(dtype):
+    x = rand((3, 2, 20, 33, 70), dtype=dtype, seed=13)
+    sigma = torch.tensor([[0.5, 1.0, 3.0], [2.0, 0.0, 0.7], [30.0, 1.0, 40.0]], dtype=torch.float64)
+    cpu = ops.gaussian_smooth(x, sigma)
+    gpu = ops.gaussian_smooth(x.cuda(), sigma)
+    assert torch.equal(cpu, gpu.cpu())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_and_gradcheck(device):
+    x = rand((2, 2, 5, 6, 7), seed=15, device=device)
+    sigma = torch.tensor([[1.0, 0.5, 2.0], [0.0, 1.5, 0.3]], dtype=torch.float64)
+    torch.library.opcheck(torch.ops.voxaug.gaussian_smooth, (x, sigma, 4.0, None))
+    torch.library.opcheck(torch.ops.voxaug.gaussian_smooth, (x.to(torch.uint8), sigma, 3.0, torch.float16))
+    xg = x.double().requires_grad_()
+    torch.library.opcheck(torch.ops.voxaug.gaussian_smooth, (xg, sigma, 3.0, None))
+    xs = rand((2, 1, 4, 5, 3), dtype=torch.float64, seed=1, device=device).requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: torch.ops.voxaug.gaussian_smooth(t, sigma, 3.0, None), (xs,))
+
+
+def test_bad_inputs():
+    x = rand((2, 1, 4, 4, 4))
+    with pytest.raises(ValueError, match="sigma must be"):
+        torch.ops.voxaug.gaussian_smooth(x, torch.ones(3, 3, dtype=torch.float64), 4.0, None)
+    with pytest.raises(ValueError, match="sigma must be"):
+        ops.gaussian_smooth(x, (1.0, 2.0))
+    with pytest.raises(ValueError, match="truncated must be positive"):
+        ops.gaussian_smooth(x, 1.0, truncated=0.0)
+    with pytest.raises(ValueError, match=r"sigma\[1\]\[2\] must be finite"):
+        ops.gaussian_smooth(x, torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, float("nan")]]))
+    with pytest.raises(ValueError, match="dtype must be float64"):
+        ops.gaussian_smooth(x, 1.0, dtype=torch.int32)
+    with pytest.raises(ValueError, match="image must be 5-D"):
+        torch.ops.voxaug.gaussian_smooth(x[0], torch.ones(1, 3, dtype=torch.float64), 4.0, None)
+    with pytest.raises(ValueError, match="too large"):
+        ops.gaussian_smooth(x, 1e9)
+    with pytest.raises(NotImplementedError, match="approx"):
+        vf.GaussianSmooth(1.0, approx="sampled")
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="sigma must be a CPU tensor"):
+            torch.ops.voxaug.gaussian_smooth(x.cuda(), torch.ones(2, 3, dtype=torch.float64, device="cuda"), 4.0, None)
+    # Empty batch: a (0, ...) result, no launch.
+    assert ops.gaussian_smooth(torch.zeros(0, 1, 3, 3, 3), 1.0).shape == (0, 1, 3, 3, 3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rand_gaussian_smooth_matches_monai_with_same_draw(device):
+    t = vf.RandGaussianSmooth(sigma_x=(0.5, 1.5), sigma_y=(0.25, 2.0), sigma_z=(1.0, 3.0), prob=1.0, seed=3)
+    x = rand((2, 10, 12, 9), seed=17)
+    ours = t(x.to(device))
+    m = MRandGaussianSmooth(sigma_x=(0.5, 1.5), sigma_y=(0.25, 2.0), sigma_z=(1.0, 3.0), prob=1.0)
+    m._do_transform = True
+    m.x, m.y, m.z = t.x, t.y, t.z
+    assert 0.5 <= t.x < 1.5 and 0.25 <= t.y < 2.0 and 1.0 <= t.z < 3.0
+    close(ours, torch.as_tensor(m(x, randomize=False)))
+    # A batch: each sample with its own draw, read back from the transform.
+    xb = rand((5, 1, 8, 9, 10), seed=19)
+    tb = vf.RandGaussianSmooth(prob=0.6, seed=5)
+    out = tb(xb.to(device))
+    assert tb.last_sigma.shape == (5, 3)
+    for i in range(5):
+        if bool(tb.last_applied[i]):
+            m.x, m.y, m.z = tb.last_sigma[i].tolist()
+            close(out[i], torch.as_tensor(m(xb[i], randomize=False)))
+        else:
+            assert torch.equal(out[i].cpu(), xb[i])
+    assert torch.equal(tb(xb.to(device), randomize=False), out)  # MONAI's randomize=False
+    with pytest.raises(ValueError, match="batch of 5"):
+        tb(xb[:2], randomize=False)
+    # Same seed, same draw; prob 0: the input itself.
+    assert torch.equal(vf.RandGaussianSmooth(prob=0.6, seed=5)(xb.to(device)), out)
+    assert vf.RandGaussianSmooth(prob=0.0)(x) is x
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rand_gaussian_sharpen_matches_monai_with_same_draw(device):
+    x = rand((1, 11, 10, 12), seed=21)
+    for sigma2 in [0.5, (0.3, 0.6)]:
+        t = vf.RandGaussianSharpen(sigma2_x=sigma2, sigma2_y=sigma2, sigma2_z=sigma2, prob=1.0, seed=7)
+        ours = t(x.to(device))
+        m = MRandGaussianSharpen(sigma2_x=sigma2, sigma2_y=sigma2, sigma2_z=sigma2, prob=1.0)
+        m._do_transform = True
+        m.x1, m.y1, m.z1, m.x2, m.y2, m.z2, m.a = t.x1, t.y1, t.z1, t.x2, t.y2, t.z2, t.a
+        assert 10.0 <= t.a < 30.0
+        if isinstance(sigma2, float):
+            assert 0.5 >= t.x2 >= t.x1 or t.x1 <= t.x2 <= 0.5 or t.x1 >= t.x2 >= 0.5  # U(0.5, x1)
+        ref = torch.as_tensor(m(x, randomize=False))
+        # alpha (10..30) amplifies the difference of two smoothings: compare at that scale.
+        close(ours, ref, 1e-4)
+    close(vf.GaussianSharpen()(x.to(device)), torch.as_tensor(MGaussianSharpen()(x)), 1e-4)
+
+
+def test_dictionary_forms_share_the_draw():
+    x = rand((1, 8, 9, 10), seed=23)
+    d = {"a": x, "b": x.clone(), "c": 5}
+    out = vf.RandGaussianSmoothd(["a", "b"], prob=1.0, seed=9)(d)
+    assert torch.equal(out["a"], out["b"]) and out["c"] == 5
+    assert not torch.equal(out["a"], x.float())
+    out = vf.GaussianSmoothd("a", sigma=1.2)(d)
+    assert torch.equal(out["a"], vf.GaussianSmooth(1.2)(x))
+    out = vf.RandGaussianSharpend(["a", "b"], prob=1.0, seed=2)(d)
+    assert torch.equal(out["a"], out["b"])
+    with pytest.raises(KeyError):
+        vf.GaussianSmoothd("z")(d)
+
+
+def test_random_blur_torchio_style():
+    x = rand((1, 30, 40, 64), seed=25)
+    t = vf.RandomBlur(std=(2.0, 3.0), seed=4)
+    out = t(x, spacing=(2.0, 1.0, 0.5))
+    std = t.last_std[0]
+    assert ((std >= 2.0) & (std < 3.0)).all()
+    torch.testing.assert_close(t.last_sigma[0], std / torch.tensor([2.0, 1.0, 0.5], dtype=torch.float64))
+    close(out, torch.as_tensor(MGaussianSmooth(sigma=t.last_sigma[0].tolist())(x)))
+    # Spacing from a MetaTensor's affine.
+    from monai.data import MetaTensor
+
+    mt = MetaTensor(x, affine=torch.diag(torch.tensor([2.0, 1.0, 0.5, 1.0], dtype=torch.float64)))
+    t2 = vf.RandomBlur(std=(2.0, 3.0), seed=4)
+    out2 = t2(mt)
+    assert isinstance(out2, MetaTensor)
+    assert torch.equal(out2.as_tensor(), out)
+    # Interior agreement with TorchIO's scipy-based Blur (sampled, renormalised taps and
+    # 'reflect' borders): close for sigma >= 1 voxel, away from the borders.
+    tio = pytest.importorskip("torchio")
+    img = tio.ScalarImage(tensor=x, affine=np.diag([2.0, 1.0, 0.5, 1.0]))
+    ref = tio.Blur(std=tuple(std.tolist()))(img).data
+    r = [int(4 * s + 0.5) for s in t.last_sigma[0].tolist()]  # beyond the kernels' reach of a border
+    inner = (slice(None), slice(r[0], -r[0]), slice(r[1], -r[1]), slice(r[2], -r[2]))
+    close(out[inner], ref[inner], 2e-2)
+    with pytest.raises(ValueError, match="std"):
+        vf.RandomBlur(std=-1.0)

@@ -1,0 +1,150 @@
+// voxaug torch_ext: the filter family's op (gaussian_smooth). CPU and CUDA share one entry
+// (voxaug::separable_filter picks the backend from the views); Meta computes the shape;
+// Autograd uses the filter's self-adjointness (symmetric taps, zero padding).
+//
+// sigma is a CPU tensor by design: the taps are built on the host from it (MONAI computes
+// them on the host as well) and reach the device by one asynchronous copy from pinned
+// memory on the current stream, so the op never waits for the device. A CUDA sigma would
+// need a device-to-host read (a sync) and is rejected with a message saying so.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include <cmath>
+
+#include "tensor_view.h"
+#include "voxaug/error.h"
+#include "voxaug/filter.h"
+
+namespace voxaug::torch_ext {
+namespace {
+
+c10::ScalarType output_dtype(const at::Tensor& image, std::optional<c10::ScalarType> dtype) {
+  if (dtype.has_value()) {
+    const c10::ScalarType t = *dtype;
+    TORCH_CHECK_VALUE(t == at::kDouble || t == at::kFloat || t == at::kHalf || t == at::kBFloat16,
+                      "dtype must be float64, float32, float16 or bfloat16, got ", t);
+    return t;
+  }
+  return at::isFloatingType(image.scalar_type()) ? image.scalar_type() : at::kFloat;
+}
+
+void check_args(const at::Tensor& image, const at::Tensor& sigma, double truncated, bool meta) {
+  check_5d(image, "image", meta);
+  (void)to_voxaug_dtype(image.scalar_type(), "image");
+  TORCH_CHECK_VALUE(sigma.defined(), "sigma must be a defined tensor");
+  TORCH_CHECK_VALUE(sigma.dim() == 2 && sigma.size(0) == image.size(0) && sigma.size(1) == 3,
+                    "sigma must be (N, 3) with N = ", image.size(0),
+                    " (one sigma per sample and spatial axis D, H, W), got shape ", sigma.sizes());
+  TORCH_CHECK_VALUE(at::isFloatingType(sigma.scalar_type()), "sigma must be floating, got ",
+                    sigma.scalar_type());
+  TORCH_CHECK_VALUE(sigma.device().is_cpu() || (meta && sigma.is_meta()),
+                    "sigma must be a CPU tensor (the taps are built on the host, so the op never "
+                    "syncs with the device), got ",
+                    sigma.device());
+  TORCH_CHECK_VALUE(std::isfinite(truncated) && truncated > 0.0,
+                    "truncated must be positive and finite, got ", truncated);
+}
+
+at::Tensor gaussian_smooth_impl(const at::Tensor& image, const at::Tensor& sigma, double truncated,
+                                std::optional<c10::ScalarType> dtype) {
+  check_args(image, sigma, truncated, false);
+  at::Tensor out = at::empty(image.sizes(), image.options().dtype(output_dtype(image, dtype)));
+  const at::Tensor s = sigma.to(at::kDouble).contiguous();
+  const int64_t n = image.size(0);
+  int64_t width = 0;
+  call_core([&] { width = gaussian_table_width(s.data_ptr<double>(), n, truncated); });
+  if (image.numel() == 0) return out;
+  const bool cuda = image.is_cuda();
+  at::Tensor host =
+      at::empty({n * 3 * width}, at::TensorOptions().dtype(at::kDouble).pinned_memory(cuda));
+  int axes = 0;
+  call_core([&] {
+    axes = gaussian_table(s.data_ptr<double>(), n, truncated, width, host.data_ptr<double>());
+  });
+  const c10::DeviceGuard guard(image.device());
+  const at::Tensor table =
+      cuda ? host.to(image.device(), at::kDouble, /*non_blocking=*/true) : host;
+  const VolumeView vin = to_view(image, "image");
+  const VolumeView vout = to_view(out, "output");
+  int64_t bytes = 0;
+  call_core([&] { bytes = separable_filter_workspace_bytes(vin, vout, axes); });
+  const at::Tensor ws = at::empty({bytes > 0 ? bytes : 1}, image.options().dtype(at::kByte));
+  call_core([&] {
+    separable_filter(vin, vout, FilterTaps{table.data_ptr<double>(), width, axes}, ws.data_ptr(),
+                     bytes, current_stream(image));
+  });
+  return out;
+}
+
+at::Tensor gaussian_smooth_meta(const at::Tensor& image, const at::Tensor& sigma, double truncated,
+                                std::optional<c10::ScalarType> dtype) {
+  check_args(image, sigma, truncated, true);
+  return at::empty_symint(image.sym_sizes(), image.options().dtype(output_dtype(image, dtype)));
+}
+
+using SmoothSig = at::Tensor(const at::Tensor&, const at::Tensor&, double,
+                             std::optional<c10::ScalarType>);
+
+at::Tensor call_smooth(const at::Tensor& image, const at::Tensor& sigma, double truncated,
+                       std::optional<c10::ScalarType> dtype) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("voxaug::gaussian_smooth", "")
+                       .typed<SmoothSig>();
+  return op.call(image, sigma, truncated, dtype);
+}
+
+// The filter is linear and self-adjoint (symmetric taps, zero padding), so the gradient
+// w.r.t. the image is the same filter applied to the output's gradient.
+class GaussianSmoothFunction : public torch::autograd::Function<GaussianSmoothFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& image,
+                            const at::Tensor& sigma, double truncated,
+                            std::optional<c10::ScalarType> dtype) {
+    at::Tensor out;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      out = call_smooth(image, sigma, truncated, dtype);
+    }
+    ctx->saved_data["sigma"] = sigma.detach();
+    ctx->saved_data["truncated"] = truncated;
+    ctx->saved_data["image_dtype"] = static_cast<int64_t>(image.scalar_type());
+    if (!at::isFloatingType(image.scalar_type())) ctx->mark_non_differentiable({out});
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor sigma = ctx->saved_data["sigma"].toTensor();
+    const double truncated = ctx->saved_data["truncated"].toDouble();
+    const auto image_dtype = static_cast<c10::ScalarType>(ctx->saved_data["image_dtype"].toInt());
+    at::Tensor grad_image;
+    if (grads[0].defined() && ctx->needs_input_grad(0))
+      grad_image = call_smooth(grads[0], sigma, truncated, image_dtype);
+    return {grad_image, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor gaussian_smooth_autograd(const at::Tensor& image, const at::Tensor& sigma,
+                                    double truncated, std::optional<c10::ScalarType> dtype) {
+  return GaussianSmoothFunction::apply(image, sigma, truncated, dtype);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
+  m.impl("gaussian_smooth", &gaussian_smooth_impl);
+}
+TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
+  m.impl("gaussian_smooth", &gaussian_smooth_impl);
+}
+TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
+  m.impl("gaussian_smooth", &gaussian_smooth_meta);
+}
+TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
+  m.impl("gaussian_smooth", &gaussian_smooth_autograd);
+}
+
+}  // namespace voxaug::torch_ext
