@@ -190,10 +190,16 @@ def test_orientation_permuted_oblique_affine_and_lps_space(inia, axcodes):
         xi = MetaTensor(x.as_tensor(), affine=x.affine, meta=meta)
         m = mt.Orientation(**kw)(xi)
         v = spatial.Orientation(**kw)(xi)
-        assert torch.equal(v.affine, m.affine) and torch.equal(v.as_tensor(), m.as_tensor())
+        # Data bit-exact; affines to the last bits of float64: MONAI's 4x4 float64 matmul rounds
+        # differently on CPUs whose BLAS kernels use FMA (seen on an AMD EPYC machine).
+        assert _affine_close(v.affine, m.affine) and torch.equal(v.as_tensor(), m.as_tensor())
     out, aff = spatial.Orientation(**kw)(x.as_tensor(), affine=x.affine)
     m = mt.Orientation(**kw)(x)
-    assert torch.equal(aff, m.affine) and torch.equal(out, m.as_tensor())
+    assert _affine_close(aff, m.affine) and torch.equal(out, m.as_tensor())
+
+
+def _affine_close(a, b):
+    return a.shape == b.shape and (a.double() - b.double()).abs().max().item() <= 1e-12 * (1 + b.abs().max().item())
 
 
 def test_orientation_bad_arguments(inia):
