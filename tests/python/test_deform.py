@@ -346,3 +346,24 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.voxaug.deform_field_dense, (coeff, 1, [0.5] * 3, [1.0] * 3, [6, 7, 5], None, None),
                           test_utils=("test_schema", "test_faketensor"))
     torch.library.opcheck(torch.ops.voxaug.uniform_fill_, (torch.empty(2, 1, 3, 3, 3), -1.0, 1.0, 5, 0))
+
+
+def test_parameter_draws_are_uniform_and_gated():
+    """sigma, magnitude and the gate over 4000 samples: Kolmogorov-Smirnov vs U(range) and a
+    binomial bound on the selected fraction."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    t = deform.Rand3DElastic((2.0, 6.0), (10.0, 30.0), prob=0.3, rotate_range=0.5, seed=1)
+    per = t.parameters(t.draw_params(4000, seed=77))
+    chosen = [p for p in per if p is not None]
+    frac = len(chosen) / len(per)
+    assert abs(frac - 0.3) < 5 * math.sqrt(0.3 * 0.7 / len(per))
+    for key, (lo, hi) in (("sigma", (2.0, 6.0)), ("magnitude", (10.0, 30.0))):
+        vals = np.array([p[key] for p in chosen])
+        assert vals.min() >= lo and vals.max() < hi
+        assert scipy_stats.kstest(vals, "uniform", args=(lo, hi - lo)).pvalue > 1e-3
+    rot = np.array([p["rotate_params"][0] for p in chosen])
+    assert scipy_stats.kstest(rot, "uniform", args=(-0.5, 1.0)).pvalue > 1e-3
+    g = deform.RandGridDistortion(num_cells=3, prob=1.0, distort_limit=(-0.2, 0.1), seed=2)
+    steps = np.array([s for p in g.parameters(g.draw_params(500, seed=3)) for axis in p for s in axis])
+    assert steps.min() >= 0.8 and steps.max() < 1.1
+    assert scipy_stats.kstest(steps, "uniform", args=(0.8, 0.3)).pvalue > 1e-3
