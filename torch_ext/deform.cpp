@@ -74,6 +74,26 @@ DeformField field_descriptor(const at::Tensor& field, int64_t kind, at::ArrayRef
   return f;
 }
 
+// A checked field bound to its tensors for a real (non-Meta) launch; `map` keeps the
+// contiguous per-sample maps alive while the core call reads them.
+struct BoundField {
+  DeformField f;
+  at::Tensor map;
+};
+
+BoundField bind_field(const at::Tensor& field, int64_t kind, at::ArrayRef<double> scale,
+                      at::ArrayRef<double> offset, at::IntArrayRef out_size, int64_t batch,
+                      const at::Device& device, const std::optional<at::Tensor>& field_map) {
+  BoundField b{
+      field_descriptor(field, kind, scale, offset, out_size, batch, device, false, field_map), {}};
+  b.f.field = to_view(field, "field");
+  if (field_map.has_value()) {
+    b.map = field_map->contiguous();
+    b.f.sample_map = b.map.data_ptr<double>();
+  }
+  return b;
+}
+
 std::vector<at::Tensor> resample_deformed_impl(
     at::TensorList inputs, const at::Tensor& matrices, const at::Tensor& field, int64_t kind,
     at::ArrayRef<double> scale, at::ArrayRef<double> offset, at::IntArrayRef out_size,
@@ -81,17 +101,11 @@ std::vector<at::Tensor> resample_deformed_impl(
     bool align_corners, const std::optional<at::Tensor>& field_map) {
   TORCH_CHECK_VALUE(!inputs.empty(), "inputs must hold at least one tensor");
   check_5d(inputs[0], "inputs[0]");
-  DeformField f = field_descriptor(field, kind, scale, offset, out_size, inputs[0].size(0),
-                                   inputs[0].device(), false, field_map);
-  f.field = to_view(field, "field");
-  at::Tensor map;
-  if (field_map.has_value()) {
-    map = field_map->contiguous();
-    f.sample_map = map.data_ptr<double>();
-  }
+  const BoundField b = bind_field(field, kind, scale, offset, out_size, inputs[0].size(0),
+                                  inputs[0].device(), field_map);
   const c10::DeviceGuard guard(inputs[0].device());
   return resample_forward(inputs, matrices, out_size, modes, paddings, pad_values, align_corners,
-                          &f);
+                          &b.f);
 }
 
 std::vector<at::Tensor> resample_deformed_meta(
@@ -122,17 +136,11 @@ at::Tensor deform_field_dense_impl(const at::Tensor& field, int64_t kind,
                                    at::IntArrayRef out_size, std::optional<c10::ScalarType> dtype,
                                    const std::optional<at::Tensor>& field_map) {
   check_5d(field, "field");
-  DeformField f = field_descriptor(field, kind, scale, offset, out_size, field.size(0),
-                                   field.device(), false, field_map);
-  f.field = to_view(field, "field");
-  at::Tensor map;
-  if (field_map.has_value()) {
-    map = field_map->contiguous();
-    f.sample_map = map.data_ptr<double>();
-  }
+  const BoundField b =
+      bind_field(field, kind, scale, offset, out_size, field.size(0), field.device(), field_map);
   at::Tensor out = dense_output(field, out_size, dtype);
   const c10::DeviceGuard guard(field.device());
-  call_core([&] { deform_field_dense(f, to_view(out, "out"), current_stream(field)); });
+  call_core([&] { deform_field_dense(b.f, to_view(out, "out"), current_stream(field)); });
   return out;
 }
 

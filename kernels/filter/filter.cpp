@@ -23,7 +23,7 @@ void filter_check_cuda_pointers(const FilterTaps& taps, const void* workspace, i
 
 namespace {
 
-// One element in the compute type, as filter_load converts it.
+// One element in the compute type, as load_dyn converts it.
 template <class Acc, class T>
 VOXAUG_FORCEINLINE Acc load_one(T v) {
   if constexpr (std::is_same_v<T, half_t> || std::is_same_v<T, bfloat16_t>) {

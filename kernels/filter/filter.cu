@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(256)
       const int64_t ga = a0 - R + la, gc = c0 + lt;
       Acc v = Acc(0);  // never read: filter_point skips positions outside the line
       if (ga >= 0 && ga < L && gc < X)
-        v = filter_load<Acc>(p.src, p.src_dtype, sbase + ga * sa + gc * sc);
+        v = load_dyn<Acc>(p.src, p.src_dtype, sbase + ga * sa + gc * sc);
       tile[kAlongX ? lt * span + la : la * TS::TC + lt] = v;
     }
     __syncthreads();
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(256)
                                           const int lj = static_cast<int>(j - (a0 - R));
                                           return tile[kAlongX ? lc * span + lj : lj * TS::TC + lc];
                                         });
-        filter_store<Acc>(p.dst, p.dst_dtype, dbase + ga * p.dst_strides[da], v);
+        store_dyn<Acc>(p.dst, p.dst_dtype, dbase + ga * p.dst_strides[da], v);
       }
     }
     __syncthreads();

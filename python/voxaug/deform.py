@@ -37,8 +37,8 @@ import torch
 
 from . import ops
 from .spatial import (_MASK64, _MAX_TARGETS, _centred_affine, _fall_back_size, _grid_index_map, _grid_opts,
-                      _rand_ranges, _stack)
-from .transforms import _as_batch, _check_prob, _is_meta_tensor, _Randomizable
+                      _per_key, _rand_ranges, _RandomSpatial, _stack)
+from .transforms import _as_batch, _is_meta_tensor
 
 __all__ = ["Rand3DElastic", "Rand3DElasticd", "GridDistortion", "GridDistortiond", "RandGridDistortion",
            "RandGridDistortiond", "RandomElasticDeformation", "gaussian_kernel_sum_sq", "fast_field_layout",
@@ -124,56 +124,25 @@ def _launch(xs: Sequence[torch.Tensor], plan: _Plan, modes: Sequence[str], paddi
     return outs
 
 
-class _RandomDeform(_Randomizable):
-    """Per-sample Philox draws (k uniforms + the sample's global index + the call's noise key),
-    replayable through ``params``."""
-
-    _n_uniforms = 1
-
-    def __init__(self, prob: float, seed: Optional[int]):
-        _Randomizable.__init__(self, seed)
-        self.prob = _check_prob(prob)
-        self._last: Optional[torch.Tensor] = None
-        self._share_batch = False
-
-    def share_batch_params(self, share: bool = True):
-        """share=True: every sample of a batch gets the same draw (and the same noise)."""
-        self._share_batch = bool(share)
-        return self
+class _RandomDeform(_RandomSpatial):
+    """The spatial transforms' per-sample Philox draws (gate + k uniforms, sharing, replay),
+    plus two columns: the sample's global index and the call's noise key. The device noise of
+    sample i is Philox (key, index), so a sample's field does not depend on its batch."""
 
     def draw_params(self, batch_size: int = 1, first_sample: int = 0, seed: Optional[int] = None) -> torch.Tensor:
-        """(batch_size, k + 2) float64 CPU tensor: k Philox uniforms per sample (keyed by `seed` and
-        the global sample index first_sample + i), then that index, then the call's noise key
-        (a 52-bit integer): the device noise of sample i is Philox (key, index), so a sample's
-        field does not depend on the batch it is in."""
+        """(batch_size, k + 2) float64 CPU tensor: the k uniforms of
+        :meth:`voxaug.spatial._RandomSpatial.draw_params`, the global sample index
+        first_sample + i (first_sample for every row of a shared draw), and the noise key (a
+        52-bit integer derived from `seed`)."""
         seed = self._next_seed() if seed is None else int(seed) & _MASK64
         n = int(batch_size)
-        if self._share_batch:
-            u = ops.philox_uniform(seed, int(first_sample), 1, self._n_uniforms).expand(n, -1)
+        u = super().draw_params(n, first_sample, seed)
+        if getattr(self, "_share_batch", False):
             ids = torch.full((n, 1), float(first_sample), dtype=torch.float64)
         else:
-            u = ops.philox_uniform(seed, int(first_sample), n, self._n_uniforms)
             ids = torch.arange(first_sample, first_sample + n, dtype=torch.float64).view(n, 1)
         key = torch.full((n, 1), float((seed >> 12) ^ 0x9E3779B97F4A7), dtype=torch.float64)
         return torch.cat([u, ids, key], 1).contiguous()
-
-    def _params_for(self, n: int, randomize: bool) -> torch.Tensor:
-        if randomize or self._last is None:
-            self._last = self.draw_params(n)
-        elif self._last.shape[0] != n:
-            raise ValueError(f"randomize=False reuses the last draw, made for a batch of {self._last.shape[0]}, "
-                             f"but img has a batch of {n}")
-        return self._last
-
-    def _check_params(self, params: torch.Tensor, n: int) -> torch.Tensor:
-        k = self._n_uniforms + 2
-        if not isinstance(params, torch.Tensor) or tuple(params.shape) != (n, k):
-            raise ValueError(f"params must be a ({n}, {k}) tensor from draw_params, got "
-                             f"{tuple(params.shape) if isinstance(params, torch.Tensor) else type(params).__name__}")
-        return params
-
-    def _gates(self, params: torch.Tensor) -> np.ndarray:
-        return params[:, 0].numpy() < self.prob
 
     @staticmethod
     def _noise(params: torch.Tensor, shape: Sequence[int], device, dtype=torch.float32) -> torch.Tensor:
@@ -196,14 +165,6 @@ class _RandomDeform(_Randomizable):
 
 def _keys(keys) -> list:
     return [keys] if isinstance(keys, (str, int)) or not isinstance(keys, Sequence) else list(keys)
-
-
-def _per_key(value: Any, n: int, name: str) -> list:
-    if isinstance(value, (list, tuple)) and not isinstance(value, str):
-        if len(value) != n:
-            raise ValueError(f"{name}: one entry per key ({n}) expected, got {len(value)}")
-        return list(value)
-    return [value] * n
 
 
 class _DeformDict:
@@ -321,7 +282,7 @@ class Rand3DElastic(_RandomDeform):
             noise = self._noise(params, (n, 3, *out_size), device)
             sig = torch.tensor([[0.0] * 3 if p is None else [p["sigma"]] * 3 for p in per], dtype=torch.float64)
             smooth = torch.ops.voxaug.gaussian_smooth(noise, sig, 3.0)
-            field = smooth * self._per_sample(mags, device)
+            field = smooth.mul_(self._per_sample(mags, device))  # in place: no second full-size field
             return _Plan(mats_t, out_size, field, ops.DENSE_FIELD)
         # fast: one control grid (the largest K of the batch), a control spacing per sample.
         sigmas = [self.sigma_range[0] if p is None else p["sigma"] for p in per]
@@ -329,7 +290,7 @@ class Rand3DElastic(_RandomDeform):
         kmax = tuple(max(lay[0][a] for lay in layouts) if layouts else 4 for a in range(3))
         noise = self._noise(params, (n, 3, *kmax), device)
         amps = [m * _fast_amplitude(s) for m, s in zip(mags, sigmas)]
-        coeff = noise * self._per_sample(amps, device)
+        coeff = noise.mul_(self._per_sample(amps, device))
         fmap = torch.tensor([lay[1] + lay[2] for lay in layouts], dtype=torch.float64).view(n, 6)
         return _Plan(mats_t, out_size, coeff, ops.BSPLINE_FIELD, field_map=fmap)
 
@@ -574,7 +535,7 @@ class RandomElasticDeformation(_RandomDeform):
         coeff = self._noise(params, (n, 3, *self.num_control_points), device)
         gate = torch.from_numpy(self._gates(params).astype(np.float32))
         scale = torch.tensor([m / s for m, s in zip(self.max_displacement, spacing)], dtype=torch.float32)
-        coeff = coeff * (gate.view(n, 1, 1, 1, 1) * scale.view(1, 3, 1, 1, 1)).to(device, non_blocking=True)
+        coeff.mul_((gate.view(n, 1, 1, 1, 1) * scale.view(1, 3, 1, 1, 1)).to(device, non_blocking=True))
         for i in range(self.locked_borders):
             coeff[:, :, i] = 0
             coeff[:, :, -1 - i] = 0

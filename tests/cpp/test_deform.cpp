@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "test_support.h"
 #include "voxaug/deform.h"
 #include "voxaug/error.h"
 #include "voxaug/resample.h"
@@ -18,17 +19,9 @@
 #endif
 
 using namespace voxaug;
+using namespace voxaug_test;
 
 namespace {
-
-struct Vol {
-  int64_t n, c, d, h, w;
-  int64_t numel() const { return n * c * d * h * w; }
-};
-
-VolumeView view(void* p, DType t, const Vol& v, Device dev = Device::CPU) {
-  return contiguous_view(p, t, dev, v.n, v.c, v.d, v.h, v.w);
-}
 
 template <class T>
 std::vector<T> random_vec(int64_t count, uint32_t seed, double lo, double hi) {
@@ -374,26 +367,6 @@ TEST(Deform, BadInputs) {
 }
 
 #if VOXAUG_WITH_CUDA
-namespace {
-bool have_device() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-template <class T>
-T* to_device(const std::vector<T>& v) {
-  void* p = nullptr;
-  EXPECT_EQ(cudaMalloc(&p, v.size() * sizeof(T) + 1), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return static_cast<T*>(p);
-}
-template <class T>
-std::vector<T> to_host(const T* p, size_t count) {
-  std::vector<T> v(count);
-  EXPECT_EQ(cudaMemcpy(v.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return v;
-}
-}  // namespace
-
 TEST(DeformCuda, TwinBitIdentical) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
   const Vol in{3, 2, 17, 12, 19}, out{3, 2, 15, 13, 300};
@@ -408,17 +381,14 @@ TEST(DeformCuda, TwinBitIdentical) {
   t.padding = Padding::Reflection;
   DeformField f = bspline_field(const_cast<float*>(coeff.data()), DType::Float32, bc);
   resample_deformed(&t, 1, m.data(), f, false);
-  float* dsrc = to_device(src);
-  float* dcoeff = to_device(coeff);
-  double* dm = to_device(m);
-  float* dout = to_device(std::vector<float>(out.numel()));
-  t.in = view(dsrc, DType::Float32, in, Device::CUDA);
-  t.out = view(dout, DType::Float32, out, Device::CUDA);
-  f.field.data = dcoeff;
+  DeviceBuffer dsrc(src), dcoeff(coeff), dm(m), dout(out.numel() * sizeof(float));
+  t.in = view(dsrc.p, DType::Float32, in, Device::CUDA);
+  t.out = view(dout.p, DType::Float32, out, Device::CUDA);
+  f.field.data = dcoeff.p;
   f.field.device = Device::CUDA;
-  resample_deformed(&t, 1, dm, f, false);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const auto gpu = to_host(dout, cpu.size());
+  resample_deformed(&t, 1, dm.as<double>(), f, false);
+  CUDA_OK(cudaDeviceSynchronize());
+  const auto gpu = dout.to_host<float>(cpu.size());
   EXPECT_EQ(0, std::memcmp(cpu.data(), gpu.data(), cpu.size() * sizeof(float)));
   // Dense field output and the uniform fill.
   const Vol fo{out.n, 3, out.d, out.h, out.w};
@@ -427,19 +397,16 @@ TEST(DeformCuda, TwinBitIdentical) {
   f.field.device = Device::CPU;
   deform_field_dense(f, view(dense_cpu.data(), DType::Float32, fo));
   uniform_fill(view(fill_cpu.data(), DType::Float32, fo), -1, 1, 77, 5);
-  float* ddense = to_device(std::vector<float>(fo.numel()));
-  f.field.data = dcoeff;
+  DeviceBuffer ddense(fo.numel() * sizeof(float));
+  f.field.data = dcoeff.p;
   f.field.device = Device::CUDA;
-  deform_field_dense(f, view(ddense, DType::Float32, fo, Device::CUDA));
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(0, std::memcmp(dense_cpu.data(), to_host(ddense, fo.numel()).data(),
+  deform_field_dense(f, view(ddense.p, DType::Float32, fo, Device::CUDA));
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(0, std::memcmp(dense_cpu.data(), ddense.to_host<float>(fo.numel()).data(),
                            dense_cpu.size() * sizeof(float)));
-  uniform_fill(view(ddense, DType::Float32, fo, Device::CUDA), -1, 1, 77, 5);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(0, std::memcmp(fill_cpu.data(), to_host(ddense, fo.numel()).data(),
+  uniform_fill(view(ddense.p, DType::Float32, fo, Device::CUDA), -1, 1, 77, 5);
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(0, std::memcmp(fill_cpu.data(), ddense.to_host<float>(fo.numel()).data(),
                            fill_cpu.size() * sizeof(float)));
-  for (void* p : {static_cast<void*>(dsrc), static_cast<void*>(dcoeff), static_cast<void*>(dm),
-                  static_cast<void*>(dout), static_cast<void*>(ddense)})
-    cudaFree(p);
 }
 #endif

@@ -3,6 +3,8 @@
 // Compiled everywhere; skips (and says so) without a device.
 #include <gtest/gtest.h>
 
+#include "test_support.h"
+
 #include <cstring>
 #include <random>
 #include <string>
@@ -17,21 +19,10 @@
 #endif
 
 using namespace voxaug;
+using namespace voxaug_test;
 
 #if VOXAUG_WITH_CUDA
 namespace {
-
-#define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x
-
-struct DeviceBuffer {
-  void* p = nullptr;
-  explicit DeviceBuffer(size_t bytes) { (void)cudaMalloc(&p, bytes ? bytes : 1); }
-  ~DeviceBuffer() { cudaFree(p); }
-};
-
-bool have_device() {
-  return cuda_device_count() > 0;
-}
 
 struct Case {
   int64_t n, c, d, h, w;

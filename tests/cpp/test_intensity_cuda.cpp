@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "intensity_cases.h"
+#include "test_support.h"
 #include "voxaug/config.h"
 #include "voxaug/detail/convert.h"
 #include "voxaug/intensity.h"
@@ -18,18 +19,6 @@ using namespace voxaug_test;
 
 #if VOXAUG_WITH_CUDA
 namespace {
-
-#define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x
-
-struct DeviceBuffer {
-  void* p = nullptr;
-  explicit DeviceBuffer(size_t bytes) { (void)cudaMalloc(&p, bytes ? bytes : 1); }
-  ~DeviceBuffer() { cudaFree(p); }
-};
-
-bool have_device() {
-  return cuda_device_count() > 0;
-}
 
 template <class TIn, class TOut>
 void compare_twin(const NamedChain& chain, const Shape& s, DType tin, DType tout,

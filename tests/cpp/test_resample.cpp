@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "test_support.h"
 #include "voxaug/error.h"
 #include "voxaug/resample.h"
 
@@ -15,17 +16,9 @@
 #endif
 
 using namespace voxaug;
+using namespace voxaug_test;
 
 namespace {
-
-struct Vol {
-  int64_t n, c, d, h, w;
-  int64_t numel() const { return n * c * d * h * w; }
-};
-
-VolumeView view(void* p, DType t, const Vol& v, Device dev = Device::CPU) {
-  return contiguous_view(p, t, dev, v.n, v.c, v.d, v.h, v.w);
-}
 
 std::vector<double> random_matrices(int64_t n, const Vol& in, const Vol& out, uint32_t seed) {
   std::mt19937 rng(seed);

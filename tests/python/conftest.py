@@ -28,6 +28,22 @@ def ch2():
     return torch.from_numpy(data.copy())[None], img.affine
 
 
+@pytest.fixture
+def resample_launches(monkeypatch):
+    """Counts voxaug.ops.resample launches (a one-element list)."""
+    from voxaug import ops
+
+    count = [0]
+    real = ops.resample
+
+    def counting(*args, **kwargs):
+        count[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ops, "resample", counting)
+    return count
+
+
 def pytest_report_header(config):
     return [f"voxaug library: {voxaug.library_path}",
             f"CUDA device: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none (CUDA tests skip)'}"]

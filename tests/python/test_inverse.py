@@ -32,6 +32,8 @@ from conftest import TEMPLATES
 mt = pytest.importorskip("monai.transforms")
 nib = pytest.importorskip("nibabel")
 from monai.data import MetaTensor  # noqa: E402
+import spatial_checks as checks  # noqa: E402
+from spatial_checks import assert_bitwise, plain  # noqa: E402
 from monai.data.meta_obj import set_track_meta  # noqa: E402
 from monai.utils import TraceKeys  # noqa: E402
 
@@ -65,26 +67,8 @@ def ch2aal():
     return img.float(), lab, aff
 
 
-@pytest.fixture
-def launches(monkeypatch):
-    """Counts voxaug.ops.resample launches."""
-    count = [0]
-    real = ops.resample
-
-    def counting(*args, **kwargs):
-        count[0] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(ops, "resample", counting)
-    return count
-
-
 def meta(x, aff):
     return MetaTensor(x.clone(), affine=aff.clone())
-
-
-def plain(x):
-    return x.as_tensor() if isinstance(x, MetaTensor) else torch.as_tensor(x)
 
 
 def first(out):
@@ -92,25 +76,11 @@ def first(out):
 
 
 def assert_image_close(ours, ref):
-    ours, ref = plain(ours), plain(ref)
-    assert ours.shape == ref.shape
-    rng = (ref.max() - ref.min()).item()
-    err = (ours.double() - ref.double()).abs().max().item()
-    assert err <= IMG_TOL * rng, f"max error {err:.3g} > {IMG_TOL} x range {rng:.4g}"
-    assert ours.abs().sum() > 0 and not torch.isnan(ours).any()
+    checks.assert_image_close(ours, ref, IMG_TOL)
 
 
 def assert_labels_match(ours, ref, ties=LABEL_TIES):
-    ours, ref = plain(ours), plain(ref)
-    assert ours.shape == ref.shape
-    frac = (ours.double() != ref.double()).double().mean().item()
-    assert frac <= ties, f"{frac:.3g} of the labels differ (allowed: half-voxel ties, {ties})"
-    assert ours.abs().sum() > 0
-
-
-def assert_bitwise(ours, ref):
-    ours, ref = plain(ours), plain(ref)
-    assert ours.shape == ref.shape and torch.equal(ours.to(ref.dtype), ref)
+    checks.assert_labels_match(ours, ref, ties)
 
 
 def assert_restored(out, aff):
@@ -299,7 +269,7 @@ def test_rand_flip_and_rand_rotate90_batch_round_trip_bitwise(ch2aal):
 
 
 @pytest.mark.parametrize("form", ["RandAffined", "RandFlipd", "RandRotate90d"])
-def test_rand_dict_batch_inverse_matches_monai_per_sample(ch2aal, form, launches):
+def test_rand_dict_batch_inverse_matches_monai_per_sample(ch2aal, form, resample_launches):
     """Random dictionary forms: one draw shared by image and label, one record per key for the
     whole batch, one inverse launch for both keys; per sample equal to MONAI's fixed transform's
     inverse with the drawn parameters."""
@@ -314,9 +284,9 @@ def test_rand_dict_batch_inverse_matches_monai_per_sample(ch2aal, form, launches
     else:
         t = vt.RandRotate90d(keys, prob=0.9, max_k=3, spatial_axes=(2, 0), seed=9)
     fwd = t({"img": meta(x, aff), "lab": meta(y, aff)})
-    launches[0] = 0
+    resample_launches[0] = 0
     inv = t.inverse(fwd)
-    assert launches[0] == 1
+    assert resample_launches[0] == 1
     for key in keys:
         assert fwd[key].applied_operations[-1][TraceKeys.EXTRA_INFO]["maps"].shape == (3, 4, 4)
         assert_restored(inv[key], aff)
@@ -369,7 +339,7 @@ DICT_CASES = [
 
 
 @pytest.mark.parametrize("name,kw,kind", DICT_CASES)
-def test_dict_inverse_matches_monai(ch2aal, name, kw, kind, launches):
+def test_dict_inverse_matches_monai(ch2aal, name, kw, kind, resample_launches):
     img, lab, aff = ch2aal
     keys = ["img", "lab"]
     ours, ref = getattr(vt, name)(keys, **kw), getattr(mt, name)(keys, **kw)
@@ -377,11 +347,11 @@ def test_dict_inverse_matches_monai(ch2aal, name, kw, kind, launches):
     for key in keys:
         rec = fwd[key].applied_operations[-1]
         assert rec[TraceKeys.CLASS_NAME] == name and rec[TraceKeys.ID] == id(ours)
-    launches[0] = 0
+    resample_launches[0] = 0
     inv = ours.inverse(fwd)
     # Image and label share one inverse launch where their maps agree (not Resize / Zoom:
     # interpolate's nearest has its own index rule).
-    assert launches[0] == (2 if kind == "resize" else 1)
+    assert resample_launches[0] == (2 if kind == "resize" else 1)
     assert inv["other"] == "kept"
     ref_inv = ref.inverse(ref({"img": meta(img, aff), "lab": meta(lab, aff)}))
     for key in keys:
@@ -412,19 +382,19 @@ def _exact_chain():
             vt.SpatialCrop(roi_start=[2, 3, 4], roi_end=[50, 60, 55]), vt.CenterSpatialCrop([40, -1, 33])]
 
 
-def test_compose_exact_chain_fused_inverse_equals_step_by_step(ch2aal, launches):
+def test_compose_exact_chain_fused_inverse_equals_step_by_step(ch2aal, resample_launches):
     img, lab, aff = ch2aal
     for x in (lab, img):
-        launches[0] = 0
+        resample_launches[0] = 0
         c = vt.Compose(_exact_chain())
         fused = c(meta(x, aff))
-        assert launches[0] == 1 and len(fused.applied_operations) == 1
+        assert resample_launches[0] == 1 and len(fused.applied_operations) == 1
         rec = fused.applied_operations[0]
         assert rec[TraceKeys.CLASS_NAME] == "Compose" and rec[TraceKeys.ID] == id(c)
         assert [m[TraceKeys.ID] for m in rec[TraceKeys.EXTRA_INFO]["transforms"]] == [id(t) for t in c.transforms]
-        launches[0] = 0
+        resample_launches[0] = 0
         inv = c.inverse(fused)
-        assert launches[0] == 1
+        assert resample_launches[0] == 1
         s = vt.Compose(_exact_chain(), fuse_spatial=False)
         steps = s(meta(x, aff))
         assert len(steps.applied_operations) == 6
@@ -454,15 +424,15 @@ def _warp_chain():
             vt.CenterSpatialCrop([14, 14, 14])]
 
 
-def test_compose_warp_chain_fused_inverse_is_one_gather_of_the_inverted_product(launches):
+def test_compose_warp_chain_fused_inverse_is_one_gather_of_the_inverted_product(resample_launches):
     n, size = 3, (20, 22, 24)
     x = _smooth(n, size, seed=1)
     aff = torch.tensor([[0, 1.2, 0, 5], [-0.9, 0, 0, 1], [0, 0, 1.1, -4], [0, 0, 0, 1]], dtype=torch.float64)
     c = vt.Compose(_warp_chain())
     fused = c(meta(x, aff))
-    launches[0] = 0
+    resample_launches[0] = 0
     inv = c.inverse(fused)
-    assert launches[0] == 1 and inv.shape == x.shape
+    assert resample_launches[0] == 1 and inv.shape == x.shape
     assert_restored(inv, aff)
     # The product of the step maps, built independently, inverted, in one launch: bit-identical.
     rot, zoom, affine, crop = _warp_chain()
@@ -490,7 +460,7 @@ def test_compose_warp_chain_fused_inverse_is_one_gather_of_the_inverted_product(
     assert err.max().item() < 0.15 and err.mean().item() < 0.02, (err.max(), err.mean())
 
 
-def test_compose_dict_fused_inverse_one_launch_for_image_and_label(ch2aal, launches):
+def test_compose_dict_fused_inverse_one_launch_for_image_and_label(ch2aal, resample_launches):
     img, lab, aff = ch2aal
     keys = ["img", "lab"]
 
@@ -502,24 +472,24 @@ def test_compose_dict_fused_inverse_one_launch_for_image_and_label(ch2aal, launc
 
     c = vt.Compose(make())
     fused = c({"img": meta(img, aff), "lab": meta(lab, aff)})
-    launches[0] = 0
+    resample_launches[0] = 0
     inv = c.inverse(fused)
-    assert launches[0] == 1
+    assert resample_launches[0] == 1
     for key in keys:
         assert_restored(inv[key], aff)
     assert inv["lab"].dtype == torch.uint8
     s = vt.Compose(make(), fuse_spatial=False)
     steps = s({"img": meta(img, aff), "lab": meta(lab, aff)})
-    launches[0] = 0
+    resample_launches[0] = 0
     steps_inv = s.inverse(steps)
-    assert launches[0] == 4
+    assert resample_launches[0] == 4
     # One nearest lookup through the inverted product vs four: labels agree in the bulk.
     inside = plain(steps_inv["img"]) != 0
     agree = (plain(inv["lab"]) == plain(steps_inv["lab"]))[inside].float().mean()
     assert agree > 0.9
 
 
-def test_compose_mixed_groups_and_skipped_intensity(ch2aal, launches):
+def test_compose_mixed_groups_and_skipped_intensity(ch2aal, resample_launches):
     """[Flip] alone records as Flip; Zoom keep_size < 1 runs as itself (pads); [Flip, crop] fuse;
     the intensity step is not invertible and is skipped. Nearest throughout: the inverse equals
     the step-by-step inverse bit for bit."""

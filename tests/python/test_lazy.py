@@ -9,20 +9,6 @@ from voxaug import spatial as S
 from voxaug import transforms as T
 
 
-@pytest.fixture
-def calls(monkeypatch):
-    """Counts voxaug.ops.resample launches."""
-    count = [0]
-    real = ops.resample
-
-    def counting(*args, **kwargs):
-        count[0] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(ops, "resample", counting)
-    return count
-
-
 def _smooth(n, size, seed=0):
     g = torch.Generator().manual_seed(seed)
     grids = torch.meshgrid(*[torch.arange(s, dtype=torch.float32) for s in size], indexing="ij")
@@ -36,14 +22,14 @@ def _smooth(n, size, seed=0):
     return torch.stack(out)
 
 
-def _run_both(make, data, calls):
+def _run_both(make, data, resample_launches):
     """(fused result, launches, step-by-step result, launches) with identically seeded transforms."""
-    calls[0] = 0
+    resample_launches[0] = 0
     fused = T.Compose(make())(data)
-    n_fused = calls[0]
-    calls[0] = 0
+    n_fused = resample_launches[0]
+    resample_launches[0] = 0
     steps = T.Compose(make(), fuse_spatial=False)(data)
-    return fused, n_fused, steps, calls[0]
+    return fused, n_fused, steps, resample_launches[0]
 
 
 def _exact_chain():
@@ -53,9 +39,9 @@ def _exact_chain():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int16])
-def test_exact_maps_fuse_bit_identical(calls, dtype):
+def test_exact_maps_fuse_bit_identical(resample_launches, dtype):
     x = (torch.randn(4, 2, 8, 9, 8) * 100).to(dtype)
-    fused, n_fused, steps, n_steps = _run_both(_exact_chain, x, calls)
+    fused, n_fused, steps, n_steps = _run_both(_exact_chain, x, resample_launches)
     assert n_fused == 1 and n_steps == 6
     assert fused.dtype == dtype and fused.shape == steps.shape == (4, 2, 4, 5, 7)
     assert torch.equal(fused, steps)
@@ -100,12 +86,12 @@ def _warp_chain(seed=3):
             T.CenterSpatialCrop([12, 12, 12])]
 
 
-def test_rotate_zoom_crop_is_one_gather_of_the_product_map(calls):
+def test_rotate_zoom_crop_is_one_gather_of_the_product_map(resample_launches):
     n, size = 3, (20, 22, 24)
     x = _smooth(n, size)
-    calls[0] = 0
+    resample_launches[0] = 0
     fused = T.Compose(_warp_chain())(x)
-    assert calls[0] == 1 and fused.shape == (n, 1, 12, 12, 12)
+    assert resample_launches[0] == 1 and fused.shape == (n, 1, 12, 12, 12)
     # The product of the three maps, built independently, in one launch: bit-identical.
     rot, zoom, crop = _warp_chain()
     params = rot.draw_params(n)
@@ -126,10 +112,10 @@ def test_rotate_zoom_crop_is_one_gather_of_the_product_map(calls):
         assert (one - fused[i]).abs().max() < 1e-5
 
 
-def test_rotate_zoom_crop_close_to_step_by_step(calls):
+def test_rotate_zoom_crop_close_to_step_by_step(resample_launches):
     n = 3
     x = _smooth(n, (20, 22, 24), seed=1)
-    fused, n_fused, steps, n_steps = _run_both(_warp_chain, x, calls)
+    fused, n_fused, steps, n_steps = _run_both(_warp_chain, x, resample_launches)
     assert n_fused == 1 and n_steps == 3
     # One linear interpolation instead of two, on a smooth field (amplitude 1.5, frequencies
     # <= 0.35 rad / voxel, so |f''| / 8 ~ 0.025 per linear interpolation): the crop lies far
@@ -156,7 +142,7 @@ def test_meta_affine_composes_through_fused_warp():
     assert torch.allclose(fused.affine, steps.affine, atol=1e-12)
 
 
-def test_spacing_orientation_crop_fuse(calls):
+def test_spacing_orientation_crop_fuse(resample_launches):
     mdata = pytest.importorskip("monai.data")
     aff = torch.diag(torch.tensor([1.5, 2.0, 1.0, 1.0], dtype=torch.float64))
     img = mdata.MetaTensor(_smooth(1, (16, 14, 20))[0], affine=aff)
@@ -164,7 +150,7 @@ def test_spacing_orientation_crop_fuse(calls):
     def make():
         return [T.Orientation("LAS"), T.Spacing((1.2, 1.5, 1.0)), T.CenterSpatialCrop([12, 12, 12])]
 
-    fused, n_fused, steps, n_steps = _run_both(make, img, calls)
+    fused, n_fused, steps, n_steps = _run_both(make, img, resample_launches)
     assert n_fused == 1 and n_steps == 3
     assert fused.shape == steps.shape
     assert torch.allclose(fused.affine, steps.affine, atol=1e-12)
@@ -172,43 +158,43 @@ def test_spacing_orientation_crop_fuse(calls):
     assert (fused.as_tensor() - steps.as_tensor()).abs().max() < 1e-5
 
 
-def test_disagreeing_modes_split_groups(calls):
+def test_disagreeing_modes_split_groups(resample_launches):
     x = _smooth(2, (12, 12, 12))
 
     def make():
         return [T.Rotate(0.2), T.Flip(0), T.Rotate(0.1, mode="nearest"), T.CenterSpatialCrop(8),
                 T.RandAffine(prob=1.0, rotate_range=0.2, seed=4), T.Rotate90()]
 
-    fused, n_fused, steps, n_steps = _run_both(make, x, calls)
+    fused, n_fused, steps, n_steps = _run_both(make, x, resample_launches)
     # [Rotate, Flip] bilinear/border | [Rotate nearest, crop] | [RandAffine reflection, Rotate90]
     assert n_fused == 3 and n_steps == 6
     assert fused.shape == steps.shape
 
 
-def test_unfusable_steps_run_as_themselves(calls):
+def test_unfusable_steps_run_as_themselves(resample_launches):
     x = _smooth(2, (12, 13, 14))
 
     def make():  # Zoom keep_size with zoom < 1 pads after its resample: not an index map
         return [T.Flip(0), T.Zoom(0.8, mode="trilinear"), T.Flip(1), T.CenterSpatialCrop(6)]
 
-    fused, n_fused, steps, n_steps = _run_both(make, x, calls)
+    fused, n_fused, steps, n_steps = _run_both(make, x, resample_launches)
     assert n_fused == 3 and n_steps == 4
     assert torch.equal(fused, steps)
 
 
-def test_random_draws_match_unfused_and_pointwise_still_fuses(calls):
+def test_random_draws_match_unfused_and_pointwise_still_fuses(resample_launches):
     x = torch.randn(3, 1, 10, 10, 10)
 
     def make():
         return [T.RandFlip(prob=0.5, seed=7), T.RandScaleIntensity(0.2, prob=1.0, seed=8),
                 T.RandRotate90(prob=1.0, seed=9), T.CenterSpatialCrop(6)]
 
-    fused, n_fused, steps, n_steps = _run_both(make, x, calls)
+    fused, n_fused, steps, n_steps = _run_both(make, x, resample_launches)
     assert n_fused == 2 and n_steps == 3
     assert torch.equal(fused, steps)
 
 
-def test_dictionary_exact_chain_fuses(calls):
+def test_dictionary_exact_chain_fuses(resample_launches):
     img = torch.randn(2, 1, 8, 8, 9)
     lab = torch.randint(0, 5, (2, 1, 8, 8, 9), dtype=torch.int16)
     keys = ["image", "label"]
@@ -218,14 +204,14 @@ def test_dictionary_exact_chain_fuses(calls):
                 T.RandRotate90d(keys, prob=0.8, spatial_axes=(0, 1), seed=12),
                 T.SpatialCropd(keys, roi_start=[1, 1, 1], roi_end=[7, 6, 8]), T.CenterSpatialCropd(keys, [4, 4, 4])]
 
-    fused, n_fused, steps, n_steps = _run_both(make, {"image": img, "label": lab, "other": 1}, calls)
+    fused, n_fused, steps, n_steps = _run_both(make, {"image": img, "label": lab, "other": 1}, resample_launches)
     assert n_fused == 1 and n_steps == 4
     assert fused["other"] == 1
     for k in keys:
         assert fused[k].dtype == steps[k].dtype and torch.equal(fused[k], steps[k])
 
 
-def test_dictionary_warp_image_and_label_one_launch(calls):
+def test_dictionary_warp_image_and_label_one_launch(resample_launches):
     img = _smooth(2, (18, 18, 18), seed=2)
     lab = (img > 0.3).to(torch.uint8) + (img > 0.8).to(torch.uint8)
     keys = ["image", "label"]
@@ -236,7 +222,7 @@ def test_dictionary_warp_image_and_label_one_launch(calls):
                 T.Affined(keys, scale_params=[0.9, 1.1, 1.0], mode=["bilinear", "nearest"], padding_mode="border"),
                 T.CenterSpatialCropd(keys, [10, 10, 10])]
 
-    fused, n_fused, steps, n_steps = _run_both(make, {"image": img, "label": lab}, calls)
+    fused, n_fused, steps, n_steps = _run_both(make, {"image": img, "label": lab}, resample_launches)
     assert n_fused == 1 and n_steps == 4  # image bilinear + label nearest share each launch
     assert fused["label"].dtype == torch.uint8 and fused["image"].shape == (2, 1, 10, 10, 10)
     assert (fused["image"] - steps["image"]).abs().max() < 0.03
@@ -244,7 +230,7 @@ def test_dictionary_warp_image_and_label_one_launch(calls):
     assert (fused["label"] == steps["label"]).float().mean() > 0.9
 
 
-def test_dictionary_resize_nearest_label_has_its_own_map(calls):
+def test_dictionary_resize_nearest_label_has_its_own_map(resample_launches):
     img = _smooth(2, (9, 11, 10), seed=4)
     lab = (img * 3).round().to(torch.int32)
     keys = ["image", "label"]
@@ -253,7 +239,7 @@ def test_dictionary_resize_nearest_label_has_its_own_map(calls):
         return [T.Flipd(keys, spatial_axis=0), T.Resized(keys, (12, 16, 14), mode=["trilinear", "nearest"]),
                 T.CenterSpatialCropd(keys, [8, 9, 10])]
 
-    fused, n_fused, steps, n_steps = _run_both(make, {"image": img, "label": lab}, calls)
+    fused, n_fused, steps, n_steps = _run_both(make, {"image": img, "label": lab}, resample_launches)
     # interpolate's nearest floors: the label's resize map differs from the image's -> 2 launches
     assert n_fused == 2 and n_steps == 4
     assert torch.equal(fused["label"], steps["label"])  # nearest of exact maps: identical indices

@@ -35,6 +35,8 @@ from conftest import TEMPLATES
 mt = pytest.importorskip("monai.transforms")
 nib = pytest.importorskip("nibabel")
 from monai.data import MetaTensor  # noqa: E402
+import spatial_checks as checks  # noqa: E402
+from spatial_checks import assert_bitwise, plain  # noqa: E402
 
 IMG_TOL = 5e-5
 LABEL_TIES = 1e-5
@@ -66,30 +68,12 @@ def ch2aal():
     return img, lab, aff
 
 
-def plain(x):
-    return x.as_tensor() if isinstance(x, MetaTensor) else torch.as_tensor(x)
-
-
 def assert_image_close(ours, ref):
-    ours, ref = plain(ours), plain(ref)
-    assert ours.shape == ref.shape
-    rng = (ref.max() - ref.min()).item()
-    err = (ours.double() - ref.double()).abs().max().item()
-    assert err <= IMG_TOL * rng, f"max error {err:.3g} > {IMG_TOL} x range {rng:.4g}"
-    assert ours.abs().sum() > 0 and not torch.isnan(ours).any()
+    checks.assert_image_close(ours, ref, IMG_TOL)
 
 
 def assert_labels_match(ours, ref, ties=LABEL_TIES):
-    ours, ref = plain(ours), plain(ref)
-    assert ours.shape == ref.shape
-    frac = (ours.double() != ref.double()).double().mean().item()
-    assert frac <= ties, f"{frac:.3g} of the labels differ (allowed: half-voxel ties, {ties})"
-    assert ours.abs().sum() > 0
-
-
-def assert_bitwise(ours, ref):
-    ours, ref = plain(ours), plain(ref)
-    assert ours.shape == ref.shape and torch.equal(ours.to(ref.dtype), ref)
+    checks.assert_labels_match(ours, ref, ties)
 
 
 # ---------------- Flip / Rotate90: bit-identical ----------------

@@ -60,39 +60,6 @@ VOXAUG_HD VOXAUG_FORCEINLINE Acc filter_point(const Taps& tap, int R, int64_t i,
   return acc;
 }
 
-// Storage access by run-time dtype (the first pass reads the caller's dtype, the last one
-// writes it; passes in between use the compute type).
-template <class Acc>
-VOXAUG_HD VOXAUG_FORCEINLINE Acc filter_load(const void* base, DType t, int64_t off) {
-  switch (t) {
-    case DType::Float64: return static_cast<Acc>(static_cast<const double*>(base)[off]);
-    case DType::Float32: return static_cast<Acc>(static_cast<const float*>(base)[off]);
-    case DType::Float16:
-      return static_cast<Acc>(half_to_float(static_cast<const uint16_t*>(base)[off]));
-    case DType::BFloat16:
-      return static_cast<Acc>(bf16_to_float(static_cast<const uint16_t*>(base)[off]));
-    case DType::UInt8: return static_cast<Acc>(static_cast<const uint8_t*>(base)[off]);
-    case DType::Int16: return static_cast<Acc>(static_cast<const int16_t*>(base)[off]);
-    case DType::Int32: return static_cast<Acc>(static_cast<const int32_t*>(base)[off]);
-    case DType::Int64: return static_cast<Acc>(static_cast<const int64_t*>(base)[off]);
-  }
-  return Acc(0);
-}
-template <class Acc>
-VOXAUG_HD VOXAUG_FORCEINLINE void filter_store(void* base, DType t, int64_t off, Acc v) {
-  switch (t) {
-    case DType::Float64: static_cast<double*>(base)[off] = static_cast<double>(v); return;
-    case DType::Float32: static_cast<float*>(base)[off] = static_cast<float>(v); return;
-    case DType::Float16:
-      static_cast<uint16_t*>(base)[off] = float_to_half(static_cast<float>(v));
-      return;
-    case DType::BFloat16:
-      static_cast<uint16_t*>(base)[off] = float_to_bf16(static_cast<float>(v));
-      return;
-    default: return;  // outputs are floating (validated)
-  }
-}
-
 // The pass as a per-element functor for the generic launchers (launch_cpu.h,
 // launch_cuda.cuh): item = output voxel of a sample in C-order. The CPU backend overrides
 // the item loop with a row-wise one (same sums, same order); the CUDA backend uses this
@@ -129,8 +96,8 @@ struct FilterForward {
     const int64_t sa = p.src_strides[da];
     const Acc v = filter_point<Acc>(
         [&](int k) { return filter_tap<Acc>(p, st.row, k); }, st.radius, idx[da], p.shape[da],
-        [&](int64_t j) { return filter_load<Acc>(p.src, p.src_dtype, src_base + j * sa); });
-    filter_store<Acc>(p.dst, p.dst_dtype, dst_off, v);
+        [&](int64_t j) { return load_dyn<Acc>(p.src, p.src_dtype, src_base + j * sa); });
+    store_dyn<Acc>(p.dst, p.dst_dtype, dst_off, v);
   }
 };
 

@@ -83,37 +83,6 @@ VOXAUG_HD VOXAUG_FORCEINLINE int64_t round_half_even(Acc x) {
   return i;
 }
 
-// Storage access by run-time dtype (targets of one launch may differ in dtype).
-template <class Acc>
-VOXAUG_HD VOXAUG_FORCEINLINE Acc load_dyn(const void* base, DType t, int64_t off) {
-  switch (t) {
-    case DType::Float64: return static_cast<Acc>(static_cast<const double*>(base)[off]);
-    case DType::Float32: return static_cast<Acc>(static_cast<const float*>(base)[off]);
-    case DType::Float16:
-      return static_cast<Acc>(half_to_float(static_cast<const uint16_t*>(base)[off]));
-    case DType::BFloat16:
-      return static_cast<Acc>(bf16_to_float(static_cast<const uint16_t*>(base)[off]));
-    case DType::UInt8: return static_cast<Acc>(static_cast<const uint8_t*>(base)[off]);
-    case DType::Int16: return static_cast<Acc>(static_cast<const int16_t*>(base)[off]);
-    case DType::Int32: return static_cast<Acc>(static_cast<const int32_t*>(base)[off]);
-    case DType::Int64: return static_cast<Acc>(static_cast<const int64_t*>(base)[off]);
-  }
-  return Acc(0);
-}
-template <class Acc>
-VOXAUG_HD VOXAUG_FORCEINLINE void store_dyn(void* base, DType t, int64_t off, Acc v) {
-  switch (t) {
-    case DType::Float64: static_cast<double*>(base)[off] = static_cast<double>(v); return;
-    case DType::Float32: static_cast<float*>(base)[off] = static_cast<float>(v); return;
-    case DType::Float16:
-      static_cast<uint16_t*>(base)[off] = float_to_half(static_cast<float>(v));
-      return;
-    case DType::BFloat16:
-      static_cast<uint16_t*>(base)[off] = float_to_bf16(static_cast<float>(v));
-      return;
-    default: return;  // integer outputs only come from nearest copies (copy_dyn)
-  }
-}
 // Bit-exact element copy (nearest mode), or the pad value converted to the dtype.
 VOXAUG_HD VOXAUG_FORCEINLINE void copy_dyn(const void* src, int64_t soff, void* dst, int64_t doff,
                                            int64_t elem_size) {
