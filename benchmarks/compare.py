@@ -19,6 +19,7 @@ Cases
       Rand3DElasticd (sigma 5-8, magnitude 100-200, prob 1, the same affine ranges), and
       voxaug RandomElasticDeformation vs TorchIO's (its defaults: 7 control points, 7.5 mm,
       2 locked borders); at most 3 timed calls each (MONAI and TorchIO take seconds)
+  (g) filter: GaussianSmooth (sigma 1 and 3) on 1x1x128^3 and 1x1x224x224x160 vs MONAI's
 
 MONAI gets the (C, D, H, W) torch tensor on the device, as a MONAI pipeline would; voxaug gets
 the (N, C, D, H, W) view of the same memory. Times are the median of --repeats calls after
@@ -28,7 +29,7 @@ must match MONAI; random ones must show the documented distribution (offset in t
 noise std <= std, ...), for both libraries. A failed check exits 1; the speed bar does not.
 
     python3 benchmarks/compare.py [--device cpu|cuda] [--repeats 10] [--json results.json]
-                                  [--only intensity,spatial,deform]
+                                  [--only intensity,spatial,deform,filter]
 
 The bars: case (a) on CPU must be >= 5x faster than MONAI; the spatial issue asks the same of
 (e) against MONAI's RandAffine and TorchIO's RandomAffine; the deform issue asks (f) for >= 20x
@@ -339,6 +340,27 @@ def deform_rows(device, args):
     return rows
 
 
+def check_close(tol):
+    def check(x, m, v):
+        err = (m - v).abs().max().item() / max(1e-6, m.abs().max().item())
+        return err <= tol, f"max rel err {err:.1e}"
+    return check
+
+
+def filter_rows(device, args):
+    """(g): GaussianSmooth vs MONAI's (the same erf kernel, zero padding)."""
+    import voxaug.filter as vf
+
+    rows = []
+    for shape in ((1, 1, 128, 128, 128), (1, 1, 224, 224, 160)):
+        x = make_input(shape, device)
+        for sigma in (1.0, 3.0):
+            rows.append(run_case(f"(g) GaussianSmooth s={sigma:g}", x, mt.GaussianSmooth(sigma),
+                                 vf.GaussianSmooth(sigma), check_close(1e-5), device, args))
+        del x
+    return rows
+
+
 def bandwidth(device, args):
     """(d): fused chain vs dst.copy_(src) at 8x1x256^3 float32, one read + one write each."""
     x = make_input((8, 1, 256, 256, 256), device)
@@ -359,8 +381,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--repeats", type=int, default=10, help="timed calls per measurement (default 10)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed calls first (default 2)")
-    ap.add_argument("--only", default="intensity,spatial,deform",
-                    help="comma-separated case groups: intensity (a-c), spatial (e), deform (f)")
+    ap.add_argument("--only", default="intensity,spatial,deform,filter",
+                    help="comma-separated case groups: intensity (a-c), spatial (e), deform (f), filter (g)")
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:
         ap.error("--repeats must be >= 1 and --warmup >= 0")
@@ -385,8 +407,9 @@ def main(argv=None) -> int:
     print(f"timing   median of {args.repeats} calls after {args.warmup} warm-up calls\n")
 
     groups = set(args.only.split(","))
-    if not groups <= {"intensity", "spatial", "deform"}:
-        ap.error(f"--only: unknown group(s) {sorted(groups - {'intensity', 'spatial', 'deform'})}")
+    known = {"intensity", "spatial", "deform", "filter"}
+    if not groups <= known:
+        ap.error(f"--only: unknown group(s) {sorted(groups - known)}")
     rows = []
     if "intensity" in groups:
         x = make_input((1, 1, 224, 224, 160), device)
@@ -405,6 +428,9 @@ def main(argv=None) -> int:
     first_deform = len(rows)
     if "deform" in groups:
         rows.extend(deform_rows(device, args))
+    end_deform = len(rows)
+    if "filter" in groups:
+        rows.extend(filter_rows(device, args))
 
     head = (f"{'case':<27} {'shape':<15} {'device':<6} {'monai ms':>9} {'voxaug ms':>9} {'speedup':>8}"
             "  check (monai/voxaug)")
@@ -432,7 +458,7 @@ def main(argv=None) -> int:
         for r in rows[first_spatial:first_deform][:2]:
             v = "PASS" if r["speedup"] >= BAR_SPEEDUP else "FAIL"
             print(f"BAR {v}: {r['case']} on CPU is {r['speedup']:.2f}x (spatial bar: >= {BAR_SPEEDUP:g}x)")
-        for r in rows[first_deform:]:
+        for r in rows[first_deform:end_deform]:
             bar = ELASTIC_BARS["TorchIO" if "TorchIO" in r["case"] else "MONAI"]
             v = "PASS" if r["speedup"] >= bar else "FAIL"
             print(f"BAR {v}: {r['case']} on CPU is {r['speedup']:.2f}x (deform bar: >= {bar:g}x)")
