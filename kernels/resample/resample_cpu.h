@@ -307,23 +307,37 @@ VOXAUG_FORCEINLINE void nearest_row(const ResampleParams& p, const KTarget& t,
                                     const RowCoords<Acc>& rc, int64_t n, int64_t od, int64_t oh,
                                     int64_t ow0, int cnt) {
   int64_t off[kResampleRow];
+  int32_t valid[kResampleRow];
   const Padding pad = static_cast<Padding>(t.padding);
-  for (int j = 0; j < cnt; ++j) off[j] = 0;
+  const bool folds = pad == Padding::Border || pad == Padding::Reflection;
+  for (int j = 0; j < cnt; ++j) {
+    off[j] = 0;
+    valid[j] = 1;
+  }
+  alignas(64) Acc x[kResampleRow];
   for (int a = 0; a < 3; ++a) {
     const Acc bound = static_cast<Acc>(kCoordinateBound);
-    for (int j = 0; j < cnt; ++j) {
-      if (off[j] < 0) continue;
-      const Acc v = rc.x[a][j] < -bound ? -bound : (rc.x[a][j] > bound ? bound : rc.x[a][j]);
+    for (int j = 0; j < cnt; ++j)
+      x[j] = rc.x[a][j] < -bound ? -bound : (rc.x[a][j] > bound ? bound : rc.x[a][j]);
+    if (folds) {
       Acc unused;
-      const Acc x = pad_coordinate(v, t.in_size[a], pad, p.align_corners, &unused);
-      if (x != x) {
-        off[j] = -1;
-        continue;
-      }
-      const int64_t i = round_half_even(x);
-      off[j] = (i < 0 || i >= t.in_size[a]) ? int64_t(-1) : off[j] + i * t.in_stride[a + 2];
+      for (int j = 0; j < cnt; ++j)
+        x[j] = pad_coordinate(x[j], t.in_size[a], pad, p.align_corners, &unused);
+    }
+    // round_half_even without branches (NaN: outside; it converts 0 instead, never NaN).
+    const int64_t size = t.in_size[a], stride = t.in_stride[a + 2];
+    for (int j = 0; j < cnt; ++j) {
+      const bool nan = x[j] != x[j];
+      const Acc xs = nan ? Acc(0) : x[j];
+      const Acc f = std::floor(xs);
+      const Acc diff = fsub(xs, f);
+      int64_t i = static_cast<int64_t>(f);
+      i += static_cast<int64_t>((diff > Acc(0.5)) | ((diff == Acc(0.5)) & ((i & 1) != 0)));
+      valid[j] &= static_cast<int32_t>(!nan & (i >= 0) & (i < size));
+      off[j] += i * stride;
     }
   }
+  for (int j = 0; j < cnt; ++j) off[j] = valid[j] ? off[j] : int64_t(-1);
   const double fill = pad == Padding::Constant ? t.pad_value : 0.0;
   const int64_t out_base = n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3];
   for (int64_t c = 0; c < t.channels; ++c) {

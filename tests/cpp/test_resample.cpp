@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "test_support.h"
+#include "voxaug/deform.h"
 #include "voxaug/error.h"
 #include "voxaug/resample.h"
 
@@ -405,9 +406,11 @@ namespace {
 // sample took the exact (signed-permutation) path.
 std::vector<float> device_body_float32(std::vector<float>& img, const Vol& iv, const Vol& ov,
                                        const std::vector<double>& m, Interp mode, Padding pad,
-                                       double pad_value, bool ac, bool* all_exact) {
+                                       double pad_value, bool ac, bool* all_exact,
+                                       const detail::KField* field = nullptr) {
   std::vector<float> voxel(ov.numel());
   detail::ResampleParams p{};
+  if (field != nullptr) p.field = *field;
   p.num_targets = 1;
   p.align_corners = ac;
   p.matrices = m.data();
@@ -441,30 +444,62 @@ std::vector<float> device_body_float32(std::vector<float>& img, const Vol& iv, c
 
 // The host's row path (kernels/resample/resample_cpu.h) must equal the per-voxel body the
 // CUDA kernel runs (ResampleForward::voxel), bit for bit.
+// Linear and nearest, random maps and maps full of half-voxel ties (nearest's rounding rule),
+// plain and through a B-spline displacement field (the row path's per-row tap contraction).
 TEST(ResampleCpu, RowPathEqualsPerVoxelDeviceBody) {
   const Vol iv{2, 2, 9, 11, 10}, ov{2, 2, 12, 7, 13};
   std::mt19937 rng(51);
   std::normal_distribution<float> nd;
   std::vector<float> img(iv.numel());
   for (auto& v : img) v = nd(rng);
-  const auto m = random_matrices(iv.n, iv, ov, 52);
-  for (Padding pad : {Padding::Zeros, Padding::Border, Padding::Reflection, Padding::Constant}) {
-    for (bool ac : {false, true}) {
-      std::vector<float> row(ov.numel());
-      ResampleTarget t{view(img.data(), DType::Float32, iv),
-                       view(row.data(), DType::Float32, ov),
-                       Interp::Linear,
-                       pad,
-                       0.75,
-                       {}};
-      resample(&t, 1, m.data(), ac);
-      bool exact = false;
-      const std::vector<float> voxel =
-          device_body_float32(img, iv, ov, m, Interp::Linear, pad, 0.75, ac, &exact);
-      EXPECT_EQ(0, std::memcmp(row.data(), voxel.data(), row.size() * 4))
-          << "padding " << static_cast<int>(pad) << " align_corners " << ac;
-    }
+  const auto random_m = random_matrices(iv.n, iv, ov, 52);
+  std::vector<double> ties(12 * iv.n, 0.0);  // x / 2 - 1.5 per axis: every other point a tie
+  for (int64_t n = 0; n < iv.n; ++n)
+    for (int r = 0; r < 3; ++r) ties[12 * n + 5 * r] = 0.5, ties[12 * n + 4 * r + 3] = -1.5 + r;
+  std::vector<float> coeff(iv.n * 3 * 5 * 4 * 6);
+  for (auto& v : coeff) v = 1.5f * nd(rng);
+  detail::KField field{};
+  field.kind = static_cast<int32_t>(FieldKind::BSpline);
+  field.dtype = DType::Float32;
+  field.data = coeff.data();
+  const int64_t ksize[3] = {5, 4, 6}, osz[3] = {ov.d, ov.h, ov.w};
+  for (int a = 0; a < 3; ++a) {
+    field.size[a] = ksize[a];
+    field.scale[a] = double(ksize[a] - 3) / (osz[a] - 1);
+    field.offset[a] = 1.0;
   }
+  const int64_t fstride[5] = {3 * 5 * 4 * 6, 5 * 4 * 6, 4 * 6, 6, 1};
+  for (int a = 0; a < 5; ++a) field.stride[a] = fstride[a];
+  DeformField df;
+  df.kind = FieldKind::BSpline;
+  df.field = contiguous_view(coeff.data(), DType::Float32, Device::CPU, iv.n, 3, 5, 4, 6);
+  for (int a = 0; a < 3; ++a) df.scale[a] = field.scale[a], df.offset[a] = field.offset[a];
+  const std::vector<double>* const maps[] = {&random_m, &ties};
+  for (const auto* m : maps)
+    for (bool deformed : {false, true})
+      for (Interp mode : {Interp::Linear, Interp::Nearest})
+        for (Padding pad :
+             {Padding::Zeros, Padding::Border, Padding::Reflection, Padding::Constant}) {
+          for (bool ac : {false, true}) {
+            std::vector<float> row(ov.numel());
+            ResampleTarget t{view(img.data(), DType::Float32, iv),
+                             view(row.data(), DType::Float32, ov),
+                             mode,
+                             pad,
+                             0.75,
+                             {}};
+            if (deformed)
+              resample_deformed(&t, 1, m->data(), df, ac);
+            else
+              resample(&t, 1, m->data(), ac);
+            bool exact = false;
+            const std::vector<float> voxel = device_body_float32(
+                img, iv, ov, *m, mode, pad, 0.75, ac, &exact, deformed ? &field : nullptr);
+            EXPECT_EQ(0, std::memcmp(row.data(), voxel.data(), row.size() * 4))
+                << "padding " << static_cast<int>(pad) << " align_corners " << ac << " mode "
+                << static_cast<int>(mode) << " deformed " << deformed << " ties " << (m == &ties);
+          }
+        }
 }
 
 // Exact (signed-permutation) maps: the host's integer row copy equals the device body.
