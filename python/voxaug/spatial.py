@@ -148,7 +148,7 @@ import warnings
 from dataclasses import dataclass
 from enum import Enum
 from numbers import Number
-from typing import Any, Hashable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Hashable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -2204,8 +2204,10 @@ def _plan_lazy(t: Any, ch: _LazyChain, over: dict, params: Optional[torch.Tensor
             return None
         src = _one_affine(ch.affine, "img.affine")
         if isinstance(t, Spacing):
+            over = dict(over)
+            scale_extent, out_shape = over.pop("scale_extent", None), over.pop("output_spatial_shape", None)
             opts = t._options(**over)
-            geom, xform, _ = t._geometry(src, ch.size, ch.n, opts)
+            geom, xform, _ = t._geometry(src, ch.size, ch.n, opts, scale_extent, out_shape)
         else:
             opts = _exact_opts()
             geom, xform = t._geometry(ch.img, src, ch.size, ch.n)
@@ -2237,9 +2239,33 @@ def _plan_lazy(t: Any, ch: _LazyChain, over: dict, params: Optional[torch.Tensor
                      record), new_affine
 
 
+def _is_dict_transform(t: Any) -> bool:
+    return isinstance(t, (_SpatialDict, Spacingd, Orientationd))
+
+
+def _inner(t: Any) -> Any:
+    """The array transform of a dictionary transform (or `t` itself)."""
+    if isinstance(t, _SpatialDict):
+        return t.transform
+    if isinstance(t, Spacingd):
+        return t.spacing_transform
+    if isinstance(t, Orientationd):
+        return t.ornt_transform
+    return t
+
+
+def _key_options(t: Any, i: int) -> dict:
+    """Per-key overrides of dictionary transform `t` for its i-th key, as _plan_lazy takes them."""
+    if isinstance(t, _SpatialDict):
+        return {k: v[i] for k, v in t.options.items()}
+    if isinstance(t, Spacingd):
+        return {"mode": t.mode[i], "padding_mode": t.padding_mode[i], "align_corners": t.align_corners[i],
+                "scale_extent": t.scale_extent[i]}
+    return {}
+
+
 def _lazy_candidate(t: Any) -> bool:
-    inner = t.transform if isinstance(t, _SpatialDict) else t
-    return isinstance(inner, _FUSABLE_TYPES)
+    return isinstance(_inner(t), _FUSABLE_TYPES)
 
 
 def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None) -> Any:
@@ -2273,11 +2299,11 @@ def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None) -> 
             d[None] = out
 
     for t in transforms:
-        if is_dict != isinstance(t, _SpatialDict) or not _lazy_candidate(t):
+        if is_dict != _is_dict_transform(t) or not _lazy_candidate(t):
             direct(t)
             continue
         if is_dict:
-            tr = t.transform
+            tr = _inner(t)
             keys = []
             for i, key in enumerate(t.keys):
                 if key not in d:
@@ -2285,7 +2311,7 @@ def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None) -> 
                         keys = None  # let the transform raise its KeyError
                         break
                     continue
-                keys.append((key, {k: v[i] for k, v in t.options.items()}))
+                keys.append((key, _key_options(t, i)))
         else:
             tr, keys = t, [(None, {})]
         if keys is None or (not is_dict and isinstance(tr, Affine) and not tr.image_only):
@@ -2300,7 +2326,10 @@ def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None) -> 
                 direct(t)  # raises the transform's own error
                 continue
             params = tr._params_for(sizes.pop(), True)
-        planned = [(k, _plan_lazy(tr, chain(k), over, params, t)) for k, over in keys]
+        if isinstance(t, Spacingd) and t.ensure_same_shape:
+            planned = _plan_spacingd(t, keys, chain)
+        else:
+            planned = [(k, _plan_lazy(tr, chain(k), over, params, t)) for k, over in keys]
         if any(p is None for _, p in planned):
             assert params is None, "random spatial transforms are always fusable"
             direct(t)
@@ -2311,6 +2340,23 @@ def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None) -> 
             chain(k).push(step, new_affine)
     flush()
     return d if is_dict else d[None]
+
+
+def _plan_spacingd(t: Any, keys: list, chain: Callable) -> list:
+    """Spacingd's ensure_same_shape on the chains' virtual tensors: a key with the first key's
+    shape and pixdim (within 1e-3) gets the first key's output shape, as Spacingd.__call__."""
+    planned, first = [], None
+    for k, over in keys:
+        ch = chain(k)
+        if first is not None and ch.affine is not None and first[0] is not None:
+            src = _one_affine(ch.affine, "img.affine")
+            if np.allclose(first[1], ch.size) and np.allclose(first[2], _spacing_of(src), atol=1e-3):
+                over = dict(over, output_spatial_shape=first[0])
+        plan = _plan_lazy(t.spacing_transform, ch, over, None, t)
+        planned.append((k, plan))
+        if first is None and ch.affine is not None and plan is not None:
+            first = (plan[0].out_size, ch.size, _spacing_of(_one_affine(ch.affine, "img.affine")))
+    return planned
 
 
 def _fused_record(img: Any, compose: Any, t: Any) -> Optional[dict]:

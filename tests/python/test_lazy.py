@@ -244,3 +244,71 @@ def test_dictionary_resize_nearest_label_has_its_own_map(resample_launches):
     assert n_fused == 2 and n_steps == 4
     assert torch.equal(fused["label"], steps["label"])  # nearest of exact maps: identical indices
     assert (fused["image"] - steps["image"]).abs().max() < 1e-5  # one interpolation either way
+
+
+def test_dictionary_orientation_spacing_crop_fuse(resample_launches):
+    """Orientationd -> Spacingd -> CenterSpatialCropd on image + label MetaTensors: one launch
+    (both keys share the product map), equal to step by step and to MONAI's Compose."""
+    mdata = pytest.importorskip("monai.data")
+    mt = pytest.importorskip("monai.transforms")
+    aff = torch.tensor([[0, 0, -1.5, 20], [2.0, 0, 0, -3], [0, 1.0, 0, 4], [0, 0, 0, 1]], dtype=torch.float64)
+    vol = _smooth(1, (16, 14, 20))[0]
+    img = mdata.MetaTensor(vol, affine=aff)
+    lab = mdata.MetaTensor((vol > 0.3).to(torch.uint8) + (vol > 0.8).to(torch.uint8), affine=aff)
+    keys = ["image", "label"]
+
+    def make():
+        return [T.Orientationd(keys, "RAS"), T.Spacingd(keys, (1.2, 1.5, 1.0), mode=("bilinear", "nearest")),
+                T.CenterSpatialCropd(keys, [12, 12, 12])]
+
+    fused, n_fused, steps, n_steps = _run_both(make, {"image": img, "label": lab}, resample_launches)
+    assert n_fused == 1 and n_steps == 3
+    ref = mt.Compose([mt.Orientationd(keys, "RAS"), mt.Spacingd(keys, (1.2, 1.5, 1.0), mode=("bilinear", "nearest")),
+                      mt.CenterSpatialCropd(keys, [12, 12, 12])])({"image": img, "label": lab})
+    for k in keys:
+        assert fused[k].shape == steps[k].shape == ref[k].shape
+        assert torch.allclose(fused[k].affine, steps[k].affine, atol=1e-12)
+        assert torch.allclose(fused[k].affine, ref[k].affine.double(), atol=1e-6)
+    # Orientation and the crop are exact: one interpolation either way.
+    assert (fused["image"].as_tensor() - steps["image"].as_tensor()).abs().max() < 1e-5
+    assert (fused["image"].as_tensor() - ref["image"].as_tensor()).abs().max() < 5e-5 * 2
+    assert torch.equal(fused["label"].as_tensor(), steps["label"].as_tensor())
+    assert (fused["label"].as_tensor() != ref["label"].as_tensor()).float().mean() < 1e-3
+
+
+def test_dictionary_spacingd_ensure_same_shape_when_fused(resample_launches):
+    """Spacingd's ensure_same_shape (a second key with the first key's shape and pixdim gets
+    its output shape) holds inside a fused group as it does step by step."""
+    mdata = pytest.importorskip("monai.data")
+    aff = torch.diag(torch.tensor([1.3, 0.9, 2.1, 1.0], dtype=torch.float64))
+    vol = _smooth(2, (15, 17, 9))
+    a = mdata.MetaTensor(vol, affine=aff)
+    b = mdata.MetaTensor(vol * 2, affine=aff + 1e-4 * torch.eye(4, dtype=torch.float64) * torch.tensor([1, 0, 0, 0]))
+    keys = ["a", "b"]
+
+    def make():
+        return [T.Flipd(keys, spatial_axis=1), T.Spacingd(keys, (1.0, 1.0, 1.0)), T.Rotate90d(keys, 1, (0, 1))]
+
+    fused, n_fused, steps, _ = _run_both(make, {"a": a, "b": b}, resample_launches)
+    assert n_fused <= 2
+    for k in keys:
+        assert fused[k].shape == steps[k].shape
+        assert torch.allclose(fused[k].affine, steps[k].affine, atol=1e-9)
+        assert (fused[k].as_tensor() - steps[k].as_tensor()).abs().max() < 1e-5
+
+
+def test_dictionary_orientation_spacing_fused_group_inverts():
+    """Compose.inverse undoes the fused Orientationd + Spacingd group in one map: back to the
+    original shape and affine, image close to the input away from the borders."""
+    mdata = pytest.importorskip("monai.data")
+    aff = torch.tensor([[0, 0, -1.0, 20], [1.0, 0, 0, -3], [0, 1.0, 0, 4], [0, 0, 0, 1]], dtype=torch.float64)
+    vol = _smooth(1, (16, 14, 20))[0]
+    data = {"image": mdata.MetaTensor(vol, affine=aff)}
+    c = T.Compose([T.Orientationd(["image"], "RAS"), T.Spacingd(["image"], (0.8, 0.8, 0.8))])
+    out = c(data)
+    assert len(out["image"].applied_operations) == 1  # one fused record
+    back = c.inverse(out)["image"]
+    assert back.shape == vol.shape and len(back.applied_operations) == 0
+    assert torch.allclose(back.affine.double(), aff, atol=1e-9)
+    inner = (slice(None), slice(2, -2), slice(2, -2), slice(2, -2))
+    assert (back.as_tensor()[inner] - vol[inner]).abs().max() < 0.05
