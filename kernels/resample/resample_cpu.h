@@ -113,10 +113,12 @@ __attribute__((target("avx512f"))) inline void corners_f32_avx512_pairs(const Ro
       const __m512i idx0 = _mm512_add_epi32(base, offw0);
       __m512 v0 = fillv, v1 = fillv;
       if (pair) {
-        const __m512i lo = _mm512_mask_i32gather_epi64(zero, __mmask8(pair & 0xff),
-                                                       _mm512_castsi512_si256(idx0), src, 4);
-        const __m512i hi = _mm512_mask_i32gather_epi64(zero, __mmask8(pair >> 8),
-                                                       _mm512_extracti64x4_epi64(idx0, 1), src, 4);
+        const __m512i lo = _mm512_mask_i32gather_epi64(
+            zero, __mmask8(pair & 0xff), _mm512_maskz_extracti64x4_epi64(__mmask8(0xff), idx0, 0),
+            src, 4);
+        const __m512i hi = _mm512_mask_i32gather_epi64(
+            zero, __mmask8(pair >> 8), _mm512_maskz_extracti64x4_epi64(__mmask8(0xff), idx0, 1),
+            src, 4);
         const __m512 flo = _mm512_castsi512_ps(lo), fhi = _mm512_castsi512_ps(hi);
         v0 = _mm512_mask_mov_ps(v0, pair, _mm512_permutex2var_ps(flo, even, fhi));
         v1 = _mm512_mask_mov_ps(v1, pair, _mm512_permutex2var_ps(flo, odd, fhi));
@@ -137,6 +139,36 @@ __attribute__((target("avx512f"))) inline void corners_f32_avx512_pairs(const Ro
   }
 }
 
+// One axis of nearest's indices with AVX-512 for float32 coordinates and 32-bit offsets: the
+// scalar rule of nearest_row lane by lane (NaN -> outside, floor, round half to even, bounds).
+__attribute__((target("avx512f"))) inline void nearest_axis_f32_avx512(const float* x, int cnt,
+                                                                       int32_t size, int32_t stride,
+                                                                       int32_t* off,
+                                                                       int32_t* valid) {
+  const __m512 half = _mm512_set1_ps(0.5f);
+  const __m512i zero = _mm512_setzero_si512(), onei = _mm512_set1_epi32(1);
+  const __m512i sizev = _mm512_set1_epi32(size), stridev = _mm512_set1_epi32(stride);
+  for (int j = 0; j < cnt; j += 16) {
+    const __mmask16 lanes = cnt - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cnt - j)) - 1u);
+    const __m512 xv = _mm512_maskz_loadu_ps(lanes, x + j);
+    const __mmask16 ordered = _mm512_cmp_ps_mask(xv, xv, _CMP_ORD_Q);
+    const __m512 xs = _mm512_maskz_mov_ps(ordered, xv);
+    const __m512 f = _mm512_maskz_roundscale_ps(__mmask16(0xffff), xs,
+                                                _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m512 diff = _mm512_sub_ps(xs, f);
+    __m512i i = _mm512_maskz_cvttps_epi32(__mmask16(0xffff), f);
+    const __mmask16 up =
+        _mm512_cmp_ps_mask(diff, half, _CMP_GT_OQ) |
+        (_mm512_cmp_ps_mask(diff, half, _CMP_EQ_OQ) & _mm512_test_epi32_mask(i, onei));
+    i = _mm512_mask_add_epi32(i, up, i, onei);
+    const __mmask16 ok =
+        ordered & _mm512_cmpge_epi32_mask(i, zero) & _mm512_cmplt_epi32_mask(i, sizev);
+    _mm512_store_si512(valid + j, _mm512_maskz_mov_epi32(ok, _mm512_load_si512(valid + j)));
+    _mm512_store_si512(
+        off + j, _mm512_add_epi32(_mm512_load_si512(off + j), _mm512_mullo_epi32(i, stridev)));
+  }
+}
+
 // One axis of the float32 row tables with AVX-512, 16 voxels at a time: the scalar loop's
 // operations (NaN -> -2, floor, truncation, w1 = x - floor, 1 - w1, bounds, offsets) lane by
 // lane, so the tables are identical.
@@ -151,8 +183,9 @@ __attribute__((target("avx512f"))) inline void axis_tables_f32_avx512(
     const __m512 xv = _mm512_maskz_loadu_ps(lanes, x + j);
     const __mmask16 ordered = _mm512_cmp_ps_mask(xv, xv, _CMP_ORD_Q);
     const __m512 xs = _mm512_mask_mov_ps(minus2, ordered, xv);
-    const __m512 f = _mm512_roundscale_ps(xs, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    const __m512i i0 = _mm512_cvttps_epi32(f);
+    const __m512 f = _mm512_maskz_roundscale_ps(__mmask16(0xffff), xs,
+                                                _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m512i i0 = _mm512_maskz_cvttps_epi32(__mmask16(0xffff), f);
     const __m512i i1 = _mm512_add_epi32(i0, onei);
     const __m512 w1 = _mm512_sub_ps(xv, f);
     _mm512_store_ps(wt0 + j, _mm512_sub_ps(one, w1));
@@ -407,7 +440,7 @@ VOXAUG_FORCEINLINE void nearest_row(const ResampleParams& p, const KTarget& t,
                                     const RowCoords<Acc>& rc, int64_t n, int64_t od, int64_t oh,
                                     int64_t ow0, int cnt) {
   int64_t off[kResampleRow];
-  int32_t valid[kResampleRow];
+  alignas(64) int32_t valid[kResampleRow];
   const Padding pad = static_cast<Padding>(t.padding);
   const bool folds = pad == Padding::Border || pad == Padding::Reflection;
   for (int j = 0; j < cnt; ++j) {
@@ -415,6 +448,19 @@ VOXAUG_FORCEINLINE void nearest_row(const ResampleParams& p, const KTarget& t,
     valid[j] = 1;
   }
   alignas(64) Acc x[kResampleRow];
+  // float32 coordinates and a volume within 32-bit offsets: the AVX-512 index path.
+  alignas(64) int32_t off32[kResampleRow];
+  bool use32 = false;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  if constexpr (std::is_same_v<Acc, float>) {
+    int64_t span = 1;
+    for (int a = 0; a < 3; ++a)
+      span +=
+          (t.in_size[a] + 1) * (t.in_stride[a + 2] < 0 ? -t.in_stride[a + 2] : t.in_stride[a + 2]);
+    use32 = cpu_has_avx512() && span < (int64_t(1) << 31);
+    for (int j = 0; j < cnt; ++j) off32[j] = 0;
+  }
+#endif
   for (int a = 0; a < 3; ++a) {
     const Acc bound = static_cast<Acc>(kCoordinateBound);
     for (int j = 0; j < cnt; ++j)
@@ -426,6 +472,13 @@ VOXAUG_FORCEINLINE void nearest_row(const ResampleParams& p, const KTarget& t,
     }
     // round_half_even without branches (NaN: outside; it converts 0 instead, never NaN).
     const int64_t size = t.in_size[a], stride = t.in_stride[a + 2];
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if (use32) {
+      nearest_axis_f32_avx512(reinterpret_cast<const float*>(x), cnt, static_cast<int32_t>(size),
+                              static_cast<int32_t>(stride), off32, valid);
+      continue;
+    }
+#endif
     for (int j = 0; j < cnt; ++j) {
       const bool nan = x[j] != x[j];
       const Acc xs = nan ? Acc(0) : x[j];
@@ -437,7 +490,10 @@ VOXAUG_FORCEINLINE void nearest_row(const ResampleParams& p, const KTarget& t,
       off[j] += i * stride;
     }
   }
-  for (int j = 0; j < cnt; ++j) off[j] = valid[j] ? off[j] : int64_t(-1);
+  if (use32)
+    for (int j = 0; j < cnt; ++j) off[j] = valid[j] ? int64_t(off32[j]) : int64_t(-1);
+  else
+    for (int j = 0; j < cnt; ++j) off[j] = valid[j] ? off[j] : int64_t(-1);
   const double fill = pad == Padding::Constant ? t.pad_value : 0.0;
   const int64_t out_base = n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3];
   for (int64_t c = 0; c < t.channels; ++c) {
