@@ -17,6 +17,14 @@ namespace voxaug::detail {
 KField pack_field(const DeformField& field, int64_t batch, const int64_t out_size[3], Device device,
                   int device_index);
 
+#if VOXAUG_WITH_CUDA
+// CUDA: builds the per-row table of B-spline field `f` for an output of rows_d x rows_h rows
+// (BSplineRowsForward) in a stream-ordered allocation and returns its kBSplineRowsKind view;
+// the caller frees *workspace with cudaFreeAsync on `stream` after the launch that reads it.
+KField bspline_rows_cuda(const KField& f, int64_t batch, int64_t rows_d, int64_t rows_h,
+                         bool use_double, cudaStream_t stream, void** workspace);
+#endif
+
 // One item = one output voxel: writes u(x) to out (N, 3, D', H', W').
 template <class Acc>
 struct FieldDenseForward {

@@ -3,6 +3,7 @@
 
 #include "../common/cuda_check.cuh"
 #include "../common/launch_cuda.cuh"
+#include "../deform/deform_kernels.h"
 #include "resample_dispatch.h"
 
 namespace voxaug::detail {
@@ -10,7 +11,23 @@ namespace voxaug::detail {
 void resample_cuda(const ResampleParams& p, int64_t batch, bool use_double, int device,
                    cudaStream_t stream) {
   CudaDeviceGuard guard(device);
-  resample_run<CudaLauncher>(p, batch, use_double, stream);
+  if (p.field.kind != static_cast<int32_t>(FieldKind::BSpline)) {
+    resample_run<CudaLauncher>(p, batch, use_double, stream);
+    return;
+  }
+  // A B-spline field: contract its d / h taps per output row first (one small launch), so
+  // each voxel reads 4 values per component instead of 64; the same operations per voxel.
+  ResampleParams q = p;
+  void* workspace = nullptr;
+  q.field = bspline_rows_cuda(p.field, batch, p.out_size[0], p.out_size[1], use_double, stream,
+                              &workspace);
+  try {
+    resample_run<CudaLauncher>(q, batch, use_double, stream);
+  } catch (...) {
+    cudaFreeAsync(workspace, stream);
+    throw;
+  }
+  VOXAUG_CUDA_TRY(cudaFreeAsync(workspace, stream));
 }
 
 }  // namespace voxaug::detail

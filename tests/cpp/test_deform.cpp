@@ -11,6 +11,7 @@
 
 #include "test_support.h"
 #include "voxaug/deform.h"
+#include "voxaug/detail/resample.h"
 #include "voxaug/error.h"
 #include "voxaug/resample.h"
 
@@ -410,3 +411,86 @@ TEST(DeformCuda, TwinBitIdentical) {
                            fill_cpu.size() * sizeof(float)));
 }
 #endif
+
+// The CUDA path's pre-contracted rows (kBSplineRowsKind, built by BSplineRowsForward) give the
+// B-spline field's displacements and gather bit for bit; run here with the functors on the host.
+TEST(Deform, PrecontractedRowsEqualTheBSplineField) {
+  const Vol in{2, 2, 13, 11, 12}, out{2, 2, 12, 10, 150};
+  const auto src = random_vec<float>(in.numel(), 5, -4, 6);
+  const auto m = matrices_for(in.n, in, out, 21);
+  const auto coeff = random_vec<float>(out.n * 3 * 6 * 5 * 25, 9, -2.5, 2.5);
+  const std::vector<double> maps = {
+      5.0 / 11, 0.45, 22.0 / 149, 1,   1,    1,     // sample 0: fits
+      0.3,      0.5,  0.1,        0.2, -0.3, 1.5};  // sample 1: partly out
+  DeformField f;
+  f.kind = FieldKind::BSpline;
+  f.field = contiguous_view(const_cast<float*>(coeff.data()), DType::Float32, Device::CPU, out.n, 3,
+                            6, 5, 25);
+  f.sample_map = maps.data();
+  // Reference: the row path of resample_deformed and deform_field_dense.
+  std::vector<float> ref(out.numel());
+  ResampleTarget t;
+  t.in = view(const_cast<float*>(src.data()), DType::Float32, in);
+  t.out = view(ref.data(), DType::Float32, out);
+  t.padding = Padding::Border;
+  resample_deformed(&t, 1, m.data(), f, false);
+  const Vol fo{out.n, 3, out.d, out.h, out.w};
+  std::vector<float> ref_u(fo.numel());
+  deform_field_dense(f, view(ref_u.data(), DType::Float32, fo));
+  // The table, then the per-voxel bodies through it.
+  detail::KField k{};
+  k.kind = static_cast<int32_t>(FieldKind::BSpline);
+  k.dtype = DType::Float32;
+  k.data = coeff.data();
+  const int64_t ksz[3] = {6, 5, 25};
+  for (int a = 0; a < 3; ++a) k.size[a] = ksz[a];
+  const VolumeView& cv = f.field;
+  for (int a = 0; a < 5; ++a) k.stride[a] = cv.strides[a];
+  k.sample_map = maps.data();
+  std::vector<float> table(out.n * 3 * out.d * out.h * 25);
+  const detail::BSplineRowsForward<float> rows{k, table.data(), out.d, out.h};
+  detail::BSplineRowsForward<float>::State rs;
+  for (int64_t n = 0; n < out.n; ++n)
+    for (int64_t i = 0; i < rows.items(); ++i) rows(rs, n, i);
+  const detail::KField rk = detail::bspline_rows_field(k, table.data(), false, out.d, out.h);
+  std::vector<float> got_u(fo.numel()), got(out.numel());
+  for (int64_t n = 0; n < out.n; ++n)
+    for (int64_t d = 0; d < out.d; ++d)
+      for (int64_t h = 0; h < out.h; ++h)
+        for (int64_t w = 0; w < out.w; ++w) {
+          float u[3];
+          detail::field_displacement(rk, n, d, h, w, u);
+          for (int c = 0; c < 3; ++c)
+            got_u[(((n * 3 + c) * out.d + d) * out.h + h) * out.w + w] = u[c];
+        }
+  EXPECT_EQ(0, std::memcmp(got_u.data(), ref_u.data(), got_u.size() * sizeof(float)));
+  detail::ResampleParams p{};
+  p.num_targets = 1;
+  p.matrices = m.data();
+  p.out_size[0] = out.d, p.out_size[1] = out.h, p.out_size[2] = out.w;
+  p.field = rk;
+  detail::KTarget& kt = p.t[0];
+  kt.in = src.data();
+  kt.out = got.data();
+  kt.in_dtype = kt.out_dtype = DType::Float32;
+  kt.mode = static_cast<int32_t>(Interp::Linear);
+  kt.padding = static_cast<int32_t>(Padding::Border);
+  kt.channels = in.c;
+  kt.elem_size = 4;
+  const VolumeView vi = view(const_cast<float*>(src.data()), DType::Float32, in);
+  const VolumeView vo = view(got.data(), DType::Float32, out);
+  for (int a = 0; a < 3; ++a) kt.in_size[a] = vi.shape[a + 2];
+  for (int a = 0; a < 5; ++a) kt.in_stride[a] = vi.strides[a], kt.out_stride[a] = vo.strides[a];
+  const detail::ResampleForward<float> fwd{p};
+  for (int64_t n = 0; n < out.n; ++n) {
+    detail::ResampleForward<float>::State st;
+    fwd.begin_sample(n, st);
+    for (int64_t d = 0; d < out.d; ++d)
+      for (int64_t h = 0; h < out.h; ++h)
+        for (int64_t w = 0; w < out.w; ++w) fwd.voxel(st, n, d, h, w);
+  }
+  EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)));
+  int64_t moved = 0;
+  for (float v : got_u) moved += v != 0;
+  EXPECT_GT(moved, fo.numel() / 4);  // sample 1 is partly outside its domain
+}

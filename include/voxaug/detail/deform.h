@@ -15,6 +15,13 @@
 
 namespace voxaug::detail {
 
+// Internal field kind (not a FieldKind a caller passes): a B-spline field whose d and h taps
+// were contracted beforehand into per-row lines, table[n][c][od][oh][kw] = bspline_line(...)
+// (0 for rows outside the d / h domain); size / scale / offset / sample_map stay those of the
+// control grid (the w taps are evaluated per voxel). The CUDA path builds the table once per
+// launch so each voxel reads 4 values per component instead of 64 (BSplineRowsForward).
+constexpr int32_t kBSplineRowsKind = 100;
+
 // A field as it travels to the kernel.
 struct KField {
   int32_t kind;  // FieldKind
@@ -74,8 +81,8 @@ template <class Acc>
 VOXAUG_HD VOXAUG_FORCEINLINE void field_displacement(const KField& f, int64_t n, int64_t od,
                                                      int64_t oh, int64_t ow, Acc u[3]) {
   u[0] = u[1] = u[2] = Acc(0);
-  switch (static_cast<FieldKind>(f.kind)) {
-    case FieldKind::BSpline: {
+  switch (f.kind) {  // an int: kBSplineRowsKind is not a FieldKind
+    case static_cast<int32_t>(FieldKind::BSpline): {
       Acc wd[4], wh[4], ww[4];
       int64_t fd, fh, fw;
       if (!bspline_axis(f, n, 0, od, &fd, wd) || !bspline_axis(f, n, 1, oh, &fh, wh) ||
@@ -89,12 +96,26 @@ VOXAUG_HD VOXAUG_FORCEINLINE void field_displacement(const KField& f, int64_t n,
       }
       return;
     }
-    case FieldKind::Dense: {
+    case kBSplineRowsKind: {
+      Acc ww[4];
+      int64_t fw;
+      if (!bspline_axis(f, n, 2, ow, &fw, ww)) return;
+      const int64_t base = n * f.stride[0] + od * f.stride[2] + oh * f.stride[3];
+      for (int c = 0; c < 3; ++c) {
+        Acc v = Acc(0);
+        for (int k = 0; k < 4; ++k)
+          v = fadd(
+              v, fmul(ww[k], field_load<Acc>(f, base + c * f.stride[1] + (fw + k) * f.stride[4])));
+        u[c] = v;
+      }
+      return;
+    }
+    case static_cast<int32_t>(FieldKind::Dense): {
       const int64_t off = n * f.stride[0] + od * f.stride[2] + oh * f.stride[3] + ow * f.stride[4];
       for (int c = 0; c < 3; ++c) u[c] = field_load<Acc>(f, off + c * f.stride[1]);
       return;
     }
-    case FieldKind::Separable: {
+    case static_cast<int32_t>(FieldKind::Separable): {
       const int64_t o[3] = {od, oh, ow};
       for (int c = 0; c < 3; ++c)
         u[c] = field_load<Acc>(f, n * f.stride[0] + c * f.stride[1] + o[c] * f.stride[2]);
@@ -102,6 +123,44 @@ VOXAUG_HD VOXAUG_FORCEINLINE void field_displacement(const KField& f, int64_t n,
     }
     default: return;
   }
+}
+
+// One item = one (od, oh, kw) of sample n: the three components' lines of a B-spline field
+// for output row (od, oh), written to `table` (Acc, dense (N, 3, D', H', Kw)).
+template <class Acc>
+struct BSplineRowsForward {
+  KField f;  // the control grid (kind BSpline)
+  Acc* table;
+  int64_t rows_d, rows_h;  // D', H'
+  struct State {};
+  VOXAUG_HD VOXAUG_FORCEINLINE int64_t items() const { return rows_d * rows_h * f.size[2]; }
+  VOXAUG_HD VOXAUG_FORCEINLINE void begin_sample(int64_t, State&) const {}
+  VOXAUG_HD VOXAUG_FORCEINLINE void operator()(State&, int64_t n, int64_t item) const {
+    const int64_t kw = item % f.size[2], row = item / f.size[2];
+    const int64_t oh = row % rows_h, od = row / rows_h;
+    Acc wd[4], wh[4];
+    int64_t fd, fh;
+    const bool inside = bspline_axis(f, n, 0, od, &fd, wd) && bspline_axis(f, n, 1, oh, &fh, wh);
+    const int64_t plane = rows_d * rows_h * f.size[2];
+    for (int c = 0; c < 3; ++c)
+      table[(n * 3 + c) * plane + item] =
+          inside ? bspline_line(f, n, c, fd, fh, kw, wd, wh) : Acc(0);
+  }
+};
+
+// The kind-kBSplineRows view of `table` for control grid f (see BSplineRowsForward).
+inline KField bspline_rows_field(const KField& f, const void* table, bool use_double,
+                                 int64_t rows_d, int64_t rows_h) {
+  KField r = f;
+  r.kind = kBSplineRowsKind;
+  r.dtype = use_double ? DType::Float64 : DType::Float32;
+  r.data = table;
+  r.stride[4] = 1;
+  r.stride[3] = f.size[2];
+  r.stride[2] = rows_h * f.size[2];
+  r.stride[1] = rows_d * rows_h * f.size[2];
+  r.stride[0] = 3 * r.stride[1];
+  return r;
 }
 
 // Source coordinate of the displaced point p = o + u: src = M [p; 1] in the order of
