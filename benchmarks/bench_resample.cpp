@@ -7,6 +7,9 @@
 //   linear_reflection   float32 image, trilinear, reflection padding (align_corners false)
 //   image_label         float32 image (trilinear, zeros) + uint8 label (nearest, constant 0)
 //                       as two targets of one launch: RandAffine on an image and its label
+//   image_label_elastic image_label through the same affine plus a B-spline displacement
+//                       (voxaug::resample_deformed; 14^3 control points per sample, U(-3, 3)
+//                       voxels): the deform issue's bar is its time <= 1.5x image_label's
 //   backward_input      d loss / d image of `linear` (grad_out float32 -> grad_in float32)
 //   backward_matrix     d loss / d matrices of `linear` (N x 12 float64)
 //   copy_image (CUDA)        one cudaMemcpyAsync of a float32 volume of the shape (4 B/voxel)
@@ -55,6 +58,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "voxaug/deform.h"
 #include "voxaug/resample.h"
 #include "voxaug/types.h"
 
@@ -87,6 +91,7 @@ enum class Op {
   Nearest,
   LinearReflection,
   ImageLabel,
+  ImageLabelElastic,
   BackwardInput,
   BackwardMatrix,
   CopyImage,
@@ -99,6 +104,7 @@ const char* op_name(Op op) {
     case Op::Nearest: return "nearest";
     case Op::LinearReflection: return "linear_reflection";
     case Op::ImageLabel: return "image_label";
+    case Op::ImageLabelElastic: return "image_label_elastic";
     case Op::BackwardInput: return "backward_input";
     case Op::BackwardMatrix: return "backward_matrix";
     case Op::CopyImage: return "copy_image";
@@ -109,7 +115,9 @@ const char* op_name(Op op) {
 
 // Bytes per output voxel by the count above.
 int64_t bytes_per_voxel(Op op) {
-  return op == Op::ImageLabel || op == Op::CopyImageLabel ? 2 * (4 + 1) : 2 * 4;
+  return op == Op::ImageLabel || op == Op::ImageLabelElastic || op == Op::CopyImageLabel
+             ? 2 * (4 + 1)
+             : 2 * 4;
 }
 
 const std::vector<Shape>& grid_shapes() {
@@ -284,7 +292,7 @@ int make_targets(Op op, const Shape& s, const Buffers& b, ResampleTarget t[2]) {
   t[0].out = view(b.image_out, DType::Float32, b, s);
   t[0].mode = op == Op::Nearest ? Interp::Nearest : Interp::Linear;
   t[0].padding = op == Op::LinearReflection ? Padding::Reflection : Padding::Zeros;
-  if (op != Op::ImageLabel) return 1;
+  if (op != Op::ImageLabel && op != Op::ImageLabelElastic) return 1;
   t[1] = ResampleTarget{};
   t[1].in = view(b.label_in, DType::UInt8, b, s);
   t[1].out = view(b.label_out, DType::UInt8, b, s);
@@ -295,6 +303,29 @@ int make_targets(Op op, const Shape& s, const Buffers& b, ResampleTarget t[2]) {
 }
 
 constexpr bool kAlignCorners = false;
+
+// The elastic case's control grid: 14^3 points per sample over the output, U(-3, 3) voxels.
+constexpr int64_t kControl = 14;
+std::vector<float> elastic_coefficients(const Shape& s) {
+  std::vector<float> c(static_cast<size_t>(s.n * 3 * kControl * kControl * kControl));
+  uint32_t state = 12345u;
+  for (auto& v : c) {
+    state = state * 1664525u + 1013904223u;
+    v = -3.0f + 6.0f * static_cast<float>(state >> 8) / 16777216.0f;
+  }
+  return c;
+}
+voxaug::DeformField elastic_field(void* coeff, voxaug::Device device, const Shape& s) {
+  voxaug::DeformField f;
+  f.kind = voxaug::FieldKind::BSpline;
+  f.field =
+      voxaug::contiguous_view(coeff, DType::Float32, device, s.n, 3, kControl, kControl, kControl);
+  for (int a = 0; a < 3; ++a) {
+    f.scale[a] = static_cast<double>(kControl - 3) / static_cast<double>(s.size - 1);
+    f.offset[a] = 1.0;
+  }
+  return f;
+}
 
 void bm_cpu(benchmark::State& state, const Shape& s, Op op) {
   try {
@@ -308,8 +339,12 @@ void bm_cpu(benchmark::State& state, const Shape& s, Op op) {
     ResampleTarget bwd = t[0];
     bwd.out = t[0].in;
     std::vector<double> grad_m(static_cast<size_t>(12 * s.n));
+    std::vector<float> coeff = elastic_coefficients(s);
+    const voxaug::DeformField field = elastic_field(coeff.data(), voxaug::Device::CPU, s);
     for (auto _ : state) {
-      if (op == Op::BackwardInput)
+      if (op == Op::ImageLabelElastic)
+        voxaug::resample_deformed(t, k, m.data(), field, kAlignCorners);
+      else if (op == Op::BackwardInput)
         voxaug::resample_backward_input(bwd, m.data(), kAlignCorners, b.image_out);
       else if (op == Op::BackwardMatrix)
         voxaug::resample_backward_matrix(t, 1, m.data(), kAlignCorners, grad_m.data());
@@ -332,6 +367,7 @@ void register_cpu_cases() {
         ->UseRealTime();  // OpenMP: the main thread's CPU time says nothing
   };
   add(Op::ImageLabel, kBarShape);
+  add(Op::ImageLabelElastic, kBarShape);
   for (Op op : forward_ops())
     for (const Shape& s : grid_shapes())
       if (!(s.size == 256 && s.n == 16)) add(op, s);
@@ -422,6 +458,19 @@ void bm_cuda(benchmark::State& state, const Shape& s, Op op) {
     }
     ResampleTarget t[2];
     const int k = make_targets(op, s, b, t);
+    // The elastic case's control grid: uploaded once, outside the timed loop.
+    const std::vector<float> coeff = elastic_coefficients(s);
+    void* dcoeff = nullptr;
+    if (op == Op::ImageLabelElastic) {
+      BENCH_CUDA_TRY(cudaMalloc(&dcoeff, coeff.size() * sizeof(float)));
+      BENCH_CUDA_TRY(cudaMemcpyAsync(dcoeff, coeff.data(), coeff.size() * sizeof(float),
+                                     cudaMemcpyHostToDevice, stream.get()));
+    }
+    struct Free {
+      void* p;
+      ~Free() { cudaFree(p); }
+    } free_coeff{dcoeff};
+    const voxaug::DeformField field = elastic_field(dcoeff, voxaug::Device::CUDA, s);
     ResampleTarget bwd = t[0];  // backward_input: grad_out = image input, grad_in = image output
     bwd.out = t[0].in;
     // The copy moves as many bytes as the gather reads (and writes): 4 B per voxel for the
@@ -433,6 +482,9 @@ void bm_cuda(benchmark::State& state, const Shape& s, Op op) {
         case Op::CopyImageLabel:
           BENCH_CUDA_TRY(
               cudaMemcpyAsync(buf.out, buf.in, copy_bytes, cudaMemcpyDeviceToDevice, stream.get()));
+          break;
+        case Op::ImageLabelElastic:
+          voxaug::resample_deformed(t, k, buf.matrices, field, kAlignCorners, stream.get());
           break;
         case Op::BackwardInput:
           voxaug::resample_backward_input(bwd, buf.matrices, kAlignCorners, buf.out, stream.get());
@@ -474,6 +526,7 @@ void register_cuda_cases() {
   };
   add(Op::CopyImageLabel, kBarShape);
   add(Op::ImageLabel, kBarShape);
+  add(Op::ImageLabelElastic, kBarShape);
   for (const Shape& s : grid_shapes()) {
     add(Op::CopyImage, s);
     add(Op::CopyImageLabel, s);

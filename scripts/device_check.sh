@@ -43,7 +43,7 @@ if [[ $CPU_ONLY == 1 ]]; then
   BENCH_FILTER="${VOXAUG_BENCH_FILTER:-^cpu/chain/}"
   BENCH_MIN_TIME=0.05
   # The 4 x 96^3 image+label key case and small forward/backward cases: seconds on 2 cores.
-  BENCH_RESAMPLE_FILTER="${VOXAUG_BENCH_RESAMPLE_FILTER:-^cpu/(image_label/4x1x96x96x96|(linear|backward_input|backward_matrix)/1x1x64x64x64)/}"
+  BENCH_RESAMPLE_FILTER="${VOXAUG_BENCH_RESAMPLE_FILTER:-^cpu/(image_label(_elastic)?/4x1x96x96x96|(linear|backward_input|backward_matrix)/1x1x64x64x64)/}"
   DEVICE=cpu
 else
   BUDGET="${VOXAUG_DEVICE_CHECK_BUDGET_S:-480}"
@@ -398,6 +398,10 @@ if copy:
     msg += f", copy {gbs(copy)}, ratio {ratio:.2f} (bar >= 0.50 {'met' if ratio >= 0.5 else 'NOT met'})"
 else:
     msg += " (no copy baseline on cpu)" if backend == "cpu" else ", no copy baseline"
+elastic = bw.get((backend, "image_label_elastic", bar))
+if elastic:  # same byte count: time ratio = plain bytes/s over elastic bytes/s
+    slow = gather / elastic
+    msg += f"; +elastic {slow:.2f}x the plain gather's time (bar <= 1.5 {'met' if slow <= 1.5 else 'NOT met'})"
 print(("OK" if ok else "FAIL"), f"{msg} {counts}")
 EOF
 }
