@@ -161,7 +161,8 @@ __all__ = [
     "Flip", "Flipd", "RandFlip", "RandFlipd", "Rotate90", "Rotate90d", "RandRotate90", "RandRotate90d",
     "Affine", "Affined", "RandAffine", "RandAffined", "Rotate", "Rotated", "RandRotate", "RandRotated",
     "Zoom", "Zoomd", "Resize", "Resized", "Spacing", "Spacingd", "Orientation", "Orientationd",
-    "SpatialCrop", "SpatialCropd", "CenterSpatialCrop", "CenterSpatialCropd",
+    "SpatialCrop", "SpatialCropd", "CenterSpatialCrop", "CenterSpatialCropd", "SpatialPad", "SpatialPadd",
+    "BorderPad", "BorderPadd", "DivisiblePad", "DivisiblePadd",
 ]
 
 _MASK64 = (1 << 64) - 1
@@ -556,6 +557,7 @@ def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts]) -> 
     for s in range(0, len(inputs), _MAX_TARGETS):
         part, popts = inputs[s:s + _MAX_TARGETS], opts[s:s + _MAX_TARGETS]
         outs += ops.resample(part, mats, geom.out_size, [o.mode for o in popts], [geom.kernel_padding] * len(part),
+                             [o.pad_value for o in popts],
                              align_corners=align)
     if geom.pad is not None:
         outs = [_apply_pad(o, geom.pad) for o in outs]
@@ -1474,6 +1476,141 @@ class CenterSpatialCrop(SpatialCrop):
 
 
 # ---------------- dictionary forms ----------------
+# ---------------- SpatialPad / BorderPad / DivisiblePad ----------------
+# MONAI / numpy pad mode -> (kernel padding, align_corners of its reflection): the kernel's
+# exact path copies voxels and pads with the padding rule (constant value, edge, whole-sample
+# reflection = numpy 'reflect', half-sample = numpy 'symmetric'); 'wrap' / 'circular' gather
+# through index tables.
+_PAD_KERNEL_MODES = {"constant": ("constant", False), "edge": ("border", False), "replicate": ("border", False),
+                     "reflect": ("reflection", True), "symmetric": ("reflection", False)}
+_PAD_TABLE_MODES = ("wrap", "circular")
+
+
+def _pad_opts(mode: Any, value: float) -> _Opts:
+    m = _name(mode)
+    if m in _PAD_TABLE_MODES:
+        return _Opts("nearest", "nearest", "wrap", False, float(value))
+    if m not in _PAD_KERNEL_MODES:
+        raise ValueError(f"mode must be one of {sorted(list(_PAD_KERNEL_MODES) + list(_PAD_TABLE_MODES))}, got "
+                         f"{mode!r}")
+    padding, align = _PAD_KERNEL_MODES[m]
+    return _Opts("nearest", "nearest", padding, align, float(value))
+
+
+def _pad_geometry(widths: Sequence[tuple[int, int]], in_size, n: int, opts: _Opts) -> _Geometry:
+    """Padding by (before, after) voxels per axis as an integer translation (in = out - before,
+    the map MONAI composes into the affine): the exact path, bit-identical to numpy.pad."""
+    out_size = tuple(int(s + b + a) for s, (b, a) in zip(in_size, widths))
+    m = _translate([-float(b) for b, _ in widths])
+    tables = None
+    if opts.padding == "wrap":
+        tables = tuple(tuple(int(v) for v in _pad_index(int(sz), int(b), int(a), "wrap"))
+                       for sz, (b, a) in zip(in_size, widths))
+    return _Geometry(_stack([m] * n, 3), out_size, _stack([m] * n), "zeros" if tables else opts.padding,
+                     tables=tables)
+
+
+def _pad_value(kwargs: dict) -> float:
+    value = kwargs.pop("value", kwargs.pop("constant_values", 0.0))
+    if kwargs:
+        raise TypeError(f"unsupported pad arguments {sorted(kwargs)} (voxaug takes value / constant_values)")
+    (v,) = _numbers(value, "value")
+    return v
+
+
+class _Pad(_Spatial):
+    def __init__(self, mode, lazy: bool, kwargs: dict):
+        _not_lazy(lazy)
+        self.mode, self.value = mode, _pad_value(dict(kwargs))
+        _pad_opts(mode, self.value)
+
+    def _widths(self, in_size) -> list[tuple[int, int]]:
+        raise NotImplementedError
+
+    def _options(self, mode=None, **_):
+        return _pad_opts(self.mode if mode is None else mode, self.value)
+
+    def _geometry(self, in_size, n, params, opts):
+        return _pad_geometry(self._widths(in_size), in_size, n, opts)
+
+    def __call__(self, img, mode=None, lazy: Optional[bool] = None, **kwargs):
+        _not_lazy(lazy)
+        if kwargs:
+            raise TypeError(f"unsupported arguments {sorted(kwargs)}")
+        return self.apply(img, mode=mode)
+
+
+def _symmetric_widths(sizes, in_size, method: str) -> list[tuple[int, int]]:
+    out = []
+    for want, have in zip(sizes, in_size):
+        width = max(int(want) - int(have), 0)
+        out.append((width // 2, width - width // 2) if method == "symmetric" else (0, width))
+    return out
+
+
+def _check_method(method: Any) -> str:
+    m = _name(method)
+    if m not in ("symmetric", "end"):
+        raise ValueError(f"method must be 'symmetric' or 'end', got {method!r}")
+    return m
+
+
+class SpatialPad(_Pad):
+    """MONAI SpatialPad(spatial_size, method='symmetric', mode='constant', value=...): pads each
+    spatial axis to at least `spatial_size` (non-positive entries keep the size). Modes:
+    constant (``value``), edge / replicate, reflect, symmetric, wrap / circular; every dtype,
+    bit-identical to numpy.pad; MetaTensor affines updated as MONAI does."""
+
+    def __init__(self, spatial_size, method: str = "symmetric", mode: str = "constant", lazy: bool = False,
+                 **kwargs):
+        super().__init__(mode, lazy, kwargs)
+        self.spatial_size, self.method = spatial_size, _check_method(method)
+        _fall_back_size(spatial_size, (1, 1, 1))
+
+    def _widths(self, in_size):
+        return _symmetric_widths(_fall_back_size(self.spatial_size, in_size), in_size, self.method)
+
+
+class BorderPad(_Pad):
+    """MONAI BorderPad(spatial_border, mode='constant'): one int (every side), 3 (both sides of
+    each axis) or 6 ((before, after) per axis) border widths."""
+
+    def __init__(self, spatial_border, mode: str = "constant", lazy: bool = False, **kwargs):
+        super().__init__(mode, lazy, kwargs)
+        b = [int(spatial_border)] if isinstance(spatial_border, (int, np.integer)) else list(spatial_border)
+        if not all(isinstance(v, (int, np.integer)) for v in b):
+            raise ValueError(f"spatial_border must contain only ints, got {spatial_border!r}")
+        b = [max(0, int(v)) for v in b]
+        if len(b) == 1:
+            self._w = [(b[0], b[0])] * 3
+        elif len(b) == 3:
+            self._w = [(v, v) for v in b]
+        elif len(b) == 6:
+            self._w = [(b[2 * i], b[2 * i + 1]) for i in range(3)]
+        else:
+            raise ValueError(f"Unsupported spatial_border length: {len(b)}, available options are [1, 3, 6].")
+        self.spatial_border = spatial_border
+
+    def _widths(self, in_size):
+        return self._w
+
+
+class DivisiblePad(_Pad):
+    """MONAI DivisiblePad(k, mode='constant', method='symmetric'): pads each spatial axis up to
+    a multiple of k (an int or one per axis; k <= 0 leaves the axis)."""
+
+    def __init__(self, k, mode: str = "constant", method: str = "symmetric", lazy: bool = False, **kwargs):
+        super().__init__(mode, lazy, kwargs)
+        self.k = [int(k)] * 3 if isinstance(k, (int, np.integer)) else [int(v) for v in k]
+        if len(self.k) != 3:
+            raise ValueError(f"k must be an int or 3 ints, got {k!r}")
+        self.method = _check_method(method)
+
+    def _widths(self, in_size):
+        want = [int(math.ceil(s / kk) * kk) if kk > 0 else int(s) for s, kk in zip(in_size, self.k)]
+        return _symmetric_widths(want, in_size, self.method)
+
+
 def _per_key(value: Any, n: int, name: str) -> list:
     """MONAI's ensure_tuple_rep for per-key settings."""
     if isinstance(value, (list, tuple)):
@@ -1642,6 +1779,27 @@ class SpatialCropd(_SpatialDict):
 class CenterSpatialCropd(_SpatialDict):
     def __init__(self, keys, roi_size, allow_missing_keys: bool = False, lazy: bool = False):
         super().__init__(keys, CenterSpatialCrop(roi_size, lazy), {}, allow_missing_keys)
+
+
+class SpatialPadd(_SpatialDict):
+    def __init__(self, keys, spatial_size, method: str = "symmetric", mode="constant", allow_missing_keys: bool = False,
+                 lazy: bool = False, **kwargs):
+        super().__init__(keys, SpatialPad(spatial_size, method, "constant", lazy, **kwargs), {"mode": mode},
+                         allow_missing_keys)
+
+
+class BorderPadd(_SpatialDict):
+    def __init__(self, keys, spatial_border, mode="constant", allow_missing_keys: bool = False, lazy: bool = False,
+                 **kwargs):
+        super().__init__(keys, BorderPad(spatial_border, "constant", lazy, **kwargs), {"mode": mode},
+                         allow_missing_keys)
+
+
+class DivisiblePadd(_SpatialDict):
+    def __init__(self, keys, k, mode="constant", method: str = "symmetric", allow_missing_keys: bool = False,
+                 lazy: bool = False, **kwargs):
+        super().__init__(keys, DivisiblePad(k, "constant", method, lazy, **kwargs), {"mode": mode},
+                         allow_missing_keys)
 
 
 # ---------------- Spacing / Orientation (affine-aware) ----------------
