@@ -5,8 +5,9 @@ Cases
   (a) the bar: ScaleIntensityRange(-175, 250, 0, 1, clip) -> RandShiftIntensity(0.1) ->
       RandGaussianNoise(std 0.1), prob 1, on a 1x1x224x224x160 float32 volume:
       monai.transforms.Compose vs voxaug.transforms.Compose (one fused pass)
-  (b) each single transform on the same volume (ScaleIntensity in its min-max form, which
-      needs a per-sample reduction before the pass)
+  (b) each single transform on the same volume (ScaleIntensity in its min-max form and
+      RandAdjustContrast, which need a per-sample reduction before the pass; RandRicianNoise,
+      RandBiasField with MONAI's defaults but prob 1 and Rician std 0.1)
   (c) the chain on a batch of 8 x 1 x 128^3: voxaug in one call, MONAI looping over samples
   (d) --device cuda only: effective bandwidth of the fused chain at 8x1x256^3 (one float32
       read + one write) against a device-to-device copy (dst.copy_(src)) of the same size
@@ -136,6 +137,12 @@ def single_pairs():
          vt.RandScaleIntensity(factors=0.1, prob=1.0, seed=SEED), check_scale),
         ("RandGaussianNoise", mt.RandGaussianNoise(prob=1.0, std=0.1).set_random_state(SEED),
          vt.RandGaussianNoise(prob=1.0, std=0.1, seed=SEED), check_noise),
+        ("RandRicianNoise", mt.RandRicianNoise(prob=1.0, std=0.1).set_random_state(SEED),
+         vt.RandRicianNoise(prob=1.0, std=0.1, seed=SEED), check_rician),
+        ("RandBiasField", mt.RandBiasField(prob=1.0).set_random_state(SEED),
+         vt.RandBiasField(prob=1.0, seed=SEED), check_bias_field),
+        ("RandAdjustContrast", mt.RandAdjustContrast(prob=1.0).set_random_state(SEED),
+         vt.RandAdjustContrast(prob=1.0, seed=SEED), check_contrast),
     ]
 
 
@@ -183,6 +190,44 @@ def check_noise(x, m, v, std=0.1):
             return False, "noise std > std or mean != 0"
         sds.append(sd[0].item())
     return True, f"noise sd {sds[0]:.3f}/{sds[1]:.3f}"
+
+
+def check_rician(x, m, v, std=0.1):
+    """sqrt((x + n1)^2 + n2^2) >= 0; where |x| >> std it is |x| + N(0, s), s <= std."""
+    sds = []
+    far = _per_sample(x).abs() > 1.0
+    for out in (m, v):
+        r = _per_sample(out - x.abs())[far]
+        if out.min().item() < 0 or r.std().item() > std * 1.01 or abs(r.mean().item()) > 0.01:
+            return False, "negative, or noise std > std"
+        sds.append(r.std().item())
+    return True, f"noise sd {sds[0]:.3f}/{sds[1]:.3f}"
+
+
+def check_bias_field(x, m, v):
+    """img * exp(field): |field| <= sum |c| |P| <= 20 * 0.1 for degree 3, coefficients in [0, 0.1]."""
+    keep = x.abs() > 1.0
+    texts = []
+    for out in (m, v):
+        f = (out[keep] / x[keep]).log()
+        if f.abs().max().item() > 2.0 + 1e-4 or f.max().item() - f.min().item() == 0.0:
+            return False, "not img * exp(field) with |field| <= 2"
+        texts.append(f"{f.min().item():+.2f}..{f.max().item():+.2f}")
+    return True, "log field " + "/".join(texts)
+
+
+def check_contrast(x, m, v):
+    """((x - mn) / range)^g * range + mn: one g in [0.5, 4.5] for every voxel of the sample."""
+    mn, mx = x.min(), x.max()
+    b = (x - mn) / (mx - mn)
+    keep = (b > 0.05) & (b < 0.95)
+    gs = []
+    for out in (m, v):
+        g = ((out[keep] - mn) / (mx - mn)).log() / b[keep].log()
+        if not 0.5 <= g.median().item() <= 4.5 or (g - g.median()).abs().max().item() > 1e-3 * g.median().item():
+            return False, "not a single gamma in [0.5, 4.5]"
+        gs.append(g.median().item())
+    return True, f"gamma {gs[0]:.2f}/{gs[1]:.2f}"
 
 
 def check_chain(x, m, v):

@@ -23,7 +23,8 @@ namespace {
 using OptTensorList = c10::List<std::optional<at::Tensor>>;
 
 constexpr int64_t kHasBMin = 1, kHasBMax = 2, kClip = 4, kRandom = 8, kChannelWise = 16,
-                  kSampleStd = 32;
+                  kSampleStd = 32, kMonomialBasis = 64, kInvertImage = 128;
+constexpr int64_t kLastOp = static_cast<int64_t>(PointwiseOp::Gamma);
 constexpr int kParamsPerStep = 8;
 
 // The canonical flat chain (see ops.cpp).
@@ -72,7 +73,8 @@ std::vector<PointwiseStep> decode(const at::Tensor& image, at::IntArrayRef ops,
                     " (expected ", kParamsPerStep, " per step)");
   std::vector<PointwiseStep> steps(k);
   for (size_t i = 0; i < k; ++i) {
-    TORCH_CHECK_VALUE(ops[i] >= 0 && ops[i] <= 4, "ops[", i, "] must be 0..4, got ", ops[i]);
+    TORCH_CHECK_VALUE(ops[i] >= 0 && ops[i] <= kLastOp, "ops[", i, "] must be 0..", kLastOp,
+                      ", got ", ops[i]);
     const double* p = params.data() + i * kParamsPerStep;
     PointwiseStep& s = steps[i];
     s.op = static_cast<PointwiseOp>(ops[i]);
@@ -109,11 +111,67 @@ std::vector<PointwiseStep> decode(const at::Tensor& image, at::IntArrayRef ops,
         s.has_b_max = f & kHasBMax;
         s.channel_wise = f & kChannelWise;
         break;
+      case PointwiseOp::RicianNoise:
+        s.mean = p[0];
+        s.std = p[1];
+        s.sample_std = f & kSampleStd;
+        s.channel_wise = f & kChannelWise;
+        break;
+      case PointwiseOp::BiasField:
+        TORCH_CHECK_VALUE(p[0] == std::floor(p[0]) && p[0] >= 0 && p[0] <= kMaxBiasFieldDegree,
+                          "params[", i * kParamsPerStep,
+                          "]: bias field degree must be an integer in [0, ", kMaxBiasFieldDegree,
+                          "], got ", p[0]);
+        s.degree = static_cast<int>(p[0]);
+        s.monomial_basis = f & kMonomialBasis;
+        break;
+      case PointwiseOp::AdjustContrast:
+      case PointwiseOp::Gamma:
+        s.value = p[0];
+        s.low = p[1];
+        s.high = p[2];
+        s.random = f & kRandom;
+        s.invert = f & kInvertImage;
+        break;
     }
     const std::optional<at::Tensor> v = values.get(i);
-    if (s.op == PointwiseOp::RescaleIntensity) {
-      TORCH_CHECK_VALUE(v.has_value() && v->defined(), "values[", i,
-                        "]: a rescale step needs the (N, C, 2) statistics from voxaug::minmax");
+    const bool has_v = v.has_value() && v->defined();
+    if (s.op == PointwiseOp::BiasField) {
+      const int64_t nc = bias_field_coefficients(s.degree);
+      TORCH_CHECK_VALUE(has_v, "values[", i, "]: a bias field step needs the (N, ", nc,
+                        ") coefficients");
+      TORCH_CHECK_VALUE(v->device() == image.device(),
+                        "coefficients must be on the image's device ", image.device(), ", got ",
+                        v->device());
+      TORCH_CHECK_VALUE(at::isFloatingType(v->scalar_type()) && v->dim() == 2 &&
+                            v->size(0) == image.size(0) && v->size(1) == nc,
+                        "coefficients must be a floating tensor of shape (", image.size(0), ", ",
+                        nc, ") for degree ", s.degree, ", got ", v->scalar_type(), " ", v->sizes());
+      keep.push_back(v->to(at::kFloat).contiguous());
+      s.coefficients = keep.back().data_ptr<float>();
+      continue;
+    }
+    if (s.op == PointwiseOp::RicianNoise) {
+      if (!has_v) continue;
+      const int64_t segs = s.channel_wise ? image.size(1) : 1;
+      TORCH_CHECK_VALUE(v->device() == image.device(), "std_scale must be on the image's device ",
+                        image.device(), ", got ", v->device());
+      TORCH_CHECK_VALUE(at::isFloatingType(v->scalar_type()) && v->numel() == image.size(0) * segs,
+                        "std_scale (relative Rician noise) must be a floating tensor with ",
+                        image.size(0) * segs, " values (N", s.channel_wise ? " x C" : "", "), got ",
+                        v->scalar_type(), " ", v->sizes());
+      keep.push_back(v->to(at::kFloat).contiguous().reshape({-1}));
+      s.per_sample = keep.back().data_ptr<float>();
+      continue;
+    }
+    if (s.op == PointwiseOp::Gamma) {
+      TORCH_CHECK_VALUE(!has_v, "values[", i, "]: a gamma step takes no values");
+      continue;
+    }
+    if (s.op == PointwiseOp::RescaleIntensity || s.op == PointwiseOp::AdjustContrast) {
+      TORCH_CHECK_VALUE(v.has_value() && v->defined(), "values[", i, "]: a ",
+                        s.op == PointwiseOp::RescaleIntensity ? "rescale" : "contrast",
+                        " step needs the (N, C, 2) statistics from voxaug::minmax");
       const at::Tensor& st = *v;
       const int64_t segs = s.channel_wise ? image.size(1) : 1;
       TORCH_CHECK_VALUE(st.device() == image.device(), "stats must be on the image's device ",

@@ -3,14 +3,24 @@
 //
 // Chains are passed in a canonical, flat form shared by pointwise_chain and its backward:
 //   ops[k]    PointwiseOp code (0 scale_intensity_range, 1 shift, 2 scale, 3 gaussian noise,
-//             4 rescale: MONAI ScaleIntensity(minv, maxv), statistics from voxaug::minmax)
-//   flags[k]  bit 0 has_b_min, 1 has_b_max, 2 clip, 3 random, 4 channel_wise, 5 sample_std
+//             4 rescale: MONAI ScaleIntensity(minv, maxv), statistics from voxaug::minmax,
+//             5 Rician noise, 6 bias field, 7 adjust contrast (MONAI, statistics from
+//             voxaug::minmax), 8 gamma (TorchIO, sign(x) |x|^gamma))
+//   flags[k]  bit 0 has_b_min, 1 has_b_max, 2 clip, 3 random, 4 channel_wise, 5 sample_std,
+//             6 monomial basis (bias field: TorchIO's; else MONAI's Legendre),
+//             7 invert_image (adjust contrast)
 //   params[8k .. 8k+7]  p0..p6, prob. scale_intensity_range: a_min, a_max, b_min, b_max;
-//             shift / scale: value, low, high; gaussian noise: mean, std; rescale: minv, maxv
-//             (bit 0 / 1 of flags say whether minv / maxv are given)
+//             shift / scale: value, low, high; gaussian / Rician noise: mean, std; rescale:
+//             minv, maxv (bit 0 / 1 of flags say whether minv / maxv are given); bias field:
+//             degree; adjust contrast: gamma, low, high (gamma ~ U(low, high) when random);
+//             gamma: gamma, log_low, log_high (gamma = exp(U(log_low, log_high)) per channel
+//             when random)
 //   seeds[k]  Philox key of the step (int64 bit pattern of a uint64)
 //   values[k] optional per-sample values (N,) for shift / scale; for rescale the float64
-//             (N, 1 or C, 2) output of minmax (C when channel-wise); else None
+//             (N, 1 or C, 2) output of minmax (C when channel-wise); for adjust contrast the
+//             (N, 1, 2) output of minmax; for a bias field the (N, (d+1)(d+2)(d+3)/6)
+//             coefficients (float32 used); for Rician noise optional std multipliers (N,), or
+//             (N, C) when channel-wise (relative=True); else None
 // In-place ops (trailing _) mutate `image` and return nothing, so torch.compile can
 // functionalise them.
 #include <torch/library.h>
@@ -59,6 +69,11 @@ TORCH_LIBRARY(voxaug, m) {
   m.def(
       "deform_field_dense(Tensor field, int field_kind, float[] field_scale, float[] field_offset, "
       "int[] out_size, ScalarType? dtype=None, Tensor? field_map=None) -> Tensor");
+  // Crop family (include/voxaug/crop.h): per-sample foreground bounding box, (N, 6) int64
+  // (d0, h0, w0, d1, h1, w1; zeros without foreground) on the image's device.
+  m.def(
+      "foreground_bbox(Tensor image, float threshold=0.0, int[]? channel_indices=None) -> "
+      "Tensor");
   // U(low, high) from Philox keyed by (seed, first_sample + n, element), in place.
   m.def("uniform_fill_(Tensor(a!) out, float low, float high, int seed, int first_sample=0) -> ()");
   m.def(
@@ -96,6 +111,21 @@ TORCH_LIBRARY(voxaug, m) {
   m.def(
       "gaussian_smooth(Tensor image, Tensor sigma, float truncated=4.0, ScalarType? dtype=None) "
       "-> Tensor");
+  // Stats family (include/voxaug/stats.h): per-sample (or per (sample, channel) with
+  // channel_wise) statistics as float64 on the image's device, never read back to the host.
+  // moments: (N, 1 or C, 3) count, mean, population std (nonzero: only values != 0 count).
+  // percentiles: (N, 1 or C, len(q)), q in percent, numpy.percentile's linear method, exact.
+  m.def("moments(Tensor image, bool channel_wise=False, bool nonzero=False) -> Tensor");
+  m.def("percentiles(Tensor image, float[] q, bool channel_wise=False) -> Tensor");
+  // MONAI NormalizeIntensity / ScaleIntensityRangePercentiles with device statistics.
+  // subtrahend / divisor: 1 value, or one per channel with channel_wise; None: mean / std.
+  m.def(
+      "normalize_intensity(Tensor image, float[]? subtrahend=None, float[]? divisor=None, "
+      "bool nonzero=False, bool channel_wise=False, ScalarType? dtype=None) -> Tensor");
+  m.def(
+      "scale_intensity_range_percentiles(Tensor image, float lower, float upper, "
+      "float? b_min=None, float? b_max=None, bool clip=False, bool relative=False, "
+      "bool channel_wise=False, ScalarType? dtype=None) -> Tensor");
 }
 
 namespace voxaug::ops {

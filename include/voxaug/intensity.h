@@ -29,7 +29,18 @@ enum class PointwiseOp : int32_t {
   ScaleIntensity = 2,       // x * (1 + factor)
   GaussianNoise = 3,        // x + N(mean, std)
   RescaleIntensity = 4,     // MONAI ScaleIntensity(minv, maxv): min-max rescale per sample
+  RicianNoise = 5,          // MONAI RandRicianNoise: sqrt((x + n1)^2 + n2^2), n1, n2 ~ N(mean, std)
+  BiasField = 6,            // MONAI RandBiasField / TorchIO RandomBiasField: x * exp(poly)
+  AdjustContrast = 7,       // MONAI AdjustContrast: ((x - min) / (range + 1e-7))^g * range + min
+  Gamma = 8,                // TorchIO Gamma: sign(x) |x|^gamma
 };
+
+// Highest polynomial degree of a bias field step ((degree + 1)(degree + 2)(degree + 3) / 6
+// coefficients per sample).
+constexpr int kMaxBiasFieldDegree = 7;
+constexpr int bias_field_coefficients(int degree) {
+  return (degree + 1) * (degree + 2) * (degree + 3) / 6;
+}
 
 // One step of a pointwise chain. Build with the factory functions; the fields are the
 // plain parameter block that travels to the kernel by value.
@@ -52,6 +63,21 @@ struct PointwiseStep {
   // device: N pairs, or N * C pairs (n-major) when channel_wise. Target range minv / maxv
   // when has_b_min / has_b_max (fields b_min / b_max).
   const double* stats = nullptr;
+  // Rician: channel_wise (one sampled std per (sample, channel)), sample_std, mean, std;
+  // optional `per_sample` std multipliers (MONAI's relative=True: the image's std), N values,
+  // or N * C (n-major) when channel_wise.
+  // BiasField: `coefficients` (N, bias_field_coefficients(degree)) float32 on the data's
+  // device, n-major, in MONAI's order (for i, for j <= degree - i, for k <= degree - i - j:
+  // c_ijk of P_i(z_d) P_j(z_h) P_k(z_w)); legendre basis on MONAI's grid
+  // (float32 linspace(-1, 1, size) per axis, -1 for a size-1 axis), or with monomial_basis
+  // TorchIO's z_d^i z_h^j z_w^k on its grid ((i - (size-1)/2) / ((size-1)/2), 0 for size 1).
+  const float* coefficients = nullptr;
+  int degree = 3;
+  bool monomial_basis = false;
+  // AdjustContrast: gamma (`value`, or U(low, high) per sample when random), (min, max) pairs
+  // from minmax() on this step's input (N pairs, `stats`), invert_image (nnU-Net's inverted
+  // gamma: -f(-x)). Gamma: gamma (`value`) or exp(U(low, high)) per (sample, channel).
+  bool invert = false;
 
   static PointwiseStep scale_intensity_range(double a_min, double a_max, const double* b_min,
                                              const double* b_max, bool clip);
@@ -69,13 +95,29 @@ struct PointwiseStep {
   // normalisation when minv or maxv is null; x * minv (or x) when max == min.
   static PointwiseStep rescale_intensity(const double* minmax_stats, bool channel_wise,
                                          const double* minv, const double* maxv);
+  // MONAI RandRicianNoise (relative=False; relative=True with std_scale = the image's std).
+  static PointwiseStep rician_noise(double mean, double std, bool sample_std, bool channel_wise,
+                                    double prob, uint64_t seed, const float* std_scale = nullptr);
+  // x * exp(field), the field from per-sample coefficients (see `coefficients`).
+  static PointwiseStep bias_field(const float* coefficients, int degree, bool monomial_basis,
+                                  double prob, uint64_t seed);
+  // MONAI AdjustContrast(gamma, invert_image); stats from minmax(in, ..., channel_wise=false).
+  static PointwiseStep adjust_contrast(const double* minmax_stats, double gamma, bool invert);
+  // MONAI RandAdjustContrast: gamma ~ U(low, high) per sample.
+  static PointwiseStep rand_adjust_contrast(const double* minmax_stats, double low, double high,
+                                            double prob, uint64_t seed, bool invert);
+  // TorchIO Gamma: sign(x) |x|^gamma.
+  static PointwiseStep gamma(double gamma);
+  // TorchIO RandomGamma: gamma = exp(beta), beta ~ U(log_low, log_high) per (sample, channel).
+  static PointwiseStep rand_gamma(double log_low, double log_high, double prob, uint64_t seed);
 };
 
 // Longest chain fused into one pass.
 constexpr int kMaxPointwiseSteps = 8;
 
 // Throws voxaug::Error naming the offending parameter (non-finite values, prob outside
-// [0, 1], negative std, low > high, too many steps).
+// [0, 1], negative std, low > high, too many steps, gamma <= 0, degree outside
+// [0, kMaxBiasFieldDegree], missing pointers).
 void validate_pointwise_steps(const PointwiseStep* steps, int num_steps);
 
 // out = steps[num_steps-1](... steps[0](in)): one read of `in`, one write of `out`.
@@ -86,7 +128,9 @@ void pointwise_chain(const VolumeView& in, const VolumeView& out, const Pointwis
 
 // grad_in = grad_out * d out / d in for the same chain (recomputes the forward values, noise
 // included, to know where clipping was active). All three views: same shape, device and a
-// floating dtype; grad_out and grad_in share a dtype.
+// floating dtype; grad_out and grad_in share a dtype. Statistics (min / max) and drawn
+// parameters are constants. Rician noise steps are not differentiable: a chain with one
+// throws.
 void pointwise_chain_backward(const VolumeView& grad_out, const VolumeView& in,
                               const VolumeView& grad_in, const PointwiseStep* steps, int num_steps,
                               cudaStream_t stream = nullptr, uint32_t first_sample = 0);

@@ -7,16 +7,97 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "voxaug/detail/pointwise.h"
 
 namespace voxaug::detail {
 
 constexpr int kCpuTile = 256;  // elements; a multiple of 4 (one Philox block = 4 elements)
+constexpr int64_t kMaxBiasTableW = 4096;  // longer rows: the per-element evaluation
+
+// Per-call host scratch: the w-axis basis table of each bias field step.
+template <class Acc>
+struct CpuScratch {
+  std::vector<Acc> bias_w[kMaxPointwiseSteps];
+};
+
+// A bias field step over one tile, vectorised across the tile: the basis values are
+// bias_basis(bias_coordinate(...)) exactly as in bias_field_value (w from a per-call table,
+// h and d once per row), and the sums run in the same order, so every element gets the same
+// bits as on the device.
+template <bool Deriv, class Acc>
+VOXAUG_FORCEINLINE void cpu_bias_field(const ChainParams& p, const KStep& s, std::vector<Acc>& wt,
+                                       uint32_t n, int64_t t0, int cnt, Acc* x, Acc* d) {
+  const int64_t D = p.dims[0], H = p.dims[1], W = p.dims[2];
+  const int nb = s.degree + 1;
+  const bool mono = s.flags & kMonomial;
+  if (W > kMaxBiasTableW) {
+    for (int j = 0; j < cnt; ++j) {
+      const Acc f = bias_field_value<Acc>(s, p.dims, n, t0 + j);
+      x[j] = fmul(x[j], f);
+      if (Deriv) d[j] = fmul(d[j], f);
+    }
+    return;
+  }
+  Acc b[kMaxBiasFieldDegree + 1];
+  if (wt.empty()) {
+    wt.resize(static_cast<size_t>(nb * W));
+    for (int64_t k = 0; k < W; ++k) {
+      bias_basis(bias_coordinate<Acc>(k, W, mono), s.degree, mono, b);
+      for (int q = 0; q < nb; ++q) wt[q * W + k] = b[q];
+    }
+  }
+  alignas(64) Acc pw[kMaxBiasFieldDegree + 1][kCpuTile];
+  alignas(64) Acc ph[kMaxBiasFieldDegree + 1][kCpuTile];
+  alignas(64) Acc pd[kMaxBiasFieldDegree + 1][kCpuTile];
+  const int64_t hw = H * W, r = t0 % (D * hw);
+  int64_t i = r / hw, jh = (r - i * hw) / W, k = r - i * hw - jh * W;
+  for (int j = 0; j < cnt;) {
+    Acc bh[kMaxBiasFieldDegree + 1];
+    bias_basis(bias_coordinate<Acc>(i, D, mono), s.degree, mono, b);
+    bias_basis(bias_coordinate<Acc>(jh, H, mono), s.degree, mono, bh);
+    const int len = static_cast<int>(std::min<int64_t>(cnt - j, W - k));
+    for (int q = 0; q < nb; ++q)
+      for (int t = 0; t < len; ++t) {
+        pw[q][j + t] = wt[q * W + k + t];
+        ph[q][j + t] = bh[q];
+        pd[q][j + t] = b[q];
+      }
+    j += len;
+    k = 0;
+    if (++jh == H) {
+      jh = 0;
+      if (++i == D) i = 0;
+    }
+  }
+  const float* c = s.coeffs + int64_t(n) * s.ncoeff;
+  alignas(64) Acc sum[kCpuTile], sa[kCpuTile], sb[kCpuTile];
+  for (int t = 0; t < cnt; ++t) sum[t] = Acc(0);
+  int idx = 0;
+  for (int a = 0; a <= s.degree; ++a) {
+    for (int t = 0; t < cnt; ++t) sa[t] = Acc(0);
+    for (int bb = 0; bb <= s.degree - a; ++bb) {
+      for (int t = 0; t < cnt; ++t) sb[t] = Acc(0);
+      for (int q = 0; q <= s.degree - a - bb; ++q) {
+        const Acc cv = static_cast<Acc>(c[idx++]);
+        for (int t = 0; t < cnt; ++t) sb[t] = fadd(sb[t], fmul(cv, pw[q][t]));
+      }
+      for (int t = 0; t < cnt; ++t) sa[t] = fadd(sa[t], fmul(sb[t], ph[bb][t]));
+    }
+    for (int t = 0; t < cnt; ++t) sum[t] = fadd(sum[t], fmul(sa[t], pd[a][t]));
+  }
+  for (int t = 0; t < cnt; ++t) {
+    const Acc f = fexp(sum[t]);
+    x[t] = fmul(x[t], f);
+    if (Deriv) d[t] = fmul(d[t], f);
+  }
+}
 
 template <bool Deriv, class Acc>
 VOXAUG_FORCEINLINE void cpu_apply_steps(const ChainParams& p, ChainState<Acc>& st, uint32_t n,
-                                        int64_t t0, int cnt, Acc* x, Acc* d) {
+                                        int64_t t0, int cnt, Acc* x, Acc* d,
+                                        CpuScratch<Acc>& scratch) {
   for (int k = 0; k < p.num_steps; ++k) {
     const KStep& s = p.steps[k];
     const Resolved<Acc> r = st.r[k];
@@ -46,6 +127,30 @@ VOXAUG_FORCEINLINE void cpu_apply_steps(const ChainParams& p, ChainState<Acc>& s
         for (int j = 0; j < cnt; ++j) op_gaussian_noise(r, x[j], zt[j]);
         break;
       }
+      case PointwiseOp::RicianNoise: {
+        alignas(64) float z1[kCpuTile + 8];
+        alignas(64) float z2[kCpuTile + 8];
+        const int64_t first_block = t0 >> 2;
+        const int blocks = static_cast<int>(((t0 + cnt + 3) >> 2) - first_block);
+        const uint32_t g = p.first_sample + n;
+        for (int b = 0; b < blocks; ++b) {
+          normal4(s.seed, static_cast<uint64_t>(first_block + b), g, z1 + 4 * b);
+          normal4_stream(s.seed, static_cast<uint64_t>(first_block + b), g,
+                         PhiloxStream::ElementAux, z2 + 4 * b);
+        }
+        const int64_t off = t0 - 4 * first_block;
+        for (int j = 0; j < cnt; ++j) op_rician_noise(r, x[j], z1[off + j], z2[off + j]);
+        break;
+      }
+      case PointwiseOp::BiasField:
+        cpu_bias_field<Deriv, Acc>(p, s, scratch.bias_w[k], n, t0, cnt, x, d);
+        break;
+      case PointwiseOp::AdjustContrast:
+        for (int j = 0; j < cnt; ++j) op_adjust_contrast<Deriv>(s.flags, r, x[j], d[j]);
+        break;
+      case PointwiseOp::Gamma:
+        for (int j = 0; j < cnt; ++j) op_gamma<Deriv>(r, x[j], d[j]);
+        break;
     }
   }
 }
@@ -57,6 +162,7 @@ VOXAUG_FORCEINLINE void cpu_chain_range(const ChainParams& p, ChainState<Acc>& s
                                         Load&& load, Finish&& finish) {
   alignas(64) Acc x[kCpuTile];
   alignas(64) Acc d[kCpuTile];
+  CpuScratch<Acc> scratch;
   for (int64_t t0 = e_begin; t0 < e_end;) {
     int64_t t1 = std::min<int64_t>(t0 + kCpuTile, e_end);
     if (p.any_channel_wise) {  // a tile stays inside one channel
@@ -74,7 +180,7 @@ VOXAUG_FORCEINLINE void cpu_chain_range(const ChainParams& p, ChainState<Acc>& s
     load(t0, cnt, x);
     if (Deriv)
       for (int j = 0; j < cnt; ++j) d[j] = Acc(1);
-    cpu_apply_steps<Deriv, Acc>(p, st, static_cast<uint32_t>(n), t0, cnt, x, d);
+    cpu_apply_steps<Deriv, Acc>(p, st, static_cast<uint32_t>(n), t0, cnt, x, d, scratch);
     finish(t0, cnt, x, d);
     t0 = t1;
   }

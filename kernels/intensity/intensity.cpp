@@ -106,14 +106,85 @@ PointwiseStep PointwiseStep::gaussian_noise(double mean, double std, bool sample
   return s;
 }
 
+PointwiseStep PointwiseStep::rician_noise(double mean, double std, bool sample_std,
+                                          bool channel_wise, double prob, uint64_t seed,
+                                          const float* std_scale) {
+  PointwiseStep s;
+  s.op = PointwiseOp::RicianNoise;
+  s.mean = mean;
+  s.std = std;
+  s.sample_std = sample_std;
+  s.channel_wise = channel_wise;
+  s.prob = prob;
+  s.seed = seed;
+  s.per_sample = std_scale;
+  return s;
+}
+PointwiseStep PointwiseStep::bias_field(const float* coefficients, int degree, bool monomial_basis,
+                                        double prob, uint64_t seed) {
+  PointwiseStep s;
+  s.op = PointwiseOp::BiasField;
+  s.coefficients = coefficients;
+  s.degree = degree;
+  s.monomial_basis = monomial_basis;
+  s.prob = prob;
+  s.seed = seed;
+  return s;
+}
+PointwiseStep PointwiseStep::adjust_contrast(const double* minmax_stats, double gamma,
+                                             bool invert) {
+  PointwiseStep s;
+  s.op = PointwiseOp::AdjustContrast;
+  s.stats = minmax_stats;
+  s.value = gamma;
+  s.invert = invert;
+  return s;
+}
+PointwiseStep PointwiseStep::rand_adjust_contrast(const double* minmax_stats, double low,
+                                                  double high, double prob, uint64_t seed,
+                                                  bool invert) {
+  PointwiseStep s = adjust_contrast(minmax_stats, 1.0, invert);
+  s.random = true;
+  s.low = low;
+  s.high = high;
+  s.prob = prob;
+  s.seed = seed;
+  return s;
+}
+PointwiseStep PointwiseStep::gamma(double gamma) {
+  PointwiseStep s;
+  s.op = PointwiseOp::Gamma;
+  s.value = gamma;
+  return s;
+}
+PointwiseStep PointwiseStep::rand_gamma(double log_low, double log_high, double prob,
+                                        uint64_t seed) {
+  PointwiseStep s = gamma(1.0);
+  s.random = true;
+  s.low = log_low;
+  s.high = log_high;
+  s.prob = prob;
+  s.seed = seed;
+  return s;
+}
+
 namespace {
 
+constexpr int kNumOps = 9;
+
 std::string step_name(const PointwiseStep& s, int k) {
-  const char* names[] = {"scale_intensity_range", "shift_intensity", "scale_intensity",
-                         "gaussian_noise", "rescale_intensity"};
+  const char* names[kNumOps] = {"scale_intensity_range",
+                                "shift_intensity",
+                                "scale_intensity",
+                                "gaussian_noise",
+                                "rescale_intensity",
+                                "rician_noise",
+                                "bias_field",
+                                "adjust_contrast",
+                                "gamma"};
   const int op = static_cast<int>(s.op);
   return std::string("step ") + std::to_string(k) + " (" +
-         (op >= 0 && op < 5 ? names[op] : "unknown") + ")";
+         (op >= 0 && op < kNumOps ? names[op] : "unknown") + ")";
 }
 
 void expect_finite(double v, const std::string& where, const char* name) {
@@ -176,6 +247,40 @@ detail::ChainParams pack(const PointwiseStep* steps, int num_steps) {
         if (s.has_b_min && s.has_b_max) q.flags |= detail::kAddB;
         if (s.channel_wise) {
           q.flags |= detail::kChannelWise;
+          p.any_channel_wise = true;
+        }
+        break;
+      case PointwiseOp::RicianNoise:
+        q.p0 = s.mean;
+        q.p1 = s.std;
+        if (s.sample_std) q.flags |= detail::kSampleStd;
+        if (s.per_sample) q.flags |= detail::kPerSample;
+        if (s.channel_wise) {
+          q.flags |= detail::kChannelWise;
+          p.any_channel_wise = true;
+        }
+        p.any_rician = true;
+        break;
+      case PointwiseOp::BiasField:
+        q.coeffs = s.coefficients;
+        q.degree = s.degree;
+        q.ncoeff = bias_field_coefficients(s.degree);
+        if (s.monomial_basis) q.flags |= detail::kMonomial;
+        break;
+      case PointwiseOp::AdjustContrast:
+        q.p0 = s.value;
+        q.lo = s.low;
+        q.hi = s.high;
+        q.stats = s.stats;
+        if (s.random) q.flags |= detail::kRandom;
+        if (s.invert) q.flags |= detail::kInvert;
+        break;
+      case PointwiseOp::Gamma:
+        q.p0 = s.value;
+        q.lo = s.low;
+        q.hi = s.high;
+        if (s.random) {  // one gamma per (sample, channel), as TorchIO
+          q.flags |= detail::kRandom | detail::kChannelWise;
           p.any_channel_wise = true;
         }
         break;
@@ -244,6 +349,9 @@ void check_per_sample_pointers(const VolumeView& v, const detail::ChainParams& p
     if (p.steps[k].flags & detail::kPerSample)
       detail::check_device_pointer(p.steps[k].per_sample, v.device_index,
                                    "step " + std::to_string(k) + ": per-sample values");
+    if (p.steps[k].coeffs)
+      detail::check_device_pointer(p.steps[k].coeffs, v.device_index,
+                                   "step " + std::to_string(k) + ": coefficients");
     if (p.steps[k].stats)
       detail::check_device_pointer(p.steps[k].stats, v.device_index,
                                    "step " + std::to_string(k) + ": stats");
@@ -264,7 +372,7 @@ void validate_pointwise_steps(const PointwiseStep* steps, int num_steps) {
   for (int k = 0; k < num_steps; ++k) {
     const PointwiseStep& s = steps[k];
     const std::string where = step_name(s, k);
-    VOXAUG_EXPECTS(static_cast<int>(s.op) >= 0 && static_cast<int>(s.op) <= 4,
+    VOXAUG_EXPECTS(static_cast<int>(s.op) >= 0 && static_cast<int>(s.op) < kNumOps,
                    where + ": unknown op " + std::to_string(static_cast<int>(s.op)));
     expect_finite(s.prob, where, "prob");
     VOXAUG_EXPECTS(s.prob >= 0.0 && s.prob <= 1.0,
@@ -296,9 +404,36 @@ void validate_pointwise_steps(const PointwiseStep* steps, int num_steps) {
         if (s.has_b_max) expect_finite(s.b_max, where, "maxv");
         break;
       case PointwiseOp::GaussianNoise:
+      case PointwiseOp::RicianNoise:
         expect_finite(s.mean, where, "mean");
         expect_finite(s.std, where, "std");
         VOXAUG_EXPECTS(s.std >= 0.0, where + ": std must be >= 0, got " + std::to_string(s.std));
+        break;
+      case PointwiseOp::BiasField:
+        VOXAUG_EXPECTS(s.coefficients != nullptr, where + ": coefficients must not be null");
+        VOXAUG_EXPECTS(s.degree >= 0 && s.degree <= kMaxBiasFieldDegree,
+                       where + ": degree must be in [0, " + std::to_string(kMaxBiasFieldDegree) +
+                           "], got " + std::to_string(s.degree));
+        break;
+      case PointwiseOp::AdjustContrast:
+      case PointwiseOp::Gamma:
+        if (s.op == PointwiseOp::AdjustContrast)
+          VOXAUG_EXPECTS(s.stats != nullptr, where + ": stats (from minmax) must not be null");
+        if (s.random) {
+          const bool log_range = s.op == PointwiseOp::Gamma;
+          expect_finite(s.low, where, log_range ? "log_gamma low" : "gamma low");
+          expect_finite(s.high, where, log_range ? "log_gamma high" : "gamma high");
+          VOXAUG_EXPECTS(s.low <= s.high, where + ": low must be <= high, got " +
+                                              std::to_string(s.low) + " > " +
+                                              std::to_string(s.high));
+          VOXAUG_EXPECTS(log_range || s.low > 0.0, where + ": gamma must be > 0, got the range [" +
+                                                       std::to_string(s.low) + ", " +
+                                                       std::to_string(s.high) + ")");
+        } else {
+          expect_finite(s.value, where, "gamma");
+          VOXAUG_EXPECTS(s.value > 0.0,
+                         where + ": gamma must be > 0, got " + std::to_string(s.value));
+        }
         break;
     }
   }
@@ -309,6 +444,7 @@ void pointwise_chain(const VolumeView& in, const VolumeView& out, const Pointwis
   detail::ChainParams p = pack(steps, num_steps);
   p.first_sample = first_sample;
   p.channels = in.shape[1];
+  for (int a = 0; a < 3; ++a) p.dims[a] = in.shape[2 + a];
   check_pair(in, "input", out, "output", /*allow_same=*/true);
   check_batch(in, first_sample);
   if (in.numel() == 0) return;
@@ -330,6 +466,11 @@ void pointwise_chain_backward(const VolumeView& grad_out, const VolumeView& in,
   detail::ChainParams p = pack(steps, num_steps);
   p.first_sample = first_sample;
   p.channels = in.shape[1];
+  for (int a = 0; a < 3; ++a) p.dims[a] = in.shape[2 + a];
+  for (int k = 0; k < num_steps; ++k)
+    VOXAUG_EXPECTS(steps[k].op != PointwiseOp::RicianNoise,
+                   step_name(steps[k], k) +
+                       " is not differentiable (the gradient of Rician noise is not implemented)");
   check_pair(in, "input", grad_out, "grad_output", /*allow_same=*/true);
   check_pair(in, "input", grad_in, "grad_input", /*allow_same=*/false);
   VOXAUG_EXPECTS(grad_out.dtype == in.dtype && grad_in.dtype == in.dtype,

@@ -13,6 +13,14 @@ import torch
 SCALE_INTENSITY_RANGE, SHIFT_INTENSITY, SCALE_INTENSITY, GAUSSIAN_NOISE, RESCALE_INTENSITY = 0, 1, 2, 3, 4
 HAS_B_MIN, HAS_B_MAX, CLIP, RANDOM, CHANNEL_WISE, SAMPLE_STD = 1, 2, 4, 8, 16, 32
 HAS_MINV, HAS_MAXV = HAS_B_MIN, HAS_B_MAX
+RICIAN_NOISE, BIAS_FIELD, ADJUST_CONTRAST, GAMMA = 5, 6, 7, 8
+MONOMIAL_BASIS, INVERT_IMAGE = 64, 128
+MAX_BIAS_FIELD_DEGREE = 7
+
+
+def bias_field_coefficients(degree: int) -> int:
+    """Coefficients of a 3-D bias field of `degree`: (d + 1)(d + 2)(d + 3) / 6 (MONAI's count)."""
+    return (degree + 1) * (degree + 2) * (degree + 3) // 6
 
 
 @dataclass
@@ -114,6 +122,15 @@ def resample(inputs, matrices: torch.Tensor, out_size, modes, paddings, pad_valu
                                      align_corners)
 
 
+# ---------------- crop family ----------------
+def foreground_bbox(image: torch.Tensor, threshold: float = 0.0, channel_indices=None) -> torch.Tensor:
+    """(N, 6) int64 on the image's device: per sample the half-open box (d0, h0, w0, d1, h1, w1)
+    of the voxels where any selected channel is > threshold (zeros without foreground). No
+    host synchronisation."""
+    ch = None if channel_indices is None else [int(c) for c in channel_indices]
+    return torch.ops.voxaug.foreground_bbox(image, float(threshold), ch)
+
+
 # ---------------- deform family ----------------
 BSPLINE_FIELD, DENSE_FIELD, SEPARABLE_FIELD = 1, 2, 3
 
@@ -182,3 +199,47 @@ def gaussian_smooth(image: torch.Tensor, sigma, truncated: float = 4.0,
     Differentiable w.r.t. `image`."""
     s = _per_sample_sigma(sigma, image.shape[0])
     return torch.ops.voxaug.gaussian_smooth(image, s, float(truncated), dtype)
+
+
+# ---------------- stats family ----------------
+def moments(image: torch.Tensor, channel_wise: bool = False, nonzero: bool = False) -> torch.Tensor:
+    """(N, 1 or C, 3) float64 on the image's device: count, mean and population std (ddof 0) of
+    each sample (each channel with `channel_wise`); with `nonzero` only values != 0 count. No
+    host sync; deterministic, identical on the CPU and CUDA."""
+    return torch.ops.voxaug.moments(image, bool(channel_wise), bool(nonzero))
+
+
+def percentiles(image: torch.Tensor, q, channel_wise: bool = False) -> torch.Tensor:
+    """(N, 1 or C, len(q)) float64 on the image's device: exact q-th percentiles (q in [0, 100],
+    numpy.percentile's default linear method) of each sample (each channel with
+    `channel_wise`). A NaN in a segment gives NaN. No host sync."""
+    q = [float(v) for v in (q if isinstance(q, (list, tuple)) else torch.as_tensor(q).flatten().tolist())]
+    return torch.ops.voxaug.percentiles(image, q, bool(channel_wise))
+
+
+def _value_list(v):
+    if v is None:
+        return None
+    return [float(x) for x in torch.as_tensor(v, dtype=torch.float64).flatten().tolist()]
+
+
+def normalize_intensity(image: torch.Tensor, subtrahend=None, divisor=None, nonzero: bool = False,
+                        channel_wise: bool = False, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """MONAI NormalizeIntensity on an (N, C, D, H, W) batch: (x - sub) / div per sample (per channel
+    with `channel_wise`), sub / div the mean / std unless given (one value, or one per channel);
+    div == 0 -> 1; with `nonzero` only values != 0 count and change. Output dtype: `dtype`, else
+    the image's (float32 for integer images)."""
+    return torch.ops.voxaug.normalize_intensity(image, _value_list(subtrahend), _value_list(divisor),
+                                                bool(nonzero), bool(channel_wise), dtype)
+
+
+def scale_intensity_range_percentiles(image: torch.Tensor, lower: float, upper: float,
+                                      b_min: Optional[float] = None, b_max: Optional[float] = None,
+                                      clip: bool = False, relative: bool = False, channel_wise: bool = False,
+                                      dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """MONAI ScaleIntensityRangePercentiles on an (N, C, D, H, W) batch: per sample (per channel with
+    `channel_wise`) ScaleIntensityRange(a_min = lower-th percentile, a_max = upper-th percentile,
+    b_min, b_max, clip), `relative` as MONAI. One sort for the batch, no host sync."""
+    return torch.ops.voxaug.scale_intensity_range_percentiles(
+        image, float(lower), float(upper), None if b_min is None else float(b_min),
+        None if b_max is None else float(b_max), bool(clip), bool(relative), bool(channel_wise), dtype)

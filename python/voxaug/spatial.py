@@ -162,7 +162,7 @@ __all__ = [
     "Affine", "Affined", "RandAffine", "RandAffined", "Rotate", "Rotated", "RandRotate", "RandRotated",
     "Zoom", "Zoomd", "Resize", "Resized", "Spacing", "Spacingd", "Orientation", "Orientationd",
     "SpatialCrop", "SpatialCropd", "CenterSpatialCrop", "CenterSpatialCropd", "SpatialPad", "SpatialPadd",
-    "BorderPad", "BorderPadd", "DivisiblePad", "DivisiblePadd",
+    "BorderPad", "BorderPadd", "DivisiblePad", "DivisiblePadd", "CropForeground", "CropForegroundd",
 ]
 
 _MASK64 = (1 << 64) - 1
@@ -1611,6 +1611,97 @@ class DivisiblePad(_Pad):
         return _symmetric_widths(want, in_size, self.method)
 
 
+# ---------------- CropForeground ----------------
+def is_positive(img: Any) -> Any:
+    """MONAI's default select_fn: img > 0 (voxaug computes it in the bounding-box reduction)."""
+    return img > 0
+
+
+def _margin3(margin: Any) -> list[int]:
+    m = [int(margin)] * 3 if isinstance(margin, (int, np.integer)) else [int(v) for v in margin]
+    if len(m) != 3 or any(v < 0 for v in m):
+        raise ValueError(f"margin must be an int or 3 ints, each >= 0, got {margin!r}")
+    return m
+
+
+class CropForeground(_Spatial):
+    """MONAI CropForeground(select_fn=is_positive, channel_indices, margin, allow_smaller=False,
+    return_coords, k_divisible, mode, **pad_kwargs): crops to the foreground's bounding box
+    (with MONAI's margin, allow_smaller and k_divisible rules) and pads where the box leaves the
+    image, as one exact gather (integer translation + the pad mode; equal to MONAI's crop then
+    pad whenever the pad width is below the cropped extent, i.e. always for 'constant' / 'edge').
+
+    The box comes from a device reduction (``voxaug.ops.foreground_bbox``); the crop's size
+    depends on the data, so this transform synchronises once to read the box (as MONAI does).
+    The default select_fn (``is_positive``, MONAI's or voxaug's) runs inside the reduction;
+    another callable is evaluated with torch first. One volume per call ((C, D, H, W) or a
+    batch of 1): different volumes have different boxes."""
+
+    def __init__(self, select_fn: Callable = is_positive, channel_indices=None, margin=0, allow_smaller: bool = False,
+                 return_coords: bool = False, k_divisible=1, mode="constant", lazy: bool = False, **pad_kwargs):
+        _not_lazy(lazy)
+        self.select_fn, self.allow_smaller, self.return_coords = select_fn, bool(allow_smaller), return_coords
+        self.channel_indices = None if channel_indices is None else [int(c) for c in _as_list(channel_indices)]
+        self.margin = _margin3(margin)
+        k = [int(k_divisible)] * 3 if isinstance(k_divisible, (int, np.integer)) else [int(v) for v in k_divisible]
+        if len(k) != 3:
+            raise ValueError(f"k_divisible must be an int or 3 ints, got {k_divisible!r}")
+        self.k_divisible = [v if v > 0 else 1 for v in k]  # MONAI's fall_back_tuple
+        self.mode, self.value = mode, _pad_value(dict(pad_kwargs))
+        _pad_opts(mode, self.value)
+        self._box: Optional[tuple] = None
+
+    def compute_bounding_box(self, img: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(box_start, box_end) as MONAI's compute_bounding_box (synchronises once)."""
+        x, _ = _as_batch(img)
+        if x.shape[0] != 1:
+            raise ValueError(f"CropForeground crops one volume at a time (its box depends on the data); got a batch "
+                             f"of {x.shape[0]}: call it per sample")
+        if self.select_fn is is_positive or getattr(self.select_fn, "__name__", "") == "is_positive":
+            box = ops.foreground_bbox(x, 0.0, self.channel_indices)
+        else:
+            sel = x if self.channel_indices is None else x[:, self.channel_indices]
+            mask = torch.as_tensor(self.select_fn(sel)).to(torch.bool).any(1, keepdim=True)
+            box = ops.foreground_bbox(mask.to(torch.uint8), 0.0)
+        b = box[0].cpu().numpy().astype(np.int64)  # the one host sync: the crop size is data
+        start, end = b[:3].copy(), b[3:].copy()
+        size = np.asarray(x.shape[2:], dtype=np.int64)
+        if end[0] > start[0]:  # foreground: MONAI's margin and allow_smaller
+            start, end = start - self.margin, end + self.margin
+            if self.allow_smaller:
+                start, end = np.maximum(start, 0), np.minimum(end, size)
+        orig = end - start
+        want = np.asarray([int(math.ceil(o / k) * k) for o, k in zip(orig, self.k_divisible)], dtype=np.int64)
+        start = start - (want - orig) // 2
+        return start, start + want
+
+    def _options(self, mode=None, **_):
+        return _pad_opts(self.mode if mode is None else mode, self.value)
+
+    def _geometry(self, in_size, n, params, opts):
+        if self._box is None:
+            raise RuntimeError("CropForeground: the bounding box is computed per call")
+        start, end = self._box
+        out_size = tuple(int(e - b) for b, e in zip(start, end))
+        m = _translate([float(v) for v in start])
+        return _Geometry(_stack([m] * n, 3), out_size, _stack([m] * n), opts.padding)
+
+    def __call__(self, img, mode=None, lazy: Optional[bool] = None, **pad_kwargs):
+        _not_lazy(lazy)
+        if pad_kwargs:
+            raise TypeError(f"unsupported arguments {sorted(pad_kwargs)}")
+        start, end = self.compute_bounding_box(img)
+        if np.any(end - start <= 0):  # no foreground: MONAI returns the empty crop
+            out = img[(slice(None),) * (img.dim() - 3) + (slice(0, 0),) * 3]
+        else:
+            self._box = (start, end)
+            try:
+                out = self.apply(img, mode=mode)
+            finally:
+                self._box = None
+        return (out, start, end) if self.return_coords else out
+
+
 def _per_key(value: Any, n: int, name: str) -> list:
     """MONAI's ensure_tuple_rep for per-key settings."""
     if isinstance(value, (list, tuple)):
@@ -1800,6 +1891,37 @@ class DivisiblePadd(_SpatialDict):
                  lazy: bool = False, **kwargs):
         super().__init__(keys, DivisiblePad(k, "constant", method, lazy, **kwargs), {"mode": mode},
                          allow_missing_keys)
+
+
+class CropForegroundd(_SpatialDict):
+    """MONAI CropForegroundd: the box of `source_key`'s image (one sync), the same crop for every
+    key (per-key `mode`), one launch per group of keys sharing the map; the box is stored under
+    start_coord_key / end_coord_key."""
+
+    def __init__(self, keys, source_key: str, select_fn: Callable = is_positive, channel_indices=None, margin=0,
+                 allow_smaller: bool = False, k_divisible=1, mode="constant",
+                 start_coord_key: Optional[str] = "foreground_start_coord",
+                 end_coord_key: Optional[str] = "foreground_end_coord", allow_missing_keys: bool = False,
+                 lazy: bool = False, **pad_kwargs):
+        t = CropForeground(select_fn, channel_indices, margin, allow_smaller, False, k_divisible, "constant", lazy,
+                           **pad_kwargs)
+        super().__init__(keys, t, {"mode": mode}, allow_missing_keys)
+        self.source_key, self.start_coord_key, self.end_coord_key = source_key, start_coord_key, end_coord_key
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
+        start, end = self.transform.compute_bounding_box(data[self.source_key])
+        if np.any(end - start <= 0):
+            raise ValueError(f"CropForegroundd: no foreground in data[{self.source_key!r}] (an empty crop)")
+        self.transform._box = (start, end)
+        try:
+            d = super().__call__(data)
+        finally:
+            self.transform._box = None
+        if self.start_coord_key is not None:
+            d[self.start_coord_key] = start
+        if self.end_coord_key is not None:
+            d[self.end_coord_key] = end
+        return d
 
 
 # ---------------- Spacing / Orientation (affine-aware) ----------------

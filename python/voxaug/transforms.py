@@ -29,6 +29,8 @@ __all__ = [
     "Compose", "ScaleIntensityRange", "ScaleIntensityRanged", "ShiftIntensity", "ShiftIntensityd",
     "RandShiftIntensity", "RandShiftIntensityd", "ScaleIntensity", "ScaleIntensityd",
     "RandScaleIntensity", "RandScaleIntensityd", "RandGaussianNoise", "RandGaussianNoised",
+    "RandRicianNoise", "RandRicianNoised", "RandBiasField", "RandBiasFieldd", "RandomBiasField",
+    "AdjustContrast", "AdjustContrastd", "RandAdjustContrast", "RandAdjustContrastd", "Gamma", "RandomGamma",
 ]
 
 DtypeLike = Union[torch.dtype, np.dtype, type, str, None]
@@ -116,6 +118,7 @@ class _Pointwise:
     """A transform made of pointwise steps; consecutive ones fuse inside :class:`Compose`."""
 
     dtype: Optional[torch.dtype] = None
+    _single_pass = True  # False: the transform needs more than its steps (never fused)
 
     def _plan(self, x: torch.Tensor) -> list[Step]:
         raise NotImplementedError
@@ -268,6 +271,213 @@ class RandGaussianNoise(_Pointwise, _Randomizable):
         return [Step(ops.GAUSSIAN_NOISE, flags, (self.mean, self.std), self.prob, self._next_seed())]
 
 
+class RandRicianNoise(_Pointwise, _Randomizable):
+    """MONAI RandRicianNoise: ``sqrt((img + n1)^2 + n2^2)``, n1, n2 ~ N(mean, s) per voxel, drawn
+    in the kernel (Philox + Box-Muller). ``s = std``, or ~ U(0, std) with ``sample_std``, one per
+    sample (per channel with ``channel_wise``). ``relative``: ``s`` is also multiplied by the
+    image's (channel's) standard deviation, a device reduction (torch.std, unbiased, as MONAI)
+    on this transform's input, so in a :class:`Compose` it starts a new fused pass. Not
+    differentiable. Scalar ``mean`` / ``std`` only (MONAI also takes per-channel sequences)."""
+
+    def __init__(self, prob: float = 0.1, mean: float = 0.0, std: float = 1.0, channel_wise: bool = False,
+                 relative: bool = False, sample_std: bool = True, dtype: DtypeLike = torch.float32,
+                 seed: Optional[int] = None):
+        _Randomizable.__init__(self, seed)
+        if not isinstance(mean, (int, float)) or not isinstance(std, (int, float)):
+            raise NotImplementedError("RandRicianNoise: per-channel mean / std sequences are not supported; "
+                                      f"give numbers (got mean={mean!r}, std={std!r})")
+        if not std >= 0:
+            raise ValueError(f"std must be >= 0, got {std}")
+        self.prob, self.mean, self.std = _check_prob(prob), float(mean), float(std)
+        self.channel_wise, self.relative, self.sample_std = channel_wise, relative, sample_std
+        self.dtype = _torch_dtype(dtype)
+        self._needs_input_stats = relative
+
+    def _plan(self, x, seed: Optional[int] = None):
+        flags = (ops.SAMPLE_STD if self.sample_std else 0) | (ops.CHANNEL_WISE if self.channel_wise else 0)
+        scale = None
+        if self.relative:  # device reduction, no host round trip
+            v = x.to(torch.float32)
+            scale = (v.flatten(2) if self.channel_wise else v.flatten(1)).std(-1)
+        return [Step(ops.RICIAN_NOISE, flags, (self.mean, self.std), self.prob,
+                     self._next_seed() if seed is None else seed, values=scale)]
+
+
+def _host_to(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A small host-made parameter tensor onto the data's device without a blocking copy."""
+    if device.type == "cpu":
+        return t
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+class _BiasField(_Pointwise, _Randomizable):
+    """Shared by MONAI's RandBiasField and TorchIO's RandomBiasField: the gate and the
+    coefficients are drawn on the host from Philox (``ops.philox_uniform``, one row per sample)
+    and kept in ``last_applied`` / ``last_coefficients`` (float64 values of the float32 ones the
+    kernel uses; zero rows where the gate is closed: exp(0) = 1 leaves those samples unchanged).
+    The field is evaluated per voxel in the kernel: no dense field in memory."""
+
+    _monomial = False
+
+    def _init(self, degree: int, coeff_range: tuple[float, float], prob: float, seed: Optional[int]):
+        _Randomizable.__init__(self, seed)
+        if not 0 <= degree <= ops.MAX_BIAS_FIELD_DEGREE:
+            raise ValueError(f"degree must be in [0, {ops.MAX_BIAS_FIELD_DEGREE}], got {degree}")
+        self.degree, self.coeff_range, self.prob = int(degree), coeff_range, _check_prob(prob)
+        self.last_coefficients: Optional[torch.Tensor] = None
+        self.last_applied: Optional[torch.Tensor] = None
+
+    def _plan(self, x, seed: Optional[int] = None):
+        n, nc = x.shape[0], ops.bias_field_coefficients(self.degree)
+        u = ops.philox_uniform(self._next_seed() if seed is None else seed, 0, n, nc + 1)
+        applied = u[:, 0] < self.prob
+        lo, hi = self.coeff_range
+        coeff = (lo + (hi - lo) * u[:, 1:]).to(torch.float32)
+        coeff = torch.where(applied[:, None], coeff, torch.zeros(()))
+        self.last_applied, self.last_coefficients = applied, coeff.double()
+        flags = ops.MONOMIAL_BASIS if self._monomial else 0
+        return [Step(ops.BIAS_FIELD, flags, (self.degree,), 1.0, 0, values=_host_to(coeff, x.device))]
+
+
+class RandBiasField(_BiasField):
+    """MONAI RandBiasField: ``img * exp(sum c_ijk P_i(z) P_j(y) P_k(x))``, Legendre polynomials of
+    total degree <= ``degree`` on MONAI's grid (float32 linspace(-1, 1) per axis), coefficients
+    ~ U(coeff_range) per sample, in MONAI's order. The same field for every channel."""
+
+    def __init__(self, degree: int = 3, coeff_range: tuple[float, float] = (0.0, 0.1),
+                 dtype: DtypeLike = torch.float32, prob: float = 0.1, seed: Optional[int] = None):
+        if degree < 1:
+            raise ValueError(f"degree should be no less than 1, got {degree}.")
+        self._init(degree, (float(coeff_range[0]), float(coeff_range[1])), prob, seed)
+        self.dtype = _torch_dtype(dtype)
+
+
+class RandomBiasField(_BiasField):
+    """TorchIO RandomBiasField: ``img * exp(sum c_ijk x^i y^j z^k)`` with monomials of total
+    order <= ``order`` on TorchIO's centred grid, every coefficient ~ U(-c, c) (or U(a, b) for
+    ``coefficients=(a, b)``), applied with probability ``p`` per sample. Float32 result."""
+
+    _monomial = True
+
+    def __init__(self, coefficients: Union[float, tuple[float, float]] = 0.5, order: int = 3, p: float = 1.0,
+                 seed: Optional[int] = None):
+        if not isinstance(order, int) or order < 0:
+            raise ValueError(f"order must be a non-negative int, got {order!r}")
+        self._init(order, _range(coefficients, "coefficients"), p, seed)
+        self.dtype = torch.float32
+
+
+class _Contrast(_Pointwise):
+    """MONAI's contrast transforms: one pass, plus with ``retain_stats`` a second one."""
+
+    _needs_input_stats = True
+    retain_stats = False
+
+    @property
+    def _single_pass(self) -> bool:  # type: ignore[override]
+        return not self.retain_stats
+
+    def apply(self, img: Any, steps: Optional[list[Step]] = None) -> Any:
+        if not self.retain_stats:
+            return super().apply(img, steps)
+        x, restore = _as_batch(img)
+        steps = steps if steps is not None else self._plan(x)
+        out = ops.pointwise_chain(x, steps, dtype=self._out_dtype(x))
+        return restore(_retain_stats(x, out, steps[0]))
+
+
+def _retain_stats(x: torch.Tensor, out: torch.Tensor, step: Step) -> torch.Tensor:
+    """MONAI's retain_stats: the result's mean / std moved back to the input's (per sample, torch's
+    unbiased std; device reductions, no host sync). (-out) has mean -mean(out) and the same std,
+    so with invert_image too the result is (out - mean(out)) * std(x) / (std(out) + 1e-8) + mean(x).
+    The steps carry the contrast step's gate (same seed and prob): closed samples stay as they are.
+    The statistics are constants for autograd, like min / max."""
+    with torch.no_grad():
+        xs, xm = torch.std_mean(x.flatten(1).to(out.dtype), dim=1)
+        os_, om = torch.std_mean(out.flatten(1), dim=1)
+        factor = xs / (os_ + 1e-8)
+    gate = dict(prob=step.prob, seed=step.seed)
+    return ops.pointwise_chain(out, [Step(ops.SHIFT_INTENSITY, values=-om, **gate),
+                                     Step(ops.SCALE_INTENSITY, values=factor - 1.0, **gate),
+                                     Step(ops.SHIFT_INTENSITY, values=xm, **gate)])
+
+
+class AdjustContrast(_Contrast):
+    """MONAI AdjustContrast: ``((img - min) / (max - min + 1e-7))^gamma * (max - min) + min`` with
+    each sample's min / max from a device reduction (``ops.minmax``), so in a :class:`Compose` it
+    starts a new fused pass. ``invert_image``: applied to ``-img`` and negated back (nnU-Net).
+    ``retain_stats``: a second pass restores each sample's mean and std (never fused). Gradients
+    treat min / max (and the retained statistics) as constants."""
+
+    def __init__(self, gamma: float, invert_image: bool = False, retain_stats: bool = False):
+        if not isinstance(gamma, (int, float)):
+            raise ValueError(f"gamma must be a float or int number, got {type(gamma)} {gamma}.")
+        if not gamma > 0:
+            raise ValueError(f"gamma must be > 0, got {gamma}")
+        self.gamma, self.invert_image, self.retain_stats = float(gamma), invert_image, retain_stats
+
+    def _plan(self, x):
+        flags = ops.INVERT_IMAGE if self.invert_image else 0
+        return [Step(ops.ADJUST_CONTRAST, flags, (self.gamma,), values=ops.minmax(x, False))]
+
+
+class RandAdjustContrast(_Contrast, _Randomizable):
+    """MONAI RandAdjustContrast: :class:`AdjustContrast` with gamma ~ U(gamma) per sample (a number
+    g means (0.5, g)), drawn in the kernel, applied with probability ``prob`` per sample."""
+
+    def __init__(self, prob: float = 0.1, gamma: Union[Sequence[float], float] = (0.5, 4.5),
+                 invert_image: bool = False, retain_stats: bool = False, seed: Optional[int] = None):
+        _Randomizable.__init__(self, seed)
+        if isinstance(gamma, (int, float)):
+            if gamma <= 0.5:
+                raise ValueError(
+                    f"if gamma is a number, must greater than 0.5 and value is picked from (0.5, gamma), got {gamma}")
+            self.gamma = (0.5, float(gamma))
+        elif len(gamma) != 2:
+            raise ValueError("gamma should be a number or pair of numbers.")
+        else:
+            self.gamma = (float(min(gamma)), float(max(gamma)))
+        if not self.gamma[0] > 0:
+            raise ValueError(f"gamma must be > 0, got the range {self.gamma}")
+        self.prob, self.invert_image, self.retain_stats = _check_prob(prob), invert_image, retain_stats
+
+    def _plan(self, x, seed: Optional[int] = None):
+        flags = ops.RANDOM | (ops.INVERT_IMAGE if self.invert_image else 0)
+        return [Step(ops.ADJUST_CONTRAST, flags, (1.0, *self.gamma), self.prob,
+                     self._next_seed() if seed is None else seed, values=ops.minmax(x, False))]
+
+
+class Gamma(_Pointwise):
+    """TorchIO Gamma: ``sign(img) |img|^gamma`` (``img^gamma`` on non-negative images). Float32 result."""
+
+    dtype = torch.float32
+
+    def __init__(self, gamma: float):
+        if not gamma > 0:
+            raise ValueError(f"gamma must be > 0, got {gamma}")
+        self.gamma = float(gamma)
+
+    def _plan(self, x):
+        return [Step(ops.GAMMA, 0, (self.gamma,))]
+
+
+class RandomGamma(_Pointwise, _Randomizable):
+    """TorchIO RandomGamma: ``sign(img) |img|^gamma``, gamma = exp(beta), beta ~ U(log_gamma) (a number
+    d means (-d, d)) per sample and channel, drawn in the kernel; applied with probability ``p``
+    per sample. Float32 result."""
+
+    dtype = torch.float32
+
+    def __init__(self, log_gamma: Union[float, tuple[float, float]] = (-0.3, 0.3), p: float = 1.0,
+                 seed: Optional[int] = None):
+        _Randomizable.__init__(self, seed)
+        self.log_gamma = _range(log_gamma, "log_gamma")
+        self.p = _check_prob(p)
+
+    def _plan(self, x):
+        return [Step(ops.GAMMA, ops.RANDOM, (1.0, *self.log_gamma), self.p, self._next_seed())]
+
+
 class Compose:
     """Applies transforms in order; consecutive pointwise transforms run as one fused pass
     (one read and one write of the volume). The result equals applying them one by one.
@@ -275,8 +485,8 @@ class Compose:
     Lazy spatial composition (``fuse_spatial=True``, the default): consecutive spatial
     transforms that are index maps (Flip, RandFlip, Rotate90, RandRotate90, Orientation,
     SpatialCrop, CenterSpatialCrop, Affine, RandAffine, Rotate, RandRotate, Spacing, and Resize /
-    Zoom where their map is affine; their dictionary forms likewise, except Spacingd /
-    Orientationd) are multiplied into one per-sample map (``M = M_first @ ... @ M_last``, output
+    Zoom where their map is affine; their dictionary forms likewise, Spacingd / Orientationd
+    included, with Spacingd's ensure_same_shape) are multiplied into one per-sample map (``M = M_first @ ... @ M_last``, output
     index -> input index, float64) and gathered by one resample launch, a following crop
     included. Random transforms draw exactly the parameters they draw when called one by one.
     The result is the step-by-step result with one interpolation instead of several: groups
@@ -310,7 +520,7 @@ class Compose:
     def _fusable(t: Any, input_is_float: bool) -> bool:
         # Shift transforms give integer images back their dtype (_finish); on floating input,
         # which includes the output of any earlier fused step, they fuse like the rest.
-        if not isinstance(t, _Pointwise):
+        if not isinstance(t, _Pointwise) or not t._single_pass:
             return False
         return type(t)._finish is _Pointwise._finish or input_is_float
 
@@ -385,6 +595,22 @@ class _Dict:
         return d
 
 
+class _DictSharedSeed(_Dict):
+    """Dictionary form of a random transform whose plan depends on each key's image (statistics):
+    one seed per call, shared by every key, each key planned with its own image."""
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
+        d = dict(data)
+        seed = self.transform._next_seed()
+        for key in self.keys:
+            if key not in d:
+                if self.allow_missing_keys:
+                    continue
+                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+            d[key] = self.transform.apply(d[key], self.transform._plan(_as_batch(d[key])[0], seed))
+        return d
+
+
 class ScaleIntensityRanged(_Dict):
     def __init__(self, keys, a_min: float, a_max: float, b_min: Optional[float] = None, b_max: Optional[float] = None,
                  clip: bool = False, dtype: DtypeLike = torch.float32, allow_missing_keys: bool = False):
@@ -418,6 +644,38 @@ class RandGaussianNoised(_Dict):
     def __init__(self, keys, prob: float = 0.1, mean: float = 0.0, std: float = 0.1, dtype: DtypeLike = torch.float32,
                  allow_missing_keys: bool = False, sample_std: bool = True, seed: Optional[int] = None):
         super().__init__(keys, RandGaussianNoise(prob, mean, std, dtype, sample_std, seed), allow_missing_keys)
+
+
+class RandRicianNoised(_DictSharedSeed):
+    """MONAI RandRicianNoised; every key gets the same draw (the same noise where shapes agree)."""
+
+    def __init__(self, keys, prob: float = 0.1, mean: float = 0.0, std: float = 1.0, channel_wise: bool = False,
+                 relative: bool = False, sample_std: bool = True, dtype: DtypeLike = torch.float32,
+                 allow_missing_keys: bool = False, seed: Optional[int] = None):
+        super().__init__(keys, RandRicianNoise(prob, mean, std, channel_wise, relative, sample_std, dtype, seed),
+                         allow_missing_keys)
+
+
+class RandBiasFieldd(_DictSharedSeed):
+    def __init__(self, keys, degree: int = 3, coeff_range: tuple[float, float] = (0.0, 0.1),
+                 dtype: DtypeLike = torch.float32, prob: float = 0.1, allow_missing_keys: bool = False,
+                 seed: Optional[int] = None):
+        super().__init__(keys, RandBiasField(degree, coeff_range, dtype, prob, seed), allow_missing_keys)
+
+
+class AdjustContrastd(_Dict):
+    def __init__(self, keys, gamma: float, invert_image: bool = False, retain_stats: bool = False,
+                 allow_missing_keys: bool = False):
+        super().__init__(keys, AdjustContrast(gamma, invert_image, retain_stats), allow_missing_keys)
+
+
+class RandAdjustContrastd(_DictSharedSeed):
+    """MONAI RandAdjustContrastd: one gamma per call for every key, each key with its own min / max."""
+
+    def __init__(self, keys, prob: float = 0.1, gamma: Union[Sequence[float], float] = (0.5, 4.5),
+                 invert_image: bool = False, retain_stats: bool = False, allow_missing_keys: bool = False,
+                 seed: Optional[int] = None):
+        super().__init__(keys, RandAdjustContrast(prob, gamma, invert_image, retain_stats, seed), allow_missing_keys)
 
 
 # ---------------- spatial family (python/voxaug/spatial.py) ----------------

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "voxaug/detail/fmath.h"
+
 #include "intensity_cases.h"
 #include "voxaug/detail/convert.h"
 #include "voxaug/error.h"
@@ -52,7 +54,7 @@ TEST(IntensityCpu, OutputIsNotTriviallyConstant) {
   const Shape s{4, 1, 8, 8, 8};
   const auto src = random_values(s.numel(), 5, 0, 100);
   std::vector<float> in(src.begin(), src.end()), out(in.size());
-  const auto chain = reference_chains().back().steps;
+  const auto chain = reference_chains()[15].steps;  // long_chain
   pointwise_chain(host_view(in.data(), DType::Float32, s), host_view(out.data(), DType::Float32, s),
                   chain.data(), static_cast<int>(chain.size()));
   double lo = 1e30, hi = -1e30;
@@ -78,7 +80,7 @@ TEST(IntensityCpu, FusedChainEqualsStepByStepBitwise) {
   const Shape s{3, 2, 7, 5, 9};
   const auto src = random_values(s.numel(), 3, -300, 300);
   std::vector<float> in(src.begin(), src.end()), fused(in.size()), stepwise(in);
-  const auto chain = reference_chains().back().steps;
+  const auto chain = reference_chains()[15].steps;  // long_chain
   pointwise_chain(host_view(in.data(), DType::Float32, s),
                   host_view(fused.data(), DType::Float32, s), chain.data(),
                   static_cast<int>(chain.size()));
@@ -172,6 +174,7 @@ TEST(IntensityCpu, IntegerAndHalfInputsAndOutputs) {
 
 TEST(IntensityCpu, BackwardMatchesFloat64Derivative) {
   for (const auto& chain : reference_chains()) {
+    if (!is_differentiable(chain.steps)) continue;  // Rician: BackwardRejectsRicianNoise
     const Shape s{3, 2, 3, 4, 5};
     const auto src = random_values(s.numel(), 21, -200, 300);
     const auto g = random_values(s.numel(), 22, -1, 1);
@@ -318,5 +321,308 @@ TEST(IntensityCpu, BadArgumentsGiveNamedErrors) {
   EXPECT_NE(error_of([&] {
               pointwise_chain(va, cuda_view, &st, 1);
             }).find("must be on the device of input"),
+            std::string::npos);
+}
+
+// ---------------- exp / log / pow of detail/fmath.h (identical on host and device)
+// ----------------
+namespace {
+double ulp_distance(float a, double ref) {
+  const float r = std::fabs(static_cast<float>(ref));
+  return std::fabs(a - ref) / (std::nextafter(r, INFINITY) - r);
+}
+double ulp_distance(double a, long double ref) {
+  const double r = static_cast<double>(ref);
+  if (a == r) return 0.0;
+  const double ulp = std::nextafter(std::fabs(r), INFINITY) - std::fabs(r);
+  return static_cast<double>(std::fabs(static_cast<long double>(a) - ref) / ulp);
+}
+}  // namespace
+
+TEST(IntensityMath, ExpFloatWithin2UlpOfStdExp) {
+  double worst = 0;
+  float worst_x = 0;
+  for (float x = -87.0f; x <= 88.7f; x += 0.000731f) {
+    const double d = ulp_distance(detail::fexp(x), std::exp(static_cast<double>(x)));
+    if (d > worst) worst = d, worst_x = x;
+  }
+  for (float x = -1e-3f; x <= 1e-3f; x += 1.37e-7f)
+    worst = std::max(worst, ulp_distance(detail::fexp(x), std::exp(static_cast<double>(x))));
+  EXPECT_LE(worst, 2.0) << "at x = " << worst_x;
+  // Subnormal results round once: within one subnormal step of the true value.
+  for (float x = -103.9f; x < -87.4f; x += 0.01f)
+    EXPECT_LE(std::fabs(detail::fexp(x) - std::exp(static_cast<double>(x))), 1.5e-45) << x;
+  EXPECT_EQ(detail::fexp(0.0f), 1.0f);
+  EXPECT_EQ(detail::fexp(-200.0f), 0.0f);
+  EXPECT_EQ(detail::fexp(89.0f), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(detail::fexp(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_TRUE(std::isnan(detail::fexp(std::nanf(""))));
+}
+
+TEST(IntensityMath, ExpDoubleWithin2UlpOfLongDoubleExp) {
+  double worst = 0;
+  for (double x = -708.0; x <= 709.7; x += 0.0137)
+    worst = std::max(worst, ulp_distance(detail::fexp(x), std::exp(static_cast<long double>(x))));
+  for (double x = -1e-6; x <= 1e-6; x += 1.3e-9)
+    worst = std::max(worst, ulp_distance(detail::fexp(x), std::exp(static_cast<long double>(x))));
+  EXPECT_LE(worst, 2.0);
+  EXPECT_EQ(detail::fexp(0.0), 1.0);
+  EXPECT_EQ(detail::fexp(710.0), INFINITY);
+  EXPECT_EQ(detail::fexp(-746.0), 0.0);
+  EXPECT_TRUE(std::isnan(detail::fexp(std::nan(""))));
+}
+
+TEST(IntensityMath, LogWithin2UlpOfStdLog) {
+  double worst_f = 0, worst_d = 0;
+  for (double lx = -45.0; lx <= 38.0; lx += 0.00173) {  // subnormal to large floats
+    const float x = static_cast<float>(std::pow(10.0, lx));
+    if (x == 0.0f || std::isinf(x)) continue;
+    const double ref = std::log(static_cast<double>(x));
+    if (std::fabs(ref) > 1e-3) worst_f = std::max(worst_f, ulp_distance(detail::flog(x), ref));
+    const double xd = std::pow(10.0, lx * 8.0);
+    if (xd > 0 && std::isfinite(xd))
+      worst_d =
+          std::max(worst_d, ulp_distance(detail::flog(xd), std::log(static_cast<long double>(xd))));
+  }
+  EXPECT_LE(worst_f, 2.0);
+  EXPECT_LE(worst_d, 2.0);
+  EXPECT_EQ(detail::flog(1.0f), 0.0f);
+  EXPECT_EQ(detail::flog(0.0f), -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(detail::flog(-1.0f)));
+  EXPECT_EQ(detail::flog(std::numeric_limits<float>::infinity()),
+            std::numeric_limits<float>::infinity());
+  EXPECT_EQ(detail::flog(0.0), -INFINITY);
+  // The shared series agrees with log_unit (Box-Muller's) on (0, 1].
+  for (float x = 1e-6f; x <= 1.0f; x *= 1.01f) EXPECT_EQ(detail::flog(x), detail::log_unit(x));
+}
+
+TEST(IntensityMath, PowSpecialCasesAndAccuracy) {
+  EXPECT_EQ(detail::fpow_nonneg(0.0f, 2.0f), 0.0f);
+  EXPECT_EQ(detail::fpow_nonneg(0.0f, 0.0f), 1.0f);
+  EXPECT_EQ(detail::fpow_nonneg(0.0f, -0.5f), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(detail::fpow_nonneg(1.0f, 3.7f), 1.0f);
+  EXPECT_TRUE(std::isnan(detail::fpow_nonneg(-1.0f, 0.5f)));
+  for (float b = 1e-4f; b < 1e4f; b *= 1.07f)
+    for (float g : {0.5f, 0.74f, 1.0f, 1.35f, 4.5f}) {
+      const double ref = std::pow(static_cast<double>(b), static_cast<double>(g));
+      if (ref < 1e-30 || ref > 1e30) continue;
+      // exp(y log b): the rounding of y log b scales the error by |y log b|.
+      const double amp = 1.0 + std::fabs(g * std::log(static_cast<double>(b)));
+      EXPECT_NEAR(detail::fpow_nonneg(b, g), ref, 2.4e-7 * amp * ref) << b << "^" << g;
+      EXPECT_NEAR(detail::fpow_nonneg(double(b), double(g)), ref, 1e-13 * ref);
+    }
+}
+
+// ---------------- Rician noise, bias field, contrast, gamma ----------------
+TEST(IntensityCpu, RicianMomentsMatchTheory) {
+  // x = nu, noise N(0, sigma) in both channels: E[R^2] = nu^2 + 2 sigma^2; nu = 0: Rayleigh,
+  // E[R] = sigma sqrt(pi / 2).
+  const Shape s{2, 1, 64, 64, 64};
+  const double sigma = 3.0;
+  std::vector<float> in(s.numel(), 0.0f), out(s.numel());
+  std::fill(in.begin() + s.sample(), in.end(), 5.0f);
+  const PointwiseStep st = PointwiseStep::rician_noise(0.0, sigma, false, false, 1.0, 77);
+  pointwise_chain(host_view(in.data(), DType::Float32, s), host_view(out.data(), DType::Float32, s),
+                  &st, 1);
+  for (int64_t n = 0; n < 2; ++n) {
+    const double nu = n == 0 ? 0.0 : 5.0;
+    double m1 = 0, m2 = 0;
+    for (int64_t i = n * s.sample(); i < (n + 1) * s.sample(); ++i)
+      m1 += out[i], m2 += out[i] * double(out[i]);
+    m1 /= s.sample();
+    m2 /= s.sample();
+    EXPECT_NEAR(m2, nu * nu + 2 * sigma * sigma, 0.02 * (nu * nu + 2 * sigma * sigma)) << n;
+    if (n == 0) {
+      EXPECT_NEAR(m1, sigma * std::sqrt(M_PI / 2), 0.01 * sigma);
+    }
+  }
+  for (float v : out) ASSERT_GE(v, 0.0f);
+}
+
+TEST(IntensityCpu, RicianRelativeScalesStdPerSampleOrChannel) {
+  const Shape s{2, 3, 3, 4, 5};
+  const auto src = random_values(s.numel(), 61, -50, 80);
+  std::vector<float> in(src.begin(), src.end()), out(in.size());
+  const std::vector<float> scale = {0.5f, 2.0f, 1.0f, 3.0f, 0.25f, 4.0f};
+  for (bool cw : {false, true}) {
+    const PointwiseStep st = PointwiseStep::rician_noise(0.2, 1.5, true, cw, 1.0, 62, scale.data());
+    pointwise_chain(host_view(in.data(), DType::Float32, s),
+                    host_view(out.data(), DType::Float32, s), &st, 1);
+    for (int64_t i = 0; i < s.numel(); ++i) {
+      const int64_t n = i / s.sample(), e = i % s.sample();
+      const double ref = reference_element({st}, in[i], static_cast<uint32_t>(n),
+                                           e / (s.d * s.h * s.w), e, nullptr, s.c);
+      ASSERT_NEAR(out[i], ref, 2e-5 * std::max(1.0, std::fabs(ref))) << cw << " " << i;
+    }
+  }
+}
+
+TEST(IntensityCpu, BackwardRejectsRicianNoise) {
+  const Shape s{1, 1, 2, 2, 2};
+  std::vector<float> a(8, 1.0f), g(8, 1.0f), gi(8);
+  const PointwiseStep st = PointwiseStep::rician_noise(0, 1, false, false, 1.0, 1);
+  try {
+    pointwise_chain_backward(host_view(g.data(), DType::Float32, s),
+                             host_view(a.data(), DType::Float32, s),
+                             host_view(gi.data(), DType::Float32, s), &st, 1);
+    FAIL() << "expected an error";
+  } catch (const voxaug::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rician_noise) is not differentiable"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(IntensityCpu, BiasFieldMatchesFloat64Reference) {
+  std::vector<Shape> shapes = awkward_shapes();
+  shapes.push_back({2, 2, 9, 1, 6});
+  for (const Shape& s : shapes)
+    for (bool mono : {false, true})
+      for (int degree : {0, 1, 3, 5}) {
+        if (!mono && degree == 0) continue;
+        const int nc = bias_field_coefficients(degree);
+        const auto cv = random_values(s.n * nc, 70 + degree, -0.15, 0.15);
+        const std::vector<float> coeffs(cv.begin(), cv.end());
+        const PointwiseStep st = PointwiseStep::bias_field(coeffs.data(), degree, mono, 0.7, 71);
+        const auto src = random_values(s.numel(), 72, -100, 200);
+        const int64_t dims[3] = {s.d, s.h, s.w};
+        std::vector<float> in(src.begin(), src.end()), out(in.size());
+        pointwise_chain(host_view(in.data(), DType::Float32, s),
+                        host_view(out.data(), DType::Float32, s), &st, 1);
+        std::vector<double> in64(src), out64(in.size()), gin(in.size()), gout(in.size(), 1.0);
+        pointwise_chain(host_view(in64.data(), DType::Float64, s),
+                        host_view(out64.data(), DType::Float64, s), &st, 1);
+        pointwise_chain_backward(host_view(gout.data(), DType::Float64, s),
+                                 host_view(in64.data(), DType::Float64, s),
+                                 host_view(gin.data(), DType::Float64, s), &st, 1);
+        for (int64_t i = 0; i < s.numel(); ++i) {
+          const int64_t n = i / s.sample(), e = i % s.sample();
+          double d = 0;
+          const double ref = reference_element({st}, in[i], static_cast<uint32_t>(n),
+                                               e / (s.d * s.h * s.w), e, &d, s.c, dims);
+          ASSERT_NEAR(out[i], ref, 2e-6 * std::max(1.0, std::fabs(ref)))
+              << s.str() << " mono " << mono << " degree " << degree << " i " << i;
+          const double ref64 = reference_element({st}, in64[i], static_cast<uint32_t>(n),
+                                                 e / (s.d * s.h * s.w), e, &d, s.c, dims);
+          ASSERT_NEAR(out64[i], ref64, 1e-12 * std::max(1.0, std::fabs(ref64)));
+          ASSERT_NEAR(gin[i], d, 1e-12 * std::max(1.0, std::fabs(d)));
+        }
+      }
+}
+
+TEST(IntensityCpu, AdjustContrastMatchesFloat64Reference) {
+  for (const Shape& s : awkward_shapes()) {
+    const auto src = random_values(s.numel(), 81, -300, 500);
+    std::vector<float> in(src.begin(), src.end()), out(in.size());
+    if (s.sample() > 1) std::fill(in.begin(), in.begin() + s.sample(), 3.0f);  // constant sample
+    std::vector<double> in64(in.begin(), in.end()), out64(in.size()), gin(in.size()),
+        gout(in.size(), 1.0);
+    std::vector<double> stats(2 * s.n), stats64(2 * s.n);
+    minmax(host_view(in.data(), DType::Float32, s), stats.data(), false);
+    minmax(host_view(in64.data(), DType::Float64, s), stats64.data(), false);
+    for (bool invert : {false, true})
+      for (int variant = 0; variant < 3; ++variant) {
+        const double gamma = variant == 0 ? 0.6 : 2.7;
+        auto make = [&](const double* st) {
+          return variant == 2 ? PointwiseStep::rand_adjust_contrast(st, 0.5, 4.5, 0.8, 83, invert)
+                              : PointwiseStep::adjust_contrast(st, gamma, invert);
+        };
+        const PointwiseStep step = make(stats.data()), step64 = make(stats64.data());
+        pointwise_chain(host_view(in.data(), DType::Float32, s),
+                        host_view(out.data(), DType::Float32, s), &step, 1);
+        pointwise_chain(host_view(in64.data(), DType::Float64, s),
+                        host_view(out64.data(), DType::Float64, s), &step64, 1);
+        pointwise_chain_backward(host_view(gout.data(), DType::Float64, s),
+                                 host_view(in64.data(), DType::Float64, s),
+                                 host_view(gin.data(), DType::Float64, s), &step64, 1);
+        for (int64_t i = 0; i < s.numel(); ++i) {
+          const int64_t n = i / s.sample(), e = i % s.sample();
+          double d = 0;
+          const double ref = reference_element({step}, in[i], static_cast<uint32_t>(n), 0, e, &d);
+          ASSERT_FALSE(std::isnan(out[i]));
+          // float32 pow then * range + min: absolute error ~ 1e-6 of the intensity scale
+          ASSERT_NEAR(out[i], ref, 1e-5 * (std::fabs(ref) + 800.0))
+              << s.str() << " invert " << invert << " variant " << variant << " i " << i;
+          const double ref64 =
+              reference_element({step64}, in64[i], static_cast<uint32_t>(n), 0, e, &d);
+          ASSERT_NEAR(out64[i], ref64, 1e-11 * (std::fabs(ref64) + 800.0));
+          if (std::isfinite(d) && std::fabs(d) < 1e6) {
+            ASSERT_NEAR(gin[i], d, 1e-8 * std::max(1.0, std::fabs(d))) << i;
+          }
+        }
+      }
+  }
+}
+
+TEST(IntensityCpu, NewStepsFuseBitwiseAndSplitBatches) {
+  const Shape whole{6, 2, 5, 6, 7}, piece{2, 2, 5, 6, 7};
+  const auto src = random_values(whole.numel(), 91, 1, 300);
+  std::vector<float> in(src.begin(), src.end()), fused(in.size()), stepwise(in),
+      part(piece.numel());
+  std::vector<double> stats(2 * whole.n);
+  minmax(host_view(in.data(), DType::Float32, whole), stats.data(), false);
+  const auto cv = random_values(whole.n * 20, 92, -0.1, 0.1);
+  const std::vector<float> coeffs(cv.begin(), cv.end());
+  const std::vector<PointwiseStep> chain = {
+      PointwiseStep::rand_adjust_contrast(stats.data(), 0.5, 4.5, 0.9, 93, false),
+      PointwiseStep::bias_field(coeffs.data(), 3, false, 0.8, 94),
+      PointwiseStep::rician_noise(0.0, 2.0, true, true, 0.9, 95),
+      PointwiseStep::rand_gamma(-0.3, 0.3, 1.0, 96)};
+  const int k = static_cast<int>(chain.size());
+  pointwise_chain(host_view(in.data(), DType::Float32, whole),
+                  host_view(fused.data(), DType::Float32, whole), chain.data(), k);
+  for (const auto& step : chain) {
+    const VolumeView v = host_view(stepwise.data(), DType::Float32, whole);
+    pointwise_chain(v, v, &step, 1);
+  }
+  EXPECT_EQ(0, std::memcmp(fused.data(), stepwise.data(), fused.size() * sizeof(float)));
+  // Samples 3..4 alone (their stats and coefficients rows, first_sample 3) give the same bytes.
+  std::vector<PointwiseStep> sub = chain;
+  sub[0].stats = stats.data() + 2 * 3;
+  sub[1].coefficients = coeffs.data() + 3 * 20;
+  pointwise_chain(host_view(in.data() + 3 * whole.sample(), DType::Float32, piece),
+                  host_view(part.data(), DType::Float32, piece), sub.data(), k, nullptr, 3);
+  EXPECT_EQ(
+      0, std::memcmp(part.data(), fused.data() + 3 * whole.sample(), part.size() * sizeof(float)));
+  double lo = 1e30, hi = -1e30;
+  for (float v : fused) lo = std::min<double>(lo, v), hi = std::max<double>(hi, v);
+  EXPECT_GT(hi - lo, 1.0);
+}
+
+TEST(IntensityCpu, NewStepsBadArgumentsGiveNamedErrors) {
+  const Shape s{1, 1, 2, 2, 2};
+  std::vector<float> a(8), b(8), coeffs(20);
+  std::vector<double> stats = {0.0, 1.0};
+  const VolumeView va = host_view(a.data(), DType::Float32, s),
+                   vb = host_view(b.data(), DType::Float32, s);
+  auto run = [&](PointwiseStep st) { pointwise_chain(va, vb, &st, 1); };
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::rician_noise(0, -1, false, false, 1, 0));
+            }).find("rician_noise): std must be >= 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::bias_field(coeffs.data(), 9, false, 1, 0));
+            }).find("degree must be in [0, 7]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::bias_field(nullptr, 3, false, 1, 0));
+            }).find("coefficients must not be null"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::adjust_contrast(nullptr, 1.0, false));
+            }).find("stats (from minmax) must not be null"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::adjust_contrast(stats.data(), -1.0, false));
+            }).find("gamma must be > 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::rand_adjust_contrast(stats.data(), 0.0, 2.0, 1, 0, false));
+            }).find("gamma must be > 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::rand_gamma(0.3, -0.3, 1, 0));
+            }).find("low must be <= high"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { run(PointwiseStep::gamma(std::nan(""))); }).find("gamma must be finite"),
             std::string::npos);
 }

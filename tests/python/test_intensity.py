@@ -414,3 +414,407 @@ def test_cuda_matches_cpu_bitwise():
         cpu_out = getattr(torch.ops.voxaug, name)(*args)
         gpu_out = getattr(torch.ops.voxaug, name)(*cuda_args)
         assert torch.equal(cpu_out, gpu_out.cpu()), name
+
+
+# ---------------- Rician noise, bias field, contrast, gamma (issue 5) ----------------
+MASK32 = 0xFFFFFFFF
+
+
+def philox4x32_10(ctr, key):
+    """Independent Python Philox4x32-10 (Salmon et al.), to read back in-kernel draws."""
+    c0, c1, c2, c3 = ctr
+    k0, k1 = key
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = ((p1 >> 32) ^ c1 ^ k0) & MASK32, p1 & MASK32, ((p0 >> 32) ^ c3 ^ k1) & MASK32, p0 & MASK32
+        k0, k1 = (k0 + 0x9E3779B9) & MASK32, (k1 + 0xBB67AE85) & MASK32
+    return c0, c1, c2, c3
+
+
+def philox_words(seed, sample, stream, block=0):
+    seed &= (1 << 64) - 1
+    return philox4x32_10((block & MASK32, block >> 32, sample, stream), (seed & MASK32, seed >> 32))
+
+
+def u01(word):
+    return np.float32((word >> 8) / 16777216.0)
+
+
+def draw_range(word, lo, hi):  # the kernel's float32 lo + (hi - lo) u
+    lo, hi = np.float32(lo), np.float32(hi)
+    return float(lo + (hi - lo) * u01(word))
+
+
+SAMPLE, CHANNEL = 1, 2
+
+
+def test_python_philox_known_answer():
+    assert philox4x32_10((0, 0, 0, 0), (0, 0)) == (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)
+
+
+def fixed_seed(t, seed):
+    t._next_seed = lambda: seed
+    return t
+
+
+# ---- Rician ----
+def test_rician_moments_match_rice_distribution():
+    sigma, nu = 2.0, 3.0
+    x = torch.zeros(2, 1, 64, 64, 64)
+    x[1] = nu
+    out = vt.RandRicianNoise(prob=1.0, std=sigma, sample_std=False, seed=3)(x).double()
+    n = out[0].numel()
+    r0, r1 = out[0].flatten(), out[1].flatten()
+    # x = 0: Rayleigh, mean sigma sqrt(pi/2), variance (2 - pi/2) sigma^2
+    mean0, var0 = sigma * np.sqrt(np.pi / 2), (2 - np.pi / 2) * sigma ** 2
+    assert abs(r0.mean().item() - mean0) < 5 * np.sqrt(var0 / n)
+    assert abs(r0.var().item() - var0) < 0.01 * var0
+    # Rice(nu, sigma): E[R^2] = nu^2 + 2 sigma^2, mean sigma sqrt(pi/2) L_1/2(-nu^2 / (2 sigma^2))
+    assert abs((r1 ** 2).mean().item() - (nu ** 2 + 2 * sigma ** 2)) < 0.01 * (nu ** 2 + 2 * sigma ** 2)
+    rice = stats.rice(nu / sigma, scale=sigma)
+    assert abs(r1.mean().item() - rice.mean()) < 5 * rice.std() / np.sqrt(n)
+    assert stats.kstest(r1[:20000].numpy(), rice.cdf).pvalue > 1e-3
+    assert (out >= 0).all()
+
+
+def test_rician_matches_monai_distribution():
+    x = torch.full((1, 1, 32, 32, 32), 1.5)
+    ours = vt.RandRicianNoise(prob=1.0, mean=0.2, std=0.7, sample_std=False, seed=5)(x).flatten().numpy()
+    t = mt.RandRicianNoise(prob=1.0, mean=0.2, std=0.7, sample_std=False)
+    t.set_random_state(5)
+    theirs = torch.as_tensor(t(x[0])).flatten().numpy()
+    assert stats.ks_2samp(ours[:20000], theirs[:20000]).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("channel_wise", [False, True])
+def test_rician_sample_std_read_back(channel_wise):
+    # x = 0, mean 0: E[R^2] = 2 s^2, s = std * u from the sample (channel) Philox stream.
+    seed, std = 1234, 3.0
+    x = torch.zeros(4, 2, 24, 24, 24)
+    out = fixed_seed(vt.RandRicianNoise(prob=1.0, std=std, channel_wise=channel_wise), seed)(x).double()
+    for n in range(4):
+        for c in range(2):
+            word = philox_words(seed, n, CHANNEL, c)[0] if channel_wise else philox_words(seed, n, SAMPLE)[2]
+            s = std * float(u01(word))
+            est = np.sqrt((out[n, c] ** 2).mean().item() / 2)
+            assert abs(est - s) < 0.03 * s + 1e-6, (n, c, est, s)
+
+
+@pytest.mark.parametrize("channel_wise", [False, True])
+def test_rician_relative_scales_by_image_std(channel_wise):
+    x = rand_volume((2, 2, 24, 24, 24), lo=0, hi=10, seed=6)
+    x[:, 1] *= 5
+    out = vt.RandRicianNoise(prob=1.0, std=0.5, relative=True, sample_std=False, channel_wise=channel_wise,
+                             seed=7)(x).double()
+    # E[R^2] = (x + 0)^2 + 2 s^2 per voxel: s^2 = mean(R^2 - x^2) / 2
+    s2 = ((out ** 2 - x.double() ** 2) / 2).flatten(2 if channel_wise else 1).mean(-1)
+    img_std = x.double().flatten(2 if channel_wise else 1).std(-1)
+    torch.testing.assert_close(s2, (0.5 * img_std) ** 2, rtol=0.05, atol=0)
+    # MONAI computes the same std (torch.std, unbiased) from the image
+    m = mt.RandRicianNoise(prob=1.0, std=0.5, relative=True, sample_std=False, channel_wise=channel_wise)
+    mo = torch.as_tensor(m(x[0].clone())).double()  # MONAI writes channel-wise results in place
+    ms2 = ((mo ** 2 - x[0].double() ** 2) / 2).flatten(1 if channel_wise else 0).mean(-1)
+    torch.testing.assert_close(ms2, s2[0], rtol=0.1, atol=0)
+
+
+def test_rician_gradient_is_refused_clearly():
+    x = rand_volume((1, 1, 4, 4, 4), dtype=torch.float64).requires_grad_(True)
+    y = vt.RandRicianNoise(prob=1.0, seed=1, dtype=None)(x)
+    with pytest.raises(ValueError, match="rician_noise\\) is not differentiable"):
+        y.sum().backward()
+
+
+# ---- bias field ----
+def monai_bias(x_sample, degree, coeff):
+    m = mt.RandBiasField(degree=degree, prob=1.0)
+    return m._generate_random_field(list(x_sample.shape[1:]), degree, coeff)
+
+
+@pytest.mark.parametrize("degree", [1, 3, 5])
+@pytest.mark.parametrize("shape", [(3, 2, 9, 10, 11), (2, 1, 1, 7, 6), (1, 1, 17, 2, 5)])
+def test_bias_field_matches_monai_field(degree, shape):
+    x = rand_volume(shape, lo=1, hi=200, seed=8)
+    t = vt.RandBiasField(degree=degree, coeff_range=(-0.2, 0.3), prob=1.0, seed=9)
+    out = t(x)
+    assert t.last_coefficients.shape == (shape[0], (degree + 1) * (degree + 2) * (degree + 3) // 6)
+    for n in range(shape[0]):
+        field = monai_bias(x[n], degree, t.last_coefficients[n].tolist())
+        ref = x[n].double() * torch.from_numpy(np.exp(field))
+        torch.testing.assert_close(out[n].double(), ref, rtol=2e-6, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bias_field_matches_monai_on_ch2(ch2, device):
+    img = ch2[0].to(device)
+    t = vt.RandBiasField(prob=1.0, seed=10)
+    out = t(img)
+    m = mt.RandBiasField(prob=1.0)
+    m._do_transform = True
+    m._coeff = t.last_coefficients[0].tolist()
+    ref = torch.as_tensor(m(img.cpu(), randomize=False))
+    assert out.dtype == torch.float32 and out.abs().sum() > 0
+    torch.testing.assert_close(out.cpu(), ref, rtol=2e-6, atol=1e-5)
+
+
+def test_bias_field_coefficients_uniform_and_gate_per_sample():
+    x = rand_volume((400, 1, 2, 2, 2), lo=1, hi=2)
+    t = vt.RandBiasField(coeff_range=(0.02, 0.1), prob=0.4, seed=11)
+    out = t(x)
+    applied = t.last_applied
+    assert abs(applied.double().mean().item() - 0.4) < 4 * np.sqrt(0.24 / 400)
+    assert torch.equal(out[~applied], x[~applied])  # exp(0) = 1: untouched
+    c = t.last_coefficients[applied].flatten().numpy()
+    assert stats.kstest(c, stats.uniform(loc=0.02, scale=0.08).cdf).pvalue > 1e-3
+
+
+def test_torchio_random_bias_field_matches_torchio_field():
+    tio = pytest.importorskip("torchio")
+    from torchio.transforms.augmentation.intensity.random_bias_field import BiasField
+
+    x = rand_volume((2, 1, 9, 12, 7), lo=1, hi=100, seed=12)
+    t = vt.RandomBiasField(coefficients=0.5, order=3, seed=13)
+    out = t(x)
+    c = t.last_coefficients
+    assert (c.abs() <= 0.5).all() and c.shape == (2, 20)
+    for n in range(2):
+        field = BiasField.generate_bias_field(x[n].numpy(), 3, c[n].tolist())
+        torch.testing.assert_close(out[n], x[n] * torch.from_numpy(field), rtol=3e-6, atol=0)
+    img = tio.ScalarImage(tensor=x[0])
+    ref = BiasField(coefficients=c[0].tolist(), order=3)(img).data
+    torch.testing.assert_close(out[0], ref, rtol=3e-6, atol=0)
+
+
+# ---- contrast (MONAI) and gamma (TorchIO) ----
+@pytest.mark.parametrize("gamma", [0.5, 1.0, 2.7, 4.5])
+@pytest.mark.parametrize("invert", [False, True])
+@pytest.mark.parametrize("device", DEVICES)
+def test_adjust_contrast_matches_monai_on_ch2(ch2, gamma, invert, device):
+    img = ch2[0].to(device)
+    ours = vt.AdjustContrast(gamma, invert_image=invert)(img.float())
+    ref = torch.as_tensor(mt.AdjustContrast(gamma, invert_image=invert)(img.float().clone())).to(device)
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=2e-4)
+    if not invert:  # uint8 input: MONAI promotes to float32 (inverting a uint8 image wraps in MONAI)
+        ours8 = vt.AdjustContrast(gamma)(img)
+        assert ours8.dtype == torch.float32
+        torch.testing.assert_close(ours8, torch.as_tensor(mt.AdjustContrast(gamma)(img.clone())).to(device),
+                                   rtol=1e-5, atol=2e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_adjust_contrast_matches_monai_on_random(dtype):
+    x = rand_volume((2, 3, 5, 6, 7), dtype=dtype, seed=14)
+    x[1] = 4.0  # a constant sample: range 0, MONAI returns min
+    for gamma in (0.6, 3.3):
+        for invert in (False, True):
+            ours = vt.AdjustContrast(gamma, invert_image=invert)(x)
+            for n in range(2):
+                ref = torch.as_tensor(mt.AdjustContrast(gamma, invert_image=invert)(x[n].clone()))
+                torch.testing.assert_close(ours[n], ref, rtol=1e-5 if dtype == torch.float32 else 1e-12,
+                                           atol=1e-3 if dtype == torch.float32 else 1e-9)
+
+
+@pytest.mark.parametrize("invert", [False, True])
+@pytest.mark.parametrize("device", DEVICES)
+def test_adjust_contrast_retain_stats_matches_monai(ch2, invert, device):
+    img = ch2[0].to(device).float()
+    for gamma in (0.7, 2.5):
+        ours = vt.AdjustContrast(gamma, invert_image=invert, retain_stats=True)(img)
+        ref = torch.as_tensor(mt.AdjustContrast(gamma, invert_image=invert, retain_stats=True)(img.clone()))
+        torch.testing.assert_close(ours, ref.to(device), rtol=1e-4, atol=2e-3)
+        torch.testing.assert_close(ours.mean(), img.mean(), rtol=1e-4, atol=1e-3)
+        torch.testing.assert_close(ours.std(), img.std(), rtol=1e-4, atol=1e-3)
+
+
+def test_rand_adjust_contrast_retain_stats_gate_and_compose():
+    seed = 555
+    x = rand_volume((6, 2, 7, 8, 9), lo=-20, hi=90, seed=20)
+    t = fixed_seed(vt.RandAdjustContrast(prob=0.5, retain_stats=True, invert_image=True), seed)
+    out = t(x)
+    for n in range(6):
+        w = philox_words(seed, n, SAMPLE)
+        if not u01(w[0]) < 0.5:
+            assert torch.equal(out[n], x[n])  # the gate also holds for the second pass
+            continue
+        gamma = draw_range(w[1], 0.5, 4.5)
+        ref = torch.as_tensor(mt.AdjustContrast(gamma, invert_image=True, retain_stats=True)(x[n].clone()))
+        torch.testing.assert_close(out[n], ref, rtol=1e-4, atol=1e-3)
+    # never fused: the transforms around it run in their own passes and give the same result
+    make = lambda: [vt.RandShiftIntensity(1.0, prob=1.0, seed=1),
+                    vt.RandAdjustContrast(prob=1.0, retain_stats=True, seed=2), vt.RandGaussianNoise(prob=1.0, seed=3)]
+    y = x
+    for tr in make():
+        y = tr(y)
+    assert torch.equal(vt.Compose(make())(x), y)
+
+
+def test_rand_adjust_contrast_read_back_gamma_matches_monai():
+    seed = 777
+    x = rand_volume((5, 1, 9, 8, 7), lo=-50, hi=300, seed=15)
+    t = fixed_seed(vt.RandAdjustContrast(prob=0.7, gamma=(0.5, 4.5)), seed)
+    out = t(x)
+    for n in range(5):
+        w = philox_words(seed, n, SAMPLE)
+        if not u01(w[0]) < 0.7:
+            assert torch.equal(out[n], x[n])
+            continue
+        gamma = draw_range(w[1], 0.5, 4.5)
+        ref = torch.as_tensor(mt.AdjustContrast(gamma)(x[n].clone()))
+        torch.testing.assert_close(out[n], ref, rtol=1e-5, atol=1e-3)
+
+
+def test_rand_adjust_contrast_dict_shares_gamma_per_key_stats():
+    x, y = rand_volume((1, 6, 6, 6), seed=16), rand_volume((1, 6, 6, 6), lo=2, hi=9, seed=17)
+    d = fixed_seed(vt.RandAdjustContrastd(["a", "b"], prob=1.0).transform, 99)
+    out = vt.RandAdjustContrastd(["a", "b"], prob=1.0)
+    out.transform = d
+    res = out({"a": x, "b": y})
+    gamma = draw_range(philox_words(99, 0, SAMPLE)[1], 0.5, 4.5)
+    for k, v in (("a", x), ("b", y)):
+        torch.testing.assert_close(res[k], torch.as_tensor(mt.AdjustContrast(gamma)(v.clone())), rtol=1e-5, atol=1e-4)
+
+
+def test_torchio_gamma_matches_power():
+    from torchio.transforms.augmentation.intensity.random_gamma import power
+
+    x = rand_volume((2, 3, 5, 6, 7), lo=-20, hi=40, seed=18)
+    torch.testing.assert_close(vt.Gamma(1.7)(x), torch.stack([power(x[n], 1.7) for n in range(2)]),
+                               rtol=2e-6, atol=1e-6)
+    seed = 4321
+    out = fixed_seed(vt.RandomGamma(log_gamma=(-0.3, 0.3)), seed)(x)
+    for n in range(2):
+        for c in range(3):  # TorchIO draws one gamma per channel
+            gamma = float(np.exp(draw_range(philox_words(seed, n, CHANNEL, c)[0], -0.3, 0.3)))
+            assert 0.74 < gamma < 1.35
+            torch.testing.assert_close(out[n, c], power(x[n, c], gamma), rtol=2e-6, atol=1e-6)
+    pos = x.abs()
+    torch.testing.assert_close(vt.Gamma(0.8)(pos), pos ** 0.8, rtol=2e-6, atol=1e-6)
+
+
+def test_random_gamma_log_uniform_distribution():
+    x = torch.full((500, 4, 1, 1, 2), 2.0)
+    out = vt.RandomGamma(log_gamma=0.4, seed=19)(x)[..., 0, 0, 0]
+    beta = torch.log(torch.log(out.double()) / np.log(2.0)).flatten().numpy()
+    assert stats.kstest(beta, stats.uniform(loc=-0.4, scale=0.8).cdf).pvalue > 1e-3
+
+
+# ---- op level: gradcheck, opcheck, determinism, fusion, errors ----
+def _new_step_cases(device, dtype=torch.float32):
+    x = rand_volume((2, 2, 3, 4, 5), lo=1, hi=50, dtype=dtype, device=device)
+    coeff = (torch.rand(2, 20, generator=torch.Generator().manual_seed(3)) * 0.2 - 0.1).to(device)
+    mm = ops.minmax(x)
+    wide = torch.stack([mm[..., 0] - 1, mm[..., 1] + 1], -1)  # keeps d/dx finite at the extremes
+    return x, [
+        ("bias", [ops.Step(ops.BIAS_FIELD, 0, (3,), 0.8, 5, values=coeff)]),
+        ("bias_torchio", [ops.Step(ops.BIAS_FIELD, ops.MONOMIAL_BASIS, (3,), 1.0, 5, values=coeff)]),
+        ("contrast", [ops.Step(ops.ADJUST_CONTRAST, ops.RANDOM, (1.0, 0.5, 4.5), 0.9, 6, values=wide)]),
+        ("contrast_inv", [ops.Step(ops.ADJUST_CONTRAST, ops.INVERT_IMAGE, (2.2,), values=wide)]),
+        ("gamma", [ops.Step(ops.GAMMA, ops.RANDOM, (1.0, -0.3, 0.3), 1.0, 7)]),
+        ("chain", [ops.Step(ops.GAMMA, 0, (1.2,)), ops.Step(ops.BIAS_FIELD, 0, (3,), 1.0, 5, values=coeff),
+                   ops.Step(ops.SHIFT_INTENSITY, ops.RANDOM, (0, -1, 1), 0.7, 3)]),
+        ("rician", [ops.Step(ops.RICIAN_NOISE, ops.SAMPLE_STD | ops.CHANNEL_WISE, (0.1, 2.0), 0.9, 8,
+                             values=torch.ones(2, 2, device=device))]),
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_new_steps_gradcheck_float64(device):
+    x, cases = _new_step_cases(device, torch.float64)
+    for name, steps in cases:
+        if name == "rician":
+            continue
+        xx = x.clone().requires_grad_(True)
+        assert torch.autograd.gradcheck(lambda t: ops.pointwise_chain(t, steps), (xx,), eps=1e-6, atol=1e-6), name
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_new_steps_opcheck(device):
+    x, cases = _new_step_cases(device)
+    for name, steps in cases:
+        torch.library.opcheck(torch.ops.voxaug.pointwise_chain, (x, *ops._lists(steps)))
+        torch.library.opcheck(torch.ops.voxaug.pointwise_chain_, (x.clone(), *ops._lists(steps)),
+                              test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_new_steps_deterministic_and_batch_split_invariant(device):
+    x, cases = _new_step_cases(device)
+    for name, steps in cases:
+        a = ops.pointwise_chain(x, steps)
+        assert torch.equal(a, ops.pointwise_chain(x, steps)), name
+        assert not torch.isnan(a).any() and a.abs().sum() > 0, name
+        for i in range(2):  # sample i alone: its own rows of per-sample values, first_sample i
+            sub = [ops.Step(s.op, s.flags, s.params, s.prob, s.seed,
+                            None if s.values is None else s.values[i:i + 1]) for s in steps]
+            assert torch.equal(ops.pointwise_chain(x[i:i + 1], sub, first_sample=i), a[i:i + 1]), name
+
+
+def test_new_transforms_fuse_in_compose(monkeypatch):
+    calls = []
+    real = ops.pointwise_chain
+    monkeypatch.setattr(ops, "pointwise_chain", lambda *a, **k: calls.append(len(a[1])) or real(*a, **k))
+    x = rand_volume((2, 1, 8, 9, 10), lo=0, hi=100)
+    make = lambda: [vt.ScaleIntensityRange(0, 100, 0, 1, True), vt.RandBiasField(prob=1.0, seed=1),
+                    vt.RandomGamma(seed=2), vt.RandRicianNoise(prob=1.0, std=0.05, seed=3),
+                    vt.RandAdjustContrast(prob=1.0, seed=4), vt.RandGaussianNoise(prob=1.0, seed=5)]
+    fused = vt.Compose(make())(x)
+    assert calls == [4, 2]  # the contrast step needs its input's min / max: a second pass
+    y = x
+    for t in make():
+        y = t(y)
+    assert torch.equal(fused, y)
+
+
+def test_new_transforms_dict_forms_and_meta_tensor():
+    x = rand_volume((1, 6, 7, 8), lo=1, hi=9)
+    d = vt.RandBiasFieldd(["a", "b"], prob=1.0, seed=1)({"a": x, "b": x.clone()})
+    assert torch.equal(d["a"], d["b"]) and not torch.equal(d["a"], x)
+    d = vt.RandRicianNoised(["a"], prob=1.0, relative=True, seed=2)({"a": x})
+    assert d["a"].shape == x.shape and (d["a"] >= 0).all()
+    d = vt.AdjustContrastd("a", 2.0)({"a": x})
+    torch.testing.assert_close(d["a"], torch.as_tensor(mt.AdjustContrastd("a", 2.0)({"a": x.clone()})["a"]))
+    img = MetaTensor(x, meta={"filename_or_obj": "x.nii.gz"})
+    out = vt.Compose([vt.RandBiasField(prob=1.0, seed=1), vt.RandomGamma(seed=2)])(img)
+    assert isinstance(out, MetaTensor) and out.meta["filename_or_obj"] == "x.nii.gz"
+
+
+def test_new_steps_bad_inputs_give_clear_errors():
+    x = rand_volume((2, 1, 4, 4, 4))
+    with pytest.raises(NotImplementedError, match="per-channel mean / std"):
+        vt.RandRicianNoise(mean=(0.0, 1.0), channel_wise=True)
+    with pytest.raises(ValueError, match="std must be >= 0"):
+        vt.RandRicianNoise(std=-1.0)
+    with pytest.raises(ValueError, match="degree should be no less than 1"):
+        vt.RandBiasField(degree=0)
+    with pytest.raises(ValueError, match="degree must be in"):
+        vt.RandBiasField(degree=8)
+    with pytest.raises(ValueError, match="must greater than 0.5"):
+        vt.RandAdjustContrast(gamma=0.4)
+    with pytest.raises(ValueError, match="gamma must be > 0"):
+        vt.AdjustContrast(-1.0)
+    with pytest.raises(ValueError, match=r"coefficients must be a floating tensor of shape \(2, 20\)"):
+        ops.pointwise_chain(x, [ops.Step(ops.BIAS_FIELD, 0, (3,), values=torch.zeros(2, 10))])
+    with pytest.raises(ValueError, match="a bias field step needs"):
+        ops.pointwise_chain(x, [ops.Step(ops.BIAS_FIELD, 0, (3,))])
+    with pytest.raises(ValueError, match="bias field degree must be an integer"):
+        ops.pointwise_chain(x, [ops.Step(ops.BIAS_FIELD, 0, (2.5,), values=torch.zeros(2, 10))])
+    with pytest.raises(ValueError, match="a contrast step needs"):
+        ops.pointwise_chain(x, [ops.Step(ops.ADJUST_CONTRAST, 0, (2.0,))])
+    with pytest.raises(ValueError, match="std_scale .* must be a floating tensor with 2 values"):
+        ops.pointwise_chain(x, [ops.Step(ops.RICIAN_NOISE, 0, (0.0, 1.0), values=torch.ones(3))])
+    with pytest.raises(ValueError, match=r"ops\[0\] must be 0..8"):
+        ops.pointwise_chain(x, [ops.Step(9)])
+    with pytest.raises(ValueError, match="gamma must be > 0"):
+        ops.pointwise_chain(x, [ops.Step(ops.GAMMA, 0, (0.0,))])
+
+
+@need_cuda
+def test_new_steps_cuda_matches_cpu_bitwise():
+    x, cases = _new_step_cases("cpu")
+    xg, cases_g = _new_step_cases("cuda")
+    for (name, steps), (_, steps_g) in zip(cases, cases_g):
+        assert torch.equal(ops.pointwise_chain(x, steps), ops.pointwise_chain(xg, steps_g).cpu()), name
+        if name != "rician":
+            g = torch.rand_like(x)
+            a = torch.ops.voxaug.pointwise_chain_backward(g, x, *ops._lists(steps))
+            b = torch.ops.voxaug.pointwise_chain_backward(g.cuda(), xg, *ops._lists(steps_g))
+            assert torch.equal(a, b.cpu()), name

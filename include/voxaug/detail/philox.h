@@ -51,8 +51,15 @@ VOXAUG_HD VOXAUG_FORCEINLINE U32x4 philox4x32_10(U32x4 c, uint32_t k0, uint32_t 
 // Counter layout used across voxaug: (block lo, block hi, sample, stream).
 // stream 0: per-element draws (block = element / 4); stream 1: per-sample parameters;
 // stream 2: per-(sample, channel) parameters (block = channel); stream 3: host-side parameter
-// draws of the spatial transforms (block = k / 2 for the k-th float64 uniform).
-enum class PhiloxStream : uint32_t { Element = 0, Sample = 1, Channel = 2, Params = 3 };
+// draws of the spatial transforms (block = k / 2 for the k-th float64 uniform); stream 4: a
+// second per-element stream for ops that need two numbers per element (Rician noise).
+enum class PhiloxStream : uint32_t {
+  Element = 0,
+  Sample = 1,
+  Channel = 2,
+  Params = 3,
+  ElementAux = 4
+};
 
 VOXAUG_HD VOXAUG_FORCEINLINE U32x4 philox_block(uint64_t seed, uint64_t block, uint32_t sample,
                                                 PhiloxStream stream) {
@@ -93,6 +100,14 @@ VOXAUG_HD VOXAUG_FORCEINLINE void box_muller(uint32_t a, uint32_t b, float* z0, 
 VOXAUG_HD VOXAUG_FORCEINLINE void normal4(uint64_t seed, uint64_t block, uint32_t sample,
                                           float z[4]) {
   const U32x4 r = philox_block(seed, block, sample, PhiloxStream::Element);
+  box_muller(r.x, r.y, &z[0], &z[1]);
+  box_muller(r.z, r.w, &z[2], &z[3]);
+}
+
+// normal4 on another per-element stream (same Box-Muller, same element -> number mapping).
+VOXAUG_HD VOXAUG_FORCEINLINE void normal4_stream(uint64_t seed, uint64_t block, uint32_t sample,
+                                                 PhiloxStream stream, float z[4]) {
+  const U32x4 r = philox_block(seed, block, sample, stream);
   box_muller(r.x, r.y, &z[0], &z[1]);
   box_muller(r.z, r.w, &z[2], &z[3]);
 }

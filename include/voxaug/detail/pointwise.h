@@ -23,8 +23,11 @@ enum StepFlags : uint32_t {
   kRandom = 1u << 5,      // Shift/Scale: value ~ U(lo, hi)
   kChannelWise = 1u << 6,
   kSampleStd = 1u << 7,  // Noise: std ~ U(0, std)
-  kPerSample = 1u << 8,  // Shift/Scale: value from per_sample[n]
+  kPerSample = 1u << 8,  // Shift/Scale: value from per_sample[n]; Rician: std multiplier
+  kMonomial = 1u << 9,   // BiasField: TorchIO's monomial basis and grid
+  kInvert = 1u << 10,    // AdjustContrast: invert_image
   // Rescale reuses kHasB (minv given) and kAddB (minv and maxv given), kChannelWise.
+  // Rician reuses kSampleStd, kChannelWise; AdjustContrast / Gamma reuse kRandom.
 };
 
 // A step as it travels to the kernel (by value, in the functor).
@@ -32,12 +35,16 @@ struct KStep {
   int32_t op;
   uint32_t flags;
   double p0, p1, p2, p3;  // SIR: a_min, a_max - a_min, b_max - b_min, b_min
-                          // Shift: offset; Scale: factor; Noise: mean, std
-  double lo, hi;          // SIR: clip bounds; random Shift/Scale: draw range
+                          // Shift: offset; Scale: factor; Noise, Rician: mean, std
+                          // AdjustContrast, Gamma: gamma
+  double lo, hi;          // SIR: clip bounds; random Shift/Scale/AdjustContrast/Gamma: range
   double prob;
   uint64_t seed;
   const float* per_sample;
-  const double* stats;  // Rescale: (min, max) pairs
+  const double* stats;  // Rescale, AdjustContrast: (min, max) pairs
+  const float* coeffs;  // BiasField: (N, ncoeff) coefficients
+  int32_t degree;       // BiasField
+  int32_t ncoeff;       // BiasField
 };
 
 struct ChainParams {
@@ -45,7 +52,9 @@ struct ChainParams {
   uint32_t first_sample;  // global index of local sample 0 in the random streams
   bool any_channel_wise;
   bool any_noise;
+  bool any_rician;
   int64_t channels;  // C: index of per-(sample, channel) statistics
+  int64_t dims[3];   // D, H, W (bias field coordinates)
   KStep steps[kMaxPointwiseSteps];
 };
 
@@ -111,6 +120,49 @@ VOXAUG_HD VOXAUG_FORCEINLINE Resolved<Acc> resolve_step(const KStep& s, uint32_t
       r.p1 = (s.flags & kSampleStd)
                  ? static_cast<Acc>(fmul(static_cast<float>(s.p1), uniform01(sample_draw.z)))
                  : static_cast<Acc>(s.p1);
+      break;
+    }
+    case PointwiseOp::RicianNoise: {
+      // MONAI draws one std per call (per channel when channel-wise): U(0, std) with sample_std.
+      const bool cw = s.flags & kChannelWise;
+      const uint32_t bits =
+          cw ? philox_block(s.seed, static_cast<uint64_t>(c), g, PhiloxStream::Channel).x
+             : sample_draw.z;
+      r.p0 = static_cast<Acc>(s.p0);
+      r.p1 = (s.flags & kSampleStd)
+                 ? static_cast<Acc>(fmul(static_cast<float>(s.p1), uniform01(bits)))
+                 : static_cast<Acc>(s.p1);
+      if (s.flags & kPerSample) {  // relative: times the image's (channel's) std
+        const int64_t seg = cw ? int64_t(n) * channels + c : int64_t(n);
+        r.p1 = fmul(r.p1, static_cast<Acc>(s.per_sample[seg]));
+      }
+      break;
+    }
+    case PointwiseOp::BiasField: break;
+    case PointwiseOp::AdjustContrast: {
+      // MONAI: min / max / range in the data dtype, range + 1e-7 as the divisor; inverted
+      // images (-x) have min -max and the same range.
+      const Acc mn = static_cast<Acc>(s.stats[2 * int64_t(n)]);
+      const Acc mx = static_cast<Acc>(s.stats[2 * int64_t(n) + 1]);
+      const bool inv = s.flags & kInvert;
+      r.p0 = inv ? -mx : mn;
+      r.p1 = inv ? fsub(-mn, -mx) : fsub(mx, mn);
+      r.p2 = fadd(r.p1, static_cast<Acc>(1e-7));
+      r.p3 = (s.flags & kRandom)
+                 ? static_cast<Acc>(uniform_range(sample_draw.y, static_cast<float>(s.lo),
+                                                  static_cast<float>(s.hi)))
+                 : static_cast<Acc>(s.p0);
+      break;
+    }
+    case PointwiseOp::Gamma: {
+      if (s.flags & kRandom) {  // TorchIO: gamma = exp(beta) per channel
+        const uint32_t bits =
+            philox_block(s.seed, static_cast<uint64_t>(c), g, PhiloxStream::Channel).x;
+        r.p0 = fexp(static_cast<Acc>(
+            uniform_range(bits, static_cast<float>(s.lo), static_cast<float>(s.hi))));
+      } else {
+        r.p0 = static_cast<Acc>(s.p0);
+      }
       break;
     }
   }
@@ -181,10 +233,104 @@ VOXAUG_HD VOXAUG_FORCEINLINE void op_gaussian_noise(const Resolved<Acc>& r, Acc&
   x = fadd(x, fadd(r.p0, fmul(r.p1, static_cast<Acc>(z))));
 }
 
-// One step on one value. `z` is this element's standard normal (noise steps only).
+// MONAI RandRicianNoise: sqrt((x + n1)^2 + n2^2), n1 = mean + std z1, n2 = mean + std z2.
+template <class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE void op_rician_noise(const Resolved<Acc>& r, Acc& x, float z1,
+                                                  float z2) {
+  const Acc a = fadd(x, fadd(r.p0, fmul(r.p1, static_cast<Acc>(z1))));
+  const Acc b = fadd(r.p0, fmul(r.p1, static_cast<Acc>(z2)));
+  x = fsqrt(fadd(fmul(a, a), fmul(b, b)));
+}
+
+// MONAI AdjustContrast: ((x - mn) / (range + 1e-7))^gamma * range + mn (on -x, negated back,
+// with invert_image). d/dx = gamma b^(gamma-1) range / (range + 1e-7), stats constant.
+template <bool Deriv, class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE void op_adjust_contrast(uint32_t flags, const Resolved<Acc>& r, Acc& x,
+                                                     Acc& d) {
+  const bool inv = flags & kInvert;
+  const Acc xi = fsel(inv, -x, x);
+  const Acc b = fdiv(fsub(xi, r.p0), r.p2);
+  const Acc y = fadd(fmul(fpow_nonneg(b, r.p3), r.p1), r.p0);
+  if (Deriv) {
+    const Acc db = fmul(r.p3, fpow_nonneg(b, fsub(r.p3, Acc(1))));
+    d = fmul(d, fdiv(fmul(db, r.p1), r.p2));
+  }
+  x = fsel(inv, -y, y);
+}
+
+// TorchIO Gamma: sign(x) |x|^gamma (x^gamma for non-negative images, as TorchIO's power()).
+template <bool Deriv, class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE void op_gamma(const Resolved<Acc>& r, Acc& x, Acc& d) {
+  const bool neg = x < Acc(0);
+  const Acc ax = fsel(neg, -x, x);
+  const Acc p = fpow_nonneg(ax, r.p0);
+  if (Deriv) d = fmul(d, fmul(r.p0, fpow_nonneg(ax, fsub(r.p0, Acc(1)))));
+  x = fsel(neg, -p, p);
+}
+
+// Bias field coordinate of index i on an axis of n voxels. MONAI: float32
+// np.linspace(-1, 1, n) (float64 i * (2 / (n - 1)) - 1, the last one exactly 1, -1 for n = 1).
+// TorchIO: (i - (n - 1) / 2) / ((n - 1) / 2) in float64, 0 for n = 1.
+template <class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE Acc bias_coordinate(int64_t i, int64_t n, bool monomial) {
+  if (monomial) {
+    if (n == 1) return Acc(0);
+    const double h = fmul(static_cast<double>(n - 1), 0.5);
+    return static_cast<Acc>(fdiv(fsub(static_cast<double>(i), h), h));
+  }
+  if (n == 1) return Acc(-1);
+  if (i == n - 1) return Acc(1);
+  const double step = fdiv(2.0, static_cast<double>(n - 1));
+  return static_cast<Acc>(static_cast<float>(fadd(fmul(static_cast<double>(i), step), -1.0)));
+}
+
+// Basis values P_0..P_degree at t: Legendre (Bonnet's recurrence) or monomials.
+template <class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE void bias_basis(Acc t, int degree, bool monomial,
+                                             Acc p[kMaxBiasFieldDegree + 1]) {
+  p[0] = Acc(1);
+  if (degree >= 1) p[1] = t;
+  for (int m = 1; m < degree; ++m) {
+    p[m + 1] = monomial ? fmul(p[m], t)
+                        : fdiv(fsub(fmul(Acc(2 * m + 1), fmul(t, p[m])), fmul(Acc(m), p[m - 1])),
+                               Acc(m + 1));
+  }
+}
+
+// exp(sum c_ijk P_i(z_d) P_j(z_h) P_k(z_w)) at element e of local sample n.
+template <class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE Acc bias_field_value(const KStep& s, const int64_t dims[3], uint32_t n,
+                                                  int64_t e) {
+  const int64_t hw = dims[1] * dims[2];
+  const int64_t r = e % (dims[0] * hw);
+  const int64_t i = r / hw, rem = r - i * hw;
+  const int64_t j = rem / dims[2], k = rem - j * dims[2];
+  const bool mono = s.flags & kMonomial;
+  Acc pd[kMaxBiasFieldDegree + 1], ph[kMaxBiasFieldDegree + 1], pw[kMaxBiasFieldDegree + 1];
+  bias_basis(bias_coordinate<Acc>(i, dims[0], mono), s.degree, mono, pd);
+  bias_basis(bias_coordinate<Acc>(j, dims[1], mono), s.degree, mono, ph);
+  bias_basis(bias_coordinate<Acc>(k, dims[2], mono), s.degree, mono, pw);
+  const float* c = s.coeffs + int64_t(n) * s.ncoeff;
+  Acc sum = Acc(0);
+  int idx = 0;
+  for (int a = 0; a <= s.degree; ++a) {
+    Acc sa = Acc(0);
+    for (int b = 0; b <= s.degree - a; ++b) {
+      Acc sb = Acc(0);
+      for (int q = 0; q <= s.degree - a - b; ++q)
+        sb = fadd(sb, fmul(static_cast<Acc>(c[idx++]), pw[q]));
+      sa = fadd(sa, fmul(sb, ph[b]));
+    }
+    sum = fadd(sum, fmul(sa, pd[a]));
+  }
+  return fexp(sum);
+}
+
+// One step on one value. `z`, `z2`: this element's standard normals (noise steps only).
+// Bias field steps are applied by the callers (they need the element's position).
 template <bool Deriv, class Acc>
 VOXAUG_HD VOXAUG_FORCEINLINE void apply_step(const KStep& s, const Resolved<Acc>& r, Acc& x, Acc& d,
-                                             float z) {
+                                             float z, float z2) {
   if (!r.active) return;
   switch (static_cast<PointwiseOp>(s.op)) {
     case PointwiseOp::ScaleIntensityRange:
@@ -194,6 +340,10 @@ VOXAUG_HD VOXAUG_FORCEINLINE void apply_step(const KStep& s, const Resolved<Acc>
     case PointwiseOp::ScaleIntensity: op_scale_intensity<Deriv>(r, x, d); return;
     case PointwiseOp::RescaleIntensity: op_rescale_intensity<Deriv>(s.flags, r, x, d); return;
     case PointwiseOp::GaussianNoise: op_gaussian_noise(r, x, z); return;
+    case PointwiseOp::RicianNoise: op_rician_noise(r, x, z, z2); return;
+    case PointwiseOp::AdjustContrast: op_adjust_contrast<Deriv>(s.flags, r, x, d); return;
+    case PointwiseOp::Gamma: op_gamma<Deriv>(r, x, d); return;
+    case PointwiseOp::BiasField: return;
   }
 }
 
@@ -219,11 +369,15 @@ template <bool Deriv, class Acc>
 VOXAUG_HD VOXAUG_FORCEINLINE void chain_apply4(const ChainParams& p, ChainState<Acc>& st,
                                                uint32_t n, int64_t e0, int64_t spatial, int cnt,
                                                Acc x[4], Acc d[4]) {
-  float z[kMaxPointwiseSteps][4];
-  if (p.any_noise) {
+  float z[kMaxPointwiseSteps][4], z2[kMaxPointwiseSteps][4];
+  if (p.any_noise || p.any_rician) {
     for (int k = 0; k < p.num_steps; ++k) {
-      if (static_cast<PointwiseOp>(p.steps[k].op) == PointwiseOp::GaussianNoise && st.r[k].active)
+      const auto op = static_cast<PointwiseOp>(p.steps[k].op);
+      if ((op == PointwiseOp::GaussianNoise || op == PointwiseOp::RicianNoise) && st.r[k].active)
         normal4(p.steps[k].seed, static_cast<uint64_t>(e0 >> 2), p.first_sample + n, z[k]);
+      if (op == PointwiseOp::RicianNoise && st.r[k].active)
+        normal4_stream(p.steps[k].seed, static_cast<uint64_t>(e0 >> 2), p.first_sample + n,
+                       PhiloxStream::ElementAux, z2[k]);
     }
   }
   for (int j = 0; j < cnt; ++j) {
@@ -236,8 +390,16 @@ VOXAUG_HD VOXAUG_FORCEINLINE void chain_apply4(const ChainParams& p, ChainState<
         st.channel = c;
       }
     }
-    for (int k = 0; k < p.num_steps; ++k)
-      apply_step<Deriv, Acc>(p.steps[k], st.r[k], x[j], d[j], z[k][j]);
+    for (int k = 0; k < p.num_steps; ++k) {
+      if (static_cast<PointwiseOp>(p.steps[k].op) == PointwiseOp::BiasField) {
+        if (!st.r[k].active) continue;
+        const Acc f = bias_field_value<Acc>(p.steps[k], p.dims, n, e0 + j);
+        x[j] = fmul(x[j], f);
+        if (Deriv) d[j] = fmul(d[j], f);
+        continue;
+      }
+      apply_step<Deriv, Acc>(p.steps[k], st.r[k], x[j], d[j], z[k][j], z2[k][j]);
+    }
   }
 }
 

@@ -1,0 +1,378 @@
+"""voxaug.ops.moments / percentiles and voxaug.stats (NormalizeIntensity,
+ScaleIntensityRangePercentiles) vs MONAI, torch.quantile, numpy.percentile and float64 torch."""
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from voxaug import ops
+from voxaug import stats as vs
+
+from conftest import devices
+
+DEVICES = devices()
+monai = pytest.importorskip("monai")
+from monai.transforms import NormalizeIntensity as MNormalizeIntensity  # noqa: E402
+from monai.transforms import NormalizeIntensityd as MNormalizeIntensityd  # noqa: E402
+from monai.transforms import ScaleIntensityRangePercentiles as MSIRP  # noqa: E402
+
+
+def rand(shape, dtype=torch.float32, seed=0, device="cpu", lo=-50.0, hi=150.0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(shape, generator=g, dtype=torch.float64) * (hi - lo) + lo
+    return x.to(dtype).to(device)
+
+
+def with_zeros(x, frac=0.3, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(x.shape, generator=g) < frac
+    return x.masked_fill(mask.to(x.device), 0)
+
+
+def plain(t):
+    t = torch.as_tensor(t)
+    return t.as_tensor() if hasattr(t, "as_tensor") else t
+
+
+def close(ours, ref, rel=1e-5):
+    ours, ref = plain(ours).detach().cpu().double(), plain(ref).detach().cpu().double()
+    assert ours.shape == ref.shape
+    assert not torch.isnan(ours).any()
+    assert ours.abs().sum() > 0
+    torch.testing.assert_close(ours, ref, rtol=rel, atol=rel * max(ref.abs().max().item(), 1e-30))
+
+
+SHAPES = [(1, 1, 9, 10, 11), (2, 3, 7, 5, 13), (3, 2, 1, 1, 1), (1, 2, 33, 1, 70), (4, 1, 4, 4, 4)]
+
+
+# ---------------- moments ----------------
+def ref_moments(x, channel_wise, nonzero):
+    x = x.double().cpu()
+    n, c = x.shape[:2]
+    segs = x.reshape(n, c, -1) if channel_wise else x.reshape(n, 1, -1)
+    out = torch.zeros(segs.shape[0], segs.shape[1], 3, dtype=torch.float64)
+    for i in range(segs.shape[0]):
+        for j in range(segs.shape[1]):
+            v = segs[i, j]
+            if nonzero:
+                v = v[v != 0]
+            if v.numel() == 0:
+                continue
+            out[i, j] = torch.stack([torch.tensor(float(v.numel()), dtype=torch.float64), v.mean(),
+                                     v.std(unbiased=False)])
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("channel_wise,nonzero", list(itertools.product([False, True], [False, True])))
+def test_moments_vs_float64_torch(device, shape, channel_wise, nonzero):
+    x = with_zeros(rand(shape, torch.float64, seed=sum(shape)) * 3 + 1000.0)
+    m = ops.moments(x.to(device), channel_wise, nonzero)
+    assert m.dtype == torch.float64 and m.device.type == device
+    torch.testing.assert_close(m.cpu(), ref_moments(x, channel_wise, nonzero), rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.uint8, torch.int16,
+                                   torch.int32])
+def test_moments_dtypes(dtype):
+    x = rand((2, 3, 9, 8, 7), torch.float64, seed=5, lo=0, hi=200).to(dtype)
+    for cw, nz in itertools.product([False, True], [False, True]):
+        torch.testing.assert_close(ops.moments(x, cw, nz), ref_moments(x, cw, nz), rtol=1e-12, atol=1e-10)
+
+
+def test_moments_strided_and_special_segments():
+    base = rand((3, 4, 10, 12, 14), torch.float32, seed=2)
+    x = base[:, ::2, 1:9, ::3, 2:]  # non-contiguous view
+    assert not x.is_contiguous()
+    torch.testing.assert_close(ops.moments(x, True, False), ref_moments(x, True, False), rtol=1e-12, atol=1e-10)
+    torch.testing.assert_close(ops.moments(x.permute(0, 1, 4, 3, 2), False, True),
+                               ref_moments(x.permute(0, 1, 4, 3, 2), False, True), rtol=1e-12, atol=1e-10)
+    z = torch.zeros(2, 2, 5, 6, 7)
+    z[1, 1] = 7.5  # constant channel: std exactly 0
+    m = ops.moments(z, True, True)
+    assert m[0].abs().sum() == 0 and m[1, 0].abs().sum() == 0  # all-zero segments: (0, 0, 0)
+    assert m[1, 1].tolist() == [210.0, 7.5, 0.0]
+    m = ops.moments(z, True, False)
+    assert m[1, 1].tolist() == [210.0, 7.5, 0.0] and m[0, 0].tolist() == [210.0, 0.0, 0.0]
+
+
+def test_moments_large_segment_deterministic():
+    """Several chunks of the two-level reduction; the result is reproducible to the bit."""
+    x = rand((1, 2, 40, 50, 61), torch.float32, seed=9) + 5000
+    a, b = ops.moments(x, True), ops.moments(x.clone(), True)
+    assert torch.equal(a, b)
+    torch.testing.assert_close(a, ref_moments(x, True, False), rtol=1e-12, atol=1e-9)
+
+
+# ---------------- percentiles ----------------
+QS = [0.0, 0.5, 1.0, 10.0, 25.0, 33.3, 50.0, 75.0, 99.0, 99.9, 100.0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("channel_wise", [False, True])
+def test_percentiles_vs_numpy_and_torch_quantile(device, shape, channel_wise):
+    x = rand(shape, torch.float64, seed=sum(shape) + 1)
+    x[..., 0] = x[..., -1]  # ties
+    p = ops.percentiles(x.to(device), QS, channel_wise).cpu()
+    n, c = shape[:2]
+    flat = x.reshape(n, c, -1) if channel_wise else x.reshape(n, 1, -1)
+    ref_np = np.percentile(flat.numpy(), QS, axis=2)  # (q, n, segs)
+    ref_t = torch.quantile(flat, torch.tensor(QS, dtype=torch.float64) / 100, dim=2)
+    # float64 data: the same operations as numpy's (n - 1) * q and lerp -> the same bits.
+    assert torch.equal(p, torch.from_numpy(ref_np).permute(1, 2, 0))
+    torch.testing.assert_close(p, ref_t.permute(1, 2, 0), rtol=1e-15, atol=1e-13)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.uint8, torch.int16,
+                                   torch.int32])
+def test_percentiles_dtypes(dtype):
+    x = rand((2, 2, 6, 7, 9), torch.float64, seed=3, lo=-20 if dtype != torch.uint8 else 0, hi=200).to(dtype)
+    p = ops.percentiles(x, QS, True)
+    ref = np.percentile(x.double().reshape(2, 2, -1).numpy(), QS, axis=2)
+    torch.testing.assert_close(p, torch.from_numpy(ref).permute(1, 2, 0), rtol=1e-14, atol=1e-12)
+
+
+def test_percentiles_nan_strided_negative_zero():
+    x = rand((2, 1, 5, 6, 7), torch.float32, seed=4)
+    x[1, 0, 2, 3, 4] = float("nan")
+    p = ops.percentiles(x, [10, 50, 90])
+    assert torch.isnan(p[1]).all() and not torch.isnan(p[0]).any()
+    s = rand((2, 3, 8, 9, 10), torch.float32, seed=6)[:, 1:, ::2, 1:, ::3]
+    ref = np.percentile(s.double().reshape(2, 2, -1).numpy(), QS, axis=2)
+    torch.testing.assert_close(ops.percentiles(s, QS, True), torch.from_numpy(ref).permute(1, 2, 0))
+    z = torch.tensor([-0.0, 0.0, -1.0, 1.0]).reshape(1, 1, 1, 1, 4)
+    assert ops.percentiles(z, [50.0]).item() == 0.0
+
+
+# ---------------- NormalizeIntensity vs MONAI ----------------
+def monai_per_sample(transform, x):
+    return torch.stack([plain(transform(x[i].clone())) for i in range(x.shape[0])])
+
+
+NORMALIZE_CASES = [
+    # subtrahend, divisor (per-channel lists only with channel_wise)
+    (None, None), (2.5, None), (None, 4.0), (2.5, 4.0), (None, 0.0),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("nonzero,channel_wise", list(itertools.product([False, True], [False, True])))
+@pytest.mark.parametrize("sub,div", NORMALIZE_CASES)
+def test_normalize_intensity_matches_monai(device, shape, nonzero, channel_wise, sub, div):
+    x = with_zeros(rand(shape, seed=sum(shape) + 7))
+    if channel_wise:
+        c = shape[1]
+        sub = None if sub is None else [sub + k for k in range(c)]
+        div = None if div is None else [div * (k % 2) if div == 0 else div + k for k in range(c)]
+    kw = dict(subtrahend=sub, divisor=div, nonzero=nonzero, channel_wise=channel_wise)
+    ref = monai_per_sample(MNormalizeIntensity(**kw), x)
+    ours = vs.NormalizeIntensity(**kw)(x.to(device))
+    assert ours.dtype == torch.float32 and ours.device.type == device
+    if ref.abs().max() == 0:  # e.g. one voxel per segment: every output is 0
+        torch.testing.assert_close(ours.cpu(), ref, rtol=0, atol=0)
+    else:
+        close(ours, ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.uint8, torch.int16,
+                                   torch.float64])
+@pytest.mark.parametrize("out_dtype", [np.float32, None])
+def test_normalize_intensity_dtypes_match_monai(dtype, out_dtype):
+    x = with_zeros(rand((2, 2, 9, 10, 11), torch.float64, seed=11, lo=0, hi=250)).to(dtype)
+    for nonzero, channel_wise in itertools.product([False, True], [False, True]):
+        kw = dict(nonzero=nonzero, channel_wise=channel_wise, dtype=out_dtype)
+        ref = monai_per_sample(MNormalizeIntensity(**kw), x)
+        ours = vs.NormalizeIntensity(**kw)(x)
+        assert ours.dtype == ref.dtype
+        if ref.dtype.is_floating_point:
+            # MONAI's channel-wise loop writes each float32 channel result back into the
+            # float16 / bfloat16 image (a rounding we do not repeat): compare at that precision.
+            low = ref.dtype if ref.dtype in (torch.float16, torch.bfloat16) else (
+                dtype if channel_wise and dtype in (torch.float16, torch.bfloat16) else None)
+            close(ours, ref, {torch.float16: 1e-3, torch.bfloat16: 8e-3}.get(low, 1e-5))
+        else:  # integer output: MONAI casts the float result back; allow a one-off at rounding
+            assert (ours.long() - ref.long()).abs().max() <= 1
+
+
+def test_normalize_intensity_special_samples():
+    x = torch.zeros(3, 2, 4, 5, 6)
+    x[1] = 3.0  # constant sample: std 0 -> divisor 1
+    x[2] = rand((2, 4, 5, 6), seed=1)
+    for nonzero, cw in itertools.product([False, True], [False, True]):
+        ref = monai_per_sample(MNormalizeIntensity(nonzero=nonzero, channel_wise=cw), x)
+        ours = vs.NormalizeIntensity(nonzero=nonzero, channel_wise=cw)(x)
+        torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5)
+    out = vs.NormalizeIntensity(nonzero=True)(x)
+    assert torch.equal(out[0], x[0])  # all zeros: unchanged
+    assert torch.equal(out[1], torch.zeros_like(x[1]))  # (3 - 3) / 1
+
+
+def test_normalize_intensity_ch2_matches_monai(ch2):
+    vol, _ = ch2
+    x = vol.float()
+    for nonzero in (False, True):
+        ref = plain(MNormalizeIntensity(nonzero=nonzero)(x.clone()))
+        ours = vs.NormalizeIntensity(nonzero=nonzero)(vol)  # uint8 in, float32 out
+        close(ours, ref)
+        m = ops.moments(vol[None], nonzero=nonzero)[0, 0]
+        v = x.double()
+        v = v[v != 0] if nonzero else v.flatten()
+        torch.testing.assert_close(m, torch.stack([torch.tensor(float(v.numel()), dtype=torch.float64), v.mean(),
+                                                   v.std(unbiased=False)]), rtol=1e-10, atol=0)
+
+
+def test_normalize_intensity_dict_and_4d():
+    x = rand((2, 5, 6, 7), seed=3)
+    ref = MNormalizeIntensityd(keys=["img"], nonzero=True)({"img": x.clone()})["img"]
+    ours = vs.NormalizeIntensityd(keys=["img"], nonzero=True)({"img": x})["img"]
+    close(ours, ref)
+    from monai.transforms import ScaleIntensityRangePercentilesd as MSIRPd
+
+    kw = dict(lower=2, upper=98, b_min=0.0, b_max=1.0, clip=True, channel_wise=True)
+    ref = MSIRPd(keys=["a", "b"], **kw)({"a": x.clone(), "b": 2 * x})
+    ours = vs.ScaleIntensityRangePercentilesd(keys=["a", "b"], **kw)({"a": x, "b": 2 * x})
+    close(ours["a"], ref["a"])
+    close(ours["b"], ref["b"])
+
+
+# ---------------- ScaleIntensityRangePercentiles vs MONAI ----------------
+SIRP_CASES = [
+    # lower, upper, b_min, b_max, clip, relative
+    (0, 100, 0.0, 1.0, False, False), (10, 90, 0.0, 1.0, False, False), (10, 90, 0.0, 1.0, True, False),
+    (5, 95, -1.0, 2.0, True, True), (5, 95, -1.0, 2.0, False, True), (1, 99.5, None, None, False, False),
+    (2, 98, 0.0, None, True, False), (2, 98, None, 5.0, True, False), (25, 75, 0.0, 200.0, False, False),
+    (50, 50, 0.0, 1.0, True, False), (50, 50, None, None, False, False), (90, 10, 0.0, 1.0, True, False),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("case", SIRP_CASES)
+@pytest.mark.parametrize("channel_wise", [False, True])
+def test_sirp_matches_monai(device, shape, case, channel_wise):
+    lower, upper, b_min, b_max, clip, relative = case
+    x = rand(shape, seed=sum(shape) + 3)
+    kw = dict(lower=lower, upper=upper, b_min=b_min, b_max=b_max, clip=clip, relative=relative,
+              channel_wise=channel_wise)
+    ref = monai_per_sample(MSIRP(**kw), x)
+    ours = vs.ScaleIntensityRangePercentiles(**kw)(x.to(device))
+    assert ours.dtype == torch.float32 and ours.device.type == device
+    if ref.abs().max() == 0:
+        assert torch.equal(ours.cpu(), ref)
+    else:
+        close(ours, ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.uint8, torch.int16,
+                                   torch.float64])
+def test_sirp_dtypes_match_monai(dtype):
+    # MONAI's torch.quantile needs a floating image: its reference runs on the float32 copy
+    # (exact for these dtypes except float64, which it quantiles in float64).
+    x = rand((2, 2, 9, 10, 11), torch.float64, seed=12, lo=0, hi=250).to(dtype)
+    xm = x if dtype == torch.float64 else x.float()
+    for cw, clip in itertools.product([False, True], [False, True]):
+        kw = dict(lower=3, upper=97, b_min=0.0, b_max=1.0, clip=clip, channel_wise=cw)
+        ref = monai_per_sample(MSIRP(**kw), xm)
+        ours = vs.ScaleIntensityRangePercentiles(**kw)(x)
+        assert ours.dtype == torch.float32
+        close(ours, ref)
+    ours = vs.ScaleIntensityRangePercentiles(3, 97, 0.0, 1.0, dtype=None)(x)
+    assert ours.dtype == x.dtype
+
+
+def test_sirp_ch2_matches_monai(ch2):
+    vol, _ = ch2
+    x = vol.float()  # > 1e6 voxels: MONAI takes numpy.percentile
+    for case in [(0.5, 99.5, 0.0, 1.0, True, False), (5, 95, -1.0, 1.0, False, True)]:
+        lower, upper, b_min, b_max, clip, relative = case
+        ref = plain(MSIRP(lower, upper, b_min, b_max, clip, relative)(x.clone()))
+        close(vs.ScaleIntensityRangePercentiles(lower, upper, b_min, b_max, clip, relative)(vol), ref)
+    p = ops.percentiles(vol[None], [0.5, 50, 99.5])[0, 0]
+    torch.testing.assert_close(p, torch.from_numpy(np.percentile(vol.numpy(), [0.5, 50, 99.5])))
+
+
+# ---------------- batch == per-sample, opcheck, bad inputs ----------------
+@pytest.mark.parametrize("device", DEVICES)
+def test_batch_equals_per_sample(device):
+    x = with_zeros(rand((4, 3, 7, 8, 9), seed=21)).to(device)
+    for t in [vs.NormalizeIntensity(nonzero=True, channel_wise=True), vs.NormalizeIntensity(),
+              vs.ScaleIntensityRangePercentiles(5, 95, 0.0, 1.0, clip=True, channel_wise=True),
+              vs.ScaleIntensityRangePercentiles(1, 99, -1.0, 1.0, relative=True)]:
+        batch = t(x)
+        for i in range(x.shape[0]):
+            assert torch.equal(batch[i], t(x[i]))
+    assert torch.equal(ops.moments(x, True, True)[2:3], ops.moments(x[2:3], True, True))
+    assert torch.equal(ops.percentiles(x, QS, True)[1:3], ops.percentiles(x[1:3], QS, True))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    x = with_zeros(rand((2, 3, 5, 6, 7), seed=8)).to(device)
+    torch.library.opcheck(torch.ops.voxaug.moments, (x, True, True))
+    torch.library.opcheck(torch.ops.voxaug.percentiles, (x, [1.0, 50.0, 99.0], False))
+    torch.library.opcheck(torch.ops.voxaug.normalize_intensity, (x, None, [2.0], True, False, None))
+    torch.library.opcheck(torch.ops.voxaug.normalize_intensity,
+                          (x.to(torch.uint8), [1.0, 2.0, 3.0], None, False, True, torch.float16))
+    torch.library.opcheck(torch.ops.voxaug.scale_intensity_range_percentiles,
+                          (x, 5.0, 95.0, 0.0, 1.0, True, True, True, None))
+
+
+def test_meta_shapes():
+    x = torch.empty(2, 3, 4, 5, 6, device="meta")
+    assert ops.moments(x, True).shape == (2, 3, 3)
+    assert ops.percentiles(x, [1, 2, 3, 4]).shape == (2, 1, 4)
+    assert ops.normalize_intensity(x).shape == x.shape
+    assert ops.scale_intensity_range_percentiles(x, 1, 99, 0, 1, dtype=torch.float16).dtype == torch.float16
+
+
+def test_bad_inputs():
+    x = rand((1, 2, 3, 4, 5))
+    with pytest.raises(ValueError, match="5-D"):
+        ops.moments(x[0])
+    with pytest.raises(ValueError, match=r"q\[1\] must be a percentile in \[0, 100\]"):
+        ops.percentiles(x, [5, 101])
+    with pytest.raises(ValueError, match="int64"):
+        ops.moments(x.long())
+    with pytest.raises(ValueError, match="empty volume"):
+        ops.percentiles(torch.empty(1, 1, 0, 2, 2), [50])
+    assert ops.moments(torch.empty(0, 1, 2, 2, 2)).shape == (0, 1, 3)
+    with pytest.raises(ValueError, match=r"one per channel \(2\), got 3"):
+        ops.normalize_intensity(x, [1.0, 2.0, 3.0], None, False, True)
+    with pytest.raises(ValueError, match="img has 2 channels, but subtrahend has 3 components"):
+        vs.NormalizeIntensity(subtrahend=[1, 2, 3], channel_wise=True)(x)
+    with pytest.raises(NotImplementedError, match="subtrahend"):
+        vs.NormalizeIntensity(subtrahend=[1, 2])(x)
+    with pytest.raises(ValueError, match="Percentiles must be in the range"):
+        vs.ScaleIntensityRangePercentiles(-1, 50, 0, 1)
+    with pytest.raises(ValueError, match="relative"):
+        vs.ScaleIntensityRangePercentiles(1, 50, None, 1, relative=True)(x)
+    with pytest.raises(ValueError, match="relative=True needs both"):
+        ops.scale_intensity_range_percentiles(x, 1, 50, None, 1.0, relative=True)
+    with pytest.raises(ValueError, match="dtype must be"):
+        ops.normalize_intensity(x, dtype=torch.int32)
+    with pytest.raises(ValueError, match="img must be"):
+        vs.NormalizeIntensity()(torch.zeros(3, 3))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.uint8, torch.int16,
+                                   torch.int32, torch.float64])
+def test_percentiles_large_segments_vs_numpy(device, dtype):
+    """>= 2^16 values per segment (the CPU's radix-select path), with ties."""
+    x = rand((2, 2, 40, 41, 42), torch.float64, seed=31, lo=0 if dtype == torch.uint8 else -100, hi=250)
+    x = (x * 2).round() / 2
+    x = x.to(dtype)
+    qs = [0.0, 0.01, 2.5, 50.0, 99.0, 99.99, 100.0]
+    for cw in (False, True):
+        p = ops.percentiles(x.to(device), qs, cw).cpu()
+        flat = x.double().reshape(2, 2 if cw else 1, -1).numpy()
+        ref = torch.from_numpy(np.percentile(flat, qs, axis=2)).permute(1, 2, 0)
+        torch.testing.assert_close(p, ref, rtol=1e-14, atol=1e-12)
+    x = x.clone()
+    x[1, 0, 3, 4, 5] = float("nan") if dtype.is_floating_point else x[1, 0, 3, 4, 5]
+    p = ops.percentiles(x.to(device), qs, True).cpu()
+    assert torch.isnan(p[1, 0]).all() == dtype.is_floating_point and not torch.isnan(p[0]).any()

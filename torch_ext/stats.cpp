@@ -1,0 +1,277 @@
+// voxaug torch_ext: the stats family's ops (moments, percentiles, normalize_intensity,
+// scale_intensity_range_percentiles). CPU and CUDA share one entry each (the core picks the
+// backend from the views); Meta computes shapes. Statistics stay on the image's device: the
+// transforms compute them and apply them without a host round trip. User-given subtrahend /
+// divisor lists reach the device by one asynchronous copy from pinned memory.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <vector>
+
+#include "tensor_view.h"
+#include "voxaug/error.h"
+#include "voxaug/stats.h"
+
+namespace voxaug::torch_ext {
+namespace {
+
+void check_image(const at::Tensor& image, bool meta = false) {
+  check_5d(image, "image", meta);
+  (void)to_voxaug_dtype(image.scalar_type(), "image");
+  TORCH_CHECK_VALUE(image.scalar_type() != at::kLong,
+                    "image: int64 images are not supported (float64, float32, float16, bfloat16, "
+                    "uint8, int16 or int32)");
+}
+
+int64_t segments_per_sample(const at::Tensor& image, bool channel_wise) {
+  return channel_wise ? image.size(1) : 1;
+}
+
+void check_not_empty(const at::Tensor& image, const char* what) {
+  TORCH_CHECK_VALUE(image.numel() > 0, "image: ", what, " of an empty volume are undefined, shape ",
+                    image.sizes());
+}
+
+c10::ScalarType output_dtype(const at::Tensor& image, std::optional<c10::ScalarType> dtype) {
+  if (dtype.has_value()) {
+    const c10::ScalarType t = *dtype;
+    TORCH_CHECK_VALUE(t == at::kDouble || t == at::kFloat || t == at::kHalf || t == at::kBFloat16,
+                      "dtype must be float64, float32, float16 or bfloat16, got ", t);
+    return t;
+  }
+  return at::isFloatingType(image.scalar_type()) ? image.scalar_type() : at::kFloat;
+}
+
+at::Tensor workspace(const at::Tensor& image, int64_t bytes) {
+  return at::empty({bytes > 0 ? bytes : 1}, image.options().dtype(at::kByte));
+}
+
+// ---- moments ----
+at::Tensor moments_into(const at::Tensor& image, bool channel_wise, bool nonzero) {
+  const int64_t segs = segments_per_sample(image, channel_wise);
+  at::Tensor out = at::empty({image.size(0), segs, 3}, image.options().dtype(at::kDouble));
+  if (out.numel() == 0) return out;
+  check_not_empty(image, "moments");
+  const c10::DeviceGuard guard(image.device());
+  const VolumeView v = to_view(image, "image");
+  int64_t bytes = 0;
+  call_core([&] { bytes = moments_workspace_bytes(v, channel_wise); });
+  const at::Tensor ws = workspace(image, bytes);
+  call_core([&] {
+    moments(v, out.data_ptr<double>(), channel_wise, nonzero, ws.data_ptr(), bytes,
+            current_stream(image));
+  });
+  return out;
+}
+
+at::Tensor moments_impl(const at::Tensor& image, bool channel_wise, bool nonzero) {
+  check_image(image);
+  return moments_into(image, channel_wise, nonzero);
+}
+
+at::Tensor moments_meta(const at::Tensor& image, bool channel_wise, bool /*nonzero*/) {
+  check_image(image, true);
+  return at::empty({image.size(0), segments_per_sample(image, channel_wise), 3},
+                   image.options().dtype(at::kDouble));
+}
+
+// ---- percentiles ----
+void check_q(at::ArrayRef<double> q) {
+  for (size_t k = 0; k < q.size(); ++k)
+    TORCH_CHECK_VALUE(q[k] >= 0.0 && q[k] <= 100.0, "q[", k,
+                      "] must be a percentile in [0, 100], got ", q[k]);
+}
+
+at::Tensor percentiles_into(const at::Tensor& image, at::ArrayRef<double> q, bool channel_wise) {
+  const int64_t segs = segments_per_sample(image, channel_wise);
+  const int64_t nq = static_cast<int64_t>(q.size());
+  at::Tensor out = at::empty({image.size(0), segs, nq}, image.options().dtype(at::kDouble));
+  if (out.numel() == 0) return out;
+  check_not_empty(image, "percentiles");
+  const c10::DeviceGuard guard(image.device());
+  const VolumeView v = to_view(image, "image");
+  int64_t bytes = 0;
+  call_core([&] { bytes = percentiles_workspace_bytes(v, channel_wise); });
+  const at::Tensor ws = workspace(image, bytes);
+  call_core([&] {
+    percentiles(v, q.data(), nq, out.data_ptr<double>(), channel_wise, ws.data_ptr(), bytes,
+                current_stream(image));
+  });
+  return out;
+}
+
+at::Tensor percentiles_impl(const at::Tensor& image, at::ArrayRef<double> q, bool channel_wise) {
+  check_image(image);
+  check_q(q);
+  return percentiles_into(image, q, channel_wise);
+}
+
+at::Tensor percentiles_meta(const at::Tensor& image, at::ArrayRef<double> q, bool channel_wise) {
+  check_image(image, true);
+  check_q(q);
+  return at::empty(
+      {image.size(0), segments_per_sample(image, channel_wise), static_cast<int64_t>(q.size())},
+      image.options().dtype(at::kDouble));
+}
+
+// ---- normalize_intensity ----
+// A user value list: one value for every segment, or one per segment of a sample (channels
+// when channel_wise), expanded to N * segs float64 on the image's device.
+void check_values(const std::optional<at::ArrayRef<double>>& values, const char* name, int64_t segs,
+                  bool channel_wise) {
+  if (!values) return;
+  const int64_t len = static_cast<int64_t>(values->size());
+  if (channel_wise) {
+    TORCH_CHECK_VALUE(len == 1 || len == segs, name, " must have 1 value or one per channel (",
+                      segs, "), got ", len);
+  } else {
+    TORCH_CHECK_VALUE(len == 1, name, " must have 1 value when channel_wise=False, got ", len);
+  }
+}
+
+at::Tensor per_segment_values(const at::Tensor& image, at::ArrayRef<double> values, int64_t segs) {
+  const int64_t n = image.size(0);
+  const bool cuda = image.is_cuda();
+  at::Tensor host =
+      at::empty({n * segs}, at::TensorOptions().dtype(at::kDouble).pinned_memory(cuda));
+  double* p = host.data_ptr<double>();
+  for (int64_t i = 0; i < n * segs; ++i) p[i] = values.size() == 1 ? values[0] : values[i % segs];
+  return cuda ? host.to(image.device(), at::kDouble, /*non_blocking=*/true) : host;
+}
+
+at::Tensor normalize_intensity_impl(const at::Tensor& image,
+                                    std::optional<at::ArrayRef<double>> subtrahend,
+                                    std::optional<at::ArrayRef<double>> divisor, bool nonzero,
+                                    bool channel_wise, std::optional<c10::ScalarType> dtype) {
+  check_image(image);
+  const int64_t segs = segments_per_sample(image, channel_wise);
+  check_values(subtrahend, "subtrahend", segs, channel_wise);
+  check_values(divisor, "divisor", segs, channel_wise);
+  at::Tensor out = at::empty(image.sizes(), image.options().dtype(output_dtype(image, dtype)));
+  if (image.numel() == 0) return out;
+  const c10::DeviceGuard guard(image.device());
+  at::Tensor stats, sub, div;
+  if (!subtrahend || !divisor) stats = moments_into(image, channel_wise, nonzero);
+  if (subtrahend) sub = per_segment_values(image, *subtrahend, segs);
+  if (divisor) div = per_segment_values(image, *divisor, segs);
+  NormalizeIntensityArgs args;
+  args.moments = stats.defined() ? stats.data_ptr<double>() : nullptr;
+  args.subtrahend = sub.defined() ? sub.data_ptr<double>() : nullptr;
+  args.divisor = div.defined() ? div.data_ptr<double>() : nullptr;
+  args.nonzero = nonzero;
+  args.channel_wise = channel_wise;
+  call_core([&] {
+    normalize_intensity(to_view(image, "image"), to_view(out, "output"), args,
+                        current_stream(image));
+  });
+  return out;
+}
+
+at::Tensor normalize_intensity_meta(const at::Tensor& image,
+                                    std::optional<at::ArrayRef<double>> subtrahend,
+                                    std::optional<at::ArrayRef<double>> divisor, bool /*nonzero*/,
+                                    bool channel_wise, std::optional<c10::ScalarType> dtype) {
+  check_image(image, true);
+  const int64_t segs = segments_per_sample(image, channel_wise);
+  check_values(subtrahend, "subtrahend", segs, channel_wise);
+  check_values(divisor, "divisor", segs, channel_wise);
+  return at::empty_symint(image.sym_sizes(), image.options().dtype(output_dtype(image, dtype)));
+}
+
+// ---- scale_intensity_range_percentiles ----
+void check_srp_args(double lower, double upper, std::optional<double> b_min,
+                    std::optional<double> b_max, bool relative) {
+  TORCH_CHECK_VALUE(lower >= 0.0 && lower <= 100.0, "lower must be a percentile in [0, 100], got ",
+                    lower);
+  TORCH_CHECK_VALUE(upper >= 0.0 && upper <= 100.0, "upper must be a percentile in [0, 100], got ",
+                    upper);
+  TORCH_CHECK_VALUE(!relative || (b_min && b_max),
+                    "relative=True needs both b_min and b_max (MONAI: \"If it is relative, b_min "
+                    "and b_max should not be None.\")");
+  TORCH_CHECK_VALUE(!b_min || std::isfinite(*b_min), "b_min must be finite, got ", *b_min);
+  TORCH_CHECK_VALUE(!b_max || std::isfinite(*b_max), "b_max must be finite, got ", *b_max);
+}
+
+at::Tensor srp_impl(const at::Tensor& image, double lower, double upper,
+                    std::optional<double> b_min, std::optional<double> b_max, bool clip,
+                    bool relative, bool channel_wise, std::optional<c10::ScalarType> dtype) {
+  check_image(image);
+  check_srp_args(lower, upper, b_min, b_max, relative);
+  at::Tensor out = at::empty(image.sizes(), image.options().dtype(output_dtype(image, dtype)));
+  if (image.numel() == 0) return out;
+  const c10::DeviceGuard guard(image.device());
+  const std::vector<double> q{lower, upper};
+  const at::Tensor pct = percentiles_into(image, q, channel_wise);
+  ScaleIntensityRangePercentilesArgs args;
+  args.percentiles = pct.data_ptr<double>();
+  args.lower = lower;
+  args.upper = upper;
+  const double bmin = b_min.value_or(0.0), bmax = b_max.value_or(0.0);
+  args.b_min = b_min ? &bmin : nullptr;
+  args.b_max = b_max ? &bmax : nullptr;
+  args.clip = clip;
+  args.relative = relative;
+  args.channel_wise = channel_wise;
+  call_core([&] {
+    scale_intensity_range_percentiles(to_view(image, "image"), to_view(out, "output"), args,
+                                      current_stream(image));
+  });
+  return out;
+}
+
+at::Tensor srp_meta(const at::Tensor& image, double lower, double upper,
+                    std::optional<double> b_min, std::optional<double> b_max, bool /*clip*/,
+                    bool relative, bool /*channel_wise*/, std::optional<c10::ScalarType> dtype) {
+  check_image(image, true);
+  check_srp_args(lower, upper, b_min, b_max, relative);
+  return at::empty_symint(image.sym_sizes(), image.options().dtype(output_dtype(image, dtype)));
+}
+
+// Statistics are not differentiable functions the transforms backpropagate through: their
+// outputs never require grad.
+at::Tensor moments_autograd(const at::Tensor& image, bool channel_wise, bool nonzero) {
+  at::AutoDispatchBelowADInplaceOrView below;
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("voxaug::moments", "")
+                       .typed<at::Tensor(const at::Tensor&, bool, bool)>();
+  return op.call(image, channel_wise, nonzero);
+}
+at::Tensor percentiles_autograd(const at::Tensor& image, at::ArrayRef<double> q,
+                                bool channel_wise) {
+  at::AutoDispatchBelowADInplaceOrView below;
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("voxaug::percentiles", "")
+                       .typed<at::Tensor(const at::Tensor&, at::ArrayRef<double>, bool)>();
+  return op.call(image, q, channel_wise);
+}
+
+void register_backend(torch::Library& m) {
+  m.impl("moments", &moments_impl);
+  m.impl("percentiles", &percentiles_impl);
+  m.impl("normalize_intensity", &normalize_intensity_impl);
+  m.impl("scale_intensity_range_percentiles", &srp_impl);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
+  register_backend(m);
+}
+TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
+  register_backend(m);
+}
+TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
+  m.impl("moments", &moments_meta);
+  m.impl("percentiles", &percentiles_meta);
+  m.impl("normalize_intensity", &normalize_intensity_meta);
+  m.impl("scale_intensity_range_percentiles", &srp_meta);
+}
+TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
+  m.impl("moments", &moments_autograd);
+  m.impl("percentiles", &percentiles_autograd);
+}
+
+}  // namespace voxaug::torch_ext
