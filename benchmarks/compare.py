@@ -21,6 +21,9 @@ Cases
       voxaug RandomElasticDeformation vs TorchIO's (its defaults: 7 control points, 7.5 mm,
       2 locked borders); at most 3 timed calls each (MONAI and TorchIO take seconds)
   (g) filter: GaussianSmooth (sigma 1 and 3) on 1x1x128^3 and 1x1x224x224x160 vs MONAI's
+  (h) crop: RandCropByPosNegLabeld (96^3 patches, num_samples 4, image + label) on ch2 + aal vs
+      MONAI's, without and with MONAI's precomputed indices (FgBgToIndicesd, outside the
+      timing), and vs TorchIO's LabelSampler (4 patches from a Subject)
 
 MONAI gets the (C, D, H, W) torch tensor on the device, as a MONAI pipeline would; voxaug gets
 the (N, C, D, H, W) view of the same memory. Times are the median of --repeats calls after
@@ -30,7 +33,7 @@ must match MONAI; random ones must show the documented distribution (offset in t
 noise std <= std, ...), for both libraries. A failed check exits 1; the speed bar does not.
 
     python3 benchmarks/compare.py [--device cpu|cuda] [--repeats 10] [--json results.json]
-                                  [--only intensity,spatial,deform,filter]
+                                  [--only intensity,spatial,deform,filter,crop]
 
 The bars: case (a) on CPU must be >= 5x faster than MONAI; the spatial issue asks the same of
 (e) against MONAI's RandAffine and TorchIO's RandomAffine; the deform issue asks (f) for >= 20x
@@ -414,6 +417,55 @@ def filter_rows(device, args):
     return rows
 
 
+def check_patches(x, m, v):
+    ok = m.shape == v.shape and bool(torch.isfinite(v).all())
+    return ok, f"shape {tuple(v.shape)}"
+
+
+def crop_rows(device, args):
+    """(h): RandCropByPosNegLabeld on ch2 + aal, 4 x 96^3 patches of image + label."""
+    import voxaug.crop as vc
+
+    img, lab = load_ch2_aal(device)
+    keys = ["image", "label"]
+    sub = argparse.Namespace(repeats=args.repeats, warmup=args.warmup)
+    m_t = mt.RandCropByPosNegLabeld(keys, "label", (96, 96, 96), pos=1, neg=1, num_samples=4)
+    m_t.set_random_state(SEED)
+    v_t = vc.RandCropByPosNegLabeld(keys, "label", (96, 96, 96), pos=1, neg=1, num_samples=4, seed=SEED)
+
+    def stack(outs):
+        return torch.stack([plain(o["image"]) for o in outs])
+
+    def monai_call(x1):
+        return stack(m_t({"image": x1, "label": lab[0]}))
+
+    def voxaug_call(xb):
+        return torch.cat([o["image"] for o in v_t({"image": xb, "label": lab})])[None]
+
+    rows = [run_case("(h) RandCropByPosNegLabeld", img, monai_call, voxaug_call, check_patches, device, sub)]
+    idx = mt.FgBgToIndicesd("label")({"label": lab[0]})
+    m_i = mt.RandCropByPosNegLabeld(keys, "label", (96, 96, 96), pos=1, neg=1, num_samples=4,
+                                    fg_indices_key="label_fg_indices", bg_indices_key="label_bg_indices")
+    m_i.set_random_state(SEED)
+
+    def monai_indexed(x1):
+        return stack(m_i({"image": x1, "label": lab[0], **idx}))
+
+    rows.append(run_case("(h) ...d, MONAI precomputed", img, monai_indexed, voxaug_call, check_patches, device,
+                         sub))
+    if tio is not None:
+        sampler = tio.LabelSampler(patch_size=96, label_name="label", label_probabilities={0: 1, 1: 1})
+        subject = tio.Subject(image=tio.ScalarImage(tensor=img[0].cpu()), label=tio.LabelMap(tensor=lab[0].cpu()))
+
+        def torchio_call(x1):
+            it = sampler(subject, num_patches=4)
+            return torch.stack([next(it)["image"].data for _ in range(4)])
+
+        rows.append(run_case("(h) vs TorchIO LabelSampler", img, torchio_call, voxaug_call, check_patches, device,
+                             sub))
+    return rows
+
+
 def bandwidth(device, args):
     """(d): fused chain vs dst.copy_(src) at 8x1x256^3 float32, one read + one write each."""
     x = make_input((8, 1, 256, 256, 256), device)
@@ -434,8 +486,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--repeats", type=int, default=10, help="timed calls per measurement (default 10)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed calls first (default 2)")
-    ap.add_argument("--only", default="intensity,spatial,deform,filter",
-                    help="comma-separated case groups: intensity (a-c), spatial (e), deform (f), filter (g)")
+    ap.add_argument("--only", default="intensity,spatial,deform,filter,crop",
+                    help="comma-separated case groups: intensity (a-c), spatial (e), deform (f), filter (g), "
+                         "crop (h)")
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:
         ap.error("--repeats must be >= 1 and --warmup >= 0")
@@ -460,7 +513,7 @@ def main(argv=None) -> int:
     print(f"timing   median of {args.repeats} calls after {args.warmup} warm-up calls\n")
 
     groups = set(args.only.split(","))
-    known = {"intensity", "spatial", "deform", "filter"}
+    known = {"intensity", "spatial", "deform", "filter", "crop"}
     if not groups <= known:
         ap.error(f"--only: unknown group(s) {sorted(groups - known)}")
     rows = []
@@ -484,6 +537,9 @@ def main(argv=None) -> int:
     end_deform = len(rows)
     if "filter" in groups:
         rows.extend(filter_rows(device, args))
+    first_crop = len(rows)
+    if "crop" in groups:
+        rows.extend(crop_rows(device, args))
 
     head = (f"{'case':<27} {'shape':<15} {'device':<6} {'monai ms':>9} {'voxaug ms':>9} {'speedup':>8}"
             "  check (monai/voxaug)")
@@ -511,6 +567,10 @@ def main(argv=None) -> int:
         for r in rows[first_spatial:first_deform][:2]:
             v = "PASS" if r["speedup"] >= BAR_SPEEDUP else "FAIL"
             print(f"BAR {v}: {r['case']} on CPU is {r['speedup']:.2f}x (spatial bar: >= {BAR_SPEEDUP:g}x)")
+        for r in rows[first_crop:first_crop + 1]:
+            v = "PASS" if r["speedup"] >= BAR_SPEEDUP else "FAIL"
+            print(f"BAR {v}: {r['case']} on CPU is {r['speedup']:.2f}x MONAI without precomputed indices "
+                  f"(crop bar: >= {BAR_SPEEDUP:g}x)")
         for r in rows[first_deform:end_deform]:
             bar = ELASTIC_BARS["TorchIO" if "TorchIO" in r["case"] else "MONAI"]
             v = "PASS" if r["speedup"] >= bar else "FAIL"

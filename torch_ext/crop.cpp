@@ -35,16 +35,66 @@ at::Tensor foreground_bbox_meta(const at::Tensor& image, double, at::OptionalInt
   return bbox_output(image);
 }
 
+at::Tensor centers_output(const at::Tensor& label, int64_t num_samples,
+                          at::IntArrayRef spatial_size) {
+  TORCH_CHECK_VALUE(num_samples >= 1, "num_samples must be >= 1, got ", num_samples);
+  TORCH_CHECK_VALUE(spatial_size.size() == 3, "spatial_size must be [D, H, W], got ", spatial_size);
+  return at::empty({label.size(0), num_samples, 3}, label.options().dtype(at::kLong));
+}
+
+void check_image(const at::Tensor& label, const std::optional<at::Tensor>& image, bool meta) {
+  if (!image.has_value()) return;
+  check_5d(*image, "image", meta);
+  TORCH_CHECK_VALUE(image->size(0) == label.size(0) && image->size(2) == label.size(2) &&
+                        image->size(3) == label.size(3) && image->size(4) == label.size(4),
+                    "image must have the label's batch and spatial size, got ", image->sizes(),
+                    " and ", label.sizes());
+  TORCH_CHECK_VALUE(image->device() == label.device(), "image must be on the label's device ",
+                    label.device(), ", got ", image->device());
+}
+
+at::Tensor pos_neg_crop_centers_impl(const at::Tensor& label,
+                                     const std::optional<at::Tensor>& image, double image_threshold,
+                                     double pos_ratio, int64_t num_samples,
+                                     at::IntArrayRef spatial_size, int64_t seed,
+                                     int64_t first_sample) {
+  check_5d(label, "label");
+  check_image(label, image, false);
+  at::Tensor centers = centers_output(label, num_samples, spatial_size);
+  VolumeView iv;
+  if (image.has_value()) iv = to_view(*image, "image");
+  const c10::DeviceGuard guard(label.device());
+  call_core([&] {
+    pos_neg_crop_centers(to_view(label, "label"), image.has_value() ? &iv : nullptr,
+                         image_threshold, pos_ratio, static_cast<int>(num_samples),
+                         spatial_size.data(), static_cast<uint64_t>(seed), first_sample,
+                         centers.data_ptr<int64_t>(), current_stream(label));
+  });
+  return centers;
+}
+
+at::Tensor pos_neg_crop_centers_meta(const at::Tensor& label,
+                                     const std::optional<at::Tensor>& image, double, double,
+                                     int64_t num_samples, at::IntArrayRef spatial_size, int64_t,
+                                     int64_t) {
+  check_5d(label, "label", true);
+  check_image(label, image, true);
+  return centers_output(label, num_samples, spatial_size);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
   m.impl("foreground_bbox", &foreground_bbox_impl);
+  m.impl("pos_neg_crop_centers", &pos_neg_crop_centers_impl);
 }
 TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
   m.impl("foreground_bbox", &foreground_bbox_impl);
+  m.impl("pos_neg_crop_centers", &pos_neg_crop_centers_impl);
 }
 TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("foreground_bbox", &foreground_bbox_meta);
+  m.impl("pos_neg_crop_centers", &pos_neg_crop_centers_meta);
 }
 
 }  // namespace voxaug::torch_ext

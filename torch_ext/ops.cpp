@@ -74,6 +74,10 @@ TORCH_LIBRARY(voxaug, m) {
   m.def(
       "foreground_bbox(Tensor image, float threshold=0.0, int[]? channel_indices=None) -> "
       "Tensor");
+  // MONAI RandCropByPosNegLabel's centres drawn on the device: (N, num_samples, 3) int64.
+  m.def(
+      "pos_neg_crop_centers(Tensor label, Tensor? image, float image_threshold, float pos_ratio, "
+      "int num_samples, int[] spatial_size, int seed, int first_sample=0) -> Tensor");
   // U(low, high) from Philox keyed by (seed, first_sample + n, element), in place.
   m.def("uniform_fill_(Tensor(a!) out, float low, float high, int seed, int first_sample=0) -> ()");
   m.def(

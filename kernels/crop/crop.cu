@@ -58,7 +58,60 @@ __global__ void bbox_finish(int64_t* box, int64_t batch) {
   }
 }
 
+// One block per (chunk, sample): the chunk's foreground / background counts.
+__global__ void __launch_bounds__(256) posneg_count(const PosNegParams p, int64_t* counts) {
+  const int64_t n = blockIdx.y, chunk = blockIdx.x;
+  const int64_t voxels = p.size[0] * p.size[1] * p.size[2];
+  const int64_t begin = chunk * kPosNegChunk;
+  const int64_t end = begin + kPosNegChunk < voxels ? begin + kPosNegChunk : voxels;
+  unsigned long long fg = 0, bg = 0;
+  for (int64_t v = begin + threadIdx.x; v < end; v += blockDim.x) {
+    const int cls = posneg_class(p, n, v);
+    fg += cls == 1;
+    bg += cls == 2;
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    fg += __shfl_xor_sync(0xffffffffu, fg, off);
+    bg += __shfl_xor_sync(0xffffffffu, bg, off);
+  }
+  __shared__ unsigned long long warp_fg[8], warp_bg[8];
+  if ((threadIdx.x & 31) == 0) warp_fg[threadIdx.x / 32] = fg, warp_bg[threadIdx.x / 32] = bg;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long f = 0, b = 0;
+    for (int w = 0; w < int(blockDim.x / 32); ++w) f += warp_fg[w], b += warp_bg[w];
+    counts[(n * p.chunks + chunk) * 2] = static_cast<int64_t>(f);
+    counts[(n * p.chunks + chunk) * 2 + 1] = static_cast<int64_t>(b);
+  }
+}
+
+// One thread per (sample, crop): the selection is the CPU's function.
+__global__ void posneg_pick(const PosNegParams p, int64_t batch, const int64_t* counts,
+                            int64_t* centers) {
+  const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (t >= batch * p.num_samples) return;
+  posneg_select(p, counts, t / p.num_samples, static_cast<int>(t % p.num_samples), centers + 3 * t);
+}
+
 }  // namespace
+
+void pos_neg_crop_centers_cuda(const PosNegParams& p, int64_t batch, int64_t* centers, int device,
+                               cudaStream_t stream) {
+  VOXAUG_EXPECTS(batch <= 65535, "pos_neg_crop_centers on CUDA: at most 65535 samples per call");
+  CudaDeviceGuard guard(device);
+  void* counts = nullptr;
+  VOXAUG_CUDA_TRY(cudaMallocAsync(&counts, batch * p.chunks * 2 * sizeof(int64_t) + 8, stream));
+  if (p.chunks > 0) {
+    posneg_count<<<dim3(unsigned(p.chunks), unsigned(batch)), 256, 0, stream>>>(
+        p, static_cast<int64_t*>(counts));
+    VOXAUG_CUDA_CHECK_LAUNCH();
+  }
+  const int64_t picks = batch * p.num_samples;
+  posneg_pick<<<unsigned((picks + 127) / 128), 128, 0, stream>>>(
+      p, batch, static_cast<const int64_t*>(counts), centers);
+  VOXAUG_CUDA_CHECK_LAUNCH();
+  VOXAUG_CUDA_TRY(cudaFreeAsync(counts, stream));
+}
 
 void foreground_bbox_cuda(const BBoxParams& p, int64_t batch, int64_t* box, int device,
                           cudaStream_t stream) {

@@ -7,6 +7,7 @@
 
 #include "test_support.h"
 #include "voxaug/crop.h"
+#include "voxaug/detail/philox.h"
 #include "voxaug/error.h"
 
 using namespace voxaug;
@@ -97,5 +98,87 @@ TEST(CropCuda, ForegroundBBoxTwin) {
     CUDA_OK(cudaDeviceSynchronize());
     EXPECT_EQ(cpu, dbox.to_host<int64_t>(cpu.size()));
   }
+}
+#endif
+
+namespace {
+// Naive centres: explicit foreground / background index lists (MONAI's map_binary_to_indices),
+// the same Philox draws, list[rank], MONAI's correct_crop_centers written out.
+std::vector<int64_t> naive_centers(const std::vector<uint8_t>& lab, const std::vector<float>* img,
+                                   const Vol& s, double thr, double pos_ratio, int k_count,
+                                   const int64_t crop[3], uint64_t seed) {
+  std::vector<int64_t> out;
+  const int64_t vox = s.d * s.h * s.w;
+  for (int64_t n = 0; n < s.n; ++n) {
+    std::vector<int64_t> fg, bg;
+    for (int64_t v = 0; v < vox; ++v) {
+      if (img && !((*img)[n * vox + v] > thr)) continue;
+      (lab[n * vox + v] > 0 ? fg : bg).push_back(v);
+    }
+    for (int k = 0; k < k_count; ++k) {
+      const auto r = voxaug::detail::philox_block(seed, k, static_cast<uint32_t>(n),
+                                                  voxaug::detail::PhiloxStream::Sample);
+      const double u_set = voxaug::detail::uniform01_f64(r.x, r.y);
+      const double u_rank = voxaug::detail::uniform01_f64(r.z, r.w);
+      int64_t idx[3] = {s.d / 2, s.h / 2, s.w / 2};
+      if (!fg.empty() || !bg.empty()) {
+        const bool use_fg = bg.empty() || (!fg.empty() && u_set < pos_ratio);
+        const auto& list = use_fg ? fg : bg;
+        const int64_t rank =
+            std::min<int64_t>(static_cast<int64_t>(u_rank * list.size()), list.size() - 1);
+        const int64_t v = list[rank];
+        idx[0] = v / (s.h * s.w), idx[1] = (v / s.w) % s.h, idx[2] = v % s.w;
+      }
+      const int64_t size[3] = {s.d, s.h, s.w};
+      for (int a = 0; a < 3; ++a) {
+        const int64_t lo = crop[a] / 2;
+        int64_t hi = static_cast<int64_t>(size[a] + 1 - crop[a] / 2.0);
+        if (lo == hi) ++hi;
+        out.push_back(std::min(std::max(idx[a], lo), hi - 1));
+      }
+    }
+  }
+  return out;
+}
+}  // namespace
+
+TEST(Crop, PosNegCentersMatchNaiveIndexLists) {
+  const Vol s{3, 1, 19, 21, 23};  // > one 4096-voxel chunk per sample
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<uint8_t> lab(s.numel());
+  std::vector<float> img(s.numel());
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    lab[i] = u(rng) < 0.01f;
+    img[i] = u(rng);
+  }
+  std::fill(lab.begin() + 2 * (s.numel() / 3), lab.end(), 0);  // sample 2: no foreground
+  const int64_t crop[3] = {5, 8, 23};
+  for (bool with_image : {false, true}) {
+    std::vector<int64_t> got(3 * s.n * 9);
+    const VolumeView iv = view(img.data(), DType::Float32, s);
+    pos_neg_crop_centers(view(lab.data(), DType::UInt8, s), with_image ? &iv : nullptr, 0.3, 0.4, 9,
+                         crop, 77, 0, got.data());
+    EXPECT_EQ(got, naive_centers(lab, with_image ? &img : nullptr, s, 0.3, 0.4, 9, crop, 77));
+  }
+}
+
+#if VOXAUG_WITH_CUDA
+TEST(CropCuda, PosNegCentersTwin) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const Vol s{4, 1, 40, 33, 31};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<uint8_t> lab(s.numel());
+  for (auto& v : lab) v = u(rng) < 0.02f;
+  const int64_t crop[3] = {16, 16, 16};
+  std::vector<int64_t> cpu(3 * s.n * 6);
+  pos_neg_crop_centers(view(lab.data(), DType::UInt8, s), nullptr, 0.0, 0.5, 6, crop, 9, 0,
+                       cpu.data());
+  DeviceBuffer dl(lab), dc(cpu.size() * sizeof(int64_t));
+  pos_neg_crop_centers(view(dl.p, DType::UInt8, s, Device::CUDA), nullptr, 0.0, 0.5, 6, crop, 9, 0,
+                       dc.as<int64_t>());
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(cpu, dc.to_host<int64_t>(cpu.size()));
 }
 #endif

@@ -1,0 +1,134 @@
+"""RandCropByPosNegLabel(d): centres drawn on the device vs MONAI's rules (crop equality for
+given centres, centre correction, class fractions and uniformity, fallbacks, image mask),
+ch2 + aal, batch-split invariance, bad inputs."""
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from voxaug import crop as C
+
+from conftest import TEMPLATES
+
+mt = pytest.importorskip("monai.transforms")
+from monai.transforms.utils import correct_crop_centers  # noqa: E402
+
+
+def _label(shape=(1, 1, 20, 22, 24)):
+    lab = torch.zeros(shape, dtype=torch.uint8)
+    lab[..., 5:7, 6:8, 10:12] = 1  # 8 foreground voxels
+    return lab
+
+
+def test_crops_equal_monai_spatial_crop_at_the_drawn_centres():
+    g = torch.Generator().manual_seed(0)
+    img = torch.randn(2, 20, 22, 24, generator=g)
+    lab = _label()[0]
+    t = C.RandCropByPosNegLabel((8, 9, 10), label=lab, pos=1, neg=1, num_samples=6, seed=3)
+    crops = t(img)
+    assert len(crops) == 6
+    for k, y in enumerate(crops):
+        c = t.centers[0, k].tolist()
+        assert list(correct_crop_centers(c, (8, 9, 10), lab.shape[1:])) == c  # already valid
+        ref = mt.SpatialCrop(roi_center=c, roi_size=(8, 9, 10))(img)
+        assert y.shape == ref.shape and torch.equal(y, torch.as_tensor(ref))
+
+
+def test_positive_fraction_and_uniform_choice():
+    # Crop size 1: no centre correction, the centre is the drawn voxel.
+    lab = _label((8, 1, 20, 22, 24))
+    t = C.RandCropByPosNegLabel((1, 1, 1), pos=1, neg=3, num_samples=500, seed=7)
+    centers, _ = t.draw_centers(lab)
+    c = centers.reshape(-1, 3)
+    fg = lab[0, 0][c[:, 0], c[:, 1], c[:, 2]].bool()
+    n, p = len(c), 0.25
+    assert abs(fg.float().mean().item() - p) < 3.3 * math.sqrt(p * (1 - p) / n)  # 99.9 %
+    # Uniform over the 8 foreground voxels: chi-square, 7 dof, 99.9 % quantile 24.3.
+    idx = (c[fg, 0] - 5) * 4 + (c[fg, 1] - 6) * 2 + (c[fg, 2] - 10)
+    counts = torch.bincount(idx, minlength=8).double()
+    expected = counts.sum() / 8
+    assert ((counts - expected) ** 2 / expected).sum().item() < 24.3
+    # Background draws are spread over the volume (not stuck at the start).
+    bg = c[~fg]
+    assert bg[:, 0].float().std() > 4 and bg[:, 2].float().std() > 4
+
+
+def test_fallbacks_and_image_mask():
+    empty = torch.zeros(1, 1, 10, 11, 12, dtype=torch.uint8)
+    t = C.RandCropByPosNegLabel((1, 1, 1), pos=1, neg=0, num_samples=50, seed=1)
+    c, _ = t.draw_centers(empty)  # no foreground: background
+    assert c.shape == (1, 50, 3)
+    full = torch.ones(1, 1, 10, 11, 12, dtype=torch.uint8)
+    t = C.RandCropByPosNegLabel((1, 1, 1), pos=0, neg=1, num_samples=50, seed=1)
+    c, _ = t.draw_centers(full)  # no background: foreground
+    assert c.min() >= 0
+    img = torch.zeros(1, 1, 10, 11, 12)
+    img[..., 2:4, 3:5, 4:6] = 5.0
+    t = C.RandCropByPosNegLabel((1, 1, 1), pos=1, neg=1, num_samples=200, image_threshold=1.0, seed=2)
+    c, _ = t.draw_centers(empty, img)
+    c = c[0]
+    assert bool((img[0, 0][c[:, 0], c[:, 1], c[:, 2]] > 1.0).all())
+
+
+def test_centre_correction_matches_monai():
+    lab = torch.zeros(1, 1, 15, 9, 30, dtype=torch.uint8)
+    lab[..., 0, 0, 0] = 1
+    lab[..., 14, 8, 29] = 1
+    for size in [(5, 4, 7), (15, 9, 1), (6, 8, 30), (1, 1, 1)]:
+        t = C.RandCropByPosNegLabel(size, pos=1, neg=0, num_samples=40, seed=5)
+        c, _ = t.draw_centers(lab)
+        for center in c[0].tolist():
+            # every centre is MONAI's correction of one of the two foreground voxels
+            cand = [list(correct_crop_centers(v, size, (15, 9, 30))) for v in ([0, 0, 0], [14, 8, 29])]
+            assert center in cand
+
+
+def test_allow_smaller_and_bad_inputs():
+    lab = _label((1, 1, 6, 22, 24))
+    with pytest.raises(ValueError, match="larger than the image size"):
+        C.RandCropByPosNegLabel((8, 8, 8), seed=1).draw_centers(lab)
+    t = C.RandCropByPosNegLabel((8, 8, 8), allow_smaller=True, num_samples=2, seed=1)
+    crops = t(torch.randn(1, 1, 6, 22, 24), label=lab)
+    assert crops[0].shape == (1, 1, 6, 8, 8)
+    with pytest.raises(ValueError, match="pos and neg"):
+        C.RandCropByPosNegLabel((4, 4, 4), pos=0, neg=0)
+    with pytest.raises(NotImplementedError, match="fg_indices"):
+        C.RandCropByPosNegLabel((4, 4, 4), fg_indices=[1, 2])
+    with pytest.raises(ValueError, match="label's batch and spatial size"):
+        torch.ops.voxaug.pos_neg_crop_centers(lab, torch.ones(1, 1, 6, 22, 23), 0.0, 0.5, 1, [2, 2, 2], 1, 0)
+
+
+def test_batch_split_invariance_and_determinism():
+    lab = _label((4, 1, 20, 22, 24))
+    lab[2] = 0
+    t = C.RandCropByPosNegLabel((5, 5, 5), num_samples=7)
+    a, _ = t.draw_centers(lab, seed=11)
+    b, _ = t.draw_centers(lab[2:], seed=11, first_sample=2)
+    assert torch.equal(a[2:], b)
+    assert torch.equal(a, t.draw_centers(lab, seed=11)[0])
+    assert not torch.equal(a, t.draw_centers(lab, seed=12)[0])
+
+
+def test_dict_form_on_ch2_aal():
+    nib = pytest.importorskip("nibabel")
+    path = os.path.join(TEMPLATES, "ch2.nii.gz")
+    if not os.path.exists(path):
+        pytest.skip("mricron-data not installed")
+    img = torch.from_numpy(np.asarray(nib.load(path).dataobj).astype(np.float32))[None]
+    lab = torch.from_numpy(np.asarray(nib.load(os.path.join(TEMPLATES, "aal.nii.gz")).dataobj).astype(np.int16))[None]
+    t = C.RandCropByPosNegLabeld(["image", "label"], "label", (96, 96, 96), pos=1, neg=1, num_samples=4,
+                                 image_key="image", seed=3)
+    out = t({"image": img, "label": lab, "name": "ch2"})
+    assert len(out) == 4
+    for k, d in enumerate(out):
+        c = t.cropper.centers[0, k].tolist()
+        sl = tuple(slice(v - 48, v + 48) for v in c)
+        assert d["name"] == "ch2" and d["label"].dtype == torch.int16
+        assert torch.equal(d["image"], img[(slice(None),) + sl]) and torch.equal(d["label"], lab[(slice(None),) + sl])
+
+
+def test_opcheck():
+    lab = _label((2, 1, 20, 22, 24))
+    torch.library.opcheck(torch.ops.voxaug.pos_neg_crop_centers, (lab, None, 0.0, 0.5, 3, [4, 4, 4], 5, 0))
