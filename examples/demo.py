@@ -38,6 +38,10 @@ try:
 except ImportError:  # running from a checkout without the editable install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
     import voxaug
+from voxaug import crop as C
+from voxaug import deform as D
+from voxaug import filter as Fl
+from voxaug import stats as St
 from voxaug import transforms as T
 
 TEMPLATES = Path("/usr/share/mricron/templates")
@@ -296,6 +300,12 @@ def main(argv: list[str] | None = None) -> int:
         ("RandShiftIntensity", batch, T.RandShiftIntensity(offsets=0.1, prob=1.0, seed=seed + 1)),
         ("RandScaleIntensity", batch, T.RandScaleIntensity(factors=0.2, prob=1.0, seed=seed + 2)),
         ("RandGaussianNoise", batch, T.RandGaussianNoise(prob=1.0, std=0.1, seed=seed + 3)),
+        ("RandRicianNoise", batch, T.RandRicianNoise(prob=1.0, std=0.1, seed=seed + 4)),
+        ("RandBiasField", batch, T.RandBiasField(coeff_range=(0.2, 0.3), prob=1.0, seed=seed + 5)),
+        ("RandAdjustContrast", batch, T.RandAdjustContrast(prob=1.0, gamma=(0.5, 2.0), seed=seed + 6)),
+        ("GaussianSmooth", batch, Fl.GaussianSmooth(sigma=1.5)),
+        ("NormalizeIntensity nonzero", batch, St.NormalizeIntensity(nonzero=True)),
+        ("ScaleIntensityRangePercent.", batch_u8, St.ScaleIntensityRangePercentiles(1, 99, 0.0, 1.0, clip=True)),
     ]
     chain = fused_chain(a_min, a_max, seed)
     unfused = fused_chain(a_min, a_max, seed).transforms  # the same steps, one call (one pass) each
@@ -349,6 +359,14 @@ def main(argv: list[str] | None = None) -> int:
         ("RandAffined img+label", lambda: affine_d({"image": fused_out, "label": lab_batch})),
         ("RandFlip", lambda t=T.RandFlip(prob=0.5, spatial_axis=0, seed=seed + 11): t(fused_out)),
         ("RandRotate90", lambda t=T.RandRotate90(prob=1.0, spatial_axes=(0, 2), seed=seed + 12): t(fused_out)),
+        ("Rand3DElasticd img+label", lambda t=D.Rand3DElasticd(
+            ["image", "label"], (5, 8), (100, 200), prob=1.0, rotate_range=0.1, mode=("bilinear", "nearest"),
+            padding_mode="zeros", seed=seed + 13): t({"image": fused_out, "label": lab_batch})),
+        ("RandGridDistortion", lambda t=D.RandGridDistortion(5, prob=1.0, distort_limit=0.1, seed=seed + 14):
+            t(fused_out)),
+        ("RandCropByPosNeg 4x96^3", lambda t=C.RandCropByPosNegLabeld(
+            ["image", "label"], "label", (96, 96, 96), num_samples=4, seed=seed + 15):
+            t({"image": fused_out, "label": lab_batch})),
     ]
     for name, fn in spatial_cases:
         ms, _ = time_call(fn, device, args.repeats)

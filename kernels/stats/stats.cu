@@ -31,10 +31,13 @@ __global__ void __launch_bounds__(kMomentLanes)
       const int64_t begin = c * kMomentChunk;
       const int64_t cnt = min(kMomentChunk, sg.per_segment - begin);
       const double shift = value_f64(data[sg.offset(seg, begin)]);
+      // Dense samples: the chunk is one run from its first element (no per-element indexing).
+      const T* run = sg.ix.dense ? data + sg.offset(seg, begin) : nullptr;
       LaneSums acc{0, 0.0, 0.0};
       for (int j = 0; j < kMomentPerLane; ++j) {
         const int64_t i = int64_t(j) * kMomentLanes + t;
-        if (i < cnt) lane_add(acc, value_f64(data[sg.offset(seg, begin + i)]), shift, nonzero);
+        if (i < cnt)
+          lane_add(acc, value_f64(run ? run[i] : data[sg.offset(seg, begin + i)]), shift, nonzero);
       }
       sn[t] = acc.n;
       s1[t] = acc.s1;

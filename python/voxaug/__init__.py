@@ -39,5 +39,6 @@ from . import spatial  # noqa: E402
 from . import deform  # noqa: E402
 from . import filter  # noqa: E402  (voxaug.filter: the Gaussian smoothing family)
 from . import crop  # noqa: E402
+from . import stats  # noqa: E402
 
-__all__ = ["ops", "transforms", "spatial", "deform", "filter", "crop", "library_path", "__version__"]
+__all__ = ["ops", "transforms", "spatial", "deform", "filter", "crop", "stats", "library_path", "__version__"]

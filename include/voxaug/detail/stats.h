@@ -9,6 +9,7 @@
 // tree. Every operation is a correctly rounded float64 add / mul / div / sqrt (fmath.h).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
