@@ -33,16 +33,21 @@ void count_chunks_dense(const PosNegParams& p, int64_t batch, int64_t* counts) {
     const int64_t begin = chunk * kPosNegChunk, end = std::min(voxels, begin + kPosNegChunk);
     const L* lab = static_cast<const L*>(p.label) + n * p.label_stride[0];
     const I* img = p.image ? static_cast<const I*>(p.image) + n * p.image_stride[0] : nullptr;
-    int64_t fg = 0, bg = 0;
+    // Native comparisons (x > 0 on L equals (double)x > 0; the image threshold stays a float64
+    // comparison) and 32-bit sums within a chunk, so the loops vectorise.
+    int32_t fg = 0, bg = 0;
+    const int32_t len = static_cast<int32_t>(end - begin);
+    const L* lp = lab + begin;
     if (img == nullptr) {
-      for (int64_t v = begin; v < end; ++v) fg += static_cast<double>(lab[v]) > 0.0;
-      bg = (end - begin) - fg;
+      for (int32_t v = 0; v < len; ++v) fg += static_cast<int32_t>(lp[v] > L(0));
+      bg = len - fg;
     } else {
-      for (int64_t v = begin; v < end; ++v) {
-        const bool cand = static_cast<double>(img[v]) > p.image_threshold;
-        const bool f = static_cast<double>(lab[v]) > 0.0;
+      const I* ip = img + begin;
+      for (int32_t v = 0; v < len; ++v) {
+        const int32_t cand = static_cast<double>(ip[v]) > p.image_threshold;
+        const int32_t f = lp[v] > L(0);
         fg += cand & f;
-        bg += cand & !f;
+        bg += cand & (f ^ 1);
       }
     }
     counts[2 * t] = fg;
@@ -50,8 +55,11 @@ void count_chunks_dense(const PosNegParams& p, int64_t batch, int64_t* counts) {
   }
 }
 
-bool dense_one_channel(int64_t channels, const int64_t* stride, const int64_t* size) {
-  return channels == 1 && stride[4] == 1 && stride[3] == size[2] && stride[2] == size[1] * size[2];
+// One channel whose voxels are dense in the params' order: voxel v sits at offset v.
+bool dense_one_channel(const PosNegParams& p, int64_t channels, const int64_t* stride) {
+  const int* q = p.perm;
+  return channels == 1 && stride[2 + q[2]] == 1 && stride[2 + q[1]] == p.size[q[2]] &&
+         stride[2 + q[0]] == p.size[q[1]] * p.size[q[2]];
 }
 
 // Calls fn(T{}) for the native dtypes; false for float16 / bfloat16.
@@ -71,8 +79,8 @@ bool visit_native(DType t, Fn&& fn) {
 // Counts of every (sample, chunk): the typed dense loop where it applies, else per voxel.
 void count_chunks_cpu(const PosNegParams& p, int64_t batch, int64_t* counts) {
   bool done = false;
-  if (dense_one_channel(p.label_channels, p.label_stride, p.size) &&
-      (p.image == nullptr || dense_one_channel(p.image_channels, p.image_stride, p.size))) {
+  if (dense_one_channel(p, p.label_channels, p.label_stride) &&
+      (p.image == nullptr || dense_one_channel(p, p.image_channels, p.image_stride))) {
     visit_native(p.label_dtype, [&](auto l) {
       using L = decltype(l);
       if (p.image == nullptr) {
@@ -138,6 +146,11 @@ void pos_neg_crop_centers(const VolumeView& label, const VolumeView* image, doub
   p.first_sample = static_cast<uint32_t>(first_sample);
   const int64_t voxels = p.size[0] * p.size[1] * p.size[2];
   p.chunks = (voxels + detail::kPosNegChunk - 1) / detail::kPosNegChunk;
+  // Scan order: the label's axes by decreasing |stride| (stable: raster order on ties).
+  for (int a = 0; a < 3; ++a) p.perm[a] = a;
+  std::stable_sort(p.perm, p.perm + 3, [&](int a, int b) {
+    return std::abs(label.strides[a + 2]) > std::abs(label.strides[b + 2]);
+  });
   const int64_t batch = label.shape[0];
   if (batch == 0) return;
   VOXAUG_EXPECTS(centers != nullptr, "centers must not be null");

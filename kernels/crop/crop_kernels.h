@@ -50,11 +50,25 @@ struct PosNegParams {
   uint64_t seed;
   uint32_t first_sample;
   int64_t chunks;  // ceil(D * H * W / kPosNegChunk)
+  // The voxel order of the counts and ranks: the label's memory order (axes by decreasing
+  // stride), so a Fortran-ordered volume is scanned contiguously too. Any fixed order draws
+  // uniformly; CPU and CUDA share this one.
+  int perm[3];
 };
 
-// 0: not a candidate, 1: foreground, 2: background, for voxel v (raster order) of sample n.
+// Spatial index (d, h, w) of the v-th voxel in the params' voxel order.
+VOXAUG_HD VOXAUG_FORCEINLINE void posneg_voxel(const PosNegParams& p, int64_t v, int64_t idx[3]) {
+  const int64_t s2 = p.size[p.perm[2]], s1 = p.size[p.perm[1]];
+  idx[p.perm[2]] = v % s2;
+  idx[p.perm[1]] = (v / s2) % s1;
+  idx[p.perm[0]] = v / (s2 * s1);
+}
+
+// 0: not a candidate, 1: foreground, 2: background, for voxel v (the params' order) of sample n.
 VOXAUG_HD VOXAUG_FORCEINLINE int posneg_class(const PosNegParams& p, int64_t n, int64_t v) {
-  const int64_t w = v % p.size[2], h = (v / p.size[2]) % p.size[1], d = v / (p.size[2] * p.size[1]);
+  int64_t idx[3];
+  posneg_voxel(p, v, idx);
+  const int64_t d = idx[0], h = idx[1], w = idx[2];
   if (p.image != nullptr) {
     const int64_t base = n * p.image_stride[0] + d * p.image_stride[2] + h * p.image_stride[3] +
                          w * p.image_stride[4];
@@ -88,7 +102,7 @@ VOXAUG_HD VOXAUG_FORCEINLINE void posneg_count_chunk(const PosNegParams& p, int6
 }
 
 // Crop k of sample n from the chunk counts (counts[(n * chunks + chunk) * 2 + {0, 1}]):
-// Philox draws (set, rank), the rank-th voxel of the set in raster order, MONAI's
+// Philox draws (set, rank), the rank-th voxel of the set in the params' order, MONAI's
 // correct_crop_centers. Writes 3 int64 to center.
 VOXAUG_HD inline void posneg_select(const PosNegParams& p, const int64_t* counts, int64_t n, int k,
                                     int64_t* center) {
@@ -119,9 +133,7 @@ VOXAUG_HD inline void posneg_select(const PosNegParams& p, const int64_t* counts
         --rank;
       }
     }
-    idx[2] = v % p.size[2];
-    idx[1] = (v / p.size[2]) % p.size[1];
-    idx[0] = v / (p.size[2] * p.size[1]);
+    posneg_voxel(p, v, idx);
   }
   // MONAI correct_crop_centers: valid centres in [crop // 2, size + 1 - crop / 2) (the end
   // truncated to an integer; one wider when the range is empty).

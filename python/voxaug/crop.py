@@ -103,7 +103,7 @@ class RandCropByPosNegLabel(_Randomizable):
     def draw_centers(self, label: torch.Tensor, image: Optional[torch.Tensor] = None, seed: Optional[int] = None,
                      first_sample: int = 0) -> tuple[torch.Tensor, tuple[int, int, int]]:
         """(centres (N, num_samples, 3) int64 on the label's device, crop size); no host sync."""
-        lab, _ = _as_batch(label)
+        lab = _as_batch(label)[0]
         img = None if image is None else _as_batch(image)[0]
         size = _crop_size(self.spatial_size, lab.shape[2:], self.allow_smaller)
         seed = self._next_seed() if seed is None else int(seed) & ((1 << 64) - 1)

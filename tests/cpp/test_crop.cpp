@@ -163,6 +163,42 @@ TEST(Crop, PosNegCentersMatchNaiveIndexLists) {
   }
 }
 
+// A Fortran-ordered label (nibabel's layout) is scanned in its memory order: the naive lists
+// follow that order (w slowest, d fastest).
+TEST(Crop, PosNegCentersFollowTheLabelsMemoryOrder) {
+  const int64_t D = 17, H = 19, W = 21, K = 7;
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<uint8_t> lab(D * H * W);  // offset d + D * (h + H * w)
+  for (auto& v : lab) v = u(rng) < 0.02f;
+  VolumeView view_f;
+  view_f.data = lab.data();
+  view_f.dtype = DType::UInt8;
+  const int64_t shape[5] = {1, 1, D, H, W}, strides[5] = {D * H * W, D * H * W, 1, D, D * H};
+  for (int a = 0; a < 5; ++a) view_f.shape[a] = shape[a], view_f.strides[a] = strides[a];
+  const int64_t crop[3] = {4, 6, 3};
+  std::vector<int64_t> got(3 * K);
+  pos_neg_crop_centers(view_f, nullptr, 0.0, 0.5, K, crop, 21, 0, got.data());
+  std::vector<int64_t> fg, bg;  // memory offsets in memory order
+  for (int64_t off = 0; off < D * H * W; ++off) (lab[off] ? fg : bg).push_back(off);
+  for (int k = 0; k < K; ++k) {
+    const auto r = voxaug::detail::philox_block(21, k, 0, voxaug::detail::PhiloxStream::Sample);
+    const double u_set = voxaug::detail::uniform01_f64(r.x, r.y);
+    const double u_rank = voxaug::detail::uniform01_f64(r.z, r.w);
+    const auto& list = u_set < 0.5 ? fg : bg;
+    const int64_t off =
+        list[std::min<int64_t>(static_cast<int64_t>(u_rank * list.size()), list.size() - 1)];
+    const int64_t idx[3] = {off % D, (off / D) % H, off / (D * H)};
+    const int64_t size[3] = {D, H, W};
+    for (int a = 0; a < 3; ++a) {
+      const int64_t lo = crop[a] / 2;
+      int64_t hi = static_cast<int64_t>(size[a] + 1 - crop[a] / 2.0);
+      if (lo == hi) ++hi;
+      EXPECT_EQ(got[3 * k + a], std::min(std::max(idx[a], lo), hi - 1)) << k << " " << a;
+    }
+  }
+}
+
 #if VOXAUG_WITH_CUDA
 TEST(CropCuda, PosNegCentersTwin) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
