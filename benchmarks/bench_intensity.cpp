@@ -4,6 +4,12 @@
 //   chain                  ScaleIntensityRange(-175, 250 -> 0, 1, clip) -> RandShiftIntensity
 //                          (-0.1, 0.1, prob 1) -> RandGaussianNoise(0, 0.1, sample_std, prob 1)
 //   scale_intensity_range, rand_shift_intensity, gaussian_noise: each step of the chain alone
+//   histogram_shift, rand_std_shift_intensity, rand_scale_intensity_fixed_mean (CPU): the
+//                          statistics-driven steps (MONAI RandHistogramShift with 10 control
+//                          points, RandStdShiftIntensity(0.5), RandScaleIntensityFixedMean(0.5,
+//                          preserve_range)) given fixed statistics: the pass only, not the
+//                          reductions that feed it; rand_adjust_contrast (MONAI's
+//                          RandAdjustContrast, gamma in (0.5, 4.5)) likewise
 //   chain_inplace (CUDA)   the chain with out == in
 //   copy (CUDA)            device-to-device cudaMemcpyAsync of the same volume
 // items_per_second counts voxels. bytes_per_second counts one read plus one write of the
@@ -76,6 +82,31 @@ std::vector<NamedSteps> cases() {
           {"gaussian_noise", {noise}}};
 }
 
+// Steps that read per-sample statistics / control points: fixed host tables for up to 8
+// samples, matching the CT-like input (-300..400).
+std::vector<NamedSteps> host_statistics_cases() {
+  static std::vector<double> minmax, moments, mean_min_max;
+  static std::vector<float> points;
+  if (minmax.empty()) {
+    for (int n = 0; n < 8; ++n) {
+      minmax.insert(minmax.end(), {-300.0, 400.0});
+      moments.insert(moments.end(), {1.0, 50.0, 202.0});
+      mean_min_max.insert(mean_min_max.end(), {50.0, -300.0, 400.0});
+      const float y[10] = {0.0f, 0.05f, 0.2f, 0.25f, 0.5f, 0.52f, 0.6f, 0.8f, 0.95f, 1.0f};
+      points.insert(points.end(), y, y + 10);
+    }
+  }
+  return {
+      {"histogram_shift", {PointwiseStep::histogram_shift(minmax.data(), points.data(), 10)}},
+      {"rand_std_shift_intensity",
+       {PointwiseStep::rand_std_shift_intensity(moments.data(), -0.5, 0.5, 1.0, 91, false, false)}},
+      {"rand_adjust_contrast",
+       {PointwiseStep::rand_adjust_contrast(minmax.data(), 0.5, 4.5, 1.0, 93, false)}},
+      {"rand_scale_intensity_fixed_mean",
+       {PointwiseStep::rand_scale_intensity_fixed_mean(mean_min_max.data(), -0.5, 0.5, 1.0, 92,
+                                                       true, true, false)}}};
+}
+
 void set_throughput(benchmark::State& state, const Shape& s) {
   const int64_t voxels = state.iterations() * s.numel();
   state.SetItemsProcessed(voxels);
@@ -123,7 +154,9 @@ void bm_cpu(benchmark::State& state, const Shape& s, const std::vector<Pointwise
 }
 
 void register_cpu_cases() {
-  for (const NamedSteps& c : cases())
+  std::vector<NamedSteps> all = cases();
+  for (NamedSteps& c : host_statistics_cases()) all.push_back(std::move(c));
+  for (const NamedSteps& c : all)
     for (const Shape& s : shapes())
       benchmark::RegisterBenchmark(("cpu/" + c.name + "/" + s.str()).c_str(), bm_cpu, s, c.steps)
           ->Unit(benchmark::kMillisecond)

@@ -21,9 +21,20 @@ Cases
       voxaug RandomElasticDeformation vs TorchIO's (its defaults: 7 control points, 7.5 mm,
       2 locked borders); at most 3 timed calls each (MONAI and TorchIO take seconds)
   (g) filter: GaussianSmooth (sigma 1 and 3) on 1x1x128^3 and 1x1x224x224x160 vs MONAI's
+  (i) RandStdShiftIntensity(0.5), RandScaleIntensityFixedMean(0.5), RandHistogramShift(10), prob 1, on
+      1x1x224x224x160 and on 2x1x128^3 (voxaug in one call, MONAI looping over the samples); bar
+      (issue 5): >= 3x MONAI on CPU. `--only intensity-new` runs only these.
   (h) crop: RandCropByPosNegLabeld (96^3 patches, num_samples 4, image + label) on ch2 + aal vs
       MONAI's, without and with MONAI's precomputed indices (FgBgToIndicesd, outside the
-      timing), and vs TorchIO's LabelSampler (4 patches from a Subject)
+      timing), and vs TorchIO's LabelSampler (4 patches from a Subject); RandCropByLabelClassesd
+      (all 117 AAL classes) and RandWeightedCropd (ch2 as the weight map) vs MONAI's; voxaug's
+      LabelSampler / WeightedSampler vs TorchIO's (the "vs TorchIO" rows: "monai ms" is TorchIO), and
+      one epoch of voxaug's PatchQueue vs TorchIO's Queue (2 volumes x 4 patches, batches of 4)
+
+  (j) degrade (--only degrade): RandCoarseDropout (holes 4-8, sizes 16-48, fill U(min, max)) and
+      RandSimulateLowResolution, prob 1, on 2x1x128^3 and 1x1x224x224x160; bar 3x on CPU
+  (k) nnU-Net chain (--only nnunet): noise, blur, brightness, contrast, low resolution, inverted
+      gamma, gamma as one Compose, prob 1 (the bar, 5x on CPU) and nnU-Net's probabilities
 
 MONAI gets the (C, D, H, W) torch tensor on the device, as a MONAI pipeline would; voxaug gets
 the (N, C, D, H, W) view of the same memory. Times are the median of --repeats calls after
@@ -73,6 +84,7 @@ except ImportError:  # TorchIO is an optional peer
 BAR_SPEEDUP = 5.0
 ELASTIC_BARS = {"MONAI": 20.0, "TorchIO": 10.0}
 GPU_SPATIAL_BAR = 20.0
+NEW_INTENSITY_BAR = 3.0
 SEED = 0
 
 
@@ -245,6 +257,92 @@ def check_chain(x, m, v):
             return False, "residual after SIR: offset or noise out of range"
         texts.append(f"{off[0].item():+.2f},{sd[0].item():.2f}")
     return True, "off,sd " + "/".join(texts)
+
+
+def check_std_shift(x, m, v, factor=0.5):
+    """img + f * std(img): one offset per sample with |offset| <= factor * std (population std)."""
+    texts = []
+    for out in (m, v):
+        r = _per_sample(out - x)
+        off, sd = r.mean(1), _per_sample(x).std(1, unbiased=False)
+        if (r - off[:, None]).abs().max().item() > 1e-2 or (off.abs() > factor * sd * (1 + 1e-5)).any():
+            return False, "offset not constant / not within factor * std"
+        texts.append(f"{(off / sd)[0].item():+.3f}")
+    return True, "f " + "/".join(texts)
+
+
+def check_fixed_mean(x, m, v, factor=0.5):
+    """(img - mean) (1 + f) + mean: the mean kept, one f in [-factor, factor] per sample."""
+    xs = _per_sample(x)
+    xc = xs - xs.mean(1, keepdim=True)
+    texts = []
+    for out in (m, v):
+        o = _per_sample(out)
+        f = (((o - xs.mean(1, keepdim=True)) * xc).sum(1) / (xc * xc).sum(1)) - 1.0
+        fit = xc * (1 + f[:, None]) + xs.mean(1, keepdim=True)
+        if ((o - fit).abs().max().item() > 1e-2 or f.abs().max().item() > factor + 1e-4
+                or (o.mean(1) - xs.mean(1)).abs().max().item() > 1e-2):
+            return False, "not (x - mean)(1 + f) + mean with |f| <= factor"
+        texts.append(f"{f[0].item():+.3f}")
+    return True, "f " + "/".join(texts)
+
+
+def check_histogram_shift(x, m, v):
+    """A monotone map of [min, max] onto itself with the ends fixed, per sample."""
+    texts = []
+    for out in (m, v):
+        for n in range(x.shape[0]):
+            xs, o = x[n].flatten(), out[n].flatten()
+            idx = torch.argsort(xs[:200000])
+            ys = o[:200000][idx]
+            lo, hi = xs.min().item(), xs.max().item()
+            tol = 1e-4 * (hi - lo)
+            if ((ys[1:] - ys[:-1]).min().item() < -tol or o.min().item() < lo - tol or o.max().item() > hi + tol
+                    or abs(o.min().item() - lo) > tol or abs(o.max().item() - hi) > tol):
+                return False, "not a monotone map of [min, max] onto itself"
+        texts.append(f"mean {out.mean().item():.0f}")
+    return True, "/".join(texts) + f" (in {x.mean().item():.0f})"
+
+
+class _CheckedCallCopies:
+    """MONAI's StdShiftIntensity writes into its float32 input (img[...] = img[...] + offset): the
+    first call (the one whose output is checked) gets a copy, so the check sees the shift; the
+    timed calls run exactly as MONAI does."""
+
+    def __init__(self, t):
+        self.t, self.first = t, True
+
+    def __call__(self, img):
+        if self.first:
+            self.first = False
+            return self.t(img.clone())
+        return self.t(img)
+
+
+def new_intensity_pairs():
+    """(name, MONAI transform, voxaug transform, check) for case (i), issue 5's new transforms."""
+    return [
+        ("RandStdShiftIntensity",
+         _CheckedCallCopies(mt.RandStdShiftIntensity(factors=0.5, prob=1.0).set_random_state(SEED)),
+         vt.RandStdShiftIntensity(factors=0.5, prob=1.0, seed=SEED), check_std_shift),
+        ("RandScaleIntensityFixedMean",
+         mt.RandScaleIntensityFixedMean(prob=1.0, factors=0.5).set_random_state(SEED),
+         vt.RandScaleIntensityFixedMean(prob=1.0, factors=0.5, seed=SEED), check_fixed_mean),
+        ("RandHistogramShift", mt.RandHistogramShift(num_control_points=10, prob=1.0).set_random_state(SEED),
+         vt.RandHistogramShift(num_control_points=10, prob=1.0, seed=SEED), check_histogram_shift),
+    ]
+
+
+def new_intensity_rows(device, args):
+    """(i) the new transforms, prob 1, on 1x1x224x224x160 and on a batch of 2x1x128^3 (voxaug in one
+    call, MONAI looping over the samples)."""
+    rows = []
+    for shape in ((1, 1, 224, 224, 160), (2, 1, 128, 128, 128)):
+        for name, m_t, v_t, check in new_intensity_pairs():
+            x = make_input(shape, device)  # fresh: MONAI's std shift moves its input
+            rows.append(run_case(f"(i) {name}", x, m_t, v_t, check, device, args, per_sample_monai=shape[0] > 1))
+            del x
+    return rows
 
 
 # ---------------------------------------------------------------- cases
@@ -463,6 +561,208 @@ def crop_rows(device, args):
 
         rows.append(run_case("(h) vs TorchIO LabelSampler", img, torchio_call, voxaug_call, check_patches, device,
                              sub))
+    rows.extend(crop_sampler_rows(device, sub, img, lab))
+    return rows
+
+
+def crop_sampler_rows(device, sub, img, lab):
+    """(h) continued: RandCropByLabelClassesd (all AAL classes, equal ratios) and
+    RandWeightedCropd (the ch2 intensities as weights) vs MONAI, and voxaug's TorchIO-style
+    LabelSampler / WeightedSampler vs TorchIO's; 4 x 96^3 patches of image + label each."""
+    import voxaug.crop as vc
+
+    keys, size, k = ["image", "label"], (96, 96, 96), int(lab.max().item()) + 1
+
+    def stack(outs):
+        return torch.stack([plain(o["image"]) for o in outs])
+
+    def cat(outs):
+        return torch.cat([o["image"] for o in outs])[None]
+
+    m_c = mt.RandCropByLabelClassesd(keys, "label", size, num_classes=k, num_samples=4, image_key="image", warn=False)
+    m_c.set_random_state(SEED)
+    v_c = vc.RandCropByLabelClassesd(keys, "label", size, num_classes=k, num_samples=4, image_key="image", warn=False,
+                                     seed=SEED)
+    rows = [run_case("(h) RandCropByLabelClassesd", img, lambda x1: stack(m_c({"image": x1, "label": lab[0]})),
+                     lambda xb: cat(v_c({"image": xb, "label": lab})), check_patches, device, sub)]
+    m_w = mt.RandWeightedCropd(keys, "w", size, num_samples=4)
+    m_w.set_random_state(SEED)
+    v_w = vc.RandWeightedCropd(keys, "w", size, num_samples=4, seed=SEED)
+    rows.append(run_case("(h) RandWeightedCropd", img,
+                         lambda x1: stack(m_w({"image": x1, "label": lab[0], "w": x1})),
+                         lambda xb: cat(v_w({"image": xb, "label": lab, "w": xb})), check_patches, device, sub))
+    if tio is None:
+        return rows
+    subject = tio.Subject(image=tio.ScalarImage(tensor=img[0].cpu()), label=tio.LabelMap(tensor=lab[0].cpu()),
+                          w=tio.Image(tensor=img[0].cpu(), type=tio.SAMPLING_MAP))
+    t_l = tio.LabelSampler(patch_size=96, label_name="label", label_probabilities={0: 1, 1: 1})
+    v_l = vc.LabelSampler(96, "label", {0: 1, 1: 1}, seed=SEED)
+    t_w = tio.WeightedSampler(patch_size=96, probability_map="w")
+    v_ws = vc.WeightedSampler(96, "w", seed=SEED)
+
+    def torchio(sampler):
+        def call(x1):
+            it = sampler(subject, num_patches=4)
+            return torch.stack([next(it)["image"].data for _ in range(4)])
+        return call
+
+    def voxaug(sampler, extra):
+        def call(xb):
+            return torch.cat([p["image"] for p in sampler({"image": xb, "label": lab, **extra(xb)}, num_patches=4)])[None]
+        return call
+
+    rows.append(run_case("(h) LabelSampler vs TorchIO", img, torchio(t_l), voxaug(v_l, lambda xb: {}), check_patches,
+                         device, sub))
+    rows.append(run_case("(h) WeightedSampler vs TorchIO", img, torchio(t_w), voxaug(v_ws, lambda xb: {"w": xb}),
+                         check_patches, device, sub))
+    # One queue epoch: 2 cached volumes x 4 patches (LabelSampler), max_length 8, batches of 4,
+    # TorchIO's Queue (num_workers 0) through a DataLoader vs voxaug's PatchQueue.
+    from torch.utils.data import DataLoader
+
+    t_queue = tio.Queue(tio.SubjectsDataset([subject, subject]), max_length=8, samples_per_volume=4, sampler=t_l,
+                        num_workers=0)
+    v_queue = vc.PatchQueue([{"image": img[0], "label": lab[0]}] * 2, max_length=8, samples_per_volume=4,
+                            sampler=v_l, batch_size=4, seed=SEED)
+
+    def torchio_epoch(x1):
+        return torch.cat([b["image"][tio.DATA] for b in DataLoader(t_queue, batch_size=4)])
+
+    def voxaug_epoch(xb):
+        return torch.cat([b["image"] for b in v_queue])[None]
+
+    rows.append(run_case("(h) PatchQueue vs TorchIO", img, torchio_epoch, voxaug_epoch, check_patches, device, sub))
+    return rows
+
+
+# ---------------------------------------------------------------- (j) degrade, (k) nnU-Net chain
+DEGRADE_BAR = 3.0  # issue 5: RandCoarseDropout / RandSimulateLowResolution on 2 CPU cores
+NNUNET_BAR = 5.0  # issue 5: the nnU-Net-like intensity chain
+
+
+def dropout_args():
+    return dict(holes=4, spatial_size=16, max_holes=8, max_spatial_size=48, prob=1.0)  # fill_value=None
+
+
+def check_dropout(x, m, v):
+    """Changed voxels lie in holes filled from U(min, max) of the sample; the rest is the input."""
+    texts = []
+    for out in (m, v):
+        for n in range(x.shape[0]):
+            changed = out[n] != x[n]
+            frac = changed.double().mean().item()
+            vals = out[n][changed]
+            if not 0.0 < frac < 1.0 or vals.min() < x[n].min() or vals.max() > x[n].max():
+                return False, "holes missing or fill outside [min, max]"
+        texts.append(f"{frac * 100:.0f}%")
+    return True, "filled " + "/".join(texts)
+
+
+def check_lowres(x, m, v):
+    """Nearest-then-linear resampling: a convex combination of input voxels, not the input."""
+    texts = []
+    for out in (m, v):
+        for n in range(x.shape[0]):
+            lo, hi = x[n].min().item(), x[n].max().item()
+            tol = 1e-5 * max(abs(lo), abs(hi))
+            if out[n].min() < lo - tol or out[n].max() > hi + tol or torch.equal(out[n], x[n]):
+                return False, "outside the input's range, or unchanged"
+        texts.append(f"{(out - x).abs().mean().item():.0f}")
+    return True, "mean|d| " + "/".join(texts)
+
+
+def degrade_rows(device, args):
+    """(j) RandCoarseDropout (MONAI's in place on a private copy; voxaug's default out of place and
+    in_place=True) and RandSimulateLowResolution, prob 1, on 2x1x128^3 (voxaug in one call, MONAI
+    looping over the samples) and 1x1x224x224x160."""
+    import voxaug.degrade as vd
+
+    rows = []
+    for shape in ((2, 1, 128, 128, 128), (1, 1, 224, 224, 160)):
+        x = make_input(shape, device)
+        per = shape[0] > 1
+        m_priv = x.clone()  # MONAI writes the holes into its input's memory
+        by_ptr = {x[i].data_ptr(): m_priv[i] for i in range(shape[0])}
+        m_t = mt.RandCoarseDropout(**dropout_args())
+        m_t.set_random_state(SEED)
+
+        def monai_dropout(x1):
+            return m_t(by_ptr[x1.data_ptr()])
+
+        rows.append(run_case("(j) RandCoarseDropout", x, monai_dropout,
+                             vd.RandCoarseDropout(**dropout_args(), seed=SEED), check_dropout, device, args,
+                             per_sample_monai=per))
+        m_priv.copy_(x)
+        v_priv = x.clone()
+        v_ip = vd.RandCoarseDropout(**dropout_args(), seed=SEED, in_place=True)
+        rows.append(run_case("(j) ...Dropout in_place", x, monai_dropout, lambda xb: v_ip(v_priv), check_dropout, device, args, per_sample_monai=per))
+        m_l = mt.RandSimulateLowResolution(prob=1.0)
+        m_l.set_random_state(SEED)
+        rows.append(run_case("(j) RandSimulateLowRes", x, m_l, vd.RandSimulateLowResolution(prob=1.0, seed=SEED),
+                             check_lowres, device, args, per_sample_monai=per))
+        del x, m_priv, v_priv
+    return rows
+
+
+def nnunet_pair(prob_one: bool):
+    """nnU-Net's default intensity augmentation (REFERENCES.md) as a MONAI and a voxaug Compose:
+    Gaussian noise (variance U(0, 0.1): MONAI's sample_std draws std U(0, sqrt(0.1)) instead),
+    Gaussian blur sigma U(0.5, 1), brightness x U(0.75, 1.25), contrast U(0.75, 1.25) around the
+    mean with the range preserved, low resolution zoom U(0.5, 1), inverted gamma and gamma
+    U(0.7, 1.5) with stats retained; prob 1 or nnU-Net's probabilities."""
+    import voxaug.degrade as vd
+    import voxaug.filter as vf
+
+    p = (lambda q: 1.0) if prob_one else (lambda q: q)
+    sig = (0.5, 1.0)
+    contrast_v = getattr(vt, "RandScaleIntensityFixedMean", None)
+    m = mt.Compose([
+        mt.RandGaussianNoise(prob=p(0.1), std=0.1 ** 0.5, sample_std=True),
+        mt.RandGaussianSmooth(sigma_x=sig, sigma_y=sig, sigma_z=sig, prob=p(0.2)),
+        mt.RandScaleIntensity(factors=(-0.25, 0.25), prob=p(0.15)),
+        mt.RandScaleIntensityFixedMean(factors=0.25, preserve_range=True, prob=p(0.15)),
+        mt.RandSimulateLowResolution(prob=p(0.25), zoom_range=(0.5, 1.0)),
+        mt.RandAdjustContrast(gamma=(0.7, 1.5), invert_image=True, retain_stats=True, prob=p(0.1)),
+        mt.RandAdjustContrast(gamma=(0.7, 1.5), retain_stats=True, prob=p(0.3)),
+    ]).set_random_state(seed=SEED)
+    contrast = (contrast_v(factors=0.25, preserve_range=True, prob=p(0.15)) if contrast_v is not None
+                else vt.RandScaleIntensity(factors=0.25, prob=p(0.15)))
+    v = vt.Compose([
+        vt.RandGaussianNoise(prob=p(0.1), std=0.1 ** 0.5, sample_std=True),
+        vf.RandGaussianSmooth(sigma_x=sig, sigma_y=sig, sigma_z=sig, prob=p(0.2)),
+        vt.RandScaleIntensity(factors=(-0.25, 0.25), prob=p(0.15)),
+        contrast,
+        vd.RandSimulateLowResolution(prob=p(0.25), zoom_range=(0.5, 1.0)),
+        vt.RandAdjustContrast(gamma=(0.7, 1.5), invert_image=True, retain_stats=True, prob=p(0.1)),
+        vt.RandAdjustContrast(gamma=(0.7, 1.5), retain_stats=True, prob=p(0.3)),
+    ]).set_random_state(SEED)
+    return m, v, type(contrast).__name__
+
+
+def check_nnunet(x, m, v):
+    texts = []
+    for out in (m, v):
+        ratio = (out.std() / x.std()).item()
+        if not 0.1 < ratio < 10.0:
+            return False, "std changed by more than 10x"
+        texts.append(f"{ratio:.2f}")
+    return True, "std/std_in " + "/".join(texts)
+
+
+def nnunet_rows(device, args):
+    """(k) the nnU-Net-like intensity chain (z-scored input), prob 1 and nnU-Net's probabilities."""
+    rows = []
+    sub = argparse.Namespace(repeats=min(args.repeats, 5), warmup=min(args.warmup, 1))
+    for shape in ((2, 1, 128, 128, 128), (1, 1, 224, 224, 160)):
+        g = torch.Generator(device="cpu").manual_seed(SEED)
+        x = torch.randn(shape, generator=g).to(device)
+        for prob_one in (True, False):
+            m, v, contrast = nnunet_pair(prob_one)
+            label = "prob 1" if prob_one else "nnU-Net p"
+            rows.append(run_case(f"(k) nnU-Net chain, {label}", x, m, v, check_nnunet, device, sub,
+                                 per_sample_monai=shape[0] > 1))
+            rows[-1]["contrast"] = contrast
+        del x
+    print(f"(k) contrast step: voxaug {rows[0]['contrast']}" if rows else "", file=sys.stderr)
     return rows
 
 
@@ -487,8 +787,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=10, help="timed calls per measurement (default 10)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed calls first (default 2)")
     ap.add_argument("--only", default="intensity,spatial,deform,filter,crop",
-                    help="comma-separated case groups: intensity (a-c), spatial (e), deform (f), filter (g), "
-                         "crop (h)")
+                    help="comma-separated case groups: intensity (a-c, i), spatial (e), deform (f), filter (g), "
+                         "crop (h); intensity-new: only (i); degrade (j), nnunet (k)")
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:
         ap.error("--repeats must be >= 1 and --warmup >= 0")
@@ -513,7 +813,7 @@ def main(argv=None) -> int:
     print(f"timing   median of {args.repeats} calls after {args.warmup} warm-up calls\n")
 
     groups = set(args.only.split(","))
-    known = {"intensity", "spatial", "deform", "filter", "crop"}
+    known = {"intensity", "intensity-new", "spatial", "deform", "filter", "crop", "degrade", "nnunet"}
     if not groups <= known:
         ap.error(f"--only: unknown group(s) {sorted(groups - known)}")
     rows = []
@@ -528,6 +828,10 @@ def main(argv=None) -> int:
         rows.append(run_case("(c) chain, batch of 8", xb, monai_chain(), voxaug_chain(), check_chain, device, args,
                              per_sample_monai=True))
         del xb
+    first_new_intensity = len(rows)
+    if "intensity" in groups or "intensity-new" in groups:
+        rows.extend(new_intensity_rows(device, args))
+    end_new_intensity = len(rows)
     first_spatial = len(rows)
     if "spatial" in groups:
         rows.extend(spatial_rows(device, args))
@@ -540,6 +844,13 @@ def main(argv=None) -> int:
     first_crop = len(rows)
     if "crop" in groups:
         rows.extend(crop_rows(device, args))
+    first_degrade = len(rows)
+    if "degrade" in groups:
+        rows.extend(degrade_rows(device, args))
+    first_nnunet = len(rows)
+    if "nnunet" in groups:
+        rows.extend(nnunet_rows(device, args))
+    end_nnunet = len(rows)
 
     head = (f"{'case':<27} {'shape':<15} {'device':<6} {'monai ms':>9} {'voxaug ms':>9} {'speedup':>8}"
             "  check (monai/voxaug)")
@@ -559,6 +870,11 @@ def main(argv=None) -> int:
         print(f"    chain / copy       {bw['ratio_to_copy'] * 100:7.1f} %")
 
     bar_speedup = rows[0]["speedup"] if "intensity" in groups else float("nan")
+    if device.type == "cpu":
+        for r in rows[first_new_intensity:end_new_intensity]:
+            v = "PASS" if r["speedup"] >= NEW_INTENSITY_BAR else "FAIL"
+            print(f"BAR {v}: {r['case']} {r['shape']} on CPU is {r['speedup']:.2f}x MONAI "
+                  f"(issue 5 bar: >= {NEW_INTENSITY_BAR:g}x)")
     verdict = "n/a"
     if device.type == "cpu":
         if "intensity" in groups:
@@ -567,7 +883,7 @@ def main(argv=None) -> int:
         for r in rows[first_spatial:first_deform][:2]:
             v = "PASS" if r["speedup"] >= BAR_SPEEDUP else "FAIL"
             print(f"BAR {v}: {r['case']} on CPU is {r['speedup']:.2f}x (spatial bar: >= {BAR_SPEEDUP:g}x)")
-        for r in rows[first_crop:first_crop + 1]:
+        for r in rows[first_crop:first_degrade][:1]:  # (h) rows only
             v = "PASS" if r["speedup"] >= BAR_SPEEDUP else "FAIL"
             print(f"BAR {v}: {r['case']} on CPU is {r['speedup']:.2f}x MONAI without precomputed indices "
                   f"(crop bar: >= {BAR_SPEEDUP:g}x)")
@@ -575,6 +891,15 @@ def main(argv=None) -> int:
             bar = ELASTIC_BARS["TorchIO" if "TorchIO" in r["case"] else "MONAI"]
             v = "PASS" if r["speedup"] >= bar else "FAIL"
             print(f"BAR {v}: {r['case']} on CPU is {r['speedup']:.2f}x (deform bar: >= {bar:g}x)")
+        for r in rows[first_degrade:first_nnunet]:
+            v = "PASS" if r["speedup"] >= DEGRADE_BAR else "FAIL"
+            print(f"BAR {v}: {r['case']} {r['shape']} on CPU is {r['speedup']:.2f}x MONAI "
+                  f"(degrade bar: >= {DEGRADE_BAR:g}x)")
+        for r in rows[first_nnunet:end_nnunet]:
+            if "prob 1" in r["case"]:
+                v = "PASS" if r["speedup"] >= NNUNET_BAR else "FAIL"
+                print(f"BAR {v}: {r['case']} {r['shape']} on CPU is {r['speedup']:.2f}x MONAI "
+                      f"(nnU-Net chain bar: >= {NNUNET_BAR:g}x; contrast: voxaug {r['contrast']})")
     else:
         verdict = "n/a"
         print(f"\nBAR n/a: the bar is measured on CPU (run with --device cpu); on {args.device} (a) is "

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include <voxaug/sliding_window.h>
 #include <voxaug/torch_ops.h>
 
 int main() {
@@ -22,5 +23,19 @@ int main() {
   std::printf("device %s, output %s mean %.4f, grad mean %.6f (expected %.6f inside the window)\n",
               device.is_cuda() ? "cuda" : "cpu", c10::toString(x.scalar_type()),
               x.mean().item<double>(), leaf.grad().mean().item<double>(), 1.0 / 425.0);
+
+  // Sliding-window inference of a (random) conv net over a whole volume, MONAI's numerics.
+  torch::nn::Conv3d net(torch::nn::Conv3dOptions(1, 3, 3).padding(1));
+  net->to(device);
+  voxaug::SlidingWindowOptions o;
+  o.overlap = {0.25};
+  o.mode = voxaug::BlendMode::Gaussian;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor volume = torch::rand({1, 1, 90, 100, 80}, device);
+  const torch::Tensor seg = voxaug::sliding_window_inference(volume, {64, 64, 64}, 4, net, o);
+  std::printf("sliding window: output (%lld, %lld, %lld, %lld, %lld)\n",
+              static_cast<long long>(seg.size(0)), static_cast<long long>(seg.size(1)),
+              static_cast<long long>(seg.size(2)), static_cast<long long>(seg.size(3)),
+              static_cast<long long>(seg.size(4)));
   return 0;
 }

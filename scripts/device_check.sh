@@ -462,6 +462,29 @@ step_compare() {
   [[ -s "$json" ]] || fail "compare.py wrote no $json"
 }
 
+# ---------------------------------------------------------------- 9. sliding-window inference
+# compare_window.py (gather / stitch around an identity and a small conv net, vs MONAI, outside-
+# the-predictor times), then swin_window.py (MONAI's SwinUNETR, best sw_batch_size each) with
+# what is left of the step. KEY: the SwinUNETR bar line, else compare_window's.
+step_window() {
+  local logf="$OUT/window.log" rc=0 left
+  rm -f "$logf"
+  if [[ ! -f benchmarks/compare_window.py ]]; then skip "no benchmarks/compare_window.py"; return; fi
+  tmo "$logf" "$PY" benchmarks/compare_window.py --device "$DEVICE" --repeats 2 || rc=$?
+  if ((rc == 124)); then fail "compare_window timed out"; return; fi
+  if ((rc != 0)); then fail "compare_window.py exit $rc"; show_tail "$logf"; return; fi
+  STEP_KEY="$(grep -E 'BAR|worst' "$logf" | tail -n 1 | cut -c1-110)"
+  if [[ $DEVICE == cuda ]]; then
+    left=$(($(step_left) - 15))
+    if ((left > 30)); then
+      tmo "$logf" "$PY" benchmarks/swin_window.py --device cuda --budget "$left" --sw 1,4,16 --repeats 1 || rc=$?
+      ((rc == 0)) || { fail "swin_window.py exit $rc"; show_tail "$logf"; return; }
+      STEP_KEY="$(grep -E '^BAR' "$logf" | tail -n 1 | cut -c1-110)"
+      STEP_KEY="${STEP_KEY:-see window.log}"
+    fi
+  fi
+}
+
 # ---------------------------------------------------------------- run
 log "mode: $([[ $CPU_ONLY == 1 ]] && echo cpu-only || echo full), budget ${BUDGET}s, $JOBS jobs, out $OUT, build $BUILD"
 run_step env 30 step_env
@@ -472,7 +495,13 @@ run_step pytest 120 step_pytest
 run_step sanitizer 150 step_sanitizer
 run_step bench 120 step_bench
 run_step compare 120 step_compare
+run_step window 150 step_window
 
+if [[ -s "$OUT/window.log" ]]; then
+  echo
+  log "window (tail):"
+  tail -n 20 "$OUT/window.log"
+fi
 if [[ -s "$OUT/compare.log" ]]; then
   echo
   log "compare.py (tail):"

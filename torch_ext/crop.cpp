@@ -4,6 +4,8 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <climits>
+#include <tuple>
 #include <vector>
 
 #include "tensor_view.h"
@@ -82,19 +84,190 @@ at::Tensor pos_neg_crop_centers_meta(const at::Tensor& label,
   return centers_output(label, num_samples, spatial_size);
 }
 
+// region: [] (the whole volume) or 6 ints (lo d, h, w, hi d, h, w; a hi of 0: the whole axis).
+CropCenterOptions center_options(at::IntArrayRef region, int64_t num_samples, int64_t seed,
+                                 int64_t first_sample, int64_t first_crop) {
+  TORCH_CHECK_VALUE(num_samples >= 1 && num_samples <= INT32_MAX,
+                    "num_samples must be a positive int, got ", num_samples);
+  TORCH_CHECK_VALUE(region.empty() || region.size() == 6,
+                    "region must be [] or [lo_d, lo_h, lo_w, hi_d, hi_h, hi_w], got ", region);
+  CropCenterOptions opt;
+  opt.num_samples = static_cast<int>(num_samples);
+  for (int a = 0; a < 3 && !region.empty(); ++a) {
+    opt.region_lo[a] = region[a];
+    opt.region_hi[a] = region[a + 3];
+  }
+  opt.seed = static_cast<uint64_t>(seed);
+  opt.first_sample = first_sample;
+  opt.first_crop = first_crop;
+  return opt;
+}
+
+CropLabelForm label_form(int64_t form) {
+  TORCH_CHECK_VALUE(form >= 0 && form <= 2,
+                    "label_form must be 0 (foreground), 1 (argmax) or 2 (one-hot), got ", form);
+  return static_cast<CropLabelForm>(form);
+}
+
+std::tuple<at::Tensor, at::Tensor> class_crop_centers_impl(
+    const at::Tensor& label, const std::optional<at::Tensor>& image, double image_threshold,
+    int64_t form, at::ArrayRef<double> ratios, int64_t num_samples,
+    at::OptionalIntArrayRef spatial_size, at::IntArrayRef region, int64_t seed,
+    int64_t first_sample, int64_t first_crop) {
+  check_5d(label, "label");
+  check_image(label, image, false);
+  const CropLabelForm f = label_form(form);
+  const CropCenterOptions opt = center_options(region, num_samples, seed, first_sample, first_crop);
+  TORCH_CHECK_VALUE(!spatial_size.has_value() || spatial_size->size() == 3,
+                    "spatial_size must be None or [D, H, W], got ", *spatial_size);
+  at::Tensor centers = at::empty({label.size(0), num_samples, 3}, label.options().dtype(at::kLong));
+  at::Tensor counts = at::zeros({label.size(0), static_cast<int64_t>(ratios.size())},
+                                label.options().dtype(at::kLong));
+  VolumeView iv;
+  if (image.has_value()) iv = to_view(*image, "image");
+  std::vector<double> r(ratios.begin(), ratios.end());
+  const c10::DeviceGuard guard(label.device());
+  call_core([&] {
+    class_crop_centers(to_view(label, "label"), image.has_value() ? &iv : nullptr, image_threshold,
+                       f, static_cast<int>(r.size()), r.data(),
+                       spatial_size.has_value() ? spatial_size->data() : nullptr, opt,
+                       centers.data_ptr<int64_t>(), counts.data_ptr<int64_t>(),
+                       current_stream(label));
+  });
+  return {centers, counts};
+}
+
+std::tuple<at::Tensor, at::Tensor> class_crop_centers_meta(
+    const at::Tensor& label, const std::optional<at::Tensor>& image, double, int64_t form,
+    at::ArrayRef<double> ratios, int64_t num_samples, at::OptionalIntArrayRef,
+    at::IntArrayRef region, int64_t, int64_t, int64_t) {
+  check_5d(label, "label", true);
+  check_image(label, image, true);
+  label_form(form);
+  center_options(region, num_samples, 0, 0, 0);
+  return {at::empty({label.size(0), num_samples, 3}, label.options().dtype(at::kLong)),
+          at::empty({label.size(0), static_cast<int64_t>(ratios.size())},
+                    label.options().dtype(at::kLong))};
+}
+
+std::tuple<at::Tensor, at::Tensor> weighted_crop_centers_impl(
+    const at::Tensor& weights, bool shift_negative, int64_t num_samples, at::IntArrayRef region,
+    int64_t seed, int64_t first_sample, int64_t first_crop) {
+  check_5d(weights, "weights");
+  const CropCenterOptions opt = center_options(region, num_samples, seed, first_sample, first_crop);
+  at::Tensor centers =
+      at::empty({weights.size(0), num_samples, 3}, weights.options().dtype(at::kLong));
+  at::Tensor stats = at::empty({weights.size(0), 3}, weights.options().dtype(at::kDouble));
+  const c10::DeviceGuard guard(weights.device());
+  call_core([&] {
+    weighted_crop_centers(to_view(weights, "weights"), shift_negative, opt,
+                          centers.data_ptr<int64_t>(), stats.data_ptr<double>(),
+                          current_stream(weights));
+  });
+  return {centers, stats};
+}
+
+std::tuple<at::Tensor, at::Tensor> weighted_crop_centers_meta(const at::Tensor& weights, bool,
+                                                              int64_t num_samples,
+                                                              at::IntArrayRef region, int64_t,
+                                                              int64_t, int64_t) {
+  check_5d(weights, "weights", true);
+  center_options(region, num_samples, 0, 0, 0);
+  return {at::empty({weights.size(0), num_samples, 3}, weights.options().dtype(at::kLong)),
+          at::empty({weights.size(0), 3}, weights.options().dtype(at::kDouble))};
+}
+
+// Centres uniform in the region of `like`'s spatial grid, one row per sample of `like`.
+at::Tensor uniform_crop_centers_impl(const at::Tensor& like, int64_t num_samples,
+                                     at::IntArrayRef region, int64_t seed, int64_t first_sample,
+                                     int64_t first_crop) {
+  check_5d(like, "like");
+  CropCenterOptions opt = center_options(region, num_samples, seed, first_sample, first_crop);
+  for (int a = 0; a < 3; ++a) {
+    if (opt.region_hi[a] == 0) opt.region_hi[a] = like.size(a + 2);
+    TORCH_CHECK_VALUE(opt.region_hi[a] <= like.size(a + 2), "region exceeds like's spatial size ",
+                      like.sizes());
+  }
+  at::Tensor centers = at::empty({like.size(0), num_samples, 3}, like.options().dtype(at::kLong));
+  const c10::DeviceGuard guard(like.device());
+  call_core([&] {
+    uniform_crop_centers(like.size(0), opt, like.is_cuda() ? Device::CUDA : Device::CPU,
+                         like.is_cuda() ? like.get_device() : 0, centers.data_ptr<int64_t>(),
+                         current_stream(like));
+  });
+  return centers;
+}
+
+at::Tensor uniform_crop_centers_meta(const at::Tensor& like, int64_t num_samples,
+                                     at::IntArrayRef region, int64_t, int64_t, int64_t) {
+  check_5d(like, "like", true);
+  center_options(region, num_samples, 0, 0, 0);
+  return at::empty({like.size(0), num_samples, 3}, like.options().dtype(at::kLong));
+}
+
+at::Tensor patches_output(const at::Tensor& input, const at::Tensor& centers, at::IntArrayRef size,
+                          bool meta) {
+  const at::Tensor& starts = centers;
+  check_5d(input, "input", meta);
+  TORCH_CHECK_VALUE(starts.dim() == 3 && starts.size(2) == 3 && starts.size(0) == input.size(0),
+                    "centers must be (N, K, 3) with the input's N = ", input.size(0), ", got ",
+                    starts.sizes());
+  TORCH_CHECK_VALUE(starts.scalar_type() == at::kLong, "centers must be int64, got ",
+                    starts.scalar_type());
+  TORCH_CHECK_VALUE(starts.device() == input.device(), "centers must be on the input's device ",
+                    input.device(), ", got ", starts.device());
+  TORCH_CHECK_VALUE(starts.size(1) >= 1, "centers must hold at least one patch per sample");
+  TORCH_CHECK_VALUE(size.size() == 3 && size[0] >= 1 && size[1] >= 1 && size[2] >= 1,
+                    "size must be 3 positive ints [D, H, W], got ", size);
+  return at::empty({input.size(0) * starts.size(1), input.size(1), size[0], size[1], size[2]},
+                   input.options().memory_format(at::MemoryFormat::Contiguous));
+}
+
+// Patches of `size` centred at `centers` (a patch starts at centre - size // 2, MONAI's crop).
+at::Tensor extract_patches_impl(const at::Tensor& input, const at::Tensor& centers,
+                                at::IntArrayRef size) {
+  at::Tensor out = patches_output(input, centers, size, false);
+  if (out.numel() == 0) return out;
+  const at::Tensor s = centers.contiguous();
+  const int64_t offset[3] = {size[0] / 2, size[1] / 2, size[2] / 2};
+  const c10::DeviceGuard guard(input.device());
+  call_core([&] {
+    extract_patches(to_view(input, "input"), s.data_ptr<int64_t>(), offset, s.size(1), size.data(),
+                    out.data_ptr(), current_stream(input));
+  });
+  return out;
+}
+
+at::Tensor extract_patches_meta(const at::Tensor& input, const at::Tensor& centers,
+                                at::IntArrayRef size) {
+  return patches_output(input, centers, size, true);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
   m.impl("foreground_bbox", &foreground_bbox_impl);
   m.impl("pos_neg_crop_centers", &pos_neg_crop_centers_impl);
+  m.impl("extract_patches", &extract_patches_impl);
+  m.impl("uniform_crop_centers", &uniform_crop_centers_impl);
+  m.impl("weighted_crop_centers", &weighted_crop_centers_impl);
+  m.impl("class_crop_centers", &class_crop_centers_impl);
 }
 TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
   m.impl("foreground_bbox", &foreground_bbox_impl);
   m.impl("pos_neg_crop_centers", &pos_neg_crop_centers_impl);
+  m.impl("extract_patches", &extract_patches_impl);
+  m.impl("uniform_crop_centers", &uniform_crop_centers_impl);
+  m.impl("weighted_crop_centers", &weighted_crop_centers_impl);
+  m.impl("class_crop_centers", &class_crop_centers_impl);
 }
 TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("foreground_bbox", &foreground_bbox_meta);
   m.impl("pos_neg_crop_centers", &pos_neg_crop_centers_meta);
+  m.impl("extract_patches", &extract_patches_meta);
+  m.impl("uniform_crop_centers", &uniform_crop_centers_meta);
+  m.impl("weighted_crop_centers", &weighted_crop_centers_meta);
+  m.impl("class_crop_centers", &class_crop_centers_meta);
 }
 
 }  // namespace voxaug::torch_ext

@@ -23,8 +23,9 @@ namespace {
 using OptTensorList = c10::List<std::optional<at::Tensor>>;
 
 constexpr int64_t kHasBMin = 1, kHasBMax = 2, kClip = 4, kRandom = 8, kChannelWise = 16,
-                  kSampleStd = 32, kMonomialBasis = 64, kInvertImage = 128;
-constexpr int64_t kLastOp = static_cast<int64_t>(PointwiseOp::Gamma);
+                  kSampleStd = 32, kMonomialBasis = 64, kInvertImage = 128, kNonzero = 256,
+                  kFixedMean = 512, kPreserveRange = 1024;
+constexpr int64_t kLastOp = static_cast<int64_t>(PointwiseOp::ScaleIntensityFixedMean);
 constexpr int kParamsPerStep = 8;
 
 // The canonical flat chain (see ops.cpp).
@@ -133,6 +134,18 @@ std::vector<PointwiseStep> decode(const at::Tensor& image, at::IntArrayRef ops,
         s.random = f & kRandom;
         s.invert = f & kInvertImage;
         break;
+      case PointwiseOp::HistogramShift: break;
+      case PointwiseOp::StdShiftIntensity:
+      case PointwiseOp::ScaleIntensityFixedMean:
+        s.value = p[0];
+        s.low = p[1];
+        s.high = p[2];
+        s.random = f & kRandom;
+        s.channel_wise = f & kChannelWise;
+        s.nonzero = f & kNonzero;
+        s.fixed_mean = f & kFixedMean;
+        s.preserve_range = f & kPreserveRange;
+        break;
     }
     const std::optional<at::Tensor> v = values.get(i);
     const bool has_v = v.has_value() && v->defined();
@@ -166,6 +179,45 @@ std::vector<PointwiseStep> decode(const at::Tensor& image, at::IntArrayRef ops,
     }
     if (s.op == PointwiseOp::Gamma) {
       TORCH_CHECK_VALUE(!has_v, "values[", i, "]: a gamma step takes no values");
+      continue;
+    }
+    if (s.op == PointwiseOp::HistogramShift) {
+      // (N, 2 + K) float64: min, max (from voxaug::minmax), then the floating control points
+      // (NaN-padded); split into the core's minmax pairs and float32 point rows.
+      TORCH_CHECK_VALUE(has_v, "values[", i,
+                        "]: a histogram shift step needs the (N, 2 + K) float64 table "
+                        "(min, max, control points)");
+      TORCH_CHECK_VALUE(v->device() == image.device(),
+                        "histogram table must be on the image's device ", image.device(), ", got ",
+                        v->device());
+      TORCH_CHECK_VALUE(v->scalar_type() == at::kDouble && v->dim() == 2 &&
+                            v->size(0) == image.size(0) && v->size(1) >= 3 &&
+                            v->size(1) - 2 <= kMaxHistogramPoints,
+                        "histogram table must be float64 of shape (", image.size(0),
+                        ", 2 + K) with 1 <= K <= ", kMaxHistogramPoints, ", got ", v->scalar_type(),
+                        " ", v->sizes());
+      keep.push_back(v->narrow(1, 0, 2).contiguous());
+      s.stats = keep.back().data_ptr<double>();
+      keep.push_back(v->narrow(1, 2, v->size(1) - 2).to(at::kFloat).contiguous());
+      s.coefficients = keep.back().data_ptr<float>();
+      s.num_points = static_cast<int>(v->size(1) - 2);
+      continue;
+    }
+    if (s.op == PointwiseOp::StdShiftIntensity || s.op == PointwiseOp::ScaleIntensityFixedMean) {
+      const bool std_shift = s.op == PointwiseOp::StdShiftIntensity;
+      const int64_t segs = s.channel_wise ? image.size(1) : 1;
+      const char* what = std_shift ? "moments (count, mean, std; from voxaug::moments)"
+                                   : "(mean, min, max) statistics";
+      TORCH_CHECK_VALUE(has_v, "values[", i, "]: a ", std_shift ? "std shift" : "fixed-mean scale",
+                        " step needs the (N, ", segs, ", 3) ", what);
+      TORCH_CHECK_VALUE(v->device() == image.device(), "stats must be on the image's device ",
+                        image.device(), ", got ", v->device());
+      TORCH_CHECK_VALUE(v->scalar_type() == at::kDouble && v->dim() == 3 &&
+                            v->size(0) == image.size(0) && v->size(1) == segs && v->size(2) == 3,
+                        "stats must be float64 of shape (", image.size(0), ", ", segs, ", 3) (",
+                        what, "), got ", v->scalar_type(), " ", v->sizes());
+      keep.push_back(v->contiguous());
+      s.stats = keep.back().data_ptr<double>();
       continue;
     }
     if (s.op == PointwiseOp::RescaleIntensity || s.op == PointwiseOp::AdjustContrast) {

@@ -5,22 +5,30 @@
 //   ops[k]    PointwiseOp code (0 scale_intensity_range, 1 shift, 2 scale, 3 gaussian noise,
 //             4 rescale: MONAI ScaleIntensity(minv, maxv), statistics from voxaug::minmax,
 //             5 Rician noise, 6 bias field, 7 adjust contrast (MONAI, statistics from
-//             voxaug::minmax), 8 gamma (TorchIO, sign(x) |x|^gamma))
+//             voxaug::minmax), 8 gamma (TorchIO, sign(x) |x|^gamma), 9 histogram shift
+//             (MONAI RandHistogramShift's piecewise-linear map), 10 std shift (MONAI
+//             StdShiftIntensity), 11 scale with fixed mean (MONAI ScaleIntensityFixedMean))
 //   flags[k]  bit 0 has_b_min, 1 has_b_max, 2 clip, 3 random, 4 channel_wise, 5 sample_std,
 //             6 monomial basis (bias field: TorchIO's; else MONAI's Legendre),
-//             7 invert_image (adjust contrast)
+//             7 invert_image (adjust contrast), 8 nonzero (std shift), 9 fixed_mean,
+//             10 preserve_range (scale with fixed mean)
 //   params[8k .. 8k+7]  p0..p6, prob. scale_intensity_range: a_min, a_max, b_min, b_max;
 //             shift / scale: value, low, high; gaussian / Rician noise: mean, std; rescale:
 //             minv, maxv (bit 0 / 1 of flags say whether minv / maxv are given); bias field:
 //             degree; adjust contrast: gamma, low, high (gamma ~ U(low, high) when random);
 //             gamma: gamma, log_low, log_high (gamma = exp(U(log_low, log_high)) per channel
-//             when random)
+//             when random); std shift / scale with fixed mean: factor, low, high (factor ~
+//             U(low, high) per sample, per (sample, channel) for a channel-wise fixed-mean scale)
 //   seeds[k]  Philox key of the step (int64 bit pattern of a uint64)
 //   values[k] optional per-sample values (N,) for shift / scale; for rescale the float64
 //             (N, 1 or C, 2) output of minmax (C when channel-wise); for adjust contrast the
 //             (N, 1, 2) output of minmax; for a bias field the (N, (d+1)(d+2)(d+3)/6)
 //             coefficients (float32 used); for Rician noise optional std multipliers (N,), or
-//             (N, C) when channel-wise (relative=True); else None
+//             (N, C) when channel-wise (relative=True); for a histogram shift the float64
+//             (N, 2 + K) table: min, max (voxaug::minmax), then the floating control points in
+//             units of the range (NaN-padded; reference points linspace(0, 1, count)); for a
+//             std shift the (N, 1 or C, 3) output of voxaug::moments; for a scale with fixed
+//             mean (N, 1 or C, 3) float64 (mean, min, max); else None
 // In-place ops (trailing _) mutate `image` and return nothing, so torch.compile can
 // functionalise them.
 #include <torch/library.h>
@@ -28,6 +36,16 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include "voxaug/torch_ops.h"
+
+namespace voxaug {  // torch_ext/window.cpp: kernels of the window schemas without tensor inputs
+std::vector<int64_t> window_layout_entry(at::IntArrayRef image_size, at::IntArrayRef roi_size,
+                                         at::ArrayRef<double> overlap);
+at::Tensor window_accumulator_entry(at::IntArrayRef sizes, at::ScalarType dtype, at::Device device,
+                                   bool zero);
+at::Tensor window_importance_map_entry(at::IntArrayRef roi_size, c10::string_view mode,
+                                       at::ArrayRef<double> sigma_scale, at::ScalarType dtype,
+                                       at::Device device);
+}  // namespace voxaug
 
 TORCH_LIBRARY(voxaug, m) {
 #define VOXAUG_CHAIN_ARGS "int[] ops, int[] flags, float[] params, int[] seeds, Tensor?[] values"
@@ -78,6 +96,24 @@ TORCH_LIBRARY(voxaug, m) {
   m.def(
       "pos_neg_crop_centers(Tensor label, Tensor? image, float image_threshold, float pos_ratio, "
       "int num_samples, int[] spatial_size, int seed, int first_sample=0) -> Tensor");
+  // Crop-centre samplers (include/voxaug/crop.h), all drawn on the device with Philox.
+  // region: [] or [lo_d, lo_h, lo_w, hi_d, hi_h, hi_w] (a hi of 0: the whole axis).
+  // label_form: 0 foreground / background, 1 argmax, 2 one-hot; num_classes = len(ratios).
+  // Returns (centers (N, num_samples, 3) int64, class_counts (N, num_classes) int64).
+  m.def(
+      "class_crop_centers(Tensor label, Tensor? image, float image_threshold, int label_form, "
+      "float[] ratios, int num_samples, int[]? spatial_size, int[] region, int seed, "
+      "int first_sample=0, int first_crop=0) -> (Tensor, Tensor)");
+  // Returns (centers, stats (N, 3) float64: total weight, shift, minimum of channel 0).
+  m.def(
+      "weighted_crop_centers(Tensor weights, bool shift_negative, int num_samples, int[] region, "
+      "int seed, int first_sample=0, int first_crop=0) -> (Tensor, Tensor)");
+  m.def(
+      "uniform_crop_centers(Tensor like, int num_samples, int[] region, int seed, "
+      "int first_sample=0, int first_crop=0) -> Tensor");
+  // (N, C, D, H, W) input, centers (N, K, 3) int64 -> (N * K, C, *size), each patch starting
+  // at centre - size // 2; zeros outside.
+  m.def("extract_patches(Tensor input, Tensor centers, int[] size) -> Tensor");
   // U(low, high) from Philox keyed by (seed, first_sample + n, element), in place.
   m.def("uniform_fill_(Tensor(a!) out, float low, float high, int seed, int first_sample=0) -> ()");
   m.def(
@@ -130,6 +166,58 @@ TORCH_LIBRARY(voxaug, m) {
       "scale_intensity_range_percentiles(Tensor image, float lower, float upper, "
       "float? b_min=None, float? b_max=None, bool clip=False, bool relative=False, "
       "bool channel_wise=False, ScalarType? dtype=None) -> Tensor");
+  // Dropout family (include/voxaug/dropout.h): MONAI RandCoarseDropout with host-drawn hole
+  // tables: boxes (N, K, 6) int64 CPU (d0, h0, w0, d1, h1, w1, half-open), counts (N,) int64 CPU
+  // (holes used; 0 = sample unchanged). fill_mode 0 fill_value, 1 U(fill_low, fill_high),
+  // 2 U(min, max) of the sample; uniform fills from Philox (seed, first_sample + n, element).
+  m.def(
+      "coarse_dropout(Tensor image, Tensor boxes, Tensor counts, bool dropout_holes=True, "
+      "int fill_mode=0, float fill_value=0.0, float fill_low=0.0, float fill_high=0.0, "
+      "int seed=0, int first_sample=0) -> Tensor");
+  m.def(
+      "coarse_dropout_(Tensor(a!) image, Tensor boxes, Tensor counts, bool dropout_holes=True, "
+      "int fill_mode=0, float fill_value=0.0, float fill_low=0.0, float fill_high=0.0, "
+      "int seed=0, int first_sample=0) -> ()");
+  // Lowres family (include/voxaug/lowres.h): MONAI RandSimulateLowResolution as one gather:
+  // interpolate(nearest, size=low_size[n]) then interpolate(upsample_mode: 0 trilinear,
+  // 1 nearest, back to the image size). low_size: (N, 3) int64 CPU. Output float32 by default.
+  m.def(
+      "simulate_low_resolution(Tensor image, Tensor low_size, int upsample_mode=0, "
+      "bool align_corners=False, ScalarType? dtype=None) -> Tensor");
+  // Window family (include/voxaug/window.h): sliding-window inference with MONAI's numerics.
+  // window_layout -> [count d, h, w, padded d, h, w, pad_before d, h, w, interval d, h, w].
+  // overlap: 1 value or 1 per axis. padding_mode: 0 constant, 1 reflect, 2 replicate,
+  // 3 circular. acc: (N, K, padded) float32 / float64; weight: the roi-sized importance map in
+  // acc's dtype (None: constant weights); count: (padded) map of window_count.
+  m.def("window_layout(int[] image_size, int[] roi_size, float[] overlap) -> int[]",
+        &voxaug::window_layout_entry);
+  m.def(
+      "window_importance_map(int[] roi_size, str mode, float[] sigma_scale, ScalarType dtype, "
+      "Device device) -> Tensor",
+      &voxaug::window_importance_map_entry);
+  // A (zeroed) buffer for windows or the accumulator; on the host on transparent huge pages.
+  m.def("window_accumulator(int[] size, ScalarType dtype, Device device, bool zero=True) -> Tensor",
+        &voxaug::window_accumulator_entry);
+  m.def(
+      "window_gather(Tensor image, int[] roi_size, float[] overlap, int first_window, "
+      "int num_windows, int padding_mode=0, float cval=0.0, ScalarType? dtype=None) -> Tensor");
+  m.def(
+      "window_gather_(Tensor image, Tensor(a!) out, int[] roi_size, float[] overlap, "
+      "int first_window, int padding_mode=0, float cval=0.0) -> ()");
+  m.def(
+      "window_stitch_(Tensor(a!) acc, Tensor pred, Tensor? weight, int[] image_size, "
+      "int[] roi_size, float[] overlap, int first_window) -> ()");
+  m.def(
+      "window_count(Tensor acc, Tensor? weight, int[] image_size, int[] roi_size, "
+      "float[] overlap) -> Tensor");
+  // count None: computed on the fly from weight (no count buffer). window_finalize_ divides
+  // acc in place (an image at least as large as the roi: nothing to crop).
+  m.def(
+      "window_finalize(Tensor acc, Tensor? count, Tensor? weight, int[] image_size, "
+      "int[] roi_size, float[] overlap, ScalarType? dtype=None, bool argmax=False) -> Tensor");
+  m.def(
+      "window_finalize_(Tensor(a!) acc, Tensor? count, Tensor? weight, int[] image_size, "
+      "int[] roi_size, float[] overlap) -> ()");
 }
 
 namespace voxaug::ops {

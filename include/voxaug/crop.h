@@ -1,4 +1,4 @@
-// voxaug: the crop family's device reductions (the crops themselves are resample's exact path).
+// voxaug: the crop family's device reductions, crop-centre samplers and batched patch extraction.
 #pragma once
 
 #include <cstdint>
@@ -34,5 +34,76 @@ void pos_neg_crop_centers(const VolumeView& label, const VolumeView* image, doub
                           double pos_ratio, int num_samples, const int64_t spatial_size[3],
                           uint64_t seed, int64_t first_sample, int64_t* centers,
                           cudaStream_t stream = nullptr);
+
+// How a label's voxels map to classes for class_crop_centers.
+//  Foreground: two classes, 0 = any channel > 0 (foreground), 1 = the rest (MONAI pos / neg).
+//  Argmax: one channel; class c where the value == c (c in [0, num_classes); other values belong
+//          to no class), MONAI map_classes_to_indices on an argmax label.
+//  OneHot: class c where channel c != 0 (num_classes = channels; a voxel may be in several).
+enum class CropLabelForm : int { Foreground = 0, Argmax = 1, OneHot = 2 };
+
+// Most classes class_crop_centers handles (one shared-memory histogram per block on CUDA).
+constexpr int kMaxCropClasses = 4096;
+
+// The drawing options shared by the centre samplers. `region`: candidate centres are the voxels
+// with lo[a] <= index[a] < hi[a] (half-open box; MONAI's crops use the whole volume, TorchIO's
+// samplers [patch // 2, size - (patch - 1) // 2)). Random draws: Philox keyed by `seed`, sample
+// first_sample + n, block first_crop + k (the k-th crop): independent of the batch split, of
+// how many crops one call draws, and of the device.
+struct CropCenterOptions {
+  int num_samples = 1;  // crops per sample
+  int64_t region_lo[3] = {0, 0, 0};
+  int64_t region_hi[3] = {0, 0, 0};  // 0 entries: the whole axis
+  uint64_t seed = 0;
+  int64_t first_sample = 0;
+  int64_t first_crop = 0;
+};
+
+// Class-balanced crop centres (MONAI RandCropByLabelClasses, RandCropByPosNegLabel, TorchIO
+// LabelSampler): per crop, a class c drawn with probability ratios[c] / sum over the classes
+// present (classes without candidates get ratio 0, MONAI's rule), then a voxel of that class
+// uniformly among the candidates (voxels of the region where any channel of `image` (may be null;
+// same N and spatial size) > image_threshold). When no class with a positive ratio is present,
+// a present class is drawn uniformly (MONAI pos / neg fallback; MONAI's RandCropByLabelClasses
+// raises there, which a device op cannot without a sync: `class_counts` lets the caller check).
+// No candidate at all: the region's centre. `correct_size` (may be null): MONAI's
+// correct_crop_centers for a crop of that size (must not exceed the label's size).
+// `ratios`: host array of num_classes non-negative values (copied to the device,
+// stream-ordered). Writes `centers` (N x num_samples x 3 int64, the data's device) and, when not
+// null, `class_counts` (N x num_classes int64: candidates per class). CUDA: stream-ordered, no
+// host synchronisation.
+void class_crop_centers(const VolumeView& label, const VolumeView* image, double image_threshold,
+                        CropLabelForm form, int num_classes, const double* ratios,
+                        const int64_t* correct_size, const CropCenterOptions& opt, int64_t* centers,
+                        int64_t* class_counts, cudaStream_t stream = nullptr);
+
+// Weighted crop centres (MONAI RandWeightedCrop / weighted_patch_samples, TorchIO
+// WeightedSampler): channel 0 of `weights` gives each voxel of the region a weight; a centre is
+// drawn with probability weight / total (inverse CDF in the weights' memory order).
+// shift_negative (MONAI): when the region holds a negative weight, every weight is shifted by
+// minus the region's minimum; else (TorchIO) negative weights count as 0. A total that is zero or
+// not finite draws the centre uniformly in the region (MONAI; TorchIO raises, see `stats`).
+// Writes `centers` (N x num_samples x 3 int64) and, when not null, `stats` (N x 3 float64: the
+// total weight after the shift, the shift, the minimum of channel 0 over the whole volume).
+// Weights are summed in float64 in a fixed order, so CPU and CUDA draw identical centres.
+void weighted_crop_centers(const VolumeView& weights, bool shift_negative,
+                           const CropCenterOptions& opt, int64_t* centers, double* stats,
+                           cudaStream_t stream = nullptr);
+
+// Uniform crop centres in the region (MONAI RandSpatialCrop's get_random_patch, TorchIO
+// UniformSampler): each axis independently uniform in [lo, hi). `batch` samples; writes
+// `centers` (batch x num_samples x 3 int64) on `device` (device_index for CUDA).
+void uniform_crop_centers(int64_t batch, const CropCenterOptions& opt, Device device,
+                          int device_index, int64_t* centers, cudaStream_t stream = nullptr);
+
+// Batched patch extraction: from each of the M samples of `in` (any dtype, any strides), the
+// num_patches boxes of `size` voxels at `corners` (int64, on the data's device,
+// corners[(m * num_patches + k) * 3 + a]): a box starts at corner - offset[a] (offset: host
+// array or null for 0; centre-based crops pass size // 2). Voxels outside the volume are zero.
+// `out`: dense (M * num_patches, C, size[0], size[1], size[2]) buffer of in's dtype. One launch
+// on CUDA, no host synchronisation; exact copies (bit-identical to slicing).
+void extract_patches(const VolumeView& in, const int64_t* corners, const int64_t* offset,
+                     int64_t num_patches, const int64_t size[3], void* out,
+                     cudaStream_t stream = nullptr);
 
 }  // namespace voxaug

@@ -33,7 +33,13 @@ enum class PointwiseOp : int32_t {
   BiasField = 6,            // MONAI RandBiasField / TorchIO RandomBiasField: x * exp(poly)
   AdjustContrast = 7,       // MONAI AdjustContrast: ((x - min) / (range + 1e-7))^g * range + min
   Gamma = 8,                // TorchIO Gamma: sign(x) |x|^gamma
+  HistogramShift = 9,       // MONAI RandHistogramShift: piecewise-linear intensity map
+  StdShiftIntensity = 10,   // MONAI StdShiftIntensity: x + factor * std(x)
+  ScaleIntensityFixedMean = 11,  // MONAI ScaleIntensityFixedMean: (x - mean) (1 + f) + mean
 };
+
+// Most control points of one histogram shift step (the per-voxel search is linear in them).
+constexpr int kMaxHistogramPoints = 4096;
 
 // Highest polynomial degree of a bias field step ((degree + 1)(degree + 2)(degree + 3) / 6
 // coefficients per sample).
@@ -78,6 +84,24 @@ struct PointwiseStep {
   // from minmax() on this step's input (N pairs, `stats`), invert_image (nnU-Net's inverted
   // gamma: -f(-x)). Gamma: gamma (`value`) or exp(U(low, high)) per (sample, channel).
   bool invert = false;
+  // StdShiftIntensity: `stats` = moments() triples (count, mean, population std) of this
+  // step's input, N or N * C (channel_wise) of them, with moments' `nonzero` equal to this
+  // step's; offset = factor * std (float32 product of the float32-rounded values), factor =
+  // `value`, or U(low, high) per sample when random (one draw per sample, also with
+  // channel_wise, as MONAI). `nonzero`: zeros stay zero.
+  bool nonzero = false;
+  // ScaleIntensityFixedMean: `stats` = (mean, min, max) triples per segment (N, or N * C
+  // with channel_wise), float64 on the data's device; x -> (x - mean) * (1 + factor) + mean
+  // (without fixed_mean: x * (1 + factor)), then clamped to [min, max] with preserve_range.
+  // factor = `value`, or U(low, high) per sample (per (sample, channel) with channel_wise).
+  bool fixed_mean = true, preserve_range = false;
+  // HistogramShift: `stats` = minmax() pairs (N) of this step's input; `coefficients` =
+  // (N, num_points) float32 rows: sample n's floating control points y_0..y_{K-1} (MONAI's
+  // floating_control_points, in units of the sample's range) for the reference points
+  // x_k = linspace(0, 1, K), then NaN padding (K = index of the first NaN). Each sample maps
+  // through np.interp(x, min + x_k (max - min), min + y_k (max - min)) evaluated as MONAI's
+  // torch path (float32 slopes and intercepts). K < 2 or max == min: unchanged.
+  int num_points = 0;
 
   static PointwiseStep scale_intensity_range(double a_min, double a_max, const double* b_min,
                                              const double* b_max, bool clip);
@@ -110,6 +134,23 @@ struct PointwiseStep {
   static PointwiseStep gamma(double gamma);
   // TorchIO RandomGamma: gamma = exp(beta), beta ~ U(log_low, log_high) per (sample, channel).
   static PointwiseStep rand_gamma(double log_low, double log_high, double prob, uint64_t seed);
+  // MONAI StdShiftIntensity(factor, nonzero, channel_wise) / RandStdShiftIntensity.
+  static PointwiseStep std_shift_intensity(const double* moments_stats, double factor, bool nonzero,
+                                           bool channel_wise);
+  static PointwiseStep rand_std_shift_intensity(const double* moments_stats, double low,
+                                                double high, double prob, uint64_t seed,
+                                                bool nonzero, bool channel_wise);
+  // MONAI ScaleIntensityFixedMean / RandScaleIntensityFixedMean.
+  static PointwiseStep scale_intensity_fixed_mean(const double* mean_min_max, double factor,
+                                                  bool fixed_mean, bool preserve_range,
+                                                  bool channel_wise);
+  static PointwiseStep rand_scale_intensity_fixed_mean(const double* mean_min_max, double low,
+                                                       double high, double prob, uint64_t seed,
+                                                       bool fixed_mean, bool preserve_range,
+                                                       bool channel_wise);
+  // MONAI RandHistogramShift with the control points given (see `num_points`).
+  static PointwiseStep histogram_shift(const double* minmax_stats, const float* points,
+                                       int num_points);
 };
 
 // Longest chain fused into one pass.

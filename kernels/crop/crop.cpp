@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../common/device.h"
@@ -16,47 +18,92 @@ namespace detail {
 #if VOXAUG_WITH_CUDA
 void foreground_bbox_cuda(const BBoxParams& p, int64_t batch, int64_t* box, int device,
                           cudaStream_t stream);
-void pos_neg_crop_centers_cuda(const PosNegParams& p, int64_t batch, int64_t* centers, int device,
-                               cudaStream_t stream);
+void class_centers_cuda(const CenterParams& p, int64_t batch, int64_t* centers,
+                        int64_t* class_counts, int device, cudaStream_t stream);
+void weighted_centers_cuda(const CenterParams& p, int64_t batch, int64_t* centers, double* stats,
+                           int device, cudaStream_t stream);
+void uniform_centers_cuda(const CenterParams& p, int64_t batch, int64_t* centers, int device,
+                          cudaStream_t stream);
+void extract_patches_cuda(const PatchParams& p, int64_t patches, int64_t elem_size, int device,
+                          cudaStream_t stream);
 #endif
 namespace {
 
-// Host fast path of the counting pass: one dense channel of native dtype for the label (and
-// the image), the dtype switch outside the voxel loop. Same comparisons as posneg_class
-// (values compared in float64).
+// Calls fn(a, b) for every run [a, b) of voxels of [begin, end) (the params' order) inside the
+// region: one division per row, each run contiguous.
+template <class Fn>
+void for_region_runs(const CenterParams& p, int64_t begin, int64_t end, Fn&& fn) {
+  const int q0 = p.perm[0], q1 = p.perm[1], q2 = p.perm[2];
+  const int64_t s2 = p.size[q2], s1 = p.size[q1];
+  for (int64_t v = begin; v < end;) {
+    const int64_t i = v % s2, m = (v / s2) % s1, o = v / (s2 * s1);
+    const int64_t row = v - i, run_end = std::min(end, row + s2);
+    if (m >= p.lo[q1] && m < p.hi[q1] && o >= p.lo[q0] && o < p.hi[q0]) {
+      const int64_t a = std::max(v, row + p.lo[q2]), b = std::min(run_end, row + p.hi[q2]);
+      if (a < b) fn(a, b);
+    }
+    v = run_end;
+  }
+}
+
+// Calls fn(x) for every voxel x of [begin, end) inside the region.
+template <class Fn>
+void for_region_voxels(const CenterParams& p, int64_t begin, int64_t end, Fn&& fn) {
+  for_region_runs(p, begin, end, [&](int64_t a, int64_t b) {
+    for (int64_t x = a; x < b; ++x) fn(x);
+  });
+}
+
+template <class L>
+VOXAUG_FORCEINLINE int argmax_class(L val, int K) {
+  if constexpr (std::is_integral_v<L>) {
+    const int64_t x = static_cast<int64_t>(val);
+    return (x >= 0 && x < K) ? static_cast<int>(x) : -1;
+  } else {
+    const double x = static_cast<double>(val);
+    if (!(x >= 0.0 && x < static_cast<double>(K))) return -1;
+    const int c = static_cast<int>(x);
+    return static_cast<double>(c) == x ? c : -1;
+  }
+}
+
+// Host fast path of the class counts: one dense channel of native dtype for the label (and the
+// image), Foreground or Argmax, the dtype switch outside the voxel loop. Same comparisons as
+// center_count_voxel (the image threshold a float64 comparison).
 template <class L, class I>
-void count_chunks_dense(const PosNegParams& p, int64_t batch, int64_t* counts) {
-  const int64_t voxels = p.size[0] * p.size[1] * p.size[2];
+void count_classes_dense(const CenterParams& p, int64_t batch, int64_t* counts) {
+  const int K = p.num_classes;
+  const int64_t voxels = center_voxels(p);
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < batch * p.chunks; ++t) {
     const int64_t n = t / p.chunks, chunk = t % p.chunks;
-    const int64_t begin = chunk * kPosNegChunk, end = std::min(voxels, begin + kPosNegChunk);
-    const L* lab = static_cast<const L*>(p.label) + n * p.label_stride[0];
-    const I* img = p.image ? static_cast<const I*>(p.image) + n * p.image_stride[0] : nullptr;
-    // Native comparisons (x > 0 on L equals (double)x > 0; the image threshold stays a float64
-    // comparison) and 32-bit sums within a chunk, so the loops vectorise.
-    int32_t fg = 0, bg = 0;
-    const int32_t len = static_cast<int32_t>(end - begin);
-    const L* lp = lab + begin;
-    if (img == nullptr) {
-      for (int32_t v = 0; v < len; ++v) fg += static_cast<int32_t>(lp[v] > L(0));
-      bg = len - fg;
-    } else {
-      const I* ip = img + begin;
-      for (int32_t v = 0; v < len; ++v) {
-        const int32_t cand = static_cast<double>(ip[v]) > p.image_threshold;
-        const int32_t f = lp[v] > L(0);
+    const int64_t begin = chunk * kCenterChunk, end = std::min(voxels, begin + kCenterChunk);
+    const L* lp = static_cast<const L*>(p.label) + n * p.label_stride[0];
+    const I* ip = p.image ? static_cast<const I*>(p.image) + n * p.image_stride[0] : nullptr;
+    int64_t* h = counts + t * K;
+    if (p.form == CropLabelForm::Foreground) {
+      // 32-bit sums within a chunk and branch-free compares, so the loops vectorise.
+      int32_t fg = 0, bg = 0;
+      for_region_voxels(p, begin, end, [&](int64_t x) {
+        const int32_t cand = ip == nullptr || static_cast<double>(ip[x]) > p.image_threshold;
+        const int32_t f = lp[x] > L(0);
         fg += cand & f;
         bg += cand & (f ^ 1);
-      }
+      });
+      h[0] = fg;
+      h[1] = bg;
+      continue;
     }
-    counts[2 * t] = fg;
-    counts[2 * t + 1] = bg;
+    for_region_voxels(p, begin, end, [&](int64_t x) {
+      if (ip != nullptr && !(static_cast<double>(ip[x]) > p.image_threshold)) return;
+      const int c = argmax_class(lp[x], K);
+      if (c >= 0) h[c] += 1;
+    });
   }
 }
 
 // One channel whose voxels are dense in the params' order: voxel v sits at offset v.
-bool dense_one_channel(const PosNegParams& p, int64_t channels, const int64_t* stride) {
+bool dense_one_channel(const CenterParams& p, int64_t channels, const int64_t* stride) {
   const int* q = p.perm;
   return channels == 1 && stride[2 + q[2]] == 1 && stride[2 + q[1]] == p.size[q[2]] &&
          stride[2 + q[0]] == p.size[q[1]] * p.size[q[2]];
@@ -76,55 +123,253 @@ bool visit_native(DType t, Fn&& fn) {
   }
 }
 
-// Counts of every (sample, chunk): the typed dense loop where it applies, else per voxel.
-void count_chunks_cpu(const PosNegParams& p, int64_t batch, int64_t* counts) {
+// Counts of every (sample, chunk, class): the typed dense loop where it applies, else per voxel.
+void count_classes_cpu(const CenterParams& p, int64_t batch, int64_t* counts) {
+  std::fill(counts, counts + batch * p.chunks * p.num_classes, int64_t(0));
   bool done = false;
-  if (dense_one_channel(p, p.label_channels, p.label_stride) &&
+  if (p.form != CropLabelForm::OneHot && dense_one_channel(p, p.label_channels, p.label_stride) &&
       (p.image == nullptr || dense_one_channel(p, p.image_channels, p.image_stride))) {
     visit_native(p.label_dtype, [&](auto l) {
       using L = decltype(l);
       if (p.image == nullptr) {
-        count_chunks_dense<L, float>(p, batch, counts);  // I unused without an image
+        count_classes_dense<L, float>(p, batch, counts);  // I unused without an image
         done = true;
         return;
       }
       done = visit_native(p.image_dtype,
-                          [&](auto i) { count_chunks_dense<L, decltype(i)>(p, batch, counts); });
+                          [&](auto i) { count_classes_dense<L, decltype(i)>(p, batch, counts); });
     });
   }
   if (done) return;
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < batch * p.chunks; ++t)
-    posneg_count_chunk(p, t / p.chunks, t % p.chunks, counts + 2 * t);
+  for (int64_t t = 0; t < batch * p.chunks; ++t) {
+    const int64_t n = t / p.chunks, chunk = t % p.chunks;
+    const int64_t end = chunk_end(p, chunk);
+    for (int64_t v = chunk * kCenterChunk; v < end; ++v)
+      center_count_voxel(p, n, v, counts + t * p.num_classes);
+  }
 }
 
+// Weight sums (the lane order of weight_lane_sum) and minima of chunk t = n * chunks + chunk.
+template <class T>
+void weight_chunk_dense(const CenterParams& p, int64_t n, int64_t chunk, double shift, double* sum,
+                        double* min_region, double* min_all) {
+  const T* lp = static_cast<const T*>(p.label) + n * p.label_stride[0];
+  const int64_t begin = chunk * kCenterChunk, end = chunk_end(p, chunk);
+  // Minima per lane too (elementwise selects vectorise; a scalar min reduction would not
+  // without fast-math); min is order-independent, so the result is the same.
+  double lanes[kWeightLanes] = {}, lane_mr[kWeightLanes], lane_ma[kWeightLanes];
+  for (int l = 0; l < kWeightLanes; ++l) lane_mr[l] = lane_ma[l] = INFINITY;
+  for (int64_t a = begin; a < end;) {
+    const int64_t l0 = (a - begin) & (kWeightLanes - 1), len = std::min(end - a, kWeightLanes - l0);
+    for (int64_t i = 0; i < len; ++i) {
+      const double raw = static_cast<double>(lp[a + i]);
+      lane_ma[l0 + i] = raw < lane_ma[l0 + i] ? raw : lane_ma[l0 + i];
+    }
+    a += len;
+  }
+  const bool clamp = !p.shift_negative;
+  for_region_runs(p, begin, end, [&](int64_t a, int64_t b) {
+    while (a < b) {  // pieces that do not wrap around the lanes: contiguous, so they vectorise
+      const int64_t l0 = (a - begin) & (kWeightLanes - 1), len = std::min(b - a, kWeightLanes - l0);
+      const T* src = lp + a;
+      double *dst = lanes + l0, *m = lane_mr + l0;
+      for (int64_t i = 0; i < len; ++i) {
+        const double raw = static_cast<double>(src[i]);
+        m[i] = raw < m[i] ? raw : m[i];
+        const double w = raw - shift;
+        dst[i] += (clamp && w < 0.0) ? 0.0 : w;
+      }
+      a += len;
+    }
+  });
+  double ma = INFINITY, mr = INFINITY;
+  for (int l = 0; l < kWeightLanes; ++l) {
+    ma = lane_ma[l] < ma ? lane_ma[l] : ma;
+    mr = lane_mr[l] < mr ? lane_mr[l] : mr;
+  }
+  *sum = weight_combine_lanes(lanes);
+  *min_region = mr;
+  *min_all = ma;
+}
+
+void weight_chunk_cpu(const CenterParams& p, int64_t n, int64_t chunk, double shift, double* sum,
+                      double* min_region, double* min_all) {
+  if (dense_one_channel(p, 1, p.label_stride) && visit_native(p.label_dtype, [&](auto t) {
+        weight_chunk_dense<decltype(t)>(p, n, chunk, shift, sum, min_region, min_all);
+      }))
+    return;
+  double lanes[kWeightLanes];
+  double mr = INFINITY, ma = INFINITY;
+  for (int l = 0; l < kWeightLanes; ++l)
+    lanes[l] = weight_lane_sum(p, n, chunk, l, shift, &mr, &ma);
+  *sum = weight_combine_lanes(lanes);
+  *min_region = mr;
+  *min_all = ma;
+}
+
+// Region defaults, validation, scan order: the parts every sampler shares.
+void fill_center_params(CenterParams& p, const int64_t size[3], const CropCenterOptions& opt) {
+  VOXAUG_EXPECTS(opt.num_samples >= 1,
+                 "num_samples must be >= 1, got " + std::to_string(opt.num_samples));
+  VOXAUG_EXPECTS(opt.first_crop >= 0, "first_crop must be >= 0");
+  for (int a = 0; a < 3; ++a) {
+    p.size[a] = size[a];
+    p.lo[a] = opt.region_lo[a];
+    p.hi[a] = opt.region_hi[a] == 0 ? size[a] : opt.region_hi[a];
+    VOXAUG_EXPECTS(p.lo[a] >= 0 && p.lo[a] < p.hi[a] && p.hi[a] <= size[a],
+                   "the centre region must be a non-empty box inside the volume, got [" +
+                       std::to_string(p.lo[a]) + ", " + std::to_string(p.hi[a]) + ") on axis " +
+                       std::to_string(a) + " of size " + std::to_string(size[a]));
+    VOXAUG_EXPECTS(p.hi[a] - p.lo[a] <= (int64_t(1) << 32), "the centre region is too large");
+  }
+  p.num_samples = opt.num_samples;
+  p.seed = opt.seed;
+  p.first_sample = static_cast<uint32_t>(opt.first_sample);
+  p.first_crop = static_cast<uint64_t>(opt.first_crop);
+  p.chunks = (size[0] * size[1] * size[2] + kCenterChunk - 1) / kCenterChunk;
+  for (int a = 0; a < 3; ++a) p.perm[a] = a;
+}
+
+void check_first_sample(int64_t first_sample, int64_t batch) {
+  VOXAUG_EXPECTS(first_sample >= 0 && first_sample + batch <= (int64_t(1) << 32),
+                 "first_sample + batch must be in [0, 2^32]");
+}
+
+// Scan order: the data's axes by decreasing |stride| (stable: raster order on ties).
+void scan_order(CenterParams& p, const int64_t* strides) {
+  std::stable_sort(p.perm, p.perm + 3, [&](int a, int b) {
+    return std::abs(strides[a + 2]) > std::abs(strides[b + 2]);
+  });
+}
+
+// Patch extraction on the host: rows along the input's fastest spatial axis (a nibabel volume
+// is Fortran-ordered), so reads are sequential; the writes of a row are strided but stay within
+// a few cache lines per output row. Copies of T (the element size): exact for every dtype.
+template <class T>
+void extract_cpu(const PatchParams& p, int64_t patches) {
+  int q[3] = {0, 1, 2};
+  std::stable_sort(q, q + 3, [&](int a, int b) {
+    return std::abs(p.stride[a + 2]) > std::abs(p.stride[b + 2]);
+  });
+  const int64_t ostr[3] = {p.size[1] * p.size[2], p.size[2], 1};
+  const int64_t n0 = p.size[q[0]], n1 = p.size[q[1]], n2 = p.size[q[2]];
+  const int64_t rows = patches * p.channels * n0 * n1;
+  const T* in = static_cast<const T*>(p.in);
+  T* out = static_cast<T*>(p.out);
+  const int64_t block = p.size[0] * p.size[1] * p.size[2];
+  if (ostr[q[2]] != 1 && ostr[q[0]] == 1) {
+    // The input's fastest axis is the output's slowest (a Fortran-ordered volume): tiles of 8
+    // rows, so each step writes 8 adjacent output elements instead of 8 far-apart ones.
+    constexpr int kTile = 8;
+    const int64_t tiles = (n0 + kTile - 1) / kTile;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < patches * p.channels * tiles * n1; ++r) {
+      const int64_t j1 = r % n1, tj = (r / n1) % tiles, pc = r / (tiles * n1);
+      const int64_t patch = pc / p.channels, c = pc % p.channels;
+      const int64_t st[3] = {p.starts[3 * patch] - p.offset[0],
+                             p.starts[3 * patch + 1] - p.offset[1],
+                             p.starts[3 * patch + 2] - p.offset[2]};
+      const int64_t count = std::min<int64_t>(kTile, n0 - tj * kTile);
+      const int64_t is = p.stride[2 + q[2]], os = ostr[q[2]];
+      int64_t src[kTile];  // offset of input voxel st along the fast axis (may be < 0)
+      int64_t lo[kTile], hi[kTile];
+      const int64_t i1 = st[q[1]] + j1;
+      for (int64_t t = 0; t < count; ++t) {
+        const int64_t i0 = st[q[0]] + tj * kTile + t;
+        lo[t] = std::max<int64_t>(0, -st[q[2]]);
+        hi[t] = std::min<int64_t>(n2, p.in_size[q[2]] - st[q[2]]);
+        src[t] = 0;  // never read when the row is outside
+        if (i0 < 0 || i0 >= p.in_size[q[0]] || i1 < 0 || i1 >= p.in_size[q[1]] || lo[t] >= hi[t]) {
+          hi[t] = lo[t] = 0;
+          continue;
+        }
+        src[t] = (patch / p.per_volume) * p.stride[0] + c * p.stride[1] + i0 * p.stride[2 + q[0]] +
+                 i1 * p.stride[2 + q[1]] + st[q[2]] * is;
+      }
+      T* o = out + pc * block + tj * kTile + j1 * ostr[q[1]];
+      for (int64_t x = 0; x < n2; ++x)
+        for (int64_t t = 0; t < count; ++t)
+          o[x * os + t] = (x >= lo[t] && x < hi[t]) ? in[src[t] + x * is] : T{};
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t j1 = r % n1, j0 = (r / n1) % n0, pc = r / (n0 * n1);
+    const int64_t patch = pc / p.channels, c = pc % p.channels;
+    const int64_t st[3] = {p.starts[3 * patch] - p.offset[0], p.starts[3 * patch + 1] - p.offset[1],
+                           p.starts[3 * patch + 2] - p.offset[2]};
+    T* o = out + pc * block + j0 * ostr[q[0]] + j1 * ostr[q[1]];
+    const int64_t os = ostr[q[2]];
+    const int64_t i0 = st[q[0]] + j0, i1 = st[q[1]] + j1;
+    int64_t x0 = std::max<int64_t>(0, -st[q[2]]);
+    const int64_t x1 = std::min<int64_t>(n2, p.in_size[q[2]] - st[q[2]]);
+    if (i0 < 0 || i0 >= p.in_size[q[0]] || i1 < 0 || i1 >= p.in_size[q[1]] || x0 >= x1) x0 = n2;
+    for (int64_t x = 0; x < std::min(x0, n2); ++x) o[x * os] = T{};
+    if (x0 >= n2) continue;
+    const int64_t is = p.stride[2 + q[2]];
+    const T* src = in + (patch / p.per_volume) * p.stride[0] + c * p.stride[1] +
+                   i0 * p.stride[2 + q[0]] + i1 * p.stride[2 + q[1]] + (st[q[2]] + x0) * is;
+    if (os == 1 && is == 1) {
+      std::memcpy(o + x0, src, static_cast<size_t>(x1 - x0) * sizeof(T));
+    } else {
+      for (int64_t x = x0; x < x1; ++x) o[x * os] = src[(x - x0) * is];
+    }
+    for (int64_t x = x1; x < n2; ++x) o[x * os] = T{};
+  }
+}
 }  // namespace
 }  // namespace detail
 
-void pos_neg_crop_centers(const VolumeView& label, const VolumeView* image, double image_threshold,
-                          double pos_ratio, int num_samples, const int64_t spatial_size[3],
-                          uint64_t seed, int64_t first_sample, int64_t* centers,
-                          cudaStream_t stream) {
+void class_crop_centers(const VolumeView& label, const VolumeView* image, double image_threshold,
+                        CropLabelForm form, int num_classes, const double* ratios,
+                        const int64_t* correct_size, const CropCenterOptions& opt, int64_t* centers,
+                        int64_t* class_counts, cudaStream_t stream) {
   for (int a = 0; a < 5; ++a) VOXAUG_EXPECTS(label.shape[a] >= 0, "label sizes must be >= 0");
   VOXAUG_EXPECTS(label.shape[1] >= 1, "label must have at least one channel");
-  VOXAUG_EXPECTS(num_samples >= 1, "num_samples must be >= 1, got " + std::to_string(num_samples));
-  VOXAUG_EXPECTS(
-      pos_ratio >= 0.0 && pos_ratio <= 1.0,
-      "pos_ratio = pos / (pos + neg) must be in [0, 1], got " + std::to_string(pos_ratio));
-  VOXAUG_EXPECTS(first_sample >= 0 && first_sample + label.shape[0] <= (int64_t(1) << 32),
-                 "first_sample + batch must be in [0, 2^32]");
-  detail::PosNegParams p{};
+  for (int a = 2; a < 5; ++a) VOXAUG_EXPECTS(label.shape[a] >= 1, "label must not be empty");
+  detail::check_first_sample(opt.first_sample, label.shape[0]);
+  detail::CenterParams p{};
+  p.rule = detail::CenterRule::Classes;
+  p.form = form;
+  const int64_t size[3] = {label.shape[2], label.shape[3], label.shape[4]};
+  detail::fill_center_params(p, size, opt);
+  if (form == CropLabelForm::Foreground) {
+    VOXAUG_EXPECTS(num_classes == 2,
+                   "the Foreground form has 2 classes (fg, bg), got num_classes " +
+                       std::to_string(num_classes));
+  } else if (form == CropLabelForm::Argmax) {
+    VOXAUG_EXPECTS(label.shape[1] == 1,
+                   "an argmax label must have one channel, got " + std::to_string(label.shape[1]));
+  } else {
+    VOXAUG_EXPECTS(form == CropLabelForm::OneHot, "unknown label form");
+    VOXAUG_EXPECTS(num_classes == label.shape[1],
+                   "a one-hot label has one class per channel: num_classes must be " +
+                       std::to_string(label.shape[1]) + ", got " + std::to_string(num_classes));
+  }
+  VOXAUG_EXPECTS(num_classes >= 1 && num_classes <= kMaxCropClasses,
+                 "num_classes must be in [1, " + std::to_string(kMaxCropClasses) + "], got " +
+                     std::to_string(num_classes));
+  VOXAUG_EXPECTS(ratios != nullptr, "ratios must not be null");
+  for (int c = 0; c < num_classes; ++c)
+    VOXAUG_EXPECTS(ratios[c] >= 0.0 && std::isfinite(ratios[c]),
+                   "ratios must be finite and >= 0, got ratios[" + std::to_string(c) +
+                       "] = " + std::to_string(ratios[c]));
   p.label = label.data;
   p.label_dtype = label.dtype;
   p.label_channels = label.shape[1];
   for (int a = 0; a < 5; ++a) p.label_stride[a] = label.strides[a];
-  for (int a = 0; a < 3; ++a) {
-    p.size[a] = label.shape[a + 2];
-    VOXAUG_EXPECTS(spatial_size[a] >= 1 && spatial_size[a] <= p.size[a],
-                   "spatial_size must be in [1, the label's size] per axis (allow_smaller is the "
-                   "caller's), got " +
-                       std::to_string(spatial_size[a]) + " for size " + std::to_string(p.size[a]));
-    p.crop[a] = spatial_size[a];
+  p.num_classes = num_classes;
+  if (correct_size != nullptr) {
+    p.correct = true;
+    for (int a = 0; a < 3; ++a) {
+      VOXAUG_EXPECTS(correct_size[a] >= 1 && correct_size[a] <= size[a],
+                     "spatial_size must be in [1, the label's size] per axis (allow_smaller is "
+                     "the caller's), got " +
+                         std::to_string(correct_size[a]) + " for size " + std::to_string(size[a]));
+      p.crop[a] = correct_size[a];
+    }
   }
   if (image != nullptr) {
     VOXAUG_EXPECTS(image->shape[0] == label.shape[0] && image->shape[2] == label.shape[2] &&
@@ -140,34 +385,205 @@ void pos_neg_crop_centers(const VolumeView& label, const VolumeView* image, doub
     for (int a = 0; a < 5; ++a) p.image_stride[a] = image->strides[a];
   }
   p.image_threshold = image_threshold;
-  p.pos_ratio = pos_ratio;
-  p.num_samples = num_samples;
-  p.seed = seed;
-  p.first_sample = static_cast<uint32_t>(first_sample);
-  const int64_t voxels = p.size[0] * p.size[1] * p.size[2];
-  p.chunks = (voxels + detail::kPosNegChunk - 1) / detail::kPosNegChunk;
-  // Scan order: the label's axes by decreasing |stride| (stable: raster order on ties).
-  for (int a = 0; a < 3; ++a) p.perm[a] = a;
-  std::stable_sort(p.perm, p.perm + 3, [&](int a, int b) {
-    return std::abs(label.strides[a + 2]) > std::abs(label.strides[b + 2]);
-  });
+  detail::scan_order(p, label.strides);
   const int64_t batch = label.shape[0];
   if (batch == 0) return;
   VOXAUG_EXPECTS(centers != nullptr, "centers must not be null");
   if (label.device == Device::CPU) {
-    std::vector<int64_t> counts(static_cast<size_t>(batch * p.chunks * 2));
-    detail::count_chunks_cpu(p, batch, counts.data());
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < batch * num_samples; ++t)
-      detail::posneg_select(p, counts.data(), t / num_samples, static_cast<int>(t % num_samples),
-                            centers + 3 * t);
+    p.ratios = ratios;
+    const int K = num_classes;
+    std::vector<int64_t> counts(static_cast<size_t>(batch * p.chunks * K));
+    detail::count_classes_cpu(p, batch, counts.data());
+    std::vector<int64_t> own;
+    int64_t* totals = class_counts;
+    if (totals == nullptr) {
+      own.resize(static_cast<size_t>(batch * K));
+      totals = own.data();
+    }
+    for (int64_t n = 0; n < batch; ++n)
+      for (int c = 0; c < K; ++c) {
+        int64_t t = 0;
+        for (int64_t ch = 0; ch < p.chunks; ++ch) t += counts[(n * p.chunks + ch) * K + c];
+        totals[n * K + c] = t;
+      }
+      // A parallel region only pays off for many crops (each walks at most one chunk).
+#pragma omp parallel for schedule(static) if (batch * p.num_samples >= 64)
+    for (int64_t t = 0; t < batch * p.num_samples; ++t)
+      detail::class_select(p, counts.data(), totals, t / p.num_samples,
+                           static_cast<int>(t % p.num_samples), centers + 3 * t);
     return;
   }
 #if VOXAUG_WITH_CUDA
   detail::check_device_pointer(label.data, label.device_index, "label");
   detail::check_device_pointer(centers, label.device_index, "centers");
-  detail::pos_neg_crop_centers_cuda(p, batch, centers, label.device_index, stream);
+  if (class_counts != nullptr)
+    detail::check_device_pointer(class_counts, label.device_index, "class_counts");
+  p.ratios = ratios;  // host; the CUDA backend copies it
+  detail::class_centers_cuda(p, batch, centers, class_counts, label.device_index, stream);
 #else
+  (void)stream;
+  VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
+#endif
+}
+
+void pos_neg_crop_centers(const VolumeView& label, const VolumeView* image, double image_threshold,
+                          double pos_ratio, int num_samples, const int64_t spatial_size[3],
+                          uint64_t seed, int64_t first_sample, int64_t* centers,
+                          cudaStream_t stream) {
+  VOXAUG_EXPECTS(num_samples >= 1, "num_samples must be >= 1, got " + std::to_string(num_samples));
+  VOXAUG_EXPECTS(
+      pos_ratio >= 0.0 && pos_ratio <= 1.0,
+      "pos_ratio = pos / (pos + neg) must be in [0, 1], got " + std::to_string(pos_ratio));
+  const double ratios[2] = {pos_ratio, 1.0 - pos_ratio};
+  CropCenterOptions opt;
+  opt.num_samples = num_samples;
+  opt.seed = seed;
+  opt.first_sample = first_sample;
+  class_crop_centers(label, image, image_threshold, CropLabelForm::Foreground, 2, ratios,
+                     spatial_size, opt, centers, nullptr, stream);
+}
+
+void weighted_crop_centers(const VolumeView& weights, bool shift_negative,
+                           const CropCenterOptions& opt, int64_t* centers, double* stats,
+                           cudaStream_t stream) {
+  for (int a = 0; a < 5; ++a)
+    VOXAUG_EXPECTS(weights.shape[a] >= 0, "weight map sizes must be >= 0");
+  VOXAUG_EXPECTS(weights.shape[1] >= 1, "weight map must have at least one channel");
+  for (int a = 2; a < 5; ++a) VOXAUG_EXPECTS(weights.shape[a] >= 1, "weight map must not be empty");
+  detail::check_first_sample(opt.first_sample, weights.shape[0]);
+  detail::CenterParams p{};
+  p.rule = detail::CenterRule::Weights;
+  const int64_t size[3] = {weights.shape[2], weights.shape[3], weights.shape[4]};
+  detail::fill_center_params(p, size, opt);
+  p.label = weights.data;
+  p.label_dtype = weights.dtype;
+  p.label_channels = 1;  // channel 0, as MONAI and TorchIO
+  for (int a = 0; a < 5; ++a) p.label_stride[a] = weights.strides[a];
+  p.shift_negative = shift_negative;
+  detail::scan_order(p, weights.strides);
+  const int64_t batch = weights.shape[0];
+  if (batch == 0) return;
+  VOXAUG_EXPECTS(centers != nullptr, "centers must not be null");
+  if (weights.device == Device::CPU) {
+    std::vector<double> sums(static_cast<size_t>(batch * p.chunks));
+    std::vector<double> mr(sums.size()), ma(sums.size());
+    std::vector<double> own;
+    double* st = stats;
+    if (st == nullptr) {
+      own.resize(static_cast<size_t>(batch * 3));
+      st = own.data();
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < batch * p.chunks; ++t)
+      detail::weight_chunk_cpu(p, t / p.chunks, t % p.chunks, 0.0, &sums[t], &mr[t], &ma[t]);
+    for (int64_t n = 0; n < batch; ++n) {
+      double min_region = INFINITY, min_all = INFINITY;
+      for (int64_t c = 0; c < p.chunks; ++c) {
+        min_region = std::min(min_region, mr[n * p.chunks + c]);
+        min_all = std::min(min_all, ma[n * p.chunks + c]);
+      }
+      const double shift = (shift_negative && min_region < 0.0) ? min_region : 0.0;
+      if (shift != 0.0) {
+#pragma omp parallel for schedule(static)
+        for (int64_t c = 0; c < p.chunks; ++c) {
+          double a, b;
+          detail::weight_chunk_cpu(p, n, c, shift, &sums[n * p.chunks + c], &a, &b);
+        }
+      }
+      double total = 0.0;
+      for (int64_t c = 0; c < p.chunks; ++c) total += sums[n * p.chunks + c];
+      st[3 * n] = total;
+      st[3 * n + 1] = shift;
+      st[3 * n + 2] = min_all;
+    }
+#pragma omp parallel for schedule(static) if (batch * p.num_samples >= 64)
+    for (int64_t t = 0; t < batch * p.num_samples; ++t)
+      detail::weighted_select(p, sums.data(), st, t / p.num_samples,
+                              static_cast<int>(t % p.num_samples), centers + 3 * t);
+    return;
+  }
+#if VOXAUG_WITH_CUDA
+  detail::check_device_pointer(weights.data, weights.device_index, "weight map");
+  detail::check_device_pointer(centers, weights.device_index, "centers");
+  if (stats != nullptr) detail::check_device_pointer(stats, weights.device_index, "stats");
+  detail::weighted_centers_cuda(p, batch, centers, stats, weights.device_index, stream);
+#else
+  (void)stream;
+  VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
+#endif
+}
+
+void uniform_crop_centers(int64_t batch, const CropCenterOptions& opt, Device device,
+                          int device_index, int64_t* centers, cudaStream_t stream) {
+  VOXAUG_EXPECTS(batch >= 0, "batch must be >= 0");
+  detail::check_first_sample(opt.first_sample, batch);
+  detail::CenterParams p{};
+  p.rule = detail::CenterRule::Uniform;
+  int64_t size[3];
+  for (int a = 0; a < 3; ++a) {
+    VOXAUG_EXPECTS(opt.region_hi[a] >= 1,
+                   "uniform_crop_centers needs an explicit region (region_hi >= 1 per axis)");
+    size[a] = opt.region_hi[a];
+  }
+  detail::fill_center_params(p, size, opt);
+  if (batch == 0) return;
+  VOXAUG_EXPECTS(centers != nullptr, "centers must not be null");
+  if (device == Device::CPU) {
+#pragma omp parallel for schedule(static) if (batch * p.num_samples >= 64)
+    for (int64_t t = 0; t < batch * p.num_samples; ++t)
+      detail::uniform_select(p, t / p.num_samples, static_cast<int>(t % p.num_samples),
+                             centers + 3 * t);
+    return;
+  }
+#if VOXAUG_WITH_CUDA
+  detail::check_device_pointer(centers, device_index, "centers");
+  detail::uniform_centers_cuda(p, batch, centers, device_index, stream);
+#else
+  (void)device_index;
+  (void)stream;
+  VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
+#endif
+}
+
+void extract_patches(const VolumeView& in, const int64_t* starts, const int64_t* offset,
+                     int64_t num_patches, const int64_t size[3], void* out, cudaStream_t stream) {
+  for (int a = 0; a < 5; ++a) VOXAUG_EXPECTS(in.shape[a] >= 0, "input sizes must be >= 0");
+  VOXAUG_EXPECTS(num_patches >= 1, "num_patches must be >= 1, got " + std::to_string(num_patches));
+  for (int a = 0; a < 3; ++a)
+    VOXAUG_EXPECTS(size[a] >= 1, "patch size must be >= 1 per axis, got " +
+                                     std::to_string(size[a]) + " on axis " + std::to_string(a));
+  detail::PatchParams p{};
+  p.in = in.data;
+  p.channels = in.shape[1];
+  for (int a = 0; a < 5; ++a) p.stride[a] = in.strides[a];
+  for (int a = 0; a < 3; ++a) {
+    p.in_size[a] = in.shape[a + 2], p.size[a] = size[a];
+    p.offset[a] = offset != nullptr ? offset[a] : 0;
+  }
+  p.per_volume = num_patches;
+  p.starts = starts;
+  p.out = out;
+  const int64_t patches = in.shape[0] * num_patches;
+  if (patches == 0 || in.shape[1] == 0) return;
+  VOXAUG_EXPECTS(starts != nullptr && out != nullptr, "starts and out must not be null");
+  const int64_t es = dtype_size(in.dtype);
+  if (in.device == Device::CPU) {
+    switch (es) {
+      case 1: detail::extract_cpu<uint8_t>(p, patches); break;
+      case 2: detail::extract_cpu<uint16_t>(p, patches); break;
+      case 4: detail::extract_cpu<uint32_t>(p, patches); break;
+      case 8: detail::extract_cpu<uint64_t>(p, patches); break;
+      default: VOXAUG_FAIL("extract_patches: unsupported element size " + std::to_string(es));
+    }
+    return;
+  }
+#if VOXAUG_WITH_CUDA
+  detail::check_device_pointer(in.data, in.device_index, "input");
+  detail::check_device_pointer(out, in.device_index, "out");
+  detail::check_device_pointer(starts, in.device_index, "starts");
+  detail::extract_patches_cuda(p, patches, es, in.device_index, stream);
+#else
+  (void)stream;
   VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
 #endif
 }

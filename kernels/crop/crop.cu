@@ -1,7 +1,10 @@
-// voxaug: CUDA backend of the crop family's foreground bounding box: per-sample block
+// voxaug: CUDA backend of the crop family. Foreground bounding box: per-sample block
 // reductions of the voxel indices (warp shuffles), then 64-bit atomicMin / atomicMax into the
 // box; min / max are order-independent, so the result equals the CPU's exactly.
+#include <math_constants.h>
+
 #include <climits>
+#include <string>
 
 #include "../common/cuda_check.cuh"
 #include "../common/device.h"
@@ -58,59 +61,251 @@ __global__ void bbox_finish(int64_t* box, int64_t batch) {
   }
 }
 
-// One block per (chunk, sample): the chunk's foreground / background counts.
-__global__ void __launch_bounds__(256) posneg_count(const PosNegParams p, int64_t* counts) {
+// ---- class-balanced centres ----
+// One block per (chunk, sample): the chunk's class counts. Few classes: per-thread registers
+// and a block reduction; many: a shared-memory histogram.
+constexpr int kRegisterClasses = 4;
+
+__global__ void __launch_bounds__(256) class_count(const CenterParams p, int64_t* counts) {
+  extern __shared__ unsigned int hist[];
   const int64_t n = blockIdx.y, chunk = blockIdx.x;
-  const int64_t voxels = p.size[0] * p.size[1] * p.size[2];
-  const int64_t begin = chunk * kPosNegChunk;
-  const int64_t end = begin + kPosNegChunk < voxels ? begin + kPosNegChunk : voxels;
-  unsigned long long fg = 0, bg = 0;
-  for (int64_t v = begin + threadIdx.x; v < end; v += blockDim.x) {
-    const int cls = posneg_class(p, n, v);
-    fg += cls == 1;
-    bg += cls == 2;
+  const int K = p.num_classes;
+  const int64_t begin = chunk * kCenterChunk, end = chunk_end(p, chunk);
+  int64_t* out = counts + (n * p.chunks + chunk) * K;
+  if (K <= kRegisterClasses) {
+    int64_t h[kRegisterClasses] = {0, 0, 0, 0};
+    for (int64_t v = begin + threadIdx.x; v < end; v += blockDim.x) center_count_voxel(p, n, v, h);
+    __shared__ unsigned long long part[8][kRegisterClasses];
+    for (int c = 0; c < kRegisterClasses; ++c) {
+      unsigned long long x = static_cast<unsigned long long>(h[c]);
+      for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+      if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32][c] = x;
+    }
+    __syncthreads();
+    if (threadIdx.x < K) {
+      unsigned long long t = 0;
+      for (int w = 0; w < int(blockDim.x / 32); ++w) t += part[w][threadIdx.x];
+      out[threadIdx.x] = static_cast<int64_t>(t);
+    }
+    return;
   }
-  for (int off = 16; off > 0; off >>= 1) {
-    fg += __shfl_xor_sync(0xffffffffu, fg, off);
-    bg += __shfl_xor_sync(0xffffffffu, bg, off);
-  }
-  __shared__ unsigned long long warp_fg[8], warp_bg[8];
-  if ((threadIdx.x & 31) == 0) warp_fg[threadIdx.x / 32] = fg, warp_bg[threadIdx.x / 32] = bg;
+  for (int c = threadIdx.x; c < K; c += blockDim.x) hist[c] = 0;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned long long f = 0, b = 0;
-    for (int w = 0; w < int(blockDim.x / 32); ++w) f += warp_fg[w], b += warp_bg[w];
-    counts[(n * p.chunks + chunk) * 2] = static_cast<int64_t>(f);
-    counts[(n * p.chunks + chunk) * 2 + 1] = static_cast<int64_t>(b);
+  for (int64_t v = begin + threadIdx.x; v < end; v += blockDim.x) {
+    int64_t idx[3];
+    center_voxel(p, v, idx);
+    if (!center_candidate(p, n, idx)) continue;
+    if (p.form == CropLabelForm::OneHot) {
+      const int64_t base = center_label_offset(p, n, idx);
+      for (int c = 0; c < K; ++c)
+        if (load_dyn<double>(p.label, p.label_dtype, base + c * p.label_stride[1]) != 0.0)
+          atomicAdd(&hist[c], 1u);
+    } else {
+      const int c = center_class(p, n, idx);
+      if (c >= 0) atomicAdd(&hist[c], 1u);
+    }
   }
+  __syncthreads();
+  for (int c = threadIdx.x; c < K; c += blockDim.x) out[c] = hist[c];
+}
+
+// One thread per (sample, class): the class total over the chunks (fixed order).
+__global__ void class_totals(const CenterParams p, int64_t batch, const int64_t* counts,
+                             int64_t* totals) {
+  const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const int K = p.num_classes;
+  if (t >= batch * K) return;
+  const int64_t n = t / K, c = t % K;
+  int64_t s = 0;
+  for (int64_t ch = 0; ch < p.chunks; ++ch) s += counts[(n * p.chunks + ch) * K + c];
+  totals[t] = s;
 }
 
 // One thread per (sample, crop): the selection is the CPU's function.
-__global__ void posneg_pick(const PosNegParams p, int64_t batch, const int64_t* counts,
-                            int64_t* centers) {
+__global__ void class_pick(const CenterParams p, int64_t batch, const int64_t* counts,
+                           const int64_t* totals, int64_t* centers) {
   const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (t >= batch * p.num_samples) return;
-  posneg_select(p, counts, t / p.num_samples, static_cast<int>(t % p.num_samples), centers + 3 * t);
+  class_select(p, counts, totals, t / p.num_samples, static_cast<int>(t % p.num_samples),
+               centers + 3 * t);
+}
+
+// ---- weighted centres ----
+// One block of kWeightLanes threads per (chunk, sample): thread l is lane l of
+// weight_lane_sum, then the butterfly and the ordered warp sum (the CPU's weight_combine_lanes).
+// With `stats` (pass 2) the block recomputes its sum with the sample's shift, or exits when the
+// shift is 0 (pass 1's sums stand).
+__global__ void __launch_bounds__(kWeightLanes)
+    weight_pass(const CenterParams p, const double* stats, double* sums, double* min_region,
+                double* min_all) {
+  const int64_t n = blockIdx.y, chunk = blockIdx.x, t = n * p.chunks + chunk;
+  double shift = 0.0;
+  if (stats != nullptr) {
+    shift = stats[3 * n + 1];
+    if (shift == 0.0) return;
+  }
+  double mr = CUDART_INF, ma = CUDART_INF;
+  double x = weight_lane_sum(p, n, chunk, threadIdx.x, shift, &mr, &ma);
+  for (int off = 16; off > 0; off >>= 1) {
+    x += __shfl_xor_sync(0xffffffffu, x, off);
+    mr = fmin(mr, __shfl_xor_sync(0xffffffffu, mr, off));
+    ma = fmin(ma, __shfl_xor_sync(0xffffffffu, ma, off));
+  }
+  __shared__ double ws[kWeightLanes / 32], wr[kWeightLanes / 32], wa[kWeightLanes / 32];
+  if ((threadIdx.x & 31) == 0)
+    ws[threadIdx.x / 32] = x, wr[threadIdx.x / 32] = mr, wa[threadIdx.x / 32] = ma;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  double s = ws[0], r = wr[0], a = wa[0];
+  for (int w = 1; w < kWeightLanes / 32; ++w) s += ws[w], r = fmin(r, wr[w]), a = fmin(a, wa[w]);
+  sums[t] = s;
+  if (stats == nullptr) min_region[t] = r, min_all[t] = a;
+}
+
+// One thread per sample: the minima and the shift (after pass 1), or the total (after pass 2).
+__global__ void weight_reduce(const CenterParams p, int64_t batch, const double* sums,
+                              const double* min_region, const double* min_all, double* stats,
+                              bool totals) {
+  const int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (n >= batch) return;
+  if (totals) {
+    double s = 0.0;
+    for (int64_t c = 0; c < p.chunks; ++c) s += sums[n * p.chunks + c];
+    stats[3 * n] = s;
+    return;
+  }
+  double r = CUDART_INF, a = CUDART_INF;
+  for (int64_t c = 0; c < p.chunks; ++c) {
+    r = fmin(r, min_region[n * p.chunks + c]);
+    a = fmin(a, min_all[n * p.chunks + c]);
+  }
+  stats[3 * n + 1] = (p.shift_negative && r < 0.0) ? r : 0.0;
+  stats[3 * n + 2] = a;
+}
+
+__global__ void weight_pick(const CenterParams p, int64_t batch, const double* sums,
+                            const double* stats, int64_t* centers) {
+  const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (t >= batch * p.num_samples) return;
+  weighted_select(p, sums, stats, t / p.num_samples, static_cast<int>(t % p.num_samples),
+                  centers + 3 * t);
+}
+
+__global__ void uniform_pick(const CenterParams p, int64_t batch, int64_t* centers) {
+  const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (t >= batch * p.num_samples) return;
+  uniform_select(p, t / p.num_samples, static_cast<int>(t % p.num_samples), centers + 3 * t);
+}
+
+// ---- patch extraction: grid-stride over the output elements, copies of `T` (the element size).
+template <class T>
+__global__ void patch_copy(const PatchParams p, int64_t total) {
+  const T* in = static_cast<const T*>(p.in);
+  T* out = static_cast<T*>(p.out);
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t x = e % p.size[2], y = (e / p.size[2]) % p.size[1];
+    const int64_t z = (e / (p.size[2] * p.size[1])) % p.size[0];
+    const int64_t pc = e / (p.size[2] * p.size[1] * p.size[0]);
+    const int64_t src = patch_source(p, pc / p.channels, pc % p.channels, z, y, x);
+    out[e] = src < 0 ? T{} : in[src];
+  }
+}
+
+template <class T>
+void launch_patch_copy(const PatchParams& p, int64_t total, int device, cudaStream_t stream) {
+  int64_t blocks = (total + 255) / 256;
+  const int64_t cap = int64_t(cuda_sm_count(device)) * 32;
+  blocks = blocks < cap ? blocks : cap;
+  patch_copy<T><<<unsigned(blocks), 256, 0, stream>>>(p, total);
+  VOXAUG_CUDA_CHECK_LAUNCH();
+}
+
+unsigned blocks_for(int64_t n, int threads) {
+  return unsigned((n + threads - 1) / threads);
 }
 
 }  // namespace
 
-void pos_neg_crop_centers_cuda(const PosNegParams& p, int64_t batch, int64_t* centers, int device,
-                               cudaStream_t stream) {
-  VOXAUG_EXPECTS(batch <= 65535, "pos_neg_crop_centers on CUDA: at most 65535 samples per call");
+void class_centers_cuda(const CenterParams& p_in, int64_t batch, int64_t* centers,
+                        int64_t* class_counts, int device, cudaStream_t stream) {
+  VOXAUG_EXPECTS(batch <= 65535, "class_crop_centers on CUDA: at most 65535 samples per call");
+  VOXAUG_EXPECTS(p_in.chunks <= 0x7fffffff, "class_crop_centers on CUDA: volume too large");
   CudaDeviceGuard guard(device);
-  void* counts = nullptr;
-  VOXAUG_CUDA_TRY(cudaMallocAsync(&counts, batch * p.chunks * 2 * sizeof(int64_t) + 8, stream));
-  if (p.chunks > 0) {
-    posneg_count<<<dim3(unsigned(p.chunks), unsigned(batch)), 256, 0, stream>>>(
-        p, static_cast<int64_t*>(counts));
+  CenterParams p = p_in;
+  const int K = p.num_classes;
+  const size_t counts_bytes = size_t(batch * p.chunks * K) * sizeof(int64_t);
+  const size_t totals_bytes = class_counts ? 0 : size_t(batch * K) * sizeof(int64_t);
+  const size_t ratio_bytes = size_t(K) * sizeof(double);
+  char* buf = nullptr;
+  VOXAUG_CUDA_TRY(cudaMallocAsync(reinterpret_cast<void**>(&buf),
+                                  ratio_bytes + counts_bytes + totals_bytes + 8, stream));
+  // Pageable host -> device: staged before the call returns, stream-ordered, no device sync.
+  VOXAUG_CUDA_TRY(cudaMemcpyAsync(buf, p_in.ratios, ratio_bytes, cudaMemcpyHostToDevice, stream));
+  p.ratios = reinterpret_cast<const double*>(buf);
+  auto* counts = reinterpret_cast<int64_t*>(buf + ratio_bytes);
+  int64_t* totals =
+      class_counts ? class_counts : reinterpret_cast<int64_t*>(buf + ratio_bytes + counts_bytes);
+  const size_t smem = K > kRegisterClasses ? size_t(K) * sizeof(unsigned int) : 0;
+  class_count<<<dim3(unsigned(p.chunks), unsigned(batch)), 256, smem, stream>>>(p, counts);
+  VOXAUG_CUDA_CHECK_LAUNCH();
+  class_totals<<<blocks_for(batch * K, 128), 128, 0, stream>>>(p, batch, counts, totals);
+  VOXAUG_CUDA_CHECK_LAUNCH();
+  class_pick<<<blocks_for(batch * p.num_samples, 128), 128, 0, stream>>>(p, batch, counts, totals,
+                                                                         centers);
+  VOXAUG_CUDA_CHECK_LAUNCH();
+  VOXAUG_CUDA_TRY(cudaFreeAsync(buf, stream));
+}
+
+void weighted_centers_cuda(const CenterParams& p, int64_t batch, int64_t* centers, double* stats,
+                           int device, cudaStream_t stream) {
+  VOXAUG_EXPECTS(batch <= 65535, "weighted_crop_centers on CUDA: at most 65535 samples per call");
+  VOXAUG_EXPECTS(p.chunks <= 0x7fffffff, "weighted_crop_centers on CUDA: volume too large");
+  CudaDeviceGuard guard(device);
+  const size_t per = size_t(batch * p.chunks) * sizeof(double);
+  const size_t stat_bytes = stats ? 0 : size_t(batch * 3) * sizeof(double);
+  char* buf = nullptr;
+  VOXAUG_CUDA_TRY(
+      cudaMallocAsync(reinterpret_cast<void**>(&buf), 3 * per + stat_bytes + 8, stream));
+  auto* sums = reinterpret_cast<double*>(buf);
+  auto* mr = reinterpret_cast<double*>(buf + per);
+  auto* ma = reinterpret_cast<double*>(buf + 2 * per);
+  double* st = stats ? stats : reinterpret_cast<double*>(buf + 3 * per);
+  const dim3 grid(unsigned(p.chunks), unsigned(batch));
+  weight_pass<<<grid, kWeightLanes, 0, stream>>>(p, nullptr, sums, mr, ma);
+  VOXAUG_CUDA_CHECK_LAUNCH();
+  weight_reduce<<<blocks_for(batch, 128), 128, 0, stream>>>(p, batch, sums, mr, ma, st, false);
+  VOXAUG_CUDA_CHECK_LAUNCH();
+  if (p.shift_negative) {
+    weight_pass<<<grid, kWeightLanes, 0, stream>>>(p, st, sums, mr, ma);
     VOXAUG_CUDA_CHECK_LAUNCH();
   }
-  const int64_t picks = batch * p.num_samples;
-  posneg_pick<<<unsigned((picks + 127) / 128), 128, 0, stream>>>(
-      p, batch, static_cast<const int64_t*>(counts), centers);
+  weight_reduce<<<blocks_for(batch, 128), 128, 0, stream>>>(p, batch, sums, mr, ma, st, true);
   VOXAUG_CUDA_CHECK_LAUNCH();
-  VOXAUG_CUDA_TRY(cudaFreeAsync(counts, stream));
+  weight_pick<<<blocks_for(batch * p.num_samples, 128), 128, 0, stream>>>(p, batch, sums, st,
+                                                                          centers);
+  VOXAUG_CUDA_CHECK_LAUNCH();
+  VOXAUG_CUDA_TRY(cudaFreeAsync(buf, stream));
+}
+
+void uniform_centers_cuda(const CenterParams& p, int64_t batch, int64_t* centers, int device,
+                          cudaStream_t stream) {
+  CudaDeviceGuard guard(device);
+  uniform_pick<<<blocks_for(batch * p.num_samples, 128), 128, 0, stream>>>(p, batch, centers);
+  VOXAUG_CUDA_CHECK_LAUNCH();
+}
+
+void extract_patches_cuda(const PatchParams& p, int64_t patches, int64_t elem_size, int device,
+                          cudaStream_t stream) {
+  CudaDeviceGuard guard(device);
+  const int64_t total = patches * p.channels * p.size[0] * p.size[1] * p.size[2];
+  switch (elem_size) {
+    case 1: launch_patch_copy<uint8_t>(p, total, device, stream); break;
+    case 2: launch_patch_copy<uint16_t>(p, total, device, stream); break;
+    case 4: launch_patch_copy<uint32_t>(p, total, device, stream); break;
+    case 8: launch_patch_copy<uint64_t>(p, total, device, stream); break;
+    default: VOXAUG_FAIL("extract_patches: unsupported element size " + std::to_string(elem_size));
+  }
 }
 
 void foreground_bbox_cuda(const BBoxParams& p, int64_t batch, int64_t* box, int device,

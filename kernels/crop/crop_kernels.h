@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "voxaug/crop.h"
 #include "voxaug/detail/convert.h"
 #include "voxaug/detail/philox.h"
 #include "voxaug/types.h"
@@ -30,114 +31,180 @@ VOXAUG_HD VOXAUG_FORCEINLINE bool bbox_foreground(const BBoxParams& p, int64_t n
   return fg;
 }
 
-// ---- pos / neg crop centres ----
-constexpr int64_t kPosNegChunk = 4096;  // voxels per counting chunk
+// ---- crop-centre samplers (classes, weights, uniform) ----
+// Every sampler scans the voxels in chunks of kCenterChunk in the data's memory order (axes by
+// decreasing stride; any fixed order draws correctly, CPU and CUDA share this one), so a
+// Fortran-ordered volume is read contiguously too.
+constexpr int64_t kCenterChunk = 4096;
+constexpr int kWeightLanes = 256;  // the fixed summation order of a chunk's weights (see below)
 
-struct PosNegParams {
-  const void* label;
+enum class CenterRule : int { Classes = 0, Weights = 1, Uniform = 2 };
+
+struct CenterParams {
+  CenterRule rule;
+  CropLabelForm form;
+  const void* label;  // the label (Classes) or the weight map (Weights)
   DType label_dtype;
   int64_t label_channels;
   int64_t label_stride[5];
-  const void* image;  // null: every voxel is a candidate
+  const void* image;  // null: no image mask
   DType image_dtype;
   int64_t image_channels;
   int64_t image_stride[5];
   double image_threshold;
-  int64_t size[3];  // D, H, W
-  int64_t crop[3];  // spatial_size
-  double pos_ratio;
+  int num_classes;
+  const double* ratios;  // num_classes, in the data's memory space
+  int64_t size[3];       // D, H, W
+  int64_t lo[3], hi[3];  // the candidate region
+  bool correct;          // MONAI correct_crop_centers for a crop of `crop`
+  int64_t crop[3];
+  bool shift_negative;
   int num_samples;
   uint64_t seed;
   uint32_t first_sample;
-  int64_t chunks;  // ceil(D * H * W / kPosNegChunk)
-  // The voxel order of the counts and ranks: the label's memory order (axes by decreasing
-  // stride), so a Fortran-ordered volume is scanned contiguously too. Any fixed order draws
-  // uniformly; CPU and CUDA share this one.
-  int perm[3];
+  uint64_t first_crop;
+  int64_t chunks;  // ceil(D * H * W / kCenterChunk)
+  int perm[3];     // scan order: perm[0] slowest
 };
 
 // Spatial index (d, h, w) of the v-th voxel in the params' voxel order.
-VOXAUG_HD VOXAUG_FORCEINLINE void posneg_voxel(const PosNegParams& p, int64_t v, int64_t idx[3]) {
+VOXAUG_HD VOXAUG_FORCEINLINE void center_voxel(const CenterParams& p, int64_t v, int64_t idx[3]) {
   const int64_t s2 = p.size[p.perm[2]], s1 = p.size[p.perm[1]];
   idx[p.perm[2]] = v % s2;
   idx[p.perm[1]] = (v / s2) % s1;
   idx[p.perm[0]] = v / (s2 * s1);
 }
 
-// 0: not a candidate, 1: foreground, 2: background, for voxel v (the params' order) of sample n.
-VOXAUG_HD VOXAUG_FORCEINLINE int posneg_class(const PosNegParams& p, int64_t n, int64_t v) {
+VOXAUG_HD VOXAUG_FORCEINLINE int64_t center_voxels(const CenterParams& p) {
+  return p.size[0] * p.size[1] * p.size[2];
+}
+
+VOXAUG_HD VOXAUG_FORCEINLINE bool center_in_region(const CenterParams& p, const int64_t idx[3]) {
+  return idx[0] >= p.lo[0] && idx[0] < p.hi[0] && idx[1] >= p.lo[1] && idx[1] < p.hi[1] &&
+         idx[2] >= p.lo[2] && idx[2] < p.hi[2];
+}
+
+// In the region and (with an image) any image channel > image_threshold (float64 compare).
+VOXAUG_HD VOXAUG_FORCEINLINE bool center_candidate(const CenterParams& p, int64_t n,
+                                                   const int64_t idx[3]) {
+  if (!center_in_region(p, idx)) return false;
+  if (p.image == nullptr) return true;
+  const int64_t base = n * p.image_stride[0] + idx[0] * p.image_stride[2] +
+                       idx[1] * p.image_stride[3] + idx[2] * p.image_stride[4];
+  bool any = false;
+  for (int64_t c = 0; c < p.image_channels; ++c)
+    any = any || load_dyn<double>(p.image, p.image_dtype, base + c * p.image_stride[1]) >
+                     p.image_threshold;
+  return any;
+}
+
+VOXAUG_HD VOXAUG_FORCEINLINE int64_t center_label_offset(const CenterParams& p, int64_t n,
+                                                         const int64_t idx[3]) {
+  return n * p.label_stride[0] + idx[0] * p.label_stride[2] + idx[1] * p.label_stride[3] +
+         idx[2] * p.label_stride[4];
+}
+
+// Foreground / Argmax: the voxel's class, or -1 (no class).
+VOXAUG_HD VOXAUG_FORCEINLINE int center_class(const CenterParams& p, int64_t n,
+                                              const int64_t idx[3]) {
+  const int64_t base = center_label_offset(p, n, idx);
+  if (p.form == CropLabelForm::Foreground) {
+    bool fg = false;
+    for (int64_t c = 0; c < p.label_channels; ++c)
+      fg = fg || load_dyn<double>(p.label, p.label_dtype, base + c * p.label_stride[1]) > 0.0;
+    return fg ? 0 : 1;
+  }
+  const double x = load_dyn<double>(p.label, p.label_dtype, base);
+  if (!(x >= 0.0 && x < static_cast<double>(p.num_classes))) return -1;
+  const int c = static_cast<int>(x);
+  return static_cast<double>(c) == x ? c : -1;
+}
+
+// Is the (candidate) voxel in class c?
+VOXAUG_HD VOXAUG_FORCEINLINE bool center_in_class(const CenterParams& p, int64_t n,
+                                                  const int64_t idx[3], int c) {
+  if (p.form == CropLabelForm::OneHot)
+    return load_dyn<double>(p.label, p.label_dtype,
+                            center_label_offset(p, n, idx) + c * p.label_stride[1]) != 0.0;
+  return center_class(p, n, idx) == c;
+}
+
+// Weight of a region voxel: channel 0, shifted; negatives count 0 unless shift_negative.
+VOXAUG_HD VOXAUG_FORCEINLINE double center_weight(const CenterParams& p, int64_t n,
+                                                  const int64_t idx[3], double shift) {
+  const double w = load_dyn<double>(p.label, p.label_dtype, center_label_offset(p, n, idx)) - shift;
+  return (!p.shift_negative && w < 0.0) ? 0.0 : w;
+}
+
+VOXAUG_HD VOXAUG_FORCEINLINE int64_t chunk_end(const CenterParams& p, int64_t chunk) {
+  const int64_t e = (chunk + 1) * kCenterChunk, v = center_voxels(p);
+  return e < v ? e : v;
+}
+
+// Class counts of one chunk (generic path): hist[c] += candidates of class c.
+VOXAUG_HD inline void center_count_voxel(const CenterParams& p, int64_t n, int64_t v,
+                                         int64_t* hist) {
   int64_t idx[3];
-  posneg_voxel(p, v, idx);
-  const int64_t d = idx[0], h = idx[1], w = idx[2];
-  if (p.image != nullptr) {
-    const int64_t base = n * p.image_stride[0] + d * p.image_stride[2] + h * p.image_stride[3] +
-                         w * p.image_stride[4];
-    bool any = false;
-    for (int64_t c = 0; c < p.image_channels; ++c)
-      any = any || load_dyn<double>(p.image, p.image_dtype, base + c * p.image_stride[1]) >
-                       p.image_threshold;
-    if (!any) return 0;
+  center_voxel(p, v, idx);
+  if (!center_candidate(p, n, idx)) return;
+  if (p.form == CropLabelForm::OneHot) {
+    const int64_t base = center_label_offset(p, n, idx);
+    for (int c = 0; c < p.num_classes; ++c)
+      hist[c] += load_dyn<double>(p.label, p.label_dtype, base + c * p.label_stride[1]) != 0.0;
+    return;
   }
-  const int64_t base =
-      n * p.label_stride[0] + d * p.label_stride[2] + h * p.label_stride[3] + w * p.label_stride[4];
-  bool fg = false;
-  for (int64_t c = 0; c < p.label_channels; ++c)
-    fg = fg || load_dyn<double>(p.label, p.label_dtype, base + c * p.label_stride[1]) > 0.0;
-  return fg ? 1 : 2;
+  const int c = center_class(p, n, idx);
+  if (c >= 0) hist[c] += 1;
 }
 
-// Counts of chunk `chunk` of sample n: (foreground, background).
-VOXAUG_HD VOXAUG_FORCEINLINE void posneg_count_chunk(const PosNegParams& p, int64_t n,
-                                                     int64_t chunk, int64_t out[2]) {
-  const int64_t voxels = p.size[0] * p.size[1] * p.size[2];
-  const int64_t end = (chunk + 1) * kPosNegChunk < voxels ? (chunk + 1) * kPosNegChunk : voxels;
-  int64_t fg = 0, bg = 0;
-  for (int64_t v = chunk * kPosNegChunk; v < end; ++v) {
-    const int cls = posneg_class(p, n, v);
-    fg += cls == 1;
-    bg += cls == 2;
+// The weights of a chunk are summed in a fixed order that a CUDA block reproduces: lane l
+// (of kWeightLanes) sums voxels begin + l, begin + l + 256, ... in sequence; each warp of 32
+// lanes combines by the xor butterfly (offsets 16, 8, 4, 2, 1); the 8 warp sums are added in
+// order. Sums are in float64.
+VOXAUG_HD inline double weight_lane_sum(const CenterParams& p, int64_t n, int64_t chunk, int lane,
+                                        double shift, double* min_region, double* min_all) {
+  double acc = 0.0, mr = *min_region, ma = *min_all;
+  const int64_t end = chunk_end(p, chunk);
+  for (int64_t v = chunk * kCenterChunk + lane; v < end; v += kWeightLanes) {
+    int64_t idx[3];
+    center_voxel(p, v, idx);
+    const double raw = load_dyn<double>(p.label, p.label_dtype, center_label_offset(p, n, idx));
+    ma = raw < ma ? raw : ma;
+    if (!center_in_region(p, idx)) continue;
+    mr = raw < mr ? raw : mr;
+    acc += center_weight(p, n, idx, shift);
   }
-  out[0] = fg;
-  out[1] = bg;
+  *min_region = mr;
+  *min_all = ma;
+  return acc;
 }
 
-// Crop k of sample n from the chunk counts (counts[(n * chunks + chunk) * 2 + {0, 1}]):
-// Philox draws (set, rank), the rank-th voxel of the set in the params' order, MONAI's
-// correct_crop_centers. Writes 3 int64 to center.
-VOXAUG_HD inline void posneg_select(const PosNegParams& p, const int64_t* counts, int64_t n, int k,
-                                    int64_t* center) {
-  const int64_t* cn = counts + n * p.chunks * 2;
-  int64_t total[2] = {0, 0};
-  for (int64_t c = 0; c < p.chunks; ++c) {
-    total[0] += cn[2 * c];
-    total[1] += cn[2 * c + 1];
-  }
-  const U32x4 r = philox_block(p.seed, static_cast<uint64_t>(k),
-                               p.first_sample + static_cast<uint32_t>(n), PhiloxStream::Sample);
-  const double u_set = uniform01_f64(r.x, r.y), u_rank = uniform01_f64(r.z, r.w);
-  int64_t idx[3] = {p.size[0] / 2, p.size[1] / 2, p.size[2] / 2};  // no candidate at all
-  if (total[0] + total[1] > 0) {
-    int set = u_set < p.pos_ratio ? 0 : 1;
-    if (total[0] == 0) set = 1;
-    if (total[1] == 0) set = 0;
-    int64_t rank = static_cast<int64_t>(u_rank * static_cast<double>(total[set]));
-    if (rank >= total[set]) rank = total[set] - 1;
-    int64_t chunk = 0;
-    while (rank >= cn[2 * chunk + set]) rank -= cn[2 * chunk + set], ++chunk;
-    const int64_t voxels = p.size[0] * p.size[1] * p.size[2];
-    int64_t v = chunk * kPosNegChunk;
-    for (;; ++v) {
-      if (v >= voxels) break;  // unreachable: the counts cover the chunk
-      if (posneg_class(p, n, v) == set + 1) {
-        if (rank == 0) break;
-        --rank;
-      }
+// Host emulation of the CUDA block combination of the 256 lane sums.
+inline double weight_combine_lanes(const double* lanes) {
+  double warp_sum[kWeightLanes / 32];
+  for (int w = 0; w < kWeightLanes / 32; ++w) {
+    double a[32], b[32];
+    for (int l = 0; l < 32; ++l) a[l] = lanes[32 * w + l];
+    for (int off = 16; off > 0; off >>= 1) {
+      for (int l = 0; l < 32; ++l) b[l] = a[l] + a[l ^ off];
+      for (int l = 0; l < 32; ++l) a[l] = b[l];
     }
-    posneg_voxel(p, v, idx);
+    warp_sum[w] = a[0];
   }
-  // MONAI correct_crop_centers: valid centres in [crop // 2, size + 1 - crop / 2) (the end
-  // truncated to an integer; one wider when the range is empty).
+  double s = warp_sum[0];
+  for (int w = 1; w < kWeightLanes / 32; ++w) s += warp_sum[w];
+  return s;
+}
+
+// MONAI correct_crop_centers: valid centres in [crop // 2, size + 1 - crop / 2) (the end
+// truncated to an integer; one wider when the range is empty).
+VOXAUG_HD VOXAUG_FORCEINLINE void center_correct(const CenterParams& p, const int64_t idx[3],
+                                                 int64_t* center) {
   for (int a = 0; a < 3; ++a) {
+    if (!p.correct) {
+      center[a] = idx[a];
+      continue;
+    }
     const int64_t lo = p.crop[a] / 2;
     int64_t hi = static_cast<int64_t>(static_cast<double>(p.size[a] + 1) -
                                       static_cast<double>(p.crop[a]) / 2.0);
@@ -146,6 +213,146 @@ VOXAUG_HD inline void posneg_select(const PosNegParams& p, const int64_t* counts
     c = c < hi - 1 ? c : hi - 1;
     center[a] = c;
   }
+}
+
+VOXAUG_HD VOXAUG_FORCEINLINE U32x4 center_draw(const CenterParams& p, int64_t n, int k) {
+  return philox_block(p.seed, p.first_crop + static_cast<uint64_t>(k),
+                      p.first_sample + static_cast<uint32_t>(n), PhiloxStream::Sample);
+}
+
+// Uniform integer in [0, range) from 32 random bits (range < 2^32).
+VOXAUG_HD VOXAUG_FORCEINLINE int64_t center_randint(uint32_t r, int64_t range) {
+  return static_cast<int64_t>((static_cast<uint64_t>(r) * static_cast<uint64_t>(range)) >> 32);
+}
+
+// Uniform rule: each axis uniform in [lo, hi).
+VOXAUG_HD VOXAUG_FORCEINLINE void uniform_select(const CenterParams& p, int64_t n, int k,
+                                                 int64_t* center) {
+  const U32x4 r = center_draw(p, n, k);
+  const uint32_t rs[3] = {r.x, r.y, r.z};
+  for (int a = 0; a < 3; ++a) center[a] = p.lo[a] + center_randint(rs[a], p.hi[a] - p.lo[a]);
+}
+
+// Classes rule, crop k of sample n, from the chunk counts (counts[(n * chunks + chunk) * K + c])
+// and the per-class totals (totals[n * K + c]): Philox draws (class, rank), the rank-th candidate
+// of the class in the params' order, then the optional correction.
+VOXAUG_HD inline void class_select(const CenterParams& p, const int64_t* counts,
+                                   const int64_t* totals, int64_t n, int k, int64_t* center) {
+  const int K = p.num_classes;
+  const int64_t* tn = totals + n * K;
+  const U32x4 r = center_draw(p, n, k);
+  const double u_cls = uniform01_f64(r.x, r.y), u_rank = uniform01_f64(r.z, r.w);
+  double sum = 0.0;
+  int present = 0;
+  for (int c = 0; c < K; ++c) {
+    if (tn[c] > 0) {
+      sum += p.ratios[c];
+      ++present;
+    }
+  }
+  int64_t idx[3];
+  for (int a = 0; a < 3; ++a) idx[a] = p.lo[a] + (p.hi[a] - p.lo[a]) / 2;  // no candidate at all
+  if (present > 0) {
+    int cls = -1;
+    if (sum > 0.0) {
+      const double target = fmul(u_cls, sum);  // fmul / fsub: never contracted (CPU == CUDA)
+      double cum = 0.0;
+      for (int c = 0; c < K; ++c) {
+        if (tn[c] <= 0 || !(p.ratios[c] > 0.0)) continue;
+        cum += p.ratios[c];
+        cls = c;  // the last positive class if rounding leaves target >= cum
+        if (target < cum) break;
+      }
+    } else {  // no class with a positive ratio is present: a present class, uniformly
+      int j = static_cast<int>(fmul(u_cls, static_cast<double>(present)));
+      j = j < present ? j : present - 1;
+      for (int c = 0; c < K; ++c)
+        if (tn[c] > 0 && j-- == 0) {
+          cls = c;
+          break;
+        }
+    }
+    int64_t rank = static_cast<int64_t>(fmul(u_rank, static_cast<double>(tn[cls])));
+    if (rank >= tn[cls]) rank = tn[cls] - 1;
+    const int64_t* cn = counts + n * p.chunks * K;
+    int64_t chunk = 0;
+    while (chunk + 1 < p.chunks && rank >= cn[chunk * K + cls])
+      rank -= cn[chunk * K + cls], ++chunk;
+    const int64_t end = chunk_end(p, chunk);
+    for (int64_t v = chunk * kCenterChunk; v < end; ++v) {
+      int64_t vi[3];
+      center_voxel(p, v, vi);
+      if (!center_candidate(p, n, vi) || !center_in_class(p, n, vi, cls)) continue;
+      idx[0] = vi[0], idx[1] = vi[1], idx[2] = vi[2];
+      if (rank-- == 0) break;
+    }
+  }
+  center_correct(p, idx, center);
+}
+
+// Weights rule, crop k of sample n, from the chunk sums (sums[n * chunks + chunk]) and
+// stats[n * 3 + {0: total, 1: shift}]: the first voxel whose running weight exceeds
+// u * total (MONAI's searchsorted(cdf, u * total, right=True)).
+VOXAUG_HD inline void weighted_select(const CenterParams& p, const double* sums,
+                                      const double* stats, int64_t n, int k, int64_t* center) {
+  const double total = stats[3 * n], shift = stats[3 * n + 1];
+  const U32x4 r = center_draw(p, n, k);
+  const double target = fmul(uniform01_f64(r.x, r.y), total);
+  const double* sn = sums + n * p.chunks;
+  double cum = 0.0, before = 0.0;
+  int64_t chunk = -1;
+  if (total > 0.0 && total - total == 0.0) {
+    for (int64_t c = 0; c < p.chunks; ++c) {
+      if (!(sn[c] > 0.0)) continue;
+      chunk = c;
+      before = cum;
+      if (target < cum + sn[c]) break;
+      cum += sn[c];
+    }
+  }
+  if (chunk < 0) {  // total zero, negative, NaN or inf: uniform in the region (MONAI)
+    uniform_select(p, n, k, center);
+    return;
+  }
+  const double local = fsub(target, before);
+  const int64_t end = chunk_end(p, chunk);
+  double acc = 0.0;
+  int64_t idx[3] = {p.lo[0], p.lo[1], p.lo[2]};
+  for (int64_t v = chunk * kCenterChunk; v < end; ++v) {
+    int64_t vi[3];
+    center_voxel(p, v, vi);
+    if (!center_in_region(p, vi)) continue;
+    const double w = center_weight(p, n, vi, shift);
+    if (!(w > 0.0)) continue;
+    idx[0] = vi[0], idx[1] = vi[1], idx[2] = vi[2];  // the last positive one if rounding
+    acc += w;
+    if (acc > local) break;
+  }
+  center[0] = idx[0], center[1] = idx[1], center[2] = idx[2];
+}
+
+// ---- batched patch extraction ----
+struct PatchParams {
+  const void* in;
+  int64_t channels;
+  int64_t stride[5];
+  int64_t in_size[3];
+  int64_t size[3];
+  int64_t per_volume;     // patches per sample
+  const int64_t* starts;  // (M * per_volume) x 3 corners; a box starts at corner - offset
+  int64_t offset[3];
+  void* out;  // dense (M * per_volume, C, size)
+};
+
+// Source offset of output element (patch, c, z, y, x), or -1 outside the volume.
+VOXAUG_HD VOXAUG_FORCEINLINE int64_t patch_source(const PatchParams& p, int64_t patch, int64_t c,
+                                                  int64_t z, int64_t y, int64_t x) {
+  const int64_t* s = p.starts + 3 * patch;
+  const int64_t d = s[0] - p.offset[0] + z, h = s[1] - p.offset[1] + y, w = s[2] - p.offset[2] + x;
+  if (d < 0 || d >= p.in_size[0] || h < 0 || h >= p.in_size[1] || w < 0 || w >= p.in_size[2])
+    return -1;
+  return (patch / p.per_volume) * p.stride[0] + c * p.stride[1] + d * p.stride[2] +
+         h * p.stride[3] + w * p.stride[4];
 }
 
 }  // namespace voxaug::detail

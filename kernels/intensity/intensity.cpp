@@ -168,9 +168,66 @@ PointwiseStep PointwiseStep::rand_gamma(double log_low, double log_high, double 
   return s;
 }
 
+PointwiseStep PointwiseStep::std_shift_intensity(const double* moments_stats, double factor,
+                                                 bool nonzero, bool channel_wise) {
+  PointwiseStep s;
+  s.op = PointwiseOp::StdShiftIntensity;
+  s.stats = moments_stats;
+  s.value = factor;
+  s.nonzero = nonzero;
+  s.channel_wise = channel_wise;
+  return s;
+}
+PointwiseStep PointwiseStep::rand_std_shift_intensity(const double* moments_stats, double low,
+                                                      double high, double prob, uint64_t seed,
+                                                      bool nonzero, bool channel_wise) {
+  PointwiseStep s = std_shift_intensity(moments_stats, 0.0, nonzero, channel_wise);
+  s.random = true;
+  s.low = low;
+  s.high = high;
+  s.prob = prob;
+  s.seed = seed;
+  return s;
+}
+PointwiseStep PointwiseStep::scale_intensity_fixed_mean(const double* mean_min_max, double factor,
+                                                        bool fixed_mean, bool preserve_range,
+                                                        bool channel_wise) {
+  PointwiseStep s;
+  s.op = PointwiseOp::ScaleIntensityFixedMean;
+  s.stats = mean_min_max;
+  s.value = factor;
+  s.fixed_mean = fixed_mean;
+  s.preserve_range = preserve_range;
+  s.channel_wise = channel_wise;
+  return s;
+}
+PointwiseStep PointwiseStep::rand_scale_intensity_fixed_mean(const double* mean_min_max, double low,
+                                                             double high, double prob,
+                                                             uint64_t seed, bool fixed_mean,
+                                                             bool preserve_range,
+                                                             bool channel_wise) {
+  PointwiseStep s =
+      scale_intensity_fixed_mean(mean_min_max, 0.0, fixed_mean, preserve_range, channel_wise);
+  s.random = true;
+  s.low = low;
+  s.high = high;
+  s.prob = prob;
+  s.seed = seed;
+  return s;
+}
+PointwiseStep PointwiseStep::histogram_shift(const double* minmax_stats, const float* points,
+                                             int num_points) {
+  PointwiseStep s;
+  s.op = PointwiseOp::HistogramShift;
+  s.stats = minmax_stats;
+  s.coefficients = points;
+  s.num_points = num_points;
+  return s;
+}
+
 namespace {
 
-constexpr int kNumOps = 9;
+constexpr int kNumOps = 12;
 
 std::string step_name(const PointwiseStep& s, int k) {
   const char* names[kNumOps] = {"scale_intensity_range",
@@ -181,7 +238,10 @@ std::string step_name(const PointwiseStep& s, int k) {
                                 "rician_noise",
                                 "bias_field",
                                 "adjust_contrast",
-                                "gamma"};
+                                "gamma",
+                                "histogram_shift",
+                                "std_shift_intensity",
+                                "scale_intensity_fixed_mean"};
   const int op = static_cast<int>(s.op);
   return std::string("step ") + std::to_string(k) + " (" +
          (op >= 0 && op < kNumOps ? names[op] : "unknown") + ")";
@@ -281,6 +341,28 @@ detail::ChainParams pack(const PointwiseStep* steps, int num_steps) {
         q.hi = s.high;
         if (s.random) {  // one gamma per (sample, channel), as TorchIO
           q.flags |= detail::kRandom | detail::kChannelWise;
+          p.any_channel_wise = true;
+        }
+        break;
+      case PointwiseOp::HistogramShift:
+        q.stats = s.stats;
+        q.coeffs = s.coefficients;
+        q.ncoeff = s.num_points;
+        break;
+      case PointwiseOp::StdShiftIntensity:
+      case PointwiseOp::ScaleIntensityFixedMean:
+        q.p0 = s.value;
+        q.lo = s.low;
+        q.hi = s.high;
+        q.stats = s.stats;
+        if (s.random) q.flags |= detail::kRandom;
+        if (s.nonzero && s.op == PointwiseOp::StdShiftIntensity) q.flags |= detail::kNonzero;
+        if (s.op == PointwiseOp::ScaleIntensityFixedMean) {
+          if (s.fixed_mean) q.flags |= detail::kFixedMean;
+          if (s.preserve_range) q.flags |= detail::kPreserveRange;
+        }
+        if (s.channel_wise) {
+          q.flags |= detail::kChannelWise;
           p.any_channel_wise = true;
         }
         break;
@@ -435,6 +517,30 @@ void validate_pointwise_steps(const PointwiseStep* steps, int num_steps) {
                          where + ": gamma must be > 0, got " + std::to_string(s.value));
         }
         break;
+      case PointwiseOp::HistogramShift:
+        VOXAUG_EXPECTS(s.stats != nullptr, where + ": stats (from minmax) must not be null");
+        VOXAUG_EXPECTS(s.coefficients != nullptr, where + ": control points must not be null");
+        VOXAUG_EXPECTS(s.num_points >= 1 && s.num_points <= kMaxHistogramPoints,
+                       where + ": num_points must be in [1, " +
+                           std::to_string(kMaxHistogramPoints) + "], got " +
+                           std::to_string(s.num_points));
+        break;
+      case PointwiseOp::StdShiftIntensity:
+      case PointwiseOp::ScaleIntensityFixedMean:
+        VOXAUG_EXPECTS(s.stats != nullptr,
+                       where + (s.op == PointwiseOp::StdShiftIntensity
+                                    ? ": stats (from moments) must not be null"
+                                    : ": stats ((mean, min, max) per segment) must not be null"));
+        if (s.random) {
+          expect_finite(s.low, where, "factor low");
+          expect_finite(s.high, where, "factor high");
+          VOXAUG_EXPECTS(s.low <= s.high, where + ": low must be <= high, got " +
+                                              std::to_string(s.low) + " > " +
+                                              std::to_string(s.high));
+        } else {
+          expect_finite(s.value, where, "factor");
+        }
+        break;
     }
   }
 }
@@ -501,6 +607,33 @@ Segments make_segments(const VolumeView& in, bool channel_wise) {
 }
 
 namespace {
+// min / max of a contiguous run, NaNs ignored: independent lanes with branch-free selects
+// (fsel: GCC does not if-convert a float `?:`), so the loop vectorises; min and max are exact
+// in the compute type, so the lanes' order does not change the result.
+template <class T>
+void minmax_dense(const T* p, int64_t len, double& lo, double& hi) {
+  using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  constexpr int kLanes = 16;
+  Acc a[kLanes], b[kLanes];
+  for (int j = 0; j < kLanes; ++j) a[j] = Acc(INFINITY), b[j] = Acc(-INFINITY);
+  int64_t i = 0;
+  for (; i + kLanes <= len; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const Acc v = load_as<Acc>(p[i + j]);
+      a[j] = fsel(v < a[j], v, a[j]);
+      b[j] = fsel(v > b[j], v, b[j]);
+    }
+  for (int j = 0; i < len; ++i, ++j) {
+    const Acc v = load_as<Acc>(p[i]);
+    a[j] = fsel(v < a[j], v, a[j]);
+    b[j] = fsel(v > b[j], v, b[j]);
+  }
+  for (int j = 0; j < kLanes; ++j) {
+    lo = a[j] < lo ? a[j] : lo;
+    hi = b[j] > hi ? b[j] : hi;
+  }
+}
+
 template <class T>
 void minmax_cpu(const VolumeView& in, const Segments& sg, double* out) {
   const T* data = static_cast<const T*>(in.data);
@@ -513,11 +646,15 @@ void minmax_cpu(const VolumeView& in, const Segments& sg, double* out) {
     const int64_t seg = t / chunks, begin = (t % chunks) * kChunk;
     const int64_t end = std::min(sg.per_segment, begin + kChunk);
     double a = INFINITY, b = -INFINITY;
-    for (int64_t i = begin; i < end; ++i) {
-      const double v = load_as<std::conditional_t<std::is_same_v<T, double>, double, float>>(
-          data[sg.offset(seg, i)]);
-      a = v < a ? v : a;  // NaN compares false: ignored
-      b = v > b ? v : b;
+    if (sg.ix.dense) {
+      minmax_dense(data + sg.offset(seg, begin), end - begin, a, b);
+    } else {
+      for (int64_t i = begin; i < end; ++i) {
+        const double v = load_as<std::conditional_t<std::is_same_v<T, double>, double, float>>(
+            data[sg.offset(seg, i)]);
+        a = v < a ? v : a;  // NaN compares false: ignored
+        b = v > b ? v : b;
+      }
     }
     lo[t] = a;
     hi[t] = b;

@@ -40,5 +40,7 @@ from . import deform  # noqa: E402
 from . import filter  # noqa: E402  (voxaug.filter: the Gaussian smoothing family)
 from . import crop  # noqa: E402
 from . import stats  # noqa: E402
+from . import degrade  # noqa: E402  (voxaug.degrade: coarse dropout, simulated low resolution)
+from . import inferers  # noqa: E402  (sliding-window inference)
 
-__all__ = ["ops", "transforms", "spatial", "deform", "filter", "crop", "stats", "library_path", "__version__"]
+__all__ = ["ops", "transforms", "spatial", "deform", "filter", "crop", "stats", "degrade", "inferers", "library_path", "__version__"]

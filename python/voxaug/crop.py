@@ -1,27 +1,45 @@
-"""Patch sampling on the device: MONAI RandCropByPosNegLabel(d).
+"""Patch sampling on the device: MONAI RandCropByPosNegLabel(d), RandCropByLabelClasses(d),
+RandWeightedCrop(d), RandSpatialCrop(d), RandSpatialCropSamples(d), and TorchIO's
+UniformSampler, WeightedSampler and LabelSampler.
 
-MONAI lists the foreground / background indices of the label on the host (numpy), draws the
-centres with numpy and crops each patch separately. voxaug counts the candidates per chunk on
-the device, draws each centre from Philox (keyed by the call's seed and the sample index, so a
-sample's centres do not depend on the batch), finds the chosen voxel by rank, applies MONAI's
-centre correction, and cuts all patches of a volume (image and label together) in one exact
-gather: no index list, no host round trip (except to read the centres for a MetaTensor's
-affines).
+MONAI lists the candidate indices of the label on the host (numpy), draws the centres with
+numpy and crops each patch separately. voxaug counts the candidates (or sums the weights) per
+chunk on the device, draws each centre from Philox (keyed by the call's seed, the sample index
+and the crop index, so a sample's centres do not depend on the batch), finds the chosen voxel
+by rank (or by running weight), applies MONAI's centre correction, and cuts all K patches of all
+N volumes of an input in one launch (``torch.ops.voxaug.extract_patches``): no index list, no
+host round trip (except to read the centres for a MetaTensor's affines, or where a TorchIO
+error needs a number, see the samplers' `check`).
 
-Returns what MONAI returns: a list of `num_samples` crops (dictionaries for the d form); for a
-batched (N, C, D, H, W) input each list entry is the (N, C, ...) batch of that crop index.
+The MONAI transforms return what MONAI returns: a list of `num_samples` crops (dictionaries for
+the d forms); for a batched (N, C, D, H, W) input each list entry is the (N, C, ...) batch of
+that crop index, each sample with its own centres.
 """
 from __future__ import annotations
 
-from typing import Any, Hashable, Mapping, Optional, Sequence
+import warnings
+from typing import Any, Hashable, Iterator, Mapping, Optional, Sequence, Union
 
+import numpy as np
 import torch
 
-from . import ops
 from .spatial import _fall_back_size
 from .transforms import _as_batch, _is_meta_tensor, _Randomizable
 
-__all__ = ["RandCropByPosNegLabel", "RandCropByPosNegLabeld"]
+__all__ = [
+    "RandCropByPosNegLabel", "RandCropByPosNegLabeld", "RandCropByLabelClasses", "RandCropByLabelClassesd",
+    "RandWeightedCrop", "RandWeightedCropd", "RandSpatialCrop", "RandSpatialCropd", "RandSpatialCropSamples",
+    "RandSpatialCropSamplesd", "UniformSampler", "WeightedSampler", "LabelSampler", "extract_patches",
+    "flush_checks", "PatchQueue",
+]
+
+FOREGROUND, ARGMAX, ONE_HOT = 0, 1, 2  # label forms of torch.ops.voxaug.class_crop_centers
+_SAMPLER_BLOCK = 16  # centres drawn per device call by the TorchIO samplers when num_patches is None
+
+
+def _key(seed: int) -> int:
+    seed &= (1 << 64) - 1
+    return seed - (1 << 64) if seed >= (1 << 63) else seed
 
 
 def _crop_size(spatial_size: Any, label_size: Sequence[int], allow_smaller: bool) -> tuple[int, int, int]:
@@ -34,30 +52,31 @@ def _crop_size(spatial_size: Any, label_size: Sequence[int], allow_smaller: bool
     return tuple(int(s) for s in size)
 
 
-def _patches(xs: Sequence[torch.Tensor], modes: Sequence[str], centers: torch.Tensor,
-             size: tuple[int, int, int]) -> list[list[torch.Tensor]]:
-    """Cuts the crops (N, S) of every input: exact gathers, several inputs per launch.
-    Returns per input the S crops, each (N, C, *size)."""
-    n, s = centers.shape[:2]
-    half = torch.tensor([v // 2 for v in size], dtype=torch.int64, device=centers.device)
-    mats = torch.zeros(n, s, 3, 4, dtype=torch.float64, device=centers.device)
-    mats[..., 0, 0] = mats[..., 1, 1] = mats[..., 2, 2] = 1.0
-    mats[..., :, 3] = (centers - half).to(torch.float64)  # in = out + start: MONAI's roi_start
-    out: list[list[torch.Tensor]] = [[] for _ in xs]
-    if n == 1:  # one volume: all crops in one launch, the input broadcast over the crops
-        views = [x.expand(s, *x.shape[1:]) for x in xs]
-        for first in range(0, len(xs), 4):
-            part = ops.resample(views[first:first + 4], mats[0], size, modes[first:first + 4],
-                                ["zeros"] * len(views[first:first + 4]))
-            for j, y in enumerate(part):
-                out[first + j] = [y[k:k + 1] for k in range(s)]
-        return out
-    for k in range(s):  # a batch: one launch per crop index, every volume in it
-        for first in range(0, len(xs), 4):
-            part = ops.resample(xs[first:first + 4], mats[:, k].contiguous(), size, modes[first:first + 4],
-                                ["zeros"] * len(xs[first:first + 4]))
-            for j, y in enumerate(part):
-                out[first + j].append(y)
+def _num_samples(num_samples: Any) -> int:
+    if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
+        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    return int(num_samples)
+
+
+def extract_patches(x: torch.Tensor, centers: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
+    """The (N * K, C, *size) patches of the (N, C, D, H, W) tensor `x` centred at `centers`
+    ((N, K, 3) int64 on x's device; a patch starts at centre - size // 2, MONAI's crop; voxels
+    outside the volume are 0): one launch, exact copies, no host sync."""
+    size = [int(s) for s in size]
+    if x.dtype == torch.bool:
+        return torch.ops.voxaug.extract_patches(x.view(torch.uint8), centers, size).view(torch.bool)
+    return torch.ops.voxaug.extract_patches(x, centers, size)
+
+
+def _extract(xs: Sequence[torch.Tensor], centers: torch.Tensor, size: Sequence[int]) -> list[list[torch.Tensor]]:
+    """Per input, the K crops (each (N, C, *size)) at centers (N, K, 3): one launch per input."""
+    n, k = centers.shape[:2]
+    out = []
+    for x in xs:
+        if tuple(x.shape[0:1]) != (n,):
+            raise ValueError(f"every input must have the batch size of the centres ({n}), got {tuple(x.shape)}")
+        y = extract_patches(x, centers, size).view(n, k, x.shape[1], *size)
+        out.append([y[:, i] for i in range(k)])
     return out
 
 
@@ -72,6 +91,87 @@ def _with_crop_affine(out: Any, src: Any, start) -> Any:
     return MetaTensor(out, affine=(aff @ t).to(src.affine.dtype), meta=dict(src.meta))
 
 
+def _finish(crops: list[torch.Tensor], restore, src: Any, centers: torch.Tensor, size) -> list:
+    """MONAI's output form: each crop restored to the input's form (a MetaTensor gets its crop
+    affine, which needs the centres on the host)."""
+    starts = None
+    if _is_meta_tensor(src):
+        starts = centers.cpu() - torch.tensor([s // 2 for s in size])
+    out = []
+    for k, y in enumerate(crops):
+        y = restore(y)
+        if starts is not None:
+            y = _with_crop_affine(y, src, starts[0, k].tolist())
+        out.append(y)
+    return out
+
+
+def _dict_crops(d: dict, keys: Sequence, allow_missing_keys: bool, centers: torch.Tensor, size,
+                num_samples: int, as_batch: bool = False) -> Union[list[dict], dict]:
+    """The d forms: the same crops for every key, one extraction launch per key. as_batch: one
+    dict whose keys hold the (N * num_samples, C, *size) patches as extracted (no per-patch
+    split, no copy), ready for voxaug's batched transforms."""
+    present = [k for k in keys if k in d]
+    missing = [k for k in keys if k not in d]
+    if missing and not allow_missing_keys:
+        raise KeyError(f"key {missing[0]!r} is not in the data and allow_missing_keys is False")
+    if as_batch:
+        out = dict(d)
+        for k in present:
+            x = torch.as_tensor(d[k]) if not isinstance(d[k], torch.Tensor) else d[k]
+            x = x.as_tensor() if _is_meta_tensor(x) else x
+            x = x if x.dim() == 5 else x.unsqueeze(0)
+            out[k] = extract_patches(x, centers, size)
+        return out
+    batches = [_as_batch(d[k]) for k in present]
+    crops = _extract([b[0] for b in batches], centers, size) if present else []
+    outs = [dict(d) for _ in range(num_samples)]
+    for j, k in enumerate(present):
+        for i, y in enumerate(_finish(crops[j], batches[j][1], d[k], centers, size)):
+            outs[i][k] = y
+    return outs
+
+
+# ---------------- deferred checks (CUDA: no host sync) ----------------
+_pending: list = []
+
+
+class _PendingCheck:
+    """Runs `fn` on a host copy of `t`: now on the CPU; on CUDA when the copy has landed (polled
+    at the next voxaug crop call, or by flush_checks()), so the call itself never waits."""
+
+    def __init__(self, t: torch.Tensor, fn):
+        self.fn = fn
+        if t.is_cuda:
+            self.host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            self.host.copy_(t, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+            _pending.append(self)
+        else:
+            self.event = None
+            fn(t)
+
+    def run(self, wait: bool) -> bool:
+        if not wait and not self.event.query():
+            return False
+        self.event.synchronize()
+        self.fn(self.host)
+        return True
+
+
+def _poll(wait: bool = False) -> None:
+    for c in list(_pending):
+        if c.run(wait):
+            _pending.remove(c)
+
+
+def flush_checks() -> None:
+    """Waits for the pending CUDA-side class checks and emits their warnings."""
+    _poll(wait=True)
+
+
+# ---------------- RandCropByPosNegLabel ----------------
 class RandCropByPosNegLabel(_Randomizable):
     """MONAI RandCropByPosNegLabel(spatial_size, label, pos=1, neg=1, num_samples=1, image,
     image_threshold=0, allow_smaller=False): centres on foreground (label > 0) with probability
@@ -87,8 +187,6 @@ class RandCropByPosNegLabel(_Randomizable):
         super().__init__(seed)
         if pos < 0 or neg < 0 or pos + neg == 0:
             raise ValueError(f"pos and neg must be nonnegative and not both zero, got pos={pos} neg={neg}.")
-        if int(num_samples) != num_samples or num_samples < 1:
-            raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
         if fg_indices is not None or bg_indices is not None:
             raise NotImplementedError("fg_indices / bg_indices: voxaug counts the candidates on the device and "
                                       "needs no precomputed index lists")
@@ -96,7 +194,7 @@ class RandCropByPosNegLabel(_Randomizable):
             raise NotImplementedError("lazy=True is not supported; voxaug crops in one exact gather")
         self.spatial_size, self.label, self.image = spatial_size, label, image
         self.pos_ratio = float(pos) / (float(pos) + float(neg))
-        self.num_samples, self.image_threshold = int(num_samples), float(image_threshold)
+        self.num_samples, self.image_threshold = _num_samples(num_samples), float(image_threshold)
         self.allow_smaller = bool(allow_smaller)
         self.centers: Optional[torch.Tensor] = None  # (N, num_samples, 3) of the last call
 
@@ -106,10 +204,9 @@ class RandCropByPosNegLabel(_Randomizable):
         lab = _as_batch(label)[0]
         img = None if image is None else _as_batch(image)[0]
         size = _crop_size(self.spatial_size, lab.shape[2:], self.allow_smaller)
-        seed = self._next_seed() if seed is None else int(seed) & ((1 << 64) - 1)
-        key = seed - (1 << 64) if seed >= (1 << 63) else seed
+        seed = self._next_seed() if seed is None else int(seed)
         centers = torch.ops.voxaug.pos_neg_crop_centers(lab, img, self.image_threshold, self.pos_ratio,
-                                                        self.num_samples, list(size), key, int(first_sample))
+                                                        self.num_samples, list(size), _key(seed), int(first_sample))
         return centers, size
 
     def __call__(self, img: Any, label: Optional[torch.Tensor] = None, image: Optional[torch.Tensor] = None,
@@ -123,68 +220,710 @@ class RandCropByPosNegLabel(_Randomizable):
         x, restore = _as_batch(img)
         if randomize or self.centers is None:
             self.centers, self._size = self.draw_centers(label, image)
-        (crops,) = _patches([x], ["nearest"], self.centers, self._size)
-        starts = None
-        if _is_meta_tensor(img):  # the affines need the centres on the host
-            starts = (self.centers - torch.tensor([s // 2 for s in self._size], device=self.centers.device)).cpu()
-        out = []
-        for k, y in enumerate(crops):
-            y = restore(y)
-            if starts is not None:
-                y = _with_crop_affine(y, img, starts[0, k].tolist())
-            out.append(y)
-        return out
+        (crops,) = _extract([x], self.centers, self._size)
+        return _finish(crops, restore, img, self.centers, self._size)
 
 
 class RandCropByPosNegLabeld(_Randomizable):
     """MONAI RandCropByPosNegLabeld(keys, label_key, spatial_size, pos, neg, num_samples,
     image_key, image_threshold, allow_smaller): one draw of centres from data[label_key] (and
-    data[image_key]), the same crops for every key, all keys in one gather per 4 keys; returns
-    num_samples dictionaries (other entries shared)."""
+    data[image_key]), the same crops for every key (one launch per key); returns num_samples
+    dictionaries (other entries shared)."""
 
     def __init__(self, keys, label_key: str, spatial_size, pos: float = 1.0, neg: float = 1.0, num_samples: int = 1,
                  image_key: Optional[str] = None, image_threshold: float = 0.0, fg_indices_key=None,
                  bg_indices_key=None, allow_smaller: bool = False, allow_missing_keys: bool = False,
-                 lazy: bool = False, seed: Optional[int] = None):
+                 lazy: bool = False, seed: Optional[int] = None, as_batch: bool = False):
         super().__init__(seed)
         if fg_indices_key is not None or bg_indices_key is not None:
             raise NotImplementedError("fg_indices_key / bg_indices_key: voxaug counts the candidates on the device")
-        self.keys = [keys] if isinstance(keys, (str, int)) or not isinstance(keys, Sequence) else list(keys)
+        self.as_batch = bool(as_batch)  # voxaug extension: one dict of (num_samples, C, ...) batches
+        self.keys = _keys(keys)
         self.label_key, self.image_key, self.allow_missing_keys = label_key, image_key, allow_missing_keys
         self.cropper = RandCropByPosNegLabel(spatial_size, None, pos, neg, num_samples, None, image_threshold,
                                              allow_smaller=allow_smaller, lazy=lazy)
-        self.cropper._generator = None
-
-    def set_random_state(self, seed: Optional[int] = None, generator: Optional[torch.Generator] = None):
-        super().set_random_state(seed, generator)
-        return self
 
     def __call__(self, data: Mapping[Hashable, Any]) -> list[dict]:
         d = dict(data)
-        present = [k for k in self.keys if k in d]
-        missing = [k for k in self.keys if k not in d]
-        if missing and not self.allow_missing_keys:
-            raise KeyError(f"key {missing[0]!r} is not in the data and allow_missing_keys is False")
         image = d[self.image_key] if self.image_key is not None else None
         centers, size = self.cropper.draw_centers(d[self.label_key], image, seed=self._next_seed())
         self.cropper.centers, self.cropper._size = centers, size
-        xs, restores, modes = [], [], []
-        for k in present:
-            x, restore = _as_batch(d[k])
-            xs.append(x)
-            restores.append(restore)
-            modes.append("nearest")
-        crops = _patches(xs, modes, centers, size) if xs else []
-        starts = None
-        if any(_is_meta_tensor(d[k]) for k in present):
-            starts = (centers - torch.tensor([s // 2 for s in size], device=centers.device)).cpu()
+        return _dict_crops(d, self.keys, self.allow_missing_keys, centers, size, self.cropper.num_samples,
+                           self.as_batch)
+
+
+def _keys(keys) -> list:
+    return [keys] if isinstance(keys, (str, int)) or not isinstance(keys, Sequence) else list(keys)
+
+
+# ---------------- RandCropByLabelClasses ----------------
+def _class_form(lab: torch.Tensor, num_classes: Optional[int]) -> tuple[int, int]:
+    """MONAI map_classes_to_indices: one channel = an argmax label (num_classes required), more
+    channels = one-hot (one class per channel)."""
+    channels = lab.shape[1]
+    if channels > 1:
+        return ONE_HOT, channels
+    if num_classes is None:
+        raise ValueError("channels==1 indicates not using One-Hot format label, must provide ``num_classes``.")
+    if isinstance(num_classes, bool) or int(num_classes) != num_classes or num_classes < 1:
+        raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
+    return ARGMAX, int(num_classes)
+
+
+def _class_ratios(ratios: Any, k: int) -> list[float]:
+    if ratios is None:
+        r = [1.0] * k
+    elif isinstance(ratios, (list, tuple, np.ndarray, torch.Tensor)):
+        r = [float(v) for v in ratios]
+    else:
+        r = [float(ratios)]
+    if len(r) != k:
+        raise ValueError(f"random crop ratios must match the number of indices of classes, got {len(r)} and {k}.")
+    if any(v < 0 for v in r) or not all(np.isfinite(r)):
+        raise ValueError(f"ratios should not contain negative number, got {r}.")
+    return r
+
+
+class RandCropByLabelClasses(_Randomizable):
+    """MONAI RandCropByLabelClasses(spatial_size, ratios, label, num_classes, num_samples, image,
+    image_threshold, allow_smaller, warn): per crop a class drawn by `ratios` (None: equal),
+    then a voxel of that class uniformly (restricted to `image` > image_threshold when given),
+    MONAI's centre correction. Classes absent from the label get ratio 0 with MONAI's warning
+    (`warn`). Argmax labels (one channel, `num_classes` required) and one-hot labels (a class per
+    channel) as MONAI. When no class with a positive ratio is present MONAI raises; voxaug raises
+    the same way on the CPU, and on CUDA (where that would need a host sync) warns once the
+    counts have arrived and draws a present class uniformly. `indices` /
+    `max_samples_per_class` are refused (voxaug keeps no index lists)."""
+
+    def __init__(self, spatial_size, ratios: Optional[Sequence[float]] = None, label: Optional[torch.Tensor] = None,
+                 num_classes: Optional[int] = None, num_samples: int = 1, image: Optional[torch.Tensor] = None,
+                 image_threshold: float = 0.0, indices=None, allow_smaller: bool = False, warn: bool = True,
+                 max_samples_per_class: Optional[int] = None, lazy: bool = False, seed: Optional[int] = None):
+        super().__init__(seed)
+        if indices is not None:
+            raise NotImplementedError("indices: voxaug counts the classes on the device and needs no precomputed "
+                                      "index lists")
+        if max_samples_per_class is not None:
+            raise NotImplementedError("max_samples_per_class: voxaug keeps no index lists to subsample")
+        if lazy:
+            raise NotImplementedError("lazy=True is not supported; voxaug crops in one exact gather")
+        self.spatial_size, self.ratios, self.label, self.image = spatial_size, ratios, label, image
+        self.num_classes, self.num_samples = num_classes, _num_samples(num_samples)
+        self.image_threshold, self.allow_smaller, self.warn = float(image_threshold), bool(allow_smaller), bool(warn)
+        if ratios is not None:
+            _class_ratios(ratios, len(ratios) if isinstance(ratios, (list, tuple)) else 1)
+        self.centers: Optional[torch.Tensor] = None
+        self.class_counts: Optional[torch.Tensor] = None  # (N, num_classes) candidates per class
+
+    def _check(self, ratios: list[float]):
+        warn = self.warn
+
+        def fn(counts: torch.Tensor) -> None:
+            c = counts.tolist()
+            for row in c:
+                for i, (n, r) in enumerate(zip(row, ratios)):
+                    if n == 0 and r != 0 and warn:
+                        warnings.warn(f"no available indices of class {i} to crop, setting the crop ratio of this "
+                                      "class to zero.")
+                if not any(n > 0 and r > 0 for n, r in zip(row, ratios)):
+                    msg = ("no class with a positive ratio has a candidate voxel in the label (MONAI raises: "
+                           f"probabilities contain NaN); ratios {ratios}, counts {row}")
+                    if counts.device.type == "cpu" and not counts.is_pinned():
+                        raise ValueError(msg)
+                    warnings.warn(msg + "; on CUDA voxaug drew a present class uniformly", RuntimeWarning)
+        return fn
+
+    def draw_centers(self, label: torch.Tensor, image: Optional[torch.Tensor] = None, seed: Optional[int] = None,
+                     first_sample: int = 0) -> tuple[torch.Tensor, tuple[int, int, int]]:
+        """(centres (N, num_samples, 3) int64 on the label's device, crop size); on the CPU also
+        checks MONAI's warnings / error; on CUDA they are deferred (no host sync)."""
+        _poll()
+        lab = _as_batch(label)[0]
+        img = None if image is None else _as_batch(image)[0]
+        form, k = _class_form(lab, self.num_classes)
+        ratios = _class_ratios(self.ratios, k)
+        size = _crop_size(self.spatial_size, lab.shape[2:], self.allow_smaller)
+        seed = self._next_seed() if seed is None else int(seed)
+        centers, counts = torch.ops.voxaug.class_crop_centers(lab, img, self.image_threshold, form, ratios,
+                                                              self.num_samples, list(size), [], _key(seed),
+                                                              int(first_sample), 0)
+        self.class_counts = counts
+        _PendingCheck(counts, self._check(ratios))
+        return centers, size
+
+    def __call__(self, img: Any, label: Optional[torch.Tensor] = None, image: Optional[torch.Tensor] = None,
+                 indices=None, randomize: bool = True, lazy: Optional[bool] = None) -> list:
+        if indices is not None:
+            raise NotImplementedError("indices are not needed by voxaug")
+        label = self.label if label is None else label
+        image = self.image if image is None else image
+        if label is None:
+            raise ValueError("label must not be None.")
+        x, restore = _as_batch(img)
+        if randomize or self.centers is None:
+            self.centers, self._size = self.draw_centers(label, image)
+        lab_shape = _as_batch(label)[0].shape[2:]
+        if tuple(x.shape[2:]) != tuple(lab_shape):
+            raise ValueError(f"img and label must have the same spatial size, got {tuple(x.shape[2:])} and "
+                             f"{tuple(lab_shape)}")
+        (crops,) = _extract([x], self.centers, self._size)
+        return _finish(crops, restore, img, self.centers, self._size)
+
+
+class RandCropByLabelClassesd(_Randomizable):
+    """MONAI RandCropByLabelClassesd(keys, label_key, spatial_size, ratios, num_classes,
+    num_samples, image_key, image_threshold, allow_smaller, warn): one draw of centres, the same
+    crops for every key."""
+
+    def __init__(self, keys, label_key: str, spatial_size, ratios: Optional[Sequence[float]] = None,
+                 num_classes: Optional[int] = None, num_samples: int = 1, image_key: Optional[str] = None,
+                 image_threshold: float = 0.0, indices_key: Optional[str] = None, allow_smaller: bool = False,
+                 allow_missing_keys: bool = False, warn: bool = True, max_samples_per_class: Optional[int] = None,
+                 lazy: bool = False, seed: Optional[int] = None):
+        super().__init__(seed)
+        if indices_key is not None:
+            raise NotImplementedError("indices_key: voxaug counts the classes on the device")
+        self.keys, self.label_key, self.image_key = _keys(keys), label_key, image_key
+        self.allow_missing_keys = allow_missing_keys
+        self.cropper = RandCropByLabelClasses(spatial_size, ratios, None, num_classes, num_samples, None,
+                                              image_threshold, None, allow_smaller, warn, max_samples_per_class, lazy)
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> list[dict]:
+        d = dict(data)
+        image = d[self.image_key] if self.image_key is not None else None
+        centers, size = self.cropper.draw_centers(d[self.label_key], image, seed=self._next_seed())
+        self.cropper.centers, self.cropper._size = centers, size
+        return _dict_crops(d, self.keys, self.allow_missing_keys, centers, size, self.cropper.num_samples)
+
+
+# ---------------- RandWeightedCrop ----------------
+def _weighted_region(win: Sequence[int], img: Sequence[int]) -> list[int]:
+    """MONAI weighted_patch_samples' 'valid' centres: [w // 2, m - w + w // 2) where m > w, else
+    the single centre m // 2."""
+    lo, hi = [], []
+    for w, m in zip(win, img):
+        if m > w:
+            lo.append(w // 2)
+            hi.append(m - w + w // 2)
+        else:
+            lo.append(m // 2)
+            hi.append(m // 2 + 1)
+    return lo + hi
+
+
+class RandWeightedCrop(_Randomizable):
+    """MONAI RandWeightedCrop(spatial_size, num_samples, weight_map): centres drawn from the
+    weight map's CDF (channel 0) over MONAI's valid region (weighted_patch_samples: centres in
+    [w // 2, m - w + w // 2), or m // 2 where the patch does not fit); negative weights shift the
+    map by its minimum; a zero or non-finite total draws uniformly. Where the patch is larger than
+    the image the crop keeps the image's size (MONAI's SpatialCrop clipping). The weight map must
+    have the image's spatial size (MONAI only warns)."""
+
+    def __init__(self, spatial_size, num_samples: int = 1, weight_map: Optional[torch.Tensor] = None,
+                 lazy: bool = False, seed: Optional[int] = None):
+        super().__init__(seed)
+        if lazy:
+            raise NotImplementedError("lazy=True is not supported; voxaug crops in one exact gather")
+        self.spatial_size, self.num_samples, self.weight_map = spatial_size, _num_samples(num_samples), weight_map
+        _fall_back_size(spatial_size, (1, 1, 1))  # validate now
+        self.centers: Optional[torch.Tensor] = None
+        self.stats: Optional[torch.Tensor] = None  # (N, 3): total, shift, minimum
+
+    def draw_centers(self, weight_map: torch.Tensor, seed: Optional[int] = None,
+                     first_sample: int = 0) -> tuple[torch.Tensor, tuple[int, int, int]]:
+        w = _as_batch(weight_map)[0]
+        img_size = tuple(w.shape[2:])
+        win = _fall_back_size(self.spatial_size, img_size)
+        size = tuple(min(a, m) for a, m in zip(win, img_size))
+        seed = self._next_seed() if seed is None else int(seed)
+        centers, self.stats = torch.ops.voxaug.weighted_crop_centers(w, True, self.num_samples,
+                                                                     _weighted_region(win, img_size), _key(seed),
+                                                                     int(first_sample), 0)
+        return centers, size
+
+    def __call__(self, img: Any, weight_map: Optional[torch.Tensor] = None, randomize: bool = True,
+                 lazy: Optional[bool] = None) -> list:
+        x, restore = _as_batch(img)
+        if randomize or self.centers is None:
+            weight_map = self.weight_map if weight_map is None else weight_map
+            if weight_map is None:
+                raise ValueError("weight map must be provided for weighted patch sampling.")
+            w_shape = tuple(_as_batch(weight_map)[0].shape[2:])
+            if w_shape != tuple(x.shape[2:]):
+                raise ValueError(f"image and weight map spatial shape mismatch: {tuple(x.shape[2:])} vs {w_shape} "
+                                 "(voxaug requires equal shapes; MONAI only warns)")
+            self.centers, self._size = self.draw_centers(weight_map)
+        (crops,) = _extract([x], self.centers, self._size)
+        return _finish(crops, restore, img, self.centers, self._size)
+
+
+class RandWeightedCropd(_Randomizable):
+    """MONAI RandWeightedCropd(keys, w_key, spatial_size, num_samples): centres from data[w_key],
+    the same crops for every key."""
+
+    def __init__(self, keys, w_key: str, spatial_size, num_samples: int = 1, allow_missing_keys: bool = False,
+                 lazy: bool = False, seed: Optional[int] = None):
+        super().__init__(seed)
+        self.keys, self.w_key, self.allow_missing_keys = _keys(keys), w_key, allow_missing_keys
+        self.cropper = RandWeightedCrop(spatial_size, num_samples, lazy=lazy)
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> list[dict]:
+        d = dict(data)
+        w = _as_batch(d[self.w_key])[0]
+        for k in self.keys:
+            if k in d and tuple(_as_batch(d[k])[0].shape[2:]) != tuple(w.shape[2:]):
+                raise ValueError(f"key {k!r} and the weight map {self.w_key!r} must have the same spatial size")
+        centers, size = self.cropper.draw_centers(d[self.w_key], seed=self._next_seed())
+        self.cropper.centers, self.cropper._size = centers, size
+        return _dict_crops(d, self.keys, self.allow_missing_keys, centers, size, self.cropper.num_samples)
+
+
+# ---------------- RandSpatialCrop / RandSpatialCropSamples ----------------
+class RandSpatialCrop(_Randomizable):
+    """MONAI RandSpatialCrop(roi_size, max_roi_size=None, random_center=True, random_size=False):
+    the size is roi_size (non-positive entries: the image's), or with random_size drawn per axis
+    from randint(roi_size, max_roi_size + 1) (host generator); an axis larger than the image is
+    not cropped. random_center: the patch's corner uniform in [0, image - size] (MONAI's
+    get_random_patch), drawn on the device per sample; else the centred crop
+    (CenterSpatialCrop)."""
+
+    def __init__(self, roi_size, max_roi_size=None, random_center: bool = True, random_size: bool = False,
+                 lazy: bool = False, seed: Optional[int] = None):
+        super().__init__(seed)
+        if lazy:
+            raise NotImplementedError("lazy=True is not supported; voxaug crops in one exact gather")
+        self.roi_size, self.max_roi_size = roi_size, max_roi_size
+        self.random_center, self.random_size = bool(random_center), bool(random_size)
+        _fall_back_size(roi_size, (1, 1, 1), "roi_size")
+        if max_roi_size is not None:
+            _fall_back_size(max_roi_size, (1, 1, 1), "max_roi_size")
+        self.centers: Optional[torch.Tensor] = None
+        self._size: Optional[tuple[int, int, int]] = None
+
+    def _draw_size(self, img_size: Sequence[int]) -> tuple[int, int, int]:
+        size = _fall_back_size(self.roi_size, img_size, "roi_size")
+        if self.random_size:
+            max_size = tuple(img_size) if self.max_roi_size is None else \
+                _fall_back_size(self.max_roi_size, img_size, "max_roi_size")
+            if any(i > j for i, j in zip(size, max_size)):
+                raise ValueError(f"min ROI size: {size} is larger than max ROI size: {max_size}.")
+            size = tuple(int(torch.randint(lo, hi + 1, (1,), generator=self._generator).item())
+                         for lo, hi in zip(size, max_size))
+        return tuple(min(int(s), int(m)) for s, m in zip(size, img_size))  # get_valid_patch_size
+
+    def _centers(self, x: torch.Tensor, size, count: int, seed: int, first_crop: int = 0) -> torch.Tensor:
+        img_size = x.shape[2:]
+        if not self.random_center:  # CenterSpatialCrop: the centre size // 2 (a one-voxel region)
+            lo = [m // 2 for m in img_size]
+            hi = [c + 1 for c in lo]
+        else:
+            lo = [s // 2 for s in size]
+            hi = [l + m - s + 1 for l, m, s in zip(lo, img_size, size)]
+        return torch.ops.voxaug.uniform_crop_centers(x, count, lo + hi, _key(seed), 0, first_crop)
+
+    def randomize(self, img: torch.Tensor) -> None:
+        x = _as_batch(img)[0]
+        self._size = self._draw_size(x.shape[2:])
+        self.centers = self._centers(x, self._size, 1, self._next_seed())
+
+    def __call__(self, img: Any, randomize: bool = True, lazy: Optional[bool] = None) -> Any:
+        x, restore = _as_batch(img)
+        if randomize or self.centers is None:
+            self.randomize(x)
+        (crops,) = _extract([x], self.centers, self._size)
+        return _finish(crops, restore, img, self.centers, self._size)[0]
+
+
+class RandSpatialCropd(_Randomizable):
+    """MONAI RandSpatialCropd: one draw (from the first key's shape), the same crop for every key."""
+
+    def __init__(self, keys, roi_size, max_roi_size=None, random_center: bool = True, random_size: bool = False,
+                 allow_missing_keys: bool = False, lazy: bool = False, seed: Optional[int] = None):
+        super().__init__(seed)
+        self.keys, self.allow_missing_keys = _keys(keys), allow_missing_keys
+        self.cropper = RandSpatialCrop(roi_size, max_roi_size, random_center, random_size, lazy)
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
+        d = dict(data)
+        first = next((k for k in self.keys if k in d), None)
+        if first is None:
+            if self.allow_missing_keys:
+                return d
+            raise KeyError(f"key {self.keys[0]!r} is not in the data and allow_missing_keys is False")
+        self.cropper._generator = self._generator
+        self.cropper.randomize(d[first])
+        return _dict_crops(d, self.keys, self.allow_missing_keys, self.cropper.centers, self.cropper._size, 1)[0]
+
+
+class RandSpatialCropSamples(_Randomizable):
+    """MONAI RandSpatialCropSamples(roi_size, num_samples, max_roi_size, random_center,
+    random_size): `num_samples` RandSpatialCrop draws. With a fixed size all crops come from one
+    device draw and one extraction launch; with random_size each crop has its own size."""
+
+    def __init__(self, roi_size, num_samples: int, max_roi_size=None, random_center: bool = True,
+                 random_size: bool = False, lazy: bool = False, seed: Optional[int] = None):
+        super().__init__(seed)
+        if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
+            raise ValueError(f"num_samples must be positive, got {num_samples}.")
+        self.num_samples = int(num_samples)
+        self.cropper = RandSpatialCrop(roi_size, max_roi_size, random_center, random_size, lazy)
+        self.plan: list = []  # [(centres (N, k, 3), size)] of the last call
+
+    def draw(self, x: torch.Tensor) -> list:
+        self.cropper._generator = self._generator
+        seed = self._next_seed()
+        if not self.cropper.random_size:
+            size = self.cropper._draw_size(x.shape[2:])
+            self.plan = [(self.cropper._centers(x, size, self.num_samples, seed), size)]
+        else:
+            self.plan = []
+            for k in range(self.num_samples):
+                size = self.cropper._draw_size(x.shape[2:])
+                self.plan.append((self.cropper._centers(x, size, 1, seed, first_crop=k), size))
+        return self.plan
+
+    def __call__(self, img: Any, lazy: Optional[bool] = None) -> list:
+        x, restore = _as_batch(img)
         out = []
-        for i in range(self.cropper.num_samples):
-            di = dict(d)
-            for j, k in enumerate(present):
-                y = restores[j](crops[j][i])
-                if starts is not None:
-                    y = _with_crop_affine(y, d[k], starts[0, i].tolist())
-                di[k] = y
-            out.append(di)
+        for centers, size in self.draw(x):
+            (crops,) = _extract([x], centers, size)
+            out.extend(_finish(crops, restore, img, centers, size))
         return out
+
+
+class RandSpatialCropSamplesd(_Randomizable):
+    """MONAI RandSpatialCropSamplesd: the same `num_samples` crops for every key."""
+
+    def __init__(self, keys, roi_size, num_samples: int, max_roi_size=None, random_center: bool = True,
+                 random_size: bool = False, allow_missing_keys: bool = False, lazy: bool = False,
+                 seed: Optional[int] = None):
+        super().__init__(seed)
+        self.keys, self.allow_missing_keys = _keys(keys), allow_missing_keys
+        self.cropper = RandSpatialCropSamples(roi_size, num_samples, max_roi_size, random_center, random_size, lazy)
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> list[dict]:
+        d = dict(data)
+        first = next((k for k in self.keys if k in d), None)
+        if first is None:
+            if self.allow_missing_keys:
+                return [dict(d) for _ in range(self.cropper.num_samples)]
+            raise KeyError(f"key {self.keys[0]!r} is not in the data and allow_missing_keys is False")
+        self.cropper._generator = self._generator
+        out = []
+        for centers, size in self.cropper.draw(_as_batch(d[first])[0]):
+            out.extend(_dict_crops(d, self.keys, self.allow_missing_keys, centers, size, centers.shape[1]))
+        return out
+
+
+# ---------------- TorchIO samplers ----------------
+def _patch_size(patch_size: Any) -> tuple[int, int, int]:
+    """TorchIO's PatchSampler check: an int or 3 positive ints."""
+    vals = list(patch_size) if isinstance(patch_size, (list, tuple, np.ndarray)) else [patch_size]
+    vals = vals * 3 if len(vals) == 1 else vals
+    if len(vals) != 3:
+        raise ValueError(f"patch_size must be an int or 3 ints, got {patch_size!r}")
+    for n in vals:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"Patch dimensions must be positive integers, not {np.array(vals)}")
+    return tuple(int(v) for v in vals)
+
+
+class _Sampler(_Randomizable):
+    """TorchIO PatchSampler over a subject-like dict: every 5-D (N, C, D, H, W) tensor entry is
+    cropped (all of one spatial shape), other entries are passed through; each yielded patch
+    dict has "location" (N, 6) int64 = (i0, j0, k0, i1, j1, k1) as TorchIO's LOCATION, per
+    sample. Centres are drawn on the device, a block at a time; each block of patches is cut by
+    one launch per tensor."""
+
+    def __init__(self, patch_size, seed: Optional[int] = None):
+        super().__init__(seed)
+        self.patch_size = _patch_size(patch_size)
+
+    def _region(self, shape) -> list[int]:
+        lo = [p // 2 for p in self.patch_size]
+        hi = [s - (p - 1) // 2 for s, p in zip(shape, self.patch_size)]
+        return lo + hi
+
+    def _draw(self, subject: dict, shape, count: int, seed: int, first_crop: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _prepare(self, subject: dict, shape) -> None:
+        pass
+
+    def __call__(self, subject: Mapping[str, Any], num_patches: Optional[int] = None) -> Iterator[dict]:
+        d = dict(subject)
+        tensors = {k: v for k, v in d.items() if isinstance(v, torch.Tensor) and v.dim() == 5}
+        if not tensors:
+            raise ValueError("the subject holds no 5-D (N, C, D, H, W) tensor")
+        shapes = {(tuple(v.shape[0:1]), tuple(v.shape[2:])) for v in tensors.values()}
+        if len(shapes) != 1:
+            raise ValueError(f"all 5-D tensors of the subject must share N and the spatial shape, got "
+                             f"{ {k: tuple(v.shape) for k, v in tensors.items()} }")
+        shape = next(iter(shapes))[1]
+        if any(p > s for p, s in zip(self.patch_size, shape)):
+            raise RuntimeError(f"Patch size {self.patch_size} cannot be larger than image size {shape}")
+        if num_patches is not None and (isinstance(num_patches, bool) or int(num_patches) != num_patches
+                                        or num_patches < 0):
+            raise ValueError(f"num_patches must be None or an int >= 0, got {num_patches!r}")
+        self._prepare(d, shape)
+        return self._generate(d, tensors, shape, num_patches)
+
+    def _generate(self, d, tensors, shape, num_patches) -> Iterator[dict]:
+        seed = self._next_seed()
+        done = 0
+        while num_patches is None or done < num_patches:
+            count = _SAMPLER_BLOCK if num_patches is None else min(_SAMPLER_BLOCK, num_patches - done)
+            centers = self._draw(d, shape, count, seed, done)
+            crops = dict(zip(tensors, _extract(list(tensors.values()), centers, self.patch_size)))
+            # TorchIO's location (ini, ini + patch), ini = centre - patch // 2; scalar arithmetic only
+            # (no host tensor copied to the device)
+            ini = [centers[..., a] - p // 2 for a, p in enumerate(self.patch_size)]
+            loc = torch.stack(ini + [i + p for i, p in zip(ini, self.patch_size)], dim=2)  # (N, count, 6)
+            for i in range(count):
+                patch = dict(d)
+                for k in tensors:
+                    patch[k] = crops[k][i]
+                patch["location"] = loc[:, i]
+                yield patch
+            done += count
+
+
+class UniformSampler(_Sampler):
+    """TorchIO UniformSampler(patch_size): the patch's first voxel uniform in [0, size - patch]
+    per axis."""
+
+    def _draw(self, subject, shape, count, seed, first_crop):
+        like = next(v for v in subject.values() if isinstance(v, torch.Tensor) and v.dim() == 5)
+        return torch.ops.voxaug.uniform_crop_centers(like, count, self._region(shape), _key(seed), 0, first_crop)
+
+
+class WeightedSampler(_Sampler):
+    """TorchIO WeightedSampler(patch_size, probability_map): the centre (patch start + patch // 2)
+    drawn with probability proportional to channel 0 of subject[probability_map] inside TorchIO's
+    valid region [patch // 2, size - (patch - 1) // 2) (the border cleared as
+    clear_probability_borders). TorchIO's errors (negative values: ValueError; an empty map:
+    RuntimeError) need the map's total and minimum on the host: `check=True` (default) reads
+    those 3 numbers per sample once per subject (a host sync on CUDA); `check=False` skips it (no
+    sync; an empty map then draws uniformly in the valid region)."""
+
+    def __init__(self, patch_size, probability_map: Optional[str], check: bool = True, seed: Optional[int] = None):
+        super().__init__(patch_size, seed)
+        self.probability_map_name, self.check = probability_map, bool(check)
+
+    def _map(self, subject) -> torch.Tensor:
+        name = self.probability_map_name
+        if name not in subject:
+            raise KeyError(f'Image "{name}" not found in subject: {sorted(map(str, subject))}')
+        return subject[name]
+
+    def _draw(self, subject, shape, count, seed, first_crop):
+        centers, stats = torch.ops.voxaug.weighted_crop_centers(self._map(subject), False, count, self._region(shape),
+                                                                _key(seed), 0, first_crop)
+        if self.check and first_crop == 0:
+            st = stats.cpu()
+            if bool((st[:, 2] < 0).any()):
+                raise ValueError(f'Negative values found in probability map "{self.probability_map_name}"')
+            if bool((st[:, 0] == 0).any()):
+                raise RuntimeError("Empty probability map found: voxels with positive probability might be near the "
+                                   "image border; try padding by half the patch size "
+                                   f"{tuple(p // 2 for p in self.patch_size)}")
+        return centers
+
+
+class LabelSampler(_Sampler):
+    """TorchIO LabelSampler(patch_size, label_name, label_probabilities): centres inside TorchIO's
+    valid region on labelled voxels. label_probabilities None: channel 0 > 0, uniformly. A dict
+    {label: probability}: a label drawn with probability proportional to its value among the
+    labels present in the valid region, then a voxel of it uniformly (TorchIO's per-label
+    probability / count map); for a multi-channel label the keys are channels (a channel's
+    voxels: value != 0; TorchIO weights by the value, identical for binary channels).
+    label_name None: the entry "label". `check=True` raises TorchIO's RuntimeError when no
+    labelled voxel with a positive probability is in the valid region (reads the per-label
+    counts once per subject: a host sync on CUDA); check=False draws a present label then."""
+
+    def __init__(self, patch_size, label_name: Optional[str] = None,
+                 label_probabilities: Optional[dict] = None, check: bool = True, seed: Optional[int] = None):
+        super().__init__(patch_size, seed)
+        self.label_name, self.check = label_name, bool(check)
+        self.label_probabilities_dict = label_probabilities
+        if label_probabilities is not None:
+            if not isinstance(label_probabilities, Mapping) or not label_probabilities:
+                raise ValueError(f"label_probabilities must be a non-empty dict {{label: probability}}, "
+                                 f"got {label_probabilities!r}")
+            for k, v in label_probabilities.items():
+                if isinstance(k, bool) or int(k) != k or k < 0:
+                    raise ValueError(f"label_probabilities keys must be labels >= 0, got {k!r}")
+                if not float(v) >= 0:
+                    raise ValueError(f"label_probabilities values must be >= 0, got {v!r}")
+            if sum(float(v) for v in label_probabilities.values()) <= 0:
+                raise ValueError("label_probabilities must not all be 0")
+
+    def _label(self, subject) -> torch.Tensor:
+        name = "label" if self.label_name is None else self.label_name
+        if name not in subject:
+            raise KeyError(f'Image "{name}" not found in subject: {sorted(map(str, subject))}')
+        return subject[name]
+
+    def _draw(self, subject, shape, count, seed, first_crop):
+        lab = self._label(subject)
+        probs = self.label_probabilities_dict
+        if probs is None:
+            form, ratios, lab = FOREGROUND, [1.0, 0.0], lab[:, :1]
+        elif lab.shape[1] > 1:
+            form, ratios = ONE_HOT, [0.0] * lab.shape[1]
+            for k, v in probs.items():
+                if int(k) >= lab.shape[1]:
+                    raise ValueError(f"label_probabilities key {k} is not a channel of the "
+                                     f"{lab.shape[1]}-channel label")
+                ratios[int(k)] = float(v)
+        else:
+            form, ratios = ARGMAX, [0.0] * (max(int(k) for k in probs) + 1)
+            for k, v in probs.items():
+                ratios[int(k)] = float(v)
+        centers, counts = torch.ops.voxaug.class_crop_centers(lab, None, 0.0, form, ratios, count, None,
+                                                              self._region(shape), _key(seed), 0, first_crop)
+        if self.check and first_crop == 0:
+            c = counts.cpu()
+            present = (c > 0) & (torch.tensor(ratios, dtype=torch.float64) > 0)
+            if not bool(present.any(dim=1).all()):
+                raise RuntimeError("Empty probability map found: no labelled voxel with a positive probability in "
+                                   "the valid region; voxels might be near the image border")
+        return centers
+
+
+# ---------------- PatchQueue ----------------
+class PatchQueue:
+    """A patch queue on the device with TorchIO Queue's semantics and no worker processes.
+
+    `subjects`: a sequence of subject dicts whose (C, D, H, W) or (1, C, D, H, W) tensors are
+    cached once on `device` (other entries are passed through; an int entry "num_samples"
+    overrides `samples_per_volume` for that subject, TorchIO's NUM_SAMPLES). The queue fills
+    exactly as TorchIO's Queue._fill: subjects in order (a random permutation per pass with
+    shuffle_subjects), min(num_samples, free slots) patches each, the rest of a subject that did
+    not fit first at the next fill, until `max_length` patches are held or every subject of the
+    pass was sampled; then the patches are shuffled (shuffle_patches). len(queue) is TorchIO's
+    iterations_per_epoch (the sum of num_samples); queue[i] pops one patch (TorchIO's
+    __getitem__). Iterating yields one epoch in batches of `batch_size` patches: tensors
+    concatenated along dim 0 ((B, C, *patch)), "location" (B, 6), other entries as lists; the
+    optional `transform` (a callable on the batch dict, e.g. voxaug d-form transforms) runs on
+    each batch. A subject's patches are drawn by `sampler` on the device (one draw and one
+    extraction launch per tensor for each block of patches)."""
+
+    def __init__(self, subjects: Sequence[Mapping[str, Any]], max_length: int, samples_per_volume: int,
+                 sampler: "_Sampler", batch_size: int = 1, shuffle_subjects: bool = True, shuffle_patches: bool = True,
+                 transform=None, device=None, drop_last: bool = False, seed: Optional[int] = None):
+        for name, v in (("max_length", max_length), ("samples_per_volume", samples_per_volume),
+                        ("batch_size", batch_size)):
+            if isinstance(v, bool) or int(v) != v or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if not isinstance(sampler, _Sampler):
+            raise TypeError(f"sampler must be a voxaug UniformSampler, WeightedSampler or LabelSampler, got "
+                            f"{type(sampler).__name__}")
+        if transform is not None and not callable(transform):
+            raise TypeError("transform must be callable on the batch dict")
+        self.subjects = [self._cache(s, device, i) for i, s in enumerate(subjects)]
+        if not self.subjects:
+            raise ValueError("subjects must not be empty")
+        self.max_length, self.samples_per_volume = int(max_length), int(samples_per_volume)
+        self.sampler, self.batch_size, self.transform = sampler, int(batch_size), transform
+        self.shuffle_subjects, self.shuffle_patches, self.drop_last = bool(shuffle_subjects), bool(shuffle_patches), \
+            bool(drop_last)
+        self._generator = None if seed is None else torch.Generator().manual_seed(int(seed))
+        self.patches_list: list[dict] = []
+        self._incomplete: Optional[dict] = None
+        self._num_incomplete = 0
+        self._order: list[int] = []
+        self._pos = 0
+        self._num_sampled = 0
+        self._new_pass()
+
+    @staticmethod
+    def _cache(subject: Mapping[str, Any], device, i: int) -> dict:
+        if not isinstance(subject, Mapping):
+            raise TypeError(f"subject {i} must be a dict, got {type(subject).__name__}")
+        out = {}
+        for k, v in subject.items():
+            if isinstance(v, torch.Tensor) and v.dim() in (4, 5):
+                if v.dim() == 5 and v.shape[0] != 1:
+                    raise ValueError(f"subject {i}: {k!r} must be (C, D, H, W) or (1, C, D, H, W), "
+                                     f"got {tuple(v.shape)}")
+                v = v if v.dim() == 5 else v.unsqueeze(0)
+                v = v.to(device) if device is not None else v
+            out[k] = v
+        n = out.get("num_samples", None)
+        if n is not None and (isinstance(n, bool) or int(n) != n or n < 1):
+            raise ValueError(f"subject {i}: num_samples must be a positive int, got {n!r}")
+        return out
+
+    def _num_samples(self, subject: dict) -> int:
+        return int(subject.get("num_samples", self.samples_per_volume))
+
+    def __len__(self) -> int:
+        return sum(self._num_samples(s) for s in self.subjects)
+
+    @property
+    def num_patches(self) -> int:
+        return len(self.patches_list)
+
+    def __repr__(self) -> str:
+        return (f"PatchQueue(max_length={self.max_length}, num_subjects={len(self.subjects)}, "
+                f"num_patches={self.num_patches}, samples_per_volume={self.samples_per_volume}, "
+                f"iterations_per_epoch={len(self)})")
+
+    def _new_pass(self) -> None:
+        n = len(self.subjects)
+        self._order = torch.randperm(n, generator=self._generator).tolist() if self.shuffle_subjects else list(range(n))
+        self._pos = 0
+        self._num_sampled = 0
+
+    def _next_subject(self) -> dict:
+        if self._pos >= len(self._order):
+            self._new_pass()
+        s = self.subjects[self._order[self._pos]]
+        self._pos += 1
+        return s
+
+    def _sample(self, subject: dict, n: int) -> list[dict]:
+        return list(self.sampler(subject, num_patches=n)) if n > 0 else []
+
+    def _fill(self) -> None:
+        if self._incomplete is not None:
+            self.patches_list.extend(self._sample(self._incomplete, self._num_incomplete))
+            self._incomplete = None
+        while True:
+            subject = self._next_subject()
+            n = self._num_samples(subject)
+            free = max(0, self.max_length - len(self.patches_list))
+            if free < n:
+                self._incomplete, self._num_incomplete = subject, n - free
+            self.patches_list.extend(self._sample(subject, min(n, free)))
+            self._num_sampled += 1
+            if len(self.patches_list) >= self.max_length or self._num_sampled >= len(self.subjects):
+                break
+        if self.shuffle_patches:
+            perm = torch.randperm(len(self.patches_list), generator=self._generator).tolist()
+            self.patches_list = [self.patches_list[i] for i in perm]
+        self.patches_list.reverse()  # pop() from the end gives the fill order
+
+    def __getitem__(self, index: int) -> dict:
+        if not self.patches_list:
+            self._fill()
+        return self.patches_list.pop()
+
+    def _collate(self, patches: list[dict]) -> dict:
+        batch = {}
+        for k, v in patches[0].items():
+            if isinstance(v, torch.Tensor) and (v.dim() == 5 or k == "location"):
+                batch[k] = torch.cat([p[k] for p in patches])
+            else:
+                batch[k] = [p[k] for p in patches]
+        return self.transform(batch) if self.transform is not None else batch
+
+    def __iter__(self) -> Iterator[dict]:
+        total, done = len(self), 0
+        while done < total:
+            b = min(self.batch_size, total - done)
+            if self.drop_last and b < self.batch_size:
+                break
+            yield self._collate([self[0] for _ in range(b)])
+            done += b

@@ -16,6 +16,13 @@ HAS_MINV, HAS_MAXV = HAS_B_MIN, HAS_B_MAX
 RICIAN_NOISE, BIAS_FIELD, ADJUST_CONTRAST, GAMMA = 5, 6, 7, 8
 MONOMIAL_BASIS, INVERT_IMAGE = 64, 128
 MAX_BIAS_FIELD_DEGREE = 7
+# 9: MONAI RandHistogramShift's piecewise-linear map; values: (N, 2 + K) float64 table (min, max
+# from minmax, then the floating control points in units of the range, NaN-padded; reference
+# points linspace(0, 1, count)). 10: MONAI StdShiftIntensity (values: moments (N, 1 or C, 3)).
+# 11: MONAI ScaleIntensityFixedMean (values: (N, 1 or C, 3) float64 mean, min, max).
+HISTOGRAM_SHIFT, STD_SHIFT_INTENSITY, SCALE_INTENSITY_FIXED_MEAN = 9, 10, 11
+NONZERO, FIXED_MEAN, PRESERVE_RANGE = 256, 512, 1024
+MAX_HISTOGRAM_POINTS = 4096
 
 
 def bias_field_coefficients(degree: int) -> int:

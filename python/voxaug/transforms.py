@@ -12,7 +12,8 @@ on the batch it is in or on the device. Nothing syncs the host.
 
 Differences from MONAI, by design: the arithmetic is float32 for every input dtype (MONAI
 computes float16 inputs in float16); random draws come from Philox, not numpy; a batch gets a
-per-sample gate ``u < prob`` instead of one gate per call.
+per-sample gate ``u < prob`` instead of one gate per call. Results are new tensors: MONAI's
+StdShiftIntensity writes into its (float32) input, voxaug never mutates the input.
 """
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ __all__ = [
     "RandScaleIntensity", "RandScaleIntensityd", "RandGaussianNoise", "RandGaussianNoised",
     "RandRicianNoise", "RandRicianNoised", "RandBiasField", "RandBiasFieldd", "RandomBiasField",
     "AdjustContrast", "AdjustContrastd", "RandAdjustContrast", "RandAdjustContrastd", "Gamma", "RandomGamma",
+    "StdShiftIntensity", "StdShiftIntensityd", "RandStdShiftIntensity", "RandStdShiftIntensityd",
+    "ScaleIntensityFixedMean", "ScaleIntensityFixedMeand", "RandScaleIntensityFixedMean",
+    "RandScaleIntensityFixedMeand", "RandHistogramShift", "RandHistogramShiftd",
 ]
 
 DtypeLike = Union[torch.dtype, np.dtype, type, str, None]
@@ -478,6 +482,178 @@ class RandomGamma(_Pointwise, _Randomizable):
         return [Step(ops.GAMMA, ops.RANDOM, (1.0, *self.log_gamma), self.p, self._next_seed())]
 
 
+class _StdShift(_Pointwise):
+    """Shared by MONAI's StdShiftIntensity and RandStdShiftIntensity: ``img + factor * std(img)``,
+    the population std (MONAI: torch.std(unbiased=False)) of each sample (each channel with
+    ``channel_wise``) from a device reduction (``ops.moments``, float64, rounded to float32 before
+    the product), so in a :class:`Compose` it starts a new fused pass. ``nonzero``: the std of the
+    values != 0, and only those shift. Gradients treat the std as a constant."""
+
+    _needs_input_stats = True
+
+    def _init(self, nonzero: bool, channel_wise: bool, dtype: DtypeLike):
+        self.nonzero, self.channel_wise = bool(nonzero), bool(channel_wise)
+        self.dtype = _torch_dtype(dtype)
+
+    def _flags(self) -> int:
+        return (ops.NONZERO if self.nonzero else 0) | (ops.CHANNEL_WISE if self.channel_wise else 0)
+
+    def _stats(self, x: torch.Tensor) -> torch.Tensor:
+        return ops.moments(x, self.channel_wise, self.nonzero)
+
+
+class StdShiftIntensity(_StdShift):
+    """MONAI StdShiftIntensity: ``img + factor * std(img)`` (see the notes of RandStdShiftIntensity)."""
+
+    def __init__(self, factor: float, nonzero: bool = False, channel_wise: bool = False,
+                 dtype: DtypeLike = torch.float32):
+        self.factor = float(factor)
+        self._init(nonzero, channel_wise, dtype)
+
+    def _plan(self, x):
+        return [Step(ops.STD_SHIFT_INTENSITY, self._flags(), (self.factor,), values=self._stats(x))]
+
+
+class RandStdShiftIntensity(_StdShift, _Randomizable):
+    """MONAI RandStdShiftIntensity: ``img + factor * std(img)``, factor ~ U(factors) (a number f
+    means (-f, f)) per sample, drawn in the kernel (one factor per sample, also with
+    ``channel_wise``, as MONAI draws one per call); applied with probability ``prob`` per sample."""
+
+    def __init__(self, factors: Union[tuple[float, float], float], prob: float = 0.1, nonzero: bool = False,
+                 channel_wise: bool = False, dtype: DtypeLike = torch.float32, seed: Optional[int] = None):
+        _Randomizable.__init__(self, seed)
+        self.factors = _range(factors, "factors")
+        self.prob = _check_prob(prob)
+        self._init(nonzero, channel_wise, dtype)
+
+    def _plan(self, x, seed: Optional[int] = None):
+        return [Step(ops.STD_SHIFT_INTENSITY, self._flags() | ops.RANDOM, (0.0, *self.factors), self.prob,
+                     self._next_seed() if seed is None else seed, values=self._stats(x))]
+
+
+class _FixedMean(_Pointwise):
+    """Shared by MONAI's ScaleIntensityFixedMean and RandScaleIntensityFixedMean:
+    ``(img - mean) * (1 + factor) + mean`` (``img * (1 + factor)`` without ``fixed_mean``), clipped to
+    the input's [min, max] with ``preserve_range``; mean, min and max per sample (per channel with
+    ``channel_wise``) from device reductions (torch's mean in float32 as MONAI's, ``ops.minmax``), so in a
+    :class:`Compose` it starts a new fused pass. Gradients treat the statistics as constants."""
+
+    _needs_input_stats = True
+
+    def _init(self, fixed_mean: bool, preserve_range: bool, channel_wise: bool, dtype: DtypeLike):
+        self.fixed_mean, self.preserve_range = bool(fixed_mean), bool(preserve_range)
+        self.channel_wise = bool(channel_wise)
+        self.dtype = _torch_dtype(dtype)
+
+    def _flags(self) -> int:
+        return ((ops.FIXED_MEAN if self.fixed_mean else 0) | (ops.PRESERVE_RANGE if self.preserve_range else 0)
+                | (ops.CHANNEL_WISE if self.channel_wise else 0))
+
+    def _stats(self, x: torch.Tensor) -> torch.Tensor:
+        segs = x.shape[1] if self.channel_wise else 1
+        zeros = lambda k: torch.zeros(x.shape[0], segs, k, dtype=torch.float64, device=x.device)  # noqa: E731
+        if self.fixed_mean:  # torch's float32 mean, as MONAI's (half / integer data: accumulated in float32)
+            dims = tuple(range(2, x.dim())) if self.channel_wise else tuple(range(1, x.dim()))
+            mean = x.mean(dim=dims, dtype=torch.float64 if x.dtype == torch.float64 else torch.float32)
+            mean = mean.reshape(x.shape[0], segs, 1).double()
+        else:
+            mean = zeros(1)
+        mm = ops.minmax(x, self.channel_wise) if self.preserve_range else zeros(2)
+        return torch.cat([mean, mm], -1)
+
+
+class ScaleIntensityFixedMean(_FixedMean):
+    """MONAI ScaleIntensityFixedMean (see the notes of RandScaleIntensityFixedMean)."""
+
+    def __init__(self, factor: float = 0, preserve_range: bool = False, fixed_mean: bool = True,
+                 channel_wise: bool = False, dtype: DtypeLike = torch.float32):
+        self.factor = float(factor)
+        self._init(fixed_mean, preserve_range, channel_wise, dtype)
+
+    def _plan(self, x):
+        return [Step(ops.SCALE_INTENSITY_FIXED_MEAN, self._flags(), (self.factor,), values=self._stats(x))]
+
+
+class RandScaleIntensityFixedMean(_FixedMean, _Randomizable):
+    """MONAI RandScaleIntensityFixedMean: :class:`ScaleIntensityFixedMean` with factor ~ U(factors) (a
+    number f means (-f, f)) per sample, or per sample and channel with ``channel_wise`` (statistics
+    then per channel too), drawn in the kernel; applied with probability ``prob`` per sample."""
+
+    def __init__(self, prob: float = 0.1, factors: Union[Sequence[float], float] = 0, fixed_mean: bool = True,
+                 preserve_range: bool = False, dtype: DtypeLike = torch.float32, channel_wise: bool = False,
+                 seed: Optional[int] = None):
+        _Randomizable.__init__(self, seed)
+        if not isinstance(factors, (int, float)) and len(factors) != 2:
+            raise ValueError("factors should be a number or pair of numbers.")
+        self.factors = _range(factors, "factors")
+        self.prob = _check_prob(prob)
+        self._init(fixed_mean, preserve_range, channel_wise, dtype)
+
+    def _plan(self, x, seed: Optional[int] = None):
+        return [Step(ops.SCALE_INTENSITY_FIXED_MEAN, self._flags() | ops.RANDOM, (0.0, *self.factors), self.prob,
+                     self._next_seed() if seed is None else seed, values=self._stats(x))]
+
+
+class RandHistogramShift(_Pointwise, _Randomizable):
+    """MONAI RandHistogramShift: a random monotone piecewise-linear map of each sample's intensity
+    range. Per sample: K ~ randint(num_control_points) (a number: exactly K), reference points
+    linspace(0, 1, K), floating points y_0 = 0, y_{K-1} = 1 and y_i ~ U(y_{i-1}, x_{i+1}) in order
+    (MONAI's draws), all scaled to [min, max] of the sample (``ops.minmax``, a device reduction: in
+    a :class:`Compose` it starts a new fused pass); then MONAI's interpolation (float32 slopes and
+    intercepts, np.interp's ends), evaluated per voxel in the kernel. The gate, K and the points
+    are drawn on the host from Philox (``ops.philox_uniform``, one row per sample) and kept in
+    ``last_applied`` / ``last_num_points`` / ``last_control_points`` (float64, NaN-padded). A
+    constant sample is returned unchanged (MONAI warns). Integer images give float32 results."""
+
+    _needs_input_stats = True
+
+    def __init__(self, num_control_points: Union[tuple[int, int], int] = 10, prob: float = 0.1,
+                 seed: Optional[int] = None):
+        _Randomizable.__init__(self, seed)
+        if isinstance(num_control_points, int):
+            if num_control_points <= 2:
+                raise ValueError("num_control_points should be greater than or equal to 3")
+            self.num_control_points = (num_control_points, num_control_points)
+        else:
+            if len(num_control_points) != 2:
+                raise ValueError("num_control points should be a number or a pair of numbers")
+            if min(num_control_points) <= 2:
+                raise ValueError("num_control_points should be greater than or equal to 3")
+            self.num_control_points = (int(min(num_control_points)), int(max(num_control_points)))
+        if self.num_control_points[1] > ops.MAX_HISTOGRAM_POINTS:
+            raise ValueError(f"num_control_points must be <= {ops.MAX_HISTOGRAM_POINTS}, "
+                             f"got {self.num_control_points[1]}")
+        self.prob = _check_prob(prob)
+        self.last_applied: Optional[torch.Tensor] = None
+        self.last_num_points: Optional[torch.Tensor] = None
+        self.last_control_points: Optional[torch.Tensor] = None
+
+    def _points(self, n: int, seed: int) -> torch.Tensor:
+        """(n, K_max) float64 floating control points, NaN after each sample's K (all NaN: not applied)."""
+        lo, hi = self.num_control_points
+        u = ops.philox_uniform(seed, 0, n, hi)  # gate, K, then the K - 2 interior draws
+        applied = u[:, 0] < self.prob
+        k = torch.clamp(lo + torch.floor(u[:, 1] * (hi - lo + 1)).to(torch.int64), max=hi)
+        idx = torch.arange(hi, dtype=torch.int64)
+        # np.linspace(0, 1, K): i * (1 / (K - 1)), the last exactly 1
+        ref = idx[None].double() * (1.0 / (k - 1).double())[:, None]
+        ref = torch.where(idx[None] == (k - 1)[:, None], torch.ones(()), ref)
+        ref = torch.where(idx[None] < k[:, None], ref, torch.full((), float("nan"), dtype=torch.float64))
+        pts = ref.clone()
+        for i in range(1, hi - 1):  # MONAI: y_i = uniform(y_{i-1}, x_{i+1}), in order
+            a, b = pts[:, i - 1], ref[:, i + 1]
+            pts[:, i] = torch.where(i < k - 1, a + (b - a) * u[:, 1 + i], pts[:, i])
+        pts = torch.where(applied[:, None], pts, torch.full((), float("nan"), dtype=torch.float64))
+        self.last_applied, self.last_num_points, self.last_control_points = applied, k, pts
+        return pts
+
+    def _plan(self, x, seed: Optional[int] = None):
+        n = x.shape[0]
+        pts = self._points(n, self._next_seed() if seed is None else seed)
+        table = torch.cat([ops.minmax(x).view(n, 2), _host_to(pts, x.device)], 1)
+        return [Step(ops.HISTOGRAM_SHIFT, 0, (), 1.0, 0, values=table)]
+
+
 class Compose:
     """Applies transforms in order; consecutive pointwise transforms run as one fused pass
     (one read and one write of the volume). The result equals applying them one by one.
@@ -676,6 +852,49 @@ class RandAdjustContrastd(_DictSharedSeed):
                  invert_image: bool = False, retain_stats: bool = False, allow_missing_keys: bool = False,
                  seed: Optional[int] = None):
         super().__init__(keys, RandAdjustContrast(prob, gamma, invert_image, retain_stats, seed), allow_missing_keys)
+
+
+class StdShiftIntensityd(_Dict):
+    def __init__(self, keys, factor: float, nonzero: bool = False, channel_wise: bool = False,
+                 dtype: DtypeLike = torch.float32, allow_missing_keys: bool = False):
+        super().__init__(keys, StdShiftIntensity(factor, nonzero, channel_wise, dtype), allow_missing_keys)
+
+
+class RandStdShiftIntensityd(_DictSharedSeed):
+    """MONAI RandStdShiftIntensityd: one factor per call for every key, each key with its own std."""
+
+    def __init__(self, keys, factors: Union[tuple[float, float], float], prob: float = 0.1, nonzero: bool = False,
+                 channel_wise: bool = False, dtype: DtypeLike = torch.float32, allow_missing_keys: bool = False,
+                 seed: Optional[int] = None):
+        super().__init__(keys, RandStdShiftIntensity(factors, prob, nonzero, channel_wise, dtype, seed),
+                         allow_missing_keys)
+
+
+class ScaleIntensityFixedMeand(_Dict):
+    def __init__(self, keys, factor: float = 0, preserve_range: bool = False, fixed_mean: bool = True,
+                 channel_wise: bool = False, dtype: DtypeLike = torch.float32, allow_missing_keys: bool = False):
+        super().__init__(keys, ScaleIntensityFixedMean(factor, preserve_range, fixed_mean, channel_wise, dtype),
+                         allow_missing_keys)
+
+
+class RandScaleIntensityFixedMeand(_DictSharedSeed):
+    """MONAI RandScaleIntensityFixedMeand: one factor (per channel with ``channel_wise``) per call for
+    every key, each key with its own statistics."""
+
+    def __init__(self, keys, factors: Union[Sequence[float], float], fixed_mean: bool = True,
+                 preserve_range: bool = False, prob: float = 0.1, dtype: DtypeLike = torch.float32,
+                 allow_missing_keys: bool = False, channel_wise: bool = False, seed: Optional[int] = None):
+        super().__init__(keys, RandScaleIntensityFixedMean(prob, factors, fixed_mean, preserve_range, dtype,
+                                                           channel_wise, seed), allow_missing_keys)
+
+
+class RandHistogramShiftd(_DictSharedSeed):
+    """MONAI RandHistogramShiftd: the same control points for every key, each key scaled to its own
+    min / max."""
+
+    def __init__(self, keys, num_control_points: Union[tuple[int, int], int] = 10, prob: float = 0.1,
+                 allow_missing_keys: bool = False, seed: Optional[int] = None):
+        super().__init__(keys, RandHistogramShift(num_control_points, prob, seed), allow_missing_keys)
 
 
 # ---------------- spatial family (python/voxaug/spatial.py) ----------------

@@ -282,6 +282,56 @@ inline double reference_element(const std::vector<PointwiseStep>& steps, double 
         x = (x < 0 ? -1.0 : 1.0) * std::pow(ax, gam);
         break;
       }
+      case PointwiseOp::HistogramShift: {
+        // np.interp in float64 on the float32 statistics: points min + k / (K - 1) * range,
+        // values min + y_k * range; the end values outside.
+        const double mn = static_cast<float>(s.stats[2 * g]);
+        const double mx = static_cast<float>(s.stats[2 * g + 1]);
+        const float* y = s.coefficients + int64_t(g) * s.num_points;
+        int K = 0;
+        while (K < s.num_points && !std::isnan(y[K])) ++K;
+        if (K < 2 || mx == mn) break;
+        auto px = [&](int k) { return mn + (k == K - 1 ? 1.0 : double(k) / (K - 1)) * (mx - mn); };
+        auto py = [&](int k) { return mn + double(y[k]) * (mx - mn); };
+        if (x < px(0)) {
+          x = py(0);
+          d = 0;
+        } else if (x > px(K - 1)) {
+          x = py(K - 1);
+          d = 0;
+        } else {
+          int k = 0;
+          while (k < K - 2 && px(k + 1) < x) ++k;
+          const double m = (py(k + 1) - py(k)) / (px(k + 1) - px(k));
+          x = py(k) + m * (x - px(k));
+          d *= m;
+        }
+        break;
+      }
+      case PointwiseOp::StdShiftIntensity: {
+        const int64_t seg = s.channel_wise ? int64_t(g) * channels + c : int64_t(g);
+        const double f = s.random ? draw_range_f32(s.low, s.high, draw.y) : s.value;
+        if (!(s.nonzero && x == 0)) x += f * s.stats[3 * seg + 2];
+        break;
+      }
+      case PointwiseOp::ScaleIntensityFixedMean: {
+        const int64_t seg = s.channel_wise ? int64_t(g) * channels + c : int64_t(g);
+        const uint32_t bits =
+            s.channel_wise ? philox_block(s.seed, c, g, PhiloxStream::Channel).x : draw.y;
+        const double f = s.random ? draw_range_f32(s.low, s.high, bits) : s.value;
+        const double mean = s.fixed_mean ? s.stats[3 * seg] : 0.0;
+        x = (x - mean) * (1.0 + f) + mean;
+        d *= 1.0 + f;
+        if (s.preserve_range && x < s.stats[3 * seg + 1]) {
+          x = s.stats[3 * seg + 1];
+          d = 0;
+        }
+        if (s.preserve_range && x > s.stats[3 * seg + 2]) {
+          x = s.stats[3 * seg + 2];
+          d = 0;
+        }
+        break;
+      }
     }
   }
   if (deriv) *deriv = d;

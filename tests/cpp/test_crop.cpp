@@ -218,3 +218,381 @@ TEST(CropCuda, PosNegCentersTwin) {
   EXPECT_EQ(cpu, dc.to_host<int64_t>(cpu.size()));
 }
 #endif
+
+// ---- generic centre samplers (class_crop_centers, weighted_crop_centers, uniform_crop_centers)
+// and extract_patches vs naive references: explicit candidate lists in raster order (the
+// volumes are C-ordered), the same Philox draws, float64 running sums.
+namespace {
+using voxaug::detail::philox_block;
+using voxaug::detail::PhiloxStream;
+using voxaug::detail::uniform01_f64;
+
+struct Box {
+  int64_t lo[3], hi[3];
+  bool in(int64_t d, int64_t h, int64_t w) const {
+    return d >= lo[0] && d < hi[0] && h >= lo[1] && h < hi[1] && w >= lo[2] && w < hi[2];
+  }
+};
+
+CropCenterOptions options(const Box& b, int k, uint64_t seed, int64_t first_crop = 0) {
+  CropCenterOptions o;
+  o.num_samples = k;
+  for (int a = 0; a < 3; ++a) o.region_lo[a] = b.lo[a], o.region_hi[a] = b.hi[a];
+  o.seed = seed;
+  o.first_crop = first_crop;
+  return o;
+}
+
+// MONAI map_classes_to_indices + generate_label_classes_crop_centers with voxaug's draws.
+std::vector<int64_t> naive_class_centers(const std::vector<float>& lab,
+                                         const std::vector<float>* img, const Vol& s,
+                                         CropLabelForm form, int K,
+                                         const std::vector<double>& ratios, const Box& box,
+                                         int k_count, uint64_t seed, int64_t first_crop) {
+  std::vector<int64_t> out;
+  const int64_t vox = s.d * s.h * s.w;
+  for (int64_t n = 0; n < s.n; ++n) {
+    std::vector<std::vector<int64_t>> lists(K);
+    for (int64_t v = 0; v < vox; ++v) {
+      const int64_t d = v / (s.h * s.w), h = (v / s.w) % s.h, w = v % s.w;
+      if (!box.in(d, h, w)) continue;
+      if (img && !((*img)[n * vox + v] > 0.25)) continue;
+      for (int c = 0; c < K; ++c) {
+        bool member;
+        if (form == CropLabelForm::OneHot) {
+          member = lab[(n * s.c + c) * vox + v] != 0.0f;
+        } else {
+          member = lab[n * s.c * vox + v] == static_cast<float>(c);
+        }
+        if (member) lists[c].push_back(v);
+      }
+    }
+    for (int k = 0; k < k_count; ++k) {
+      const auto r =
+          philox_block(seed, first_crop + k, static_cast<uint32_t>(n), PhiloxStream::Sample);
+      const double u_cls = uniform01_f64(r.x, r.y), u_rank = uniform01_f64(r.z, r.w);
+      std::vector<double> adj(K);
+      double sum = 0;
+      std::vector<int> present;
+      for (int c = 0; c < K; ++c) {
+        adj[c] = lists[c].empty() ? 0.0 : ratios[c];
+        sum += adj[c];
+        if (!lists[c].empty()) present.push_back(c);
+      }
+      int64_t idx[3] = {box.lo[0] + (box.hi[0] - box.lo[0]) / 2,
+                        box.lo[1] + (box.hi[1] - box.lo[1]) / 2,
+                        box.lo[2] + (box.hi[2] - box.lo[2]) / 2};
+      if (!present.empty()) {
+        int cls = -1;
+        if (sum > 0) {
+          double cum = 0;
+          for (int c = 0; c < K; ++c) {
+            if (adj[c] <= 0) continue;
+            cum += adj[c];
+            cls = c;
+            if (u_cls * sum < cum) break;
+          }
+        } else {
+          cls = present[std::min<size_t>(static_cast<size_t>(u_cls * present.size()),
+                                         present.size() - 1)];
+        }
+        const auto& list = lists[cls];
+        const int64_t v =
+            list[std::min<int64_t>(static_cast<int64_t>(u_rank * list.size()), list.size() - 1)];
+        idx[0] = v / (s.h * s.w), idx[1] = (v / s.w) % s.h, idx[2] = v % s.w;
+      }
+      for (int a = 0; a < 3; ++a) out.push_back(idx[a]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Crop, ClassCentersMatchNaiveIndexLists) {
+  const Vol s{2, 1, 19, 21, 23};  // several chunks
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<float> lab(s.numel()), img(s.numel());
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    const float x = u(rng);
+    lab[i] = x < 0.01f ? 1.0f : x < 0.03f ? 2.0f : x < 0.031f ? 5.0f : x < 0.04f ? 2.5f : 0.0f;
+    img[i] = u(rng);
+  }
+  const int K = 7;  // > 4: the shared-histogram path on CUDA; class 3, 4, 6 absent
+  const std::vector<double> ratios{1, 2, 3, 4, 0, 0.5, 2};
+  for (const Box& box : {Box{{0, 0, 0}, {19, 21, 23}}, Box{{2, 3, 1}, {17, 20, 22}}}) {
+    for (bool with_image : {false, true}) {
+      const VolumeView iv = view(img.data(), DType::Float32, s);
+      std::vector<int64_t> got(3 * s.n * 11), counts(s.n * K);
+      class_crop_centers(view(lab.data(), DType::Float32, s), with_image ? &iv : nullptr, 0.25,
+                         CropLabelForm::Argmax, K, ratios.data(), nullptr, options(box, 11, 5, 3),
+                         got.data(), counts.data());
+      EXPECT_EQ(got, naive_class_centers(lab, with_image ? &img : nullptr, s, CropLabelForm::Argmax,
+                                         K, ratios, box, 11, 5, 3));
+      EXPECT_EQ(counts[3], 0);
+      EXPECT_GT(counts[1], 0);
+    }
+  }
+}
+
+TEST(Crop, OneHotCentersAndFallbacks) {
+  const Vol s{2, 3, 9, 30, 17};
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<float> lab(s.numel());
+  for (auto& x : lab) x = u(rng) < 0.05f ? 1.0f : 0.0f;  // overlapping channels
+  const int64_t vox = s.d * s.h * s.w;
+  std::fill(lab.begin() + (s.c + 1) * vox, lab.begin() + (s.c + 2) * vox,
+            0.0f);  // sample 1: no class 1
+  const Box box{{0, 0, 0}, {9, 30, 17}};
+  // Ratios (0, 1, 0): sample 1 has no class 1, so no positive-ratio class is present: the
+  // fallback draws a present class uniformly.
+  const std::vector<double> ratios{0, 1, 0};
+  std::vector<int64_t> got(3 * s.n * 9), counts(s.n * 3);
+  class_crop_centers(view(lab.data(), DType::Float32, s), nullptr, 0.0, CropLabelForm::OneHot, 3,
+                     ratios.data(), nullptr, options(box, 9, 6), got.data(), counts.data());
+  EXPECT_EQ(got,
+            naive_class_centers(lab, nullptr, s, CropLabelForm::OneHot, 3, ratios, box, 9, 6, 0));
+  EXPECT_EQ(counts[3 + 1], 0);
+  // An empty label: every centre is the region's centre.
+  std::vector<float> empty(s.numel(), 0.0f);
+  class_crop_centers(view(empty.data(), DType::Float32, s), nullptr, 0.0, CropLabelForm::OneHot, 3,
+                     ratios.data(), nullptr, options(box, 9, 6), got.data(), counts.data());
+  for (int64_t i = 0; i < s.n * 9; ++i)
+    EXPECT_EQ((std::vector<int64_t>(got.begin() + 3 * i, got.begin() + 3 * i + 3)),
+              (std::vector<int64_t>{4, 15, 8}));
+}
+
+TEST(Crop, WeightedCentersMatchNaiveCdf) {
+  const Vol s{2, 1, 18, 25, 21};
+  std::mt19937 rng(10);
+  std::uniform_int_distribution<int> u(0, 9);
+  std::vector<float> w(s.numel());
+  for (auto& x : w) x = static_cast<float>(u(rng) < 7 ? 0 : u(rng));  // integers: exact sums
+  w[s.numel() / 2 + 5] = -3.0f;  // sample 1: a negative weight in the region (MONAI shifts)
+  const Box box{{2, 3, 4}, {15, 23, 18}};
+  const int K = 13;
+  for (bool shift : {true, false}) {
+    std::vector<int64_t> got(3 * s.n * K);
+    std::vector<double> stats(3 * s.n);
+    weighted_crop_centers(view(w.data(), DType::Float32, s), shift, options(box, K, 12), got.data(),
+                          stats.data());
+    const int64_t vox = s.d * s.h * s.w;
+    for (int64_t n = 0; n < s.n; ++n) {
+      std::vector<int64_t> vs;
+      std::vector<double> ws;
+      double mn = INFINITY, mn_all = INFINITY;
+      for (int64_t v = 0; v < vox; ++v) {
+        const int64_t d = v / (s.h * s.w), h = (v / s.w) % s.h, ww = v % s.w;
+        mn_all = std::min(mn_all, double(w[n * vox + v]));
+        if (box.in(d, h, ww)) mn = std::min(mn, double(w[n * vox + v]));
+      }
+      const double sh = shift && mn < 0 ? mn : 0.0;
+      double total = 0;
+      for (int64_t v = 0; v < vox; ++v) {
+        const int64_t d = v / (s.h * s.w), h = (v / s.w) % s.h, ww = v % s.w;
+        if (!box.in(d, h, ww)) continue;
+        double x = w[n * vox + v] - sh;
+        if (!shift && x < 0) x = 0;
+        vs.push_back(v);
+        ws.push_back(x);
+        total += x;
+      }
+      EXPECT_EQ(stats[3 * n], total);
+      EXPECT_EQ(stats[3 * n + 1], sh);
+      EXPECT_EQ(stats[3 * n + 2], mn_all);
+      for (int k = 0; k < K; ++k) {
+        const auto r = philox_block(12, k, static_cast<uint32_t>(n), PhiloxStream::Sample);
+        const double target = uniform01_f64(r.x, r.y) * total;
+        double acc = 0;
+        size_t i = 0;
+        for (; i < vs.size(); ++i) {  // numpy searchsorted(cdf, target, side="right")
+          acc += ws[i];
+          if (acc > target) break;
+        }
+        const int64_t v = vs[i];
+        const int64_t want[3] = {v / (s.h * s.w), (v / s.w) % s.h, v % s.w};
+        for (int a = 0; a < 3; ++a) EXPECT_EQ(got[3 * (n * K + k) + a], want[a]) << n << " " << k;
+        EXPECT_GT(ws[i], 0.0);
+      }
+    }
+  }
+  // Zero and non-finite totals: uniform in the region.
+  std::vector<float> zero(s.numel(), 0.0f), nan(s.numel(), 1.0f);
+  const int64_t inside = (5 * s.h + 5) * s.w + 5;  // in the region, in both samples
+  nan[inside] = NAN;
+  nan[s.numel() / 2 + inside] = INFINITY;
+  for (auto* m : {&zero, &nan}) {
+    std::vector<int64_t> got(3 * s.n * K), uni(3 * s.n * K);
+    weighted_crop_centers(view(m->data(), DType::Float32, s), true, options(box, K, 12), got.data(),
+                          nullptr);
+    uniform_crop_centers(s.n, options(box, K, 12), Device::CPU, 0, uni.data());
+    EXPECT_EQ(got, uni);
+  }
+}
+
+TEST(Crop, UniformCentersCoverTheRegion) {
+  const Box box{{3, 0, 5}, {7, 1, 12}};
+  const int K = 4000;
+  std::vector<int64_t> got(3 * 2 * K);
+  uniform_crop_centers(2, options(box, K, 3), Device::CPU, 0, got.data());
+  std::vector<int> hist(7, 0);
+  for (int64_t t = 0; t < 2 * K; ++t) {
+    for (int a = 0; a < 3; ++a) {
+      ASSERT_GE(got[3 * t + a], box.lo[a]);
+      ASSERT_LT(got[3 * t + a], box.hi[a]);
+    }
+    hist[got[3 * t + 2] - 5]++;
+  }
+  for (int c : hist) EXPECT_GT(c, 2 * K / 7 - 200);  // every value drawn about equally
+  // Independent of the crop split: crops [10, 20) drawn alone equal those of the full draw.
+  std::vector<int64_t> part(3 * 2 * 10);
+  uniform_crop_centers(2, options(box, 10, 3, 10), Device::CPU, 0, part.data());
+  for (int n = 0; n < 2; ++n)
+    for (int k = 0; k < 10; ++k)
+      for (int a = 0; a < 3; ++a)
+        EXPECT_EQ(part[3 * (n * 10 + k) + a], got[3 * (n * K + 10 + k) + a]);
+}
+
+TEST(Crop, ExtractPatchesMatchesNaiveGather) {
+  const Vol s{2, 3, 7, 9, 11};
+  std::vector<int16_t> in(s.numel());
+  for (int64_t i = 0; i < s.numel(); ++i) in[i] = static_cast<int16_t>(i % 3001 - 1500);
+  const int64_t K = 3, size[3] = {4, 5, 6};
+  const std::vector<int64_t> starts{0, 0, 0, -2, 6, 8, 3, 4, 5, 5, -1, 0, 6, 8, 10, 1, 2, 3};
+  std::vector<int16_t> out(s.n * K * s.c * 4 * 5 * 6, 99);
+  const int64_t shift[3] = {1, -2, 3};  // a box starts at corner - offset
+  for (int layout = 0; layout < 4; ++layout) {
+    const bool transposed = layout & 1, shifted = layout & 2;
+    VolumeView v = view(in.data(), DType::Int16, s);
+    if (transposed) {  // the same buffer read as (N, C, W', H', D') would not match: use strides
+      std::swap(v.strides[3], v.strides[4]);  // a transposed view of an 11 x 9 plane
+      std::swap(v.shape[3], v.shape[4]);
+    }
+    extract_patches(v, starts.data(), shifted ? shift : nullptr, K, size, out.data());
+    const int64_t o[3] = {shifted ? shift[0] : 0, shifted ? shift[1] : 0, shifted ? shift[2] : 0};
+    int64_t e = 0;
+    for (int64_t p = 0; p < s.n * K; ++p)
+      for (int64_t c = 0; c < s.c; ++c)
+        for (int64_t z = 0; z < 4; ++z)
+          for (int64_t y = 0; y < 5; ++y)
+            for (int64_t x = 0; x < 6; ++x, ++e) {
+              const int64_t d = starts[3 * p] - o[0] + z, h = starts[3 * p + 1] - o[1] + y,
+                            w = starts[3 * p + 2] - o[2] + x;
+              const bool inside =
+                  d >= 0 && d < v.shape[2] && h >= 0 && h < v.shape[3] && w >= 0 && w < v.shape[4];
+              const int16_t want = inside
+                                       ? in[(p / K) * v.strides[0] + c * v.strides[1] +
+                                            d * v.strides[2] + h * v.strides[3] + w * v.strides[4]]
+                                       : int16_t(0);
+              ASSERT_EQ(out[e], want) << p << " " << c << " " << z << " " << y << " " << x;
+            }
+  }
+}
+
+TEST(Crop, SamplerBadInputs) {
+  const Vol s{1, 1, 4, 4, 4};
+  std::vector<float> v(s.numel());
+  std::vector<int64_t> c(3);
+  const double r2[2] = {1, -1};
+  const Box full{{0, 0, 0}, {4, 4, 4}};
+  EXPECT_THROW(
+      class_crop_centers(view(v.data(), DType::Float32, s), nullptr, 0, CropLabelForm::Argmax, 2,
+                         r2, nullptr, options(full, 1, 0), c.data(), nullptr),
+      Error);  // negative ratio
+  const double r1[3] = {1, 1, 1};
+  EXPECT_THROW(
+      class_crop_centers(view(v.data(), DType::Float32, s), nullptr, 0, CropLabelForm::OneHot, 3,
+                         r1, nullptr, options(full, 1, 0), c.data(), nullptr),
+      Error);  // one-hot needs one class per channel
+  const Box bad{{0, 0, 3}, {4, 4, 3}};
+  EXPECT_THROW(weighted_crop_centers(view(v.data(), DType::Float32, s), true, options(bad, 1, 0),
+                                     c.data(), nullptr),
+               Error);  // empty region
+  const int64_t size[3] = {0, 1, 1};
+  EXPECT_THROW(
+      extract_patches(view(v.data(), DType::Float32, s), c.data(), nullptr, 1, size, v.data()),
+      Error);
+}
+
+#if VOXAUG_WITH_CUDA
+TEST(CropCuda, SamplersTwin) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const Vol s{3, 2, 41, 37, 29};
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<float> lab(s.numel()), w(s.numel()), img(s.numel());
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    const float x = u(rng);
+    lab[i] = x < 0.02f ? 1.0f : x < 0.05f ? 3.0f : 0.0f;
+    w[i] = u(rng) < 0.1f ? u(rng) * 3 - 0.5f : 0.0f;  // negatives: MONAI's shift
+    img[i] = u(rng);
+  }
+  DeviceBuffer dl(lab), dw(w), di(img);
+  const Box box{{1, 2, 3}, {40, 30, 27}};
+  const int K = 9;
+  const std::vector<double> ratios6{1, 2, 0, 3, 1, 1}, ratios2{1, 1};
+  const Vol s1{s.n, 1, s.d, s.h, s.w};
+  VolumeView l1 = view(lab.data(), DType::Float32, s1),
+             dl1 = view(dl.p, DType::Float32, s1, Device::CUDA);
+  l1.strides[0] = dl1.strides[0] = s.c * s.d * s.h * s.w;  // channel 0 of the 2-channel buffer
+  const VolumeView iv = view(img.data(), DType::Float32, s),
+                   div = view(di.p, DType::Float32, s, Device::CUDA);
+  struct Case {
+    CropLabelForm form;
+    int k;
+    const std::vector<double>* r;
+    bool image;
+  };
+  for (const Case& cs : {Case{CropLabelForm::Argmax, 6, &ratios6, true},
+                         Case{CropLabelForm::Foreground, 2, &ratios2, false},
+                         Case{CropLabelForm::OneHot, 2, &ratios2, true}}) {
+    const bool one_hot = cs.form == CropLabelForm::OneHot;
+    const VolumeView hl = one_hot ? view(lab.data(), DType::Float32, s) : l1;
+    const VolumeView gl = one_hot ? view(dl.p, DType::Float32, s, Device::CUDA) : dl1;
+    std::vector<int64_t> cpu(3 * s.n * K), cpu_counts(s.n * cs.k);
+    const int64_t crop[3] = {8, 8, 8};
+    class_crop_centers(hl, cs.image ? &iv : nullptr, 0.3, cs.form, cs.k, cs.r->data(), crop,
+                       options(box, K, 4), cpu.data(), cpu_counts.data());
+    DeviceBuffer dc(cpu.size() * sizeof(int64_t)), dn(cpu_counts.size() * sizeof(int64_t));
+    class_crop_centers(gl, cs.image ? &div : nullptr, 0.3, cs.form, cs.k, cs.r->data(), crop,
+                       options(box, K, 4), dc.as<int64_t>(), dn.as<int64_t>());
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(cpu, dc.to_host<int64_t>(cpu.size())) << int(cs.form);
+    EXPECT_EQ(cpu_counts, dn.to_host<int64_t>(cpu_counts.size())) << int(cs.form);
+  }
+  for (bool shift : {true, false}) {
+    std::vector<int64_t> cpu(3 * s.n * K);
+    std::vector<double> cpu_stats(3 * s.n);
+    VolumeView hw = view(w.data(), DType::Float32, s),
+               gw = view(dw.p, DType::Float32, s, Device::CUDA);
+    weighted_crop_centers(hw, shift, options(box, K, 8), cpu.data(), cpu_stats.data());
+    DeviceBuffer dc(cpu.size() * sizeof(int64_t)), ds(cpu_stats.size() * sizeof(double));
+    weighted_crop_centers(gw, shift, options(box, K, 8), dc.as<int64_t>(), ds.as<double>());
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(cpu, dc.to_host<int64_t>(cpu.size()));
+    EXPECT_EQ(cpu_stats, ds.to_host<double>(cpu_stats.size()));  // bit-identical sums
+  }
+  {
+    std::vector<int64_t> cpu(3 * s.n * K);
+    uniform_crop_centers(s.n, options(box, K, 2), Device::CPU, 0, cpu.data());
+    DeviceBuffer dc(cpu.size() * sizeof(int64_t));
+    uniform_crop_centers(s.n, options(box, K, 2), Device::CUDA, 0, dc.as<int64_t>());
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(cpu, dc.to_host<int64_t>(cpu.size()));
+  }
+  {
+    const std::vector<int64_t> starts{0,  0,  0, -3, 30, 25, 10, 10, 10,
+                                      35, -2, 1, 4,  4,  4,  40, 36, 28};
+    const int64_t size[3] = {9, 10, 11};
+    const int64_t offset[3] = {4, 5, 5};
+    std::vector<float> cpu(s.n * 2 * s.c * 9 * 10 * 11);
+    extract_patches(iv, starts.data(), offset, 2, size, cpu.data());
+    DeviceBuffer ds(starts), dout(cpu.size() * sizeof(float));
+    extract_patches(div, ds.as<int64_t>(), offset, 2, size, dout.p);
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(cpu, dout.to_host<float>(cpu.size()));
+  }
+}
+#endif

@@ -2,10 +2,13 @@
 // determinism and argument-checking behaviour.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "voxaug/detail/fmath.h"
+#include "voxaug/detail/pointwise.h"
 
 #include "intensity_cases.h"
 #include "voxaug/detail/convert.h"
@@ -625,4 +628,251 @@ TEST(IntensityCpu, NewStepsBadArgumentsGiveNamedErrors) {
             std::string::npos);
   EXPECT_NE(error_of([&] { run(PointwiseStep::gamma(std::nan(""))); }).find("gamma must be finite"),
             std::string::npos);
+}
+
+namespace {
+
+// Per-segment float64 statistics computed naively: (count, mean, population std) of the
+// (non-zero) values, (mean, min, max), and (min, max).
+struct NaiveStats {
+  std::vector<double> moments, mean_min_max, minmax;
+};
+template <class T>
+NaiveStats naive_stats(const std::vector<T>& v, const Shape& s, bool channel_wise, bool nonzero) {
+  const int64_t segs = channel_wise ? s.n * s.c : s.n, len = v.size() / segs;
+  NaiveStats r;
+  for (int64_t g = 0; g < segs; ++g) {
+    double cnt = 0, sum = 0, sq = 0, lo = INFINITY, hi = -INFINITY, all = 0;
+    for (int64_t i = g * len; i < (g + 1) * len; ++i) {
+      const double x = static_cast<double>(v[i]);
+      all += x;
+      lo = std::min(lo, x);
+      hi = std::max(hi, x);
+      if (nonzero && x == 0) continue;
+      cnt += 1;
+      sum += x;
+    }
+    const double mean = cnt > 0 ? sum / cnt : 0.0;
+    for (int64_t i = g * len; i < (g + 1) * len; ++i) {
+      const double x = static_cast<double>(v[i]);
+      if (!(nonzero && x == 0)) sq += (x - mean) * (x - mean);
+    }
+    r.moments.insert(r.moments.end(), {cnt, mean, cnt > 0 ? std::sqrt(sq / cnt) : 0.0});
+    r.mean_min_max.insert(r.mean_min_max.end(), {all / len, lo, hi});
+    r.minmax.insert(r.minmax.end(), {lo, hi});
+  }
+  return r;
+}
+
+// Histogram shift rows: K = 3 + n % 6 sorted points from 0 to 1, NaN-padded to 8; every
+// fifth row all NaN (not applied).
+std::vector<float> histogram_rows(int64_t n, uint32_t seed) {
+  std::vector<float> rows(n * 8, NAN);
+  const auto u = random_values(n * 8, seed, 0.0, 1.0);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i % 5 == 4) continue;
+    const int K = 3 + static_cast<int>(i % 6);
+    std::vector<double> y(u.begin() + i * 8, u.begin() + i * 8 + K);
+    std::sort(y.begin(), y.end());
+    y.front() = 0.0;
+    y.back() = 1.0;
+    for (int k = 0; k < K; ++k) rows[i * 8 + k] = static_cast<float>(y[k]);
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST(IntensityCpu, HistogramStdShiftFixedMeanMatchFloat64Reference) {
+  for (const Shape& s : awkward_shapes()) {
+    auto src = random_values(s.numel(), 101, -300, 500);
+    for (size_t i = 0; i < src.size(); i += 7) src[i] = 0.0;  // zeros for nonzero=True
+    const std::vector<float> in(src.begin(), src.end());
+    const std::vector<double> in64(in.begin(), in.end());
+    const std::vector<float> rows = histogram_rows(s.n, 102);
+    for (bool cw : {false, true})
+      for (int variant = 0; variant < 4; ++variant) {
+        const bool nonzero = variant & 1, flag = variant & 2;
+        const NaiveStats st = naive_stats(in, s, cw, nonzero);
+        const NaiveStats whole = naive_stats(in, s, false, false);
+        std::vector<std::vector<PointwiseStep>> chains = {
+            {PointwiseStep::histogram_shift(whole.minmax.data(), rows.data(), 8)},
+            {PointwiseStep::rand_std_shift_intensity(st.moments.data(), -2.0, 1.5, 0.8, 103,
+                                                     nonzero, cw)},
+            {PointwiseStep::std_shift_intensity(st.moments.data(), 0.75, nonzero, cw)},
+            {PointwiseStep::rand_scale_intensity_fixed_mean(st.mean_min_max.data(), -0.6, 0.9, 0.9,
+                                                            104, !nonzero, flag, cw)},
+            {PointwiseStep::scale_intensity_fixed_mean(st.mean_min_max.data(), 1.5, nonzero, !flag,
+                                                       cw)},
+            {PointwiseStep::histogram_shift(whole.minmax.data(), rows.data(), 8),
+             PointwiseStep::rand_std_shift_intensity(st.moments.data(), -1, 1, 1.0, 105, nonzero,
+                                                     cw)}};
+        for (size_t ci = 0; ci < chains.size(); ++ci) {
+          const auto& chain = chains[ci];
+          const int k = static_cast<int>(chain.size());
+          std::vector<float> out(in.size());
+          std::vector<double> out64(in.size()), gin(in.size()), gout(in.size(), 1.0);
+          pointwise_chain(host_view(const_cast<float*>(in.data()), DType::Float32, s),
+                          host_view(out.data(), DType::Float32, s), chain.data(), k);
+          pointwise_chain(host_view(const_cast<double*>(in64.data()), DType::Float64, s),
+                          host_view(out64.data(), DType::Float64, s), chain.data(), k);
+          pointwise_chain_backward(host_view(gout.data(), DType::Float64, s),
+                                   host_view(const_cast<double*>(in64.data()), DType::Float64, s),
+                                   host_view(gin.data(), DType::Float64, s), chain.data(), k);
+          bool changed = false;
+          for (int64_t i = 0; i < s.numel(); ++i) {
+            const int64_t n = i / s.sample(), e = i % s.sample(), c = e / (s.d * s.h * s.w);
+            double d = 0;
+            const double ref =
+                reference_element(chain, in[i], static_cast<uint32_t>(n), c, e, &d, s.c);
+            ASSERT_FALSE(std::isnan(out[i]));
+            // float32 arithmetic on values of scale ~800
+            ASSERT_NEAR(out[i], ref, 2e-6 * (std::fabs(ref) + 800.0))
+                << s.str() << " chain " << ci << " cw " << cw << " variant " << variant << " i "
+                << i;
+            ASSERT_NEAR(out64[i], ref, 1e-6 * (std::fabs(ref) + 800.0));  // float32 points
+            changed |= out[i] != in[i];
+            ASSERT_NEAR(gin[i], d, 1e-9 * std::max(1.0, std::fabs(d)))
+                << s.str() << " chain " << ci << " i " << i;
+          }
+          if (s.d * s.h * s.w > 2) {  // (two values per channel may clip back onto themselves)
+            EXPECT_TRUE(changed) << s.str() << " chain " << ci;
+          }
+        }
+      }
+  }
+}
+
+TEST(IntensityCpu, HistogramShiftExactEndsAndIdentityRows) {
+  // Identity points (y = x) map every value onto itself except where MONAI's float32
+  // m x + (f0 - m x0) rounds; a NaN row and a constant sample leave the data bit for bit.
+  const Shape s{3, 1, 4, 5, 6};
+  const auto src = random_values(s.numel(), 106, -1, 1);
+  std::vector<float> in(src.begin(), src.end()), out(in.size());
+  std::fill(in.begin() + 2 * s.sample(), in.end(), 2.5f);  // sample 2 constant
+  const NaiveStats st = naive_stats(in, s, false, false);
+  std::vector<float> rows = {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, NAN,  NAN,  NAN, NAN, NAN,
+                             0.0f, 0.1f,  0.2f, 1.0f,  NAN,  0.0f, 1.0f, NAN, NAN, NAN};
+  const PointwiseStep step = PointwiseStep::histogram_shift(st.minmax.data(), rows.data(), 5);
+  pointwise_chain(host_view(in.data(), DType::Float32, s), host_view(out.data(), DType::Float32, s),
+                  &step, 1);
+  for (int64_t i = 0; i < s.sample(); ++i) EXPECT_NEAR(out[i], in[i], 1e-6);
+  EXPECT_EQ(0, std::memcmp(out.data() + s.sample(), in.data() + s.sample(),
+                           2 * s.sample() * sizeof(float)));
+  // Row 1 has 4 points (the NaN at index 4 ends it); the value at max maps to max.
+  PointwiseStep s2 = step;
+  rows[1 * 5 + 4] = NAN;
+  s2.coefficients = rows.data();
+  pointwise_chain(host_view(in.data(), DType::Float32, s), host_view(out.data(), DType::Float32, s),
+                  &s2, 1);
+  for (int64_t i = s.sample(); i < 2 * s.sample(); ++i) {
+    double d = 0;
+    const double ref = reference_element({s2}, in[i], 1, 0, i - s.sample(), &d);
+    EXPECT_NEAR(out[i], ref, 1e-6);
+  }
+}
+
+TEST(IntensityCpu, HistogramStdShiftFixedMeanBadArgumentsGiveNamedErrors) {
+  const Shape s{1, 1, 2, 2, 2};
+  std::vector<float> a(8), b(8), pts(4);
+  std::vector<double> stats = {0.0, 1.0, 2.0};
+  const VolumeView va = host_view(a.data(), DType::Float32, s),
+                   vb = host_view(b.data(), DType::Float32, s);
+  auto run = [&](PointwiseStep st) { pointwise_chain(va, vb, &st, 1); };
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::histogram_shift(nullptr, pts.data(), 4));
+            }).find("histogram_shift): stats (from minmax) must not be null"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::histogram_shift(stats.data(), nullptr, 4));
+            }).find("control points must not be null"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::histogram_shift(stats.data(), pts.data(), 0));
+            }).find("num_points must be in [1, 4096], got 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::std_shift_intensity(nullptr, 1.0, false, false));
+            }).find("std_shift_intensity): stats (from moments) must not be null"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::rand_std_shift_intensity(stats.data(), 2, 1, 1, 0, false, false));
+            }).find("low must be <= high"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::scale_intensity_fixed_mean(stats.data(), NAN, true, false, false));
+            }).find("scale_intensity_fixed_mean): factor must be finite"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::rand_scale_intensity_fixed_mean(nullptr, 0, 1, 1, 0, true, false,
+                                                                 false));
+            }).find("(mean, min, max) per segment) must not be null"),
+            std::string::npos);
+}
+
+TEST(IntensityCpu, DeviceItemBodyOnHostEqualsTiledCpuPath) {
+  // The CUDA launcher runs ChainForward::operator() per item (op_adjust_contrast's fused
+  // power, op_histogram_shift's per-voxel scan and slope, the per-element std shift /
+  // fixed-mean scale); the host runs the tiled, staged / point-major loops of chain_cpu.h.
+  // Evaluated here on the host, both must give the same bits: the twin property, checked without a
+  // GPU (the device only swaps in the _rn intrinsics, which round the same).
+  using namespace voxaug::detail;
+  const Shape s{5, 2, 7, 9, 11};
+  auto src = random_values(s.numel(), 121, -80, 300);
+  for (size_t i = 0; i < src.size(); i += 9) src[i] = 0.0;
+  const std::vector<float> in(src.begin(), src.end());
+  std::vector<float> tiled(in.size()), items(in.size());
+  const NaiveStats st = naive_stats(in, s, true, true), whole = naive_stats(in, s, false, false);
+  const std::vector<float> rows = histogram_rows(s.n, 122);
+  const std::vector<PointwiseStep> chain = {
+      PointwiseStep::rand_adjust_contrast(whole.minmax.data(), 0.5, 4.5, 0.9, 125, true),
+      PointwiseStep::histogram_shift(whole.minmax.data(), rows.data(), 8),
+      PointwiseStep::rand_std_shift_intensity(st.moments.data(), -1.0, 2.0, 0.8, 123, true, true),
+      PointwiseStep::rand_scale_intensity_fixed_mean(st.mean_min_max.data(), -0.5, 0.5, 0.9, 124,
+                                                     true, true, true)};
+  pointwise_chain(host_view(const_cast<float*>(in.data()), DType::Float32, s),
+                  host_view(tiled.data(), DType::Float32, s), chain.data(), 4);
+  // The kernel parameter block, as intensity.cpp packs it for these steps.
+  ChainParams p{};
+  p.num_steps = 4;
+  p.any_channel_wise = true;
+  p.channels = s.c;
+  p.dims[0] = s.d, p.dims[1] = s.h, p.dims[2] = s.w;
+  KStep& a = p.steps[0];
+  a.op = static_cast<int32_t>(PointwiseOp::AdjustContrast);
+  a.prob = chain[0].prob;
+  a.seed = chain[0].seed;
+  a.lo = chain[0].low;
+  a.hi = chain[0].high;
+  a.p0 = chain[0].value;
+  a.stats = whole.minmax.data();
+  a.flags = kRandom | kInvert;
+  KStep& h = p.steps[1];
+  h.op = static_cast<int32_t>(PointwiseOp::HistogramShift);
+  h.prob = 1.0;
+  h.stats = whole.minmax.data();
+  h.coeffs = rows.data();
+  h.ncoeff = 8;
+  for (int k = 2; k < 4; ++k) {
+    KStep& q = p.steps[k];
+    q.op = static_cast<int32_t>(chain[k].op);
+    q.prob = chain[k].prob;
+    q.seed = chain[k].seed;
+    q.lo = chain[k].low;
+    q.hi = chain[k].high;
+    q.stats = chain[k].stats;
+    q.flags = kRandom | kChannelWise | (k == 2 ? kNonzero : (kFixedMean | kPreserveRange));
+  }
+  const VolumeView vin = host_view(const_cast<float*>(in.data()), DType::Float32, s);
+  const VolumeView vout = host_view(items.data(), DType::Float32, s);
+  const ChainForward<float, float, float> f{
+      in.data(), items.data(), make_indexer(vin), make_indexer(vout), s.sample(), s.d * s.h * s.w,
+      p};
+  for (int64_t n = 0; n < s.n; ++n) {
+    ChainState<float> state;
+    f.begin_sample(n, state);
+    for (int64_t it = 0; it < f.items(); ++it) f(state, n, it);
+  }
+  EXPECT_EQ(0, std::memcmp(tiled.data(), items.data(), in.size() * sizeof(float)));
+  EXPECT_NE(0, std::memcmp(tiled.data(), in.data(), in.size() * sizeof(float)));
 }

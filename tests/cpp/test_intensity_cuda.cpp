@@ -2,6 +2,8 @@
 // shape and dtype pair. Compiled everywhere; skips (and says so) without a device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "intensity_cases.h"
@@ -205,6 +207,89 @@ TEST(IntensityCuda, BiasFieldContrastGammaTwinBitIdentical) {
       run(0.0f, DType::Float32);
       run(0.0, DType::Float64);
     }
+  }
+}
+TEST(IntensityCuda, HistogramStdShiftFixedMeanTwinBitIdentical) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  // Forward (float32, float64, bfloat16 output) and float64 backward of chains of the three
+  // statistics-driven steps: statistics and control points from the host, copied as they are.
+  for (const Shape& s : {Shape{5, 2, 9, 10, 11}, Shape{2, 1, 1, 7, 5}, Shape{1, 3, 33, 17, 64}}) {
+    auto src = random_values(s.numel(), 111, -50, 400);
+    for (size_t i = 0; i < src.size(); i += 5) src[i] = 0.0;
+    const int64_t segs = s.n * s.c, len = s.numel() / segs;
+    std::vector<double> mom, mmm, mm;
+    for (int64_t g = 0; g < segs; ++g) {  // per-channel statistics (any values would do)
+      double sum = 0, lo = INFINITY, hi = -INFINITY;
+      for (int64_t i = g * len; i < (g + 1) * len; ++i)
+        sum += src[i], lo = std::min(lo, src[i]), hi = std::max(hi, src[i]);
+      mom.insert(mom.end(), {double(len), sum / len, (hi - lo) / 4});
+      mmm.insert(mmm.end(), {sum / len, lo + 10, hi - 10});
+    }
+    for (int64_t n = 0; n < s.n; ++n) mm.insert(mm.end(), {-50.0 + n, 400.0 - n});
+    std::vector<float> rows(s.n * 7, NAN);
+    for (int64_t n = 0; n < s.n; ++n) {
+      const int K = 3 + static_cast<int>(n % 5);
+      for (int k = 0; k < K; ++k)
+        rows[n * 7 + k] = k == K - 1 ? 1.0f : std::pow(float(k) / (K - 1), 1.5f);
+    }
+    DeviceBuffer dmom(mom.size() * 8), dmmm(mmm.size() * 8), dmm(mm.size() * 8),
+        drows(rows.size() * 4);
+    CUDA_OK(cudaMemcpy(dmom.p, mom.data(), mom.size() * 8, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dmmm.p, mmm.data(), mmm.size() * 8, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dmm.p, mm.data(), mm.size() * 8, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(drows.p, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+    auto chain = [&](const double* mo, const double* fm, const double* mi, const float* r) {
+      return std::vector<PointwiseStep>{
+          PointwiseStep::histogram_shift(mi, r, 7),
+          PointwiseStep::rand_std_shift_intensity(mo, -1.0, 2.0, 0.8, 112, true, true),
+          PointwiseStep::rand_scale_intensity_fixed_mean(fm, -0.5, 0.5, 0.9, 113, true, true, true),
+          PointwiseStep::gaussian_noise(0.0, 1.0, false, 1.0, 114)};
+    };
+    const auto hc = chain(mom.data(), mmm.data(), mm.data(), rows.data());
+    const auto dc = chain(static_cast<double*>(dmom.p), static_cast<double*>(dmmm.p),
+                          static_cast<double*>(dmm.p), static_cast<float*>(drows.p));
+    auto run = [&](auto zero, DType t) {
+      using T = decltype(zero);
+      const std::vector<T> in(src.begin(), src.end());
+      std::vector<T> cpu(in.size()), gpu(in.size()), gcpu(in.size()), ggpu(in.size());
+      const std::vector<T> go(in.size(), T(1));
+      const size_t bytes = in.size() * sizeof(T);
+      DeviceBuffer din(bytes), dout(bytes), dgo(bytes), dgi(bytes);
+      CUDA_OK(cudaMemcpy(din.p, in.data(), bytes, cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemcpy(dgo.p, go.data(), bytes, cudaMemcpyHostToDevice));
+      auto hv = [&](const void* p) {
+        return contiguous_view(const_cast<void*>(p), t, Device::CPU, s.n, s.c, s.d, s.h, s.w);
+      };
+      auto dv = [&](void* p) {
+        return contiguous_view(p, t, Device::CUDA, s.n, s.c, s.d, s.h, s.w);
+      };
+      pointwise_chain(hv(in.data()), hv(cpu.data()), hc.data(), 4);
+      pointwise_chain(dv(din.p), dv(dout.p), dc.data(), 4);
+      pointwise_chain_backward(hv(go.data()), hv(in.data()), hv(gcpu.data()), hc.data(), 3);
+      pointwise_chain_backward(dv(dgo.p), dv(din.p), dv(dgi.p), dc.data(), 3);
+      CUDA_OK(cudaMemcpy(gpu.data(), dout.p, bytes, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(ggpu.data(), dgi.p, bytes, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(0, std::memcmp(cpu.data(), gpu.data(), bytes)) << s.str() << " " << dtype_name(t);
+      EXPECT_EQ(0, std::memcmp(gcpu.data(), ggpu.data(), bytes))
+          << "backward " << s.str() << " " << dtype_name(t);
+    };
+    run(0.0f, DType::Float32);
+    run(0.0, DType::Float64);
+    // float32 in, bfloat16 out (the vectorised store path)
+    const std::vector<float> in(src.begin(), src.end());
+    std::vector<uint16_t> cpu(in.size()), gpu(in.size());
+    DeviceBuffer din(in.size() * 4), dout(in.size() * 2);
+    CUDA_OK(cudaMemcpy(din.p, in.data(), in.size() * 4, cudaMemcpyHostToDevice));
+    pointwise_chain(
+        contiguous_view(const_cast<float*>(in.data()), DType::Float32, Device::CPU, s.n, s.c, s.d,
+                        s.h, s.w),
+        contiguous_view(cpu.data(), DType::BFloat16, Device::CPU, s.n, s.c, s.d, s.h, s.w),
+        hc.data(), 4);
+    pointwise_chain(contiguous_view(din.p, DType::Float32, Device::CUDA, s.n, s.c, s.d, s.h, s.w),
+                    contiguous_view(dout.p, DType::BFloat16, Device::CUDA, s.n, s.c, s.d, s.h, s.w),
+                    dc.data(), 4);
+    CUDA_OK(cudaMemcpy(gpu.data(), dout.p, in.size() * 2, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(0, std::memcmp(cpu.data(), gpu.data(), in.size() * 2)) << "bf16 " << s.str();
   }
 }
 #else

@@ -801,8 +801,8 @@ def test_new_steps_bad_inputs_give_clear_errors():
         ops.pointwise_chain(x, [ops.Step(ops.ADJUST_CONTRAST, 0, (2.0,))])
     with pytest.raises(ValueError, match="std_scale .* must be a floating tensor with 2 values"):
         ops.pointwise_chain(x, [ops.Step(ops.RICIAN_NOISE, 0, (0.0, 1.0), values=torch.ones(3))])
-    with pytest.raises(ValueError, match=r"ops\[0\] must be 0..8"):
-        ops.pointwise_chain(x, [ops.Step(9)])
+    with pytest.raises(ValueError, match=r"ops\[0\] must be 0..11"):
+        ops.pointwise_chain(x, [ops.Step(12)])
     with pytest.raises(ValueError, match="gamma must be > 0"):
         ops.pointwise_chain(x, [ops.Step(ops.GAMMA, 0, (0.0,))])
 

@@ -132,3 +132,19 @@ def test_dict_form_on_ch2_aal():
 def test_opcheck():
     lab = _label((2, 1, 20, 22, 24))
     torch.library.opcheck(torch.ops.voxaug.pos_neg_crop_centers, (lab, None, 0.0, 0.5, 3, [4, 4, 4], 5, 0))
+
+
+def test_dict_as_batch_equals_stacked_list():
+    import voxaug.crop as vc
+
+    torch.manual_seed(0)
+    lab = (torch.rand(1, 30, 28, 26) > 0.7).to(torch.uint8)
+    img = torch.randn(1, 30, 28, 26)
+    kw = dict(keys=["image", "label"], label_key="label", spatial_size=(8, 9, 10), pos=1, neg=1, num_samples=5,
+              image_key="image", image_threshold=0.0)
+    listed = vc.RandCropByPosNegLabeld(**kw, seed=7)({"image": img, "label": lab, "meta": "x"})
+    batched = vc.RandCropByPosNegLabeld(**kw, seed=7, as_batch=True)({"image": img, "label": lab, "meta": "x"})
+    assert isinstance(listed, list) and isinstance(batched, dict) and batched["meta"] == "x"
+    for k in ("image", "label"):
+        assert batched[k].shape == (5, 1, 8, 9, 10)
+        assert torch.equal(batched[k], torch.stack([d[k] for d in listed]))

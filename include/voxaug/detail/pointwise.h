@@ -22,12 +22,16 @@ enum StepFlags : uint32_t {
   kAddB = 1u << 4,        // SIR degenerate with b_min given
   kRandom = 1u << 5,      // Shift/Scale: value ~ U(lo, hi)
   kChannelWise = 1u << 6,
-  kSampleStd = 1u << 7,  // Noise: std ~ U(0, std)
-  kPerSample = 1u << 8,  // Shift/Scale: value from per_sample[n]; Rician: std multiplier
-  kMonomial = 1u << 9,   // BiasField: TorchIO's monomial basis and grid
-  kInvert = 1u << 10,    // AdjustContrast: invert_image
+  kSampleStd = 1u << 7,       // Noise: std ~ U(0, std)
+  kPerSample = 1u << 8,       // Shift/Scale: value from per_sample[n]; Rician: std multiplier
+  kMonomial = 1u << 9,        // BiasField: TorchIO's monomial basis and grid
+  kInvert = 1u << 10,         // AdjustContrast: invert_image
+  kNonzero = 1u << 11,        // StdShift: zeros stay zero
+  kFixedMean = 1u << 12,      // ScaleFixedMean: scale about the segment's mean
+  kPreserveRange = 1u << 13,  // ScaleFixedMean: clamp to the segment's [min, max]
   // Rescale reuses kHasB (minv given) and kAddB (minv and maxv given), kChannelWise.
   // Rician reuses kSampleStd, kChannelWise; AdjustContrast / Gamma reuse kRandom.
+  // StdShift / ScaleFixedMean reuse kRandom, kChannelWise.
 };
 
 // A step as it travels to the kernel (by value, in the functor).
@@ -41,10 +45,12 @@ struct KStep {
   double prob;
   uint64_t seed;
   const float* per_sample;
-  const double* stats;  // Rescale, AdjustContrast: (min, max) pairs
-  const float* coeffs;  // BiasField: (N, ncoeff) coefficients
+  const double* stats;  // Rescale, AdjustContrast, HistogramShift: (min, max) pairs;
+                        // StdShift: moments triples; ScaleFixedMean: (mean, min, max)
+  const float* coeffs;  // BiasField: (N, ncoeff) coefficients; HistogramShift: (N, ncoeff)
+                        // floating control points, NaN-padded
   int32_t degree;       // BiasField
-  int32_t ncoeff;       // BiasField
+  int32_t ncoeff;       // BiasField, HistogramShift (points per row)
 };
 
 struct ChainParams {
@@ -62,6 +68,9 @@ struct ChainParams {
 template <class Acc>
 struct Resolved {
   Acc p0, p1, p2, p3, lo, hi;
+  const float* table;  // HistogramShift: this sample's control points
+  double step;         // HistogramShift: 1 / (count - 1), linspace's step (once per sample)
+  int32_t count;       // HistogramShift: number of control points
   bool active;
 };
 
@@ -152,6 +161,48 @@ VOXAUG_HD VOXAUG_FORCEINLINE Resolved<Acc> resolve_step(const KStep& s, uint32_t
                  ? static_cast<Acc>(uniform_range(sample_draw.y, static_cast<float>(s.lo),
                                                   static_cast<float>(s.hi)))
                  : static_cast<Acc>(s.p0);
+      break;
+    }
+    case PointwiseOp::StdShiftIntensity: {
+      // MONAI: factor * std in float32 (one factor per sample, also channel-wise).
+      const int64_t seg = (s.flags & kChannelWise) ? int64_t(n) * channels + c : int64_t(n);
+      const Acc f = (s.flags & kRandom)
+                        ? static_cast<Acc>(uniform_range(sample_draw.y, static_cast<float>(s.lo),
+                                                         static_cast<float>(s.hi)))
+                        : static_cast<Acc>(s.p0);
+      r.p0 = fmul(f, static_cast<Acc>(s.stats[3 * seg + 2]));
+      break;
+    }
+    case PointwiseOp::ScaleIntensityFixedMean: {
+      const bool cw = s.flags & kChannelWise;
+      const int64_t seg = cw ? int64_t(n) * channels + c : int64_t(n);
+      if (s.flags & kRandom) {  // one factor per sample, or per (sample, channel)
+        const uint32_t bits =
+            cw ? philox_block(s.seed, static_cast<uint64_t>(c), g, PhiloxStream::Channel).x
+               : sample_draw.y;
+        const Acc f = static_cast<Acc>(
+            uniform_range(bits, static_cast<float>(s.lo), static_cast<float>(s.hi)));
+        r.p1 = fadd(static_cast<Acc>(1), f);
+      } else {
+        r.p1 = static_cast<Acc>(1.0 + s.p0);  // MONAI: 1 + factor in double, then the dtype
+      }
+      r.p0 = static_cast<Acc>(s.stats[3 * seg]);
+      r.lo = static_cast<Acc>(s.stats[3 * seg + 1]);
+      r.hi = static_cast<Acc>(s.stats[3 * seg + 2]);
+      break;
+    }
+    case PointwiseOp::HistogramShift: {
+      // MONAI: min, max and max - min in the data dtype; the row's control points up to the
+      // first NaN.
+      const Acc mn = static_cast<Acc>(s.stats[2 * int64_t(n)]);
+      const Acc mx = static_cast<Acc>(s.stats[2 * int64_t(n) + 1]);
+      r.p0 = mn;
+      r.p1 = fsub(mx, mn);
+      r.table = s.coeffs + int64_t(n) * s.ncoeff;
+      int32_t k = 0;
+      while (k < s.ncoeff && r.table[k] == r.table[k]) ++k;
+      r.count = k;
+      r.step = k > 1 ? fdiv(1.0, static_cast<double>(k - 1)) : 0.0;
       break;
     }
     case PointwiseOp::Gamma: {
@@ -268,6 +319,97 @@ VOXAUG_HD VOXAUG_FORCEINLINE void op_gamma(const Resolved<Acc>& r, Acc& x, Acc& 
   x = fsel(neg, -p, p);
 }
 
+// MONAI StdShiftIntensity: x + factor * std (only x != 0 with nonzero).
+template <bool Deriv, class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE void op_std_shift(uint32_t flags, const Resolved<Acc>& r, Acc& x,
+                                               Acc&) {
+  const bool keep = (flags & kNonzero) && x == Acc(0);
+  x = fsel(keep, x, fadd(x, r.p0));
+}
+
+// MONAI ScaleIntensityFixedMean: ((x - mean) * (1 + f) + mean), clamped to [min, max] with
+// preserve_range (torch.clamp: NaN stays NaN; the gradient passes where min <= y <= max).
+template <bool Deriv, class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE void op_scale_fixed_mean(uint32_t flags, const Resolved<Acc>& r,
+                                                      Acc& x, Acc& d) {
+  const bool fm = flags & kFixedMean;
+  Acc y = fm ? fsub(x, r.p0) : x;
+  y = fmul(y, r.p1);
+  if (Deriv) d = fmul(d, r.p1);
+  if (fm) y = fadd(y, r.p0);
+  if (flags & kPreserveRange) {
+    const bool below = y<r.lo, above = y> r.hi;
+    y = fsel(below, r.lo, y);
+    y = fsel(above, r.hi, y);
+    if (Deriv) d = fsel(below || above, Acc(0), d);
+  }
+  x = y;
+}
+
+// Histogram shift control point k of K at min mn, range rg: MONAI's float64
+// np.linspace(0, 1, K) (k * step, step = 1 / (K - 1), the last exactly 1) in the data dtype, times
+// the range, plus the minimum; the floating points likewise from the table.
+template <class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE Acc hist_reference_point(int32_t k, int32_t K, double step, Acc mn,
+                                                      Acc rg) {
+  const double u = k == K - 1 ? 1.0 : fmul(static_cast<double>(k), step);
+  return fadd(fmul(static_cast<Acc>(u), rg), mn);
+}
+template <class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE Acc hist_floating_point(float y, Acc mn, Acc rg) {
+  return fadd(fmul(static_cast<Acc>(y), rg), mn);
+}
+
+// MONAI's torch interp: the segment (x0, f0) - (x1, f1) that searchsorted picked has slope
+// m = (f1 - f0) / (x1 - x0) and intercept b = f0 - m x0 (float32 tensors in MONAI), and
+// maps x to m x + b; below the first point f_first, above the last f_last (np.interp's ends).
+// d/dx: m inside, 0 outside.
+template <class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE void hist_slope_intercept(Acc x0, Acc f0, Acc x1, Acc f1, Acc& m,
+                                                       Acc& b) {
+  m = fdiv(fsub(f1, f0), fsub(x1, x0));
+  b = fsub(f0, fmul(m, x0));
+}
+template <bool Deriv, class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE void hist_segment_value(Acc& x, Acc& d, Acc m, Acc b, Acc x_first,
+                                                     Acc f_first, Acc x_last, Acc f_last) {
+  const bool below = x<x_first, above = x> x_last;
+  Acc y = fadd(fmul(m, x), b);
+  y = fsel(below, f_first, y);
+  y = fsel(above, f_last, y);
+  if (Deriv) d = fsel(below || above, Acc(0), fmul(d, m));
+  x = y;
+}
+
+// Per-voxel histogram shift (the device path; the host runs the same operations step-major
+// in kernels/intensity/chain_cpu.h). The segment is the last k in [1, K - 2] with x_k < x,
+// else 0: MONAI's clip(searchsorted(xp, x) - 1, 0, K - 2) on the sorted points.
+template <bool Deriv, class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE void op_histogram_shift(const Resolved<Acc>& r, Acc& x, Acc& d) {
+  const int32_t K = r.count;
+  if (K < 2 || r.p1 == Acc(0)) return;  // gate closed / constant image: MONAI returns it
+  const Acc mn = r.p0, rg = r.p1;
+  Acc x0 = hist_reference_point(0, K, r.step, mn, rg), f0 = hist_floating_point(r.table[0], mn, rg);
+  Acc x1 = hist_reference_point(1, K, r.step, mn, rg), f1 = hist_floating_point(r.table[1], mn, rg);
+  const Acc x_first = x0, f_first = f0;
+  for (int32_t k = 1; k < K - 1; ++k) {
+    const Acc xk = x1, fk = f1;
+    const Acc xn = hist_reference_point(k + 1, K, r.step, mn, rg);
+    const Acc fn = hist_floating_point(r.table[k + 1], mn, rg);
+    const bool in = xk < x;
+    x0 = fsel(in, xk, x0);
+    f0 = fsel(in, fk, f0);
+    x1 = fsel(in, xn, x1);
+    f1 = fsel(in, fn, f1);
+    if (!in) break;  // sorted points: no later one is below x either
+  }
+  const Acc x_last = hist_reference_point(K - 1, K, r.step, mn, rg);
+  const Acc f_last = hist_floating_point(r.table[K - 1], mn, rg);
+  Acc m, b;
+  hist_slope_intercept(x0, f0, x1, f1, m, b);
+  hist_segment_value<Deriv>(x, d, m, b, x_first, f_first, x_last, f_last);
+}
+
 // Bias field coordinate of index i on an axis of n voxels. MONAI: float32
 // np.linspace(-1, 1, n) (float64 i * (2 / (n - 1)) - 1, the last one exactly 1, -1 for n = 1).
 // TorchIO: (i - (n - 1) / 2) / ((n - 1) / 2) in float64, 0 for n = 1.
@@ -358,6 +500,9 @@ VOXAUG_HD VOXAUG_FORCEINLINE void apply_step(const KStep& s, const Resolved<Acc>
     case PointwiseOp::RicianNoise: op_rician_noise(r, x, z, z2); return;
     case PointwiseOp::AdjustContrast: op_adjust_contrast<Deriv>(s.flags, r, x, d); return;
     case PointwiseOp::Gamma: op_gamma<Deriv>(r, x, d); return;
+    case PointwiseOp::HistogramShift: op_histogram_shift<Deriv>(r, x, d); return;
+    case PointwiseOp::StdShiftIntensity: op_std_shift<Deriv>(s.flags, r, x, d); return;
+    case PointwiseOp::ScaleIntensityFixedMean: op_scale_fixed_mean<Deriv>(s.flags, r, x, d); return;
     case PointwiseOp::BiasField: return;
   }
 }

@@ -1,0 +1,382 @@
+// voxaug: dropout family -- coarse dropout (validation, CPU backend, routing to CUDA).
+#include "voxaug/dropout.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "../common/device.h"
+#include "dropout_kernels.h"
+#include "voxaug/detail/indexer.h"
+#include "voxaug/error.h"
+
+namespace voxaug {
+namespace detail {
+#if VOXAUG_WITH_CUDA
+#define VOXAUG_DROPOUT_CUDA_DECL(T)                                               \
+  void coarse_dropout_cuda(const DropoutFunctor<T>& f, int64_t batch, int device, \
+                           cudaStream_t stream);
+VOXAUG_DROPOUT_CUDA_DECL(double)
+VOXAUG_DROPOUT_CUDA_DECL(float)
+VOXAUG_DROPOUT_CUDA_DECL(half_t)
+VOXAUG_DROPOUT_CUDA_DECL(bfloat16_t)
+VOXAUG_DROPOUT_CUDA_DECL(uint8_t)
+VOXAUG_DROPOUT_CUDA_DECL(int16_t)
+VOXAUG_DROPOUT_CUDA_DECL(int32_t)
+VOXAUG_DROPOUT_CUDA_DECL(int64_t)
+#undef VOXAUG_DROPOUT_CUDA_DECL
+#endif
+namespace {
+
+// Uniform fill of `cnt` dense elements starting at element e of sample n: the Philox words of a
+// tile are made in one loop over independent blocks, then converted in a second loop, so both
+// vectorise (AVX-512 / AVX2 clones below). Same functions, same order as the functor's per-voxel
+// fill_value: the same bits.
+template <class T>
+VOXAUG_FORCEINLINE void fill_uniform_dense(const DropoutFunctor<T>& f,
+                                           const typename DropoutFunctor<T>::State& s, int64_t n,
+                                           int64_t e, int64_t cnt, T* dst) {
+  constexpr int kTile = 256;
+  alignas(64) uint32_t words[kTile + 64];
+  const uint32_t g = f.first_sample + static_cast<uint32_t>(n);
+  const uint64_t seed = f.p.seed;
+  const DropoutFill mode = f.p.fill;
+  while (cnt > 0) {
+    const int c = cnt < kTile ? static_cast<int>(cnt) : kTile;
+    const int64_t first = e >> 2;
+    // Whole groups of 8 blocks: no scalar remainder in the vectorised loop (holes are short rows).
+    const int blocks = (static_cast<int>(((e + c + 3) >> 2) - first) + 7) & ~7;
+    for (int b = 0; b < blocks; ++b) {
+      const U32x4 r =
+          philox_block(seed, static_cast<uint64_t>(first + b), g, PhiloxStream::Element);
+      words[4 * b] = r.x;
+      words[4 * b + 1] = r.y;
+      words[4 * b + 2] = r.z;
+      words[4 * b + 3] = r.w;
+    }
+    const uint32_t* wt = words + (e - 4 * first);
+    for (int j = 0; j < c; ++j)
+      dst[j] = dropout_to_storage<T>(dropout_fill_value(mode, 0.0, s.lo, s.hi, wt[j]));
+    e += c;
+    dst += c;
+    cnt -= c;
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define VOXAUG_DROPOUT_AVX2 __attribute__((target("avx2")))
+#define VOXAUG_DROPOUT_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+#define VOXAUG_DROPOUT_CLONES 1
+#else
+#define VOXAUG_DROPOUT_CLONES 0
+#endif
+
+template <class T>
+void fill_uniform_baseline(const DropoutFunctor<T>& f, const typename DropoutFunctor<T>::State& s,
+                           int64_t n, int64_t e, int64_t cnt, T* dst) {
+  fill_uniform_dense(f, s, n, e, cnt, dst);
+}
+#if VOXAUG_DROPOUT_CLONES
+template <class T>
+VOXAUG_DROPOUT_AVX2 void fill_uniform_avx2(const DropoutFunctor<T>& f,
+                                           const typename DropoutFunctor<T>::State& s, int64_t n,
+                                           int64_t e, int64_t cnt, T* dst) {
+  fill_uniform_dense(f, s, n, e, cnt, dst);
+}
+template <class T>
+VOXAUG_DROPOUT_AVX512 void fill_uniform_avx512(const DropoutFunctor<T>& f,
+                                               const typename DropoutFunctor<T>::State& s,
+                                               int64_t n, int64_t e, int64_t cnt, T* dst) {
+  fill_uniform_dense(f, s, n, e, cnt, dst);
+}
+#endif
+
+// 0 baseline, 1 AVX2, 2 AVX-512 (decided once).
+int cpu_isa() {
+#if VOXAUG_DROPOUT_CLONES
+  static const int isa = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                                 __builtin_cpu_supports("avx512dq") &&
+                                 __builtin_cpu_supports("avx512vl")
+                             ? 2
+                         : __builtin_cpu_supports("avx2") ? 1
+                                                          : 0;
+  return isa;
+#else
+  return 0;
+#endif
+}
+
+template <class T>
+void fill_uniform(const DropoutFunctor<T>& f, const typename DropoutFunctor<T>::State& s, int64_t n,
+                  int64_t e, int64_t cnt, T* dst) {
+#if VOXAUG_DROPOUT_CLONES
+  switch (cpu_isa()) {
+    case 2: fill_uniform_avx512(f, s, n, e, cnt, dst); return;
+    case 1: fill_uniform_avx2(f, s, n, e, cnt, dst); return;
+    default: break;
+  }
+#endif
+  fill_uniform_baseline(f, s, n, e, cnt, dst);
+}
+
+// Min / max accumulation type of a storage type: float for float, half, bfloat16, uint8, int16
+// (exact), double otherwise.
+template <class T>
+struct MinMaxAcc {
+  using type = std::conditional_t<std::is_same_v<T, double> || std::is_same_v<T, int32_t> ||
+                                      std::is_same_v<T, int64_t>,
+                                  double, float>;
+};
+template <class Acc, class T>
+VOXAUG_FORCEINLINE Acc storage_to(T v) {
+  if constexpr (std::is_same_v<T, half_t> || std::is_same_v<T, bfloat16_t>)
+    return load_as<float>(v);
+  else
+    return static_cast<Acc>(v);
+}
+
+// Min, max and "has NaN" of a dense row: lane-wise selections over 16 lanes of one type (a
+// loop-carried min does not vectorise without fast-math; these do), reduced at the end.
+template <class Acc, class T>
+VOXAUG_FORCEINLINE void row_minmax(const T* __restrict src, int64_t count, Acc* lo, Acc* hi,
+                                   bool* has_nan) {
+  constexpr int kLanes = 16;
+  Acc am[kLanes], bm[kLanes], nn[kLanes];
+  for (int j = 0; j < kLanes; ++j)
+    am[j] = static_cast<Acc>(HUGE_VAL), bm[j] = static_cast<Acc>(-HUGE_VAL), nn[j] = Acc(0);
+  int64_t w = 0;
+  for (; w + kLanes <= count; w += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const Acc v = storage_to<Acc>(src[w + j]);
+      am[j] = v < am[j] ? v : am[j];
+      bm[j] = v > bm[j] ? v : bm[j];
+      nn[j] = v != v ? Acc(1) : nn[j];
+    }
+  for (; w < count; ++w) {
+    const Acc v = storage_to<Acc>(src[w]);
+    am[0] = v < am[0] ? v : am[0];
+    bm[0] = v > bm[0] ? v : bm[0];
+    nn[0] = v != v ? Acc(1) : nn[0];
+  }
+  Acc a = am[0], b = bm[0], bad = nn[0];
+  for (int j = 1; j < kLanes; ++j) {
+    a = am[j] < a ? am[j] : a;
+    b = bm[j] > b ? bm[j] : b;
+    bad = nn[j] > bad ? nn[j] : bad;
+  }
+  *lo = a, *hi = b, *has_nan = bad > Acc(0);
+}
+
+// CPU twin: one task per (sample, channel, d, h) row. A row is the union of the w-intervals of
+// the boxes that contain (d, h); since a fill value depends only on (seed, sample, element),
+// "copy the row, then fill the intervals" (or "fill the row, then copy the intervals back" for
+// dropout_holes = false) gives exactly the per-voxel rule of the functor (which CUDA runs), with
+// overlapping boxes writing the same values twice. One Philox block serves four elements.
+template <class T>
+void dropout_cpu(DropoutFunctor<T> f, int64_t batch) {
+  const int64_t C = f.size[0], D = f.size[1], H = f.size[2], W = f.size[3];
+  const int64_t rows_per_sample = C * D * H;
+  const bool dense = f.in_ix.dense && f.out_ix.dense;
+  // ImageRange without a minmax table: the per-sample min / max are reduced first, in the same
+  // parallel region (one fork-join per call), NaN propagating as in numpy's min / max.
+  const bool reduce = f.p.fill == DropoutFill::ImageRange && f.p.minmax == nullptr;
+  std::vector<double> mm(reduce ? static_cast<size_t>(2 * batch) : 0);
+  std::vector<char> nan(reduce ? static_cast<size_t>(batch) : 0, 0);
+  for (int64_t n = 0; reduce && n < batch; ++n) mm[2 * n] = HUGE_VAL, mm[2 * n + 1] = -HUGE_VAL;
+  if (reduce) f.p.minmax = mm.data();
+#pragma omp parallel
+  {
+    if (reduce) {
+      std::vector<double> lo(batch, HUGE_VAL), hi(batch, -HUGE_VAL);
+      std::vector<char> has_nan(batch, 0);
+      using Acc = typename MinMaxAcc<T>::type;  // exact for T: min / max need no rounding
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < batch * rows_per_sample; ++r) {
+        const int64_t n = r / rows_per_sample, e0 = (r % rows_per_sample) * W;
+        Acc a, b;
+        bool bad;
+        if (f.in_ix.dense) {
+          row_minmax<Acc>(f.in + f.in_ix.offset(n, e0), W, &a, &b, &bad);
+        } else {
+          a = static_cast<Acc>(HUGE_VAL), b = static_cast<Acc>(-HUGE_VAL), bad = false;
+          for (int64_t w = 0; w < W; ++w) {
+            const Acc v = storage_to<Acc>(f.in[f.in_ix.offset(n, e0 + w)]);
+            a = v < a ? v : a;
+            b = v > b ? v : b;
+            bad = bad || v != v;
+          }
+        }
+        lo[n] = a < lo[n] ? a : lo[n];
+        hi[n] = b > hi[n] ? b : hi[n];
+        has_nan[n] = has_nan[n] | static_cast<char>(bad);
+      }
+#pragma omp critical(voxaug_dropout_minmax)
+      for (int64_t n = 0; n < batch; ++n) {
+        mm[2 * n] = lo[n] < mm[2 * n] ? lo[n] : mm[2 * n];
+        mm[2 * n + 1] = hi[n] > mm[2 * n + 1] ? hi[n] : mm[2 * n + 1];
+        nan[n] = nan[n] || has_nan[n];
+      }
+#pragma omp barrier
+#pragma omp single
+      for (int64_t n = 0; n < batch; ++n)
+        if (nan[n]) mm[2 * n] = mm[2 * n + 1] = std::nan("");
+      // (the implicit barrier of `single` publishes the table to every thread)
+    }
+    std::vector<std::pair<int64_t, int64_t>> spans;  // w-intervals [a, e) of the row's boxes
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < batch * rows_per_sample; ++r) {
+      const int64_t n = r / rows_per_sample, rr = r % rows_per_sample;
+      const int64_t h = rr % H, d = (rr / H) % D;
+      typename DropoutFunctor<T>::State s;
+      f.begin_sample(n, s);
+      const int64_t e0 = rr * W;
+      const T* src = f.in + f.in_ix.offset(n, e0);
+      T* dst = f.out + f.out_ix.offset(n, e0);
+      auto copy = [&](int64_t a, int64_t b) {
+        if (dense) {
+          if (src != dst)
+            for (int64_t w = a; w < b; ++w) dst[w] = src[w];
+        } else {
+          for (int64_t w = a; w < b; ++w)
+            f.out[f.out_ix.offset(n, e0 + w)] = f.in[f.in_ix.offset(n, e0 + w)];
+        }
+      };
+      auto fill = [&](int64_t a, int64_t b) {
+        if (f.p.fill == DropoutFill::Constant) {
+          const T v = f.fill_value(s, 0, U32x4{0, 0, 0, 0});
+          for (int64_t w = a; w < b; ++w) (dense ? dst[w] : f.out[f.out_ix.offset(n, e0 + w)]) = v;
+          return;
+        }
+        if (dense) {
+          fill_uniform(f, s, n, e0 + a, b - a, dst + a);
+          return;
+        }
+        U32x4 block = f.block(n, e0 + a);
+        for (int64_t w = a; w < b; ++w) {
+          const int64_t e = e0 + w;
+          if ((e & 3) == 0 && w != a) block = f.block(n, e);
+          (dense ? dst[w] : f.out[f.out_ix.offset(n, e)]) = f.fill_value(s, e, block);
+        }
+      };
+      if (s.count == 0) {
+        copy(0, W);
+        continue;
+      }
+      spans.clear();
+      for (int64_t k = 0; k < s.count; ++k) {
+        const int64_t* b = s.boxes + 6 * k;
+        if (!(d >= b[0] && d < b[3] && h >= b[1] && h < b[4])) continue;
+        const int64_t a = b[2] < 0 ? 0 : b[2], e = b[5] > W ? W : b[5];
+        if (a < e) spans.emplace_back(a, e);
+      }
+      if (f.p.dropout_holes) {
+        copy(0, W);
+        for (const auto& [a, e] : spans) fill(a, e);
+      } else {
+        // Fill the gaps between the kept intervals and copy the kept ones: never a kept voxel
+        // overwritten first (in place must keep it).
+        std::sort(spans.begin(), spans.end());
+        int64_t w = 0;
+        for (const auto& [a, e] : spans) {
+          if (a > w) fill(w, a);
+          if (e > w) {
+            copy(a > w ? a : w, e);
+            w = e;
+          }
+        }
+        if (w < W) fill(w, W);
+      }
+    }
+  }
+}
+
+template <class T>
+void run(const VolumeView& in, const VolumeView& out, const CoarseDropoutParams& p,
+         cudaStream_t stream, uint32_t first_sample) {
+  DropoutFunctor<T> f;
+  f.in = static_cast<const T*>(in.data);
+  f.out = static_cast<T*>(out.data);
+  f.in_ix = make_indexer(in);
+  f.out_ix = make_indexer(out);
+  for (int a = 0; a < 4; ++a) f.size[a] = in.shape[a + 1];
+  f.p = p;
+  f.first_sample = first_sample;
+  if (in.device == Device::CPU) {
+    dropout_cpu(f, in.shape[0]);
+    return;
+  }
+#if VOXAUG_WITH_CUDA
+  coarse_dropout_cuda(f, in.shape[0], in.device_index, stream);
+#else
+  (void)stream;
+  VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
+#endif
+}
+
+}  // namespace
+}  // namespace detail
+
+void coarse_dropout(const VolumeView& in, const VolumeView& out, const CoarseDropoutParams& p,
+                    cudaStream_t stream, uint32_t first_sample) {
+  for (int a = 0; a < 5; ++a) {
+    VOXAUG_EXPECTS(in.shape[a] >= 0, "image sizes must be >= 0, got " + in.describe());
+    VOXAUG_EXPECTS(out.shape[a] == in.shape[a],
+                   "out must have the image's shape: " + out.describe() + " vs " + in.describe());
+  }
+  VOXAUG_EXPECTS(out.dtype == in.dtype, std::string("out must have the image's dtype ") +
+                                            dtype_name(in.dtype) + ", got " +
+                                            dtype_name(out.dtype));
+  VOXAUG_EXPECTS(out.device == in.device && out.device_index == in.device_index,
+                 "out must be on the image's device");
+  VOXAUG_EXPECTS(p.max_boxes >= 0, "max_boxes must be >= 0, got " + std::to_string(p.max_boxes));
+  const int fill = static_cast<int>(p.fill);
+  VOXAUG_EXPECTS(
+      fill >= 0 && fill <= 2,
+      "fill must be Constant (0), Uniform (1) or ImageRange (2), got " + std::to_string(fill));
+  if (p.fill == DropoutFill::Constant)
+    VOXAUG_EXPECTS(!std::isnan(p.fill_value), "fill_value must not be NaN");
+  if (p.fill == DropoutFill::Uniform)
+    VOXAUG_EXPECTS(std::isfinite(p.fill_low) && std::isfinite(p.fill_high),
+                   "the fill range (low, high) must be finite, got (" + std::to_string(p.fill_low) +
+                       ", " + std::to_string(p.fill_high) + ")");
+  VOXAUG_EXPECTS(first_sample + static_cast<uint64_t>(in.shape[0]) <= (uint64_t(1) << 32),
+                 "first_sample + batch must be <= 2^32");
+  if (in.numel() == 0) return;
+  VOXAUG_EXPECTS(in.data != nullptr && out.data != nullptr, "image and out must not be null");
+  VOXAUG_EXPECTS(p.boxes != nullptr || p.max_boxes == 0, "boxes must not be null");
+  VOXAUG_EXPECTS(p.counts != nullptr, "counts must not be null");
+  VOXAUG_EXPECTS(
+      p.fill != DropoutFill::ImageRange || p.minmax != nullptr || in.device == Device::CPU,
+      "fill ImageRange on CUDA needs the per-sample minmax table");
+  if (in.device == Device::CPU) {
+    for (int64_t n = 0; n < in.shape[0]; ++n)
+      VOXAUG_EXPECTS(p.counts[n] >= 0 && p.counts[n] <= p.max_boxes,
+                     "counts[" + std::to_string(n) + "] = " + std::to_string(p.counts[n]) +
+                         " must be in [0, max_boxes = " + std::to_string(p.max_boxes) + "]");
+  }
+#if VOXAUG_WITH_CUDA
+  if (in.device == Device::CUDA) {
+    detail::check_device_pointer(in.data, in.device_index, "image");
+    detail::check_device_pointer(out.data, in.device_index, "out");
+    detail::check_device_pointer(p.counts, in.device_index, "counts");
+    if (p.max_boxes > 0) detail::check_device_pointer(p.boxes, in.device_index, "boxes");
+    if (p.fill == DropoutFill::ImageRange)
+      detail::check_device_pointer(p.minmax, in.device_index, "minmax");
+  }
+#endif
+  switch (in.dtype) {
+    case DType::Float64: detail::run<double>(in, out, p, stream, first_sample); break;
+    case DType::Float32: detail::run<float>(in, out, p, stream, first_sample); break;
+    case DType::Float16: detail::run<detail::half_t>(in, out, p, stream, first_sample); break;
+    case DType::BFloat16: detail::run<detail::bfloat16_t>(in, out, p, stream, first_sample); break;
+    case DType::UInt8: detail::run<uint8_t>(in, out, p, stream, first_sample); break;
+    case DType::Int16: detail::run<int16_t>(in, out, p, stream, first_sample); break;
+    case DType::Int32: detail::run<int32_t>(in, out, p, stream, first_sample); break;
+    case DType::Int64: detail::run<int64_t>(in, out, p, stream, first_sample); break;
+  }
+}
+
+}  // namespace voxaug

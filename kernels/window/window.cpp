@@ -1,0 +1,596 @@
+// voxaug: window family (sliding-window inference) -- layout, validation, the CPU twin (row
+// loops over the detail/window.h math, OpenMP), routing to the CUDA backend (window.cu).
+#include "voxaug/window.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../common/device.h"
+#include "voxaug/error.h"
+#include "window_kernels.h"
+
+namespace voxaug {
+namespace detail {
+#if VOXAUG_WITH_CUDA
+void window_gather_cuda(const GatherParams& p, int device, cudaStream_t stream);
+void window_stitch_cuda(const StitchParams& p, DType acc_t, DType pred_t, int device,
+                        cudaStream_t stream);
+void window_count_cuda(const WindowLayout& l, const void* weight, DType t, void* count, int device,
+                       cudaStream_t stream);
+void window_finalize_cuda(const FinalizeParams& p, DType acc_t, int64_t batch, int device,
+                          cudaStream_t stream);
+#endif
+namespace {
+
+std::string dims(const int64_t* v) {
+  return "(" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + ", " + std::to_string(v[2]) +
+         ")";
+}
+
+bool dense(const VolumeView& v) {
+  int64_t s = 1;
+  for (int a = 4; a >= 0; --a) {
+    if (v.shape[a] != 1 && v.strides[a] != s) return false;
+    s *= v.shape[a];
+  }
+  return true;
+}
+
+void check_same_device(const VolumeView& a, const VolumeView& b, const char* an, const char* bn) {
+  VOXAUG_EXPECTS(
+      a.device == b.device && (a.device == Device::CPU || a.device_index == b.device_index),
+      std::string(bn) + " must be on the same device as " + an);
+}
+
+// ---- CPU twin ----
+
+// Per-axis source index of every padded coordinate (-1: constant fill).
+std::vector<int64_t> source_table(const WindowLayout& l, int axis, int pad) {
+  std::vector<int64_t> t(static_cast<size_t>(l.padded[axis]));
+  for (int64_t q = 0; q < l.padded[axis]; ++q)
+    t[static_cast<size_t>(q)] = window_source(q, l.pad_before[axis], l.size[axis], pad);
+  return t;
+}
+
+template <class T>
+void gather_rows(const GatherParams& p) {
+  const WindowLayout& l = p.l;
+  const T* in = static_cast<const T*>(p.in);
+  T* out = static_cast<T*>(p.out);
+  const T fill =
+      store_as<T>(static_cast<std::conditional_t<sizeof(T) == 8, double, float>>(p.fill));
+  const std::vector<int64_t> src_d = source_table(l, 0, p.pad), src_h = source_table(l, 1, p.pad),
+                             src_w = source_table(l, 2, p.pad);
+  const int64_t Rh = l.roi[1], Rw = l.roi[2], sw = p.in_stride[4];
+  const int64_t planes = p.batch * p.channels * l.roi[0];
+  // One (window, channel, d) plane per task: the window's position is resolved once per plane.
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < planes; ++t) {
+    const int64_t z = t % l.roi[0], c = (t / l.roi[0]) % p.channels,
+                  j = t / (l.roi[0] * p.channels);
+    int64_t n, k[3];
+    window_index(l, p.first + j, n, k);
+    const int64_t s0 = l.start(0, k[0]), s1 = l.start(1, k[1]), s2 = l.start(2, k[2]);
+    T* o = out + t * Rh * Rw;
+    const int64_t sd = src_d[static_cast<size_t>(s0 + z)];
+    // Whether the window's w-run lies inside the image (then a row is one contiguous copy).
+    const int64_t q0 = s2 - l.pad_before[2];
+    const bool inside_w = q0 >= 0 && q0 + Rw <= l.size[2];
+    const T* plane = in + n * p.in_stride[0] + c * p.in_stride[1] + sd * p.in_stride[2];
+    for (int64_t y = 0; y < Rh; ++y, o += Rw) {
+      const int64_t sh = src_h[static_cast<size_t>(s1 + y)];
+      if (sd < 0 || sh < 0) {
+        std::fill(o, o + Rw, fill);
+        continue;
+      }
+      const T* src = plane + sh * p.in_stride[3];
+      if (inside_w && sw == 1) {
+        std::memcpy(o, src + q0, sizeof(T) * static_cast<size_t>(Rw));
+      } else {
+        for (int64_t x = 0; x < Rw; ++x) {
+          const int64_t s = src_w[static_cast<size_t>(s2 + x)];
+          o[x] = s < 0 ? fill : src[s * sw];
+        }
+      }
+    }
+  }
+}
+
+void gather_cpu(const GatherParams& p) {
+  if (p.in_t == p.out_t) {
+    switch (p.in_t) {
+      case DType::Float64: return gather_rows<double>(p);
+      case DType::Float32: return gather_rows<float>(p);
+      case DType::Float16: return gather_rows<half_t>(p);
+      case DType::BFloat16: return gather_rows<bfloat16_t>(p);
+      default: break;
+    }
+  }
+  // Converting gather (e.g. float32 image -> float16 windows): the device body, element-wise.
+  const GatherBody body{p};
+  const int64_t items = body.items();
+  GatherBody::State st;
+#pragma omp parallel for schedule(static) firstprivate(st)
+  for (int64_t i = 0; i < items; ++i) body(st, 0, i);
+}
+
+// The float32 rows of the stitch (acc += pred, or acc += pred * w: a multiply then an add, never
+// fused) for AVX-512 and AVX2 machines (the baseline build only has SSE2, and a compiler loop
+// over a run-time row length spends much of a 96-voxel row in its prologue and epilogue). Same
+// IEEE operations per element, so the results are the same bits (tested).
+__attribute__((target("avx512f"))) void add_row_avx512(float* acc, const float* pred, int64_t n) {
+  int64_t x = 0;
+  for (; x + 16 <= n; x += 16)
+    _mm512_storeu_ps(acc + x, _mm512_add_ps(_mm512_loadu_ps(acc + x), _mm512_loadu_ps(pred + x)));
+  if (x < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - x)) - 1u);
+    _mm512_mask_storeu_ps(
+        acc + x, m,
+        _mm512_add_ps(_mm512_maskz_loadu_ps(m, acc + x), _mm512_maskz_loadu_ps(m, pred + x)));
+  }
+}
+__attribute__((target("avx512f"))) void mul_add_row_avx512(float* acc, const float* pred,
+                                                           const float* w, int64_t n) {
+  int64_t x = 0;
+  for (; x + 16 <= n; x += 16)
+    _mm512_storeu_ps(
+        acc + x, _mm512_add_ps(_mm512_loadu_ps(acc + x),
+                               _mm512_mul_ps(_mm512_loadu_ps(pred + x), _mm512_loadu_ps(w + x))));
+  if (x < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - x)) - 1u);
+    _mm512_mask_storeu_ps(acc + x, m,
+                          _mm512_add_ps(_mm512_maskz_loadu_ps(m, acc + x),
+                                        _mm512_mul_ps(_mm512_maskz_loadu_ps(m, pred + x),
+                                                      _mm512_maskz_loadu_ps(m, w + x))));
+  }
+}
+__attribute__((target("avx2"))) void add_row_avx2(float* acc, const float* pred, int64_t n) {
+  int64_t x = 0;
+  for (; x + 8 <= n; x += 8)
+    _mm256_storeu_ps(acc + x, _mm256_add_ps(_mm256_loadu_ps(acc + x), _mm256_loadu_ps(pred + x)));
+  for (; x < n; ++x) acc[x] = acc[x] + pred[x];
+}
+__attribute__((target("avx2"))) void mul_add_row_avx2(float* acc, const float* pred, const float* w,
+                                                      int64_t n) {
+  int64_t x = 0;
+  for (; x + 8 <= n; x += 8)
+    _mm256_storeu_ps(
+        acc + x, _mm256_add_ps(_mm256_loadu_ps(acc + x),
+                               _mm256_mul_ps(_mm256_loadu_ps(pred + x), _mm256_loadu_ps(w + x))));
+  for (; x < n; ++x) acc[x] = acc[x] + pred[x] * w[x];
+}
+
+int window_cpu_isa() {  // 2 AVX-512, 1 AVX2, 0 baseline
+  static const int isa = __builtin_cpu_supports("avx512f") ? 2
+                         : __builtin_cpu_supports("avx2")  ? 1
+                                                           : 0;
+  return isa;
+}
+
+// acc[x] = stitch_add(acc[x], pred[x], w, x) over one row; the common cases as plain loops the
+// compiler vectorises (the same operations: a float add, or a float multiply then add).
+template <class A, class P>
+VOXAUG_FORCEINLINE void stitch_row(A* acc, const P* pred, int64_t sp, const A* wrow, int64_t n) {
+  if constexpr (std::is_same_v<A, float> && std::is_same_v<P, float>) {
+    // pred and acc never overlap (a prediction is not the accumulator).
+    if (sp == 1 && window_cpu_isa() == 2) {
+      wrow ? mul_add_row_avx512(acc, pred, wrow, n) : add_row_avx512(acc, pred, n);
+      return;
+    }
+    if (sp == 1 && window_cpu_isa() == 1) {
+      wrow ? mul_add_row_avx2(acc, pred, wrow, n) : add_row_avx2(acc, pred, n);
+      return;
+    }
+  }
+  if constexpr (std::is_same_v<A, P>) {
+    if (sp == 1) {
+      if (wrow == nullptr) {
+        for (int64_t x = 0; x < n; ++x) acc[x] = acc[x] + pred[x];
+      } else {
+        for (int64_t x = 0; x < n; ++x) acc[x] = acc[x] + pred[x] * wrow[x];
+      }
+      return;
+    }
+  }
+  for (int64_t x = 0; x < n; ++x) acc[x] = stitch_add<A, P>(acc[x], pred[x * sp], wrow, x);
+}
+
+// Window by window, in window order (MONAI's order of additions), each window's (channel, d)
+// planes in parallel: a window's prediction and importance map stream contiguously and its
+// accumulator rows at a fixed stride, which the hardware prefetchers follow; the barrier between
+// windows keeps every element's additions in order.
+template <class A, class P>
+void stitch_rows(const StitchParams& p) {
+  const WindowLayout& l = p.l;
+  const int64_t pv = l.padded[0] * l.padded[1] * l.padded[2];
+  const A* weight = static_cast<const A*>(p.weight);
+  A* acc_base = static_cast<A*>(p.acc);
+  const P* pred_base = static_cast<const P*>(p.pred);
+  const int64_t Rd = l.roi[0], Rh = l.roi[1], Rw = l.roi[2], sp = p.pred_stride[4];
+  const int64_t planes = p.channels * Rd;
+#pragma omp parallel
+  for (int64_t j = 0; j < p.batch; ++j) {
+    const int64_t n = p.win[j][0];
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < planes; ++t) {
+      const int64_t c = t / Rd, z = t % Rd;
+      A* acc = acc_base + (n * p.channels + c) * pv +
+               ((p.win[j][1] + z) * l.padded[1] + p.win[j][2]) * l.padded[2] + p.win[j][3];
+      const P* pred =
+          pred_base + j * p.pred_stride[0] + c * p.pred_stride[1] + z * p.pred_stride[2];
+      const A* wplane = weight ? weight + z * Rh * Rw : nullptr;
+      for (int64_t y = 0; y < Rh; ++y)
+        stitch_row<A, P>(acc + y * l.padded[2], pred + y * p.pred_stride[3], sp,
+                         wplane ? wplane + y * Rw : nullptr, Rw);
+    }  // implicit barrier: window j is complete before window j + 1 starts
+  }
+}
+
+template <class A>
+void stitch_cpu_acc(const StitchParams& p, DType pred_t) {
+  switch (pred_t) {
+    case DType::Float64: return stitch_rows<A, double>(p);
+    case DType::Float32: return stitch_rows<A, float>(p);
+    case DType::Float16: return stitch_rows<A, half_t>(p);
+    case DType::BFloat16: return stitch_rows<A, bfloat16_t>(p);
+    default: VOXAUG_FAIL("window_stitch: pred must be a float tensor");
+  }
+}
+
+// Per-w window counts (constant weights: count = product of the per-axis counts).
+std::vector<int64_t> counts_along_w(const WindowLayout& l) {
+  std::vector<int64_t> per_w(static_cast<size_t>(l.padded[2]));
+  for (int64_t x = 0; x < l.padded[2]; ++x) {
+    int64_t lo, hi;
+    window_cover(l, 2, x, lo, hi);
+    per_w[static_cast<size_t>(x)] = hi - lo + 1;
+  }
+  return per_w;
+}
+
+// One padded row (d, h) of the count map (window_count_at for every w, as row loops).
+template <class A>
+void count_row(const WindowLayout& l, const A* weight, const std::vector<int64_t>& per_w, int64_t d,
+               int64_t h, A* row) {
+  const int64_t W = l.padded[2];
+  int64_t lo[2], hi[2];
+  window_cover(l, 0, d, lo[0], hi[0]);
+  window_cover(l, 1, h, lo[1], hi[1]);
+  if (weight == nullptr) {
+    const int64_t dh = (hi[0] - lo[0] + 1) * (hi[1] - lo[1] + 1);
+    for (int64_t x = 0; x < W; ++x) row[x] = static_cast<A>(dh * per_w[static_cast<size_t>(x)]);
+    return;
+  }
+  std::fill(row, row + W, A(0));
+  // Per voxel the additions run over (i, j, k) in lexicographic order: window order.
+  for (int64_t i = lo[0]; i <= hi[0]; ++i)
+    for (int64_t j = lo[1]; j <= hi[1]; ++j) {
+      const A* wrow = weight + ((d - l.start(0, i)) * l.roi[1] + h - l.start(1, j)) * l.roi[2];
+      for (int64_t k = 0; k < l.count[2]; ++k) {
+        A* o = row + l.start(2, k);
+        for (int64_t x = 0; x < l.roi[2]; ++x) o[x] = o[x] + wrow[x];
+      }
+    }
+}
+
+template <class A>
+void count_cpu(const WindowLayout& l, const A* weight, A* count) {
+  const int64_t rows = l.padded[0] * l.padded[1], W = l.padded[2];
+  const std::vector<int64_t> per_w = counts_along_w(l);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < rows; ++t)
+    count_row(l, weight, per_w, t / l.padded[1], t % l.padded[1], count + t * W);
+}
+
+template <class T>
+VOXAUG_FORCEINLINE void store_label(void* out, int64_t off, int64_t v) {
+  if constexpr (std::is_integral_v<T>) static_cast<T*>(out)[off] = static_cast<T>(v);
+}
+
+// Output rows (z, y) in parallel; per row the count (read, or computed once for all samples and
+// channels), then acc / count for every sample and channel (or their argmax).
+template <class A, class T>
+void finalize_rows_typed(const FinalizeParams& p, int64_t batch) {
+  const WindowLayout& l = p.l;
+  const int64_t rows = l.size[0] * l.size[1], W = l.size[2];
+  const int64_t pv = l.padded[0] * l.padded[1] * l.padded[2];
+  const int64_t sv = l.size[0] * l.size[1] * l.size[2];
+  const std::vector<int64_t> per_w = counts_along_w(l);
+  const A* weight = static_cast<const A*>(p.weight);
+#pragma omp parallel
+  {
+    std::vector<A> crow(static_cast<size_t>(l.padded[2]));
+    std::vector<A> best_v(p.argmax ? static_cast<size_t>(W) : 0);
+    std::vector<int64_t> best_i(p.argmax ? static_cast<size_t>(W) : 0);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t z = r / l.size[1], y = r % l.size[1];
+      const int64_t pd = z + l.pad_before[0], ph = y + l.pad_before[1];
+      const int64_t q = (pd * l.padded[1] + ph) * l.padded[2] + l.pad_before[2];
+      const A* cnt;
+      if (p.count != nullptr) {
+        cnt = static_cast<const A*>(p.count) + q;
+      } else {
+        count_row(l, weight, per_w, pd, ph, crow.data());
+        cnt = crow.data() + l.pad_before[2];
+      }
+      for (int64_t n = 0; n < batch; ++n) {
+        for (int64_t c = 0; c < p.channels; ++c) {
+          const A* acc = static_cast<const A*>(p.acc) + (n * p.channels + c) * pv + q;
+          if (!p.argmax) {
+            T* out = static_cast<T*>(p.out) + (n * p.channels + c) * sv + r * W;
+            for (int64_t x = 0; x < W; ++x) out[x] = store_as<T>(fdiv(acc[x], cnt[x]));
+            continue;
+          }
+          for (int64_t x = 0; x < W; ++x) {  // torch.argmax: first maximum, NaN the largest
+            const A v = fdiv(acc[x], cnt[x]);
+            A& bv = best_v[static_cast<size_t>(x)];
+            if (c == 0 || (!(bv != bv) && (v > bv || v != v))) {
+              bv = v;
+              best_i[static_cast<size_t>(x)] = c;
+            }
+          }
+        }
+        if (p.argmax)
+          for (int64_t x = 0; x < W; ++x)
+            store_label<T>(p.out, n * sv + r * W + x, best_i[static_cast<size_t>(x)]);
+      }
+    }
+  }
+}
+
+template <class A>
+void finalize_cpu(const FinalizeParams& p, int64_t batch) {
+  switch (p.out_t) {
+    case DType::Float64: return finalize_rows_typed<A, double>(p, batch);
+    case DType::Float32: return finalize_rows_typed<A, float>(p, batch);
+    case DType::Float16:
+      if constexpr (sizeof(A) == 4) return finalize_rows_typed<A, half_t>(p, batch);
+      break;
+    case DType::BFloat16:
+      if constexpr (sizeof(A) == 4) return finalize_rows_typed<A, bfloat16_t>(p, batch);
+      break;
+    case DType::UInt8: return finalize_rows_typed<A, uint8_t>(p, batch);
+    case DType::Int16: return finalize_rows_typed<A, int16_t>(p, batch);
+    case DType::Int32: return finalize_rows_typed<A, int32_t>(p, batch);
+    case DType::Int64: return finalize_rows_typed<A, int64_t>(p, batch);
+  }
+  // float64 accumulator -> float16 / bfloat16 (one rounding, through float as torch's casts):
+  // the device body on the host.
+  const FinalizeBody<A> body{p};
+  const int64_t items = body.items();
+  typename FinalizeBody<A>::State st;
+#pragma omp parallel for schedule(static) firstprivate(st)
+  for (int64_t t = 0; t < batch * items; ++t) body(st, t / items, t % items);
+}
+
+}  // namespace
+}  // namespace detail
+
+WindowLayout window_layout(const int64_t size[3], const int64_t roi[3], const double overlap[3]) {
+  WindowLayout l;
+  for (int a = 0; a < 3; ++a) {
+    VOXAUG_EXPECTS(size[a] >= 1, "window_layout: image size must be >= 1 on every axis, got " +
+                                     detail::dims(size));
+    VOXAUG_EXPECTS(roi[a] >= 1,
+                   "window_layout: roi_size must be >= 1 on every axis, got " + detail::dims(roi));
+    VOXAUG_EXPECTS(overlap[a] >= 0.0 && overlap[a] < 1.0,
+                   "window_layout: overlap must be in [0, 1), got " + std::to_string(overlap[a]) +
+                       " on axis " + std::to_string(a));
+    l.size[a] = size[a];
+    l.roi[a] = roi[a];
+    l.padded[a] = std::max(size[a], roi[a]);
+    l.pad_before[a] = (l.padded[a] - size[a]) / 2;
+    // MONAI's _get_scan_interval: int(roi * (1 - overlap)) in float64, at least 1.
+    const int64_t iv = static_cast<int64_t>(static_cast<double>(roi[a]) * (1.0 - overlap[a]));
+    l.interval[a] = roi[a] == l.padded[a] ? roi[a] : std::max<int64_t>(iv, 1);
+    // dense_patch_slices: 1 + the first d with d * interval + roi >= padded.
+    const int64_t rest = l.padded[a] - roi[a];
+    l.count[a] = 1 + (rest + l.interval[a] - 1) / l.interval[a];
+  }
+  return l;
+}
+
+void window_gather(const VolumeView& image, const WindowLayout& l, int64_t first_window,
+                   WindowPad pad, double cval, const VolumeView& out, cudaStream_t stream) {
+  VOXAUG_EXPECTS(is_floating(image.dtype), "window_gather: image must be a float tensor, got " +
+                                               std::string(dtype_name(image.dtype)));
+  VOXAUG_EXPECTS(is_floating(out.dtype), "window_gather: out must be a float tensor, got " +
+                                             std::string(dtype_name(out.dtype)));
+  detail::check_same_device(image, out, "image", "out");
+  for (int a = 0; a < 3; ++a)
+    VOXAUG_EXPECTS(image.shape[2 + a] == l.size[a] && out.shape[2 + a] == l.roi[a],
+                   "window_gather: image spatial size " + detail::dims(image.shape + 2) +
+                       " and out spatial size " + detail::dims(out.shape + 2) +
+                       " must match the layout's size " + detail::dims(l.size) + " and roi " +
+                       detail::dims(l.roi));
+  VOXAUG_EXPECTS(out.shape[1] == image.shape[1], "window_gather: out must have the image's " +
+                                                     std::to_string(image.shape[1]) + " channels");
+  VOXAUG_EXPECTS(detail::dense(out), "window_gather: out must be contiguous");
+  const int64_t total = image.shape[0] * l.windows_per_image();
+  VOXAUG_EXPECTS(first_window >= 0 && first_window + out.shape[0] <= total,
+                 "window_gather: windows [" + std::to_string(first_window) + ", " +
+                     std::to_string(first_window + out.shape[0]) + ") run past the " +
+                     std::to_string(total) + " windows of the batch");
+  const int mode = static_cast<int>(pad);
+  VOXAUG_EXPECTS(mode >= 0 && mode <= 3, "window_gather: unknown padding mode");
+  for (int a = 0; a < 3; ++a) {
+    const int64_t after = l.padded[a] - l.size[a] - l.pad_before[a];
+    if (pad == WindowPad::Reflect)
+      VOXAUG_EXPECTS(std::max(l.pad_before[a], after) < l.size[a],
+                     "window_gather: reflect padding needs the padding (" +
+                         std::to_string(std::max(l.pad_before[a], after)) +
+                         ") smaller than the image size " + std::to_string(l.size[a]) +
+                         " on axis " + std::to_string(a) + " (as torch.nn.functional.pad)");
+    if (pad == WindowPad::Circular)
+      VOXAUG_EXPECTS(std::max(l.pad_before[a], after) <= l.size[a],
+                     "window_gather: circular padding needs the padding no larger than the "
+                     "image size on axis " +
+                         std::to_string(a));
+  }
+  if (out.shape[0] == 0 || out.sample_numel() == 0) return;
+  detail::GatherParams p;
+  p.in = image.data;
+  p.in_t = image.dtype;
+  std::copy(image.strides, image.strides + 5, p.in_stride);
+  p.channels = image.shape[1];
+  p.out = out.data;
+  p.out_t = out.dtype;
+  p.batch = out.shape[0];
+  p.l = l;
+  p.first = first_window;
+  p.pad = mode;
+  // cval as F.pad stores it: rounded to the image's dtype.
+  double fill = cval;
+  switch (image.dtype) {
+    case DType::Float32: fill = static_cast<float>(cval); break;
+    case DType::Float16:
+      fill = detail::half_to_float(detail::float_to_half(static_cast<float>(cval)));
+      break;
+    case DType::BFloat16:
+      fill = detail::bf16_to_float(detail::float_to_bf16(static_cast<float>(cval)));
+      break;
+    default: break;
+  }
+  p.fill = fill;
+  if (image.device == Device::CUDA) {
+#if VOXAUG_WITH_CUDA
+    detail::window_gather_cuda(p, image.device_index, stream);
+    return;
+#else
+    VOXAUG_FAIL("window_gather: this build of voxaug has no CUDA backend");
+#endif
+  }
+  detail::gather_cpu(p);
+}
+
+void window_stitch(const VolumeView& acc, const VolumeView& pred, const void* weight,
+                   const WindowLayout& l, int64_t first_window, cudaStream_t stream) {
+  VOXAUG_EXPECTS(
+      acc.dtype == DType::Float32 || acc.dtype == DType::Float64,
+      "window_stitch: acc must be float32 or float64, got " + std::string(dtype_name(acc.dtype)));
+  VOXAUG_EXPECTS(is_floating(pred.dtype), "window_stitch: pred must be a float tensor, got " +
+                                              std::string(dtype_name(pred.dtype)));
+  detail::check_same_device(acc, pred, "acc", "pred");
+  VOXAUG_EXPECTS(detail::dense(acc), "window_stitch: acc must be contiguous");
+  for (int a = 0; a < 3; ++a)
+    VOXAUG_EXPECTS(acc.shape[2 + a] == l.padded[a] && pred.shape[2 + a] == l.roi[a],
+                   "window_stitch: acc spatial size " + detail::dims(acc.shape + 2) +
+                       " and pred spatial size " + detail::dims(pred.shape + 2) +
+                       " must match the padded image size " + detail::dims(l.padded) + " and roi " +
+                       detail::dims(l.roi));
+  VOXAUG_EXPECTS(pred.shape[1] == acc.shape[1],
+                 "window_stitch: pred has " + std::to_string(pred.shape[1]) +
+                     " channels, the accumulator " + std::to_string(acc.shape[1]));
+  const int64_t total = acc.shape[0] * l.windows_per_image();
+  VOXAUG_EXPECTS(first_window >= 0 && first_window + pred.shape[0] <= total,
+                 "window_stitch: windows [" + std::to_string(first_window) + ", " +
+                     std::to_string(first_window + pred.shape[0]) + ") run past the " +
+                     std::to_string(total) + " windows of the batch");
+  if (pred.shape[0] == 0 || acc.numel() == 0) return;
+  detail::StitchParams p;
+  p.acc = acc.data;
+  p.channels = acc.shape[1];
+  p.pred = pred.data;
+  std::copy(pred.strides, pred.strides + 5, p.pred_stride);
+  p.weight = weight;
+  p.l = l;
+#if !VOXAUG_WITH_CUDA
+  VOXAUG_EXPECTS(acc.device == Device::CPU,
+                 "window_stitch: this build of voxaug has no CUDA backend");
+#endif
+  // Consecutive launches of at most kStitchWindows windows: the same order of additions.
+  const int64_t esize = dtype_size(pred.dtype);
+  for (int64_t j0 = 0; j0 < pred.shape[0]; j0 += detail::kStitchWindows) {
+    p.batch = std::min(detail::kStitchWindows, pred.shape[0] - j0);
+    p.pred = static_cast<const char*>(pred.data) + j0 * pred.strides[0] * esize;
+    for (int64_t j = 0; j < p.batch; ++j) {
+      int64_t n, k[3];
+      detail::window_index(l, first_window + j0 + j, n, k);
+      p.win[j][0] = static_cast<int32_t>(n);
+      for (int a = 0; a < 3; ++a) p.win[j][1 + a] = static_cast<int32_t>(l.start(a, k[a]));
+    }
+#if VOXAUG_WITH_CUDA
+    if (acc.device == Device::CUDA) {
+      detail::window_stitch_cuda(p, acc.dtype, pred.dtype, acc.device_index, stream);
+      continue;
+    }
+#endif
+    if (acc.dtype == DType::Float32)
+      detail::stitch_cpu_acc<float>(p, pred.dtype);
+    else
+      detail::stitch_cpu_acc<double>(p, pred.dtype);
+  }
+}
+
+void window_count(const void* weight, DType dtype, Device device, int device_index,
+                  const WindowLayout& l, void* count, cudaStream_t stream) {
+  VOXAUG_EXPECTS(dtype == DType::Float32 || dtype == DType::Float64,
+                 "window_count: dtype must be float32 or float64");
+  if (device == Device::CUDA) {
+#if VOXAUG_WITH_CUDA
+    detail::window_count_cuda(l, weight, dtype, count, device_index, stream);
+    return;
+#else
+    (void)device_index;
+    VOXAUG_FAIL("window_count: this build of voxaug has no CUDA backend");
+#endif
+  }
+  if (dtype == DType::Float32)
+    detail::count_cpu(l, static_cast<const float*>(weight), static_cast<float*>(count));
+  else
+    detail::count_cpu(l, static_cast<const double*>(weight), static_cast<double*>(count));
+}
+
+void window_finalize(const VolumeView& acc, const void* count, const void* weight,
+                     const WindowLayout& l, const VolumeView& out, bool argmax,
+                     cudaStream_t stream) {
+  VOXAUG_EXPECTS(acc.dtype == DType::Float32 || acc.dtype == DType::Float64,
+                 "window_finalize: acc must be float32 or float64");
+  detail::check_same_device(acc, out, "acc", "out");
+  VOXAUG_EXPECTS(detail::dense(acc) && detail::dense(out),
+                 "window_finalize: acc and out must be contiguous");
+  for (int a = 0; a < 3; ++a)
+    VOXAUG_EXPECTS(acc.shape[2 + a] == l.padded[a] && out.shape[2 + a] == l.size[a],
+                   "window_finalize: acc spatial size " + detail::dims(acc.shape + 2) +
+                       " and out spatial size " + detail::dims(out.shape + 2) +
+                       " must match the padded size " + detail::dims(l.padded) +
+                       " and the image size " + detail::dims(l.size));
+  VOXAUG_EXPECTS(out.shape[0] == acc.shape[0], "window_finalize: out must have acc's batch size");
+  if (argmax) {
+    VOXAUG_EXPECTS(!is_floating(out.dtype) && out.shape[1] == 1,
+                   "window_finalize: with argmax, out must be (N, 1, D, H, W) of an integer dtype");
+  } else {
+    VOXAUG_EXPECTS(is_floating(out.dtype) && out.shape[1] == acc.shape[1],
+                   "window_finalize: out must be a float tensor with acc's channels");
+  }
+  if (acc.numel() == 0 || out.numel() == 0) return;
+  detail::FinalizeParams p;
+  p.acc = acc.data;
+  p.count = count;
+  p.weight = weight;
+  p.channels = acc.shape[1];
+  p.out = out.data;
+  p.out_t = out.dtype;
+  p.argmax = argmax;
+  p.l = l;
+  if (acc.device == Device::CUDA) {
+#if VOXAUG_WITH_CUDA
+    detail::window_finalize_cuda(p, acc.dtype, acc.shape[0], acc.device_index, stream);
+    return;
+#else
+    VOXAUG_FAIL("window_finalize: this build of voxaug has no CUDA backend");
+#endif
+  }
+  if (acc.dtype == DType::Float32)
+    detail::finalize_cpu<float>(p, acc.shape[0]);
+  else
+    detail::finalize_cpu<double>(p, acc.shape[0]);
+}
+
+}  // namespace voxaug

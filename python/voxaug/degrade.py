@@ -1,0 +1,277 @@
+"""Image degradations with MONAI's names and arguments: RandCoarseDropout(d) and
+RandSimulateLowResolution(d), backed by ``torch.ops.voxaug.coarse_dropout`` and
+``torch.ops.voxaug.simulate_low_resolution``: a batch is transformed in one launch, each sample
+with its own random parameters.
+
+Random parameters (the gate ``u < prob``, hole counts, sizes and corners, the zoom factor) are
+drawn per sample on the host with Philox (``voxaug.ops.philox_uniform``) from a 64-bit seed per
+call (see :mod:`voxaug.transforms`): only the image's shape is needed, never its values, so
+nothing syncs with the device. Random fill values are drawn in the kernel from Philox keyed by
+(seed, sample, element); the image's min / max (``fill_value=None``) are computed on the
+device. The draws of the last call are kept on the transform (``last_boxes``, ``last_counts``,
+``last_applied``; ``last_low_size``, ``last_zoom``) and MONAI's ``hole_coords`` /
+``zoom_factor`` for sample 0.
+
+Differences from MONAI, by design: a batch gets a per-sample gate instead of one gate per call;
+random draws come from Philox, not numpy. RandCoarseDropout never modifies its input (MONAI
+writes the holes into a CPU tensor's memory). RandSimulateLowResolution returns float32 like
+MONAI; in a batch where some samples are transformed the others come back as float32 copies,
+while a call where no sample is transformed returns the input itself, as MONAI does.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from . import ops
+from .transforms import _as_batch, _check_prob, _Dict, _Randomizable
+
+__all__ = [
+    "RandCoarseDropout", "RandCoarseDropoutd", "RandSimulateLowResolution", "RandSimulateLowResolutiond",
+]
+
+FILL_CONSTANT, FILL_UNIFORM, FILL_IMAGE_RANGE = 0, 1, 2
+UPSAMPLE_TRILINEAR, UPSAMPLE_NEAREST = 0, 1
+
+
+def _signed64(seed: int) -> int:
+    seed &= (1 << 64) - 1
+    return seed - (1 << 64) if seed >= (1 << 63) else seed
+
+
+def _fall_back(value: Union[Sequence[int], int, None], img_size: Sequence[int], name: str) -> tuple[int, ...]:
+    """MONAI fall_back_tuple: a number repeats; a non-positive (or None) entry takes the image's size."""
+    ndim = len(img_size)
+    if value is None:
+        return tuple(int(s) for s in img_size)
+    vals = [value] * ndim if isinstance(value, (int, np.integer)) else list(value)
+    if len(vals) != ndim:
+        raise ValueError(f"{name} must be a number or {ndim} numbers (one per spatial axis), got {value}")
+    return tuple(int(v) if v is not None and v > 0 else int(s) for v, s in zip(vals, img_size))
+
+
+def _randint(lo, hi_inclusive, u: np.ndarray) -> np.ndarray:
+    """Integer uniform on [lo, hi_inclusive] from float64 uniforms u in [0, 1) (numpy arrays)."""
+    k = np.floor(u * (hi_inclusive - lo + 1).astype(np.float64)).astype(np.int64)
+    return lo + np.minimum(k, np.maximum(hi_inclusive - lo, 0))
+
+
+class _Degrade:
+    """Array transform: ``_plan(x)`` draws the parameters, ``apply(img, params)`` runs them, so
+    the dictionary forms share one draw across keys."""
+
+    _last_params: Any = None
+
+    def __call__(self, img: Any, randomize: bool = True) -> Any:
+        """randomize=False reuses the previous call's draw, as MONAI's."""
+        if randomize or self._last_params is None:
+            return self.apply(img)
+        return self.apply(img, self._last_params)
+
+    def apply(self, img: Any, params: Any = None) -> Any:
+        x, restore = _as_batch(img)
+        if params is None:
+            params = self._plan(x)
+        elif params["applied"].shape[0] != x.shape[0]:
+            raise ValueError(f"the reused draw was made for a batch of {params['applied'].shape[0]}, "
+                             f"but img has a batch of {x.shape[0]}")
+        self._last_params = params
+        self._record(x, params)
+        if not bool(params["applied"].any()):  # host tensor: no device sync
+            return torch.as_tensor(img) if isinstance(img, np.ndarray) else img
+        return restore(self._run(x, params))
+
+
+class RandCoarseDropout(_Degrade, _Randomizable):
+    """MONAI RandCoarseDropout, batched. Per sample, with probability `prob`: the number of holes
+    is `holes`, or uniform in [holes, max_holes]; each hole's size is `spatial_size` or, with
+    `max_spatial_size`, uniform per axis in [previous hole's size, max_spatial_size] (MONAI's
+    loop reuses the last size as the next minimum; the first hole starts from `spatial_size`),
+    clipped to the image; its corner is uniform over the positions where it fits. Non-positive
+    sizes mean the image's size. The holes cover all channels.
+
+    dropout_holes=True fills the holes, False keeps them and fills everything else. fill_value:
+    a number (constant), a (low, high) pair (uniform per voxel), or None (uniform per voxel in
+    [min, max] of the sample's image, computed on the device). Integer images get the fill
+    truncated towards zero, as numpy's assignment does.
+
+    in_place (voxaug's addition, keyword only): write into the input instead of a new tensor, as
+    MONAI does for CPU tensors (on the CPU only the filled voxels are then written).
+    """
+
+    def __init__(self, holes: int, spatial_size: Union[Sequence[int], int], dropout_holes: bool = True,
+                 fill_value: Union[tuple[float, float], float, None] = None, max_holes: Optional[int] = None,
+                 max_spatial_size: Union[Sequence[int], int, None] = None, prob: float = 0.1,
+                 seed: Optional[int] = None, *, in_place: bool = False):
+        _Randomizable.__init__(self, seed)
+        self.in_place = bool(in_place)
+        if int(holes) < 1:
+            raise ValueError(f"number of holes must be greater than 0, got holes={holes}")
+        if max_holes is not None and int(max_holes) < int(holes):
+            raise ValueError(f"max_holes must be >= holes, got max_holes={max_holes} and holes={holes}")
+        self.holes = int(holes)
+        self.max_holes = None if max_holes is None else int(max_holes)
+        self.spatial_size = spatial_size
+        self.max_spatial_size = max_spatial_size
+        self.dropout_holes = bool(dropout_holes)
+        if isinstance(fill_value, (tuple, list)):
+            if len(fill_value) != 2:
+                raise ValueError("fill value should contain 2 numbers if providing the `min` and `max`, "
+                                 f"got {fill_value}")
+            fill_value = (float(fill_value[0]), float(fill_value[1]))
+            if not all(np.isfinite(fill_value)):
+                raise ValueError(f"fill_value range must be finite, got {fill_value}")
+        elif fill_value is not None:
+            fill_value = float(fill_value)
+            if np.isnan(fill_value):
+                raise ValueError("fill_value must not be NaN")
+        self.fill_value = fill_value
+        self.prob = _check_prob(prob)
+        self.hole_coords: list = []
+        self.last_boxes: Optional[torch.Tensor] = None
+        self.last_counts: Optional[torch.Tensor] = None
+        self.last_applied: Optional[torch.Tensor] = None
+
+    def _plan(self, x: torch.Tensor, seed: Optional[int] = None) -> dict:
+        # Small host arrays: numpy (microseconds per operation), vectorised over the batch.
+        n, img = x.shape[0], np.array([int(s) for s in x.shape[2:]], dtype=np.int64)
+        size0 = np.array(_fall_back(self.spatial_size, img.tolist(), "spatial_size"), dtype=np.int64)
+        k = self.max_holes if self.max_holes is not None else self.holes
+        if self.max_spatial_size is not None:
+            max_size = np.array(_fall_back(self.max_spatial_size, img.tolist(), "max_spatial_size"), dtype=np.int64)
+            if (max_size < size0).any():
+                raise ValueError(f"max_spatial_size {tuple(max_size.tolist())} must be >= spatial_size "
+                                 f"{tuple(size0.tolist())} on every axis (after replacing non-positive entries "
+                                 f"by the image size {tuple(img.tolist())})")
+        seed = self._next_seed() if seed is None else seed
+        u = ops.philox_uniform(seed, 0, n, 2 + 6 * k).numpy()
+        applied = u[:, 0] < self.prob
+        if self.max_holes is None:
+            num = np.full(n, self.holes, dtype=np.int64)
+        else:
+            num = _randint(np.int64(self.holes), np.int64(self.max_holes), u[:, 1])
+        boxes = np.zeros((n, k, 6), dtype=np.int64)
+        size = np.broadcast_to(size0, (n, 3))
+        for j in range(k):
+            uj = u[:, 2 + 6 * j: 8 + 6 * j]
+            if self.max_spatial_size is not None:
+                size = _randint(size, max_size, uj[:, :3])
+            valid = np.minimum(size, img)
+            start = np.where(img > valid, _randint(np.int64(0), img - valid, uj[:, 3:]), 0)
+            boxes[:, j, :3], boxes[:, j, 3:] = start, start + valid
+        counts = np.where(applied, num, 0)
+        return {"boxes": torch.from_numpy(boxes), "counts": torch.from_numpy(counts),
+                "applied": torch.from_numpy(applied), "seed": seed}
+
+    def _record(self, x: torch.Tensor, params: dict) -> None:
+        self.last_boxes, self.last_counts, self.last_applied = params["boxes"], params["counts"], params["applied"]
+        self.hole_coords = []
+        if bool(params["applied"][0]):
+            for b in params["boxes"][0, : int(params["counts"][0])].tolist():
+                self.hole_coords.append((slice(None),) + tuple(slice(b[a], b[a + 3]) for a in range(3)))
+
+    def _run(self, x: torch.Tensor, params: dict) -> torch.Tensor:
+        fv = self.fill_value
+        if fv is None:
+            mode, value, lo, hi = FILL_IMAGE_RANGE, 0.0, 0.0, 0.0
+        elif isinstance(fv, tuple):
+            mode, value, lo, hi = FILL_UNIFORM, 0.0, fv[0], fv[1]
+        else:
+            mode, value, lo, hi = FILL_CONSTANT, fv, 0.0, 0.0
+        args = (params["boxes"], params["counts"], self.dropout_holes, mode, value, lo, hi,
+                _signed64(params["seed"]), 0)
+        if self.in_place:
+            torch.ops.voxaug.coarse_dropout_(x, *args)
+            return x
+        return torch.ops.voxaug.coarse_dropout(x, *args)
+
+
+class RandSimulateLowResolution(_Degrade, _Randomizable):
+    """MONAI RandSimulateLowResolution (nnU-Net's SimulateLowResolutionTransform), batched. Per
+    sample, with probability `prob`: zoom ~ U(zoom_range); low size per axis
+    max(1, round_half_even(size * zoom)); then torch interpolate(nearest, size=low) and
+    interpolate(upsample_mode, size=original, align_corners) -- here one fused gather with
+    exactly torch's index rules, no low-resolution tensor. Output float32 (MONAI's cast).
+    downsample_mode: 'nearest' (MONAI's default; the only one implemented); upsample_mode:
+    'trilinear' (default) or 'nearest'. `device` is accepted for MONAI's signature: the result is
+    on the input's device."""
+
+    def __init__(self, prob: float = 0.1, downsample_mode: str = "nearest", upsample_mode: str = "trilinear",
+                 zoom_range: Sequence[float] = (0.5, 1.0), align_corners: bool = False,
+                 device: Optional[torch.device] = None, seed: Optional[int] = None):
+        _Randomizable.__init__(self, seed)
+        self.prob = _check_prob(prob)
+        down = str(getattr(downsample_mode, "value", downsample_mode)).lower()
+        up = str(getattr(upsample_mode, "value", upsample_mode)).lower()
+        if down != "nearest":
+            raise NotImplementedError(f"downsample_mode={downsample_mode!r}: only 'nearest' (MONAI's default) "
+                                      "is implemented")
+        if up not in ("trilinear", "nearest"):
+            raise NotImplementedError(f"upsample_mode={upsample_mode!r}: only 'trilinear' (MONAI's default) and "
+                                      "'nearest' are implemented")
+        if len(zoom_range) != 2:
+            raise ValueError(f"zoom_range must be a (min, max) pair, got {zoom_range}")
+        lo, hi = float(zoom_range[0]), float(zoom_range[1])
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo > 0 and hi > 0):
+            raise ValueError(f"zoom_range must hold positive finite zoom factors, got {zoom_range}")
+        self.downsample_mode, self.upsample_mode = down, up
+        self.zoom_range = (lo, hi)
+        self.align_corners = bool(align_corners)
+        self.device = device
+        self.zoom_factor = 1.0
+        self.last_zoom: Optional[torch.Tensor] = None
+        self.last_low_size: Optional[torch.Tensor] = None
+        self.last_applied: Optional[torch.Tensor] = None
+
+    def _plan(self, x: torch.Tensor, seed: Optional[int] = None) -> dict:
+        n = x.shape[0]
+        u = ops.philox_uniform(self._next_seed() if seed is None else seed, 0, n, 2)
+        applied = u[:, 0] < self.prob
+        lo, hi = self.zoom_range
+        zoom = lo + (hi - lo) * u[:, 1]  # numpy's uniform(low, high)
+        return {"zoom": zoom, "applied": applied}
+
+    @staticmethod
+    def _low_size(x: torch.Tensor, zoom: torch.Tensor, applied: torch.Tensor) -> torch.Tensor:
+        """(N, 3) int64: max(1, np.round(size * zoom)) (half to even, float64), the size itself
+        where the gate is closed. From each image's own shape (dictionary keys may differ)."""
+        size = torch.tensor([int(s) for s in x.shape[2:]], dtype=torch.float64)
+        low = torch.round(size[None, :] * zoom[:, None]).clamp(min=1).to(torch.int64)
+        return torch.where(applied[:, None], low, size.to(torch.int64)[None, :]).contiguous()
+
+    def _record(self, x: torch.Tensor, params: dict) -> None:
+        self.last_low_size = self._low_size(x, params["zoom"], params["applied"])
+        self.last_zoom, self.last_applied = params["zoom"], params["applied"]
+        self.zoom_factor = float(params["zoom"][0])
+
+    def _run(self, x: torch.Tensor, params: dict) -> torch.Tensor:
+        mode = UPSAMPLE_TRILINEAR if self.upsample_mode == "trilinear" else UPSAMPLE_NEAREST
+        low = self._low_size(x, params["zoom"], params["applied"])
+        return torch.ops.voxaug.simulate_low_resolution(x, low, mode, self.align_corners, torch.float32)
+
+
+# ---------------- dictionary forms ----------------
+class RandCoarseDropoutd(_Dict):
+    """MONAI RandCoarseDropoutd: one draw of holes per call (from the first key's shape), used for
+    every key; random fills are the same where the keys' shapes agree."""
+
+    def __init__(self, keys, holes: int, spatial_size: Union[Sequence[int], int], dropout_holes: bool = True,
+                 fill_value: Union[tuple[float, float], float, None] = None, max_holes: Optional[int] = None,
+                 max_spatial_size: Union[Sequence[int], int, None] = None, prob: float = 0.1,
+                 allow_missing_keys: bool = False, seed: Optional[int] = None, *, in_place: bool = False):
+        super().__init__(keys, RandCoarseDropout(holes, spatial_size, dropout_holes, fill_value, max_holes,
+                                                 max_spatial_size, prob, seed, in_place=in_place),
+                         allow_missing_keys)
+
+
+class RandSimulateLowResolutiond(_Dict):
+    """MONAI RandSimulateLowResolutiond: one zoom per call for every key."""
+
+    def __init__(self, keys, prob: float = 0.1, downsample_mode: str = "nearest", upsample_mode: str = "trilinear",
+                 zoom_range: Sequence[float] = (0.5, 1.0), align_corners: bool = False,
+                 allow_missing_keys: bool = False, device: Optional[torch.device] = None,
+                 seed: Optional[int] = None):
+        super().__init__(keys, RandSimulateLowResolution(prob, downsample_mode, upsample_mode, zoom_range,
+                                                         align_corners, device, seed), allow_missing_keys)

@@ -1,0 +1,296 @@
+"""Sliding-window inference on the device with MONAI's signature and numerics.
+
+``sliding_window_inference`` visits the same windows in the same order as
+``monai.inferers.sliding_window_inference``, weights them with the same importance map and adds
+them in the same order, so float32 results equal MONAI's to rounding. Per batch of windows it
+runs one gather op (into a buffer allocated once), the predictor and one stitch op; nothing in
+the loop synchronises the host. The count map and importance map depend only on the layout;
+:class:`SlidingWindowInferer` caches them across calls.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+import torch
+
+from .transforms import _is_meta_tensor
+
+__all__ = ["sliding_window_inference", "SlidingWindowInferer"]
+
+_PAD_MODES = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
+_BLEND_MODES = ("constant", "gaussian")
+
+
+def _per_axis(value: Union[float, Sequence[float]], name: str) -> list[float]:
+    if isinstance(value, (int, float)):
+        return [float(value)] * 3
+    value = [float(v) for v in value]
+    if len(value) != 3:
+        raise ValueError(f"{name} must be a number or one value per spatial axis (3), got {value}")
+    return value
+
+
+def _roi(roi_size: Union[int, Sequence[Optional[int]]], image_size: Sequence[int]) -> list[int]:
+    if isinstance(roi_size, int):
+        roi = [roi_size] * 3
+    else:
+        roi = list(roi_size)
+        if len(roi) != 3:
+            raise ValueError(
+                f"roi_size must have one value per spatial axis of the 5-D input (3), got {len(roi)}: "
+                f"{roi_size}")
+    # MONAI's fall_back_tuple: None or non-positive -> the image size.
+    return [int(s) if r is None or int(r) <= 0 else int(r) for r, s in zip(roi, image_size)]
+
+
+class _Layout:
+    """The window grid of one image size (torch.ops.voxaug.window_layout)."""
+
+    def __init__(self, size: Sequence[int], roi: Sequence[int], overlap: Sequence[float]):
+        v = torch.ops.voxaug.window_layout(list(size), list(roi), list(overlap))
+        self.size, self.roi, self.overlap = list(size), list(roi), list(overlap)
+        self.count, self.padded, self.pad_before, self.interval = v[0:3], v[3:6], v[6:9], v[9:12]
+        self.per_image = self.count[0] * self.count[1] * self.count[2]
+
+    def starts(self, k: int) -> list[int]:
+        """Padded-space start of window k of an image (image-major, last axis fastest)."""
+        idx = [k // (self.count[1] * self.count[2]), (k // self.count[2]) % self.count[1], k % self.count[2]]
+        out = []
+        for a in range(3):
+            s = idx[a] * self.interval[a]
+            out.append(s - max(s + self.roi[a] - self.padded[a], 0))
+        return out
+
+
+def _flatten(out: Any) -> tuple[Optional[list], list[torch.Tensor]]:
+    if isinstance(out, torch.Tensor):
+        return None, [out]
+    if isinstance(out, Mapping):
+        keys = sorted(out.keys())
+        return keys, [out[k] for k in keys]
+    return [], list(out)
+
+
+def _pack(keys: Optional[list], outs: list[torch.Tensor]) -> Any:
+    if keys is None:
+        return outs[0]
+    if keys:
+        return dict(zip(keys, outs))
+    return tuple(outs)
+
+
+def _nvtx(name: str, on_cuda: bool):
+    if on_cuda:
+        return torch.cuda.nvtx.range(name)
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def sliding_window_inference(
+    inputs: torch.Tensor,
+    roi_size: Union[Sequence[int], int],
+    sw_batch_size: int,
+    predictor: Callable[..., Any],
+    overlap: Union[Sequence[float], float] = 0.25,
+    mode: str = "constant",
+    sigma_scale: Union[Sequence[float], float] = 0.125,
+    padding_mode: str = "constant",
+    cval: float = 0.0,
+    sw_device: Union[torch.device, str, None] = None,
+    device: Union[torch.device, str, None] = None,
+    progress: bool = False,
+    roi_weight_map: Optional[torch.Tensor] = None,
+    process_fn: Optional[Callable] = None,
+    buffer_steps: Optional[int] = None,
+    buffer_dim: int = -1,
+    with_coord: bool = False,
+    *args: Any,
+    window_dtype: Optional[torch.dtype] = None,
+    output_dtype: Optional[torch.dtype] = None,
+    argmax: bool = False,
+    _cache: Optional[dict] = None,
+    **kwargs: Any,
+) -> Any:
+    """MONAI's ``sliding_window_inference`` (same arguments, same results) on 5-D (N, C, D, H, W).
+
+    The predictor gets (B, C, roi) windows -- a buffer reused from batch to batch (clone it to keep
+    it) -- and returns a tensor, a tuple or a dict of (B, K, roi) tensors of any float dtype.
+    Outputs accumulate in float32 (float64 for float64 inputs) and come back in the input's dtype.
+    Extra options: ``window_dtype`` (dtype handed to the predictor, e.g. torch.float16),
+    ``output_dtype`` (e.g. torch.float16 probabilities), ``argmax`` (return (N, 1, D, H, W) int64
+    labels instead of probabilities). Not supported (ValueError / NotImplementedError):
+    ``process_fn``, ``buffer_steps`` and predictor outputs whose spatial size differs from the
+    roi's (MONAI's multi-resolution outputs).
+    """
+    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 5:
+        got = f"{inputs.dim()}-D" if isinstance(inputs, torch.Tensor) else type(inputs).__name__
+        raise ValueError(f"inputs must be a 5-D (N, C, D, H, W) tensor, got {got}")
+    if not inputs.is_floating_point():
+        raise ValueError(f"inputs must be a float tensor, got {inputs.dtype}")
+    meta_source = inputs if _is_meta_tensor(inputs) else None
+    if meta_source is not None:  # MONAI MetaTensor: plain tensor inside, metadata back on the output
+        inputs = inputs.as_tensor()
+    if isinstance(sw_batch_size, bool) or not isinstance(sw_batch_size, int) or sw_batch_size < 1:
+        raise ValueError(f"sw_batch_size must be an int >= 1, got {sw_batch_size!r}")
+    if mode not in _BLEND_MODES:
+        raise ValueError(f"mode must be one of {_BLEND_MODES}, got {mode!r}")
+    if padding_mode not in _PAD_MODES:
+        raise ValueError(f"padding_mode must be one of {tuple(_PAD_MODES)}, got {padding_mode!r}")
+    if process_fn is not None:
+        raise NotImplementedError("voxaug.inferers.sliding_window_inference: process_fn is not supported")
+    if buffer_steps is not None and buffer_steps > 0:
+        raise NotImplementedError("voxaug.inferers.sliding_window_inference: buffer_steps is not supported; "
+                                  "use device='cpu' to stitch on the host")
+    del buffer_dim
+    overlap_l = _per_axis(overlap, "overlap")
+    for o in overlap_l:
+        if not 0.0 <= o < 1.0:
+            raise ValueError(f"overlap must be >= 0 and < 1, got {overlap}")
+    sigma_l = _per_axis(sigma_scale, "sigma_scale")
+    size = list(inputs.shape[2:])
+    roi = _roi(roi_size, size)
+    layout = _Layout(size, roi, overlap_l)
+    sw_device = torch.device(sw_device) if sw_device is not None else inputs.device
+    device = torch.device(device) if device is not None else inputs.device
+    acc_dtype = torch.float64 if inputs.dtype == torch.float64 else torch.float32
+    on_cuda = inputs.is_cuda or device.type == "cuda"
+
+    cached = _cache if _cache is not None else {}
+    weight = cached.get("weight")
+    if "weight" not in cached:
+        if roi_weight_map is not None:
+            if roi_weight_map.numel() != roi[0] * roi[1] * roi[2]:
+                raise ValueError(f"roi_weight_map must have the roi's {roi} voxels, got {tuple(roi_weight_map.shape)}")
+            weight = roi_weight_map.to(device=device, dtype=acc_dtype).contiguous()
+        elif mode == "gaussian":
+            weight = torch.ops.voxaug.window_importance_map(roi, mode, sigma_l, inputs.dtype, sw_device)
+            weight = weight.to(device=device, dtype=acc_dtype).contiguous()
+        else:
+            weight = None
+        cached["weight"] = weight
+
+    total = inputs.shape[0] * layout.per_image
+    # Buffer and accumulator from window_accumulator: on the host on transparent huge pages
+    # (fresh 4 KiB pages fault once each, which dominates small-overlap runs on the CPU).
+    buffer = torch.ops.voxaug.window_accumulator([min(sw_batch_size, total), inputs.shape[1], *roi],
+                                                 window_dtype or inputs.dtype, inputs.device, False)
+    accs: list[torch.Tensor] = []
+    keys: Any = None
+    batches = (total + sw_batch_size - 1) // sw_batch_size
+    for b, first in enumerate(range(0, total, sw_batch_size)):
+        count_b = min(sw_batch_size, total - first)
+        win = buffer if count_b == buffer.shape[0] else buffer[:count_b]
+        with _nvtx("voxaug.window.gather", on_cuda):
+            torch.ops.voxaug.window_gather_(inputs, win, roi, overlap_l, first, _PAD_MODES[padding_mode], float(cval))
+        x = win if win.device == sw_device else win.to(sw_device)
+        with _nvtx("voxaug.window.predict", on_cuda):
+            if with_coord:
+                out = predictor(x, _coords(layout, first, count_b), *args, **kwargs)
+            else:
+                out = predictor(x, *args, **kwargs)
+        k, outs = _flatten(out)
+        if b == 0:
+            keys = k
+        elif (k is None) != (keys is None) or len(outs) != max(len(accs), 1):
+            raise ValueError("the predictor returned a different structure of outputs than in earlier windows")
+        with _nvtx("voxaug.window.stitch", on_cuda):
+            for i, pred in enumerate(outs):
+                pred = _check_pred(pred, count_b, roi, i)
+                if pred.device != device:
+                    pred = pred.to(device)
+                if len(accs) <= i:
+                    accs.append(torch.ops.voxaug.window_accumulator(
+                        [inputs.shape[0], pred.shape[1], *layout.padded], acc_dtype, device, True))
+                elif pred.shape[1] != accs[i].shape[1]:
+                    raise ValueError(f"the predictor returned {pred.shape[1]} channels in output {i} after "
+                                     f"{accs[i].shape[1]} in earlier windows")
+                torch.ops.voxaug.window_stitch_(accs[i], pred, weight, size, roi, overlap_l, first)
+        if progress:
+            print(f"voxaug sliding window: batch {b + 1}/{batches}", file=sys.stderr)
+
+    with _nvtx("voxaug.window.finalize", on_cuda):
+        # The count map is computed on the fly in the final pass; an inferer keeps one for
+        # non-constant weights (reading it beats re-summing the map over every window).
+        count = cached.get("count")
+        if count is None and _cache is not None and weight is not None:
+            count = torch.ops.voxaug.window_count(accs[0], weight, size, roi, overlap_l)
+            cached["count"] = count
+        out_dtype = output_dtype or (torch.int64 if argmax else inputs.dtype)
+        in_place = not argmax and out_dtype == acc_dtype and list(layout.padded) == size
+        results = []
+        for acc in accs:
+            if in_place:  # no second full-size buffer
+                torch.ops.voxaug.window_finalize_(acc, count, weight, size, roi, overlap_l)
+                results.append(acc)
+            else:
+                results.append(torch.ops.voxaug.window_finalize(acc, count, weight, size, roi, overlap_l,
+                                                                out_dtype, argmax))
+    if meta_source is not None:
+        results = [_with_meta(r, meta_source) for r in results]
+    return _pack(keys, results)
+
+
+def _with_meta(out: torch.Tensor, src: Any) -> Any:
+    """MONAI's result type for MetaTensor inputs: the input's metadata (not its applied operations)."""
+    from monai.utils import convert_to_dst_type
+
+    temp = type(src)([]).copy_meta_from(src, copy_attr=False)
+    return convert_to_dst_type(out, temp, device=out.device)[0]
+
+
+def _check_pred(pred: Any, count: int, roi: Sequence[int], i: int) -> torch.Tensor:
+    if not isinstance(pred, torch.Tensor) or pred.dim() != 5:
+        raise ValueError(f"the predictor's output {i} must be a 5-D (B, K, D, H, W) tensor, got "
+                         f"{tuple(pred.shape) if isinstance(pred, torch.Tensor) else type(pred).__name__}")
+    if pred.shape[0] != count or list(pred.shape[2:]) != list(roi):
+        raise ValueError(
+            f"the predictor changed the window shape: given ({count}, C, {', '.join(map(str, roi))}), output {i} "
+            f"is {tuple(pred.shape)}; voxaug stitches outputs of the window's batch and spatial size only")
+    if not pred.is_floating_point():
+        raise ValueError(f"the predictor's output {i} must be a float tensor, got {pred.dtype}")
+    return pred
+
+
+def _coords(layout: _Layout, first: int, count: int) -> list:
+    """MONAI's unravel_slice for with_coord=True: per window [batch slice, channel slice, d, h, w slices]."""
+    out = []
+    for idx in range(first, first + count):
+        n, k = divmod(idx, layout.per_image)
+        s = layout.starts(k)
+        out.append([slice(n, n + 1), slice(None)] + [slice(s[a], s[a] + layout.roi[a]) for a in range(3)])
+    return out
+
+
+class SlidingWindowInferer:
+    """MONAI's ``SlidingWindowInferer``: the options once; ``inferer(inputs, network)``.
+
+    The importance map and the count map are cached per (image size, dtype, device).
+    """
+
+    def __init__(self, roi_size: Union[Sequence[int], int], sw_batch_size: int = 1,
+                 overlap: Union[Sequence[float], float] = 0.25, mode: str = "constant",
+                 sigma_scale: Union[Sequence[float], float] = 0.125, padding_mode: str = "constant",
+                 cval: float = 0.0, sw_device: Union[torch.device, str, None] = None,
+                 device: Union[torch.device, str, None] = None, progress: bool = False,
+                 cache_roi_weight_map: bool = True, roi_weight_map: Optional[torch.Tensor] = None,
+                 with_coord: bool = False, window_dtype: Optional[torch.dtype] = None,
+                 output_dtype: Optional[torch.dtype] = None, argmax: bool = False) -> None:
+        if isinstance(sw_batch_size, bool) or not isinstance(sw_batch_size, int) or sw_batch_size < 1:
+            raise ValueError(f"sw_batch_size must be an int >= 1, got {sw_batch_size!r}")
+        self.roi_size, self.sw_batch_size, self.overlap = roi_size, sw_batch_size, overlap
+        self.mode, self.sigma_scale, self.padding_mode, self.cval = mode, sigma_scale, padding_mode, cval
+        self.sw_device, self.device, self.progress = sw_device, device, progress
+        self.cache_roi_weight_map, self.roi_weight_map, self.with_coord = cache_roi_weight_map, roi_weight_map, with_coord
+        self.window_dtype, self.output_dtype, self.argmax = window_dtype, output_dtype, argmax
+        self._caches: dict = {}
+
+    def __call__(self, inputs: torch.Tensor, network: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        key = (tuple(inputs.shape[2:]), inputs.dtype, str(self.device or inputs.device), str(self.sw_device or inputs.device))
+        cache = self._caches.setdefault(key, {}) if self.cache_roi_weight_map else None
+        return sliding_window_inference(
+            inputs, self.roi_size, self.sw_batch_size, network, self.overlap, self.mode, self.sigma_scale,
+            self.padding_mode, self.cval, self.sw_device, self.device, self.progress, self.roi_weight_map,
+            None, None, -1, self.with_coord, *args, window_dtype=self.window_dtype,
+            output_dtype=self.output_dtype, argmax=self.argmax, _cache=cache, **kwargs)

@@ -1,0 +1,501 @@
+"""RandStdShiftIntensity, RandScaleIntensityFixedMean, RandHistogramShift (and their deterministic and
+dictionary forms) vs MONAI given the same parameters, read back from the kernel's Philox draws or the
+transform's host draws; parameter distributions; determinism; errors; opcheck / gradcheck; CUDA twin."""
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from voxaug import ops
+from voxaug import transforms as vt
+
+from conftest import devices
+
+monai = pytest.importorskip("monai")
+from monai import transforms as mt  # noqa: E402
+from monai.data import MetaTensor  # noqa: E402
+
+DEVICES = devices()
+need_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+MASK32 = 0xFFFFFFFF
+SAMPLE, CHANNEL = 1, 2
+
+
+def rand_volume(shape, lo=-300.0, hi=400.0, dtype=torch.float32, seed=0, device="cpu", zeros=0.0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(shape, generator=g, dtype=torch.float64) * (hi - lo) + lo
+    if zeros:
+        x = torch.where(torch.rand(shape, generator=g, dtype=torch.float64) < zeros, torch.zeros(()), x)
+    return x.to(dtype).to(device)
+
+
+def philox4x32_10(ctr, key):
+    """Independent Python Philox4x32-10 (Salmon et al.), to read back in-kernel draws."""
+    c0, c1, c2, c3 = ctr
+    k0, k1 = key
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = ((p1 >> 32) ^ c1 ^ k0) & MASK32, p1 & MASK32, ((p0 >> 32) ^ c3 ^ k1) & MASK32, p0 & MASK32
+        k0, k1 = (k0 + 0x9E3779B9) & MASK32, (k1 + 0xBB67AE85) & MASK32
+    return c0, c1, c2, c3
+
+
+def philox_words(seed, sample, stream, block=0):
+    seed &= (1 << 64) - 1
+    return philox4x32_10((block & MASK32, block >> 32, sample, stream), (seed & MASK32, seed >> 32))
+
+
+def u01(word):
+    return np.float32((word >> 8) / 16777216.0)
+
+
+def draw_range(word, lo, hi):  # the kernel's float32 lo + (hi - lo) u
+    lo, hi = np.float32(lo), np.float32(hi)
+    return float(lo + (hi - lo) * u01(word))
+
+
+def fixed_seed(t, seed):
+    t._next_seed = lambda: seed
+    return t
+
+
+def ch2_float(ch2):
+    return ch2[0].to(torch.float32)
+
+
+def monai_hist(x, ref, flo):
+    """MONAI RandHistogramShift on one (C, ...) sample with the given control points."""
+    t = mt.RandHistogramShift(num_control_points=len(ref), prob=1.0)
+    t._do_transform = True
+    t.reference_control_points, t.floating_control_points = np.asarray(ref), np.asarray(flo)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.as_tensor(t(x.clone(), randomize=False))
+
+
+# ---------------- StdShiftIntensity ----------------
+@pytest.mark.parametrize("nonzero", [False, True])
+@pytest.mark.parametrize("channel_wise", [False, True])
+@pytest.mark.parametrize("shape", [(2, 5, 6, 7), (1, 1, 1, 3), (3, 4, 1, 9)])
+def test_std_shift_matches_monai(nonzero, channel_wise, shape):
+    x = rand_volume(shape, zeros=0.3, seed=1)
+    for factor in (-1.3, 0.0, 0.7):
+        ours = vt.StdShiftIntensity(factor, nonzero, channel_wise)(x)
+        ref = torch.as_tensor(mt.StdShiftIntensity(factor, nonzero, channel_wise)(x.clone()))
+        assert ours.dtype == ref.dtype == torch.float32
+        torch.testing.assert_close(ours, ref, rtol=1e-6, atol=2e-4)
+        if nonzero:
+            assert torch.equal(ours[x == 0], x[x == 0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_rand_std_shift_read_back_factor_matches_monai(dtype):
+    seed, prob = 4242, 0.6
+    x = rand_volume((7, 2, 5, 6, 7), lo=-40, hi=90, zeros=0.2, dtype=dtype, seed=2)
+    for nonzero, cw in ((False, False), (True, True)):
+        out = fixed_seed(vt.RandStdShiftIntensity((-2.0, 1.5), prob, nonzero, cw), seed)(x)
+        assert out.dtype == torch.float32
+        applied = 0
+        for n in range(7):
+            w = philox_words(seed, n, SAMPLE)
+            if not u01(w[0]) < prob:
+                assert torch.equal(out[n], x[n].float())
+                continue
+            applied += 1
+            factor = draw_range(w[1], -2.0, 1.5)
+            assert -2.0 <= factor < 1.5
+            # MONAI converts to float32 first (dtype=float32), as voxaug computes
+            ref = torch.as_tensor(mt.StdShiftIntensity(factor, nonzero, cw)(x[n].float().clone()))
+            torch.testing.assert_close(out[n], ref, rtol=1e-6, atol=1e-4)
+        assert 0 < applied < 7
+
+
+def test_rand_std_shift_matches_monai_on_ch2(ch2):
+    img = ch2_float(ch2)[None]
+    seed = 31
+    out = fixed_seed(vt.RandStdShiftIntensity(2.0, prob=1.0, nonzero=True), seed)(img)
+    factor = draw_range(philox_words(seed, 0, SAMPLE)[1], -2.0, 2.0)
+    ref = torch.as_tensor(mt.StdShiftIntensity(factor, nonzero=True)(img[0].clone()))
+    torch.testing.assert_close(out[0], ref, rtol=1e-6, atol=1e-3)
+    assert not torch.equal(out[0], img[0])
+
+
+def test_rand_std_shift_factor_distribution():
+    # values {0, 2}: population std 1, so out - x is the factor itself
+    x = torch.zeros(400, 1, 1, 1, 2)
+    x[..., 1] = 2.0
+    out = vt.RandStdShiftIntensity((-0.5, 1.5), prob=1.0, seed=5)(x)
+    f = (out - x)[..., 0].flatten().double().numpy()
+    assert (f >= -0.5).all() and (f < 1.5).all()
+    assert stats.kstest(f, stats.uniform(loc=-0.5, scale=2.0).cdf).pvalue > 1e-3
+    # MONAI's draws follow the same law
+    m = mt.RandStdShiftIntensity((-0.5, 1.5), prob=1.0)
+    m.set_random_state(0)
+    mf = np.array([float(m(x[0].clone())[0, 0, 0, 0]) for _ in range(400)])
+    assert stats.ks_2samp(f, mf).pvalue > 1e-3
+
+
+# ---------------- ScaleIntensityFixedMean ----------------
+FIXED_MEAN_CASES = [dict(fixed_mean=fm, preserve_range=pr, channel_wise=cw)
+                    for fm in (True, False) for pr in (False, True) for cw in (False, True)]
+
+
+@pytest.mark.parametrize("kw", FIXED_MEAN_CASES)
+def test_scale_fixed_mean_matches_monai(kw):
+    x = rand_volume((3, 6, 5, 4), lo=-20, hi=70, seed=3)
+    for factor in (-0.4, 0.0, 0.9):
+        ours = vt.ScaleIntensityFixedMean(factor, **kw)(x)
+        ref = torch.as_tensor(mt.ScaleIntensityFixedMean(factor, **kw)(x.clone()))
+        torch.testing.assert_close(ours, ref, rtol=1e-6, atol=2e-5)
+        if kw["preserve_range"]:
+            assert ours.min() >= x.min() and ours.max() <= x.max()
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(preserve_range=True), dict(channel_wise=True, preserve_range=True),
+                                dict(fixed_mean=False, channel_wise=True)])
+def test_rand_scale_fixed_mean_read_back_matches_monai(kw):
+    seed, prob, c = 9876, 0.7, 3
+    x = rand_volume((6, c, 5, 6, 4), lo=-10, hi=50, seed=4)
+    out = fixed_seed(vt.RandScaleIntensityFixedMean(prob, (-0.5, 0.8), **kw), seed)(x)
+    for n in range(6):
+        w = philox_words(seed, n, SAMPLE)
+        if not u01(w[0]) < prob:
+            assert torch.equal(out[n], x[n])
+            continue
+        if kw.get("channel_wise"):  # one factor per channel, statistics per channel
+            for ch in range(c):
+                f = draw_range(philox_words(seed, n, CHANNEL, ch)[0], -0.5, 0.8)
+                sub = {k: v for k, v in kw.items() if k != "channel_wise"}
+                ref = torch.as_tensor(mt.ScaleIntensityFixedMean(f, **sub)(x[n, ch:ch + 1].clone()))
+                torch.testing.assert_close(out[n, ch:ch + 1], ref, rtol=1e-6, atol=2e-5)
+        else:
+            f = draw_range(w[1], -0.5, 0.8)
+            ref = torch.as_tensor(mt.ScaleIntensityFixedMean(f, **kw)(x[n].clone()))
+            torch.testing.assert_close(out[n], ref, rtol=1e-6, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_rand_scale_fixed_mean_dtypes_and_ch2(ch2, dtype):
+    img = ch2_float(ch2).to(dtype)[None]
+    seed = 77
+    out = fixed_seed(vt.RandScaleIntensityFixedMean(1.0, 0.5, preserve_range=True, dtype=None), seed)(img)
+    assert out.dtype == dtype
+    f = draw_range(philox_words(seed, 0, SAMPLE)[1], -0.5, 0.5)
+    ref = torch.as_tensor(mt.ScaleIntensityFixedMean(f, preserve_range=True)(img[0].float().clone()))
+    tol = {torch.float32: 1e-4, torch.float16: 0.13, torch.bfloat16: 1.0}[dtype]  # one output ulp at 255
+    torch.testing.assert_close(out[0].float(), ref, rtol=0, atol=tol)
+    assert out.min() >= img.min() and out.max() <= img.max() and not torch.equal(out, img)
+
+
+def test_rand_scale_fixed_mean_factor_distribution_and_mean_kept():
+    x = rand_volume((300, 1, 2, 2, 2), lo=0, hi=10, seed=6)
+    out = vt.RandScaleIntensityFixedMean(1.0, (-0.3, 0.6), seed=7)(x)
+    xc = x - x.mean(dim=(1, 2, 3, 4), keepdim=True)
+    oc = out - x.mean(dim=(1, 2, 3, 4), keepdim=True)
+    f = ((oc * xc).sum(dim=(1, 2, 3, 4)) / (xc * xc).sum(dim=(1, 2, 3, 4)) - 1).double().numpy()
+    assert stats.kstest(f, stats.uniform(loc=-0.3, scale=0.9).cdf).pvalue > 1e-3
+    torch.testing.assert_close(out.mean(dim=(1, 2, 3, 4)), x.mean(dim=(1, 2, 3, 4)), rtol=1e-5, atol=1e-5)
+
+
+# ---------------- RandHistogramShift ----------------
+@pytest.mark.parametrize("ncp", [3, 10, (4, 12)])
+@pytest.mark.parametrize("shape", [(1, 9, 8, 7), (2, 5, 1, 6)])
+def test_histogram_shift_read_back_matches_monai(ncp, shape):
+    x = rand_volume((5, *shape), lo=-100, hi=250, seed=8)
+    t = vt.RandHistogramShift(ncp, prob=0.8, seed=9)
+    out = t(x)
+    applied = 0
+    for n in range(5):
+        if not t.last_applied[n]:
+            assert torch.equal(out[n], x[n])
+            continue
+        applied += 1
+        k = int(t.last_num_points[n])
+        pts = t.last_control_points[n, :k].numpy()
+        ref = monai_hist(x[n], np.linspace(0, 1, k), pts)
+        # MONAI's float32 slopes on the same points: equal up to rounding of the mean / stats
+        torch.testing.assert_close(out[n], ref, rtol=0, atol=2e-4)
+        assert not torch.equal(out[n], x[n])
+    assert applied > 0
+
+
+def test_histogram_shift_matches_monai_on_ch2(ch2):
+    img = ch2_float(ch2)[None]
+    t = vt.RandHistogramShift(10, prob=1.0, seed=10)
+    out = t(img)
+    pts = t.last_control_points[0].numpy()
+    ref = monai_hist(img[0], np.linspace(0, 1, 10), pts)
+    torch.testing.assert_close(out[0], ref, rtol=0, atol=1e-4)
+    assert out.min() == img.min() and out.max() == img.max()  # end points stay
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_histogram_shift_half_precision(dtype):
+    x = rand_volume((2, 1, 6, 7, 8), lo=-5, hi=30, seed=11)
+    t = vt.RandHistogramShift(6, prob=1.0, seed=12)
+    out = t(x.to(dtype))
+    assert out.dtype == dtype
+    for n in range(2):
+        ref = monai_hist(x[n].to(dtype).float(), np.linspace(0, 1, 6), t.last_control_points[n].numpy())
+        torch.testing.assert_close(out[n].float(), ref, rtol={torch.float16: 1e-3, torch.bfloat16: 8e-3}[dtype],
+                                   atol=1e-3)
+
+
+def test_histogram_shift_float64_reference_and_ends():
+    """float64 np.interp on the float32 rounding of the image: agrees to float32 accuracy; values at
+    min / max map to the end points exactly."""
+    x = rand_volume((3, 2, 4, 5, 6), lo=-1, hi=1, seed=13)
+    t = vt.RandHistogramShift((3, 7), prob=1.0, seed=14)
+    out = t(x)
+    for n in range(3):
+        k = int(t.last_num_points[n])
+        mn, mx = x[n].double().min().item(), x[n].double().max().item()
+        xp = mn + np.linspace(0, 1, k) * (mx - mn)
+        fp = mn + t.last_control_points[n, :k].numpy() * (mx - mn)
+        ref = np.interp(x[n].double().numpy(), xp, fp)
+        np.testing.assert_allclose(out[n].double().numpy(), ref, rtol=0, atol=2e-6)
+    # the end points stay (up to MONAI's m x + (f0 - m x0) rounding)
+    torch.testing.assert_close(out.amin(dim=(1, 2, 3, 4)), x.amin(dim=(1, 2, 3, 4)), rtol=0, atol=1e-6)
+    torch.testing.assert_close(out.amax(dim=(1, 2, 3, 4)), x.amax(dim=(1, 2, 3, 4)), rtol=0, atol=1e-6)
+
+
+def test_histogram_shift_constant_image_unchanged_and_nan_table_is_identity():
+    x = torch.full((2, 1, 3, 3, 3), 5.0)
+    assert torch.equal(vt.RandHistogramShift(prob=1.0, seed=1)(x), x)
+    y = rand_volume((1, 1, 3, 4, 5), seed=15)
+    table = torch.cat([ops.minmax(y).view(1, 2), torch.full((1, 5), float("nan"), dtype=torch.float64)], 1)
+    assert torch.equal(ops.pointwise_chain(y, [ops.Step(ops.HISTOGRAM_SHIFT, values=table)]), y)
+
+
+def test_histogram_shift_draws_follow_monai_law():
+    t = vt.RandHistogramShift((4, 9), prob=0.3, seed=16)
+    n = 4000
+    pts = t._points(n, 1234)
+    k, applied = t.last_num_points, t.last_applied
+    assert abs(applied.double().mean().item() - 0.3) < 0.03
+    counts = torch.bincount(k, minlength=10)[4:10].double().numpy()
+    assert counts.min() > 0 and stats.chisquare(counts).pvalue > 1e-3  # randint(4, 10)
+    for i in range(n):
+        if not applied[i]:
+            assert torch.isnan(pts[i]).all()
+            continue
+        kk = int(k[i])
+        row = pts[i].numpy()
+        ref = np.linspace(0, 1, kk)
+        assert row[0] == 0.0 and row[kk - 1] == 1.0 and np.isnan(row[kk:]).all()
+        assert (np.diff(row[:kk]) >= 0).all() and (row[1:kk - 1] <= ref[2:kk]).all()
+    # first interior point: U(0, x_2) = U(0, 2 / (K - 1)); compare with MONAI's own draws
+    sel = applied & (k == 6)
+    ours = (pts[sel, 1] * 2.5).numpy()  # / (2 / 5)
+    assert stats.kstest(ours, stats.uniform.cdf).pvalue > 1e-3
+    m = mt.RandHistogramShift(6, prob=1.0)
+    m.set_random_state(3)
+    theirs = []
+    for _ in range(400):
+        m.randomize()
+        theirs.append(m.floating_control_points[1] * 2.5)
+    assert stats.ks_2samp(ours, np.array(theirs)).pvalue > 1e-3
+
+
+# ---------------- shared: determinism, dict forms, compose, errors ----------------
+def _make(name, **kw):
+    return {
+        "std": lambda: vt.RandStdShiftIntensity((-1, 1), prob=1.0, channel_wise=True, **kw),
+        "fixed": lambda: vt.RandScaleIntensityFixedMean(1.0, (-0.5, 0.5), preserve_range=True, **kw),
+        "hist": lambda: vt.RandHistogramShift((3, 8), prob=1.0, **kw),
+    }[name]()
+
+
+@pytest.mark.parametrize("name", ["std", "fixed", "hist"])
+def test_same_seed_same_bytes_and_global_seed(name):
+    x = rand_volume((3, 2, 5, 6, 7), seed=17)
+    a, b = _make(name, seed=5)(x), _make(name, seed=5)(x)
+    assert torch.equal(a, b) and not torch.equal(a, x)
+    assert not torch.equal(a, _make(name, seed=6)(x))
+    torch.manual_seed(3)
+    c = _make(name)(x)
+    torch.manual_seed(3)
+    assert torch.equal(c, _make(name)(x))
+
+
+@pytest.mark.parametrize("name", ["std", "fixed", "hist"])
+def test_unbatched_numpy_and_meta_tensor(name):
+    x = rand_volume((2, 5, 6, 7), seed=18)
+    out = _make(name, seed=1)(x)
+    assert out.shape == x.shape
+    assert torch.equal(torch.as_tensor(_make(name, seed=1)(x.numpy())), out)
+    mt_in = MetaTensor(x, meta={"filename_or_obj": "a.nii.gz"})
+    res = _make(name, seed=1)(mt_in)
+    assert isinstance(res, MetaTensor) and res.meta["filename_or_obj"] == "a.nii.gz"
+    assert torch.equal(res.as_tensor(), out)
+
+
+def test_dictionary_forms_share_draws_and_skip_missing_keys():
+    x = rand_volume((1, 6, 7, 8), lo=0, hi=5, seed=19)
+    y = rand_volume((1, 6, 7, 8), lo=-3, hi=9, seed=20)
+    for d in (vt.RandStdShiftIntensityd(["a", "b"], 1.0, prob=1.0, seed=2),
+              vt.RandScaleIntensityFixedMeand(["a", "b"], 0.5, prob=1.0, seed=2),
+              vt.RandHistogramShiftd(["a", "b"], prob=1.0, seed=2)):
+        same = d({"a": x, "b": x.clone()})
+        assert torch.equal(same["a"], same["b"]) and not torch.equal(same["a"], x)
+        res = d({"a": x, "b": y, "c": 1})
+        assert res["c"] == 1
+        with pytest.raises(KeyError, match="'b' is not in the data"):
+            d({"a": x})
+    # shared factor, each key with its own statistics (MONAI's d forms)
+    seed = 2
+    d = vt.RandStdShiftIntensityd(["a", "b"], 1.0, prob=1.0, seed=seed)
+    d.transform._next_seed = lambda: 99
+    res = d({"a": x, "b": y})
+    f = draw_range(philox_words(99, 0, SAMPLE)[1], -1.0, 1.0)
+    for k, v in (("a", x), ("b", y)):
+        torch.testing.assert_close(res[k], torch.as_tensor(mt.StdShiftIntensity(f)(v.clone())), rtol=1e-6, atol=1e-5)
+    h = vt.RandHistogramShiftd(["a", "b"], 5, prob=1.0)
+    h.transform._next_seed = lambda: 7
+    res = h({"a": x, "b": y})
+    pts = h.transform.last_control_points[0].numpy()
+    for k, v in (("a", x), ("b", y)):
+        torch.testing.assert_close(res[k], monai_hist(v, np.linspace(0, 1, 5), pts), rtol=0, atol=1e-5)
+    assert vt.RandHistogramShiftd(["a", "z"], prob=1.0, allow_missing_keys=True, seed=1)({"a": x})["a"].shape == x.shape
+    d = vt.ScaleIntensityFixedMeand("a", 0.3, preserve_range=True)({"a": x})
+    torch.testing.assert_close(d["a"], torch.as_tensor(mt.ScaleIntensityFixedMean(0.3, preserve_range=True)(x.clone())))
+    d = vt.StdShiftIntensityd("a", 0.3)({"a": x})
+    torch.testing.assert_close(d["a"], torch.as_tensor(mt.StdShiftIntensity(0.3)(x.clone())))
+
+
+def test_compose_fuses_following_steps_and_equals_one_by_one(monkeypatch):
+    calls = []
+    real = ops.pointwise_chain
+    monkeypatch.setattr(ops, "pointwise_chain", lambda *a, **k: calls.append(len(a[1])) or real(*a, **k))
+    x = rand_volume((2, 2, 6, 7, 8), lo=0, hi=100, seed=21)
+    make = lambda: [vt.RandShiftIntensity(1.0, prob=1.0, seed=1), _make("hist", seed=2),  # noqa: E731
+                    vt.RandGaussianNoise(prob=1.0, seed=3), _make("std", seed=4), vt.RandScaleIntensity(0.1, 1.0, seed=5),
+                    _make("fixed", seed=6), vt.RandGaussianNoise(prob=1.0, seed=7)]
+    fused = vt.Compose(make())(x)
+    assert calls == [1, 2, 2, 2]  # each new transform needs its own input's statistics
+    y = x
+    for t in make():
+        y = t(y)
+    assert torch.equal(fused, y)
+
+
+def test_bad_inputs_give_clear_errors():
+    x = rand_volume((2, 1, 4, 4, 4))
+    with pytest.raises(ValueError, match="greater than or equal to 3"):
+        vt.RandHistogramShift(2)
+    with pytest.raises(ValueError, match="greater than or equal to 3"):
+        vt.RandHistogramShift((2, 5))
+    with pytest.raises(ValueError, match="a number or a pair"):
+        vt.RandHistogramShift((3, 4, 5))
+    with pytest.raises(ValueError, match="num_control_points must be <="):
+        vt.RandHistogramShift(5000)
+    with pytest.raises(ValueError, match="prob must be in"):
+        vt.RandHistogramShift(prob=1.5)
+    with pytest.raises(ValueError, match="factors should be a number or pair"):
+        vt.RandStdShiftIntensity((1, 2, 3))
+    with pytest.raises(ValueError, match="factors should be a number or pair"):
+        vt.RandScaleIntensityFixedMean(factors=(1, 2, 3))
+    with pytest.raises(ValueError, match="dtype must be"):
+        vt.RandStdShiftIntensity(1.0, dtype="int8")
+    with pytest.raises(ValueError, match="a histogram shift step needs"):
+        ops.pointwise_chain(x, [ops.Step(ops.HISTOGRAM_SHIFT)])
+    with pytest.raises(ValueError, match=r"histogram table must be float64 of shape \(2, 2 \+ K\)"):
+        ops.pointwise_chain(x, [ops.Step(ops.HISTOGRAM_SHIFT, values=torch.zeros(2, 2, dtype=torch.float64))])
+    with pytest.raises(ValueError, match=r"histogram table must be float64"):
+        ops.pointwise_chain(x, [ops.Step(ops.HISTOGRAM_SHIFT, values=torch.zeros(2, 6))])
+    with pytest.raises(ValueError, match="a std shift step needs the"):
+        ops.pointwise_chain(x, [ops.Step(ops.STD_SHIFT_INTENSITY, 0, (1.0,))])
+    with pytest.raises(ValueError, match=r"stats must be float64 of shape \(2, 1, 3\)"):
+        ops.pointwise_chain(x, [ops.Step(ops.SCALE_INTENSITY_FIXED_MEAN, 0, (1.0,), values=ops.minmax(x))])
+    with pytest.raises(ValueError, match="low must be <= high"):
+        ops.pointwise_chain(x, [ops.Step(ops.STD_SHIFT_INTENSITY, ops.RANDOM, (0, 2.0, 1.0), values=ops.moments(x))])
+    with pytest.raises(ValueError, match="factor must be finite"):
+        ops.pointwise_chain(x, [ops.Step(ops.SCALE_INTENSITY_FIXED_MEAN, 0, (float("inf"),),
+                                         values=torch.zeros(2, 1, 3, dtype=torch.float64))])
+    with pytest.raises(ValueError, match=r"ops\[0\] must be 0..11"):
+        ops.pointwise_chain(x, [ops.Step(12)])
+
+
+# ---------------- op level: opcheck, gradcheck, batch split, CUDA twin ----------------
+def _cases(device, dtype=torch.float32):
+    x = rand_volume((3, 2, 3, 4, 5), lo=1, hi=50, dtype=dtype, device=device, zeros=0.1)
+    n = x.shape[0]
+    pts = torch.tensor([[0.0, 0.3, 0.35, 0.9, 1.0, float("nan")], [0.0, 0.7, 1.0] + [float("nan")] * 3,
+                        [float("nan")] * 6], dtype=torch.float64)
+    table = torch.cat([ops.minmax(x).view(n, 2), pts.to(device)], 1)
+    # a wider range for gradcheck: keeps every voxel strictly inside the map
+    mm = ops.minmax(x).view(n, 2)
+    wide = torch.cat([torch.stack([mm[:, 0] - 1, mm[:, 1] + 1], 1), pts.to(device)], 1)
+    fm = torch.cat([ops.moments(x, True)[..., 1:2], ops.minmax(x, True)], -1)
+    chain = lambda t: [ops.Step(ops.HISTOGRAM_SHIFT, values=t), ops.Step(ops.GAUSSIAN_NOISE, 0, (0.0, 1.0), 1.0, 5),  # noqa
+                       ops.Step(ops.STD_SHIFT_INTENSITY, ops.RANDOM, (0, -1, 1), 1.0, 6, values=ops.moments(x))]
+    return x, [
+        ("hist", [ops.Step(ops.HISTOGRAM_SHIFT, values=table)], [ops.Step(ops.HISTOGRAM_SHIFT, values=wide)]),
+        ("std", [ops.Step(ops.STD_SHIFT_INTENSITY, ops.RANDOM | ops.NONZERO | ops.CHANNEL_WISE, (0, -1, 2), 0.8, 3,
+                          values=ops.moments(x, True, True))], None),
+        ("fixed", [ops.Step(ops.SCALE_INTENSITY_FIXED_MEAN, ops.RANDOM | ops.FIXED_MEAN | ops.CHANNEL_WISE,
+                            (0, -0.5, 0.5), 0.9, 4, values=fm)], None),
+        ("fixed_range", [ops.Step(ops.SCALE_INTENSITY_FIXED_MEAN, ops.FIXED_MEAN | ops.PRESERVE_RANGE | ops.CHANNEL_WISE,
+                                  (0.7,), values=fm)], None),
+        ("chain", chain(table), chain(wide)),
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_new_steps(device):
+    x, cases = _cases(device)
+    for name, steps, _ in cases:
+        torch.library.opcheck(torch.ops.voxaug.pointwise_chain, (x, *ops._lists(steps)))
+        torch.library.opcheck(torch.ops.voxaug.pointwise_chain_, (x.clone(), *ops._lists(steps)),
+                              test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradcheck_float64(device):
+    x, cases = _cases(device, torch.float64)
+    x = torch.where(x == 0, torch.full((), 3.0, dtype=x.dtype, device=device), x)  # nonzero: no jump at 0
+    for name, steps, grad_steps in cases:
+        steps = grad_steps or steps
+        xx = x.clone().requires_grad_(True)
+        assert torch.autograd.gradcheck(lambda t: ops.pointwise_chain(t, steps), (xx,), eps=1e-6, atol=1e-5), name
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_deterministic_and_batch_split_invariant(device):
+    x, cases = _cases(device)
+    for name, steps, _ in cases:
+        a = ops.pointwise_chain(x, steps)
+        assert torch.equal(a, ops.pointwise_chain(x, steps)), name
+        assert not torch.isnan(a).any() and not torch.equal(a, x), name
+        for i in range(x.shape[0]):
+            sub = [ops.Step(s.op, s.flags, s.params, s.prob, s.seed,
+                            None if s.values is None else s.values[i:i + 1]) for s in steps]
+            assert torch.equal(ops.pointwise_chain(x[i:i + 1], sub, first_sample=i), a[i:i + 1]), name
+
+
+@need_cuda
+def test_cuda_matches_cpu_bitwise():
+    x, cases = _cases("cpu")
+    xg, cases_g = _cases("cuda")
+    for (name, steps, gs), (_, steps_g, gsg) in zip(cases, cases_g):
+        assert torch.equal(ops.pointwise_chain(x, steps), ops.pointwise_chain(xg, steps_g).cpu()), name
+        g = torch.rand_like(x)
+        s, sg = gs or steps, gsg or steps_g
+        a = torch.ops.voxaug.pointwise_chain_backward(g, x, *ops._lists(s))
+        b = torch.ops.voxaug.pointwise_chain_backward(g.cuda(), xg, *ops._lists(sg))
+        assert torch.equal(a, b.cpu()), name
+    for name in ("std", "fixed", "hist"):  # transforms end to end
+        x = rand_volume((2, 2, 9, 10, 11), seed=22)
+        assert torch.equal(_make(name, seed=3)(x), _make(name, seed=3)(x.cuda()).cpu()), name
+
+
+def test_integer_input_gives_float32_like_its_float_version(ch2):
+    img = ch2[0][None, :, 60:100, 50:110, 40:90]  # uint8
+    for make in (lambda: vt.RandHistogramShift(8, prob=1.0, seed=3),
+                 lambda: vt.RandStdShiftIntensity(1.0, prob=1.0, seed=3),
+                 lambda: vt.RandScaleIntensityFixedMean(1.0, 0.5, preserve_range=True, seed=3)):
+        out = make()(img)
+        assert out.dtype == torch.float32
+        assert torch.equal(out, make()(img.float()))

@@ -1,0 +1,287 @@
+"""voxaug.inferers.sliding_window_inference vs MONAI's sliding_window_inference.
+
+MONAI is the reference: the same windows, order, importance map and additions, so float32
+results agree to rounding (the tolerances are the issue's: 1e-6 constant, 1e-5 Gaussian; in
+practice they are bit-identical on the CPU).
+"""
+import pytest
+import torch
+
+import voxaug  # noqa: F401
+from voxaug.inferers import SlidingWindowInferer, sliding_window_inference
+
+monai_inferers = pytest.importorskip("monai.inferers")
+
+
+def _net(cin=2, cout=3, seed=0):
+    torch.manual_seed(seed)
+    net = torch.nn.Sequential(torch.nn.Conv3d(cin, 4, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.Conv3d(4, cout, 1))
+    return net.eval()
+
+
+def _identity(t):
+    # A copy: MONAI (1.6) multiplies the predictor's output in place, which for an identity that
+    # returns its input view at sw_batch_size=1 would overwrite MONAI's own input.
+    return t.clone()
+
+
+def _tol(mode):
+    return 1e-6 if mode == "constant" else 1e-5
+
+
+def _compare(x, roi, sw, predictor, **kw):
+    with torch.no_grad():
+        want = monai_inferers.sliding_window_inference(x, roi, sw, predictor, **kw)
+        got = sliding_window_inference(x, roi, sw, predictor, **kw)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert torch.isfinite(got).all()
+    assert got.abs().max() > 0
+    return got, want
+
+
+@pytest.mark.parametrize("overlap", [0.0, 0.25, 0.5, 0.8, (0.5, 0.25, 0.8)])
+@pytest.mark.parametrize("mode", ["constant", "gaussian"])
+def test_matches_monai_overlaps_and_modes(overlap, mode):
+    x = torch.randn(2, 2, 21, 17, 24)
+    net = _net()
+    got, want = _compare(x, (8, 9, 10), 3, net, overlap=overlap, mode=mode)
+    assert (got - want).abs().max() <= _tol(mode)
+    got, want = _compare(x, (8, 9, 10), 4, _identity, overlap=overlap, mode=mode)
+    assert (got - want).abs().max() <= _tol(mode)
+
+
+@pytest.mark.parametrize("sigma_scale", [0.125, 0.3, (0.1, 0.2, 0.3)])
+def test_matches_monai_sigma_scale(sigma_scale):
+    x = torch.randn(1, 2, 19, 23, 16)
+    got, want = _compare(x, (10, 12, 8), 2, _net(), overlap=0.5, mode="gaussian", sigma_scale=sigma_scale)
+    assert (got - want).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("padding_mode", ["constant", "reflect", "replicate", "circular"])
+@pytest.mark.parametrize("mode", ["constant", "gaussian"])
+def test_roi_larger_than_image_padding_modes(padding_mode, mode):
+    # roi larger than the image on d and w (odd and even differences), smaller on h.
+    x = torch.randn(2, 2, 7, 19, 9)
+    got, want = _compare(x, (10, 8, 12), 3, _net(), overlap=0.25, mode=mode,
+                         padding_mode=padding_mode, cval=0.75 if padding_mode == "constant" else 0.0)
+    assert got.shape == (2, 3, 7, 19, 9)
+    assert (got - want).abs().max() <= _tol(mode)
+
+
+@pytest.mark.parametrize("sw", [1, 2, 5, 64])
+def test_batch_sizes_and_window_order(sw):
+    # N > 1 and batches that straddle two images; sw larger than the window count.
+    x = torch.randn(3, 1, 13, 11, 17)
+    got, want = _compare(x, (6, 6, 6), sw, _net(1, 2), overlap=0.5, mode="gaussian")
+    assert (got - want).abs().max() <= 1e-5
+
+
+def test_roi_fallback_and_int_roi():
+    x = torch.randn(1, 2, 12, 14, 9)
+    got, want = _compare(x, (6, -1, 0), 2, _net(), overlap=0.5)
+    assert (got - want).abs().max() <= 1e-6
+    got, want = _compare(x, 7, 2, _net(), overlap=0.5)
+    assert (got - want).abs().max() <= 1e-6
+
+
+def test_half_predictor_output_and_float64_input():
+    x = torch.randn(1, 2, 15, 13, 11)
+    half = lambda t: (t * 1.5 + 0.25).half()  # noqa: E731
+    got, want = _compare(x, (8, 8, 8), 3, half, overlap=0.5, mode="gaussian")
+    assert (got - want).abs().max() <= 1e-5
+    bf16 = lambda t: (t * 1.5).bfloat16()  # noqa: E731
+    got, want = _compare(x, (8, 8, 8), 3, bf16, overlap=0.25, mode="gaussian")
+    assert (got - want).abs().max() <= 1e-5
+    x64 = x.double()
+    net = _net().double()
+    got, want = _compare(x64, (8, 8, 8), 3, net, overlap=0.5, mode="gaussian")
+    assert got.dtype == torch.float64
+    assert (got - want).abs().max() <= 1e-12
+
+
+def test_tuple_and_dict_outputs():
+    x = torch.randn(2, 2, 12, 13, 10)
+    net = _net()
+
+    def two(t):
+        y = net(t)
+        return y, y[:, :1] * 2.0
+
+    def named(t):
+        y = net(t)
+        return {"seg": y, "aux": torch.sigmoid(y[:, 1:])}
+
+    for pred in (two, named):
+        with torch.no_grad():
+            want = monai_inferers.sliding_window_inference(x, (6, 7, 8), 3, pred, overlap=0.5, mode="gaussian")
+            got = sliding_window_inference(x, (6, 7, 8), 3, pred, overlap=0.5, mode="gaussian")
+        if isinstance(want, dict):
+            assert set(got) == set(want)
+            pairs = [(got[k], want[k]) for k in want]
+        else:
+            assert isinstance(got, tuple) and len(got) == len(want)
+            pairs = list(zip(got, want))
+        for g, w in pairs:
+            assert g.shape == w.shape and (g - w).abs().max() <= 1e-5
+
+
+def test_with_coord_passes_monai_slices():
+    x = torch.randn(2, 1, 10, 9, 11)
+    seen_m, seen_v = [], []
+
+    def rec(store):
+        def p(t, coords):
+            store.append([tuple((s.start, s.stop) for s in c) for c in coords])
+            return t.clone()
+        return p
+
+    with torch.no_grad():
+        monai_inferers.sliding_window_inference(x, (6, 6, 6), 3, rec(seen_m), overlap=0.5, with_coord=True)
+        sliding_window_inference(x, (6, 6, 6), 3, rec(seen_v), overlap=0.5, with_coord=True)
+    assert seen_v == seen_m
+
+
+def test_argmax_and_output_dtype():
+    x = torch.randn(2, 2, 14, 12, 13)
+    net = _net(2, 4)
+    with torch.no_grad():
+        want = monai_inferers.sliding_window_inference(x, (8, 8, 8), 4, net, overlap=0.5, mode="gaussian")
+        labels = sliding_window_inference(x, (8, 8, 8), 4, net, overlap=0.5, mode="gaussian", argmax=True)
+        small = sliding_window_inference(x, (8, 8, 8), 4, net, overlap=0.5, mode="gaussian",
+                                         output_dtype=torch.float16)
+        labels8 = sliding_window_inference(x, (8, 8, 8), 4, net, overlap=0.5, mode="gaussian", argmax=True,
+                                           output_dtype=torch.uint8)
+    assert labels.shape == (2, 1, 14, 12, 13) and labels.dtype == torch.int64
+    assert torch.equal(labels, want.argmax(1, keepdim=True))
+    assert torch.equal(labels8, want.argmax(1, keepdim=True).to(torch.uint8))
+    assert small.dtype == torch.float16 and torch.equal(small, want.half())
+
+
+def test_window_dtype_hands_half_windows_to_the_predictor():
+    x = torch.randn(1, 2, 12, 12, 12)
+    seen = []
+
+    def pred(t):
+        seen.append(t.dtype)
+        return t.float() * 2
+
+    with torch.no_grad():
+        got = sliding_window_inference(x, (8, 8, 8), 2, pred, overlap=0.5, window_dtype=torch.float16)
+        want = monai_inferers.sliding_window_inference(x.half().float(), (8, 8, 8), 2, lambda t: t * 2, overlap=0.5)
+    assert set(seen) == {torch.float16}
+    assert (got - want).abs().max() <= 1e-6
+
+
+def test_roi_weight_map_matches_monai():
+    x = torch.randn(1, 2, 13, 15, 11)
+    w = torch.rand(6, 7, 8) + 0.1
+    got, want = _compare(x, (6, 7, 8), 3, _net(), overlap=0.5, roi_weight_map=w)
+    assert (got - want).abs().max() <= 1e-5
+
+
+def test_inferer_class_and_cache():
+    x = torch.randn(2, 2, 16, 15, 14)
+    net = _net()
+    inf = SlidingWindowInferer((8, 8, 8), 3, overlap=0.5, mode="gaussian")
+    ref = monai_inferers.SlidingWindowInferer((8, 8, 8), 3, overlap=0.5, mode="gaussian")
+    with torch.no_grad():
+        a = inf(x, net)
+        b = inf(x * 2, net)  # second call: cached count and weight maps
+        ra, rb = ref(x, net), ref(x * 2, net)
+    assert (a - ra).abs().max() <= 1e-5 and (b - rb).abs().max() <= 1e-5
+    assert len(inf._caches) == 1 and "count" in next(iter(inf._caches.values()))
+    with torch.no_grad():
+        c = inf(torch.randn(1, 2, 9, 10, 11), net)  # another size: another cache entry
+    assert c.shape == (1, 3, 9, 10, 11) and len(inf._caches) == 2
+
+
+def test_real_volume_ch2_small_convnet(ch2):
+    vol, _ = ch2
+    x = vol[None].float() / 255.0  # (1, 1, 181, 217, 181)
+    net = _net(1, 2, seed=3)
+    got, want = _compare(x, (64, 64, 64), 4, net, overlap=0.25, mode="gaussian")
+    assert (got - want).abs().max() <= 1e-5
+
+
+def test_bad_inputs():
+    x = torch.randn(1, 1, 10, 10, 10)
+    with pytest.raises(ValueError, match="roi_size must have one value per spatial axis"):
+        sliding_window_inference(x, (4, 4), 1, _identity)
+    with pytest.raises(ValueError, match="overlap must be >= 0 and < 1"):
+        sliding_window_inference(x, (4, 4, 4), 1, _identity, overlap=1.0)
+    with pytest.raises(ValueError, match="overlap must be >= 0 and < 1"):
+        sliding_window_inference(x, (4, 4, 4), 1, _identity, overlap=(0.2, -0.1, 0.2))
+    with pytest.raises(ValueError, match="sw_batch_size must be an int >= 1"):
+        sliding_window_inference(x, (4, 4, 4), 0, _identity)
+    with pytest.raises(ValueError, match="changed the window shape"):
+        sliding_window_inference(x, (4, 4, 4), 2, lambda t: t[:, :, :2])
+    with pytest.raises(ValueError, match="changed the window shape"):
+        sliding_window_inference(x, (4, 4, 4), 2, lambda t: t[:1])
+    with pytest.raises(ValueError, match="5-D"):
+        sliding_window_inference(x[0], (4, 4, 4), 1, _identity)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        sliding_window_inference(x, (4, 4, 4), 1, _identity, mode="hann")
+    with pytest.raises(ValueError, match="padding_mode must be one of"):
+        sliding_window_inference(x, (4, 4, 4), 1, _identity, padding_mode="edge")
+    with pytest.raises(ValueError, match="reflect padding"):
+        sliding_window_inference(torch.randn(1, 1, 2, 10, 10), (8, 4, 4), 1, _identity, padding_mode="reflect")
+    with pytest.raises(NotImplementedError):
+        sliding_window_inference(x, (4, 4, 4), 1, _identity, buffer_steps=2)
+
+
+def test_ops_opcheck():
+    x = torch.randn(2, 2, 9, 10, 11)
+    roi, ov = [4, 5, 6], [0.5, 0.25, 0.5]
+    torch.library.opcheck(torch.ops.voxaug.window_gather, (x, roi, ov, 1, 3, 2, 0.0, None))
+    buf = torch.empty(3, 2, *roi)
+    torch.library.opcheck(torch.ops.voxaug.window_gather_, (x, buf, roi, ov, 0, 0, 0.5))
+    lay = torch.ops.voxaug.window_layout([9, 10, 11], roi, ov)
+    acc = torch.zeros(2, 3, *lay[3:6])
+    w = torch.ops.voxaug.window_importance_map(roi, "gaussian", [0.125], torch.float32, torch.device("cpu"))
+    pred = torch.randn(3, 3, *roi)
+    torch.library.opcheck(torch.ops.voxaug.window_stitch_, (acc, pred, w, [9, 10, 11], roi, ov, 2))
+    torch.library.opcheck(torch.ops.voxaug.window_count, (acc, w, [9, 10, 11], roi, ov))
+    count = torch.ops.voxaug.window_count(acc, w, [9, 10, 11], roi, ov)
+    torch.library.opcheck(torch.ops.voxaug.window_finalize, (acc + 1, count, None, [9, 10, 11], roi, ov, None, False))
+    torch.library.opcheck(torch.ops.voxaug.window_finalize, (acc + 1, None, w, [9, 10, 11], roi, ov, None, True))
+    big = torch.zeros(1, 3, 9, 10, 11) + 1
+    torch.library.opcheck(torch.ops.voxaug.window_finalize_, (big, None, w, [9, 10, 11], roi, ov))
+
+
+def test_importance_map_matches_monai():
+    from monai.data.utils import compute_importance_map
+
+    for roi, sigma in [((96, 96, 96), 0.125), ((7, 12, 5), (0.1, 0.2, 0.3)), ((1, 4, 9), 0.5)]:
+        want = compute_importance_map(roi, mode="gaussian", sigma_scale=sigma, device="cpu")
+        got = torch.ops.voxaug.window_importance_map(list(roi), "gaussian",
+                                                     [sigma] * 3 if isinstance(sigma, float) else list(sigma),
+                                                     torch.float32, torch.device("cpu"))
+        assert torch.equal(got, want)
+
+
+def test_window_accumulator_is_zeroed_and_owned():
+    for shape in ([1, 2, 3, 4, 5], [1, 1, 100, 110, 120]):  # below and above the huge-page size
+        a = torch.ops.voxaug.window_accumulator(shape, torch.float32, torch.device("cpu"), True)
+        assert list(a.shape) == shape and a.dtype == torch.float32 and a.is_contiguous()
+        assert torch.count_nonzero(a) == 0
+        a += 2.0
+        b = a.clone()
+        del a
+        assert torch.all(b == 2.0)
+    e = torch.ops.voxaug.window_accumulator([2, 1, 128, 128, 128], torch.float16, torch.device("cpu"), False)
+    assert e.dtype == torch.float16 and e.shape == (2, 1, 128, 128, 128)
+
+
+def test_meta_tensor_input_keeps_metadata():
+    from monai.data import MetaTensor
+
+    affine = torch.diag(torch.tensor([2.0, 1.5, 3.0, 1.0], dtype=torch.float64))
+    x = MetaTensor(torch.randn(1, 1, 20, 18, 22), affine=affine)
+    net = _net(1, 2)
+    with torch.no_grad():
+        want = monai_inferers.sliding_window_inference(x, (8, 8, 8), 2, net, overlap=0.5, mode="gaussian")
+        got = sliding_window_inference(x, (8, 8, 8), 2, net, overlap=0.5, mode="gaussian")
+    assert type(got) is type(want)
+    assert torch.equal(got.affine, want.affine)
+    assert (got.as_tensor() - want.as_tensor()).abs().max() <= 1e-5

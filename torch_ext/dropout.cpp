@@ -1,0 +1,138 @@
+// voxaug torch_ext: the dropout family's op (include/voxaug/dropout.h). The hole tables are
+// drawn on the host (CPU tensors) and travel to the device through pinned memory without a
+// blocking copy; the ImageRange fill takes its per-sample min / max from ATen's amin / amax on
+// CUDA and from the core's own reduction on the CPU. CPU and CUDA share one entry; Meta computes
+// the shape.
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <cmath>
+
+#include "tensor_view.h"
+#include "voxaug/dropout.h"
+
+namespace voxaug::torch_ext {
+namespace {
+
+void check_args(const at::Tensor& image, const at::Tensor& boxes, const at::Tensor& counts,
+                int64_t fill_mode, bool meta) {
+  check_5d(image, "image", meta);
+  (void)to_voxaug_dtype(image.scalar_type(), "image");
+  const int64_t n = image.size(0);
+  TORCH_CHECK_VALUE(boxes.defined() && boxes.dim() == 3 && boxes.size(0) == n && boxes.size(2) == 6,
+                    "boxes must be (N, K, 6) with N = ", n,
+                    " (rows d0, h0, w0, d1, h1, w1 per sample and hole), got shape ",
+                    boxes.defined() ? boxes.sizes() : at::IntArrayRef{});
+  TORCH_CHECK_VALUE(counts.defined() && counts.dim() == 1 && counts.size(0) == n,
+                    "counts must be (N,) with N = ", n, " (holes used per sample), got shape ",
+                    counts.defined() ? counts.sizes() : at::IntArrayRef{});
+  TORCH_CHECK_VALUE(boxes.scalar_type() == at::kLong && counts.scalar_type() == at::kLong,
+                    "boxes and counts must be int64, got ", boxes.scalar_type(), " and ",
+                    counts.scalar_type());
+  TORCH_CHECK_VALUE((boxes.device().is_cpu() && counts.device().is_cpu()) ||
+                        (meta && boxes.is_meta() && counts.is_meta()),
+                    "boxes and counts must be CPU tensors (drawn on the host; the op copies them "
+                    "to the device without a sync), got ",
+                    boxes.device(), " and ", counts.device());
+  TORCH_CHECK_VALUE(fill_mode >= 0 && fill_mode <= 2,
+                    "fill_mode must be 0 (constant), 1 (uniform in [fill_low, fill_high)) or 2 "
+                    "(uniform in the sample's [min, max]), got ",
+                    fill_mode);
+}
+
+// Runs the op into `out` (which may be `image` itself).
+void run_dropout(const at::Tensor& image, const at::Tensor& out, const at::Tensor& boxes,
+                 const at::Tensor& counts, bool dropout_holes, int64_t fill_mode, double fill_value,
+                 double fill_low, double fill_high, int64_t seed, int64_t first_sample) {
+  check_args(image, boxes, counts, fill_mode, false);
+  TORCH_CHECK_VALUE(first_sample >= 0 && first_sample + image.size(0) <= (int64_t(1) << 32),
+                    "first_sample must be in [0, 2^32 - N], got ", first_sample);
+  if (image.numel() == 0) return;
+  const at::Tensor cnt = counts.contiguous();
+  const int64_t k = boxes.size(1);
+  const int64_t* c = cnt.data_ptr<int64_t>();
+  for (int64_t n = 0; n < image.size(0); ++n)
+    TORCH_CHECK_VALUE(c[n] >= 0 && c[n] <= k, "counts[", n, "] = ", c[n], " must be in [0, K = ", k,
+                      "]");
+  const bool cuda = image.is_cuda();
+  const c10::DeviceGuard guard(image.device());
+  auto to_dev = [&](const at::Tensor& t) {
+    if (!cuda) return t.contiguous();
+    return t.contiguous().pin_memory().to(image.device(), at::kLong, /*non_blocking=*/true);
+  };
+  const at::Tensor b = to_dev(boxes), cd = to_dev(cnt);
+  CoarseDropoutParams p;
+  p.boxes = b.data_ptr<int64_t>();
+  p.counts = cd.data_ptr<int64_t>();
+  p.max_boxes = k;
+  p.dropout_holes = dropout_holes;
+  p.fill = static_cast<DropoutFill>(fill_mode);
+  p.fill_value = fill_value;
+  p.fill_low = fill_low;
+  p.fill_high = fill_high;
+  p.seed = static_cast<uint64_t>(seed);
+  at::Tensor mm;
+  if (p.fill == DropoutFill::ImageRange && cuda) {  // before any write: in place reads the original
+    // ATen's amin / amax (stream-ordered, no sync): NaN propagates as in MONAI's numpy min / max
+    // (voxaug::minmax ignores NaN). On the CPU the core reduces them itself (minmax = null), in
+    // the same parallel region as the fill.
+    const at::Tensor flat = image.reshape({image.size(0), -1});
+    mm = at::stack({flat.amin(1), flat.amax(1)}, 1).to(at::kDouble).contiguous();
+    p.minmax = mm.data_ptr<double>();
+  }
+  call_core([&] {
+    coarse_dropout(to_view(image, "image"), to_view(out, "out"), p, current_stream(image),
+                   static_cast<uint32_t>(first_sample));
+  });
+}
+
+at::Tensor coarse_dropout_impl(const at::Tensor& image, const at::Tensor& boxes,
+                               const at::Tensor& counts, bool dropout_holes, int64_t fill_mode,
+                               double fill_value, double fill_low, double fill_high, int64_t seed,
+                               int64_t first_sample) {
+  check_5d(image, "image");
+  at::Tensor out = at::empty_like(image, at::MemoryFormat::Contiguous);
+  run_dropout(image, out, boxes, counts, dropout_holes, fill_mode, fill_value, fill_low, fill_high,
+              seed, first_sample);
+  return out;
+}
+
+// In place: on the CPU only the filled voxels are written (rows without holes are not touched).
+void coarse_dropout_inplace_impl(const at::Tensor& image, const at::Tensor& boxes,
+                                 const at::Tensor& counts, bool dropout_holes, int64_t fill_mode,
+                                 double fill_value, double fill_low, double fill_high, int64_t seed,
+                                 int64_t first_sample) {
+  run_dropout(image, image, boxes, counts, dropout_holes, fill_mode, fill_value, fill_low,
+              fill_high, seed, first_sample);
+}
+
+void coarse_dropout_inplace_meta(const at::Tensor& image, const at::Tensor& boxes,
+                                 const at::Tensor& counts, bool, int64_t fill_mode, double, double,
+                                 double, int64_t, int64_t) {
+  check_args(image, boxes, counts, fill_mode, true);
+}
+
+at::Tensor coarse_dropout_meta(const at::Tensor& image, const at::Tensor& boxes,
+                               const at::Tensor& counts, bool, int64_t fill_mode, double, double,
+                               double, int64_t, int64_t) {
+  check_args(image, boxes, counts, fill_mode, true);
+  return at::empty_like(image, at::MemoryFormat::Contiguous);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
+  m.impl("coarse_dropout", &coarse_dropout_impl);
+  m.impl("coarse_dropout_", &coarse_dropout_inplace_impl);
+}
+TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
+  m.impl("coarse_dropout", &coarse_dropout_impl);
+  m.impl("coarse_dropout_", &coarse_dropout_inplace_impl);
+}
+TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
+  m.impl("coarse_dropout", &coarse_dropout_meta);
+  m.impl("coarse_dropout_", &coarse_dropout_inplace_meta);
+}
+
+}  // namespace voxaug::torch_ext

@@ -1,0 +1,83 @@
+// voxaug torch_ext: the lowres family's op (include/voxaug/lowres.h). The per-sample
+// low-resolution grids are drawn on the host (a CPU tensor) and travel to the device through
+// pinned memory without a blocking copy. CPU and CUDA share one entry; Meta computes the shape.
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include "tensor_view.h"
+#include "voxaug/lowres.h"
+
+namespace voxaug::torch_ext {
+namespace {
+
+c10::ScalarType output_dtype(std::optional<c10::ScalarType> dtype) {
+  if (!dtype.has_value()) return at::kFloat;  // MONAI computes and returns float32
+  const c10::ScalarType t = *dtype;
+  TORCH_CHECK_VALUE(t == at::kDouble || t == at::kFloat || t == at::kHalf || t == at::kBFloat16,
+                    "dtype must be float64, float32, float16 or bfloat16, got ", t);
+  return t;
+}
+
+void check_args(const at::Tensor& image, const at::Tensor& low_size, int64_t upsample_mode,
+                bool meta) {
+  check_5d(image, "image", meta);
+  (void)to_voxaug_dtype(image.scalar_type(), "image");
+  TORCH_CHECK_VALUE(low_size.defined() && low_size.dim() == 2 &&
+                        low_size.size(0) == image.size(0) && low_size.size(1) == 3,
+                    "low_size must be (N, 3) with N = ", image.size(0),
+                    " (the low-resolution D, H, W per sample), got shape ",
+                    low_size.defined() ? low_size.sizes() : at::IntArrayRef{});
+  TORCH_CHECK_VALUE(low_size.scalar_type() == at::kLong, "low_size must be int64, got ",
+                    low_size.scalar_type());
+  TORCH_CHECK_VALUE(low_size.device().is_cpu() || (meta && low_size.is_meta()),
+                    "low_size must be a CPU tensor (drawn on the host; the op copies it to the "
+                    "device without a sync), got ",
+                    low_size.device());
+  TORCH_CHECK_VALUE(upsample_mode == 0 || upsample_mode == 1,
+                    "upsample_mode must be 0 (trilinear) or 1 (nearest), got ", upsample_mode);
+}
+
+at::Tensor simulate_low_resolution_impl(const at::Tensor& image, const at::Tensor& low_size,
+                                        int64_t upsample_mode, bool align_corners,
+                                        std::optional<c10::ScalarType> dtype) {
+  check_args(image, low_size, upsample_mode, false);
+  at::Tensor out = at::empty(image.sizes(), image.options().dtype(output_dtype(dtype)));
+  if (image.numel() == 0) return out;
+  const at::Tensor ls = low_size.contiguous();
+  const int64_t* l = ls.data_ptr<int64_t>();
+  for (int64_t i = 0; i < ls.numel(); ++i)
+    TORCH_CHECK_VALUE(l[i] >= 1, "low_size[", i / 3, "][", i % 3, "] must be >= 1, got ", l[i]);
+  const c10::DeviceGuard guard(image.device());
+  const at::Tensor table =
+      image.is_cuda() ? ls.pin_memory().to(image.device(), at::kLong, /*non_blocking=*/true) : ls;
+  LowResolutionParams p;
+  p.low_size = table.data_ptr<int64_t>();
+  p.upsample = static_cast<LowresUpsample>(upsample_mode);
+  p.align_corners = align_corners;
+  call_core([&] {
+    simulate_low_resolution(to_view(image, "image"), to_view(out, "out"), p, current_stream(image));
+  });
+  return out;
+}
+
+at::Tensor simulate_low_resolution_meta(const at::Tensor& image, const at::Tensor& low_size,
+                                        int64_t upsample_mode, bool,
+                                        std::optional<c10::ScalarType> dtype) {
+  check_args(image, low_size, upsample_mode, true);
+  return at::empty_symint(image.sym_sizes(), image.options().dtype(output_dtype(dtype)));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
+  m.impl("simulate_low_resolution", &simulate_low_resolution_impl);
+}
+TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
+  m.impl("simulate_low_resolution", &simulate_low_resolution_impl);
+}
+TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
+  m.impl("simulate_low_resolution", &simulate_low_resolution_meta);
+}
+
+}  // namespace voxaug::torch_ext
