@@ -13,7 +13,10 @@ importance map, stitching, count map, division, crop). voxaug is timed as the fu
 difference <= 1e-5). Times: median of --repeats calls after one warm-up call.
 
     python3 benchmarks/compare_window.py [--device cpu|cuda] [--repeats 3] [--only identity,conv]
-                                         [--json results.json]
+                                         [--overlaps 0.25,0.8] [--threads N] [--json results.json]
+
+On a shared 2-core VM, 2-thread runs stall whenever a neighbour takes a core (OpenMP barriers);
+OMP_NUM_THREADS=1 ... --threads 1 gives repeatable ratios.
 
 The bar (issue 7): on 2 CPU cores, voxaug's outside-the-predictor time at least 5x lower than MONAI's.
 """
@@ -96,7 +99,12 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="identity,conv")
     ap.add_argument("--overlaps", default="0.25,0.8")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch.set_num_threads for both libraries (voxaug's OpenMP follows OMP_NUM_THREADS); "
+                         "0 leaves torch's default")
     args = ap.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     torch.manual_seed(0)
     x = torch.randn(SHAPE, device=device)
