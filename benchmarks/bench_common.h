@@ -35,6 +35,15 @@ class CudaStream {
   cudaStream_t s_ = nullptr;
 };
 
+// An owning device allocation (benchmark inputs and outputs; made outside the timed loop).
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(size_t bytes) { BENCH_CUDA_TRY(cudaMalloc(&p, bytes ? bytes : 1)); }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
 class CudaEvent {
  public:
   CudaEvent() { BENCH_CUDA_TRY(cudaEventCreate(&e_)); }

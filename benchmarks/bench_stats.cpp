@@ -128,13 +128,7 @@ void register_cpu_cases() {
 #if VOXAUG_WITH_CUDA
 constexpr int kLaunchesPerIteration = 10;
 
-struct DeviceBuffer {
-  void* p = nullptr;
-  explicit DeviceBuffer(size_t bytes) { BENCH_CUDA_TRY(cudaMalloc(&p, bytes ? bytes : 1)); }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
+using voxaug_bench::DeviceBuffer;
 
 void bench_cuda(benchmark::State& state, Shape s, Op op) {
   try {

@@ -225,6 +225,29 @@ unsigned blocks_for(int64_t n, int threads) {
   return unsigned((n + threads - 1) / threads);
 }
 
+// The class ratios reach the device through kernel parameters, kRatioChunk at a time: a
+// cudaMemcpyAsync from pageable host memory would first synchronise the host with the stream
+// (CUDA's documented behaviour for pageable H2D copies), and pinned memory would need an
+// allocation (cudaMallocHost synchronises the device).
+constexpr int kRatioChunk = 256;
+struct RatioChunk {
+  double v[kRatioChunk];
+};
+
+__global__ void ratio_store(double* dst, const RatioChunk chunk, int n) {
+  if (static_cast<int>(threadIdx.x) < n) dst[threadIdx.x] = chunk.v[threadIdx.x];
+}
+
+void upload_ratios(double* dst, const double* host, int count, cudaStream_t stream) {
+  for (int k0 = 0; k0 < count; k0 += kRatioChunk) {
+    const int n = count - k0 < kRatioChunk ? count - k0 : kRatioChunk;
+    RatioChunk chunk{};
+    for (int i = 0; i < n; ++i) chunk.v[i] = host[k0 + i];
+    ratio_store<<<1, kRatioChunk, 0, stream>>>(dst + k0, chunk, n);
+    VOXAUG_CUDA_CHECK_LAUNCH();
+  }
+}
+
 }  // namespace
 
 void class_centers_cuda(const CenterParams& p_in, int64_t batch, int64_t* centers,
@@ -240,8 +263,7 @@ void class_centers_cuda(const CenterParams& p_in, int64_t batch, int64_t* center
   char* buf = nullptr;
   VOXAUG_CUDA_TRY(cudaMallocAsync(reinterpret_cast<void**>(&buf),
                                   ratio_bytes + counts_bytes + totals_bytes + 8, stream));
-  // Pageable host -> device: staged before the call returns, stream-ordered, no device sync.
-  VOXAUG_CUDA_TRY(cudaMemcpyAsync(buf, p_in.ratios, ratio_bytes, cudaMemcpyHostToDevice, stream));
+  upload_ratios(reinterpret_cast<double*>(buf), p_in.ratios, K, stream);
   p.ratios = reinterpret_cast<const double*>(buf);
   auto* counts = reinterpret_cast<int64_t*>(buf + ratio_bytes);
   int64_t* totals =

@@ -38,6 +38,18 @@ PointwiseStep PointwiseStep::scale_intensity_range(double a_min, double a_max, c
   s.clip = clip;
   return s;
 }
+namespace {
+// The random form of a step: its value drawn per sample (or channel) from [low, high) with
+// Philox keyed by `seed`, applied with probability `prob`.
+void randomise(PointwiseStep& s, double low, double high, double prob, uint64_t seed) {
+  s.random = true;
+  s.low = low;
+  s.high = high;
+  s.prob = prob;
+  s.seed = seed;
+}
+}  // namespace
+
 PointwiseStep PointwiseStep::shift_intensity(double offset) {
   PointwiseStep s;
   s.op = PointwiseOp::ShiftIntensity;
@@ -52,11 +64,7 @@ PointwiseStep PointwiseStep::shift_intensity(const float* per_sample_offsets) {
 PointwiseStep PointwiseStep::rand_shift_intensity(double low, double high, double prob,
                                                   uint64_t seed, bool channel_wise) {
   PointwiseStep s = shift_intensity(0.0);
-  s.random = true;
-  s.low = low;
-  s.high = high;
-  s.prob = prob;
-  s.seed = seed;
+  randomise(s, low, high, prob, seed);
   s.channel_wise = channel_wise;
   return s;
 }
@@ -74,11 +82,7 @@ PointwiseStep PointwiseStep::scale_intensity(const float* per_sample_factors) {
 PointwiseStep PointwiseStep::rand_scale_intensity(double low, double high, double prob,
                                                   uint64_t seed, bool channel_wise) {
   PointwiseStep s = scale_intensity(0.0);
-  s.random = true;
-  s.low = low;
-  s.high = high;
-  s.prob = prob;
-  s.seed = seed;
+  randomise(s, low, high, prob, seed);
   s.channel_wise = channel_wise;
   return s;
 }
@@ -144,11 +148,7 @@ PointwiseStep PointwiseStep::rand_adjust_contrast(const double* minmax_stats, do
                                                   double high, double prob, uint64_t seed,
                                                   bool invert) {
   PointwiseStep s = adjust_contrast(minmax_stats, 1.0, invert);
-  s.random = true;
-  s.low = low;
-  s.high = high;
-  s.prob = prob;
-  s.seed = seed;
+  randomise(s, low, high, prob, seed);
   return s;
 }
 PointwiseStep PointwiseStep::gamma(double gamma) {
@@ -160,11 +160,7 @@ PointwiseStep PointwiseStep::gamma(double gamma) {
 PointwiseStep PointwiseStep::rand_gamma(double log_low, double log_high, double prob,
                                         uint64_t seed) {
   PointwiseStep s = gamma(1.0);
-  s.random = true;
-  s.low = log_low;
-  s.high = log_high;
-  s.prob = prob;
-  s.seed = seed;
+  randomise(s, log_low, log_high, prob, seed);
   return s;
 }
 
@@ -182,11 +178,7 @@ PointwiseStep PointwiseStep::rand_std_shift_intensity(const double* moments_stat
                                                       double high, double prob, uint64_t seed,
                                                       bool nonzero, bool channel_wise) {
   PointwiseStep s = std_shift_intensity(moments_stats, 0.0, nonzero, channel_wise);
-  s.random = true;
-  s.low = low;
-  s.high = high;
-  s.prob = prob;
-  s.seed = seed;
+  randomise(s, low, high, prob, seed);
   return s;
 }
 PointwiseStep PointwiseStep::scale_intensity_fixed_mean(const double* mean_min_max, double factor,
@@ -208,11 +200,7 @@ PointwiseStep PointwiseStep::rand_scale_intensity_fixed_mean(const double* mean_
                                                              bool channel_wise) {
   PointwiseStep s =
       scale_intensity_fixed_mean(mean_min_max, 0.0, fixed_mean, preserve_range, channel_wise);
-  s.random = true;
-  s.low = low;
-  s.high = high;
-  s.prob = prob;
-  s.seed = seed;
+  randomise(s, low, high, prob, seed);
   return s;
 }
 PointwiseStep PointwiseStep::histogram_shift(const double* minmax_stats, const float* points,
