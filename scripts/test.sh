@@ -19,7 +19,8 @@ python=${PYTHON:-python3}
 log() { printf '\n== %s\n' "$*"; }
 
 # ---- Debian packages ----
-apt_pkgs=(cmake ninja-build ccache g++ libbenchmark-dev libgtest-dev googletest mricron-data)
+apt_pkgs=(cmake ninja-build ccache g++ libbenchmark-dev libgtest-dev googletest mricron-data
+          libnifti2-dev nlohmann-json3-dev libpng-dev zlib1g-dev)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
