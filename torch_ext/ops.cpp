@@ -69,6 +69,14 @@ TORCH_LIBRARY(voxaug, m) {
   m.def(
       "resample(Tensor[] inputs, Tensor matrices, int[] out_size, int[] modes, int[] paddings, "
       "float[] pad_values, bool align_corners=False) -> Tensor[]");
+  // A crop followed by a spatial map as one gather (include/voxaug/resample.h, group): inputs
+  // (M, C, D, H, W), starts (M, K, 3) integer crop starts (centre - roi // 2) on the inputs'
+  // device, matrices (M * K, 3, 4) mapping output index -> index inside patch (m, k) (row
+  // m * K + k); outputs (M * K, C, *out_size), patch (m, k) read from volume m at matrix +
+  // start, so voxels outside the crop window are real data, not padding. Forward only.
+  m.def(
+      "resample_patches(Tensor[] inputs, Tensor matrices, Tensor starts, int[] out_size, "
+      "int[] modes, int[] paddings, float[] pad_values, bool align_corners=False) -> Tensor[]");
   m.def(
       "resample_backward_input(Tensor grad_output, Tensor input, Tensor matrices, int mode, "
       "int padding, bool align_corners=False) -> Tensor");

@@ -25,7 +25,8 @@ struct Checked {
 // Shared argument checks of the real and the Meta kernel; allocates the outputs.
 Checked check_and_allocate(at::TensorList inputs, const at::Tensor& matrices,
                            at::IntArrayRef out_size, at::IntArrayRef modes,
-                           at::IntArrayRef paddings, at::ArrayRef<double> pad_values, bool meta) {
+                           at::IntArrayRef paddings, at::ArrayRef<double> pad_values, bool meta,
+                           int64_t group = 1) {
   const size_t k = inputs.size();
   TORCH_CHECK_VALUE(k >= 1 && k <= static_cast<size_t>(kMaxResampleTargets), "inputs: 1 to ",
                     kMaxResampleTargets, " tensors resample together, got ", k);
@@ -52,10 +53,10 @@ Checked check_and_allocate(at::TensorList inputs, const at::Tensor& matrices,
                       "nearest), got ",
                       inputs[i].scalar_type());
   }
-  TORCH_CHECK_VALUE(matrices.dim() == 3 && matrices.size(0) == first.size(0) &&
-                        matrices.size(1) == 3 && matrices.size(2) == 4,
-                    "matrices must be (N, 3, 4) with N = ", first.size(0), ", got ",
-                    matrices.sizes());
+  const int64_t batch = first.size(0) * group;
+  TORCH_CHECK_VALUE(matrices.dim() == 3 && matrices.size(0) == batch && matrices.size(1) == 3 &&
+                        matrices.size(2) == 4,
+                    "matrices must be (N, 3, 4) with N = ", batch, ", got ", matrices.sizes());
   TORCH_CHECK_VALUE(at::isFloatingType(matrices.scalar_type()), "matrices must be floating, got ",
                     matrices.scalar_type());
   TORCH_CHECK_VALUE(matrices.device() == first.device(), "matrices must be on the inputs' device ",
@@ -64,7 +65,7 @@ Checked check_and_allocate(at::TensorList inputs, const at::Tensor& matrices,
   c.matrices = matrices.to(at::kDouble).contiguous();
   for (size_t i = 0; i < k; ++i)
     c.outputs.push_back(
-        at::empty({first.size(0), inputs[i].size(1), out_size[0], out_size[1], out_size[2]},
+        at::empty({batch, inputs[i].size(1), out_size[0], out_size[1], out_size[2]},
                   inputs[i].options()));
   return c;
 }
@@ -81,8 +82,10 @@ std::vector<at::Tensor> resample_meta(at::TensorList inputs, const at::Tensor& m
 std::vector<at::Tensor> resample_forward(at::TensorList inputs, const at::Tensor& matrices,
                                          at::IntArrayRef out_size, at::IntArrayRef modes,
                                          at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
-                                         bool align_corners, const DeformField* field) {
-  Checked c = check_and_allocate(inputs, matrices, out_size, modes, paddings, pad_values, false);
+                                         bool align_corners, const DeformField* field,
+                                         int64_t group) {
+  Checked c =
+      check_and_allocate(inputs, matrices, out_size, modes, paddings, pad_values, false, group);
   std::vector<ResampleTarget> targets(inputs.size());
   std::vector<at::Tensor> coeffs;  // cubic: B-spline coefficients, kept alive for the launch
   const c10::DeviceGuard guard(inputs[0].device());
@@ -106,6 +109,7 @@ std::vector<at::Tensor> resample_forward(at::TensorList inputs, const at::Tensor
     targets[i].mode = static_cast<Interp>(modes[i]);
     targets[i].padding = static_cast<Padding>(paddings[i]);
     targets[i].pad_value = pad_values[i];
+    targets[i].group = group;
   }
   call_core([&] {
     if (field == nullptr)
@@ -120,6 +124,57 @@ std::vector<at::Tensor> resample_forward(at::TensorList inputs, const at::Tensor
 }
 
 namespace {
+
+// resample_patches: K patches per input volume, each matrix in patch coordinates; the crop's
+// start is added to the matrix offsets on the inputs' device (no host sync), then one launch.
+at::Tensor patch_matrices(at::TensorList inputs, const at::Tensor& matrices,
+                          const at::Tensor& starts, bool meta) {
+  TORCH_CHECK_VALUE(!inputs.empty(), "inputs: at least one tensor, got none");
+  const at::Tensor& first = inputs[0];
+  TORCH_CHECK_VALUE(starts.dim() == 3 && starts.size(0) == first.size(0) && starts.size(2) == 3,
+                    "starts must be (M, K, 3) with M = inputs[0].size(0) = ", first.size(0),
+                    ", got ", starts.sizes());
+  TORCH_CHECK_VALUE(!at::isFloatingType(starts.scalar_type()) && !starts.is_complex() &&
+                        starts.scalar_type() != at::kBool,
+                    "starts must be an integer tensor (voxel indices), got ", starts.scalar_type());
+  TORCH_CHECK_VALUE(starts.device() == first.device(), "starts must be on the inputs' device ",
+                    first.device(), ", got ", starts.device());
+  TORCH_CHECK_VALUE(starts.size(1) >= 1 || first.size(0) == 0,
+                    "starts must hold at least one patch per volume, got ", starts.sizes());
+  TORCH_CHECK_VALUE(matrices.dim() == 3 && matrices.size(0) == starts.size(0) * starts.size(1) &&
+                        matrices.size(1) == 3 && matrices.size(2) == 4,
+                    "matrices must be (M * K, 3, 4) = (", starts.size(0) * starts.size(1),
+                    ", 3, 4), got ", matrices.sizes());
+  TORCH_CHECK_VALUE(at::isFloatingType(matrices.scalar_type()), "matrices must be floating, got ",
+                    matrices.scalar_type());
+  TORCH_CHECK_VALUE(matrices.device() == first.device(), "matrices must be on the inputs' device ",
+                    first.device(), ", got ", matrices.device());
+  at::Tensor full = matrices.to(at::kDouble, /*non_blocking=*/false, /*copy=*/true).contiguous();
+  if (!meta) full.select(2, 3).add_(starts.reshape({-1, 3}).to(at::kDouble));
+  return full;
+}
+
+int64_t patch_group(const at::Tensor& starts) { return starts.dim() == 3 ? starts.size(1) : 1; }
+
+std::vector<at::Tensor> resample_patches_impl(at::TensorList inputs, const at::Tensor& matrices,
+                                              const at::Tensor& starts, at::IntArrayRef out_size,
+                                              at::IntArrayRef modes, at::IntArrayRef paddings,
+                                              at::ArrayRef<double> pad_values,
+                                              bool align_corners) {
+  const at::Tensor full = patch_matrices(inputs, matrices, starts, false);
+  return resample_forward(inputs, full, out_size, modes, paddings, pad_values, align_corners,
+                          nullptr, patch_group(starts));
+}
+
+std::vector<at::Tensor> resample_patches_meta(at::TensorList inputs, const at::Tensor& matrices,
+                                              const at::Tensor& starts, at::IntArrayRef out_size,
+                                              at::IntArrayRef modes, at::IntArrayRef paddings,
+                                              at::ArrayRef<double> pad_values, bool) {
+  const at::Tensor full = patch_matrices(inputs, matrices, starts, true);
+  return check_and_allocate(inputs, full, out_size, modes, paddings, pad_values, true,
+                            patch_group(starts))
+      .outputs;
+}
 
 std::vector<at::Tensor> resample_impl(at::TensorList inputs, const at::Tensor& matrices,
                                       at::IntArrayRef out_size, at::IntArrayRef modes,
@@ -281,6 +336,7 @@ void register_backend(torch::Library& m) {
   m.impl("resample", &resample_impl);
   m.impl("resample_backward_input", &backward_input_impl);
   m.impl("resample_backward_matrix", &backward_matrix_impl);
+  m.impl("resample_patches", &resample_patches_impl);
 }
 }  // namespace
 
@@ -294,6 +350,7 @@ TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("resample", &resample_meta);
   m.impl("resample_backward_input", &backward_input_meta);
   m.impl("resample_backward_matrix", &backward_matrix_meta);
+  m.impl("resample_patches", &resample_patches_meta);
 }
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
   m.impl("resample", &resample_autograd);

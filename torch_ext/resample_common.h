@@ -14,7 +14,8 @@ namespace voxaug::torch_ext {
 std::vector<at::Tensor> resample_forward(at::TensorList inputs, const at::Tensor& matrices,
                                          at::IntArrayRef out_size, at::IntArrayRef modes,
                                          at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
-                                         bool align_corners, const DeformField* field);
+                                         bool align_corners, const DeformField* field,
+                                         int64_t group = 1);
 
 // The Meta form: checks and allocates.
 std::vector<at::Tensor> resample_meta(at::TensorList inputs, const at::Tensor& matrices,

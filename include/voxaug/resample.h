@@ -41,6 +41,12 @@ struct ResampleTarget {
   // Interp::Cubic only: the B-spline coefficients of `in` from bspline_prefilter (same
   // padding, pad_value and align_corners), (N, C, D + 2P, H + 2P, W + 2P), P = kBSplinePad.
   VolumeView coeff;
+  // Output samples per input sample: `in` holds M samples, `out` M * group, and output sample
+  // n is read from input sample n / group through matrix n. This is a crop followed by a
+  // spatial transform as one gather: `group` patches per volume, each matrix the patch's map
+  // with the crop's start added to its offset, so a rotated patch reads real voxels at its
+  // corners. Forward only (the backward functions need group 1).
+  int64_t group = 1;
 };
 
 // Cubic B-spline interpolation (Interp::Cubic) interpolates the data, as

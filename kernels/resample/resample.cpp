@@ -59,10 +59,12 @@ Packed pack_targets(const ResampleTarget* targets, int num_targets, const double
     for (int a = 0; a < 5; ++a) {
       VOXAUG_EXPECTS(t.in.shape[a] >= 0 && t.out.shape[a] >= 0, name + ": sizes must be >= 0");
     }
-    VOXAUG_EXPECTS(t.in.shape[0] == first.shape[0] && t.out.shape[0] == first.shape[0],
-                   name + ": every input and output must have the batch size " +
-                       std::to_string(first.shape[0]) + ", got " + t.in.describe() + " -> " +
-                       t.out.describe());
+    VOXAUG_EXPECTS(t.group >= 1, name + ": group must be >= 1, got " + std::to_string(t.group));
+    VOXAUG_EXPECTS(t.in.shape[0] * t.group == first.shape[0] && t.out.shape[0] == first.shape[0],
+                   name + ": every output must have the batch size " +
+                       std::to_string(first.shape[0]) + " and every input that divided by its " +
+                       "group (" + std::to_string(t.group) + "), got " + t.in.describe() +
+                       " -> " + t.out.describe());
     VOXAUG_EXPECTS(t.in.shape[1] == t.out.shape[1],
                    name + ": output channels must equal input channels: " + t.in.describe() +
                        " -> " + t.out.describe());
@@ -118,6 +120,7 @@ Packed pack_targets(const ResampleTarget* targets, int num_targets, const double
     }
     q.coeff = t.coeff.data;
     q.coeff_dtype = t.coeff.dtype;
+    q.in_group = t.group;
     pk.work += t.out.numel();
   }
   for (int a = 0; a < 3; ++a) p.out_size[a] = first.shape[a + 2];
@@ -245,6 +248,7 @@ void resample_backward_input(const ResampleTarget& target, const double* matrice
                              bool align_corners, void* grad_in, cudaStream_t stream) {
   VOXAUG_EXPECTS(target.mode != Interp::Cubic,
                  "resample_backward_input: cubic interpolation has no gradient (use linear)");
+  VOXAUG_EXPECTS(target.group == 1, "resample_backward_input: group must be 1");
   const Packed pk = pack_targets(&target, 1, matrices, align_corners);
   VOXAUG_EXPECTS(is_floating(target.out.dtype),
                  std::string("grad_output must be floating, got ") + dtype_name(target.out.dtype));
@@ -273,6 +277,8 @@ void resample_backward_matrix(const ResampleTarget* targets, int num_targets,
   for (int k = 0; k < num_targets; ++k)
     VOXAUG_EXPECTS(targets[k].mode != Interp::Cubic,
                    "resample_backward_matrix: cubic interpolation has no gradient (use linear)");
+  for (int k = 0; k < num_targets; ++k)
+    VOXAUG_EXPECTS(targets[k].group == 1, "resample_backward_matrix: group must be 1");
   const Packed pk = pack_targets(targets, num_targets, matrices, align_corners);
   for (int k = 0; k < num_targets; ++k)
     VOXAUG_EXPECTS(targets[k].mode == Interp::Nearest || is_floating(targets[k].out.dtype),

@@ -360,7 +360,7 @@ VOXAUG_FORCEINLINE void linear_row(const ResampleParams& p, const KTarget& t,
   const Acc fill = pad == Padding::Constant ? static_cast<Acc>(t.pad_value) : Acc(0);
   const int64_t out_base = n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3];
   for (int64_t c = 0; c < t.channels; ++c) {
-    const T* src = in + n * t.in_stride[0] + c * t.in_stride[1];
+    const T* src = in + t.in_sample(n) * t.in_stride[0] + c * t.in_stride[1];
     T* dst = out + out_base + c * t.out_stride[1];
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
     if constexpr (std::is_same_v<T, float> && std::is_same_v<Acc, float>) {
@@ -497,7 +497,7 @@ VOXAUG_FORCEINLINE void nearest_row(const ResampleParams& p, const KTarget& t,
   const double fill = pad == Padding::Constant ? t.pad_value : 0.0;
   const int64_t out_base = n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3];
   for (int64_t c = 0; c < t.channels; ++c) {
-    const int64_t src0 = n * t.in_stride[0] + c * t.in_stride[1];
+    const int64_t src0 = t.in_sample(n) * t.in_stride[0] + c * t.in_stride[1];
     const int64_t dst0 = out_base + c * t.out_stride[1] + ow0 * t.out_stride[4];
     const int64_t ds = t.out_stride[4];
     switch (t.in_dtype) {  // the fill converted as store_value_dyn converts it
@@ -597,7 +597,7 @@ VOXAUG_FORCEINLINE bool exact_row(const ResampleParams& p, const KTarget& t, con
     }
     for (int64_t c = 0; c < t.channels; ++c) {
       const int64_t o = out_base + c * t.out_stride[1] + (ow0 + j) * t.out_stride[4];
-      const int64_t src = n * t.in_stride[0] + c * t.in_stride[1] + off;
+      const int64_t src = t.in_sample(n) * t.in_stride[0] + c * t.in_stride[1] + off;
       if (!inside) {
         store_value_dyn(t.out, t.out_dtype, o, fill);
       } else if (nearest) {
@@ -618,7 +618,7 @@ VOXAUG_FORCEINLINE bool exact_row(const ResampleParams& p, const KTarget& t, con
       doff += step[a] * t.in_stride[a + 2];
     }
     for (int64_t c = 0; c < t.channels; ++c) {
-      const int64_t src0 = n * t.in_stride[0] + c * t.in_stride[1] + off0;
+      const int64_t src0 = t.in_sample(n) * t.in_stride[0] + c * t.in_stride[1] + off0;
       const int64_t dst0 = out_base + c * t.out_stride[1] + ow0 * t.out_stride[4];
       const int64_t ds = t.out_stride[4];
       switch (t.elem_size) {

@@ -251,6 +251,33 @@ class RandCropByPosNegLabeld(_Randomizable):
         return _dict_crops(d, self.keys, self.allow_missing_keys, centers, size, self.cropper.num_samples,
                            self.as_batch)
 
+    def draw_patches(self, data: Mapping[Hashable, Any]) -> tuple[dict, dict]:
+        """The as_batch result with the cut deferred, for Compose to fuse the crop with the spatial
+        transforms after it (one gather from the full volume, so a rotated patch has real data at
+        its corners): the same draw as __call__, each key a meta-device placeholder of the patch
+        batch's shape, and the placeholders' sources (see voxaug.spatial.compose_spatial)."""
+        from .spatial import _PatchSource
+
+        d = dict(data)
+        image = d[self.image_key] if self.image_key is not None else None
+        centers, size = self.cropper.draw_centers(d[self.label_key], image, seed=self._next_seed())
+        self.cropper.centers, self.cropper._size = centers, size
+        missing = [k for k in self.keys if k not in d]
+        if missing and not self.allow_missing_keys:
+            raise KeyError(f"key {missing[0]!r} is not in the data and allow_missing_keys is False")
+        patches: dict = {}
+        for k in (k for k in self.keys if k in d):
+            x = torch.as_tensor(d[k]) if not isinstance(d[k], torch.Tensor) else d[k]
+            x = x.as_tensor() if _is_meta_tensor(x) else x
+            x = x if x.dim() == 5 else x.unsqueeze(0)
+            if x.dtype == torch.bool:  # no resample of bool tensors: cut now
+                d[k] = extract_patches(x, centers, size)
+                continue
+            ph = torch.empty((x.shape[0] * centers.shape[1], x.shape[1], *size), dtype=x.dtype, device="meta")
+            patches[id(ph)] = _PatchSource(x, centers, tuple(int(s) for s in size), ph)
+            d[k] = ph
+        return d, patches
+
 
 def _keys(keys) -> list:
     return [keys] if isinstance(keys, (str, int)) or not isinstance(keys, Sequence) else list(keys)

@@ -129,6 +129,22 @@ def resample(inputs, matrices: torch.Tensor, out_size, modes, paddings, pad_valu
                                      align_corners)
 
 
+def resample_patches(inputs, matrices: torch.Tensor, starts: torch.Tensor, out_size, modes, paddings,
+                     pad_values=None, align_corners: bool = False):
+    """A crop followed by a spatial map, as one gather from the full volumes: each (M, C, D, H, W)
+    tensor of `inputs` gives (M * K, C, *out_size), patch m * K + k read from volume m through
+    ``matrices[m * K + k]`` (output index -> index inside the patch) offset by ``starts[m, k]``
+    ((M, K, 3) integer crop starts on the inputs' device). Voxels the map sends outside the crop
+    window read the volume there; outside the volume the padding applies."""
+    inputs = list(inputs)
+    modes = [m if isinstance(m, int) else {"nearest": NEAREST, "linear": LINEAR, "cubic": CUBIC}[m]
+             for m in modes]
+    paddings = [p if isinstance(p, int) else PADDING[p] for p in paddings]
+    pad_values = [0.0] * len(inputs) if pad_values is None else [float(v) for v in pad_values]
+    return torch.ops.voxaug.resample_patches(inputs, matrices, starts, list(out_size), modes, paddings, pad_values,
+                                             align_corners)
+
+
 # ---------------- crop family ----------------
 def foreground_bbox(image: torch.Tensor, threshold: float = 0.0, channel_indices=None) -> torch.Tensor:
     """(N, 6) int64 on the image's device: per sample the half-open box (d0, h0, w0, d1, h1, w1)

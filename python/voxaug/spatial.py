@@ -542,11 +542,46 @@ def _for_input(opts: _Opts, x: torch.Tensor) -> _Opts:
     return opts
 
 
-def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts]) -> list[torch.Tensor]:
-    """One resample launch (per 4 inputs) for inputs that share `geom`."""
+@dataclass
+class _PatchSource:
+    """Patches not yet cut: `volume` (M, C, D, H, W) and the (M, K, 3) crop centres on its device.
+    Inside compose_spatial a meta-device tensor of the patch batch's shape stands for them, so
+    the following spatial steps plan on it and the gather reads the full volume (one launch)."""
+    volume: torch.Tensor
+    centers: torch.Tensor
+    size: tuple
+    placeholder: Optional[torch.Tensor] = None  # kept alive so that its id() stays unique
+
+    def extract(self) -> torch.Tensor:
+        from .crop import extract_patches
+
+        return extract_patches(self.volume, self.centers, self.size)
+
+
+def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts],
+         patches: Optional[dict] = None) -> list[torch.Tensor]:
+    """One resample launch (per 4 inputs) for inputs that share `geom`. Inputs that stand for
+    patches (`patches`: id(placeholder) -> _PatchSource, all with the same centres) are
+    gathered from their full volumes."""
     align = opts[0].align_corners
     if any(o.align_corners != align for o in opts):
         raise ValueError("inputs of one resample launch must share align_corners")
+    if patches and any(id(x) in patches for x in xs):
+        srcs = [patches[id(x)] for x in xs]
+        if geom.tables is not None:  # an exact index gather: cut the patches, then as usual
+            return _run([s.extract() for s in srcs], geom, opts)
+        vols = [s.volume if o.mode == "nearest" or s.volume.is_floating_point() else s.volume.float()
+                for s, o in zip(srcs, opts)]
+        starts = srcs[0].centers - torch.as_tensor([z // 2 for z in srcs[0].size], dtype=srcs[0].centers.dtype,
+                                                   device=srcs[0].centers.device)
+        mats = geom.mats.to(vols[0].device, non_blocking=True)
+        outs = []
+        for s in range(0, len(vols), _MAX_TARGETS):
+            part, popts = vols[s:s + _MAX_TARGETS], opts[s:s + _MAX_TARGETS]
+            outs += ops.resample_patches(part, mats, starts, geom.out_size, [o.mode for o in popts],
+                                         [geom.kernel_padding] * len(part), [o.pad_value for o in popts],
+                                         align_corners=align)
+        return [_apply_pad(o, geom.pad) for o in outs] if geom.pad is not None else outs
     inputs = [x if o.mode == "nearest" or x.is_floating_point() else x.float() for x, o in zip(xs, opts)]
     outs: list[torch.Tensor] = []
     if geom.tables is not None:  # interpolate's nearest where no affine map reproduces it
@@ -2253,20 +2288,22 @@ class Orientation:
         return _inverse_array(self, data)
 
 
-def _run_grouped(d: dict, jobs: list) -> None:
+def _run_grouped(d: dict, jobs: list, patches: Optional[dict] = None) -> None:
     """jobs: (key, x, restore, geom, opts, finish) -> one resample launch per group of keys that
-    share the geometry, padding, align_corners and device."""
-    groups: list[tuple[_Geometry, _Opts, torch.device, list[int]]] = []
+    share the geometry, padding, align_corners and device (and are all patches or all not)."""
+    patches = patches or {}
+    groups: list[tuple[_Geometry, _Opts, Any, list[int]]] = []
     for j, (_, x, _, g, o, _) in enumerate(jobs):
+        where = patches[id(x)].volume.device if id(x) in patches else x.device
         for geom, go, dev, members in groups:
-            if go.align_corners == o.align_corners and dev == x.device and geom.kernel_padding == g.kernel_padding \
-                    and geom.same_launch(g):
+            if go.align_corners == o.align_corners and dev == where and geom.kernel_padding == g.kernel_padding \
+                    and geom.same_launch(g) and (id(jobs[members[0]][1]) in patches) == (id(x) in patches):
                 members.append(j)
                 break
         else:
-            groups.append((g, o, x.device, [j]))
+            groups.append((g, o, where, [j]))
     for geom, _, _, members in groups:
-        outs = _run([jobs[j][1] for j in members], geom, [jobs[j][4] for j in members])
+        outs = _run([jobs[j][1] for j in members], geom, [jobs[j][4] for j in members], patches)
         for j, out in zip(members, outs):
             key, _, restore, _, _, finish = jobs[j]
             d[key] = finish(restore(out))
@@ -2548,20 +2585,31 @@ def _lazy_candidate(t: Any) -> bool:
     return isinstance(_inner(t), _FUSABLE_TYPES)
 
 
-def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None) -> Any:
+def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None,
+                    patches: Optional[dict] = None) -> Any:
     """Applies a run of spatial transforms with consecutive fusable ones as one resample launch
     per group (per group of keys sharing the map, for dictionaries). Random transforms draw
     exactly as when called one by one. On tracked MetaTensors a group of one step records as
     that transform; a fused group writes one record of `owner` (the Compose; its inverse undoes
-    the group in one launch), listing the steps in extra_info["transforms"]."""
+    the group in one launch), listing the steps in extra_info["transforms"].
+
+    `patches` (id(placeholder) -> _PatchSource): entries of `data` that are meta-device
+    placeholders for patches not yet cut (a crop sampler's as_batch output); the first group of
+    steps on them gathers from the full volumes, and what no step touched is cut at the end."""
     is_dict = isinstance(data, Mapping)
     d = dict(data) if is_dict else {None: data}
     chains: dict[Any, _LazyChain] = {}
+    patches = patches or {}
+
+    def materialize():
+        for key, v in d.items():
+            if isinstance(v, torch.Tensor) and id(v) in patches:
+                d[key] = patches[id(v)].extract()
 
     def flush():
         jobs = [ch.job(key, d[key]) for key, ch in chains.items() if ch.steps]
         chains.clear()
-        _run_grouped(d, jobs)
+        _run_grouped(d, jobs, patches)
 
     def chain(key):
         if key not in chains:
@@ -2571,6 +2619,7 @@ def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None) -> 
 
     def direct(t):
         flush()
+        materialize()
         out = t(d if is_dict else d[None])
         if is_dict:
             d.clear()
@@ -2619,6 +2668,7 @@ def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None) -> 
         for k, (step, new_affine) in planned:
             chain(k).push(step, new_affine)
     flush()
+    materialize()
     return d if is_dict else d[None]
 
 

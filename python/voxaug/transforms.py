@@ -680,6 +680,14 @@ class Compose:
     reads real input voxels where the step-by-step one read an earlier step's padding).
     Interpolating steps of a group must agree on mode, padding and align_corners; a step that
     does not starts a new group. See ``voxaug.spatial.compose_spatial``.
+
+    A crop sampler with ``as_batch=True`` (RandCropByPosNegLabeld) followed by such steps is
+    fused with them: the sampler draws its centres, and the group's map, offset by each crop's
+    start, gathers every patch straight from the full volume (``voxaug.ops.resample_patches``),
+    so a rotated or zoomed-out patch has real data at its corners instead of padding, and the
+    patches are never written and read twice. Exact steps (flips, quarter turns) give the same
+    bytes as cropping first. Interpolating steps differ from crop-then-transform exactly where
+    the latter reads the crop's zero border.
     """
 
     def __init__(self, transforms: Sequence[Callable], fuse_spatial: bool = True):
@@ -715,6 +723,17 @@ class Compose:
         i = 0
         while i < len(self.transforms):
             t = self.transforms[i]
+            if (self.fuse_spatial and getattr(t, "as_batch", False) and hasattr(t, "draw_patches")
+                    and isinstance(data, Mapping) and i + 1 < len(self.transforms)
+                    and spatial._lazy_candidate(self.transforms[i + 1])):
+                # A crop sampler's batch followed by spatial steps: one gather from the full volumes.
+                j = i + 1
+                while j < len(self.transforms) and spatial._lazy_candidate(self.transforms[j]):
+                    j += 1
+                placeholders, patches = t.draw_patches(data)
+                data = spatial.compose_spatial(self.transforms[i + 1:j], placeholders, owner=self, patches=patches)
+                i = j
+                continue
             if self.fuse_spatial and spatial._lazy_candidate(t):
                 j = i + 1
                 while j < len(self.transforms) and spatial._lazy_candidate(self.transforms[j]):

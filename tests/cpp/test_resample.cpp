@@ -148,6 +148,59 @@ TEST(ResampleCpu, NearestCopiesLabelsExactly) {
   EXPECT_LT(filled, ov.numel());
 }
 
+// group: K outputs per input (patches cut and transformed in one gather). Output n reads input
+// n / K: the float64 reference is the plain definition evaluated on that input; labels by
+// nearest with the same map must be exact copies of some input voxel or the pad value.
+TEST(ResampleCpu, GroupedReadsInputNOverGroup) {
+  const int64_t K = 3;
+  const Vol iv{2, 2, 11, 9, 13}, ov{2 * K, 2, 6, 7, 5}, lv{2, 1, 11, 9, 13}, lo{2 * K, 1, 6, 7, 5};
+  std::mt19937 rng(21);
+  std::normal_distribution<double> nd;
+  std::vector<double> in(iv.numel());
+  for (auto& v : in) v = nd(rng);
+  std::vector<int32_t> lab(lv.numel());
+  for (int64_t i = 0; i < lv.numel(); ++i) lab[i] = static_cast<int32_t>(i);  // voxel ids
+  auto m = random_matrices(ov.n, iv, ov, 22);
+  for (int64_t n = 0; n < ov.n; ++n)  // crop starts spread over the volume
+    for (int r = 0; r < 3; ++r) m[12 * n + 4 * r + 3] += static_cast<double>((n * 5 + r * 3) % 4) - 1.5;
+  for (Padding pad : {Padding::Zeros, Padding::Border, Padding::Reflection}) {
+    std::vector<double> out(ov.numel());
+    std::vector<int32_t> lout(lo.numel());
+    ResampleTarget t[2] = {{view(in.data(), DType::Float64, iv), view(out.data(), DType::Float64, ov),
+                            Interp::Linear, pad, 0.0, {}, K},
+                           {view(lab.data(), DType::Int32, lv), view(lout.data(), DType::Int32, lo),
+                            Interp::Nearest, Padding::Zeros, 0.0, {}, K}};
+    resample(t, 2, m.data(), false);
+    double worst = 0;
+    for (int64_t n = 0; n < ov.n; ++n)
+      for (int64_t c = 0; c < ov.c; ++c)
+        for (int64_t d = 0; d < ov.d; ++d)
+          for (int64_t h = 0; h < ov.h; ++h)
+            for (int64_t w = 0; w < ov.w; ++w) {
+              double p[3];
+              for (int r = 0; r < 3; ++r) {
+                const double* row = &m[12 * n + 4 * r];
+                p[r] = row[0] * d + row[1] * h + row[2] * w + row[3];
+              }
+              const double ref = reference_linear(in, iv, n / K, c, p, pad, 0.0, false);
+              const double got = out[(((n * ov.c + c) * ov.d + d) * ov.h + h) * ov.w + w];
+              worst = std::max(worst, std::fabs(got - ref));
+              if (c == 0) {  // the label: the nearest voxel of input n / K (ids say which)
+                const int32_t id = lout[((n * lo.d + d) * lo.h + h) * lo.w + w];
+                int64_t q[3];
+                bool inside = true;
+                for (int r = 0; r < 3; ++r) {
+                  q[r] = static_cast<int64_t>(std::nearbyint(p[r]));
+                  inside = inside && q[r] >= 0 && q[r] < (r == 0 ? lv.d : r == 1 ? lv.h : lv.w);
+                }
+                const int64_t want = inside ? ((n / K * lv.d + q[0]) * lv.h + q[1]) * lv.w + q[2] : 0;
+                EXPECT_EQ(id, want) << "patch " << n << " at " << d << "," << h << "," << w;
+              }
+            }
+    EXPECT_LT(worst, 1e-12) << "padding " << static_cast<int>(pad);
+  }
+}
+
 TEST(ResampleCpu, BadArgumentsGiveNamedErrors) {
   const Vol v{1, 1, 2, 2, 2};
   std::vector<float> a(8), b(8);
@@ -188,6 +241,18 @@ TEST(ResampleCpu, BadArgumentsGiveNamedErrors) {
                  {}},
                 bad)
                 .find("matrices must be finite"),
+            std::string::npos);
+  const Vol two{2, 1, 2, 2, 2};
+  std::vector<float> c(16);
+  EXPECT_NE(msg({view(a.data(), DType::Float32, v), view(c.data(), DType::Float32, two),
+                 Interp::Linear, Padding::Zeros, 0, {}, 0},
+                eye)
+                .find("group must be >= 1"),
+            std::string::npos);
+  EXPECT_NE(msg({view(a.data(), DType::Float32, v), view(c.data(), DType::Float32, two),
+                 Interp::Linear, Padding::Zeros, 0, {}, 3},
+                eye)
+                .find("divided by its group"),
             std::string::npos);
 }
 
@@ -249,6 +314,58 @@ TEST(ResampleCuda, TwinBitIdenticalImageAndLabels) {
       EXPECT_EQ(lcpu, lgpu) << static_cast<int>(pad) << ac;
     }
   }
+  cudaFree(dimg);
+  cudaFree(dlab);
+  cudaFree(dm);
+  cudaFree(dout);
+  cudaFree(dlout);
+}
+#endif
+
+#if VOXAUG_WITH_CUDA
+TEST(ResampleCuda, GroupedTwinBitIdentical) {
+  if (cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const int64_t K = 4;
+  const Vol iv{2, 1, 30, 26, 28}, ov{2 * K, 1, 16, 16, 16};
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd;
+  std::vector<float> img(iv.numel());
+  for (auto& v : img) v = nd(rng);
+  std::vector<uint8_t> lab(iv.numel());
+  for (auto& v : lab) v = static_cast<uint8_t>(rng() % 14);
+  auto m = random_matrices(ov.n, iv, ov, 32);
+  for (int64_t n = 0; n < ov.n; n += 2) {  // every other patch: flip + integer start (exact path)
+    const double e[12] = {-1, 0, 0, 15.0 + n, 0, 0, 1, 3, 0, 1, 0, 7};
+    std::copy(e, e + 12, m.begin() + 12 * n);
+  }
+  void *dimg, *dlab, *dm, *dout, *dlout;
+  CUDA_OK(cudaMalloc(&dimg, img.size() * 4));
+  CUDA_OK(cudaMalloc(&dlab, lab.size()));
+  CUDA_OK(cudaMalloc(&dm, m.size() * 8));
+  CUDA_OK(cudaMalloc(&dout, ov.numel() * 4));
+  CUDA_OK(cudaMalloc(&dlout, ov.numel()));
+  CUDA_OK(cudaMemcpy(dimg, img.data(), img.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dlab, lab.data(), lab.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dm, m.data(), m.size() * 8, cudaMemcpyHostToDevice));
+  std::vector<float> cpu(ov.numel()), gpu(ov.numel());
+  std::vector<uint8_t> lcpu(ov.numel()), lgpu(ov.numel());
+  ResampleTarget h[2] = {{view(img.data(), DType::Float32, iv), view(cpu.data(), DType::Float32, ov),
+                          Interp::Linear, Padding::Zeros, 0.0, {}, K},
+                         {view(lab.data(), DType::UInt8, iv), view(lcpu.data(), DType::UInt8, ov),
+                          Interp::Nearest, Padding::Zeros, 0.0, {}, K}};
+  ResampleTarget g[2] = {{view(dimg, DType::Float32, iv, Device::CUDA),
+                          view(dout, DType::Float32, ov, Device::CUDA), Interp::Linear,
+                          Padding::Zeros, 0.0, {}, K},
+                         {view(dlab, DType::UInt8, iv, Device::CUDA),
+                          view(dlout, DType::UInt8, ov, Device::CUDA), Interp::Nearest,
+                          Padding::Zeros, 0.0, {}, K}};
+  resample(h, 2, m.data(), false);
+  resample(g, 2, static_cast<const double*>(dm), false);
+  CUDA_OK(cudaMemcpy(gpu.data(), dout, gpu.size() * 4, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(lgpu.data(), dlout, lgpu.size(), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(0, std::memcmp(cpu.data(), gpu.data(), cpu.size() * 4));
+  EXPECT_EQ(lcpu, lgpu);
   cudaFree(dimg);
   cudaFree(dlab);
   cudaFree(dm);

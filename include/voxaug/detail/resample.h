@@ -116,6 +116,12 @@ struct KTarget {
   const void* coeff;
   DType coeff_dtype;
   int64_t coeff_stride[5];
+  // Output samples per input sample: output sample n reads input sample n / in_group (K
+  // patches cut from each of M volumes in one launch). 1 for a plain resample.
+  int64_t in_group;
+  VOXAUG_HD VOXAUG_FORCEINLINE int64_t in_sample(int64_t n) const {
+    return in_group == 1 ? n : n / in_group;
+  }
 };
 
 struct ResampleParams {
@@ -296,7 +302,7 @@ struct ResampleForward {
     const SourcePoint<Acc> sp = source_point(t, src, p.align_corners);
     const int64_t out_base =
         n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3] + ow * t.out_stride[4];
-    const int64_t in_base = n * t.in_stride[0];
+    const int64_t in_base = t.in_sample(n) * t.in_stride[0];
     const bool fill_const = static_cast<Padding>(t.padding) == Padding::Constant;
     const bool nearest = static_cast<Interp>(t.mode) == Interp::Nearest;
     if (nearest || exact) {  // one source voxel: copy it (linear at integer points equals it)
@@ -366,7 +372,7 @@ struct ResampleForward {
       return;
     }
     for (int64_t c = 0; c < t.channels; ++c) {
-      const int64_t base = n * t.coeff_stride[0] + c * t.coeff_stride[1] +
+      const int64_t base = t.in_sample(n) * t.coeff_stride[0] + c * t.coeff_stride[1] +
                            i0[0] * t.coeff_stride[2] + i0[1] * t.coeff_stride[3] +
                            i0[2] * t.coeff_stride[4];
       Acc acc = Acc(0);

@@ -1,0 +1,175 @@
+"""A crop sampler's batch followed by spatial transforms, fused into one gather from the full
+volume (voxaug.ops.resample_patches, Compose): exact steps give the bytes of crop-then-transform;
+interpolating steps equal MONAI's transform applied to a wider crop around the same centre (so
+the corners hold real data, not the crop's zero border); the op against per-patch resamples,
+opcheck, bad inputs."""
+import numpy as np
+import pytest
+import torch
+
+import voxaug
+from voxaug import crop as C
+from voxaug import spatial as S
+from voxaug import transforms as T
+
+from conftest import devices
+
+mt = pytest.importorskip("monai.transforms")
+
+
+def _volume(n=2, shape=(40, 44, 36), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    img = torch.rand(n, 1, *shape, generator=g) * 100 + 1.0  # nonzero everywhere
+    lab = torch.zeros(n, 1, *shape, dtype=torch.uint8)
+    lab[:, :, 12:30, 10:28, 8:26] = 1
+    lab[:, :, 18:24, 16:22, 12:20] = 2
+    return img, lab
+
+
+def _chain(fuse, tail, seed=7):
+    c = T.Compose([C.RandCropByPosNegLabeld(keys=["image", "label"], label_key="label", spatial_size=(16, 16, 16),
+                                            pos=1, neg=1, num_samples=3, as_batch=True)] + tail, fuse_spatial=fuse)
+    return c.set_random_state(seed)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_exact_steps_fused_equal_crop_then_transform(device, monkeypatch):
+    launches = {"resample": 0, "resample_patches": 0}
+    for name in launches:
+        real = getattr(voxaug.ops, name)
+
+        def counting(*args, _real=real, _name=name, **kwargs):
+            launches[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(voxaug.ops, name, counting)
+    img, lab = _volume()
+    data = {"image": img.to(device), "label": lab.to(device)}
+
+    def tail():
+        return [S.RandFlipd(keys=["image", "label"], prob=0.5, spatial_axis=0),
+                S.RandFlipd(keys=["image", "label"], prob=0.5, spatial_axis=1),
+                S.RandFlipd(keys=["image", "label"], prob=0.5, spatial_axis=2),
+                S.RandRotate90d(keys=["image", "label"], prob=0.5, max_k=3),
+                T.RandShiftIntensityd(keys=["image"], offsets=0.1, prob=0.5)]
+
+    for seed in range(4):
+        launches.update(resample=0, resample_patches=0)
+        ref = _chain(False, tail(), seed)(dict(data))
+        assert launches == {"resample": 4, "resample_patches": 0}  # one per spatial step
+        launches.update(resample=0, resample_patches=0)
+        out = _chain(True, tail(), seed)(dict(data))
+        assert launches == {"resample": 0, "resample_patches": 1}  # crop + 4 steps: one gather
+        assert out["image"].shape == ref["image"].shape == (6, 1, 16, 16, 16)
+        assert torch.equal(out["image"], ref["image"]), seed
+        assert torch.equal(out["label"], ref["label"]), seed
+        assert out["label"].dtype == torch.uint8 and int(out["label"].max()) > 0
+
+
+def test_untouched_keys_are_cut_and_other_entries_pass_through():
+    img, lab = _volume(n=1)
+    extra = torch.arange(5)
+    data = {"image": img, "label": lab, "mask": lab.clone(), "meta": extra}
+    c = T.Compose([C.RandCropByPosNegLabeld(keys=["image", "label", "mask"], label_key="label",
+                                            spatial_size=(16, 16, 16), num_samples=2, as_batch=True),
+                   S.RandFlipd(keys=["image", "label"], prob=1.0, spatial_axis=0)]).set_random_state(3)
+    out = c(data)
+    assert out["meta"] is extra
+    assert out["mask"].device.type == "cpu" and out["mask"].shape == (2, 1, 16, 16, 16)
+    assert torch.equal(out["mask"].flip(2), out["label"])  # mask: cut only; label: cut + flipped
+
+
+@pytest.mark.parametrize("angle", [0.35, -0.6])
+def test_rotated_patch_reads_the_volume_at_its_corners(angle):
+    """Crop + Affined(rotate) fused == MONAI's Affine on a crop wider by `pad` around the same
+    centre, then its centre cut back to the roi: both read the real volume outside the roi."""
+    img, lab = _volume(n=1, shape=(56, 52, 60), seed=2)
+    roi, pad = 16, 8
+    crop = C.RandCropByPosNegLabeld(keys=["image", "label"], label_key="label", spatial_size=(roi,) * 3,
+                                    num_samples=4, as_batch=True)
+    aff = S.Affined(keys=["image", "label"], rotate_params=(angle, 0.0, 0.0), mode=("bilinear", "nearest"),
+                    padding_mode="zeros")
+    out = T.Compose([crop, aff]).set_random_state(11)({"image": img, "label": lab})
+    centers = crop.cropper.centers[0]
+    big = roi + 2 * pad
+    vol = torch.nn.functional.pad(img[0], (big,) * 6)  # zeros outside, as the kernel's padding
+    lvol = torch.nn.functional.pad(lab[0], (big,) * 6)
+    monai_aff = mt.Affine(rotate_params=(angle, 0.0, 0.0), padding_mode="zeros", image_only=True)
+    unfused = T.Compose([crop, aff], fuse_spatial=False).set_random_state(11)({"image": img, "label": lab})
+    checked = 0
+    for k in range(centers.shape[0]):
+        c = centers[k].tolist()
+        sl = tuple(slice(ci + big - roi // 2 - pad, ci + big - roi // 2 - pad + big) for ci in c)
+        ref = monai_aff(vol[(slice(None),) + sl], mode="bilinear")[:, pad:pad + roi, pad:pad + roi, pad:pad + roi]
+        lref = monai_aff(lvol[(slice(None),) + sl].float(), mode="nearest")[:, pad:pad + roi, pad:pad + roi,
+                                                                            pad:pad + roi]
+        got = out["image"][k]
+        np.testing.assert_allclose(got.numpy(), torch.as_tensor(ref).numpy(), rtol=1e-5, atol=2e-3)
+        mismatch = (out["label"][k].float() != torch.as_tensor(lref)).float().mean().item()
+        assert mismatch < 2e-3  # nearest ties where MONAI's float32 grid rounds the other way
+        # Where crop-then-rotate reads only the crop's zero border (its zeros), the fused patch
+        # has real data (the image is >= 1 everywhere inside the volume, and this patch is).
+        border = unfused["image"][k] == 0
+        assert int(border.sum()) > 20
+        inside = all(roi // 2 + pad <= ci < s - roi // 2 - pad for ci, s in zip(c, img.shape[2:]))
+        if inside:
+            assert bool((got[border] > 0.5).all())
+            checked += 1
+    assert checked > 0
+
+
+@pytest.mark.parametrize("device", devices())
+def test_resample_patches_op_equals_per_patch_resample(device):
+    g = torch.Generator().manual_seed(5)
+    vol = torch.randn(2, 2, 20, 18, 22, generator=g).to(device)
+    lab = torch.randint(0, 9, (2, 1, 20, 18, 22), generator=g, dtype=torch.int32).to(device)
+    k = 3
+    starts = torch.randint(-3, 12, (2, k, 3), generator=g).to(device)
+    mats = torch.zeros(2 * k, 3, 4, dtype=torch.float64)
+    for n in range(2 * k):
+        a = torch.eye(3, dtype=torch.float64) + 0.3 * torch.randn(3, 3, generator=g, dtype=torch.float64)
+        mats[n, :, :3] = a
+        mats[n, :, 3] = torch.randn(3, generator=g, dtype=torch.float64)
+    mats = mats.to(device)
+    out, lout = voxaug.ops.resample_patches([vol, lab], mats, starts, (7, 8, 9), ["linear", "nearest"],
+                                            ["border", "zeros"])
+    assert out.shape == (6, 2, 7, 8, 9) and lout.shape == (6, 1, 7, 8, 9) and lout.dtype == torch.int32
+    for n in range(2 * k):
+        m = mats[n:n + 1].clone()
+        m[0, :, 3] += starts.reshape(-1, 3)[n].double()
+        ref, lref = voxaug.ops.resample([vol[n // k:n // k + 1], lab[n // k:n // k + 1]], m, (7, 8, 9),
+                                        ["linear", "nearest"], ["border", "zeros"])
+        assert torch.equal(out[n:n + 1], ref) and torch.equal(lout[n:n + 1], lref), n
+
+
+def test_resample_patches_against_grid_sample_float64():
+    """Independent reference: torch grid_sample (float64, align_corners=True index mapping) on
+    the volume with the start-offset map."""
+    g = torch.Generator().manual_seed(9)
+    vol = torch.randn(1, 1, 12, 14, 10, generator=g, dtype=torch.float64)
+    starts = torch.tensor([[[2, 3, 1], [-2, 0, 4]]])
+    mats = torch.zeros(2, 3, 4, dtype=torch.float64)
+    mats[:, :, :3] = torch.eye(3, dtype=torch.float64) + 0.2 * torch.randn(2, 3, 3, generator=g, dtype=torch.float64)
+    mats[:, :, 3] = torch.randn(2, 3, generator=g, dtype=torch.float64)
+    (out,) = voxaug.ops.resample_patches([vol], mats, starts, (6, 5, 7), ["linear"], ["zeros"], align_corners=True)
+    o = torch.stack(torch.meshgrid(*[torch.arange(s, dtype=torch.float64) for s in (6, 5, 7)], indexing="ij"), -1)
+    for n in range(2):
+        p = o @ mats[n, :, :3].T + mats[n, :, 3] + starts[0, n].double()  # (d, h, w) input index
+        size = torch.tensor([12, 14, 10], dtype=torch.float64)
+        grid = (2 * p / (size - 1) - 1).flip(-1)[None]  # grid_sample wants (x=w, y=h, z=d)
+        ref = torch.nn.functional.grid_sample(vol, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
+        torch.testing.assert_close(out[n:n + 1], ref, rtol=0, atol=1e-12)
+
+
+def test_resample_patches_opcheck_and_bad_inputs():
+    vol = torch.randn(2, 1, 10, 10, 10)
+    starts = torch.zeros(2, 2, 3, dtype=torch.int64)
+    mats = torch.eye(3, 4, dtype=torch.float64).repeat(4, 1, 1)
+    torch.library.opcheck(torch.ops.voxaug.resample_patches.default,
+                          ([vol], mats, starts, [4, 4, 4], [1], [0], [0.0], False))
+    with pytest.raises(ValueError, match=r"starts must be \(M, K, 3\)"):
+        voxaug.ops.resample_patches([vol], mats, starts[0], (4, 4, 4), ["linear"], ["zeros"])
+    with pytest.raises(ValueError, match="starts must be an integer tensor"):
+        voxaug.ops.resample_patches([vol], mats, starts.float(), (4, 4, 4), ["linear"], ["zeros"])
+    with pytest.raises(ValueError, match=r"matrices must be \(M \* K, 3, 4\)"):
+        voxaug.ops.resample_patches([vol], mats[:3], starts, (4, 4, 4), ["linear"], ["zeros"])
