@@ -561,6 +561,28 @@ def crop_rows(device, args):
 
         rows.append(run_case("(h) vs TorchIO LabelSampler", img, torchio_call, voxaug_call, check_patches, device,
                              sub))
+    # The crop followed by a spatial transform: MONAI crops 4 patches then runs RandAffined on
+    # each; voxaug's Compose gathers the rotated patches straight from the volume (one launch
+    # for image + label, real data at the corners).
+    import voxaug.spatial as vs
+    from voxaug import transforms as vt
+
+    aff = dict(keys=keys, prob=1.0, rotate_range=(0.3, 0.3, 0.3), scale_range=(0.1, 0.1, 0.1),
+               mode=("bilinear", "nearest"), padding_mode="zeros")
+    m_ca = mt.Compose([mt.RandCropByPosNegLabeld(keys, "label", (96, 96, 96), pos=1, neg=1, num_samples=4),
+                       mt.RandAffined(**aff)])
+    m_ca.set_random_state(SEED)
+    v_ca = vt.Compose([vc.RandCropByPosNegLabeld(keys, "label", (96, 96, 96), pos=1, neg=1, num_samples=4,
+                                                 as_batch=True), vs.RandAffined(**aff)]).set_random_state(SEED)
+
+    def monai_crop_affine(x1):
+        return stack(m_ca({"image": x1, "label": lab[0]}))
+
+    def voxaug_crop_affine(xb):
+        return v_ca({"image": xb, "label": lab})["image"][None]
+
+    rows.append(run_case("(h) crop + RandAffined, fused", img, monai_crop_affine, voxaug_crop_affine,
+                         check_patches, device, sub))
     rows.extend(crop_sampler_rows(device, sub, img, lab))
     return rows
 
