@@ -226,6 +226,19 @@ TORCH_LIBRARY(voxaug, m) {
   m.def(
       "window_finalize_(Tensor(a!) acc, Tensor? count, Tensor? weight, int[] image_size, "
       "int[] roi_size, float[] overlap) -> ()");
+  // Phantom family (include/voxaug/phantom.h): a synthetic CT-like abdominal phantom, image
+  // float32 (N, 1, D, H, W) in HU and label uint8 (N, 1, D, H, W) in [0, num_classes - 1];
+  // sample n is subject first_sample + n. phantom_params: the (N, 25 + 36 num_classes) float32
+  // parameter table the voxel pass reads. device: cpu or cuda (current stream); meta with the
+  // Python package loaded. No tensor inputs: a BackendSelect kernel (torch_ext/phantom.cpp)
+  // routes by `device` to the CPU and CUDA kernels, so the op stays opaque under torch.compile;
+  // the fake / Meta kernel is registered by python/voxaug/phantom.py.
+  m.def(
+      "phantom(int batch, int[] size, int num_classes, int seed, int first_sample=0, *, "
+      "Device device) -> (Tensor, Tensor)");
+  m.def(
+      "phantom_params(int batch, int num_classes, int seed, int first_sample=0, *, "
+      "Device device) -> Tensor");
 }
 
 namespace voxaug::ops {
@@ -278,6 +291,21 @@ at::Tensor rand_gaussian_noise(const at::Tensor& image, double mean, double std,
       handle<at::Tensor(const at::Tensor&, double, double, bool, double, int64_t, int64_t,
                         std::optional<c10::ScalarType>)>("voxaug::rand_gaussian_noise");
   return op.call(image, mean, std, sample_std, prob, seed, first_sample, dtype);
+}
+
+std::tuple<at::Tensor, at::Tensor> phantom(int64_t batch, at::IntArrayRef size,
+                                           int64_t num_classes, int64_t seed,
+                                           int64_t first_sample, at::Device device) {
+  static auto op =
+      handle<std::tuple<at::Tensor, at::Tensor>(int64_t, at::IntArrayRef, int64_t, int64_t,
+                                                int64_t, at::Device)>("voxaug::phantom");
+  return op.call(batch, size, num_classes, seed, first_sample, device);
+}
+at::Tensor phantom_params(int64_t batch, int64_t num_classes, int64_t seed, int64_t first_sample,
+                          at::Device device) {
+  static auto op = handle<at::Tensor(int64_t, int64_t, int64_t, int64_t, at::Device)>(
+      "voxaug::phantom_params");
+  return op.call(batch, num_classes, seed, first_sample, device);
 }
 
 }  // namespace voxaug::ops

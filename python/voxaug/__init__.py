@@ -42,5 +42,6 @@ from . import crop  # noqa: E402
 from . import stats  # noqa: E402
 from . import degrade  # noqa: E402  (voxaug.degrade: coarse dropout, simulated low resolution)
 from . import inferers  # noqa: E402  (sliding-window inference)
+from . import phantom  # noqa: E402  (voxaug.phantom: synthetic CT-like training phantom)
 
-__all__ = ["ops", "transforms", "spatial", "deform", "filter", "crop", "stats", "degrade", "inferers", "library_path", "__version__"]
+__all__ = ["ops", "transforms", "spatial", "deform", "filter", "crop", "stats", "degrade", "inferers", "phantom", "library_path", "__version__"]

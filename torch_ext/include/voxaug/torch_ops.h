@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <tuple>
 
 namespace voxaug::ops {
 
@@ -24,5 +25,15 @@ at::Tensor rand_scale_intensity(const at::Tensor& image, double low, double high
 at::Tensor rand_gaussian_noise(const at::Tensor& image, double mean, double std, bool sample_std,
                                double prob, int64_t seed, int64_t first_sample = 0,
                                std::optional<c10::ScalarType> dtype = std::nullopt);
+
+// The phantom family (include/voxaug/phantom.h): image float32 (N, 1, D, H, W) in HU and label
+// uint8 (N, 1, D, H, W) in [0, num_classes - 1] on `device` (cpu or cuda, the current stream,
+// no host sync); sample n is subject first_sample + n.
+std::tuple<at::Tensor, at::Tensor> phantom(int64_t batch, at::IntArrayRef size,
+                                           int64_t num_classes, int64_t seed,
+                                           int64_t first_sample, at::Device device);
+// The (N, 25 + 36 num_classes) float32 parameter table phantom renders from.
+at::Tensor phantom_params(int64_t batch, int64_t num_classes, int64_t seed, int64_t first_sample,
+                          at::Device device);
 
 }  // namespace voxaug::ops
