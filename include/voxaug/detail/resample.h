@@ -118,7 +118,7 @@ struct KTarget {
   int64_t coeff_stride[5];
   // Output samples per input sample: output sample n reads input sample n / in_group (K
   // patches cut from each of M volumes in one launch). 1 for a plain resample.
-  int64_t in_group;
+  int64_t in_group = 1;
   VOXAUG_HD VOXAUG_FORCEINLINE int64_t in_sample(int64_t n) const {
     return in_group == 1 ? n : n / in_group;
   }
