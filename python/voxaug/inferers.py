@@ -267,6 +267,17 @@ class SlidingWindowInferer:
     """MONAI's ``SlidingWindowInferer``: the options once; ``inferer(inputs, network)``.
 
     The importance map and the count map are cached per (image size, dtype, device).
+
+    ``cuda_graph=True`` (voxaug extension, CUDA inputs only): the whole pass -- every window
+    batch's gather, the predictor and the stitch, then the final divide -- is captured once per
+    (image shape, dtype, device, network) into a CUDA graph and replayed on later calls (the input
+    copied into the graph's static buffer, the result cloned out), so the host launches one graph
+    instead of a few kernels per window batch. The first call runs the pass eagerly on a side
+    stream (warm-up: lazy initialisation, cuDNN autotuning, the cached maps), then captures it.
+    The predictor must be capturable: static shapes, no host synchronisation, no CPU tensors
+    created inside; under ``torch.autocast`` pass ``cache_enabled=False``. ``*args``/``**kwargs``
+    and ``with_coord`` coordinates are captured as constants of the first call. Results equal the
+    eager pass bit for bit (the same kernels in the same order).
     """
 
     def __init__(self, roi_size: Union[Sequence[int], int], sw_batch_size: int = 1,
@@ -276,7 +287,8 @@ class SlidingWindowInferer:
                  device: Union[torch.device, str, None] = None, progress: bool = False,
                  cache_roi_weight_map: bool = True, roi_weight_map: Optional[torch.Tensor] = None,
                  with_coord: bool = False, window_dtype: Optional[torch.dtype] = None,
-                 output_dtype: Optional[torch.dtype] = None, argmax: bool = False) -> None:
+                 output_dtype: Optional[torch.dtype] = None, argmax: bool = False,
+                 cuda_graph: bool = False) -> None:
         if isinstance(sw_batch_size, bool) or not isinstance(sw_batch_size, int) or sw_batch_size < 1:
             raise ValueError(f"sw_batch_size must be an int >= 1, got {sw_batch_size!r}")
         self.roi_size, self.sw_batch_size, self.overlap = roi_size, sw_batch_size, overlap
@@ -284,9 +296,16 @@ class SlidingWindowInferer:
         self.sw_device, self.device, self.progress = sw_device, device, progress
         self.cache_roi_weight_map, self.roi_weight_map, self.with_coord = cache_roi_weight_map, roi_weight_map, with_coord
         self.window_dtype, self.output_dtype, self.argmax = window_dtype, output_dtype, argmax
+        self.cuda_graph = bool(cuda_graph)
         self._caches: dict = {}
+        self._graphs: dict = {}
 
     def __call__(self, inputs: torch.Tensor, network: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self.cuda_graph:
+            return self._graphed(inputs, network, *args, **kwargs)
+        return self._run(inputs, network, *args, **kwargs)
+
+    def _run(self, inputs: torch.Tensor, network: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         key = (tuple(inputs.shape[2:]), inputs.dtype, str(self.device or inputs.device), str(self.sw_device or inputs.device))
         cache = self._caches.setdefault(key, {}) if self.cache_roi_weight_map else None
         return sliding_window_inference(
@@ -294,3 +313,39 @@ class SlidingWindowInferer:
             self.padding_mode, self.cval, self.sw_device, self.device, self.progress, self.roi_weight_map,
             None, None, -1, self.with_coord, *args, window_dtype=self.window_dtype,
             output_dtype=self.output_dtype, argmax=self.argmax, _cache=cache, **kwargs)
+
+    def _graphed(self, inputs: torch.Tensor, network: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(inputs, torch.Tensor) or not inputs.is_cuda:
+            raise ValueError("cuda_graph=True needs CUDA inputs, got "
+                             f"{inputs.device if isinstance(inputs, torch.Tensor) else type(inputs).__name__}")
+        for name, dev in (("sw_device", self.sw_device), ("device", self.device)):
+            if dev is not None and torch.device(dev) != inputs.device:
+                raise ValueError(f"cuda_graph=True needs {name} on the inputs' device {inputs.device}, got {dev}")
+        meta_source = inputs if _is_meta_tensor(inputs) else None
+        x = inputs.as_tensor() if meta_source is not None else inputs
+        key = (tuple(x.shape), x.dtype, x.device, id(network))
+        entry = self._graphs.get(key)
+        if entry is None:
+            static_in = x.clone()
+            side = torch.cuda.Stream(device=x.device)
+            side.wait_stream(torch.cuda.current_stream(x.device))
+            with torch.cuda.stream(side):  # warm-up: lazy init, autotuning, the cached maps
+                self._run(static_in, network, *args, **kwargs)
+            torch.cuda.current_stream(x.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph):
+                    static_out = self._run(static_in, network, *args, **kwargs)
+            except Exception as e:  # the predictor synchronised, allocated on the host, ...
+                raise RuntimeError("SlidingWindowInferer(cuda_graph=True): capturing the pass failed; the "
+                                   "predictor must be CUDA-graph capturable (static shapes, no host sync; "
+                                   "torch.autocast(cache_enabled=False)), or use cuda_graph=False") from e
+            entry = self._graphs[key] = (graph, static_in, static_out)
+        graph, static_in, static_out = entry
+        static_in.copy_(x)
+        graph.replay()
+        keys, outs = _flatten(static_out)
+        results = [o.clone() for o in outs]
+        if meta_source is not None:
+            results = [_with_meta(r, meta_source) for r in results]
+        return _pack(keys, results)

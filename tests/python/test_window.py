@@ -285,3 +285,27 @@ def test_meta_tensor_input_keeps_metadata():
     assert type(got) is type(want)
     assert torch.equal(got.affine, want.affine)
     assert (got.as_tensor() - want.as_tensor()).abs().max() <= 1e-5
+
+
+def test_cuda_graph_needs_cuda_inputs():
+    inf = SlidingWindowInferer((8, 8, 8), 2, cuda_graph=True)
+    with pytest.raises(ValueError, match="cuda_graph=True needs CUDA inputs"):
+        inf(torch.randn(1, 2, 12, 12, 12), _net())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: CUDA-graph capture not tested")
+@pytest.mark.parametrize("mode", ["constant", "gaussian"])
+def test_cuda_graph_replays_equal_the_eager_pass_and_monai(mode):
+    net = _net().cuda()
+    graphed = SlidingWindowInferer((8, 8, 8), 3, overlap=0.5, mode=mode, cuda_graph=True)
+    eager = SlidingWindowInferer((8, 8, 8), 3, overlap=0.5, mode=mode)
+    ref = monai_inferers.SlidingWindowInferer((8, 8, 8), 3, overlap=0.5, mode=mode)
+    with torch.no_grad():
+        for seed in range(3):  # capture on the first call, replays after
+            x = torch.randn(2, 2, 16, 15, 14, generator=torch.Generator().manual_seed(seed)).cuda()
+            got, want = graphed(x, net), eager(x, net)
+            assert torch.equal(got, want), seed
+            assert (got - ref(x, net)).abs().max() <= _tol(mode)
+        assert len(graphed._graphs) == 1
+        y = graphed(torch.randn(1, 2, 9, 10, 11).cuda(), net)  # another shape: another graph
+    assert y.shape == (1, 3, 9, 10, 11) and len(graphed._graphs) == 2
