@@ -17,7 +17,7 @@
 # Environment: OUT, VOXAUG_DEVICE_CHECK_CPU_ONLY (0/1), VOXAUG_DEVICE_CHECK_BUDGET_S (overall
 # seconds, default 480; 3600 in CPU-only mode), VOXAUG_DEVICE_CHECK_BUILD_DIR (default ./build),
 # VOXAUG_CUDA_ARCHITECTURES (default 90), VOXAUG_BENCH_FILTER, VOXAUG_BENCH_RESAMPLE_FILTER,
-# VOXAUG_RACECHECK_FILTER, PYTHON.
+# VOXAUG_RACECHECK_FILTER, VOXAUG_DEVICE_CHECK_STEPS (see the run section), PYTHON.
 #
 # Exit status: 0 all steps passed or were skipped for a stated reason, 1 a step failed,
 # 2 no step failed but some were not run because the time budget ran out.
@@ -485,18 +485,58 @@ step_window() {
   fi
 }
 
+# ---------------------------------------------------------------- 10. training pipeline (issue 8)
+# Not in the default steps (it needs most of a session's device minutes): run it alone with
+# VOXAUG_DEVICE_CHECK_STEPS="env deps build train". The C++ trainer (phantom data, Swin UNETR
+# feature 48, 96^3 x 4 patches, bf16), then compare_train.py (voxaug vs MONAI data path and
+# time to Dice, same model) with what is left. KEY: the trainer's summary line and
+# compare_train's ratio lines (data path, final Dice, time to Dice).
+TRAIN_STEPS="${VOXAUG_TRAIN_STEPS:-300}"
+step_train() {
+  local logf="$OUT/train.log" rc=0 left bin="$BUILD/examples/swin_unetr/voxaug_swin_train"
+  : >"$logf"
+  local keys=()
+  if [[ -x "$bin" ]]; then
+    tmo "$logf" "$bin" --device "$DEVICE" --dataset phantom --steps "$TRAIN_STEPS" \
+      --val-every $((TRAIN_STEPS / 3)) --log-every 25 --out "$OUT/train_cpp" || rc=$?
+    if ((rc != 0)); then fail "voxaug_swin_train exit $rc"; show_tail "$logf"; return; fi
+    keys+=("cpp: $(grep -E '^summary' "$logf" | tail -n 1 | cut -c1-90)")
+  else
+    keys+=("no voxaug_swin_train binary")
+  fi
+  left=$(($(step_left) - 10))
+  if [[ -f benchmarks/compare_train.py ]] && ((left > 60)); then
+    rc=0
+    tmo "$logf" "$PY" benchmarks/compare_train.py --device "$DEVICE" --steps "$TRAIN_STEPS" \
+      --out "$OUT/compare_train" || rc=$?
+    if ((rc != 0)); then fail "compare_train.py exit $rc"; show_tail "$logf"; return; fi
+    keys+=("$(grep -E '^(data path: monai|time to Dice|final Dice)' "$logf" | cut -c1-90 | paste -sd ';' -)")
+  fi
+  STEP_KEY="$(printf '%s; ' "${keys[@]}")"
+}
+
 # ---------------------------------------------------------------- run
 log "mode: $([[ $CPU_ONLY == 1 ]] && echo cpu-only || echo full), budget ${BUDGET}s, $JOBS jobs, out $OUT, build $BUILD"
-run_step env 30 step_env
-run_step deps 150 step_deps
-run_step build 300 step_build
-run_step ctest 150 step_ctest
-run_step pytest 120 step_pytest
-run_step sanitizer 150 step_sanitizer
-run_step bench 120 step_bench
-run_step compare 120 step_compare
-run_step window 150 step_window
+# VOXAUG_DEVICE_CHECK_STEPS: the steps to run (default: all but train, which needs its own
+# device minutes), e.g. "env deps build train" for the training benchmark alone.
+STEPS=" ${VOXAUG_DEVICE_CHECK_STEPS:-env deps build ctest pytest sanitizer bench compare window} "
+want() { [[ "$STEPS" == *" $1 "* ]]; }
+want env && run_step env 30 step_env
+want deps && run_step deps 150 step_deps
+want build && run_step build 300 step_build
+want ctest && run_step ctest 150 step_ctest
+want pytest && run_step pytest 120 step_pytest
+want sanitizer && run_step sanitizer 150 step_sanitizer
+want bench && run_step bench 120 step_bench
+want compare && run_step compare 120 step_compare
+want window && run_step window 150 step_window
+want train && run_step train 400 step_train
 
+if [[ -s "$OUT/train.log" ]]; then
+  echo
+  log "train (tail):"
+  tail -n 30 "$OUT/train.log"
+fi
 if [[ -s "$OUT/window.log" ]]; then
   echo
   log "window (tail):"

@@ -17,6 +17,10 @@
 #endif
 
 #if VOXAUG_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <nvtx3/nvToolsExt.h>
 #endif
 
@@ -488,6 +492,74 @@ SlidingWindowInferer::SlidingWindowInferer(std::vector<int64_t> roi_size, int64_
 }
 
 at::Tensor SlidingWindowInferer::operator()(const at::Tensor& inputs, const Predictor& predictor) {
+  TORCH_CHECK_VALUE(static_cast<bool>(predictor), "predictor must be callable");
+  return options_.cuda_graph ? graphed(inputs, predictor) : eager(inputs, predictor);
+}
+
+struct SlidingWindowInferer::Graph {
+#if VOXAUG_WITH_CUDA
+  at::cuda::CUDAGraph graph;
+#endif
+  at::Tensor input, output;
+};
+
+at::Tensor SlidingWindowInferer::graphed(const at::Tensor& inputs, const Predictor& predictor) {
+  torch_ext::check_5d(inputs, "inputs");
+#if !VOXAUG_WITH_CUDA
+  (void)predictor;
+  TORCH_CHECK_VALUE(false, "cuda_graph: this voxaug was built without CUDA");
+#else
+  TORCH_CHECK_VALUE(inputs.is_cuda(), "cuda_graph needs CUDA inputs, got ", inputs.device());
+  TORCH_CHECK_VALUE(!options_.device || *options_.device == inputs.device(),
+                    "cuda_graph needs device on the inputs' device ", inputs.device());
+  TORCH_CHECK_VALUE(!options_.sw_device || *options_.sw_device == inputs.device(),
+                    "cuda_graph needs sw_device on the inputs' device ", inputs.device());
+  const std::vector<int64_t> key = {inputs.size(0), inputs.size(1), inputs.size(2),
+                                    inputs.size(3), inputs.size(4),
+                                    static_cast<int64_t>(inputs.scalar_type()),
+                                    inputs.device().index()};
+  std::shared_ptr<Graph>& g = graphs_[key];
+  const c10::cuda::CUDAGuard guard(inputs.device());
+  if (!g) {
+    auto entry = std::make_shared<Graph>();
+    entry->input = inputs.clone();
+    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
+    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+    at::cuda::CUDAEvent ready, done;
+    ready.record(current);
+    ready.block(side);
+    {
+      // Warm-up (lazy initialisation, autotuning, the cached maps), then the capture, both on
+      // a side stream: capture cannot run on the legacy default stream.
+      const c10::cuda::CUDAStreamGuard on_side(side);
+      eager(entry->input, predictor);
+      try {
+        entry->graph.capture_begin();
+        entry->output = eager(entry->input, predictor);
+        entry->graph.capture_end();
+      } catch (const std::exception& e) {
+        // End the capture (as torch.cuda.graph's __exit__ does) so that the stream and the
+        // caching allocator leave capture mode; its own error, if any, is secondary.
+        try {
+          entry->graph.capture_end();
+        } catch (const std::exception&) {
+        }
+        TORCH_CHECK(false, "SlidingWindowInferer(cuda_graph): capturing the pass failed (the "
+                    "predictor must be CUDA-graph capturable: static shapes, no host sync), or "
+                    "set cuda_graph = false: ", e.what());
+      }
+      done.record(side);
+    }
+    done.block(current);
+    g = entry;
+  }
+  g->input.copy_(inputs);
+  g->graph.replay();
+  return g->output.clone();
+#endif
+}
+
+at::Tensor SlidingWindowInferer::eager(const at::Tensor& inputs, const Predictor& predictor) {
   torch_ext::check_5d(inputs, "inputs");
   const c10::Device device = options_.device.value_or(inputs.device());
   std::vector<int64_t> key = {inputs.size(2), inputs.size(3),

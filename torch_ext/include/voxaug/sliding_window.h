@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <tuple>
 #include <type_traits>
@@ -45,6 +46,13 @@ struct SlidingWindowOptions {
   std::optional<c10::ScalarType> output_dtype;  // default: the input's dtype
   bool argmax = false;    // return (N, 1, D, H, W) int64 channel indices instead of probabilities
   bool progress = false;  // print the window count per batch to stderr
+  // SlidingWindowInferer only, CUDA inputs only: capture the whole pass (every window batch's
+  // gather, predictor and stitch, then the finalize) once per input shape into a CUDA graph and
+  // replay it on later calls (input copied into the graph's static buffer, result cloned out).
+  // The first call warms up eagerly on a side stream, then captures. The predictor must be
+  // capturable (static shapes, no host sync); the predictor of the first call for a shape is
+  // the one replayed (reset_graphs() drops the graphs). Results equal the eager pass bit for bit.
+  bool cuda_graph = false;
 };
 
 using Predictor = std::function<at::Tensor(const at::Tensor&)>;
@@ -79,12 +87,19 @@ class SlidingWindowInferer {
     at::Tensor count;   // undefined for constant weights (computed on the fly, exactly)
     bool valid = false;
   };
+  // Drops the captured CUDA graphs (options.cuda_graph): the next call captures again.
+  void reset_graphs() { graphs_.clear(); }
+  size_t graph_count() const { return graphs_.size(); }
 
  private:
+  struct Graph;  // a captured pass (torch_ext/window.cpp)
+  at::Tensor eager(const at::Tensor& inputs, const Predictor& predictor);
+  at::Tensor graphed(const at::Tensor& inputs, const Predictor& predictor);
   std::vector<int64_t> roi_size_;
   int64_t sw_batch_size_;
   SlidingWindowOptions options_;
   std::map<std::vector<int64_t>, Cache> cache_;
+  std::map<std::vector<int64_t>, std::shared_ptr<Graph>> graphs_;
 };
 
 // MONAI's compute_importance_map (float32 arithmetic of torch's own ops, on `device`),
