@@ -10,6 +10,9 @@ Both pipelines run MONAI's BTCV chain on the same subjects with the same paramet
       RandCropByPosNegLabel(roi, pos 1, neg 1, num_samples 4, image_threshold 0)
       -> RandFlip(axis 0, 1, 2; p 0.1 each) -> RandRotate90(p 0.1, max_k 3)
       -> RandShiftIntensity(offsets 0.1, p 0.5)
+  optional heavy chain (``AugConfig.heavy``), appended to the random part:
+      RandAffine(p 0.2, rotate_range 0.26 rad, scale_range 0.1, zeros) -> Rand3DElastic(p 0.2,
+      sigma 5-8, magnitude 50-100 voxels, zeros) -> RandGaussianNoise(p 0.1, std 0.1)
 
 - ``VoxaugPipeline``: voxaug's transforms on the device; the patches are cut and transformed as
   one batch (``RandCropByPosNegLabeld(as_batch=True)``), no DataLoader, no worker.
@@ -59,7 +62,16 @@ class AugConfig:
     shift_offsets: float = 0.1
     shift_prob: float = 0.5
     monai_fgbg_indices: bool = True  # the fast-training tutorial's FgBgToIndicesd precompute
+    heavy: bool = False  # RandAffine + Rand3DElastic + RandGaussianNoise after the BTCV chain
     extra: dict = field(default_factory=dict)
+
+
+# The heavy chain's parameters, shared by both pipelines (MONAI's argument names).
+HEAVY_AFFINE = dict(prob=0.2, rotate_range=(0.26, 0.26, 0.26), scale_range=(0.1, 0.1, 0.1),
+                    mode=("bilinear", "nearest"), padding_mode="zeros")
+HEAVY_ELASTIC = dict(sigma_range=(5.0, 8.0), magnitude_range=(50.0, 100.0), prob=0.2,
+                     mode=("bilinear", "nearest"), padding_mode="zeros")
+HEAVY_NOISE = dict(prob=0.1, mean=0.0, std=0.1)
 
 
 # ---------------------------------------------------------------- data sets
@@ -205,7 +217,7 @@ class VoxaugPipeline:
         from voxaug import transforms as T
 
         keys = ["image", "label"]
-        return T.Compose([
+        steps = [
             C.RandCropByPosNegLabeld(keys, label_key="label", spatial_size=list(cfg.roi), pos=cfg.pos, neg=cfg.neg,
                                      num_samples=cfg.num_samples, image_key="image",
                                      image_threshold=cfg.image_threshold, as_batch=True),
@@ -213,8 +225,16 @@ class VoxaugPipeline:
             S.RandFlipd(keys, prob=cfg.flip_prob, spatial_axis=1),
             S.RandFlipd(keys, prob=cfg.flip_prob, spatial_axis=2),
             S.RandRotate90d(keys, prob=cfg.rot90_prob, max_k=cfg.rot90_max_k),
-            T.RandShiftIntensityd("image", offsets=cfg.shift_offsets, prob=cfg.shift_prob),
-        ])
+        ]
+        if cfg.heavy:  # RandAffined fuses into the crop's gather with the flips and the rotation
+            from voxaug import deform as D
+
+            steps.append(S.RandAffined(keys, **HEAVY_AFFINE))
+            steps.append(D.Rand3DElasticd(keys, **HEAVY_ELASTIC))
+        steps.append(T.RandShiftIntensityd("image", offsets=cfg.shift_offsets, prob=cfg.shift_prob))
+        if cfg.heavy:
+            steps.append(T.RandGaussianNoised("image", **HEAVY_NOISE))
+        return T.Compose(steps)
 
     def preprocess(self, subject: dict) -> tuple[torch.Tensor, torch.Tensor]:
         d = {k: subject[k].to(self.device) for k in ("image", "label")}
@@ -289,8 +309,12 @@ class MonaiPipeline:
             M.RandFlipd(keys, prob=cfg.flip_prob, spatial_axis=1),
             M.RandFlipd(keys, prob=cfg.flip_prob, spatial_axis=2),
             M.RandRotate90d(keys, prob=cfg.rot90_prob, max_k=cfg.rot90_max_k),
-            M.RandShiftIntensityd("image", offsets=cfg.shift_offsets, prob=cfg.shift_prob),
         ]
+        if cfg.heavy:
+            rand += [M.RandAffined(keys, **HEAVY_AFFINE), M.Rand3DElasticd(keys, **HEAVY_ELASTIC)]
+        rand.append(M.RandShiftIntensityd("image", offsets=cfg.shift_offsets, prob=cfg.shift_prob))
+        if cfg.heavy:
+            rand.append(M.RandGaussianNoised("image", **HEAVY_NOISE))
         self.transform = M.Compose(det + rand)
         self.transform.set_random_state(seed=seed)
         # MONAI's CacheDataset: the subjects as loaded (on the host, as LoadImaged gives them).

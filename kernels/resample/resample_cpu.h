@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstring>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -547,6 +548,16 @@ VOXAUG_FORCEINLINE void strided_copy(const void* in, int64_t src0, int64_t src_s
                                      int64_t dst0, int64_t dst_step, int64_t lo, int64_t hi) {
   const U* s = static_cast<const U*>(in);
   U* d = static_cast<U*>(out);
+  if (dst_step == 1 && src_step == 1) {  // identity rows and rows along an unflipped axis
+    if (hi > lo) std::memcpy(d + dst0 + lo, s + src0 + lo, static_cast<size_t>(hi - lo) * sizeof(U));
+    return;
+  }
+  if (dst_step == 1 && src_step == -1) {  // flipped rows: a constant stride the compiler vectorises
+    const U* sp = s + src0;
+    U* dp = d + dst0;
+    for (int64_t j = lo; j < hi; ++j) dp[j] = sp[-j];
+    return;
+  }
   for (int64_t j = lo; j < hi; ++j) d[dst0 + j * dst_step] = s[src0 + j * src_step];
 }
 

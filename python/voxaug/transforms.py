@@ -123,6 +123,10 @@ class _Pointwise:
 
     dtype: Optional[torch.dtype] = None
     _single_pass = True  # False: the transform needs more than its steps (never fused)
+    # On floating input whose dtype the steps keep, the result is the chain's output as is
+    # (_finish returns it): Compose may then run the steps in place on a buffer it owns. A
+    # subclass whose _finish does more on such input sets this False.
+    _float_finish_is_identity = True
 
     def _plan(self, x: torch.Tensor) -> list[Step]:
         raise NotImplementedError
@@ -717,9 +721,23 @@ class Compose:
             return False
         return type(t)._finish is _Pointwise._finish or input_is_float
 
+    @staticmethod
+    def _new_tensors(before: Any, after: Any) -> set:
+        """ids of the plain tensors in `after` (a Mapping) whose storage no tensor of `before`
+        shares: buffers this call allocated, which later pointwise steps may update in place."""
+        if not isinstance(before, Mapping) or not isinstance(after, Mapping):
+            return set()
+        old = {v.untyped_storage().data_ptr() for v in before.values() if isinstance(v, torch.Tensor)}
+        return {id(v) for v in after.values()
+                if type(v) is torch.Tensor and v.untyped_storage().data_ptr() not in old}
+
     def __call__(self, data: Any) -> Any:
         from . import spatial
 
+        # Tensors this call allocated (a fused gather's outputs, or outputs of the pointwise
+        # steps after it): a pointwise dictionary step updates them in place instead of
+        # allocating and writing another buffer (same steps, same draws, same values).
+        fresh: set = set()
         i = 0
         while i < len(self.transforms):
             t = self.transforms[i]
@@ -731,16 +749,23 @@ class Compose:
                 while j < len(self.transforms) and spatial._lazy_candidate(self.transforms[j]):
                     j += 1
                 placeholders, patches = t.draw_patches(data)
-                data = spatial.compose_spatial(self.transforms[i + 1:j], placeholders, owner=self, patches=patches)
-                i = j
+                out = spatial.compose_spatial(self.transforms[i + 1:j], placeholders, owner=self, patches=patches)
+                fresh, data, i = self._new_tensors(data, out), out, j
                 continue
             if self.fuse_spatial and spatial._lazy_candidate(t):
                 j = i + 1
                 while j < len(self.transforms) and spatial._lazy_candidate(self.transforms[j]):
                     j += 1
-                data = spatial.compose_spatial(self.transforms[i:j], data, owner=self)
-                i = j
+                out = spatial.compose_spatial(self.transforms[i:j], data, owner=self)
+                fresh, data, i = self._new_tensors(data, out), out, j
                 continue
+            if fresh and type(t).__call__ is _Dict.__call__ and isinstance(data, Mapping):
+                out = t(data, _in_place=fresh)
+                fresh = (fresh & {id(v) for v in out.values()}) | self._new_tensors(data, out)
+                data = out
+                i += 1
+                continue
+            fresh = set()
             x_float = _as_batch(data)[0].is_floating_point() if isinstance(t, _Pointwise) else False
             if not self._fusable(t, x_float):
                 data = t(data)
@@ -782,7 +807,9 @@ class _Dict:
             self.transform.set_random_state(seed, generator)
         return self
 
-    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
+    def __call__(self, data: Mapping[Hashable, Any], _in_place: frozenset = frozenset()) -> dict:
+        # _in_place (Compose only): ids of tensors the caller allocated and owns; such a key is
+        # updated in place when the transform is a plain pointwise pass that keeps the dtype.
         d = dict(data)
         steps: Optional[list[Step]] = None  # one random draw per call, shared by every key
         for key in self.keys:
@@ -790,13 +817,28 @@ class _Dict:
                 if self.allow_missing_keys:
                     continue
                 raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+            in_place = id(d[key]) in _in_place and self._can_update_in_place(d[key])
+            x5 = d[key] if not in_place or d[key].dim() == 5 else d[key].unsqueeze(0)
             if not isinstance(self.transform, _Randomizable):  # e.g. statistics of each key's image
-                d[key] = self.transform(d[key])
+                if in_place:
+                    ops.pointwise_chain_(x5, self.transform._plan(x5))
+                else:
+                    d[key] = self.transform(d[key])
                 continue
             if steps is None:
                 steps = self.transform._plan(_as_batch(d[key])[0])
-            d[key] = self.transform.apply(d[key], steps)
+            if in_place:
+                ops.pointwise_chain_(x5, steps)
+            else:
+                d[key] = self.transform.apply(d[key], steps)
         return d
+
+    def _can_update_in_place(self, x: Any) -> bool:
+        tr = self.transform
+        return (type(x) is torch.Tensor and x.is_floating_point() and not x.requires_grad
+                and x.dim() in (4, 5) and x.is_contiguous() and isinstance(tr, _Pointwise)
+                and tr._single_pass and type(tr).apply is _Pointwise.apply
+                and tr._float_finish_is_identity and tr._out_dtype(x) in (None, x.dtype))
 
 
 class _DictSharedSeed(_Dict):

@@ -173,3 +173,41 @@ def test_resample_patches_opcheck_and_bad_inputs():
         voxaug.ops.resample_patches([vol], mats, starts.float(), (4, 4, 4), ["linear"], ["zeros"])
     with pytest.raises(ValueError, match=r"matrices must be \(M \* K, 3, 4\)"):
         voxaug.ops.resample_patches([vol], mats[:3], starts, (4, 4, 4), ["linear"], ["zeros"])
+
+
+@pytest.mark.parametrize("device", devices())
+def test_pointwise_after_fused_gather_runs_in_place(device, monkeypatch):
+    # Compose owns the fused gather's outputs, so the pointwise steps after it update them in
+    # place: the same values as the unfused chain (step by step, each allocating), the caller's
+    # tensors untouched, one pointwise_chain_ call per step and no out-of-place one.
+    calls = {"pointwise_chain": 0, "pointwise_chain_": 0}
+    for name in calls:
+        real = getattr(voxaug.ops, name)
+
+        def counting(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(voxaug.ops, name, counting)
+    img, lab = _volume()
+    data = {"image": img.to(device), "label": lab.to(device), "other": img[:, :, :4].clone().to(device)}
+    before = {k: v.clone() for k, v in data.items()}
+
+    def tail():
+        return [S.RandFlipd(keys=["image", "label"], prob=0.5, spatial_axis=0),
+                T.RandShiftIntensityd(keys=["image"], offsets=0.1, prob=1.0),
+                T.RandScaleIntensityd(keys=["image"], factors=0.2, prob=1.0),
+                T.ShiftIntensityd(keys=["image", "other"], offset=2.0)]
+
+    for seed in range(3):
+        calls.update(pointwise_chain=0, pointwise_chain_=0)
+        ref = _chain(False, tail(), seed)(dict(data))
+        assert calls["pointwise_chain_"] == 0
+        calls.update(pointwise_chain=0, pointwise_chain_=0)
+        got = _chain(True, tail(), seed)(dict(data))
+        # 3 in-place passes on the image; "other" is the caller's tensor: out of place.
+        assert calls == {"pointwise_chain": 1, "pointwise_chain_": 3}, calls
+        for k in ("image", "label", "other"):
+            assert torch.equal(got[k], ref[k]), k
+        for k, v in data.items():
+            assert torch.equal(v, before[k]), f"the caller's {k} changed"

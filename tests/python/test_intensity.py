@@ -510,11 +510,14 @@ def test_rician_relative_scales_by_image_std(channel_wise):
     s2 = ((out ** 2 - x.double() ** 2) / 2).flatten(2 if channel_wise else 1).mean(-1)
     img_std = x.double().flatten(2 if channel_wise else 1).std(-1)
     torch.testing.assert_close(s2, (0.5 * img_std) ** 2, rtol=0.05, atol=0)
-    # MONAI computes the same std (torch.std, unbiased) from the image
+    # MONAI computes the same std (torch.std, unbiased) from the image. Seeded: each estimate of
+    # s^2 has a relative standard error of ~4% here (the 2 x n cross term), so two unseeded
+    # estimates differed by over 10% in about one run in ten.
     m = mt.RandRicianNoise(prob=1.0, std=0.5, relative=True, sample_std=False, channel_wise=channel_wise)
+    m.set_random_state(seed=3)
     mo = torch.as_tensor(m(x[0].clone())).double()  # MONAI writes channel-wise results in place
     ms2 = ((mo ** 2 - x[0].double() ** 2) / 2).flatten(1 if channel_wise else 0).mean(-1)
-    torch.testing.assert_close(ms2, s2[0], rtol=0.1, atol=0)
+    torch.testing.assert_close(ms2, (0.5 * img_std[0]) ** 2, rtol=0.05, atol=0)
 
 
 def test_rician_gradient_is_refused_clearly():

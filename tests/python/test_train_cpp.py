@@ -276,6 +276,38 @@ def test_heavy_chain_and_builtin_png(tmp_path):
     assert not (tmp_path / "checkpoint.pt").exists()
 
 
+def test_validation_equals_monai_inference(tmp_path):
+    # The trainer's validation (voxaug's C++ sliding window, argmax and Dice on the device) against
+    # examples/swin_unetr/infer.py: the checkpoint in MONAI's SwinUNETR (strict load), the held-out
+    # phantoms regenerated and preprocessed in Python, MONAI's sliding_window_inference and a
+    # numpy-style Dice. roi 32x32x64: MONAI refuses 32^3 windows.
+    pytest.importorskip("monai")
+    import re
+    import sys
+
+    geometry = ["--roi", "32,32,64", "--phantom-size", "48,48,64"]
+    r = run([*TINY, *geometry, "--phantom-train", "2", "--phantom-val", "2",
+             "--steps", "3", "--val-every", "3", "--lr", "2e-3", "--seed", "3", "--out", str(tmp_path)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = re.search(r"validation step 3: mean Dice ([0-9.]+) \(per class: ([^)]*)\)", r.stdout)
+    assert m, r.stdout
+    trainer_mean = float(m.group(1))
+    trainer_cls = [float("nan") if v == "-" else float(v) for v in m.group(2).split()]
+    sys.path.insert(0, str(REPO / "examples" / "swin_unetr"))
+    import infer
+
+    rows = infer.main(["--checkpoint", str(tmp_path / "checkpoint.pt"), "--device", "cpu", "--seed", "3",
+                       "--train-subjects", "2", "--val-subjects", "2", *geometry, "--repeats", "1"])
+    assert len(rows) == 2
+    for row in rows:
+        assert row["argmax_differs"] == 0 and row["max_prob_diff"] <= 1e-5, row
+    per = np.array([row["dice_monai"] for row in rows])  # (subjects, classes - 1), NaN: absent
+    cls = np.nanmean(per, axis=0)
+    np.testing.assert_allclose(cls, trainer_cls, atol=6e-4)  # the trainer prints 3 decimals
+    mean = np.nanmean([np.nanmean(v) for v in per])
+    assert abs(mean - trainer_mean) <= 6e-5, (mean, trainer_mean)
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [

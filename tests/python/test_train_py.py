@@ -208,6 +208,27 @@ def test_batch_matches_monai_crops(P, subjects, flip, shift):
             assert all(0 <= ci < s for ci, s in zip(c, img.shape[2:]))
 
 
+def test_heavy_chain_both_pipelines(P, subjects, monkeypatch):
+    # Every heavy step on every patch: both pipelines give valid batches; the voxaug one differs
+    # from the BTCV-only batch of the same seed and keeps the labels' classes.
+    for d in (P.HEAVY_AFFINE, P.HEAVY_ELASTIC, P.HEAVY_NOISE):
+        monkeypatch.setitem(d, "prob", 1.0)
+    base = P.VoxaugPipeline(subjects, [], _cfg(P), torch.device("cpu"), seed=5, order_seed=1)
+    heavy = P.VoxaugPipeline(subjects, [], _cfg(P, heavy=True), torch.device("cpu"), seed=5, order_seed=1)
+    monai = P.MonaiPipeline(subjects, [], _cfg(P, heavy=True), torch.device("cpu"), seed=5, order_seed=1, steps=2)
+    names = [type(t).__name__ for t in heavy.random.transforms]
+    assert names[-4:] == ["RandAffined", "Rand3DElasticd", "RandShiftIntensityd", "RandGaussianNoised"], names
+    for _ in range(2):
+        (bi, bl), (hi, hl), (mi, ml) = base.next_batch(), heavy.next_batch(), monai.next_batch()
+        for img, lab in ((hi, hl), (mi, ml)):
+            assert img.shape == (3, 1, 64, 64, 32) and lab.shape == (3, 1, 64, 64, 32)
+            assert torch.isfinite(img).all()
+            assert set(torch.unique(lab.long()).tolist()) <= set(range(5))
+        assert not torch.equal(hi, bi) and not torch.equal(hl, bl)
+        # Noise std 0.1 on [0, 1] data: values leave [0, 1] only through the noise and the shift.
+        assert float(hi.std()) > 0.05
+
+
 # ---------------------------------------------------------------- torchrun (DDP, gloo)
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not on PATH")
 @pytest.mark.skipif(os.environ.get("VOXAUG_TEST_TORCHRUN") != "1",
