@@ -44,6 +44,12 @@ at::Tensor centers_output(const at::Tensor& label, int64_t num_samples,
   return at::empty({label.size(0), num_samples, 3}, label.options().dtype(at::kLong));
 }
 
+CropLabelForm label_form(int64_t form) {
+  TORCH_CHECK_VALUE(form >= 0 && form <= 2,
+                    "label_form must be 0 (foreground), 1 (argmax) or 2 (one-hot), got ", form);
+  return static_cast<CropLabelForm>(form);
+}
+
 void check_image(const at::Tensor& label, const std::optional<at::Tensor>& image, bool meta) {
   if (!image.has_value()) return;
   check_5d(*image, "image", meta);
@@ -55,22 +61,40 @@ void check_image(const at::Tensor& label, const std::optional<at::Tensor>& image
                     label.device(), ", got ", image->device());
 }
 
+// Cached counts (class_crop_counts of this label): (N, chunks, K) int64 on the label's device.
+void check_counts(const at::Tensor& label, const std::optional<at::Tensor>& counts, int64_t K) {
+  if (!counts.has_value()) return;
+  const int64_t chunks =
+      (label.size(2) * label.size(3) * label.size(4) + kCropCountChunk - 1) / kCropCountChunk;
+  TORCH_CHECK_VALUE(counts->dim() == 3 && counts->size(0) == label.size(0) &&
+                        counts->size(1) == chunks && counts->size(2) == K,
+                    "counts must be class_crop_counts of this label: (N, chunks, K) = (",
+                    label.size(0), ", ", chunks, ", ", K, "), got ", counts->sizes());
+  TORCH_CHECK_VALUE(counts->scalar_type() == at::kLong, "counts must be int64, got ",
+                    counts->scalar_type());
+  TORCH_CHECK_VALUE(counts->device() == label.device(), "counts must be on the label's device ",
+                    label.device(), ", got ", counts->device());
+}
+
 at::Tensor pos_neg_crop_centers_impl(const at::Tensor& label,
                                      const std::optional<at::Tensor>& image, double image_threshold,
                                      double pos_ratio, int64_t num_samples,
                                      at::IntArrayRef spatial_size, int64_t seed,
-                                     int64_t first_sample) {
+                                     int64_t first_sample, const std::optional<at::Tensor>& counts) {
   check_5d(label, "label");
   check_image(label, image, false);
+  check_counts(label, counts, 2);
   at::Tensor centers = centers_output(label, num_samples, spatial_size);
   VolumeView iv;
   if (image.has_value()) iv = to_view(*image, "image");
+  const at::Tensor cc = counts.has_value() ? counts->contiguous() : at::Tensor();
   const c10::DeviceGuard guard(label.device());
   call_core([&] {
     pos_neg_crop_centers(to_view(label, "label"), image.has_value() ? &iv : nullptr,
                          image_threshold, pos_ratio, static_cast<int>(num_samples),
                          spatial_size.data(), static_cast<uint64_t>(seed), first_sample,
-                         centers.data_ptr<int64_t>(), current_stream(label));
+                         centers.data_ptr<int64_t>(), current_stream(label),
+                         cc.defined() ? cc.data_ptr<int64_t>() : nullptr);
   });
   return centers;
 }
@@ -78,10 +102,46 @@ at::Tensor pos_neg_crop_centers_impl(const at::Tensor& label,
 at::Tensor pos_neg_crop_centers_meta(const at::Tensor& label,
                                      const std::optional<at::Tensor>& image, double, double,
                                      int64_t num_samples, at::IntArrayRef spatial_size, int64_t,
-                                     int64_t) {
+                                     int64_t, const std::optional<at::Tensor>& counts) {
   check_5d(label, "label", true);
   check_image(label, image, true);
+  check_counts(label, counts, 2);
   return centers_output(label, num_samples, spatial_size);
+}
+
+// The counting pass alone (cached once per volume): (N, chunks, num_classes) int64.
+at::Tensor class_crop_counts_impl(const at::Tensor& label, const std::optional<at::Tensor>& image,
+                                  double image_threshold, int64_t form, int64_t num_classes) {
+  check_5d(label, "label");
+  check_image(label, image, false);
+  const CropLabelForm f = label_form(form);
+  TORCH_CHECK_VALUE(num_classes >= 1 && num_classes <= kMaxCropClasses,
+                    "num_classes must be in [1, ", kMaxCropClasses, "], got ", num_classes);
+  const int64_t chunks =
+      (label.size(2) * label.size(3) * label.size(4) + kCropCountChunk - 1) / kCropCountChunk;
+  at::Tensor counts =
+      at::empty({label.size(0), chunks, num_classes}, label.options().dtype(at::kLong));
+  VolumeView iv;
+  if (image.has_value()) iv = to_view(*image, "image");
+  const c10::DeviceGuard guard(label.device());
+  call_core([&] {
+    class_crop_counts(to_view(label, "label"), image.has_value() ? &iv : nullptr, image_threshold,
+                      f, static_cast<int>(num_classes), counts.data_ptr<int64_t>(),
+                      current_stream(label));
+  });
+  return counts;
+}
+
+at::Tensor class_crop_counts_meta(const at::Tensor& label, const std::optional<at::Tensor>& image,
+                                  double, int64_t form, int64_t num_classes) {
+  check_5d(label, "label", true);
+  check_image(label, image, true);
+  label_form(form);
+  TORCH_CHECK_VALUE(num_classes >= 1 && num_classes <= kMaxCropClasses,
+                    "num_classes must be in [1, ", kMaxCropClasses, "], got ", num_classes);
+  const int64_t chunks =
+      (label.size(2) * label.size(3) * label.size(4) + kCropCountChunk - 1) / kCropCountChunk;
+  return at::empty({label.size(0), chunks, num_classes}, label.options().dtype(at::kLong));
 }
 
 // region: [] (the whole volume) or 6 ints (lo d, h, w, hi d, h, w; a hi of 0: the whole axis).
@@ -103,19 +163,14 @@ CropCenterOptions center_options(at::IntArrayRef region, int64_t num_samples, in
   return opt;
 }
 
-CropLabelForm label_form(int64_t form) {
-  TORCH_CHECK_VALUE(form >= 0 && form <= 2,
-                    "label_form must be 0 (foreground), 1 (argmax) or 2 (one-hot), got ", form);
-  return static_cast<CropLabelForm>(form);
-}
-
 std::tuple<at::Tensor, at::Tensor> class_crop_centers_impl(
     const at::Tensor& label, const std::optional<at::Tensor>& image, double image_threshold,
     int64_t form, at::ArrayRef<double> ratios, int64_t num_samples,
     at::OptionalIntArrayRef spatial_size, at::IntArrayRef region, int64_t seed,
-    int64_t first_sample, int64_t first_crop) {
+    int64_t first_sample, int64_t first_crop, const std::optional<at::Tensor>& cached) {
   check_5d(label, "label");
   check_image(label, image, false);
+  check_counts(label, cached, static_cast<int64_t>(ratios.size()));
   const CropLabelForm f = label_form(form);
   const CropCenterOptions opt = center_options(region, num_samples, seed, first_sample, first_crop);
   TORCH_CHECK_VALUE(!spatial_size.has_value() || spatial_size->size() == 3,
@@ -126,13 +181,14 @@ std::tuple<at::Tensor, at::Tensor> class_crop_centers_impl(
   VolumeView iv;
   if (image.has_value()) iv = to_view(*image, "image");
   std::vector<double> r(ratios.begin(), ratios.end());
+  const at::Tensor cc = cached.has_value() ? cached->contiguous() : at::Tensor();
   const c10::DeviceGuard guard(label.device());
   call_core([&] {
     class_crop_centers(to_view(label, "label"), image.has_value() ? &iv : nullptr, image_threshold,
                        f, static_cast<int>(r.size()), r.data(),
                        spatial_size.has_value() ? spatial_size->data() : nullptr, opt,
                        centers.data_ptr<int64_t>(), counts.data_ptr<int64_t>(),
-                       current_stream(label));
+                       current_stream(label), cc.defined() ? cc.data_ptr<int64_t>() : nullptr);
   });
   return {centers, counts};
 }
@@ -140,9 +196,10 @@ std::tuple<at::Tensor, at::Tensor> class_crop_centers_impl(
 std::tuple<at::Tensor, at::Tensor> class_crop_centers_meta(
     const at::Tensor& label, const std::optional<at::Tensor>& image, double, int64_t form,
     at::ArrayRef<double> ratios, int64_t num_samples, at::OptionalIntArrayRef,
-    at::IntArrayRef region, int64_t, int64_t, int64_t) {
+    at::IntArrayRef region, int64_t, int64_t, int64_t, const std::optional<at::Tensor>& cached) {
   check_5d(label, "label", true);
   check_image(label, image, true);
+  check_counts(label, cached, static_cast<int64_t>(ratios.size()));
   label_form(form);
   center_options(region, num_samples, 0, 0, 0);
   return {at::empty({label.size(0), num_samples, 3}, label.options().dtype(at::kLong)),
@@ -252,6 +309,7 @@ TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
   m.impl("uniform_crop_centers", &uniform_crop_centers_impl);
   m.impl("weighted_crop_centers", &weighted_crop_centers_impl);
   m.impl("class_crop_centers", &class_crop_centers_impl);
+  m.impl("class_crop_counts", &class_crop_counts_impl);
 }
 TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
   m.impl("foreground_bbox", &foreground_bbox_impl);
@@ -260,6 +318,7 @@ TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
   m.impl("uniform_crop_centers", &uniform_crop_centers_impl);
   m.impl("weighted_crop_centers", &weighted_crop_centers_impl);
   m.impl("class_crop_centers", &class_crop_centers_impl);
+  m.impl("class_crop_counts", &class_crop_counts_impl);
 }
 TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("foreground_bbox", &foreground_bbox_meta);
@@ -268,6 +327,7 @@ TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("uniform_crop_centers", &uniform_crop_centers_meta);
   m.impl("weighted_crop_centers", &weighted_crop_centers_meta);
   m.impl("class_crop_centers", &class_crop_centers_meta);
+  m.impl("class_crop_counts", &class_crop_counts_meta);
 }
 
 }  // namespace voxaug::torch_ext

@@ -101,9 +101,17 @@ TORCH_LIBRARY(voxaug, m) {
       "foreground_bbox(Tensor image, float threshold=0.0, int[]? channel_indices=None) -> "
       "Tensor");
   // MONAI RandCropByPosNegLabel's centres drawn on the device: (N, num_samples, 3) int64.
+  // counts: class_crop_counts(label, image, image_threshold, 0, 2) cached for this label (skips
+  // the scan of the volume; the same centres).
   m.def(
       "pos_neg_crop_centers(Tensor label, Tensor? image, float image_threshold, float pos_ratio, "
-      "int num_samples, int[] spatial_size, int seed, int first_sample=0) -> Tensor");
+      "int num_samples, int[] spatial_size, int seed, int first_sample=0, Tensor? counts=None) "
+      "-> Tensor");
+  // The candidate counts per (sample, chunk of 4096 voxels in memory order, class) that the
+  // class / pos-neg samplers scan for: (N, chunks, num_classes) int64, to cache per volume.
+  m.def(
+      "class_crop_counts(Tensor label, Tensor? image, float image_threshold, int label_form, "
+      "int num_classes) -> Tensor");
   // Crop-centre samplers (include/voxaug/crop.h), all drawn on the device with Philox.
   // region: [] or [lo_d, lo_h, lo_w, hi_d, hi_h, hi_w] (a hi of 0: the whole axis).
   // label_form: 0 foreground / background, 1 argmax, 2 one-hot; num_classes = len(ratios).
@@ -111,7 +119,7 @@ TORCH_LIBRARY(voxaug, m) {
   m.def(
       "class_crop_centers(Tensor label, Tensor? image, float image_threshold, int label_form, "
       "float[] ratios, int num_samples, int[]? spatial_size, int[] region, int seed, "
-      "int first_sample=0, int first_crop=0) -> (Tensor, Tensor)");
+      "int first_sample=0, int first_crop=0, Tensor? counts=None) -> (Tensor, Tensor)");
   // Returns (centers, stats (N, 3) float64: total weight, shift, minimum of channel 0).
   m.def(
       "weighted_crop_centers(Tensor weights, bool shift_negative, int num_samples, int[] region, "

@@ -15,7 +15,9 @@ Both pipelines run MONAI's BTCV chain on the same subjects with the same paramet
       sigma 5-8, magnitude 50-100 voxels, zeros) -> RandGaussianNoise(p 0.1, std 0.1)
 
 - ``VoxaugPipeline``: voxaug's transforms on the device; the patches are cut and transformed as
-  one batch (``RandCropByPosNegLabeld(as_batch=True)``), no DataLoader, no worker.
+  one batch (``RandCropByPosNegLabeld(as_batch=True)``: crop, flips, rotation (and RandAffine) in
+  one gather, the pointwise steps in place after it), no DataLoader, no worker; with
+  ``fgbg_cache`` voxaug's FgBgToIndicesd caches the candidate counts per volume.
 - ``MonaiPipeline``: MONAI's transforms as in its fast-training / BTCV tutorials: CacheDataset
   holding the deterministic part + EnsureTyped(device, track_meta=False) (and, by default, the
   fast tutorial's FgBgToIndicesd precompute), the random part per sample, ThreadDataLoader
@@ -61,7 +63,10 @@ class AugConfig:
     rot90_max_k: int = 3
     shift_offsets: float = 0.1
     shift_prob: float = 0.5
-    monai_fgbg_indices: bool = True  # the fast-training tutorial's FgBgToIndicesd precompute
+    # Candidates of RandCropByPosNegLabel cached once per volume in both pipelines: MONAI's
+    # FgBgToIndicesd (its fast-training tutorial), voxaug's FgBgToIndicesd (chunk counts). False:
+    # both scan the label every call (MONAI's BTCV tutorial).
+    fgbg_cache: bool = True
     heavy: bool = False  # RandAffine + Rand3DElastic + RandGaussianNoise after the BTCV chain
     extra: dict = field(default_factory=dict)
 
@@ -204,7 +209,7 @@ class VoxaugPipeline:
         self.random = self.random_chain(cfg).set_random_state(seed)
         t0 = time.perf_counter()
         self.cache = [self.preprocess(s) for s in train]
-        self.val_items = [self.preprocess(s) for s in val]
+        self.val_items = [self.preprocess(s, counts=False) for s in val]
         _sync(device)
         self.preprocess_s = time.perf_counter() - t0
         self.order = SubjectOrder(len(self.cache), order_seed)
@@ -220,7 +225,8 @@ class VoxaugPipeline:
         steps = [
             C.RandCropByPosNegLabeld(keys, label_key="label", spatial_size=list(cfg.roi), pos=cfg.pos, neg=cfg.neg,
                                      num_samples=cfg.num_samples, image_key="image",
-                                     image_threshold=cfg.image_threshold, as_batch=True),
+                                     image_threshold=cfg.image_threshold, as_batch=True,
+                                     fg_indices_key="label_fg_indices" if cfg.fgbg_cache else None),
             S.RandFlipd(keys, prob=cfg.flip_prob, spatial_axis=0),
             S.RandFlipd(keys, prob=cfg.flip_prob, spatial_axis=1),
             S.RandFlipd(keys, prob=cfg.flip_prob, spatial_axis=2),
@@ -236,16 +242,26 @@ class VoxaugPipeline:
             steps.append(T.RandGaussianNoised("image", **HEAVY_NOISE))
         return T.Compose(steps)
 
-    def preprocess(self, subject: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    def preprocess(self, subject: dict, counts: bool = True) -> tuple:
+        """(image, label) on the device, plus their CropCounts when cfg.fgbg_cache and `counts`."""
         d = {k: subject[k].to(self.device) for k in ("image", "label")}
         d = self.deterministic(d)
         img = d["image"].as_tensor() if hasattr(d["image"], "as_tensor") else d["image"]
         lab = d["label"].as_tensor() if hasattr(d["label"], "as_tensor") else d["label"]
-        return img.float().unsqueeze(0).contiguous(), lab.to(torch.uint8).unsqueeze(0).contiguous()
+        img, lab = img.float().unsqueeze(0).contiguous(), lab.to(torch.uint8).unsqueeze(0).contiguous()
+        if not (self.cfg.fgbg_cache and counts):
+            return img, lab
+        from voxaug import crop as C
+
+        counts = C.CropCounts.of(lab, img, self.cfg.image_threshold, image_key="image")
+        return img, lab, counts
 
     def augment(self, index: int) -> dict:
-        img, lab = self.cache[index]
-        return self.random({"image": img, "label": lab})
+        img, lab, *counts = self.cache[index]
+        d = {"image": img, "label": lab}
+        if counts:
+            d["label_fg_indices"] = counts[0]
+        return self.random(d)
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         t0 = time.perf_counter()
@@ -297,7 +313,7 @@ class MonaiPipeline:
             M.SpatialPadd(keys, spatial_size=list(cfg.roi)),
         ]
         crop_kw = {}
-        if cfg.monai_fgbg_indices:
+        if cfg.fgbg_cache:
             det.append(M.FgBgToIndicesd("label", image_key="image", image_threshold=cfg.image_threshold))
             crop_kw = {"fg_indices_key": "label_fg_indices", "bg_indices_key": "label_bg_indices"}
         det.append(M.EnsureTyped(keys, device=device, track_meta=False))

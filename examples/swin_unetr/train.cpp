@@ -510,8 +510,8 @@ struct Augmenter {
                                                int64_t step) const {
     static auto centers_op =
         op_handle<at::Tensor(const at::Tensor&, const std::optional<at::Tensor>&, double, double,
-                             int64_t, at::IntArrayRef, int64_t, int64_t)>(
-            "voxaug::pos_neg_crop_centers");
+                             int64_t, at::IntArrayRef, int64_t, int64_t,
+                             const std::optional<at::Tensor>&)>("voxaug::pos_neg_crop_centers");
     static auto patches_op =
         op_handle<std::vector<at::Tensor>(at::TensorList, const at::Tensor&, const at::Tensor&,
                                           at::IntArrayRef, at::IntArrayRef, at::IntArrayRef,
@@ -550,7 +550,8 @@ struct Augmenter {
       // step, sample slot v. A patch starts at centre - roi // 2 (MONAI's crop).
       const at::Tensor c = centers_op.call(vols[v]->label, vols[v]->image, 0.0,
                                            args.pos / (args.pos + args.neg), num_samples, size,
-                                           static_cast<int64_t>(key >> 1), v);
+                                           static_cast<int64_t>(key >> 1), v,
+                                           vols[v]->crop_counts);
       const at::Tensor m = mats_dev.narrow(0, v * num_samples, num_samples);
       std::vector<at::Tensor> out;
       if (!field.defined()) {
@@ -762,6 +763,14 @@ int run(const Args& args) {
   } else {
     ds = voxaug::train::load_msd(args.data_dir, args.num_classes.value_or(0), args.max_subjects,
                                  pre, device);
+  }
+  {
+    // RandCropByPosNegLabel's candidate counts (label > 0 vs not, where image > 0), once per
+    // training volume: each step's draw then reads one chunk per crop instead of the volume.
+    static auto counts_op =
+        op_handle<at::Tensor(const at::Tensor&, const std::optional<at::Tensor>&, double, int64_t,
+                             int64_t)>("voxaug::class_crop_counts");
+    for (Subject& s : ds.train) s.crop_counts = counts_op.call(s.label, s.image, 0.0, 0, 2);
   }
   if (cuda) torch::cuda::synchronize();
   const double data_load_s = seconds(t_data0, clock::now());

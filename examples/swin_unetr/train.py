@@ -101,8 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--shift-prob", type=float, default=0.5)
     g.add_argument("--heavy", action="store_true",
                    help="append RandAffine (p 0.2) + Rand3DElastic (p 0.2) + RandGaussianNoise (p 0.1) to both pipelines")
-    g.add_argument("--monai-fgbg-indices", action=argparse.BooleanOptionalAction, default=True,
-                   help="monai pipeline: precompute fg/bg indices (FgBgToIndicesd, fast-training tutorial)")
+    g.add_argument("--fgbg-cache", action=argparse.BooleanOptionalAction, default=True,
+                   help="both pipelines: cache RandCropByPosNegLabel's candidates once per volume "
+                        "(FgBgToIndicesd: MONAI's index lists, voxaug's chunk counts)")
     g = ap.add_argument_group("model and optimisation")
     g.add_argument("--feature-size", type=int, default=None, help="SwinUNETR feature_size (cpu 12, cuda 48)")
     g.add_argument("--use-checkpoint", action=argparse.BooleanOptionalAction, default=None,
@@ -236,7 +237,7 @@ def load_data(args, dist: Dist) -> tuple[list, list, str]:
 def make_pipeline(args, dist: Dist, train: list, val: list):
     cfg = P.AugConfig(roi=tuple(args.roi), num_samples=args.num_samples, a_min=args.a_min, a_max=args.a_max,
                       flip_prob=args.flip_prob, rot90_prob=args.rot90_prob, shift_prob=args.shift_prob,
-                      monai_fgbg_indices=args.monai_fgbg_indices, heavy=args.heavy)
+                      fgbg_cache=args.fgbg_cache, heavy=args.heavy)
     seed = args.seed + 1_000_003 * dist.rank  # each rank its own seed stream
     order_seed = args.seed * 7919 + dist.rank + 1
     if args.pipeline == "voxaug":

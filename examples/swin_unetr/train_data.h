@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct Subject {
   at::Tensor label;
   std::array<int64_t, 3> raw_shape{};  // as read (file voxel order)
   std::array<int64_t, 3> shape{};      // after preprocessing
+  // Training subjects: voxaug::class_crop_counts(label, image > 0, foreground form), the scan
+  // RandCropByPosNegLabel draws from, cached once (train.cpp) so a step reads one chunk per crop.
+  std::optional<at::Tensor> crop_counts;
 };
 
 struct PreprocessOptions {

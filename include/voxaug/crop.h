@@ -30,10 +30,12 @@ void foreground_bbox(const VolumeView& in, double threshold, const int64_t* chan
 // Random draws: Philox keyed by `seed`, sample first_sample + n, block k: independent of the
 // batch split and the device. Writes `centers` (N x num_samples x 3 int64, on the data's
 // device, the crop centre as MONAI's). CUDA: stream-ordered, no host synchronisation.
+// `cached_counts` (may be null): class_crop_counts of this label (Foreground form, 2 classes)
+// and image, which skips the scan of the volume (see class_crop_counts).
 void pos_neg_crop_centers(const VolumeView& label, const VolumeView* image, double image_threshold,
                           double pos_ratio, int num_samples, const int64_t spatial_size[3],
                           uint64_t seed, int64_t first_sample, int64_t* centers,
-                          cudaStream_t stream = nullptr);
+                          cudaStream_t stream = nullptr, const int64_t* cached_counts = nullptr);
 
 // How a label's voxels map to classes for class_crop_centers.
 //  Foreground: two classes, 0 = any channel > 0 (foreground), 1 = the rest (MONAI pos / neg).
@@ -72,10 +74,28 @@ struct CropCenterOptions {
 // stream-ordered). Writes `centers` (N x num_samples x 3 int64, the data's device) and, when not
 // null, `class_counts` (N x num_classes int64: candidates per class). CUDA: stream-ordered, no
 // host synchronisation.
+// `cached_counts` (may be null): class_crop_counts of the same label, image, threshold, form and
+// num_classes; the draw then skips the scan of the volume and reads one chunk per crop (the
+// region must be the whole volume).
 void class_crop_centers(const VolumeView& label, const VolumeView* image, double image_threshold,
                         CropLabelForm form, int num_classes, const double* ratios,
                         const int64_t* correct_size, const CropCenterOptions& opt, int64_t* centers,
-                        int64_t* class_counts, cudaStream_t stream = nullptr);
+                        int64_t* class_counts, cudaStream_t stream = nullptr,
+                        const int64_t* cached_counts = nullptr);
+
+// The scan chunks of a label: candidates are counted per chunk of this many voxels in the
+// label's memory order (the layout of class_crop_counts).
+constexpr int64_t kCropCountChunk = 4096;
+int64_t class_crop_chunks(const VolumeView& label);
+
+// The counting pass of class_crop_centers alone, to cache once per volume (what MONAI's
+// FgBgToIndices / ClassesToIndices precompute; voxaug keeps counts, not index lists): writes
+// `counts` (N x class_crop_chunks(label) x num_classes int64, on the label's device): the
+// candidates of each class in each chunk, over the whole volume. They stay valid while the label
+// and image keep their values and memory layout. CUDA: stream-ordered, no host synchronisation.
+void class_crop_counts(const VolumeView& label, const VolumeView* image, double image_threshold,
+                       CropLabelForm form, int num_classes, int64_t* counts,
+                       cudaStream_t stream = nullptr);
 
 // Weighted crop centres (MONAI RandWeightedCrop / weighted_patch_samples, TorchIO
 // WeightedSampler): channel 0 of `weights` gives each voxel of the region a weight; a centre is

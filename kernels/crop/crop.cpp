@@ -19,7 +19,10 @@ namespace detail {
 void foreground_bbox_cuda(const BBoxParams& p, int64_t batch, int64_t* box, int device,
                           cudaStream_t stream);
 void class_centers_cuda(const CenterParams& p, int64_t batch, int64_t* centers,
-                        int64_t* class_counts, int device, cudaStream_t stream);
+                        int64_t* class_counts, const int64_t* cached_counts, int device,
+                        cudaStream_t stream);
+void class_counts_cuda(const CenterParams& p, int64_t batch, int64_t* counts, int device,
+                       cudaStream_t stream);
 void weighted_centers_cuda(const CenterParams& p, int64_t batch, int64_t* centers, double* stats,
                            int device, cudaStream_t stream);
 void uniform_centers_cuda(const CenterParams& p, int64_t batch, int64_t* centers, int device,
@@ -322,10 +325,12 @@ void extract_cpu(const PatchParams& p, int64_t patches) {
 }  // namespace
 }  // namespace detail
 
-void class_crop_centers(const VolumeView& label, const VolumeView* image, double image_threshold,
-                        CropLabelForm form, int num_classes, const double* ratios,
-                        const int64_t* correct_size, const CropCenterOptions& opt, int64_t* centers,
-                        int64_t* class_counts, cudaStream_t stream) {
+namespace {
+
+// Validation and parameters shared by class_crop_centers and class_crop_counts.
+detail::CenterParams class_params(const VolumeView& label, const VolumeView* image,
+                                  double image_threshold, CropLabelForm form, int num_classes,
+                                  const int64_t* correct_size, const CropCenterOptions& opt) {
   for (int a = 0; a < 5; ++a) VOXAUG_EXPECTS(label.shape[a] >= 0, "label sizes must be >= 0");
   VOXAUG_EXPECTS(label.shape[1] >= 1, "label must have at least one channel");
   for (int a = 2; a < 5; ++a) VOXAUG_EXPECTS(label.shape[a] >= 1, "label must not be empty");
@@ -351,11 +356,6 @@ void class_crop_centers(const VolumeView& label, const VolumeView* image, double
   VOXAUG_EXPECTS(num_classes >= 1 && num_classes <= kMaxCropClasses,
                  "num_classes must be in [1, " + std::to_string(kMaxCropClasses) + "], got " +
                      std::to_string(num_classes));
-  VOXAUG_EXPECTS(ratios != nullptr, "ratios must not be null");
-  for (int c = 0; c < num_classes; ++c)
-    VOXAUG_EXPECTS(ratios[c] >= 0.0 && std::isfinite(ratios[c]),
-                   "ratios must be finite and >= 0, got ratios[" + std::to_string(c) +
-                       "] = " + std::to_string(ratios[c]));
   p.label = label.data;
   p.label_dtype = label.dtype;
   p.label_channels = label.shape[1];
@@ -386,14 +386,70 @@ void class_crop_centers(const VolumeView& label, const VolumeView* image, double
   }
   p.image_threshold = image_threshold;
   detail::scan_order(p, label.strides);
+  return p;
+}
+
+}  // namespace
+
+static_assert(kCropCountChunk == detail::kCenterChunk, "the public chunk size is the scan's");
+
+int64_t class_crop_chunks(const VolumeView& label) {
+  return (label.shape[2] * label.shape[3] * label.shape[4] + kCropCountChunk - 1) /
+         kCropCountChunk;
+}
+
+void class_crop_counts(const VolumeView& label, const VolumeView* image, double image_threshold,
+                       CropLabelForm form, int num_classes, int64_t* counts, cudaStream_t stream) {
+  const detail::CenterParams p =
+      class_params(label, image, image_threshold, form, num_classes, nullptr, CropCenterOptions{});
+  const int64_t batch = label.shape[0];
+  if (batch == 0) return;
+  VOXAUG_EXPECTS(counts != nullptr, "counts must not be null");
+  if (label.device == Device::CPU) {
+    detail::count_classes_cpu(p, batch, counts);
+    return;
+  }
+#if VOXAUG_WITH_CUDA
+  detail::check_device_pointer(label.data, label.device_index, "label");
+  detail::check_device_pointer(counts, label.device_index, "counts");
+  detail::class_counts_cuda(p, batch, counts, label.device_index, stream);
+#else
+  (void)stream;
+  VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
+#endif
+}
+
+void class_crop_centers(const VolumeView& label, const VolumeView* image, double image_threshold,
+                        CropLabelForm form, int num_classes, const double* ratios,
+                        const int64_t* correct_size, const CropCenterOptions& opt, int64_t* centers,
+                        int64_t* class_counts, cudaStream_t stream,
+                        const int64_t* cached_counts) {
+  detail::CenterParams p =
+      class_params(label, image, image_threshold, form, num_classes, correct_size, opt);
+  VOXAUG_EXPECTS(ratios != nullptr, "ratios must not be null");
+  for (int c = 0; c < num_classes; ++c)
+    VOXAUG_EXPECTS(ratios[c] >= 0.0 && std::isfinite(ratios[c]),
+                   "ratios must be finite and >= 0, got ratios[" + std::to_string(c) +
+                       "] = " + std::to_string(ratios[c]));
+  if (cached_counts != nullptr) {
+    for (int a = 0; a < 3; ++a)
+      VOXAUG_EXPECTS(p.lo[a] == 0 && p.hi[a] == p.size[a],
+                     "cached counts cover the whole volume: the centre region must be the whole "
+                     "volume");
+  }
   const int64_t batch = label.shape[0];
   if (batch == 0) return;
   VOXAUG_EXPECTS(centers != nullptr, "centers must not be null");
   if (label.device == Device::CPU) {
     p.ratios = ratios;
     const int K = num_classes;
-    std::vector<int64_t> counts(static_cast<size_t>(batch * p.chunks * K));
-    detail::count_classes_cpu(p, batch, counts.data());
+    std::vector<int64_t> own_counts;
+    const int64_t* counts = cached_counts;
+    if (counts == nullptr) {
+      own_counts.resize(static_cast<size_t>(batch * p.chunks * K));
+      detail::count_classes_cpu(p, batch, own_counts.data());
+      counts = own_counts.data();
+    }
     std::vector<int64_t> own;
     int64_t* totals = class_counts;
     if (totals == nullptr) {
@@ -409,7 +465,7 @@ void class_crop_centers(const VolumeView& label, const VolumeView* image, double
       // A parallel region only pays off for many crops (each walks at most one chunk).
 #pragma omp parallel for schedule(static) if (batch * p.num_samples >= 64)
     for (int64_t t = 0; t < batch * p.num_samples; ++t)
-      detail::class_select(p, counts.data(), totals, t / p.num_samples,
+      detail::class_select(p, counts, totals, t / p.num_samples,
                            static_cast<int>(t % p.num_samples), centers + 3 * t);
     return;
   }
@@ -418,8 +474,11 @@ void class_crop_centers(const VolumeView& label, const VolumeView* image, double
   detail::check_device_pointer(centers, label.device_index, "centers");
   if (class_counts != nullptr)
     detail::check_device_pointer(class_counts, label.device_index, "class_counts");
+  if (cached_counts != nullptr)
+    detail::check_device_pointer(cached_counts, label.device_index, "cached_counts");
   p.ratios = ratios;  // host; the CUDA backend copies it
-  detail::class_centers_cuda(p, batch, centers, class_counts, label.device_index, stream);
+  detail::class_centers_cuda(p, batch, centers, class_counts, cached_counts, label.device_index,
+                             stream);
 #else
   (void)stream;
   VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
@@ -429,7 +488,7 @@ void class_crop_centers(const VolumeView& label, const VolumeView* image, double
 void pos_neg_crop_centers(const VolumeView& label, const VolumeView* image, double image_threshold,
                           double pos_ratio, int num_samples, const int64_t spatial_size[3],
                           uint64_t seed, int64_t first_sample, int64_t* centers,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, const int64_t* cached_counts) {
   VOXAUG_EXPECTS(num_samples >= 1, "num_samples must be >= 1, got " + std::to_string(num_samples));
   VOXAUG_EXPECTS(
       pos_ratio >= 0.0 && pos_ratio <= 1.0,
@@ -440,7 +499,7 @@ void pos_neg_crop_centers(const VolumeView& label, const VolumeView* image, doub
   opt.seed = seed;
   opt.first_sample = first_sample;
   class_crop_centers(label, image, image_threshold, CropLabelForm::Foreground, 2, ratios,
-                     spatial_size, opt, centers, nullptr, stream);
+                     spatial_size, opt, centers, nullptr, stream, cached_counts);
 }
 
 void weighted_crop_centers(const VolumeView& weights, bool shift_negative,

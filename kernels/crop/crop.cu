@@ -251,13 +251,15 @@ void upload_ratios(double* dst, const double* host, int count, cudaStream_t stre
 }  // namespace
 
 void class_centers_cuda(const CenterParams& p_in, int64_t batch, int64_t* centers,
-                        int64_t* class_counts, int device, cudaStream_t stream) {
+                        int64_t* class_counts, const int64_t* cached_counts, int device,
+                        cudaStream_t stream) {
   VOXAUG_EXPECTS(batch <= 65535, "class_crop_centers on CUDA: at most 65535 samples per call");
   VOXAUG_EXPECTS(p_in.chunks <= 0x7fffffff, "class_crop_centers on CUDA: volume too large");
   CudaDeviceGuard guard(device);
   CenterParams p = p_in;
   const int K = p.num_classes;
-  const size_t counts_bytes = size_t(batch * p.chunks * K) * sizeof(int64_t);
+  // With cached counts the scan of the volume is skipped: totals and picks read them.
+  const size_t counts_bytes = cached_counts ? 0 : size_t(batch * p.chunks * K) * sizeof(int64_t);
   const size_t totals_bytes = class_counts ? 0 : size_t(batch * K) * sizeof(int64_t);
   const size_t ratio_bytes = size_t(K) * sizeof(double);
   char* buf = nullptr;
@@ -265,18 +267,31 @@ void class_centers_cuda(const CenterParams& p_in, int64_t batch, int64_t* center
                                   ratio_bytes + counts_bytes + totals_bytes + 8, stream));
   upload_ratios(reinterpret_cast<double*>(buf), p_in.ratios, K, stream);
   p.ratios = reinterpret_cast<const double*>(buf);
-  auto* counts = reinterpret_cast<int64_t*>(buf + ratio_bytes);
+  int64_t* own_counts = reinterpret_cast<int64_t*>(buf + ratio_bytes);
+  const int64_t* counts = cached_counts ? cached_counts : own_counts;
   int64_t* totals =
       class_counts ? class_counts : reinterpret_cast<int64_t*>(buf + ratio_bytes + counts_bytes);
-  const size_t smem = K > kRegisterClasses ? size_t(K) * sizeof(unsigned int) : 0;
-  class_count<<<dim3(unsigned(p.chunks), unsigned(batch)), 256, smem, stream>>>(p, counts);
-  VOXAUG_CUDA_CHECK_LAUNCH();
+  if (cached_counts == nullptr) {
+    const size_t smem = K > kRegisterClasses ? size_t(K) * sizeof(unsigned int) : 0;
+    class_count<<<dim3(unsigned(p.chunks), unsigned(batch)), 256, smem, stream>>>(p, own_counts);
+    VOXAUG_CUDA_CHECK_LAUNCH();
+  }
   class_totals<<<blocks_for(batch * K, 128), 128, 0, stream>>>(p, batch, counts, totals);
   VOXAUG_CUDA_CHECK_LAUNCH();
   class_pick<<<blocks_for(batch * p.num_samples, 128), 128, 0, stream>>>(p, batch, counts, totals,
                                                                          centers);
   VOXAUG_CUDA_CHECK_LAUNCH();
   VOXAUG_CUDA_TRY(cudaFreeAsync(buf, stream));
+}
+
+void class_counts_cuda(const CenterParams& p, int64_t batch, int64_t* counts, int device,
+                       cudaStream_t stream) {
+  VOXAUG_EXPECTS(batch <= 65535, "class_crop_counts on CUDA: at most 65535 samples per call");
+  VOXAUG_EXPECTS(p.chunks <= 0x7fffffff, "class_crop_counts on CUDA: volume too large");
+  CudaDeviceGuard guard(device);
+  const size_t smem = p.num_classes > kRegisterClasses ? size_t(p.num_classes) * sizeof(unsigned int) : 0;
+  class_count<<<dim3(unsigned(p.chunks), unsigned(batch)), 256, smem, stream>>>(p, counts);
+  VOXAUG_CUDA_CHECK_LAUNCH();
 }
 
 void weighted_centers_cuda(const CenterParams& p, int64_t batch, int64_t* centers, double* stats,

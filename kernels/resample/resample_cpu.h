@@ -657,7 +657,9 @@ VOXAUG_FORCEINLINE void resample_items(const ResampleForward<Acc>& f,
   // block b, then d, then the row within the block): rows neighbouring in d are computed a
   // few rows apart instead of a whole plane apart, so a rotated map reuses its input lines
   // from cache. Every voxel is still computed once, by the same arithmetic.
-  constexpr int64_t kRowBlock = 16;
+  // Exact maps (signed permutations: whole input lines copied) keep the plain (d, h) order,
+  // so the output is written sequentially.
+  const int64_t kRowBlock = st.exact ? std::max<int64_t>(H, 1) : 16;
   const int64_t block_items = kRowBlock * D * W;
   int64_t i = begin;
   while (i < end) {

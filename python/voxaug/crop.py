@@ -30,7 +30,7 @@ __all__ = [
     "RandCropByPosNegLabel", "RandCropByPosNegLabeld", "RandCropByLabelClasses", "RandCropByLabelClassesd",
     "RandWeightedCrop", "RandWeightedCropd", "RandSpatialCrop", "RandSpatialCropd", "RandSpatialCropSamples",
     "RandSpatialCropSamplesd", "UniformSampler", "WeightedSampler", "LabelSampler", "extract_patches",
-    "flush_checks", "PatchQueue",
+    "flush_checks", "PatchQueue", "CropCounts", "FgBgToIndicesd",
 ]
 
 FOREGROUND, ARGMAX, ONE_HOT = 0, 1, 2  # label forms of torch.ops.voxaug.class_crop_centers
@@ -171,14 +171,83 @@ def flush_checks() -> None:
     _poll(wait=True)
 
 
+# ---------------- cached candidates (MONAI FgBgToIndices) ----------------
+class CropCounts:
+    """What voxaug caches where MONAI caches foreground / background index lists: the candidate
+    counts of each chunk of 4096 voxels of the label (in its memory order), foreground and
+    background, ``(N, chunks, 2)`` int64 on the label's device (``class_crop_counts``), with the
+    image key and threshold that defined the candidates. Given to RandCropByPosNegLabel(d), the
+    draw skips the scan of the whole volume and reads one chunk per crop; the centres are the
+    ones the uncached draw gives. Valid while the label and image keep their values and memory
+    layout (as MONAI's cached indices)."""
+
+    def __init__(self, counts: torch.Tensor, image_key: Optional[Hashable], image_threshold: float):
+        self.counts, self.image_key, self.image_threshold = counts, image_key, float(image_threshold)
+
+    @staticmethod
+    def of(label: Any, image: Any = None, image_threshold: float = 0.0, image_key: Optional[Hashable] = None):
+        lab = _as_batch(label)[0]
+        img = None if image is None else _as_batch(image)[0]
+        counts = torch.ops.voxaug.class_crop_counts(lab, img, float(image_threshold), FOREGROUND, 2)
+        return CropCounts(counts, image_key, image_threshold)
+
+    def __repr__(self) -> str:
+        return (f"CropCounts(shape={tuple(self.counts.shape)}, device={self.counts.device}, "
+                f"image_key={self.image_key!r}, image_threshold={self.image_threshold})")
+
+
+class FgBgToIndicesd:
+    """MONAI FgBgToIndicesd(keys, fg_postfix, bg_postfix, image_key, image_threshold): for each
+    label key stores, under ``key + fg_postfix`` and ``key + bg_postfix``, one :class:`CropCounts`
+    (not index arrays) that voxaug's RandCropByPosNegLabeld(fg_indices_key=..., bg_indices_key=...)
+    reads, as MONAI's fast-training pipeline caches its indices. ``output_shape`` is accepted and
+    ignored (MONAI uses it to unravel indices)."""
+
+    def __init__(self, keys, fg_postfix: str = "_fg_indices", bg_postfix: str = "_bg_indices",
+                 image_key: Optional[str] = None, image_threshold: float = 0.0, output_shape=None,
+                 allow_missing_keys: bool = False):
+        self.keys = _keys(keys)
+        self.fg_postfix, self.bg_postfix = fg_postfix, bg_postfix
+        self.image_key, self.image_threshold = image_key, float(image_threshold)
+        self.allow_missing_keys = allow_missing_keys
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
+        d = dict(data)
+        image = d[self.image_key] if self.image_key is not None else None
+        for key in self.keys:
+            if key not in d:
+                if self.allow_missing_keys:
+                    continue
+                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+            cc = CropCounts.of(d[key], image, self.image_threshold, self.image_key)
+            d[f"{key}{self.fg_postfix}"] = cc
+            d[f"{key}{self.bg_postfix}"] = cc
+        return d
+
+
+def _counts_arg(fg: Any, bg: Any, what: str) -> Optional[CropCounts]:
+    """The CropCounts behind MONAI's fg / bg indices arguments (both, one, or neither given)."""
+    given = [v for v in (fg, bg) if v is not None]
+    if not given:
+        return None
+    if not all(isinstance(v, CropCounts) for v in given):
+        raise TypeError(f"{what}: voxaug needs the CropCounts that voxaug.crop.FgBgToIndicesd stores (not MONAI's "
+                        f"index arrays), got {type(given[0]).__name__}")
+    if len(given) == 2 and given[0] is not given[1]:
+        raise ValueError(f"{what}: the foreground and background entries must be the same CropCounts")
+    return given[0]
+
+
 # ---------------- RandCropByPosNegLabel ----------------
 class RandCropByPosNegLabel(_Randomizable):
     """MONAI RandCropByPosNegLabel(spatial_size, label, pos=1, neg=1, num_samples=1, image,
     image_threshold=0, allow_smaller=False): centres on foreground (label > 0) with probability
     pos / (pos + neg), else on background, restricted to voxels where `image` > image_threshold
     when an image is given; MONAI's fallbacks (no foreground: background only, and vice versa)
-    and centre correction. `fg_indices` / `bg_indices` are not needed (the device counts) and
-    are refused rather than silently ignored."""
+    and centre correction. `fg_indices` / `bg_indices`: a :class:`CropCounts` (from
+    ``CropCounts.of(label, image, image_threshold)`` or FgBgToIndicesd) of this label skips the
+    scan of the volume (its image and threshold define the candidates, as MONAI's indices do);
+    MONAI's index arrays are refused."""
 
     def __init__(self, spatial_size, label: Optional[torch.Tensor] = None, pos: float = 1.0, neg: float = 1.0,
                  num_samples: int = 1, image: Optional[torch.Tensor] = None, image_threshold: float = 0.0,
@@ -187,9 +256,7 @@ class RandCropByPosNegLabel(_Randomizable):
         super().__init__(seed)
         if pos < 0 or neg < 0 or pos + neg == 0:
             raise ValueError(f"pos and neg must be nonnegative and not both zero, got pos={pos} neg={neg}.")
-        if fg_indices is not None or bg_indices is not None:
-            raise NotImplementedError("fg_indices / bg_indices: voxaug counts the candidates on the device and "
-                                      "needs no precomputed index lists")
+        self.counts = _counts_arg(fg_indices, bg_indices, "fg_indices / bg_indices")
         if lazy:
             raise NotImplementedError("lazy=True is not supported; voxaug crops in one exact gather")
         self.spatial_size, self.label, self.image = spatial_size, label, image
@@ -199,27 +266,31 @@ class RandCropByPosNegLabel(_Randomizable):
         self.centers: Optional[torch.Tensor] = None  # (N, num_samples, 3) of the last call
 
     def draw_centers(self, label: torch.Tensor, image: Optional[torch.Tensor] = None, seed: Optional[int] = None,
-                     first_sample: int = 0) -> tuple[torch.Tensor, tuple[int, int, int]]:
-        """(centres (N, num_samples, 3) int64 on the label's device, crop size); no host sync."""
+                     first_sample: int = 0, counts: Optional[CropCounts] = None,
+                     ) -> tuple[torch.Tensor, tuple[int, int, int]]:
+        """(centres (N, num_samples, 3) int64 on the label's device, crop size); no host sync.
+        With `counts`, `image` must be the image they were counted with (None if none) and
+        their threshold applies."""
         lab = _as_batch(label)[0]
         img = None if image is None else _as_batch(image)[0]
         size = _crop_size(self.spatial_size, lab.shape[2:], self.allow_smaller)
         seed = self._next_seed() if seed is None else int(seed)
-        centers = torch.ops.voxaug.pos_neg_crop_centers(lab, img, self.image_threshold, self.pos_ratio,
-                                                        self.num_samples, list(size), _key(seed), int(first_sample))
+        thr = self.image_threshold if counts is None else counts.image_threshold
+        centers = torch.ops.voxaug.pos_neg_crop_centers(lab, img, thr, self.pos_ratio, self.num_samples, list(size),
+                                                        _key(seed), int(first_sample),
+                                                        None if counts is None else counts.counts)
         return centers, size
 
     def __call__(self, img: Any, label: Optional[torch.Tensor] = None, image: Optional[torch.Tensor] = None,
                  fg_indices=None, bg_indices=None, randomize: bool = True, lazy: Optional[bool] = None) -> list:
-        if fg_indices is not None or bg_indices is not None:
-            raise NotImplementedError("fg_indices / bg_indices are not needed by voxaug")
+        counts = _counts_arg(fg_indices, bg_indices, "fg_indices / bg_indices") or self.counts
         label = self.label if label is None else label
         image = self.image if image is None else image
         if label is None:
             raise ValueError("label should be provided.")
         x, restore = _as_batch(img)
         if randomize or self.centers is None:
-            self.centers, self._size = self.draw_centers(label, image)
+            self.centers, self._size = self.draw_centers(label, image, counts=counts)
         (crops,) = _extract([x], self.centers, self._size)
         return _finish(crops, restore, img, self.centers, self._size)
 
@@ -228,25 +299,41 @@ class RandCropByPosNegLabeld(_Randomizable):
     """MONAI RandCropByPosNegLabeld(keys, label_key, spatial_size, pos, neg, num_samples,
     image_key, image_threshold, allow_smaller): one draw of centres from data[label_key] (and
     data[image_key]), the same crops for every key (one launch per key); returns num_samples
-    dictionaries (other entries shared)."""
+    dictionaries (other entries shared). fg_indices_key / bg_indices_key name the
+    :class:`CropCounts` that voxaug.crop.FgBgToIndicesd stored (MONAI's fast-training cache):
+    the draw then skips the scan of the volume, with the same centres."""
 
     def __init__(self, keys, label_key: str, spatial_size, pos: float = 1.0, neg: float = 1.0, num_samples: int = 1,
                  image_key: Optional[str] = None, image_threshold: float = 0.0, fg_indices_key=None,
                  bg_indices_key=None, allow_smaller: bool = False, allow_missing_keys: bool = False,
                  lazy: bool = False, seed: Optional[int] = None, as_batch: bool = False):
         super().__init__(seed)
-        if fg_indices_key is not None or bg_indices_key is not None:
-            raise NotImplementedError("fg_indices_key / bg_indices_key: voxaug counts the candidates on the device")
+        self.fg_indices_key, self.bg_indices_key = fg_indices_key, bg_indices_key
         self.as_batch = bool(as_batch)  # voxaug extension: one dict of (num_samples, C, ...) batches
         self.keys = _keys(keys)
         self.label_key, self.image_key, self.allow_missing_keys = label_key, image_key, allow_missing_keys
         self.cropper = RandCropByPosNegLabel(spatial_size, None, pos, neg, num_samples, None, image_threshold,
                                              allow_smaller=allow_smaller, lazy=lazy)
 
+    def _image_and_counts(self, d: Mapping[Hashable, Any]) -> tuple[Any, Optional[CropCounts]]:
+        keys = [k for k in (self.fg_indices_key, self.bg_indices_key) if k is not None]
+        for k in keys:
+            if k not in d:
+                raise KeyError(f"{k!r} (fg_indices_key / bg_indices_key) is not in the data: run "
+                               "voxaug.crop.FgBgToIndicesd first")
+        counts = _counts_arg(d[self.fg_indices_key] if self.fg_indices_key is not None else None,
+                             d[self.bg_indices_key] if self.bg_indices_key is not None else None,
+                             "fg_indices_key / bg_indices_key")
+        if counts is None:
+            return (d[self.image_key] if self.image_key is not None else None), None
+        # The cached candidates were defined by their own image key and threshold (as MONAI's
+        # indices are); the draw reads that image.
+        return (d[counts.image_key] if counts.image_key is not None else None), counts
+
     def __call__(self, data: Mapping[Hashable, Any]) -> list[dict]:
         d = dict(data)
-        image = d[self.image_key] if self.image_key is not None else None
-        centers, size = self.cropper.draw_centers(d[self.label_key], image, seed=self._next_seed())
+        image, counts = self._image_and_counts(d)
+        centers, size = self.cropper.draw_centers(d[self.label_key], image, seed=self._next_seed(), counts=counts)
         self.cropper.centers, self.cropper._size = centers, size
         return _dict_crops(d, self.keys, self.allow_missing_keys, centers, size, self.cropper.num_samples,
                            self.as_batch)
@@ -259,8 +346,8 @@ class RandCropByPosNegLabeld(_Randomizable):
         from .spatial import _PatchSource
 
         d = dict(data)
-        image = d[self.image_key] if self.image_key is not None else None
-        centers, size = self.cropper.draw_centers(d[self.label_key], image, seed=self._next_seed())
+        image, counts = self._image_and_counts(d)
+        centers, size = self.cropper.draw_centers(d[self.label_key], image, seed=self._next_seed(), counts=counts)
         self.cropper.centers, self.cropper._size = centers, size
         missing = [k for k in self.keys if k not in d]
         if missing and not self.allow_missing_keys:

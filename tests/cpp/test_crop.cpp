@@ -199,7 +199,86 @@ TEST(Crop, PosNegCentersFollowTheLabelsMemoryOrder) {
   }
 }
 
+// Cached counts (class_crop_counts) give the naive index lists' centres too, for a C-ordered
+// and a Fortran-ordered label, with and without the image mask; the counts equal the naive
+// per-chunk counts.
+TEST(Crop, CachedCountsGiveTheSameCenters) {
+  const Vol s{3, 1, 19, 21, 23};
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<uint8_t> lab(s.numel());
+  std::vector<float> img(s.numel());
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    lab[i] = u(rng) < 0.02f;
+    img[i] = u(rng);
+  }
+  const int64_t crop[3] = {5, 8, 23};
+  const int64_t chunks = (19 * 21 * 23 + kCropCountChunk - 1) / kCropCountChunk;
+  const VolumeView lv = view(lab.data(), DType::UInt8, s), iv = view(img.data(), DType::Float32, s);
+  EXPECT_EQ(class_crop_chunks(lv), chunks);
+  for (bool with_image : {false, true}) {
+    std::vector<int64_t> counts(s.n * chunks * 2, -1);
+    class_crop_counts(lv, with_image ? &iv : nullptr, 0.3, CropLabelForm::Foreground, 2,
+                      counts.data());
+    const int64_t per = 19 * 21 * 23;
+    for (int64_t n = 0; n < s.n; ++n)
+      for (int64_t c = 0; c < chunks; ++c) {
+        int64_t fg = 0, bg = 0;
+        for (int64_t v = c * kCropCountChunk; v < std::min(per, (c + 1) * kCropCountChunk); ++v) {
+          if (with_image && !(img[n * per + v] > 0.3f)) continue;
+          (lab[n * per + v] ? fg : bg) += 1;
+        }
+        EXPECT_EQ(counts[(n * chunks + c) * 2], fg) << n << " " << c;
+        EXPECT_EQ(counts[(n * chunks + c) * 2 + 1], bg) << n << " " << c;
+      }
+    std::vector<int64_t> got(3 * s.n * 9);
+    pos_neg_crop_centers(lv, with_image ? &iv : nullptr, 0.3, 0.4, 9, crop, 77, 0, got.data(),
+                         nullptr, counts.data());
+    EXPECT_EQ(got, naive_centers(lab, with_image ? &img : nullptr, s, 0.3, 0.4, 9, crop, 77));
+  }
+  // Fortran order: counts and draws follow the memory order, the same centres as uncached.
+  VolumeView f = lv;
+  const int64_t fs[5] = {19 * 21 * 23, 19 * 21 * 23, 1, 19, 19 * 21};
+  for (int a = 0; a < 5; ++a) f.strides[a] = fs[a];
+  std::vector<int64_t> counts(s.n * chunks * 2), a(3 * s.n * 5), b(3 * s.n * 5);
+  class_crop_counts(f, nullptr, 0.0, CropLabelForm::Foreground, 2, counts.data());
+  pos_neg_crop_centers(f, nullptr, 0.0, 0.5, 5, crop, 3, 0, a.data());
+  pos_neg_crop_centers(f, nullptr, 0.0, 0.5, 5, crop, 3, 0, b.data(), nullptr, counts.data());
+  EXPECT_EQ(a, b);
+  // A region with cached counts is refused (the counts cover the whole volume).
+  CropCenterOptions o;
+  o.region_lo[0] = 2;
+  const double ratios[2] = {0.5, 0.5};
+  EXPECT_THROW(class_crop_centers(lv, nullptr, 0.0, CropLabelForm::Foreground, 2, ratios, nullptr,
+                                  o, a.data(), nullptr, nullptr, counts.data()),
+               voxaug::Error);
+}
+
 #if VOXAUG_WITH_CUDA
+TEST(CropCuda, CachedCountsTwin) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const Vol s{2, 1, 40, 33, 31};
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<uint8_t> lab(s.numel());
+  for (auto& v : lab) v = u(rng) < 0.02f;
+  const int64_t crop[3] = {16, 16, 16};
+  const int64_t chunks = (40 * 33 * 31 + kCropCountChunk - 1) / kCropCountChunk;
+  std::vector<int64_t> counts(s.n * chunks * 2), cpu(3 * s.n * 6);
+  class_crop_counts(view(lab.data(), DType::UInt8, s), nullptr, 0.0, CropLabelForm::Foreground, 2,
+                    counts.data());
+  pos_neg_crop_centers(view(lab.data(), DType::UInt8, s), nullptr, 0.0, 0.5, 6, crop, 9, 0,
+                       cpu.data());
+  DeviceBuffer dl(lab), dn(counts.size() * sizeof(int64_t)), dc(cpu.size() * sizeof(int64_t));
+  class_crop_counts(view(dl.p, DType::UInt8, s, Device::CUDA), nullptr, 0.0,
+                    CropLabelForm::Foreground, 2, dn.as<int64_t>());
+  pos_neg_crop_centers(view(dl.p, DType::UInt8, s, Device::CUDA), nullptr, 0.0, 0.5, 6, crop, 9, 0,
+                       dc.as<int64_t>(), nullptr, dn.as<int64_t>());
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(counts, dn.to_host<int64_t>(counts.size()));
+  EXPECT_EQ(cpu, dc.to_host<int64_t>(cpu.size()));
+}
+
 TEST(CropCuda, PosNegCentersTwin) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
   const Vol s{4, 1, 40, 33, 31};

@@ -94,7 +94,7 @@ def test_allow_smaller_and_bad_inputs():
     assert crops[0].shape == (1, 1, 6, 8, 8)
     with pytest.raises(ValueError, match="pos and neg"):
         C.RandCropByPosNegLabel((4, 4, 4), pos=0, neg=0)
-    with pytest.raises(NotImplementedError, match="fg_indices"):
+    with pytest.raises(TypeError, match="fg_indices"):  # MONAI's index lists: voxaug caches counts
         C.RandCropByPosNegLabel((4, 4, 4), fg_indices=[1, 2])
     with pytest.raises(ValueError, match="label's batch and spatial size"):
         torch.ops.voxaug.pos_neg_crop_centers(lab, torch.ones(1, 1, 6, 22, 23), 0.0, 0.5, 1, [2, 2, 2], 1, 0)
@@ -148,3 +148,77 @@ def test_dict_as_batch_equals_stacked_list():
     for k in ("image", "label"):
         assert batched[k].shape == (5, 1, 8, 9, 10)
         assert torch.equal(batched[k], torch.stack([d[k] for d in listed]))
+
+
+# ---------------- cached candidate counts (MONAI FgBgToIndicesd) ----------------
+@pytest.mark.parametrize("fortran", [False, True])
+@pytest.mark.parametrize("with_image", [False, True])
+def test_cached_counts_give_the_same_centres(fortran, with_image):
+    g = torch.Generator().manual_seed(4)
+    lab = (torch.rand(3, 1, 30, 29, 27, generator=g) > 0.97).to(torch.uint8)
+    lab[1] = 0  # no foreground: the background fallback
+    img = torch.rand(3, 1, 30, 29, 27, generator=g)
+    if fortran:
+        lab = lab.permute(0, 1, 4, 3, 2).contiguous().permute(0, 1, 4, 3, 2)
+        img = img.permute(0, 1, 4, 3, 2).contiguous().permute(0, 1, 4, 3, 2)
+    im = img if with_image else None
+    cc = C.CropCounts.of(lab, im, 0.4)
+    # The counts against a naive count per chunk of the memory order.
+    flat_lab = lab.permute(0, 1, 4, 3, 2).reshape(3, -1) if fortran else lab.reshape(3, -1)
+    flat_img = img.permute(0, 1, 4, 3, 2).reshape(3, -1) if fortran else img.reshape(3, -1)
+    cand = (flat_img > 0.4) if with_image else torch.ones_like(flat_lab, dtype=torch.bool)
+    n_chunks = math.ceil(flat_lab.shape[1] / 4096)
+    assert cc.counts.shape == (3, n_chunks, 2) and cc.counts.dtype == torch.int64
+    for c in range(n_chunks):
+        sl = slice(c * 4096, (c + 1) * 4096)
+        fg = ((flat_lab[:, sl] > 0) & cand[:, sl]).sum(1)
+        bg = ((flat_lab[:, sl] == 0) & cand[:, sl]).sum(1)
+        assert torch.equal(cc.counts[:, c, 0], fg) and torch.equal(cc.counts[:, c, 1], bg)
+    for seed in range(4):
+        a = torch.ops.voxaug.pos_neg_crop_centers(lab, im, 0.4, 0.6, 5, [8, 9, 10], seed, 0)
+        b = torch.ops.voxaug.pos_neg_crop_centers(lab, im, 0.4, 0.6, 5, [8, 9, 10], seed, 0, cc.counts)
+        assert torch.equal(a, b)
+
+
+def test_fgbg_to_indicesd_then_cached_crop_equals_uncached():
+    g = torch.Generator().manual_seed(5)
+    lab = (torch.rand(1, 34, 30, 28, generator=g) > 0.8).to(torch.uint8)
+    img = torch.randn(1, 34, 30, 28, generator=g)
+    kw = dict(keys=["image", "label"], label_key="label", spatial_size=(8, 9, 10), pos=2, neg=1, num_samples=4,
+              image_key="image", image_threshold=0.0)
+    plain = C.RandCropByPosNegLabeld(**kw, seed=7)({"image": img, "label": lab})
+    cached = C.FgBgToIndicesd("label", image_key="image", image_threshold=0.0)({"image": img, "label": lab})
+    assert isinstance(cached["label_fg_indices"], C.CropCounts)
+    assert cached["label_fg_indices"] is cached["label_bg_indices"]
+    fast = C.RandCropByPosNegLabeld(**kw, fg_indices_key="label_fg_indices", bg_indices_key="label_bg_indices",
+                                    seed=7)(cached)
+    for p, f in zip(plain, fast):
+        assert torch.equal(p["image"], f["image"]) and torch.equal(p["label"], f["label"])
+    # The fused crop (as_batch, Compose) reads the cache too.
+    from voxaug import spatial as S
+    from voxaug import transforms as T
+
+    def chain(**extra):
+        return T.Compose([C.RandCropByPosNegLabeld(**kw, as_batch=True, **extra),
+                          S.RandFlipd(["image", "label"], prob=0.5, spatial_axis=0)]).set_random_state(3)
+    a = chain()({"image": img, "label": lab})
+    b = chain(fg_indices_key="label_fg_indices")(cached)
+    assert torch.equal(a["image"], b["image"]) and torch.equal(a["label"], b["label"])
+
+
+def test_cached_counts_bad_inputs():
+    lab = _label((2, 1, 20, 22, 24))
+    cc = C.CropCounts.of(lab)
+    with pytest.raises(ValueError, match="counts must be class_crop_counts of this label"):
+        torch.ops.voxaug.pos_neg_crop_centers(lab[:1], None, 0.0, 0.5, 3, [4, 4, 4], 5, 0, cc.counts)
+    with pytest.raises(ValueError, match="counts must be int64"):
+        torch.ops.voxaug.pos_neg_crop_centers(lab, None, 0.0, 0.5, 3, [4, 4, 4], 5, 0, cc.counts.int())
+    with pytest.raises(TypeError, match="CropCounts"):  # MONAI's index arrays
+        C.RandCropByPosNegLabel((4, 4, 4), fg_indices=np.arange(5), bg_indices=np.arange(5))
+    t = C.RandCropByPosNegLabeld(["label"], "label", (4, 4, 4), fg_indices_key="lab_fg")
+    with pytest.raises(KeyError, match="FgBgToIndicesd"):
+        t({"label": lab[0]})
+    with pytest.raises(ValueError, match="num_classes"):
+        torch.ops.voxaug.class_crop_counts(lab, None, 0.0, 0, 0)
+    torch.library.opcheck(torch.ops.voxaug.class_crop_counts, (lab, None, 0.0, 0, 2))
+    torch.library.opcheck(torch.ops.voxaug.pos_neg_crop_centers, (lab, None, 0.0, 0.5, 3, [4, 4, 4], 5, 0, cc.counts))

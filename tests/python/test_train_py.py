@@ -163,7 +163,7 @@ def subjects(P):
 
 
 def _cfg(P, **kw):
-    return P.AugConfig(roi=(64, 64, 32), num_samples=3, monai_fgbg_indices=False, **kw)
+    return P.AugConfig(roi=(64, 64, 32), num_samples=3, fgbg_cache=False, **kw)
 
 
 def test_preprocessing_equals_monai(P, subjects):
