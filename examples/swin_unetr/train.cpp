@@ -527,9 +527,11 @@ struct Augmenter {
     const int64_t B = V * num_samples;
     for (int64_t b = 0; b < B; ++b) draw_matrix(rng, mats.data_ptr<double>() + 12 * b);
     const at::Tensor mats_dev = mats.to(device, /*non_blocking=*/true);
-    const at::Tensor half = at::tensor({roi[0] / 2, roi[1] / 2, roi[2] / 2},
-                                       at::TensorOptions().dtype(at::kLong))
-                                .to(device, /*non_blocking=*/true);
+    if (!half_.defined()) {  // once: a copy from pageable memory would sync the host
+      half_ = at::tensor({roi[0] / 2, roi[1] / 2, roi[2] / 2}, at::TensorOptions().dtype(at::kLong))
+                  .to(device);
+    }
+    const at::Tensor& half = half_;
     // Heavy chain: which patches get an elastic field (the others get a zero field).
     at::Tensor field;
     if (args.elastic_prob.value_or(0.0) > 0.0 && args.elastic_max > 0.0) {
@@ -598,6 +600,7 @@ struct Augmenter {
   }
 
   static constexpr int64_t kControlPoints = 7;
+  mutable at::Tensor half_;  // roi // 2 on the device (crop start = centre - roi // 2)
 
   // (B, 3, 7, 7, 7) B-spline control displacements U(-E, E) voxels (Philox, keyed by the step),
   // the two outer layers zeroed (TorchIO's locked_borders = 2), times `on` (B, 1, 1, 1, 1).
@@ -817,7 +820,7 @@ int run(const Args& args) {
   if (!csv) fail("--out: cannot write " + (fs::path(args.out) / "train.csv").string());
   csv << "step,loss,lr,scale,data_ms,step_ms,elapsed_s,val_dice\n";
 
-  Augmenter augment{args, roi, num_samples, device};
+  Augmenter augment{args, roi, num_samples, device, at::Tensor()};
   voxaug::SlidingWindowOptions swo;
   swo.overlap = {args.overlap};
   swo.argmax = true;

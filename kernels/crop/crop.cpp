@@ -649,6 +649,9 @@ void extract_patches(const VolumeView& in, const int64_t* starts, const int64_t*
 
 void foreground_bbox(const VolumeView& in, double threshold, const int64_t* channels,
                      int num_channels, int64_t* box, cudaStream_t stream) {
+#if !VOXAUG_WITH_CUDA
+  (void)stream;  // the CPU-only build has no stream
+#endif
   for (int a = 0; a < 5; ++a) VOXAUG_EXPECTS(in.shape[a] >= 0, "image sizes must be >= 0");
   VOXAUG_EXPECTS(!std::isnan(threshold), "threshold must not be NaN");
   detail::BBoxParams p{};

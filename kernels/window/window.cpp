@@ -398,6 +398,9 @@ WindowLayout window_layout(const int64_t size[3], const int64_t roi[3], const do
 
 void window_gather(const VolumeView& image, const WindowLayout& l, int64_t first_window,
                    WindowPad pad, double cval, const VolumeView& out, cudaStream_t stream) {
+#if !VOXAUG_WITH_CUDA
+  (void)stream;  // the CPU-only build has no stream
+#endif
   VOXAUG_EXPECTS(is_floating(image.dtype), "window_gather: image must be a float tensor, got " +
                                                std::string(dtype_name(image.dtype)));
   VOXAUG_EXPECTS(is_floating(out.dtype), "window_gather: out must be a float tensor, got " +
@@ -471,6 +474,9 @@ void window_gather(const VolumeView& image, const WindowLayout& l, int64_t first
 
 void window_stitch(const VolumeView& acc, const VolumeView& pred, const void* weight,
                    const WindowLayout& l, int64_t first_window, cudaStream_t stream) {
+#if !VOXAUG_WITH_CUDA
+  (void)stream;  // the CPU-only build has no stream
+#endif
   VOXAUG_EXPECTS(
       acc.dtype == DType::Float32 || acc.dtype == DType::Float64,
       "window_stitch: acc must be float32 or float64, got " + std::string(dtype_name(acc.dtype)));
@@ -530,6 +536,9 @@ void window_stitch(const VolumeView& acc, const VolumeView& pred, const void* we
 
 void window_count(const void* weight, DType dtype, Device device, int device_index,
                   const WindowLayout& l, void* count, cudaStream_t stream) {
+#if !VOXAUG_WITH_CUDA
+  (void)stream;  // the CPU-only build has no stream
+#endif
   VOXAUG_EXPECTS(dtype == DType::Float32 || dtype == DType::Float64,
                  "window_count: dtype must be float32 or float64");
   if (device == Device::CUDA) {
@@ -550,6 +559,9 @@ void window_count(const void* weight, DType dtype, Device device, int device_ind
 void window_finalize(const VolumeView& acc, const void* count, const void* weight,
                      const WindowLayout& l, const VolumeView& out, bool argmax,
                      cudaStream_t stream) {
+#if !VOXAUG_WITH_CUDA
+  (void)stream;  // the CPU-only build has no stream
+#endif
   VOXAUG_EXPECTS(acc.dtype == DType::Float32 || acc.dtype == DType::Float64,
                  "window_finalize: acc must be float32 or float64");
   detail::check_same_device(acc, out, "acc", "out");
