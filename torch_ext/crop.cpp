@@ -61,11 +61,15 @@ void check_image(const at::Tensor& label, const std::optional<at::Tensor>& image
                     label.device(), ", got ", image->device());
 }
 
+// The scan chunks of a label (class_crop_counts' second dimension).
+int64_t count_chunks(const at::Tensor& label) {
+  return (label.size(2) * label.size(3) * label.size(4) + kCropCountChunk - 1) / kCropCountChunk;
+}
+
 // Cached counts (class_crop_counts of this label): (N, chunks, K) int64 on the label's device.
 void check_counts(const at::Tensor& label, const std::optional<at::Tensor>& counts, int64_t K) {
   if (!counts.has_value()) return;
-  const int64_t chunks =
-      (label.size(2) * label.size(3) * label.size(4) + kCropCountChunk - 1) / kCropCountChunk;
+  const int64_t chunks = count_chunks(label);
   TORCH_CHECK_VALUE(counts->dim() == 3 && counts->size(0) == label.size(0) &&
                         counts->size(1) == chunks && counts->size(2) == K,
                     "counts must be class_crop_counts of this label: (N, chunks, K) = (",
@@ -117,8 +121,7 @@ at::Tensor class_crop_counts_impl(const at::Tensor& label, const std::optional<a
   const CropLabelForm f = label_form(form);
   TORCH_CHECK_VALUE(num_classes >= 1 && num_classes <= kMaxCropClasses,
                     "num_classes must be in [1, ", kMaxCropClasses, "], got ", num_classes);
-  const int64_t chunks =
-      (label.size(2) * label.size(3) * label.size(4) + kCropCountChunk - 1) / kCropCountChunk;
+  const int64_t chunks = count_chunks(label);
   at::Tensor counts =
       at::empty({label.size(0), chunks, num_classes}, label.options().dtype(at::kLong));
   VolumeView iv;
@@ -139,8 +142,7 @@ at::Tensor class_crop_counts_meta(const at::Tensor& label, const std::optional<a
   label_form(form);
   TORCH_CHECK_VALUE(num_classes >= 1 && num_classes <= kMaxCropClasses,
                     "num_classes must be in [1, ", kMaxCropClasses, "], got ", num_classes);
-  const int64_t chunks =
-      (label.size(2) * label.size(3) * label.size(4) + kCropCountChunk - 1) / kCropCountChunk;
+  const int64_t chunks = count_chunks(label);
   return at::empty({label.size(0), chunks, num_classes}, label.options().dtype(at::kLong));
 }
 
