@@ -18,6 +18,7 @@
 #include <torch/cuda.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
 
@@ -30,6 +31,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -62,6 +64,7 @@ struct Args {
   std::string data_dir;
   std::string device;  // "" -> cuda when available, else cpu
   std::string out = "swin_train_out";
+  std::string init;  // a state-dict checkpoint to start from (MONAI's or this program's)
   std::optional<int64_t> steps, val_every, log_every, feature_size, num_classes;
   std::optional<std::array<int64_t, 3>> roi, phantom_size;
   std::optional<int64_t> phantom_train, phantom_val;
@@ -139,6 +142,11 @@ void print_help(const char* argv0) {
       "  --noise-prob P        RandGaussianNoise(mean 0, std --noise-std (default 0.1))\n"
       "model and optimisation\n"
       "  --feature-size F      SwinUNETR feature size (cpu 12, cuda 48)\n"
+      "  --init PATH           start from the weights of a state-dict checkpoint: this program's\n"
+      "                        checkpoint.pt, or a MONAI SwinUNETR's saved as a plain dict\n"
+      "                        (torch.save(dict(net.state_dict()), PATH); LibTorch cannot read\n"
+      "                        OrderedDicts), also under a \"state_dict\" key; strict: every key\n"
+      "                        and shape must match --feature-size and the classes\n"
       "  --use-checkpoint      gradient checkpointing of the Swin blocks\n"
       "  --amp MODE            bf16 | fp16 | off (default: bf16 on cuda, off on cpu); fp16 uses\n"
       "                        a gradient scaler (init 65536, growth 2, backoff 0.5, interval\n"
@@ -318,6 +326,9 @@ Args parse_args(int argc, char** argv) {
       a.amp = val();
       if (a.amp != "bf16" && a.amp != "fp16" && a.amp != "off")
         fail("--amp must be bf16, fp16 or off, got '" + a.amp + "'");
+    } else if (f == "--init") {
+      a.init = val();
+      if (!fs::is_regular_file(a.init)) fail("--init: no file " + a.init);
     } else if (f == "--heavy") {
       a.heavy = true;
     } else if (f == "--affine-prob") {
@@ -657,6 +668,47 @@ at::Tensor dice_per_class(const at::Tensor& pred, const at::Tensor& label, int64
 // weights_only=True. torch::pickle_save tags typed containers with
 // torch.jit._pickle.restore_type_tag, which weights_only refuses, so the pickler runs here with
 // tag_aggregates = false.
+// A state dict saved by torch.save (zip format) as a plain dict, or by save_tensor_dict:
+// {name: tensor}, or such a dict under "state_dict" / "model". LibTorch's unpickler does not
+// build Python OrderedDicts (what state_dict() returns), so those must be re-saved as dict(...).
+// Throws naming the file.
+std::map<std::string, at::Tensor> load_tensor_dict(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("--init: cannot read " + path);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  c10::IValue v;
+  try {
+    v = torch::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    why = why.substr(0, why.find('\n'));
+    throw std::runtime_error(
+        "--init: cannot read " + path + " (" + why + "). LibTorch reads plain dicts only, not the "
+        "OrderedDict that state_dict() returns: re-save it in Python with "
+        "torch.save(dict(torch.load(path)), new_path)");
+  }
+  for (int depth = 0; depth < 2 && v.isGenericDict(); ++depth) {
+    const auto d = v.toGenericDict();
+    bool wrapped = false;
+    for (const char* key : {"state_dict", "model"}) {
+      if (d.contains(key) && d.at(key).isGenericDict()) {
+        v = d.at(key);
+        wrapped = true;
+        break;
+      }
+    }
+    if (!wrapped) break;
+  }
+  if (!v.isGenericDict()) throw std::runtime_error("--init: " + path + " does not hold a dict");
+  std::map<std::string, at::Tensor> out;
+  for (const auto& kv : v.toGenericDict()) {
+    if (!kv.key().isString() || !kv.value().isTensor())
+      throw std::runtime_error("--init: " + path + " must map names to tensors");
+    out[kv.key().toStringRef()] = kv.value().toTensor();
+  }
+  return out;
+}
+
 void save_tensor_dict(const std::string& path, const std::map<std::string, at::Tensor>& tensors) {
   c10::Dict<std::string, at::Tensor> dict;
   for (const auto& [k, v] : tensors) dict.insert(k, v.detach().to(at::kCPU).contiguous());
@@ -801,6 +853,11 @@ int run(const Args& args) {
   mo.feature_size = feature;
   mo.use_checkpoint = args.use_checkpoint;
   voxaug::models::SwinUNETR model(mo);
+  if (!args.init.empty()) {
+    torch::NoGradGuard ng;
+    const size_t n = voxaug::models::load_state_dict(*model, load_tensor_dict(args.init));
+    std::printf("init: %zu tensors from %s\n", n, args.init.c_str());
+  }
   model->to(device);
   int64_t nparam = 0;
   for (const auto& p : model->parameters()) nparam += p.numel();

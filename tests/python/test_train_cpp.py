@@ -250,6 +250,36 @@ def test_msd_directory(tmp_path):
     assert len(rows) == 1 and 0.0 <= float(rows[-1]["val_dice"]) <= 1.0
 
 
+def test_init_from_a_monai_checkpoint(tmp_path):
+    # torch.save of a MONAI SwinUNETR's state dict (a plain dict under "state_dict") as the starting
+    # weights: with lr 1e-12 the trained net's forward on the fixed input equals MONAI's on those
+    # weights; a checkpoint of another shape is refused with the key named.
+    monai_nets = pytest.importorskip("monai.networks.nets")
+    torch.manual_seed(11)
+    net = monai_nets.SwinUNETR(in_channels=1, out_channels=3, feature_size=12)
+    torch.save({"state_dict": dict(net.state_dict())}, tmp_path / "monai.pt")
+    out = tmp_path / "out"
+    r = run([*TINY, "--dataset", "phantom", "--steps", "1", "--lr", "1e-12", "--weight-decay", "0",
+             "--val-every", "1", "--init", str(tmp_path / "monai.pt"), "--check-forward", "--no-checkpoint-files",
+             "--out", str(out)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"init: {len(net.state_dict())} tensors from" in r.stdout, r.stdout
+    check = torch.load(out / "forward_check.pt")
+    net.eval()
+    with torch.no_grad():
+        ref = net(check["input"])
+    torch.testing.assert_close(check["output"], ref, rtol=1e-4, atol=1e-4 * ref.abs().max().item())
+    other = monai_nets.SwinUNETR(in_channels=1, out_channels=4, feature_size=12)
+    torch.save(dict(other.state_dict()), tmp_path / "four.pt")
+    r = run([*TINY, "--steps", "1", "--init", str(tmp_path / "four.pt"), "--out", str(tmp_path / "o2")])
+    assert r.returncode != 0 and "out.conv.conv" in r.stderr, r.stderr
+    r = run([*TINY, "--init", str(tmp_path / "missing.pt")])
+    assert r.returncode != 0 and "--init" in r.stderr
+    torch.save(net.state_dict(), tmp_path / "ordered.pt")  # an OrderedDict: the fix is named
+    r = run([*TINY, "--steps", "1", "--init", str(tmp_path / "ordered.pt"), "--out", str(tmp_path / "o3")])
+    assert r.returncode != 0 and "torch.save(dict(torch.load(path)), new_path)" in r.stderr, r.stderr
+
+
 def test_heavy_chain_and_builtin_png(tmp_path):
     # Every heavy step on every patch (RandAffine + elastic in the crop's gather, noise after),
     # the PNGs through the built-in writer (the path taken where libpng is missing).
