@@ -25,7 +25,8 @@ Cases
       1x1x224x224x160 and on 2x1x128^3 (voxaug in one call, MONAI looping over the samples); bar
       (issue 5): >= 3x MONAI on CPU. `--only intensity-new` runs only these.
   (h) crop: RandCropByPosNegLabeld (96^3 patches, num_samples 4, image + label) on ch2 + aal vs
-      MONAI's, without and with MONAI's precomputed indices (FgBgToIndicesd, outside the
+      MONAI's, without and with precomputed candidates (FgBgToIndicesd; voxaug's keeps chunk
+      counts; both outside the
       timing), and vs TorchIO's LabelSampler (4 patches from a Subject); RandCropByLabelClassesd
       (all 117 AAL classes) and RandWeightedCropd (ch2 as the weight map) vs MONAI's; voxaug's
       LabelSampler / WeightedSampler vs TorchIO's (the "vs TorchIO" rows: "monai ms" is TorchIO), and
@@ -550,6 +551,16 @@ def crop_rows(device, args):
         return stack(m_i({"image": x1, "label": lab[0], **idx}))
 
     rows.append(run_case("(h) ...d, MONAI precomputed", img, monai_indexed, voxaug_call, check_patches, device,
+                         sub))
+    # Both caching: voxaug's FgBgToIndicesd keeps chunk counts (no scan of the volume per draw).
+    v_idx = vc.FgBgToIndicesd("label")({"label": lab})
+    v_i = vc.RandCropByPosNegLabeld(keys, "label", (96, 96, 96), pos=1, neg=1, num_samples=4, seed=SEED,
+                                    fg_indices_key="label_fg_indices", bg_indices_key="label_bg_indices")
+
+    def voxaug_indexed(xb):
+        return torch.cat([o["image"] for o in v_i({"image": xb, "label": lab, **v_idx})])[None]
+
+    rows.append(run_case("(h) ...d, both precomputed", img, monai_indexed, voxaug_indexed, check_patches, device,
                          sub))
     if tio is not None:
         sampler = tio.LabelSampler(patch_size=96, label_name="label", label_probabilities={0: 1, 1: 1})
