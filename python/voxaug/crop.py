@@ -30,7 +30,7 @@ __all__ = [
     "RandCropByPosNegLabel", "RandCropByPosNegLabeld", "RandCropByLabelClasses", "RandCropByLabelClassesd",
     "RandWeightedCrop", "RandWeightedCropd", "RandSpatialCrop", "RandSpatialCropd", "RandSpatialCropSamples",
     "RandSpatialCropSamplesd", "UniformSampler", "WeightedSampler", "LabelSampler", "extract_patches",
-    "flush_checks", "PatchQueue", "CropCounts", "FgBgToIndicesd",
+    "flush_checks", "PatchQueue", "CropCounts", "FgBgToIndicesd", "ClassesToIndicesd",
 ]
 
 FOREGROUND, ARGMAX, ONE_HOT = 0, 1, 2  # label forms of torch.ops.voxaug.class_crop_centers
@@ -181,18 +181,28 @@ class CropCounts:
     ones the uncached draw gives. Valid while the label and image keep their values and memory
     layout (as MONAI's cached indices)."""
 
-    def __init__(self, counts: torch.Tensor, image_key: Optional[Hashable], image_threshold: float):
+    def __init__(self, counts: torch.Tensor, image_key: Optional[Hashable], image_threshold: float,
+                 form: int = FOREGROUND):
         self.counts, self.image_key, self.image_threshold = counts, image_key, float(image_threshold)
+        self.form = int(form)  # FOREGROUND (pos / neg, 2 classes), ARGMAX or ONE_HOT
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.counts.shape[2])
 
     @staticmethod
-    def of(label: Any, image: Any = None, image_threshold: float = 0.0, image_key: Optional[Hashable] = None):
+    def of(label: Any, image: Any = None, image_threshold: float = 0.0, image_key: Optional[Hashable] = None,
+           num_classes: Optional[int] = None, classes: bool = False):
+        """Counts for RandCropByPosNegLabel (default: foreground / background) or, with
+        ``classes=True``, for RandCropByLabelClasses (argmax label with ``num_classes``, or one-hot)."""
         lab = _as_batch(label)[0]
         img = None if image is None else _as_batch(image)[0]
-        counts = torch.ops.voxaug.class_crop_counts(lab, img, float(image_threshold), FOREGROUND, 2)
-        return CropCounts(counts, image_key, image_threshold)
+        form, k = _class_form(lab, num_classes) if classes else (FOREGROUND, 2)
+        counts = torch.ops.voxaug.class_crop_counts(lab, img, float(image_threshold), form, k)
+        return CropCounts(counts, image_key, image_threshold, form)
 
     def __repr__(self) -> str:
-        return (f"CropCounts(shape={tuple(self.counts.shape)}, device={self.counts.device}, "
+        return (f"CropCounts(shape={tuple(self.counts.shape)}, form={self.form}, device={self.counts.device}, "
                 f"image_key={self.image_key!r}, image_threshold={self.image_threshold})")
 
 
@@ -225,6 +235,35 @@ class FgBgToIndicesd:
         return d
 
 
+class ClassesToIndicesd:
+    """MONAI ClassesToIndicesd(keys, indices_postfix, num_classes, image_key, image_threshold): for
+    each label key stores under ``key + indices_postfix`` a :class:`CropCounts` of the classes
+    (argmax label with `num_classes`, or one-hot) that voxaug's
+    RandCropByLabelClassesd(indices_key=...) reads. ``output_shape`` is accepted and ignored;
+    ``max_samples_per_class`` is refused (voxaug keeps no index lists to subsample)."""
+
+    def __init__(self, keys, indices_postfix: str = "_cls_indices", num_classes: Optional[int] = None,
+                 image_key: Optional[str] = None, image_threshold: float = 0.0, output_shape=None,
+                 max_samples_per_class: Optional[int] = None, allow_missing_keys: bool = False):
+        if max_samples_per_class is not None:
+            raise NotImplementedError("max_samples_per_class: voxaug keeps no index lists to subsample")
+        self.keys, self.indices_postfix, self.num_classes = _keys(keys), indices_postfix, num_classes
+        self.image_key, self.image_threshold = image_key, float(image_threshold)
+        self.allow_missing_keys = allow_missing_keys
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
+        d = dict(data)
+        image = d[self.image_key] if self.image_key is not None else None
+        for key in self.keys:
+            if key not in d:
+                if self.allow_missing_keys:
+                    continue
+                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+            d[f"{key}{self.indices_postfix}"] = CropCounts.of(d[key], image, self.image_threshold, self.image_key,
+                                                              self.num_classes, classes=True)
+        return d
+
+
 def _counts_arg(fg: Any, bg: Any, what: str) -> Optional[CropCounts]:
     """The CropCounts behind MONAI's fg / bg indices arguments (both, one, or neither given)."""
     given = [v for v in (fg, bg) if v is not None]
@@ -236,6 +275,12 @@ def _counts_arg(fg: Any, bg: Any, what: str) -> Optional[CropCounts]:
     if len(given) == 2 and given[0] is not given[1]:
         raise ValueError(f"{what}: the foreground and background entries must be the same CropCounts")
     return given[0]
+
+
+def _check_counts_form(counts: CropCounts, form: int, k: int, what: str) -> None:
+    if counts.form != form or counts.num_classes != k:
+        raise ValueError(f"{what}: these CropCounts were made for label form {counts.form} with "
+                         f"{counts.num_classes} classes, the crop needs form {form} with {k}")
 
 
 # ---------------- RandCropByPosNegLabel ----------------
@@ -275,6 +320,8 @@ class RandCropByPosNegLabel(_Randomizable):
         img = None if image is None else _as_batch(image)[0]
         size = _crop_size(self.spatial_size, lab.shape[2:], self.allow_smaller)
         seed = self._next_seed() if seed is None else int(seed)
+        if counts is not None:
+            _check_counts_form(counts, FOREGROUND, 2, "fg_indices / bg_indices")
         thr = self.image_threshold if counts is None else counts.image_threshold
         centers = torch.ops.voxaug.pos_neg_crop_centers(lab, img, thr, self.pos_ratio, self.num_samples, list(size),
                                                         _key(seed), int(first_sample),
@@ -406,17 +453,17 @@ class RandCropByLabelClasses(_Randomizable):
     (`warn`). Argmax labels (one channel, `num_classes` required) and one-hot labels (a class per
     channel) as MONAI. When no class with a positive ratio is present MONAI raises; voxaug raises
     the same way on the CPU, and on CUDA (where that would need a host sync) warns once the
-    counts have arrived and draws a present class uniformly. `indices` /
-    `max_samples_per_class` are refused (voxaug keeps no index lists)."""
+    counts have arrived and draws a present class uniformly. `indices`: a :class:`CropCounts`
+    of this label (``CropCounts.of(label, image, thr, num_classes=K, classes=True)`` or
+    ClassesToIndicesd) skips the scan of the volume (its image and threshold define the
+    candidates); MONAI's index lists and `max_samples_per_class` are refused."""
 
     def __init__(self, spatial_size, ratios: Optional[Sequence[float]] = None, label: Optional[torch.Tensor] = None,
                  num_classes: Optional[int] = None, num_samples: int = 1, image: Optional[torch.Tensor] = None,
                  image_threshold: float = 0.0, indices=None, allow_smaller: bool = False, warn: bool = True,
                  max_samples_per_class: Optional[int] = None, lazy: bool = False, seed: Optional[int] = None):
         super().__init__(seed)
-        if indices is not None:
-            raise NotImplementedError("indices: voxaug counts the classes on the device and needs no precomputed "
-                                      "index lists")
+        self.counts = _counts_arg(indices, None, "indices")
         if max_samples_per_class is not None:
             raise NotImplementedError("max_samples_per_class: voxaug keeps no index lists to subsample")
         if lazy:
@@ -448,9 +495,11 @@ class RandCropByLabelClasses(_Randomizable):
         return fn
 
     def draw_centers(self, label: torch.Tensor, image: Optional[torch.Tensor] = None, seed: Optional[int] = None,
-                     first_sample: int = 0) -> tuple[torch.Tensor, tuple[int, int, int]]:
+                     first_sample: int = 0, cached: Optional[CropCounts] = None,
+                     ) -> tuple[torch.Tensor, tuple[int, int, int]]:
         """(centres (N, num_samples, 3) int64 on the label's device, crop size); on the CPU also
-        checks MONAI's warnings / error; on CUDA they are deferred (no host sync)."""
+        checks MONAI's warnings / error; on CUDA they are deferred (no host sync). With `cached`,
+        `image` must be the image they were counted with and their threshold applies."""
         _poll()
         lab = _as_batch(label)[0]
         img = None if image is None else _as_batch(image)[0]
@@ -458,24 +507,27 @@ class RandCropByLabelClasses(_Randomizable):
         ratios = _class_ratios(self.ratios, k)
         size = _crop_size(self.spatial_size, lab.shape[2:], self.allow_smaller)
         seed = self._next_seed() if seed is None else int(seed)
-        centers, counts = torch.ops.voxaug.class_crop_centers(lab, img, self.image_threshold, form, ratios,
-                                                              self.num_samples, list(size), [], _key(seed),
-                                                              int(first_sample), 0)
+        thr = self.image_threshold
+        if cached is not None:
+            _check_counts_form(cached, form, k, "indices")
+            thr = cached.image_threshold
+        centers, counts = torch.ops.voxaug.class_crop_centers(lab, img, thr, form, ratios, self.num_samples,
+                                                              list(size), [], _key(seed), int(first_sample), 0,
+                                                              None if cached is None else cached.counts)
         self.class_counts = counts
         _PendingCheck(counts, self._check(ratios))
         return centers, size
 
     def __call__(self, img: Any, label: Optional[torch.Tensor] = None, image: Optional[torch.Tensor] = None,
                  indices=None, randomize: bool = True, lazy: Optional[bool] = None) -> list:
-        if indices is not None:
-            raise NotImplementedError("indices are not needed by voxaug")
+        cached = _counts_arg(indices, None, "indices") or self.counts
         label = self.label if label is None else label
         image = self.image if image is None else image
         if label is None:
             raise ValueError("label must not be None.")
         x, restore = _as_batch(img)
         if randomize or self.centers is None:
-            self.centers, self._size = self.draw_centers(label, image)
+            self.centers, self._size = self.draw_centers(label, image, cached=cached)
         lab_shape = _as_batch(label)[0].shape[2:]
         if tuple(x.shape[2:]) != tuple(lab_shape):
             raise ValueError(f"img and label must have the same spatial size, got {tuple(x.shape[2:])} and "
@@ -487,7 +539,8 @@ class RandCropByLabelClasses(_Randomizable):
 class RandCropByLabelClassesd(_Randomizable):
     """MONAI RandCropByLabelClassesd(keys, label_key, spatial_size, ratios, num_classes,
     num_samples, image_key, image_threshold, allow_smaller, warn): one draw of centres, the same
-    crops for every key."""
+    crops for every key. ``indices_key`` names the :class:`CropCounts` that
+    voxaug.crop.ClassesToIndicesd stored (skips the scan of the volume, the same centres)."""
 
     def __init__(self, keys, label_key: str, spatial_size, ratios: Optional[Sequence[float]] = None,
                  num_classes: Optional[int] = None, num_samples: int = 1, image_key: Optional[str] = None,
@@ -495,17 +548,22 @@ class RandCropByLabelClassesd(_Randomizable):
                  allow_missing_keys: bool = False, warn: bool = True, max_samples_per_class: Optional[int] = None,
                  lazy: bool = False, seed: Optional[int] = None):
         super().__init__(seed)
-        if indices_key is not None:
-            raise NotImplementedError("indices_key: voxaug counts the classes on the device")
         self.keys, self.label_key, self.image_key = _keys(keys), label_key, image_key
+        self.indices_key = indices_key
         self.allow_missing_keys = allow_missing_keys
         self.cropper = RandCropByLabelClasses(spatial_size, ratios, None, num_classes, num_samples, None,
                                               image_threshold, None, allow_smaller, warn, max_samples_per_class, lazy)
 
     def __call__(self, data: Mapping[Hashable, Any]) -> list[dict]:
         d = dict(data)
-        image = d[self.image_key] if self.image_key is not None else None
-        centers, size = self.cropper.draw_centers(d[self.label_key], image, seed=self._next_seed())
+        image, cached = d[self.image_key] if self.image_key is not None else None, None
+        if self.indices_key is not None:
+            if self.indices_key not in d:
+                raise KeyError(f"{self.indices_key!r} (indices_key) is not in the data: run "
+                               "voxaug.crop.ClassesToIndicesd first")
+            cached = _counts_arg(d[self.indices_key], None, "indices_key")
+            image = d[cached.image_key] if cached.image_key is not None else None
+        centers, size = self.cropper.draw_centers(d[self.label_key], image, seed=self._next_seed(), cached=cached)
         self.cropper.centers, self.cropper._size = centers, size
         return _dict_crops(d, self.keys, self.allow_missing_keys, centers, size, self.cropper.num_samples)
 

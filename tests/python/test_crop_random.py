@@ -170,7 +170,7 @@ def test_label_classes_bad_inputs():
         C.RandCropByLabelClasses(4, ratios=[1, 1], num_classes=4).draw_centers(lab)
     with pytest.raises(ValueError, match="negative"):
         C.RandCropByLabelClasses(4, ratios=[1, -1], num_classes=2)
-    with pytest.raises(NotImplementedError, match="indices"):
+    with pytest.raises(TypeError, match="indices"):  # MONAI's index lists: voxaug caches counts
         C.RandCropByLabelClasses(4, indices=[np.array([1])])
     with pytest.raises(NotImplementedError, match="max_samples_per_class"):
         C.RandCropByLabelClasses(4, max_samples_per_class=10)
@@ -184,6 +184,35 @@ def test_label_classes_bad_inputs():
         torch.ops.voxaug.class_crop_centers(lab, None, 0.0, 7, [1.0], 1, None, [], 1)
     with pytest.raises(ValueError, match="same spatial size"):
         C.RandCropByLabelClasses(4, num_classes=4, seed=1)(torch.ones(1, 20, 22, 23), label=lab[0])
+
+
+@pytest.mark.parametrize("one_hot", [False, True])
+def test_label_classes_cached_counts_give_the_same_centres(one_hot):
+    lab = _classes_label((2, 1, 30, 26, 28))
+    img = torch.rand(2, 1, 30, 26, 28, generator=torch.Generator().manual_seed(9))
+    if one_hot:
+        lab = torch.cat([(lab == k) for k in range(4)], 1).to(torch.uint8)
+    kw = dict(ratios=[1, 2, 3, 4], num_classes=None if one_hot else 4, num_samples=6, image_threshold=0.2)
+    cc = C.CropCounts.of(lab, img, 0.2, num_classes=None if one_hot else 4, classes=True)
+    assert cc.counts.shape[2] == 4 and cc.form == (C.ONE_HOT if one_hot else C.ARGMAX)
+    a, _ = C.RandCropByLabelClasses((6, 6, 6), **kw).draw_centers(lab, img, seed=4)
+    t = C.RandCropByLabelClasses((6, 6, 6), **kw)
+    b, _ = t.draw_centers(lab, img, seed=4, cached=cc)
+    assert torch.equal(a, b)
+    # Per-class totals (returned with the centres) equal the cached counts summed over chunks.
+    assert torch.equal(t.class_counts, cc.counts.sum(1))
+    # The dictionary form through ClassesToIndicesd.
+    d = {"image": img[0], "label": lab[0]}
+    dk = dict(keys=["image", "label"], label_key="label", spatial_size=(6, 6, 6), image_key="image", **kw)
+    plain = C.RandCropByLabelClassesd(**dk, seed=2)(d)
+    cached = C.ClassesToIndicesd("label", num_classes=None if one_hot else 4, image_key="image",
+                                 image_threshold=0.2)(d)
+    fast = C.RandCropByLabelClassesd(**dk, indices_key="label_cls_indices", seed=2)(cached)
+    for p, f in zip(plain, fast):
+        assert torch.equal(p["image"], f["image"]) and torch.equal(p["label"], f["label"])
+    # Counts of another form are refused.
+    with pytest.raises(ValueError, match="made for label form"):
+        C.RandCropByLabelClasses((6, 6, 6), **kw).draw_centers(lab, img, seed=4, cached=C.CropCounts.of(lab))
 
 
 def test_label_classes_dict_on_ch2_aal():
