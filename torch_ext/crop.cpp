@@ -63,7 +63,7 @@ void check_image(const at::Tensor& label, const std::optional<at::Tensor>& image
 
 // The scan chunks of a label (class_crop_counts' second dimension).
 int64_t count_chunks(const at::Tensor& label) {
-  return (label.size(2) * label.size(3) * label.size(4) + kCropCountChunk - 1) / kCropCountChunk;
+  return class_crop_chunks(label.size(2), label.size(3), label.size(4));
 }
 
 // Cached counts (class_crop_counts of this label): (N, chunks, K) int64 on the label's device.

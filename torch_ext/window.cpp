@@ -518,9 +518,9 @@ at::Tensor SlidingWindowInferer::graphed(const at::Tensor& inputs, const Predict
                                     inputs.size(3), inputs.size(4),
                                     static_cast<int64_t>(inputs.scalar_type()),
                                     inputs.device().index()};
-  std::shared_ptr<Graph>& g = graphs_[key];
   const c10::cuda::CUDAGuard guard(inputs.device());
-  if (!g) {
+  auto found = graphs_.find(key);
+  if (found == graphs_.end()) {
     auto entry = std::make_shared<Graph>();
     entry->input = inputs.clone();
     const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
@@ -551,11 +551,12 @@ at::Tensor SlidingWindowInferer::graphed(const at::Tensor& inputs, const Predict
       done.record(side);
     }
     done.block(current);
-    g = entry;
+    found = graphs_.emplace(key, entry).first;  // only a completed capture is kept
   }
-  g->input.copy_(inputs);
-  g->graph.replay();
-  return g->output.clone();
+  Graph& g = *found->second;
+  g.input.copy_(inputs);
+  g.graph.replay();
+  return g.output.clone();
 #endif
 }
 

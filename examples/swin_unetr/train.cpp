@@ -49,7 +49,6 @@
 #include "train_data.h"
 #include "train_png.h"
 #include "voxaug/sliding_window.h"
-#include "voxaug/torch_ops.h"
 
 namespace fs = std::filesystem;
 using voxaug::train::Dataset;
@@ -597,15 +596,20 @@ struct Augmenter {
     }
     at::Tensor img = imgs.size() == 1 ? imgs[0] : at::cat(imgs);
     at::Tensor lbl = lbls.size() == 1 ? lbls[0] : at::cat(lbls);
+    // The intensity steps update the batch in place: it is this step's own buffer.
+    static auto shift_op =
+        op_handle<void(at::Tensor&, double, double, double, int64_t, bool, int64_t)>(
+            "voxaug::rand_shift_intensity_");
+    static auto noise_op =
+        op_handle<void(at::Tensor&, double, double, bool, double, int64_t, int64_t)>(
+            "voxaug::rand_gaussian_noise_");
     if (args.shift_prob > 0 && args.shift_offset > 0) {
-      img = voxaug::ops::rand_shift_intensity(img, -args.shift_offset, args.shift_offset,
-                                              args.shift_prob,
-                                              static_cast<int64_t>(splitmix64(key ^ 0x5bd1e995) >> 1),
-                                              false, 0);
+      shift_op.call(img, -args.shift_offset, args.shift_offset, args.shift_prob,
+                    static_cast<int64_t>(splitmix64(key ^ 0x5bd1e995) >> 1), false, 0);
     }
     if (args.noise_prob.value_or(0.0) > 0.0 && args.noise_std > 0.0) {
-      img = voxaug::ops::rand_gaussian_noise(img, 0.0, args.noise_std, false, *args.noise_prob,
-                                             static_cast<int64_t>(splitmix64(key ^ 0x27d4eb2f) >> 1));
+      noise_op.call(img, 0.0, args.noise_std, false, *args.noise_prob,
+                    static_cast<int64_t>(splitmix64(key ^ 0x27d4eb2f) >> 1), 0);
     }
     return {img, lbl};
   }

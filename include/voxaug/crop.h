@@ -83,14 +83,16 @@ void class_crop_centers(const VolumeView& label, const VolumeView* image, double
                         int64_t* class_counts, cudaStream_t stream = nullptr,
                         const int64_t* cached_counts = nullptr);
 
-// The scan chunks of a label: candidates are counted per chunk of this many voxels in the
-// label's memory order (the layout of class_crop_counts).
+// The scan chunks of a label of d x h x w voxels: candidates are counted per chunk of this many
+// voxels in the label's memory order (the layout of class_crop_counts; every sampler scans so).
 constexpr int64_t kCropCountChunk = 4096;
-int64_t class_crop_chunks(const VolumeView& label);
+inline int64_t class_crop_chunks(int64_t d, int64_t h, int64_t w) {
+  return (d * h * w + kCropCountChunk - 1) / kCropCountChunk;
+}
 
 // The counting pass of class_crop_centers alone, to cache once per volume (what MONAI's
 // FgBgToIndices / ClassesToIndices precompute; voxaug keeps counts, not index lists): writes
-// `counts` (N x class_crop_chunks(label) x num_classes int64, on the label's device): the
+// `counts` (N x class_crop_chunks(D, H, W) x num_classes int64, on the label's device): the
 // candidates of each class in each chunk, over the whole volume. They stay valid while the label
 // and image keep their values and memory layout. CUDA: stream-ordered, no host synchronisation.
 void class_crop_counts(const VolumeView& label, const VolumeView* image, double image_threshold,

@@ -230,7 +230,7 @@ void fill_center_params(CenterParams& p, const int64_t size[3], const CropCenter
   p.seed = opt.seed;
   p.first_sample = static_cast<uint32_t>(opt.first_sample);
   p.first_crop = static_cast<uint64_t>(opt.first_crop);
-  p.chunks = (size[0] * size[1] * size[2] + kCenterChunk - 1) / kCenterChunk;
+  p.chunks = class_crop_chunks(size[0], size[1], size[2]);
   for (int a = 0; a < 3; ++a) p.perm[a] = a;
 }
 
@@ -392,11 +392,6 @@ detail::CenterParams class_params(const VolumeView& label, const VolumeView* ima
 }  // namespace
 
 static_assert(kCropCountChunk == detail::kCenterChunk, "the public chunk size is the scan's");
-
-int64_t class_crop_chunks(const VolumeView& label) {
-  return (label.shape[2] * label.shape[3] * label.shape[4] + kCropCountChunk - 1) /
-         kCropCountChunk;
-}
 
 void class_crop_counts(const VolumeView& label, const VolumeView* image, double image_threshold,
                        CropLabelForm form, int num_classes, int64_t* counts, cudaStream_t stream) {

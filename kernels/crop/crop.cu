@@ -248,6 +248,14 @@ void upload_ratios(double* dst, const double* host, int count, cudaStream_t stre
   }
 }
 
+// The counting pass: one block per (chunk, sample).
+void launch_class_count(const CenterParams& p, int64_t batch, int64_t* counts, cudaStream_t stream) {
+  const size_t smem =
+      p.num_classes > kRegisterClasses ? size_t(p.num_classes) * sizeof(unsigned int) : 0;
+  class_count<<<dim3(unsigned(p.chunks), unsigned(batch)), 256, smem, stream>>>(p, counts);
+  VOXAUG_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void class_centers_cuda(const CenterParams& p_in, int64_t batch, int64_t* centers,
@@ -271,11 +279,7 @@ void class_centers_cuda(const CenterParams& p_in, int64_t batch, int64_t* center
   const int64_t* counts = cached_counts ? cached_counts : own_counts;
   int64_t* totals =
       class_counts ? class_counts : reinterpret_cast<int64_t*>(buf + ratio_bytes + counts_bytes);
-  if (cached_counts == nullptr) {
-    const size_t smem = K > kRegisterClasses ? size_t(K) * sizeof(unsigned int) : 0;
-    class_count<<<dim3(unsigned(p.chunks), unsigned(batch)), 256, smem, stream>>>(p, own_counts);
-    VOXAUG_CUDA_CHECK_LAUNCH();
-  }
+  if (cached_counts == nullptr) launch_class_count(p, batch, own_counts, stream);
   class_totals<<<blocks_for(batch * K, 128), 128, 0, stream>>>(p, batch, counts, totals);
   VOXAUG_CUDA_CHECK_LAUNCH();
   class_pick<<<blocks_for(batch * p.num_samples, 128), 128, 0, stream>>>(p, batch, counts, totals,
@@ -289,9 +293,7 @@ void class_counts_cuda(const CenterParams& p, int64_t batch, int64_t* counts, in
   VOXAUG_EXPECTS(batch <= 65535, "class_crop_counts on CUDA: at most 65535 samples per call");
   VOXAUG_EXPECTS(p.chunks <= 0x7fffffff, "class_crop_counts on CUDA: volume too large");
   CudaDeviceGuard guard(device);
-  const size_t smem = p.num_classes > kRegisterClasses ? size_t(p.num_classes) * sizeof(unsigned int) : 0;
-  class_count<<<dim3(unsigned(p.chunks), unsigned(batch)), 256, smem, stream>>>(p, counts);
-  VOXAUG_CUDA_CHECK_LAUNCH();
+  launch_class_count(p, batch, counts, stream);
 }
 
 void weighted_centers_cuda(const CenterParams& p, int64_t batch, int64_t* centers, double* stats,

@@ -653,20 +653,20 @@ VOXAUG_FORCEINLINE void resample_items(const ResampleForward<Acc>& f,
   const int64_t W = f.p.out_size[2], H = f.p.out_size[1], D = f.p.out_size[0];
   RowCoords<Acc> rc;
   BSplineRowTaps<Acc> taps;
-  // Items run in blocks of kRowBlock output rows along h, every d inside a block (item i ->
+  // Items run in blocks of row_block output rows along h, every d inside a block (item i ->
   // block b, then d, then the row within the block): rows neighbouring in d are computed a
   // few rows apart instead of a whole plane apart, so a rotated map reuses its input lines
   // from cache. Every voxel is still computed once, by the same arithmetic.
   // Exact maps (signed permutations: whole input lines copied) keep the plain (d, h) order,
   // so the output is written sequentially.
-  const int64_t kRowBlock = st.exact ? std::max<int64_t>(H, 1) : 16;
-  const int64_t block_items = kRowBlock * D * W;
+  const int64_t row_block = st.exact ? std::max<int64_t>(H, 1) : 16;
+  const int64_t block_items = row_block * D * W;
   int64_t i = begin;
   while (i < end) {
     const int64_t b = i / block_items, within = i - b * block_items;
-    const int64_t rows = std::min(kRowBlock, H - b * kRowBlock);
+    const int64_t rows = std::min(row_block, H - b * row_block);
     const int64_t r = within / W, ow = within - r * W;
-    const int64_t od = r / rows, oh = b * kRowBlock + (r - od * rows);
+    const int64_t od = r / rows, oh = b * row_block + (r - od * rows);
     const int cnt = static_cast<int>(std::min({W - ow, end - i, kResampleRow}));
     bool have_coords = false;
     for (int k = 0; k < f.p.num_targets; ++k) {

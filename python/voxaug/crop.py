@@ -206,20 +206,19 @@ class CropCounts:
                 f"image_key={self.image_key!r}, image_threshold={self.image_threshold})")
 
 
-class FgBgToIndicesd:
-    """MONAI FgBgToIndicesd(keys, fg_postfix, bg_postfix, image_key, image_threshold): for each
-    label key stores, under ``key + fg_postfix`` and ``key + bg_postfix``, one :class:`CropCounts`
-    (not index arrays) that voxaug's RandCropByPosNegLabeld(fg_indices_key=..., bg_indices_key=...)
-    reads, as MONAI's fast-training pipeline caches its indices. ``output_shape`` is accepted and
-    ignored (MONAI uses it to unravel indices)."""
+class _CountsToKeys:
+    """The loop of FgBgToIndicesd / ClassesToIndicesd: for each label key, one CropCounts
+    (counted with data[image_key] when given) stored under the names ``_names(key)``."""
 
-    def __init__(self, keys, fg_postfix: str = "_fg_indices", bg_postfix: str = "_bg_indices",
-                 image_key: Optional[str] = None, image_threshold: float = 0.0, output_shape=None,
-                 allow_missing_keys: bool = False):
-        self.keys = _keys(keys)
-        self.fg_postfix, self.bg_postfix = fg_postfix, bg_postfix
-        self.image_key, self.image_threshold = image_key, float(image_threshold)
-        self.allow_missing_keys = allow_missing_keys
+    def __init__(self, keys, image_key: Optional[str], image_threshold: float, allow_missing_keys: bool):
+        self.keys, self.image_key = _keys(keys), image_key
+        self.image_threshold, self.allow_missing_keys = float(image_threshold), allow_missing_keys
+
+    def _counts(self, label: Any, image: Any) -> CropCounts:
+        raise NotImplementedError
+
+    def _names(self, key: Hashable) -> list:
+        raise NotImplementedError
 
     def __call__(self, data: Mapping[Hashable, Any]) -> dict:
         d = dict(data)
@@ -229,13 +228,33 @@ class FgBgToIndicesd:
                 if self.allow_missing_keys:
                     continue
                 raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
-            cc = CropCounts.of(d[key], image, self.image_threshold, self.image_key)
-            d[f"{key}{self.fg_postfix}"] = cc
-            d[f"{key}{self.bg_postfix}"] = cc
+            cc = self._counts(d[key], image)
+            for name in self._names(key):
+                d[name] = cc
         return d
 
 
-class ClassesToIndicesd:
+class FgBgToIndicesd(_CountsToKeys):
+    """MONAI FgBgToIndicesd(keys, fg_postfix, bg_postfix, image_key, image_threshold): for each
+    label key stores, under ``key + fg_postfix`` and ``key + bg_postfix``, one :class:`CropCounts`
+    (not index arrays) that voxaug's RandCropByPosNegLabeld(fg_indices_key=..., bg_indices_key=...)
+    reads, as MONAI's fast-training pipeline caches its indices. ``output_shape`` is accepted and
+    ignored (MONAI uses it to unravel indices)."""
+
+    def __init__(self, keys, fg_postfix: str = "_fg_indices", bg_postfix: str = "_bg_indices",
+                 image_key: Optional[str] = None, image_threshold: float = 0.0, output_shape=None,
+                 allow_missing_keys: bool = False):
+        super().__init__(keys, image_key, image_threshold, allow_missing_keys)
+        self.fg_postfix, self.bg_postfix = fg_postfix, bg_postfix
+
+    def _counts(self, label, image):
+        return CropCounts.of(label, image, self.image_threshold, self.image_key)
+
+    def _names(self, key):
+        return [f"{key}{self.fg_postfix}", f"{key}{self.bg_postfix}"]
+
+
+class ClassesToIndicesd(_CountsToKeys):
     """MONAI ClassesToIndicesd(keys, indices_postfix, num_classes, image_key, image_threshold): for
     each label key stores under ``key + indices_postfix`` a :class:`CropCounts` of the classes
     (argmax label with `num_classes`, or one-hot) that voxaug's
@@ -247,21 +266,14 @@ class ClassesToIndicesd:
                  max_samples_per_class: Optional[int] = None, allow_missing_keys: bool = False):
         if max_samples_per_class is not None:
             raise NotImplementedError("max_samples_per_class: voxaug keeps no index lists to subsample")
-        self.keys, self.indices_postfix, self.num_classes = _keys(keys), indices_postfix, num_classes
-        self.image_key, self.image_threshold = image_key, float(image_threshold)
-        self.allow_missing_keys = allow_missing_keys
+        super().__init__(keys, image_key, image_threshold, allow_missing_keys)
+        self.indices_postfix, self.num_classes = indices_postfix, num_classes
 
-    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
-        d = dict(data)
-        image = d[self.image_key] if self.image_key is not None else None
-        for key in self.keys:
-            if key not in d:
-                if self.allow_missing_keys:
-                    continue
-                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
-            d[f"{key}{self.indices_postfix}"] = CropCounts.of(d[key], image, self.image_threshold, self.image_key,
-                                                              self.num_classes, classes=True)
-        return d
+    def _counts(self, label, image):
+        return CropCounts.of(label, image, self.image_threshold, self.image_key, self.num_classes, classes=True)
+
+    def _names(self, key):
+        return [f"{key}{self.indices_postfix}"]
 
 
 def _counts_arg(fg: Any, bg: Any, what: str) -> Optional[CropCounts]:
@@ -270,11 +282,25 @@ def _counts_arg(fg: Any, bg: Any, what: str) -> Optional[CropCounts]:
     if not given:
         return None
     if not all(isinstance(v, CropCounts) for v in given):
-        raise TypeError(f"{what}: voxaug needs the CropCounts that voxaug.crop.FgBgToIndicesd stores (not MONAI's "
-                        f"index arrays), got {type(given[0]).__name__}")
+        raise TypeError(f"{what}: voxaug needs the CropCounts that voxaug.crop.FgBgToIndicesd / ClassesToIndicesd "
+                        f"store (not MONAI's index arrays), got {type(given[0]).__name__}")
     if len(given) == 2 and given[0] is not given[1]:
         raise ValueError(f"{what}: the foreground and background entries must be the same CropCounts")
     return given[0]
+
+
+def _cached_in(d: Mapping[Hashable, Any], keys: Sequence[Optional[Hashable]], what: str, producer: str,
+               image_key: Optional[Hashable]) -> tuple[Any, Optional[CropCounts]]:
+    """The image and the CropCounts a dictionary crop draws with: d[image_key] and None without
+    cached counts; with them (under `keys`), the counts and the image they were counted with
+    (their image key and threshold define the candidates, as MONAI's indices do)."""
+    for k in keys:
+        if k is not None and k not in d:
+            raise KeyError(f"{k!r} ({what}) is not in the data: run voxaug.crop.{producer} first")
+    vals = [d[k] if k is not None else None for k in keys]
+    counts = _counts_arg(vals[0], vals[1] if len(vals) > 1 else None, what)
+    key = image_key if counts is None else counts.image_key
+    return (d[key] if key is not None else None), counts
 
 
 def _check_counts_form(counts: CropCounts, form: int, k: int, what: str) -> None:
@@ -363,19 +389,8 @@ class RandCropByPosNegLabeld(_Randomizable):
                                              allow_smaller=allow_smaller, lazy=lazy)
 
     def _image_and_counts(self, d: Mapping[Hashable, Any]) -> tuple[Any, Optional[CropCounts]]:
-        keys = [k for k in (self.fg_indices_key, self.bg_indices_key) if k is not None]
-        for k in keys:
-            if k not in d:
-                raise KeyError(f"{k!r} (fg_indices_key / bg_indices_key) is not in the data: run "
-                               "voxaug.crop.FgBgToIndicesd first")
-        counts = _counts_arg(d[self.fg_indices_key] if self.fg_indices_key is not None else None,
-                             d[self.bg_indices_key] if self.bg_indices_key is not None else None,
-                             "fg_indices_key / bg_indices_key")
-        if counts is None:
-            return (d[self.image_key] if self.image_key is not None else None), None
-        # The cached candidates were defined by their own image key and threshold (as MONAI's
-        # indices are); the draw reads that image.
-        return (d[counts.image_key] if counts.image_key is not None else None), counts
+        return _cached_in(d, [self.fg_indices_key, self.bg_indices_key], "fg_indices_key / bg_indices_key",
+                          "FgBgToIndicesd", self.image_key)
 
     def __call__(self, data: Mapping[Hashable, Any]) -> list[dict]:
         d = dict(data)
@@ -556,13 +571,7 @@ class RandCropByLabelClassesd(_Randomizable):
 
     def __call__(self, data: Mapping[Hashable, Any]) -> list[dict]:
         d = dict(data)
-        image, cached = d[self.image_key] if self.image_key is not None else None, None
-        if self.indices_key is not None:
-            if self.indices_key not in d:
-                raise KeyError(f"{self.indices_key!r} (indices_key) is not in the data: run "
-                               "voxaug.crop.ClassesToIndicesd first")
-            cached = _counts_arg(d[self.indices_key], None, "indices_key")
-            image = d[cached.image_key] if cached.image_key is not None else None
+        image, cached = _cached_in(d, [self.indices_key], "indices_key", "ClassesToIndicesd", self.image_key)
         centers, size = self.cropper.draw_centers(d[self.label_key], image, seed=self._next_seed(), cached=cached)
         self.cropper.centers, self.cropper._size = centers, size
         return _dict_crops(d, self.keys, self.allow_missing_keys, centers, size, self.cropper.num_samples)
