@@ -563,20 +563,36 @@ VOXAUG_FORCEINLINE void strided_copy(const void* in, int64_t src0, int64_t src_s
 
 // Rows of a signed-permutation map with integer offset: integer source indices walk with a
 // constant step, each voxel is copied (nearest: bytes; linear: converted) or filled. Returns
-// false where the float path's coordinates would not be exact integers (|values| >= 2^23),
+// false where the float path's coordinates might not stay exact (|values| >= 2^22),
 // leaving those rare maps to the per-voxel path so both sides stay identical.
+// The row's integer source index at j = 0 (`first`) and its step per j, per input axis.
+VOXAUG_FORCEINLINE void exact_row_int(const ResampleParams& p, const KTarget& t,
+                                      const int64_t first[3], const int64_t step[3], int64_t n,
+                                      int64_t od, int64_t oh, int64_t ow0, int64_t cnt);
+
+// 2^22: below it the device's float32 coordinate math is exact, including the half-voxel
+// bounds of reflection without align_corners (x + 0.5) and its fmod / floor(x / span) pair.
+constexpr double kExactBound = 4194304.0;
+
 VOXAUG_FORCEINLINE bool exact_row(const ResampleParams& p, const KTarget& t, const double* m,
                                   int64_t n, int64_t od, int64_t oh, int64_t ow0, int cnt) {
-  const double kExact = 8388608.0;  // 2^23
   int64_t first[3], step[3];
   for (int a = 0; a < 3; ++a) {
     const double* r = m + 4 * a;
     const double v0 = r[0] * od + r[1] * oh + r[2] * ow0 + r[3];
-    if (!(v0 < kExact && v0 > -kExact) || ow0 + cnt >= kExact || t.in_size[a] >= kExact)
+    if (!(v0 < kExactBound && v0 > -kExactBound) || ow0 + cnt >= kExactBound ||
+        t.in_size[a] >= kExactBound)
       return false;
     first[a] = static_cast<int64_t>(v0);
     step[a] = static_cast<int64_t>(r[2]);
   }
+  exact_row_int(p, t, first, step, n, od, oh, ow0, cnt);
+  return true;
+}
+
+VOXAUG_FORCEINLINE void exact_row_int(const ResampleParams& p, const KTarget& t,
+                                      const int64_t first[3], const int64_t step[3], int64_t n,
+                                      int64_t od, int64_t oh, int64_t ow0, int64_t cnt) {
   const Padding pad = static_cast<Padding>(t.padding);
   const bool nearest = static_cast<Interp>(t.mode) == Interp::Nearest;
   const double fill = pad == Padding::Constant ? t.pad_value : 0.0;
@@ -643,6 +659,54 @@ VOXAUG_FORCEINLINE bool exact_row(const ResampleParams& p, const KTarget& t, con
     for (int64_t j = lo; j < hi; ++j) general(j);
   }
   for (int64_t j = hi; j < cnt; ++j) general(j);
+}
+
+// Items [begin, end) of an exact sample, rows in plain (d, h) order with no per-row division
+// or float math: the map's integer coefficients give each row's first source index and step.
+// Returns false (nothing written) when some coordinate of the output box would reach 2^22,
+// where the per-row path decides row by row. The rows are those exact_row copies.
+VOXAUG_FORCEINLINE bool exact_items(const ResampleParams& p, int64_t n, int64_t begin, int64_t end) {
+  const int64_t H = p.out_size[1], W = p.out_size[2];
+  const double* m = p.matrices + 12 * n;
+  if (static_cast<double>(W) >= kExactBound) return false;
+  int64_t coef[3][4];
+  for (int a = 0; a < 3; ++a) {
+    // The largest |coordinate| over the box is at a corner (the map is affine).
+    double most = std::fabs(m[4 * a + 3]);
+    for (int c = 0; c < 3; ++c) {
+      const double size = static_cast<double>(p.out_size[c] - 1);
+      most += std::fabs(m[4 * a + c]) * size;
+      coef[a][c] = static_cast<int64_t>(m[4 * a + c]);
+    }
+    if (!(most < kExactBound)) return false;
+    coef[a][3] = static_cast<int64_t>(m[4 * a + 3]);
+  }
+  for (int k = 0; k < p.num_targets; ++k)
+    for (int a = 0; a < 3; ++a)
+      if (static_cast<double>(p.t[k].in_size[a]) >= kExactBound) return false;
+  const int64_t plane = H * W;
+  int64_t od = begin / plane;
+  int64_t oh = (begin - od * plane) / W;
+  int64_t ow = begin - od * plane - oh * W;
+  for (int64_t i = begin; i < end;) {
+    const int64_t cnt = std::min(W - ow, end - i);
+    int64_t first[3], step[3];
+    for (int a = 0; a < 3; ++a) {
+      first[a] = coef[a][0] * od + coef[a][1] * oh + coef[a][2] * ow + coef[a][3];
+      step[a] = coef[a][2];
+    }
+    for (int k = 0; k < p.num_targets; ++k)
+      exact_row_int(p, p.t[k], first, step, n, od, oh, ow, cnt);
+    i += cnt;
+    ow += cnt;
+    if (ow == W) {
+      ow = 0;
+      if (++oh == H) {
+        oh = 0;
+        ++od;
+      }
+    }
+  }
   return true;
 }
 
@@ -650,6 +714,7 @@ template <class Acc>
 VOXAUG_FORCEINLINE void resample_items(const ResampleForward<Acc>& f,
                                        typename ResampleForward<Acc>::State& st, int64_t n,
                                        int64_t begin, int64_t end) {
+  if (st.exact && exact_items(f.p, n, begin, end)) return;
   const int64_t W = f.p.out_size[2], H = f.p.out_size[1], D = f.p.out_size[0];
   RowCoords<Acc> rc;
   BSplineRowTaps<Acc> taps;

@@ -650,3 +650,33 @@ TEST(ResampleCpu, ExactRowPathEqualsPerVoxelDeviceBody) {
     }
   }
 }
+
+// Exact maps over outputs larger than one host task (2048 voxels, so tasks begin inside a
+// row), and maps whose coordinates reach 2^22 somewhere in the output box (the host then
+// decides row by row, and per voxel where a row's float coordinates might not be exact: with
+// reflection, x + 0.5 is inexact in float32 from 2^22 on).
+TEST(ResampleCpu, ExactPathAcrossTasksAndHugeOffsets) {
+  const Vol iv{2, 1, 6, 40, 31}, ov{2, 1, 5, 33, 29};
+  std::vector<float> img(iv.numel());
+  for (size_t i = 0; i < img.size(); ++i) img[i] = static_cast<float>((i * 104729) % 997) - 400.f;
+  const std::vector<std::vector<double>> maps = {
+      // flip w, identity h, shift d; rot90 in (h, w) with a flip
+      {1, 0, 0, 1, 0, 1, 0, 3, 0, 0, -1, 30, 1, 0, 0, 0, 0, 0, -1, 35, 0, 1, 0, 1},
+      // one axis far outside (rows from 4194290: the box and its last rows reach 2^22; at
+      // 8388600 even x + 0.5 is inexact), the other sample inside
+      {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 4194290, 1, 0, 0, 0, 0, 1, 0, 4, 0, 0, 1, 1},
+      {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 8388600, 1, 0, 0, 0, 0, 1, 0, 4, 0, 0, 1, 1}};
+  for (const auto& m : maps)
+    for (Padding pad : {Padding::Zeros, Padding::Border, Padding::Reflection}) {
+      std::vector<float> row(ov.numel());
+      ResampleTarget t{view(img.data(), DType::Float32, iv), view(row.data(), DType::Float32, ov),
+                       Interp::Linear, pad, 0.0, {}};
+      resample(&t, 1, m.data(), false);
+      bool exact = false;
+      const std::vector<float> voxel =
+          device_body_float32(img, iv, ov, m, Interp::Linear, pad, 0.0, false, &exact);
+      ASSERT_TRUE(exact);
+      EXPECT_EQ(0, std::memcmp(row.data(), voxel.data(), row.size() * 4))
+          << "padding " << static_cast<int>(pad) << " map " << (&m - maps.data());
+    }
+}
