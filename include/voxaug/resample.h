@@ -29,6 +29,11 @@
 
 namespace voxaug {
 
+struct PointwiseStep;  // voxaug/intensity.h
+
+// Most pointwise steps fused into one resample target (ResampleTarget::post).
+constexpr int kMaxResamplePostSteps = 4;
+
 enum class Interp : int32_t { Nearest = 0, Linear = 1, Cubic = 2 };
 enum class Padding : int32_t { Zeros = 0, Border = 1, Reflection = 2, Constant = 3 };
 
@@ -47,6 +52,17 @@ struct ResampleTarget {
   // with the crop's start added to its offset, so a rotated patch reads real voxels at its
   // corners. Forward only (the backward functions need group 1).
   int64_t group = 1;
+  // Pointwise steps applied to this target's values as they are stored: the same bits as
+  // resampling, then pointwise_chain(out, out, post, num_post, post_first_sample), without
+  // the second pass over memory (a crop + flips followed by RandShiftIntensity, say). At most
+  // kMaxResamplePostSteps steps, on one target per launch, whose output is floating and
+  // computes in its own precision (float64 output: float64; otherwise float32, so no float64
+  // target may share the launch). Steps that need neither statistics of their input nor
+  // per-voxel random numbers: scale_intensity_range, shift_intensity and scale_intensity
+  // (fixed, per-sample or random; not channel-wise) and a fixed gamma.
+  const PointwiseStep* post = nullptr;
+  int num_post = 0;
+  uint32_t post_first_sample = 0;
 };
 
 // Cubic B-spline interpolation (Interp::Cubic) interpolates the data, as

@@ -240,7 +240,7 @@ void expect_finite(double v, const std::string& where, const char* name) {
                  where + ": " + name + " must be finite, got " + std::to_string(v));
 }
 
-detail::ChainParams pack(const PointwiseStep* steps, int num_steps) {
+detail::ChainParams pack_impl(const PointwiseStep* steps, int num_steps) {
   validate_pointwise_steps(steps, num_steps);
   detail::ChainParams p{};
   p.num_steps = num_steps;
@@ -535,7 +535,7 @@ void validate_pointwise_steps(const PointwiseStep* steps, int num_steps) {
 
 void pointwise_chain(const VolumeView& in, const VolumeView& out, const PointwiseStep* steps,
                      int num_steps, cudaStream_t stream, uint32_t first_sample) {
-  detail::ChainParams p = pack(steps, num_steps);
+  detail::ChainParams p = detail::pack_chain(steps, num_steps);
   p.first_sample = first_sample;
   p.channels = in.shape[1];
   for (int a = 0; a < 3; ++a) p.dims[a] = in.shape[2 + a];
@@ -557,7 +557,7 @@ void pointwise_chain(const VolumeView& in, const VolumeView& out, const Pointwis
 void pointwise_chain_backward(const VolumeView& grad_out, const VolumeView& in,
                               const VolumeView& grad_in, const PointwiseStep* steps, int num_steps,
                               cudaStream_t stream, uint32_t first_sample) {
-  detail::ChainParams p = pack(steps, num_steps);
+  detail::ChainParams p = detail::pack_chain(steps, num_steps);
   p.first_sample = first_sample;
   p.channels = in.shape[1];
   for (int a = 0; a < 3; ++a) p.dims[a] = in.shape[2 + a];
@@ -586,6 +586,21 @@ void pointwise_chain_backward(const VolumeView& grad_out, const VolumeView& in,
 }
 
 namespace detail {
+ChainParams pack_chain(const PointwiseStep* steps, int num_steps) {
+  return pack_impl(steps, num_steps);
+}
+
+ChainParams pack_chain_for(const VolumeView& data, const PointwiseStep* steps, int num_steps,
+                           uint32_t first_sample) {
+  ChainParams p = pack_impl(steps, num_steps);
+  p.first_sample = first_sample;
+  p.channels = data.shape[1];
+  for (int a = 0; a < 3; ++a) p.dims[a] = data.shape[2 + a];
+  check_batch(data, first_sample);
+  if (data.numel() > 0) check_per_sample_pointers(data, p);
+  return p;
+}
+
 Segments make_segments(const VolumeView& in, bool channel_wise) {
   Segments sg;
   sg.ix = make_indexer(in);

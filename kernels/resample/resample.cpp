@@ -11,7 +11,9 @@
 #include "../deform/deform_kernels.h"
 #include "resample_cpu.h"
 #include "resample_dispatch.h"
+#include "voxaug/detail/pointwise.h"
 #include "voxaug/error.h"
+#include "voxaug/intensity.h"
 
 namespace voxaug {
 namespace detail {
@@ -210,6 +212,46 @@ void backward_matrix_cpu(const detail::ResampleParams& p, int64_t batch, double*
 }  // namespace
 
 namespace {
+// ResampleTarget::post of the targets, validated and packed into p (at most one target).
+void pack_post(const ResampleTarget* targets, int num_targets, Packed& pk) {
+  for (int k = 0; k < num_targets; ++k) {
+    const ResampleTarget& t = targets[k];
+    if (t.post == nullptr && t.num_post == 0) continue;
+    const std::string name = "target " + std::to_string(k);
+    VOXAUG_EXPECTS(pk.p.post_target < 0,
+                   name + ": post steps on target " + std::to_string(pk.p.post_target) + " and " +
+                       std::to_string(k) + "; one target per launch may have them");
+    VOXAUG_EXPECTS(t.post != nullptr && t.num_post >= 1 && t.num_post <= kMaxResamplePostSteps,
+                   name + ": num_post must be in [1, " + std::to_string(kMaxResamplePostSteps) +
+                       "] with post not null, got " + std::to_string(t.num_post));
+    VOXAUG_EXPECTS(is_floating(t.out.dtype), name + ": post steps need a floating output, got " +
+                                                 dtype_name(t.out.dtype));
+    VOXAUG_EXPECTS((t.out.dtype == DType::Float64) == pk.use_double,
+                   name + ": post steps compute in the output's precision, but the launch computes "
+                          "in " + (pk.use_double ? "float64 (a float64 target shares it)" : "float32") +
+                       " and this output is " + dtype_name(t.out.dtype) +
+                       "; resample the targets in separate launches");
+    const detail::ChainParams cp =
+        detail::pack_chain_for(t.out, t.post, t.num_post, t.post_first_sample);
+    for (int s = 0; s < t.num_post; ++s) {
+      const PointwiseOp op = t.post[s].op;
+      const bool stat_free = op == PointwiseOp::ScaleIntensityRange ||
+                             op == PointwiseOp::ShiftIntensity ||
+                             op == PointwiseOp::ScaleIntensity || op == PointwiseOp::Gamma;
+      VOXAUG_EXPECTS(stat_free && !(cp.steps[s].flags & detail::kChannelWise),
+                     name + ": post step " + std::to_string(s) +
+                         " must be scale_intensity_range, shift_intensity, scale_intensity or a "
+                         "fixed gamma, not channel-wise (other steps need statistics of their "
+                         "input or per-voxel random numbers: run pointwise_chain after)");
+      pk.p.post[s] = cp.steps[s];
+    }
+    pk.p.post_target = k;
+    pk.p.num_post = t.num_post;
+    pk.p.post_first_sample = t.post_first_sample;
+    pk.p.post_channels = t.out.shape[1];
+  }
+}
+
 void run_forward(const ResampleTarget* targets, int num_targets, const double* matrices,
                  const DeformField* field, bool align_corners, cudaStream_t stream) {
   Packed pk = pack_targets(targets, num_targets, matrices, align_corners);
@@ -218,6 +260,7 @@ void run_forward(const ResampleTarget* targets, int num_targets, const double* m
                    "target " + std::to_string(k) +
                        ": nearest copies elements, so output dtype must equal input dtype, got " +
                        dtype_name(targets[k].in.dtype) + " -> " + dtype_name(targets[k].out.dtype));
+  pack_post(targets, num_targets, pk);
   if (field != nullptr)
     pk.p.field = detail::pack_field(*field, targets[0].out.shape[0], pk.p.out_size, pk.device,
                                     pk.device_index);
@@ -249,6 +292,8 @@ void resample_backward_input(const ResampleTarget& target, const double* matrice
   VOXAUG_EXPECTS(target.mode != Interp::Cubic,
                  "resample_backward_input: cubic interpolation has no gradient (use linear)");
   VOXAUG_EXPECTS(target.group == 1, "resample_backward_input: group must be 1");
+  VOXAUG_EXPECTS(target.post == nullptr && target.num_post == 0,
+                 "resample_backward_input: post steps are forward only");
   const Packed pk = pack_targets(&target, 1, matrices, align_corners);
   VOXAUG_EXPECTS(is_floating(target.out.dtype),
                  std::string("grad_output must be floating, got ") + dtype_name(target.out.dtype));
@@ -279,6 +324,9 @@ void resample_backward_matrix(const ResampleTarget* targets, int num_targets,
                    "resample_backward_matrix: cubic interpolation has no gradient (use linear)");
   for (int k = 0; k < num_targets; ++k)
     VOXAUG_EXPECTS(targets[k].group == 1, "resample_backward_matrix: group must be 1");
+  for (int k = 0; k < num_targets && targets != nullptr; ++k)
+    VOXAUG_EXPECTS(targets[k].post == nullptr && targets[k].num_post == 0,
+                   "resample_backward_matrix: post steps are forward only");
   const Packed pk = pack_targets(targets, num_targets, matrices, align_corners);
   for (int k = 0; k < num_targets; ++k)
     VOXAUG_EXPECTS(targets[k].mode == Interp::Nearest || is_floating(targets[k].out.dtype),

@@ -661,11 +661,44 @@ VOXAUG_FORCEINLINE void exact_row_int(const ResampleParams& p, const KTarget& t,
   for (int64_t j = hi; j < cnt; ++j) general(j);
 }
 
+// The post steps (ResampleTarget::post) over one finished output row of their target, step
+// by step while the row is in L1: each value read back in the output dtype, as a separate
+// chain pass would read it, and each step the chain's per-element function.
+template <class Acc>
+VOXAUG_FORCEINLINE void post_row(const ResampleForward<Acc>& f,
+                                 const typename ResampleForward<Acc>::State& st, int64_t n,
+                                 int64_t od, int64_t oh, int64_t ow0, int64_t cnt) {
+  const KTarget& t = f.p.t[f.p.post_target];
+  const DType native = std::is_same_v<Acc, double> ? DType::Float64 : DType::Float32;
+  for (int64_t c = 0; c < t.channels; ++c) {
+    const int64_t base = n * t.out_stride[0] + c * t.out_stride[1] + od * t.out_stride[2] +
+                         oh * t.out_stride[3] + ow0 * t.out_stride[4];
+    if (t.out_dtype == native && t.out_stride[4] == 1) {
+      Acc* o = static_cast<Acc*>(t.out) + base;
+      for (int k = 0; k < f.p.num_post; ++k) {
+        if (!st.post[k].active) continue;
+        for (int64_t j = 0; j < cnt; ++j) o[j] = f.post_value(st, k, o[j]);
+      }
+      continue;
+    }
+    for (int64_t j = 0; j < cnt; ++j) {
+      const int64_t o = base + j * t.out_stride[4];
+      Acc x = load_dyn<Acc>(t.out, t.out_dtype, o);
+      for (int k = 0; k < f.p.num_post; ++k) x = f.post_value(st, k, x);
+      store_dyn<Acc>(t.out, t.out_dtype, o, x);
+    }
+  }
+}
+
 // Items [begin, end) of an exact sample, rows in plain (d, h) order with no per-row division
 // or float math: the map's integer coefficients give each row's first source index and step.
 // Returns false (nothing written) when some coordinate of the output box would reach 2^22,
 // where the per-row path decides row by row. The rows are those exact_row copies.
-VOXAUG_FORCEINLINE bool exact_items(const ResampleParams& p, int64_t n, int64_t begin, int64_t end) {
+template <class Acc>
+VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
+                                    const typename ResampleForward<Acc>::State& st, int64_t n,
+                                    int64_t begin, int64_t end) {
+  const ResampleParams& p = f.p;
   const int64_t H = p.out_size[1], W = p.out_size[2];
   const double* m = p.matrices + 12 * n;
   if (static_cast<double>(W) >= kExactBound) return false;
@@ -697,6 +730,7 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleParams& p, int64_t n, int64_t 
     }
     for (int k = 0; k < p.num_targets; ++k)
       exact_row_int(p, p.t[k], first, step, n, od, oh, ow, cnt);
+    if (p.post_target >= 0) post_row(f, st, n, od, oh, ow, cnt);
     i += cnt;
     ow += cnt;
     if (ow == W) {
@@ -714,7 +748,7 @@ template <class Acc>
 VOXAUG_FORCEINLINE void resample_items(const ResampleForward<Acc>& f,
                                        typename ResampleForward<Acc>::State& st, int64_t n,
                                        int64_t begin, int64_t end) {
-  if (st.exact && exact_items(f.p, n, begin, end)) return;
+  if (st.exact && exact_items(f, st, n, begin, end)) return;
   const int64_t W = f.p.out_size[2], H = f.p.out_size[1], D = f.p.out_size[0];
   RowCoords<Acc> rc;
   BSplineRowTaps<Acc> taps;
@@ -755,6 +789,7 @@ VOXAUG_FORCEINLINE void resample_items(const ResampleForward<Acc>& f,
         }
       }
     }
+    if (f.p.post_target >= 0) post_row(f, st, n, od, oh, ow, cnt);
     i += cnt;
   }
 }

@@ -11,6 +11,7 @@
 #include "voxaug/deform.h"
 #include "voxaug/error.h"
 #include "voxaug/resample.h"
+#include "voxaug/intensity.h"
 
 #if VOXAUG_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -680,3 +681,196 @@ TEST(ResampleCpu, ExactPathAcrossTasksAndHugeOffsets) {
           << "padding " << static_cast<int>(pad) << " map " << (&m - maps.data());
     }
 }
+
+// ---- post steps (ResampleTarget::post): a resample and a pointwise chain in one pass ----
+namespace {
+
+struct PostCase {
+  std::vector<PointwiseStep> steps;
+  std::vector<float> per_sample;  // backs a per-sample step
+};
+
+PostCase post_steps(int64_t batch) {
+  PostCase pc;
+  pc.per_sample.resize(batch);
+  for (int64_t n = 0; n < batch; ++n) pc.per_sample[n] = 0.25f * static_cast<float>(n) - 0.4f;
+  const double b_min = -1.0, b_max = 1.0;
+  pc.steps = {PointwiseStep::scale_intensity_range(-1.5, 2.0, &b_min, &b_max, true),
+              PointwiseStep::rand_shift_intensity(-0.3, 0.3, 0.5, 77),
+              PointwiseStep::scale_intensity(pc.per_sample.data()),
+              PointwiseStep::rand_scale_intensity(-0.2, 0.4, 0.7, 78)};
+  return pc;
+}
+
+}  // namespace
+
+// CPU: resample with post steps equals resample, then pointwise_chain on its output, bit for
+// bit; interpolated, exact (flip + crop) and nearest samples; one patch group; float32 and
+// float16 outputs; and the per-voxel device body (what CUDA runs) gives the same bits.
+TEST(ResampleCpu, PostStepsEqualResampleThenChain) {
+  const int64_t K = 3;
+  const Vol iv{2, 2, 14, 12, 13}, ov{2 * K, 2, 9, 10, 11};
+  std::mt19937 rng(61);
+  std::normal_distribution<float> nd;
+  std::vector<float> img(iv.numel());
+  for (auto& v : img) v = nd(rng);
+  auto m = random_matrices(ov.n, iv, ov, 62);
+  const double flip[12] = {1, 0, 0, 2, 0, -1, 0, 10, 0, 0, 1, 1};  // exact: flip h + crop
+  std::copy(flip, flip + 12, m.begin() + 12);
+  std::copy(flip, flip + 12, m.begin() + 12 * 4);
+  PostCase pc = post_steps(ov.n);
+  for (Interp mode : {Interp::Linear, Interp::Nearest})
+    for (uint32_t first : {0u, 5u}) {
+      std::vector<float> fused(ov.numel()), plain(ov.numel());
+      ResampleTarget t{view(img.data(), DType::Float32, iv), view(fused.data(), DType::Float32, ov),
+                       mode, Padding::Border, 0.0, {}, K};
+      t.post = pc.steps.data();
+      t.num_post = static_cast<int>(pc.steps.size());
+      t.post_first_sample = first;
+      resample(&t, 1, m.data(), false);
+      ResampleTarget u{view(img.data(), DType::Float32, iv), view(plain.data(), DType::Float32, ov),
+                       mode, Padding::Border, 0.0, {}, K};
+      resample(&u, 1, m.data(), false);
+      const VolumeView pv = view(plain.data(), DType::Float32, ov);
+      pointwise_chain(pv, pv, pc.steps.data(), static_cast<int>(pc.steps.size()), nullptr, first);
+      EXPECT_EQ(0, std::memcmp(fused.data(), plain.data(), fused.size() * 4))
+          << "mode " << static_cast<int>(mode) << " first_sample " << first;
+
+      // The device body: ResampleForward::voxel over every voxel, post steps included.
+      detail::ResampleParams p{};
+      p.num_targets = 1;
+      p.matrices = m.data();
+      p.out_size[0] = ov.d, p.out_size[1] = ov.h, p.out_size[2] = ov.w;
+      detail::KTarget& k = p.t[0];
+      std::vector<float> body(ov.numel());
+      const VolumeView vi = view(img.data(), DType::Float32, iv),
+                       vo = view(body.data(), DType::Float32, ov);
+      k.in = img.data();
+      k.out = body.data();
+      k.in_dtype = k.out_dtype = DType::Float32;
+      k.mode = static_cast<int32_t>(mode);
+      k.padding = static_cast<int32_t>(Padding::Border);
+      k.channels = iv.c;
+      k.elem_size = 4;
+      k.in_group = K;
+      for (int a = 0; a < 3; ++a) k.in_size[a] = vi.shape[a + 2];
+      for (int a = 0; a < 5; ++a) k.in_stride[a] = vi.strides[a], k.out_stride[a] = vo.strides[a];
+      const detail::ChainParams cp =
+          detail::pack_chain(pc.steps.data(), static_cast<int>(pc.steps.size()));
+      p.post_target = 0;
+      p.num_post = static_cast<int32_t>(pc.steps.size());
+      p.post_first_sample = first;
+      p.post_channels = ov.c;
+      for (int s = 0; s < p.num_post; ++s) p.post[s] = cp.steps[s];
+      const detail::ResampleForward<float> f{p};
+      for (int64_t n = 0; n < ov.n; ++n) {
+        detail::ResampleForward<float>::State st;
+        f.begin_sample(n, st);
+        for (int64_t d = 0; d < ov.d; ++d)
+          for (int64_t h = 0; h < ov.h; ++h)
+            for (int64_t w = 0; w < ov.w; ++w) f.voxel(st, n, d, h, w);
+      }
+      EXPECT_EQ(0, std::memcmp(fused.data(), body.data(), fused.size() * 4))
+          << "device body, mode " << static_cast<int>(mode) << " first_sample " << first;
+    }
+  // float16 output: the value is rounded to float16 before the steps, as a chain pass reads it.
+  std::vector<uint16_t> h_fused(ov.numel()), h_plain(ov.numel());
+  ResampleTarget t{view(img.data(), DType::Float32, iv), view(h_fused.data(), DType::Float16, ov),
+                   Interp::Linear, Padding::Zeros, 0.0, {}, K};
+  t.post = pc.steps.data();
+  t.num_post = 2;
+  resample(&t, 1, m.data(), false);
+  ResampleTarget u{view(img.data(), DType::Float32, iv), view(h_plain.data(), DType::Float16, ov),
+                   Interp::Linear, Padding::Zeros, 0.0, {}, K};
+  resample(&u, 1, m.data(), false);
+  const VolumeView hv = view(h_plain.data(), DType::Float16, ov);
+  pointwise_chain(hv, hv, pc.steps.data(), 2);
+  EXPECT_EQ(h_fused, h_plain);
+}
+
+TEST(ResampleCpu, PostStepsBadArgumentsGiveNamedErrors) {
+  const Vol iv{1, 1, 4, 4, 4};
+  std::vector<float> img(iv.numel()), out(iv.numel());
+  std::vector<double> dimg(iv.numel()), dout(iv.numel());
+  std::vector<uint8_t> lab(iv.numel()), lout(iv.numel());
+  const std::vector<double> m = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0};
+  auto expect_error = [&](std::vector<ResampleTarget> ts, const std::string& needle) {
+    try {
+      resample(ts.data(), static_cast<int>(ts.size()), m.data(), false);
+      ADD_FAILURE() << "no error; expected one mentioning " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  const ResampleTarget img_t{view(img.data(), DType::Float32, iv),
+                             view(out.data(), DType::Float32, iv)};
+  const PointwiseStep noise = PointwiseStep::gaussian_noise(0.0, 0.1, false, 1.0, 3);
+  const PointwiseStep cw = PointwiseStep::rand_shift_intensity(-1, 1, 1.0, 4, true);
+  const PointwiseStep shift = PointwiseStep::shift_intensity(0.5);
+  ResampleTarget a = img_t;
+  a.post = &noise;
+  a.num_post = 1;
+  expect_error({a}, "post step 0 must be scale_intensity_range");
+  a.post = &cw;
+  expect_error({a}, "not channel-wise");
+  a.post = &shift;
+  a.num_post = 0;
+  expect_error({a}, "num_post must be in [1, 4]");
+  a.num_post = 1;
+  ResampleTarget l{view(lab.data(), DType::UInt8, iv), view(lout.data(), DType::UInt8, iv),
+                   Interp::Nearest};
+  l.post = &shift;
+  l.num_post = 1;
+  expect_error({l}, "post steps need a floating output");
+  expect_error({a, a}, "one target per launch may have them");
+  const ResampleTarget d{view(dimg.data(), DType::Float64, iv),
+                         view(dout.data(), DType::Float64, iv)};
+  expect_error({a, d}, "resample the targets in separate launches");
+}
+
+#if VOXAUG_WITH_CUDA
+TEST(ResampleCuda, PostStepsTwinBitIdentical) {
+  if (cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const int64_t K = 2;
+  const Vol iv{2, 1, 30, 26, 28}, ov{2 * K, 1, 16, 16, 16};
+  std::mt19937 rng(71);
+  std::normal_distribution<float> nd;
+  std::vector<float> img(iv.numel());
+  for (auto& v : img) v = nd(rng);
+  auto m = random_matrices(ov.n, iv, ov, 72);
+  const double flip[12] = {-1, 0, 0, 20, 0, 0, 1, 3, 0, 1, 0, 7};
+  std::copy(flip, flip + 12, m.begin());
+  PostCase pc = post_steps(ov.n);
+  void *dimg, *dm, *dout, *dps;
+  CUDA_OK(cudaMalloc(&dimg, img.size() * 4));
+  CUDA_OK(cudaMalloc(&dm, m.size() * 8));
+  CUDA_OK(cudaMalloc(&dout, ov.numel() * 4));
+  CUDA_OK(cudaMalloc(&dps, pc.per_sample.size() * 4));
+  CUDA_OK(cudaMemcpy(dimg, img.data(), img.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dm, m.data(), m.size() * 8, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dps, pc.per_sample.data(), pc.per_sample.size() * 4, cudaMemcpyHostToDevice));
+  std::vector<PointwiseStep> dsteps = pc.steps;
+  dsteps[2] = PointwiseStep::scale_intensity(static_cast<const float*>(dps));
+  std::vector<float> cpu(ov.numel()), gpu(ov.numel());
+  ResampleTarget h{view(img.data(), DType::Float32, iv), view(cpu.data(), DType::Float32, ov),
+                   Interp::Linear, Padding::Reflection, 0.0, {}, K};
+  h.post = pc.steps.data();
+  h.num_post = 4;
+  h.post_first_sample = 3;
+  ResampleTarget g{view(dimg, DType::Float32, iv, Device::CUDA),
+                   view(dout, DType::Float32, ov, Device::CUDA), Interp::Linear,
+                   Padding::Reflection, 0.0, {}, K};
+  g.post = dsteps.data();
+  g.num_post = 4;
+  g.post_first_sample = 3;
+  resample(&h, 1, m.data(), false);
+  resample(&g, 1, static_cast<const double*>(dm), false);
+  CUDA_OK(cudaMemcpy(gpu.data(), dout, gpu.size() * 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(0, std::memcmp(cpu.data(), gpu.data(), cpu.size() * 4));
+  cudaFree(dimg);
+  cudaFree(dm);
+  cudaFree(dout);
+  cudaFree(dps);
+}
+#endif

@@ -64,6 +64,14 @@ struct ChainParams {
   KStep steps[kMaxPointwiseSteps];
 };
 
+// Validates the steps (validate_pointwise_steps) and packs them for the kernels
+// (kernels/intensity/intensity.cpp).
+ChainParams pack_chain(const PointwiseStep* steps, int num_steps);
+// pack_chain for a chain over `data` ((N, C, D, H, W)): also sets first_sample, channels and
+// dims, and checks the global sample range and the steps' per-sample arrays (device, non-null).
+ChainParams pack_chain_for(const VolumeView& data, const PointwiseStep* steps, int num_steps,
+                           uint32_t first_sample);
+
 // A step's parameters resolved for one sample (and channel, for channel-wise draws).
 template <class Acc>
 struct Resolved {

@@ -11,6 +11,7 @@
 #include "voxaug/detail/convert.h"
 #include "voxaug/detail/deform.h"
 #include "voxaug/detail/fmath.h"
+#include "voxaug/detail/pointwise.h"
 #include "voxaug/resample.h"
 
 namespace voxaug::detail {
@@ -131,6 +132,12 @@ struct ResampleParams {
   const double* matrices;  // N x 12
   KTarget t[kMaxResampleTargets];
   KField field;  // kind None: plain resampling
+  // ResampleTarget::post of target post_target (-1: none), packed as the chain packs them.
+  int32_t post_target = -1;
+  int32_t num_post = 0;
+  uint32_t post_first_sample = 0;
+  int64_t post_channels = 1;
+  KStep post[kMaxResamplePostSteps];
 };
 
 // Source coordinate of output voxel (od, oh, ow): m is the sample's row-major 3x4 matrix.
@@ -243,6 +250,7 @@ struct ResampleForward {
     // The sample's map is a signed permutation with an integer offset (flip, rot90,
     // orientation change, integer crop / pad): every target copies voxels, bit-exactly.
     bool exact;
+    Resolved<Acc> post[kMaxResamplePostSteps];  // the post steps resolved for this sample
   };
   VOXAUG_HD VOXAUG_FORCEINLINE int64_t items() const {
     return p.out_size[0] * p.out_size[1] * p.out_size[2];
@@ -251,6 +259,10 @@ struct ResampleForward {
     const double* m = p.matrices + 12 * n;
     for (int k = 0; k < 12; ++k) st.m[k] = static_cast<Acc>(m[k]);
     st.exact = static_cast<FieldKind>(p.field.kind) == FieldKind::None && is_signed_permutation(m);
+    for (int k = 0; k < p.num_post; ++k)
+      st.post[k] = resolve_step<Acc>(p.post[k], static_cast<uint32_t>(n),
+                                     p.post_first_sample + static_cast<uint32_t>(n), 0,
+                                     p.post_channels);
   }
 
   VOXAUG_HD VOXAUG_FORCEINLINE void operator()(State& st, int64_t n, int64_t item) const {
@@ -277,6 +289,29 @@ struct ResampleForward {
     Acc src[3];
     source(st, n, od, oh, ow, src);
     for (int k = 0; k < p.num_targets; ++k) gather(p.t[k], n, od, oh, ow, src, st.exact);
+    if (p.post_target >= 0) post_voxel(st, n, od, oh, ow);
+  }
+
+  // The post steps on one stored value (as the chain's per-element body applies them).
+  VOXAUG_HD VOXAUG_FORCEINLINE Acc post_value(const State& st, int k, Acc x) const {
+    Acc unused = Acc(1);
+    apply_step<false, Acc>(p.post[k], st.post[k], x, unused, 0.0f, 0.0f);
+    return x;
+  }
+
+  // Target post_target's channels at one output voxel, after the gather stored them: read
+  // back in the output dtype (what a separate chain pass would read), stepped, stored.
+  VOXAUG_HD VOXAUG_FORCEINLINE void post_voxel(const State& st, int64_t n, int64_t od, int64_t oh,
+                                               int64_t ow) const {
+    const KTarget& t = p.t[p.post_target];
+    const int64_t base =
+        n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3] + ow * t.out_stride[4];
+    for (int64_t c = 0; c < t.channels; ++c) {
+      const int64_t o = base + c * t.out_stride[1];
+      Acc x = load_dyn<Acc>(t.out, t.out_dtype, o);
+      for (int k = 0; k < p.num_post; ++k) x = post_value(st, k, x);
+      store_dyn<Acc>(t.out, t.out_dtype, o, x);
+    }
   }
 
   // The input coordinate of output voxel (od, oh, ow): M o, or M (o + u(o)) with a field.
