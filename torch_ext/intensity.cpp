@@ -427,6 +427,14 @@ at::Tensor autograd_run(const at::Tensor& image, const Chain& c, int64_t first,
 
 }  // namespace
 
+std::vector<PointwiseStep> decode_chain(const at::Tensor& image, at::IntArrayRef ops,
+                                        at::IntArrayRef flags, at::ArrayRef<double> params,
+                                        at::IntArrayRef seeds,
+                                        const c10::List<std::optional<at::Tensor>>& values,
+                                        std::vector<at::Tensor>& keep) {
+  return decode(image, ops, flags, params, seeds, values, keep);
+}
+
 // ---------------- registrations ----------------
 namespace {
 // Backend kernels (registered for CPU and CUDA alike).

@@ -74,9 +74,17 @@ TORCH_LIBRARY(voxaug, m) {
   // device, matrices (M * K, 3, 4) mapping output index -> index inside patch (m, k) (row
   // m * K + k); outputs (M * K, C, *out_size), patch (m, k) read from volume m at matrix +
   // start, so voxels outside the crop window are real data, not padding. Forward only.
+  // resample_patches_post: the same, with a pointwise chain in the pointwise_chain op's list
+  // form (stat-free steps only: ResampleTarget::post) applied to input post_input's patches
+  // as they are stored.
   m.def(
       "resample_patches(Tensor[] inputs, Tensor matrices, Tensor starts, int[] out_size, "
       "int[] modes, int[] paddings, float[] pad_values, bool align_corners=False) -> Tensor[]");
+  m.def(
+      "resample_patches_post(Tensor[] inputs, Tensor matrices, Tensor starts, int[] out_size, "
+      "int[] modes, int[] paddings, float[] pad_values, bool align_corners, int post_input, "
+      "int[] post_ops, int[] post_flags, float[] post_params, int[] post_seeds, "
+      "Tensor?[] post_values, int post_first_sample) -> Tensor[]");
   m.def(
       "resample_backward_input(Tensor grad_output, Tensor input, Tensor matrices, int mode, "
       "int padding, bool align_corners=False) -> Tensor");

@@ -83,7 +83,7 @@ std::vector<at::Tensor> resample_forward(at::TensorList inputs, const at::Tensor
                                          at::IntArrayRef out_size, at::IntArrayRef modes,
                                          at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
                                          bool align_corners, const DeformField* field,
-                                         int64_t group) {
+                                         int64_t group, const PostSteps* post) {
   Checked c =
       check_and_allocate(inputs, matrices, out_size, modes, paddings, pad_values, false, group);
   std::vector<ResampleTarget> targets(inputs.size());
@@ -110,6 +110,12 @@ std::vector<at::Tensor> resample_forward(at::TensorList inputs, const at::Tensor
     targets[i].padding = static_cast<Padding>(paddings[i]);
     targets[i].pad_value = pad_values[i];
     targets[i].group = group;
+  }
+  if (post != nullptr && post->input >= 0 && !post->steps.empty()) {
+    ResampleTarget& t = targets[static_cast<size_t>(post->input)];
+    t.post = post->steps.data();
+    t.num_post = static_cast<int>(post->steps.size());
+    t.post_first_sample = post->first_sample;
   }
   call_core([&] {
     if (field == nullptr)
@@ -156,6 +162,45 @@ at::Tensor patch_matrices(at::TensorList inputs, const at::Tensor& matrices,
 
 int64_t patch_group(const at::Tensor& starts) { return starts.dim() == 3 ? starts.size(1) : 1; }
 
+// The post-step arguments of resample_patches: checked, decoded for input post_input's
+// output batch (M * K patches).
+PostSteps post_steps(at::TensorList inputs, const at::Tensor& starts, int64_t post_input,
+                     at::IntArrayRef ops, at::IntArrayRef flags, at::ArrayRef<double> params,
+                     at::IntArrayRef seeds, const c10::List<std::optional<at::Tensor>>& values,
+                     int64_t first_sample, std::vector<at::Tensor>& keep) {
+  PostSteps ps;
+  if (ops.empty()) return ps;
+  TORCH_CHECK_VALUE(post_input >= 0 && post_input < static_cast<int64_t>(inputs.size()),
+                    "post_input must index inputs (0..", inputs.size() - 1, ") when post_ops are "
+                    "given, got ", post_input);
+  TORCH_CHECK_VALUE(first_sample >= 0 && first_sample <= UINT32_MAX,
+                    "post_first_sample must be in [0, 2^32), got ", first_sample);
+  const at::Tensor& x = inputs[static_cast<size_t>(post_input)];
+  // An empty stand-in for the output batch (N = M * K, C, dtype, device): what decode checks
+  // the per-sample values against.
+  const at::Tensor batch = at::empty({x.size(0) * patch_group(starts), x.size(1), 0, 0, 0},
+                                     x.options());
+  ps.input = post_input;
+  ps.steps = decode_chain(batch, ops, flags, params, seeds, values, keep);
+  ps.first_sample = static_cast<uint32_t>(first_sample);
+  return ps;
+}
+
+std::vector<at::Tensor> resample_patches_post_impl(
+    at::TensorList inputs, const at::Tensor& matrices, const at::Tensor& starts,
+    at::IntArrayRef out_size, at::IntArrayRef modes, at::IntArrayRef paddings,
+    at::ArrayRef<double> pad_values, bool align_corners, int64_t post_input,
+    at::IntArrayRef post_ops, at::IntArrayRef post_flags, at::ArrayRef<double> post_params,
+    at::IntArrayRef post_seeds, const c10::List<std::optional<at::Tensor>>& post_values,
+    int64_t post_first_sample) {
+  const at::Tensor full = patch_matrices(inputs, matrices, starts, false);
+  std::vector<at::Tensor> keep;
+  const PostSteps post = post_steps(inputs, starts, post_input, post_ops, post_flags, post_params,
+                                    post_seeds, post_values, post_first_sample, keep);
+  return resample_forward(inputs, full, out_size, modes, paddings, pad_values, align_corners,
+                          nullptr, patch_group(starts), &post);
+}
+
 std::vector<at::Tensor> resample_patches_impl(at::TensorList inputs, const at::Tensor& matrices,
                                               const at::Tensor& starts, at::IntArrayRef out_size,
                                               at::IntArrayRef modes, at::IntArrayRef paddings,
@@ -174,6 +219,16 @@ std::vector<at::Tensor> resample_patches_meta(at::TensorList inputs, const at::T
   return check_and_allocate(inputs, full, out_size, modes, paddings, pad_values, true,
                             patch_group(starts))
       .outputs;
+}
+
+std::vector<at::Tensor> resample_patches_post_meta(
+    at::TensorList inputs, const at::Tensor& matrices, const at::Tensor& starts,
+    at::IntArrayRef out_size, at::IntArrayRef modes, at::IntArrayRef paddings,
+    at::ArrayRef<double> pad_values, bool align_corners, int64_t, at::IntArrayRef,
+    at::IntArrayRef, at::ArrayRef<double>, at::IntArrayRef,
+    const c10::List<std::optional<at::Tensor>>&, int64_t) {
+  return resample_patches_meta(inputs, matrices, starts, out_size, modes, paddings, pad_values,
+                               align_corners);
 }
 
 std::vector<at::Tensor> resample_impl(at::TensorList inputs, const at::Tensor& matrices,
@@ -337,6 +392,7 @@ void register_backend(torch::Library& m) {
   m.impl("resample_backward_input", &backward_input_impl);
   m.impl("resample_backward_matrix", &backward_matrix_impl);
   m.impl("resample_patches", &resample_patches_impl);
+  m.impl("resample_patches_post", &resample_patches_post_impl);
 }
 }  // namespace
 
@@ -351,6 +407,7 @@ TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("resample_backward_input", &backward_input_meta);
   m.impl("resample_backward_matrix", &backward_matrix_meta);
   m.impl("resample_patches", &resample_patches_meta);
+  m.impl("resample_patches_post", &resample_patches_post_meta);
 }
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
   m.impl("resample", &resample_autograd);

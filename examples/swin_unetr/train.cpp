@@ -526,6 +526,11 @@ struct Augmenter {
         op_handle<std::vector<at::Tensor>(at::TensorList, const at::Tensor&, const at::Tensor&,
                                           at::IntArrayRef, at::IntArrayRef, at::IntArrayRef,
                                           at::ArrayRef<double>, bool)>("voxaug::resample_patches");
+    static auto patches_post_op = op_handle<std::vector<at::Tensor>(
+        at::TensorList, const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
+        at::IntArrayRef, at::ArrayRef<double>, bool, int64_t, at::IntArrayRef, at::IntArrayRef,
+        at::ArrayRef<double>, at::IntArrayRef, const c10::List<std::optional<at::Tensor>>&,
+        int64_t)>("voxaug::resample_patches_post");
     const uint64_t key = splitmix64(static_cast<uint64_t>(args.seed) * 0x100000001B3ull +
                                     static_cast<uint64_t>(step));
     const at::IntArrayRef size(roi.data(), 3);
@@ -556,6 +561,17 @@ struct Augmenter {
       }
       if (any) field = elastic_field(on.to(device, /*non_blocking=*/true), key);
     }
+    // RandShiftIntensity (the pointwise_chain list form: op 1 shift, flag 8 random; params
+    // value, low, high, ..., prob): inside the plain gather it runs on the patches as they are
+    // stored (no second pass); after the deformed gather, in place. Either way the same bits:
+    // batch sample v * num_samples + k is sample k of volume v's launch at first_sample
+    // v * num_samples.
+    const bool shift = args.shift_prob > 0 && args.shift_offset > 0;
+    const int64_t shift_seed = static_cast<int64_t>(splitmix64(key ^ 0x5bd1e995) >> 1);
+    const std::vector<double> post_params = {
+        0.0, -args.shift_offset, args.shift_offset, 0.0, 0.0, 0.0, 0.0, args.shift_prob};
+    const c10::List<std::optional<at::Tensor>> no_values({std::optional<at::Tensor>()});
+    bool shifted = false;
     std::vector<at::Tensor> imgs, lbls;
     for (int64_t v = 0; v < V; ++v) {
       // RandCropByPosNegLabel(pos, neg, num_samples, image_threshold 0): Philox keyed by the
@@ -567,8 +583,14 @@ struct Augmenter {
       const at::Tensor m = mats_dev.narrow(0, v * num_samples, num_samples);
       std::vector<at::Tensor> out;
       if (!field.defined()) {
-        out = patches_op.call({vols[v]->image, vols[v]->label}, m, c - half, size, {1, 0}, {0, 0},
-                              {0.0, 0.0}, false);
+        if (shift)
+          out = patches_post_op.call({vols[v]->image, vols[v]->label}, m, c - half, size, {1, 0},
+                                     {0, 0}, {0.0, 0.0}, false, 0, {1}, {8}, post_params,
+                                     {shift_seed}, no_values, v * num_samples);
+        else
+          out = patches_op.call({vols[v]->image, vols[v]->label}, m, c - half, size, {1, 0},
+                                {0, 0}, {0.0, 0.0}, false);
+        shifted = shift;
       } else {
         // Crop, flips, rotation, affine and elastic in one gather: the volume read once per
         // patch (a stride-0 batch), the crop start added to the matrices on the device.
@@ -603,10 +625,9 @@ struct Augmenter {
     static auto noise_op =
         op_handle<void(at::Tensor&, double, double, bool, double, int64_t, int64_t)>(
             "voxaug::rand_gaussian_noise_");
-    if (args.shift_prob > 0 && args.shift_offset > 0) {
-      shift_op.call(img, -args.shift_offset, args.shift_offset, args.shift_prob,
-                    static_cast<int64_t>(splitmix64(key ^ 0x5bd1e995) >> 1), false, 0);
-    }
+    if (shift && !shifted)
+      shift_op.call(img, -args.shift_offset, args.shift_offset, args.shift_prob, shift_seed, false,
+                    0);
     if (args.noise_prob.value_or(0.0) > 0.0 && args.noise_std > 0.0) {
       noise_op.call(img, 0.0, args.noise_std, false, *args.noise_prob,
                     static_cast<int64_t>(splitmix64(key ^ 0x27d4eb2f) >> 1), 0);

@@ -129,20 +129,48 @@ def resample(inputs, matrices: torch.Tensor, out_size, modes, paddings, pad_valu
                                      align_corners)
 
 
+# Pointwise steps that may run inside a resample gather, on the values as they are stored
+# (include/voxaug/resample.h, ResampleTarget::post): no statistics of their input, no per-voxel
+# random numbers, not channel-wise.
+MAX_POST_STEPS = 4
+
+
+def post_fusable(steps: Sequence[Step]) -> bool:
+    """Whether `steps` can run inside a resample gather (``post_steps`` of resample_patches):
+    ScaleIntensityRange, Shift / ScaleIntensity (fixed, per-sample or random, not channel-wise)
+    and a fixed Gamma (a random one is drawn per channel)."""
+    def ok(s: Step) -> bool:
+        if s.flags & CHANNEL_WISE:
+            return False
+        return s.op in (SCALE_INTENSITY_RANGE, SHIFT_INTENSITY, SCALE_INTENSITY) or (
+            s.op == GAMMA and not s.flags & RANDOM)
+    return 0 < len(steps) <= MAX_POST_STEPS and all(ok(s) for s in steps)
+
+
 def resample_patches(inputs, matrices: torch.Tensor, starts: torch.Tensor, out_size, modes, paddings,
-                     pad_values=None, align_corners: bool = False):
+                     pad_values=None, align_corners: bool = False, post_input: Optional[int] = None,
+                     post_steps: Sequence[Step] = (), post_first_sample: int = 0):
     """A crop followed by a spatial map, as one gather from the full volumes: each (M, C, D, H, W)
     tensor of `inputs` gives (M * K, C, *out_size), patch m * K + k read from volume m through
     ``matrices[m * K + k]`` (output index -> index inside the patch) offset by ``starts[m, k]``
     ((M, K, 3) integer crop starts on the inputs' device). Voxels the map sends outside the crop
-    window read the volume there; outside the volume the padding applies."""
+    window read the volume there; outside the volume the padding applies.
+
+    ``post_steps`` (see :func:`post_fusable`) run on input ``post_input``'s patches as they are
+    stored: the bytes of ``pointwise_chain_(patches, post_steps, post_first_sample)`` after the
+    gather, without a second pass over memory."""
     inputs = list(inputs)
     modes = [m if isinstance(m, int) else {"nearest": NEAREST, "linear": LINEAR, "cubic": CUBIC}[m]
              for m in modes]
     paddings = [p if isinstance(p, int) else PADDING[p] for p in paddings]
     pad_values = [0.0] * len(inputs) if pad_values is None else [float(v) for v in pad_values]
-    return torch.ops.voxaug.resample_patches(inputs, matrices, starts, list(out_size), modes, paddings, pad_values,
-                                             align_corners)
+    if not post_steps:
+        return torch.ops.voxaug.resample_patches(inputs, matrices, starts, list(out_size), modes, paddings,
+                                                 pad_values, align_corners)
+    return torch.ops.voxaug.resample_patches_post(inputs, matrices, starts, list(out_size), modes, paddings,
+                                                  pad_values, align_corners,
+                                                  -1 if post_input is None else int(post_input),
+                                                  *_lists(post_steps), int(post_first_sample))
 
 
 # ---------------- crop family ----------------

@@ -559,10 +559,12 @@ class _PatchSource:
 
 
 def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts],
-         patches: Optional[dict] = None) -> list[torch.Tensor]:
+         patches: Optional[dict] = None, post: Optional[dict] = None) -> list[torch.Tensor]:
     """One resample launch (per 4 inputs) for inputs that share `geom`. Inputs that stand for
     patches (`patches`: id(placeholder) -> _PatchSource, all with the same centres) are
-    gathered from their full volumes."""
+    gathered from their full volumes. `post` ({"id": id(placeholder), "steps": [...], "done":
+    False}): pointwise steps for that input's patches, run inside the gather when it is a plain
+    patch gather (then "done" becomes True; otherwise the caller runs them after)."""
     align = opts[0].align_corners
     if any(o.align_corners != align for o in opts):
         raise ValueError("inputs of one resample launch must share align_corners")
@@ -578,9 +580,14 @@ def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts],
         outs = []
         for s in range(0, len(vols), _MAX_TARGETS):
             part, popts = vols[s:s + _MAX_TARGETS], opts[s:s + _MAX_TARGETS]
+            at = next((i for i, x in enumerate(xs[s:s + _MAX_TARGETS]) if post and id(x) == post["id"]), None)
+            fuse = at is not None and geom.pad is None and part[at].dtype == xs[s + at].dtype
             outs += ops.resample_patches(part, mats, starts, geom.out_size, [o.mode for o in popts],
                                          [geom.kernel_padding] * len(part), [o.pad_value for o in popts],
-                                         align_corners=align)
+                                         align_corners=align, post_input=at if fuse else None,
+                                         post_steps=post["steps"] if fuse else ())
+            if fuse:
+                post["done"] = True
         return [_apply_pad(o, geom.pad) for o in outs] if geom.pad is not None else outs
     inputs = [x if o.mode == "nearest" or x.is_floating_point() else x.float() for x, o in zip(xs, opts)]
     outs: list[torch.Tensor] = []
@@ -2288,7 +2295,7 @@ class Orientation:
         return _inverse_array(self, data)
 
 
-def _run_grouped(d: dict, jobs: list, patches: Optional[dict] = None) -> None:
+def _run_grouped(d: dict, jobs: list, patches: Optional[dict] = None, post: Optional[dict] = None) -> None:
     """jobs: (key, x, restore, geom, opts, finish) -> one resample launch per group of keys that
     share the geometry, padding, align_corners and device (and are all patches or all not)."""
     patches = patches or {}
@@ -2303,7 +2310,7 @@ def _run_grouped(d: dict, jobs: list, patches: Optional[dict] = None) -> None:
         else:
             groups.append((g, o, where, [j]))
     for geom, _, _, members in groups:
-        outs = _run([jobs[j][1] for j in members], geom, [jobs[j][4] for j in members], patches)
+        outs = _run([jobs[j][1] for j in members], geom, [jobs[j][4] for j in members], patches, post)
         for j, out in zip(members, outs):
             key, _, restore, _, _, finish = jobs[j]
             d[key] = finish(restore(out))
@@ -2586,7 +2593,7 @@ def _lazy_candidate(t: Any) -> bool:
 
 
 def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None,
-                    patches: Optional[dict] = None) -> Any:
+                    patches: Optional[dict] = None, post: Optional[dict] = None) -> Any:
     """Applies a run of spatial transforms with consecutive fusable ones as one resample launch
     per group (per group of keys sharing the map, for dictionaries). Random transforms draw
     exactly as when called one by one. On tracked MetaTensors a group of one step records as
@@ -2595,7 +2602,9 @@ def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None,
 
     `patches` (id(placeholder) -> _PatchSource): entries of `data` that are meta-device
     placeholders for patches not yet cut (a crop sampler's as_batch output); the first group of
-    steps on them gathers from the full volumes, and what no step touched is cut at the end."""
+    steps on them gathers from the full volumes, and what no step touched is cut at the end.
+    `post` (see _run): pointwise steps after the run for one placeholder's key, fused into the
+    last gather when that gather reads the placeholder's volume; post["done"] says whether."""
     is_dict = isinstance(data, Mapping)
     d = dict(data) if is_dict else {None: data}
     chains: dict[Any, _LazyChain] = {}
@@ -2606,10 +2615,10 @@ def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None,
             if isinstance(v, torch.Tensor) and id(v) in patches:
                 d[key] = patches[id(v)].extract()
 
-    def flush():
+    def flush(last: bool = False):
         jobs = [ch.job(key, d[key]) for key, ch in chains.items() if ch.steps]
         chains.clear()
-        _run_grouped(d, jobs, patches)
+        _run_grouped(d, jobs, patches, post if last else None)
 
     def chain(key):
         if key not in chains:
@@ -2667,7 +2676,7 @@ def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None,
             flush()  # the plans stay valid: the flushed tensors are what they were planned on
         for k, (step, new_affine) in planned:
             chain(k).push(step, new_affine)
-    flush()
+    flush(last=True)
     materialize()
     return d if is_dict else d[None]
 

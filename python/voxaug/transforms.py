@@ -722,6 +722,26 @@ class Compose:
         return type(t)._finish is _Pointwise._finish or input_is_float
 
     @staticmethod
+    def _post_plan(t: Any, placeholders: Any, patches: dict) -> Optional[dict]:
+        """The dictionary pointwise step `t` right after a fused crop gather, planned (its random
+        draw made) for running inside that gather (ops.resample_patches post steps) when it can:
+        one key, a floating patch batch whose dtype it keeps, steps whose plan needs nothing of
+        the data (shift, scale, ScaleIntensityRange: no statistics). None: `t` runs as usual."""
+        if not (isinstance(t, _Dict) and type(t).__call__ is _Dict.__call__ and len(t.keys) == 1
+                and isinstance(placeholders, Mapping)):
+            return None
+        tr, ph = t.transform, placeholders.get(t.keys[0])
+        if not (isinstance(ph, torch.Tensor) and id(ph) in patches and ph.is_floating_point()
+                and type(tr) in (RandShiftIntensity, RandScaleIntensity, ShiftIntensity, ScaleIntensity,
+                                 ScaleIntensityRange)
+                and not getattr(tr, "_needs_input_stats", False) and not getattr(tr, "channel_wise", False)
+                and tr._float_finish_is_identity and tr._out_dtype(ph) in (None, ph.dtype)):
+            return None
+        steps = tr._plan(ph)
+        fusable = ops.post_fusable(steps) and all(s.values is None for s in steps)
+        return {"id": id(ph) if fusable else None, "steps": steps, "done": False}
+
+    @staticmethod
     def _new_tensors(before: Any, after: Any) -> set:
         """ids of the plain tensors in `after` (a Mapping) whose storage no tensor of `before`
         shares: buffers this call allocated, which later pointwise steps may update in place."""
@@ -749,8 +769,15 @@ class Compose:
                 while j < len(self.transforms) and spatial._lazy_candidate(self.transforms[j]):
                     j += 1
                 placeholders, patches = t.draw_patches(data)
-                out = spatial.compose_spatial(self.transforms[i + 1:j], placeholders, owner=self, patches=patches)
+                post = self._post_plan(self.transforms[j] if j < len(self.transforms) else None, placeholders,
+                                       patches)
+                out = spatial.compose_spatial(self.transforms[i + 1:j], placeholders, owner=self, patches=patches,
+                                              post=post)
                 fresh, data, i = self._new_tensors(data, out), out, j
+                if post is not None:  # the pointwise step after the gather, drawn already
+                    if not post["done"]:
+                        data = self.transforms[j](data, _in_place=fresh, _steps=post["steps"])
+                    i = j + 1
                 continue
             if self.fuse_spatial and spatial._lazy_candidate(t):
                 j = i + 1
@@ -807,11 +834,13 @@ class _Dict:
             self.transform.set_random_state(seed, generator)
         return self
 
-    def __call__(self, data: Mapping[Hashable, Any], _in_place: frozenset = frozenset()) -> dict:
+    def __call__(self, data: Mapping[Hashable, Any], _in_place: frozenset = frozenset(),
+                 _steps: Optional[list] = None) -> dict:
         # _in_place (Compose only): ids of tensors the caller allocated and owns; such a key is
         # updated in place when the transform is a plain pointwise pass that keeps the dtype.
+        # _steps (Compose only): the plan drawn already (Compose._post_plan), replayed.
         d = dict(data)
-        steps: Optional[list[Step]] = None  # one random draw per call, shared by every key
+        steps: Optional[list[Step]] = _steps  # one random draw per call, shared by every key
         for key in self.keys:
             if key not in d:
                 if self.allow_missing_keys:
@@ -821,9 +850,9 @@ class _Dict:
             x5 = d[key] if not in_place or d[key].dim() == 5 else d[key].unsqueeze(0)
             if not isinstance(self.transform, _Randomizable):  # e.g. statistics of each key's image
                 if in_place:
-                    ops.pointwise_chain_(x5, self.transform._plan(x5))
+                    ops.pointwise_chain_(x5, _steps if _steps is not None else self.transform._plan(x5))
                 else:
-                    d[key] = self.transform(d[key])
+                    d[key] = self.transform.apply(d[key], _steps)
                 continue
             if steps is None:
                 steps = self.transform._plan(_as_batch(d[key])[0])

@@ -186,7 +186,7 @@ def test_pointwise_after_fused_gather_runs_in_place(device, monkeypatch):
     # Compose owns the fused gather's outputs, so the pointwise steps after it update them in
     # place: the same values as the unfused chain (step by step, each allocating), the caller's
     # tensors untouched, one pointwise_chain_ call per step and no out-of-place one.
-    calls = _count_calls(monkeypatch, "pointwise_chain", "pointwise_chain_")
+    calls = _count_calls(monkeypatch, "pointwise_chain", "pointwise_chain_", "resample_patches")
     img, lab = _volume()
     data = {"image": img.to(device), "label": lab.to(device), "other": img[:, :, :4].clone().to(device)}
     before = {k: v.clone() for k, v in data.items()}
@@ -201,11 +201,58 @@ def test_pointwise_after_fused_gather_runs_in_place(device, monkeypatch):
         calls.update(pointwise_chain=0, pointwise_chain_=0)
         ref = _chain(False, tail(), seed)(dict(data))
         assert calls["pointwise_chain_"] == 0
-        calls.update(pointwise_chain=0, pointwise_chain_=0)
+        calls.update(pointwise_chain=0, pointwise_chain_=0, resample_patches=0)
         got = _chain(True, tail(), seed)(dict(data))
-        # 3 in-place passes on the image; "other" is the caller's tensor: out of place.
-        assert calls == {"pointwise_chain": 1, "pointwise_chain_": 3}, calls
+        # The shift runs inside the gather (post steps), then 2 in-place passes on the image;
+        # "other" is the caller's tensor: out of place.
+        assert calls == {"pointwise_chain": 1, "pointwise_chain_": 2, "resample_patches": 1}, calls
         for k in ("image", "label", "other"):
             assert torch.equal(got[k], ref[k]), k
         for k, v in data.items():
             assert torch.equal(v, before[k]), f"the caller's {k} changed"
+
+
+@pytest.mark.parametrize("device", devices())
+def test_resample_patches_post_steps_equal_gather_then_chain(device):
+    """Post steps inside the gather give the bytes of the gather, then pointwise_chain_ on its
+    output: a random shift (gated per patch), ScaleIntensityRange with clipping, per-patch
+    factors and a fixed gamma; interpolated and exact maps; first_sample offsets the draws."""
+    g = torch.Generator().manual_seed(11)
+    vol = (torch.rand(2, 1, 24, 20, 22, generator=g) * 3).to(device)
+    lab = torch.randint(0, 4, (2, 1, 24, 20, 22), generator=g, dtype=torch.uint8).to(device)
+    k = 3
+    starts = torch.randint(-2, 10, (2, k, 3), generator=g).to(device)
+    mats = torch.zeros(2 * k, 3, 4, dtype=torch.float64)
+    mats[:, :, :3] = torch.eye(3, dtype=torch.float64)
+    mats[1, 1, 1], mats[1, 1, 3] = -1.0, 7.0  # flip h: exact
+    mats[2:, :, :3] += 0.2 * torch.randn(4, 3, 3, generator=g, dtype=torch.float64)  # interpolated
+    mats = mats.to(device)
+    factors = torch.linspace(-0.3, 0.4, 2 * k).to(device)
+    O = voxaug.ops
+    steps = [O.Step(O.SCALE_INTENSITY_RANGE, O.HAS_B_MIN | O.HAS_B_MAX | O.CLIP, (0.2, 2.5, -1.0, 1.0)),
+             O.Step(O.SHIFT_INTENSITY, O.RANDOM, (0.0, -0.5, 0.5), prob=0.5, seed=123),
+             O.Step(O.SCALE_INTENSITY, 0, (0.0,), values=factors),
+             O.Step(O.GAMMA, 0, (1.0,))]
+    assert O.post_fusable(steps)
+    for first in (0, 4):
+        out, lout = O.resample_patches([vol, lab], mats, starts, (9, 8, 7), ["linear", "nearest"],
+                                       ["border", "zeros"], post_input=0, post_steps=steps, post_first_sample=first)
+        ref, lref = O.resample_patches([vol, lab], mats, starts, (9, 8, 7), ["linear", "nearest"],
+                                       ["border", "zeros"])
+        O.pointwise_chain_(ref, steps, first_sample=first)
+        assert torch.equal(out, ref), first
+        assert torch.equal(lout, lref)
+    # Not fusable: noise (per-voxel draws), statistics, channel-wise draws, random gamma.
+    assert not O.post_fusable([O.Step(O.GAUSSIAN_NOISE, 0, (0.0, 0.1))])
+    assert not O.post_fusable([O.Step(O.SHIFT_INTENSITY, O.RANDOM | O.CHANNEL_WISE, (0.0, -1.0, 1.0))])
+    assert not O.post_fusable([O.Step(O.GAMMA, O.RANDOM, (0.0, -0.1, 0.1))])
+    assert not O.post_fusable([])
+    with pytest.raises(ValueError, match="post_input must index inputs"):
+        O.resample_patches([vol], mats, starts, (4, 4, 4), ["linear"], ["zeros"], post_input=3,
+                           post_steps=steps[:1])
+    with pytest.raises(ValueError, match="post step 0 must be scale_intensity_range"):
+        O.resample_patches([vol], mats, starts, (4, 4, 4), ["linear"], ["zeros"], post_input=0,
+                           post_steps=[O.Step(O.GAUSSIAN_NOISE, 0, (0.0, 0.1))])
+    with pytest.raises(ValueError, match="post steps need a floating output"):
+        O.resample_patches([lab], mats, starts, (4, 4, 4), ["nearest"], ["zeros"], post_input=0,
+                           post_steps=steps[:1])
