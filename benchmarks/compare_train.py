@@ -67,14 +67,17 @@ def time_to(rows: list[dict], target: float) -> tuple[Optional[float], Optional[
     return None, None
 
 
-def data_path_only(args, batches: int) -> list[dict]:
+def data_path_only(args, batches: int, rounds: int = 4) -> list[dict]:
     """The data path alone, no model: ms per batch of each pipeline on the same subjects, median
     over `batches` batches after 3 warm-up batches, in this process with the run's thread count,
-    the device synchronised after each batch. Two pairs: both pipelines caching the crop
-    candidates per volume (MONAI's fast-training tutorial: FgBgToIndicesd; voxaug: its chunk
-    counts), and both scanning the label every call (MONAI's BTCV tutorial). Two
-    configurations: the training runs' data settings, and BTCV's scale (4 x 96^3 patches from
-    larger volumes) where the training config is smaller."""
+    the device synchronised after each batch. The pipelines take turns in `rounds` blocks (each
+    block batches / rounds batches of each), so a busy spell of a shared machine falls on all
+    of them alike; MONAI's random transforms run through its CacheDataset item access (what
+    ThreadDataLoader's thread calls), here on the calling thread. Two pairs: both pipelines
+    caching the crop candidates per volume (MONAI's fast-training tutorial: FgBgToIndicesd;
+    voxaug: its chunk counts), and both scanning the label every call (MONAI's BTCV
+    tutorial). Two configurations: the training runs' data settings, and BTCV's scale (4 x 96^3
+    patches from larger volumes) where the training config is smaller."""
     sys.path.insert(0, str(TRAIN.parent))
     import pipelines as P
 
@@ -84,22 +87,36 @@ def data_path_only(args, batches: int) -> list[dict]:
     configs = [("BTCV scale", (192, 192, 128), (96, 96, 96), 4)]
     if args.device == "cpu":
         configs.insert(0, ("training runs", (64, 64, 64), (64, 64, 32), 2))
+    names = ("voxaug, cached", "monai, cached (fast tutorial)", "voxaug, per call",
+             "monai, per call (BTCV tutorial)")
     results = []
     for label, size, roi, ns in configs:
         subj = P.phantom_subjects(range(8), size, 5, 0, dev)
-        row = {"config": label, "phantom": size, "roi": roi, "num_samples": ns, "batches": batches, "ms": {}}
-        for name in ("voxaug, cached", "monai, cached (fast tutorial)", "voxaug, per call",
-                     "monai, per call (BTCV tutorial)"):
+        row = {"config": label, "phantom": size, "roi": roi, "num_samples": ns, "batches": batches,
+               "rounds": rounds, "ms": {}}
+        runs = {}
+        for name in names:
             cfg = P.AugConfig(roi=roi, num_samples=ns, fgbg_cache="cached" in name)
             if name.startswith("voxaug"):
                 pipe = P.VoxaugPipeline(subj, [], cfg, dev, args.seed, 1, profile_data=True)
+                runs[name] = (pipe.next_batch, lambda p=pipe: p.data_ms)
             else:
-                pipe = P.MonaiPipeline(subj, [], cfg, dev, args.seed, 1, batches + 3, profile_data=True)
-            for _ in range(batches + 3):
-                pipe.next_batch()
-            ms = sorted(pipe.data_ms[3:])
+                pipe = P.MonaiPipeline(subj, [], cfg, dev, args.seed, 1, 0, profile_data=True)
+                order = P.SubjectOrder(len(subj), 1)
+                runs[name] = (lambda p=pipe, o=order: p.timed[next(o)], lambda p=pipe: list(p.timed.times))
+        for step, _ in runs.values():  # warm-up, not counted
+            for _ in range(3):
+                step()
+        counted = {name: len(times()) for name, (_, times) in runs.items()}
+        per_round = max(1, batches // rounds)
+        for _ in range(rounds):
+            for name, (step, _) in runs.items():
+                for _ in range(per_round):
+                    step()
+        for name, (_, times) in runs.items():
+            ms = sorted(times()[counted[name]:])
             row["ms"][name] = {"median_ms": ms[len(ms) // 2], "mean_ms": sum(ms) / len(ms)}
-            del pipe
+        del runs
         results.append(row)
     return results
 

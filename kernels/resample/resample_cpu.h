@@ -661,9 +661,37 @@ VOXAUG_FORCEINLINE void exact_row_int(const ResampleParams& p, const KTarget& t,
   for (int64_t j = hi; j < cnt; ++j) general(j);
 }
 
-// The post steps (ResampleTarget::post) over one finished output row of their target, step
-// by step while the row is in L1: each value read back in the output dtype, as a separate
-// chain pass would read it, and each step the chain's per-element function.
+// The post steps (ResampleTarget::post) over `cnt` stored values of their target at `o`
+// (the output dtype is Acc's, contiguous), step by step while they are in L1: each step the
+// chain's per-element function, one loop per op so that each vectorises.
+template <class Acc>
+VOXAUG_FORCEINLINE void post_span(const ResampleForward<Acc>& f,
+                                  const typename ResampleForward<Acc>::State& st, Acc* o,
+                                  int64_t cnt) {
+  for (int k = 0; k < f.p.num_post; ++k) {
+    const KStep& s = f.p.post[k];
+    const Resolved<Acc> r = st.post[k];
+    if (!r.active) continue;
+    Acc unused = Acc(1);
+    switch (static_cast<PointwiseOp>(s.op)) {
+      case PointwiseOp::ScaleIntensityRange:
+        for (int64_t j = 0; j < cnt; ++j) op_scale_intensity_range<false>(s.flags, r, o[j], unused);
+        break;
+      case PointwiseOp::ShiftIntensity:
+        for (int64_t j = 0; j < cnt; ++j) op_shift_intensity<false>(r, o[j], unused);
+        break;
+      case PointwiseOp::ScaleIntensity:
+        for (int64_t j = 0; j < cnt; ++j) op_scale_intensity<false>(r, o[j], unused);
+        break;
+      default:
+        for (int64_t j = 0; j < cnt; ++j) o[j] = f.post_value(st, k, o[j]);
+        break;
+    }
+  }
+}
+
+// The post steps over one finished output row of their target: each value read back in the
+// output dtype, as a separate chain pass would read it.
 template <class Acc>
 VOXAUG_FORCEINLINE void post_row(const ResampleForward<Acc>& f,
                                  const typename ResampleForward<Acc>::State& st, int64_t n,
@@ -674,11 +702,7 @@ VOXAUG_FORCEINLINE void post_row(const ResampleForward<Acc>& f,
     const int64_t base = n * t.out_stride[0] + c * t.out_stride[1] + od * t.out_stride[2] +
                          oh * t.out_stride[3] + ow0 * t.out_stride[4];
     if (t.out_dtype == native && t.out_stride[4] == 1) {
-      Acc* o = static_cast<Acc*>(t.out) + base;
-      for (int k = 0; k < f.p.num_post; ++k) {
-        if (!st.post[k].active) continue;
-        for (int64_t j = 0; j < cnt; ++j) o[j] = f.post_value(st, k, o[j]);
-      }
+      post_span(f, st, static_cast<Acc*>(t.out) + base, cnt);
       continue;
     }
     for (int64_t j = 0; j < cnt; ++j) {
@@ -687,6 +711,32 @@ VOXAUG_FORCEINLINE void post_row(const ResampleForward<Acc>& f,
       for (int k = 0; k < f.p.num_post; ++k) x = f.post_value(st, k, x);
       store_dyn<Acc>(t.out, t.out_dtype, o, x);
     }
+  }
+}
+
+// The post steps over items [begin, end) of sample n in plain (d, h, w) order, once they are
+// all stored: one span per channel when the target's output is dense in (D, H, W) with Acc's
+// dtype (a host task's 2048 values stay in L1), else row by row.
+template <class Acc>
+VOXAUG_FORCEINLINE void post_items(const ResampleForward<Acc>& f,
+                                   const typename ResampleForward<Acc>::State& st, int64_t n,
+                                   int64_t begin, int64_t end) {
+  const KTarget& t = f.p.t[f.p.post_target];
+  const int64_t H = f.p.out_size[1], W = f.p.out_size[2];
+  const DType native = std::is_same_v<Acc, double> ? DType::Float64 : DType::Float32;
+  if (t.out_dtype == native && t.out_stride[4] == 1 && t.out_stride[3] == W &&
+      t.out_stride[2] == H * W) {
+    for (int64_t c = 0; c < t.channels; ++c)
+      post_span(f, st,
+                static_cast<Acc*>(t.out) + n * t.out_stride[0] + c * t.out_stride[1] + begin,
+                end - begin);
+    return;
+  }
+  for (int64_t i = begin; i < end;) {
+    const int64_t od = i / (H * W), oh = (i / W) % H, ow = i % W;
+    const int64_t cnt = std::min(W - ow, end - i);
+    post_row(f, st, n, od, oh, ow, cnt);
+    i += cnt;
   }
 }
 
@@ -730,7 +780,6 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
     }
     for (int k = 0; k < p.num_targets; ++k)
       exact_row_int(p, p.t[k], first, step, n, od, oh, ow, cnt);
-    if (p.post_target >= 0) post_row(f, st, n, od, oh, ow, cnt);
     i += cnt;
     ow += cnt;
     if (ow == W) {
@@ -741,6 +790,7 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
       }
     }
   }
+  if (p.post_target >= 0) post_items(f, st, n, begin, end);
   return true;
 }
 
