@@ -764,9 +764,18 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
     if (!(most < kExactBound)) return false;
     coef[a][3] = static_cast<int64_t>(m[4 * a + 3]);
   }
-  for (int k = 0; k < p.num_targets; ++k)
-    for (int a = 0; a < 3; ++a)
-      if (static_cast<double>(p.t[k].in_size[a]) >= kExactBound) return false;
+  // Per target: whether an inside row is a plain element copy (nearest, or one dtype); the
+  // smallest input size per axis over the targets (a row inside it is inside every target).
+  bool plain_copy[kMaxResampleTargets];
+  int64_t in_size_min[3] = {INT64_MAX, INT64_MAX, INT64_MAX};
+  for (int k = 0; k < p.num_targets; ++k) {
+    const KTarget& t = p.t[k];
+    plain_copy[k] = static_cast<Interp>(t.mode) == Interp::Nearest || t.in_dtype == t.out_dtype;
+    for (int a = 0; a < 3; ++a) {
+      if (static_cast<double>(t.in_size[a]) >= kExactBound) return false;
+      in_size_min[a] = std::min(in_size_min[a], t.in_size[a]);
+    }
+  }
   const int64_t plane = H * W;
   int64_t od = begin / plane;
   int64_t oh = (begin - od * plane) / W;
@@ -778,8 +787,36 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
       first[a] = coef[a][0] * od + coef[a][1] * oh + coef[a][2] * ow + coef[a][3];
       step[a] = coef[a][2];
     }
-    for (int k = 0; k < p.num_targets; ++k)
-      exact_row_int(p, p.t[k], first, step, n, od, oh, ow, cnt);
+    // Rows inside the volume with one dtype per target (the common case: a crop with flips):
+    // a copy straight from the computed offsets; others take exact_row_int's general path.
+    bool inside = true;
+    for (int a = 0; a < 3 && inside; ++a) {
+      const int64_t last = first[a] + (cnt - 1) * step[a];
+      inside = first[a] >= 0 && last >= 0 && first[a] < in_size_min[a] && last < in_size_min[a];
+    }
+    for (int k = 0; k < p.num_targets; ++k) {
+      const KTarget& t = p.t[k];
+      if (!inside || !plain_copy[k]) {
+        exact_row_int(p, t, first, step, n, od, oh, ow, cnt);
+        continue;
+      }
+      int64_t off0 = t.in_sample(n) * t.in_stride[0], doff = 0;
+      for (int a = 0; a < 3; ++a) {
+        off0 += first[a] * t.in_stride[a + 2];
+        doff += step[a] * t.in_stride[a + 2];
+      }
+      const int64_t dst0 = n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3] +
+                           ow * t.out_stride[4];
+      for (int64_t c = 0; c < t.channels; ++c) {
+        const int64_t src = off0 + c * t.in_stride[1], dst = dst0 + c * t.out_stride[1];
+        switch (t.elem_size) {
+          case 1: strided_copy<uint8_t>(t.in, src, doff, t.out, dst, t.out_stride[4], 0, cnt); break;
+          case 2: strided_copy<uint16_t>(t.in, src, doff, t.out, dst, t.out_stride[4], 0, cnt); break;
+          case 4: strided_copy<uint32_t>(t.in, src, doff, t.out, dst, t.out_stride[4], 0, cnt); break;
+          default: strided_copy<uint64_t>(t.in, src, doff, t.out, dst, t.out_stride[4], 0, cnt); break;
+        }
+      }
+    }
     i += cnt;
     ow += cnt;
     if (ow == W) {

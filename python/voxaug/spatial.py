@@ -2514,15 +2514,18 @@ def _mode_key(step: _LazyStep) -> tuple:
 
 
 def _square(m: torch.Tensor) -> torch.Tensor:
-    out = torch.zeros(m.shape[0], 4, 4, dtype=torch.float64)
-    out[:, :3] = m[:, :3].to(torch.float64)
+    """(N, 4, 4) float64 CPU maps from (N, 3 or 4, 4) ones (numpy: a few microseconds)."""
+    out = np.zeros((m.shape[0], 4, 4))
+    out[:, :3] = m[:, :3].detach().cpu().to(torch.float64).numpy()
     out[:, 3, 3] = 1.0
-    return out
+    return torch.from_numpy(out)
 
 
-def _plan_lazy(t: Any, ch: _LazyChain, over: dict, params: Optional[torch.Tensor], owner: Any = None):
+def _plan_lazy(t: Any, ch: _LazyChain, over: dict, params: Optional[torch.Tensor], owner: Any = None,
+               memo: Optional[dict] = None):
     """(step, new affine) of spatial transform `t` on the chain's current (virtual) tensor, or None
-    when `t` cannot join a fused group there."""
+    when `t` cannot join a fused group there. `memo` (one dict per transform call): keys whose
+    chains are untracked plain tensors of one size, batch and options share one plan."""
     if isinstance(t, (Spacing, Orientation)):
         if ch.affine is None or (isinstance(t, Spacing) and t.recompute_affine):
             return None
@@ -2549,6 +2552,9 @@ def _plan_lazy(t: Any, ch: _LazyChain, over: dict, params: Optional[torch.Tensor
     opts = t._options(**over)
     if opts.table_dtype is None:
         opts = dataclasses.replace(opts, table_dtype=_table_dtype(None, ch.dtype))
+    shared = memo is not None and not ch.track and ch.affine is None
+    if shared and (tuple(ch.size), ch.n, opts) in memo:
+        return memo[(tuple(ch.size), ch.n, opts)]
     geom = t._geometry(ch.size, ch.n, params, opts)
     if geom.tables is not None or geom.pad is not None:
         return None
@@ -2558,9 +2564,12 @@ def _plan_lazy(t: Any, ch: _LazyChain, over: dict, params: Optional[torch.Tensor
     if new_affine is not None:  # as _with_affine
         m = geom.meta.to(new_affine.device, new_affine.dtype)
         new_affine = new_affine @ m[0] if m.shape[0] == 1 or bool((m == m[:1]).all()) else new_affine @ m
-    return _LazyStep(_square(geom.mats), geom.out_size, opts, geom.kernel_padding, isinstance(t, _EXACT_TYPES),
-                     geom.meta.to(torch.float64).expand(ch.n, 4, 4).clone(), owner if owner is not None else t,
-                     record), new_affine
+    planned = (_LazyStep(_square(geom.mats), geom.out_size, opts, geom.kernel_padding, isinstance(t, _EXACT_TYPES),
+                         geom.meta.to(torch.float64).expand(ch.n, 4, 4).clone(), owner if owner is not None else t,
+                         record), new_affine)
+    if shared:
+        memo[(tuple(ch.size), ch.n, opts)] = planned
+    return planned
 
 
 def _is_dict_transform(t: Any) -> bool:
@@ -2667,7 +2676,8 @@ def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None,
         if isinstance(t, Spacingd) and t.ensure_same_shape:
             planned = _plan_spacingd(t, keys, chain)
         else:
-            planned = [(k, _plan_lazy(tr, chain(k), over, params, t)) for k, over in keys]
+            memo: dict = {}
+            planned = [(k, _plan_lazy(tr, chain(k), over, params, t, memo)) for k, over in keys]
         if any(p is None for _, p in planned):
             assert params is None, "random spatial transforms are always fusable"
             direct(t)
