@@ -874,3 +874,70 @@ TEST(ResampleCuda, PostStepsTwinBitIdentical) {
   cudaFree(dps);
 }
 #endif
+
+// Exact maps with output samples of >= 2 MiB: inside rows are written with non-temporal
+// stores, the post steps applied in an L1 buffer on the way; rows that reach the padding and
+// flipped rows take the other paths. Image (with post steps) and label equal the device body.
+TEST(ResampleCpu, StreamedExactRowsEqualDeviceBody) {
+  const int64_t K = 2;
+  const Vol iv{1, 1, 44, 90, 170}, ov{K, 1, 40, 80, 160};  // 2.5 MB per output sample
+  std::vector<float> img(iv.numel());
+  std::vector<uint8_t> lab(iv.numel());
+  for (size_t i = 0; i < img.size(); ++i) {
+    img[i] = static_cast<float>((i * 2654435761u) % 1000) * 0.01f;
+    lab[i] = static_cast<uint8_t>(i % 7);
+  }
+  // Patch 0: crop, inside except the last rows along h (padding); patch 1: flip w + flip d.
+  const std::vector<double> m = {1, 0, 0, 2, 0, 1, 0, 15, 0, 0, 1, 6,
+                                 -1, 0, 0, 42, 0, 1, 0, 3, 0, 0, -1, 165};
+  PostCase pc = post_steps(ov.n);
+  std::vector<float> out(ov.numel());
+  std::vector<uint8_t> lout(ov.numel());
+  ResampleTarget t[2] = {{view(img.data(), DType::Float32, iv), view(out.data(), DType::Float32, ov),
+                          Interp::Linear, Padding::Zeros, 0.0, {}, K},
+                         {view(lab.data(), DType::UInt8, iv), view(lout.data(), DType::UInt8, ov),
+                          Interp::Nearest, Padding::Zeros, 0.0, {}, K}};
+  t[0].post = pc.steps.data();
+  t[0].num_post = static_cast<int>(pc.steps.size());
+  resample(t, 2, m.data(), false);
+
+  detail::ResampleParams p{};
+  p.num_targets = 2;
+  p.matrices = m.data();
+  p.out_size[0] = ov.d, p.out_size[1] = ov.h, p.out_size[2] = ov.w;
+  std::vector<float> body(ov.numel());
+  std::vector<uint8_t> lbody(ov.numel());
+  void* outs[2] = {body.data(), lbody.data()};
+  const void* ins[2] = {img.data(), lab.data()};
+  const DType dts[2] = {DType::Float32, DType::UInt8};
+  for (int k = 0; k < 2; ++k) {
+    detail::KTarget& q = p.t[k];
+    const VolumeView vi = view(const_cast<void*>(ins[k]), dts[k], iv), vo = view(outs[k], dts[k], ov);
+    q.in = ins[k];
+    q.out = outs[k];
+    q.in_dtype = q.out_dtype = dts[k];
+    q.mode = static_cast<int32_t>(k == 0 ? Interp::Linear : Interp::Nearest);
+    q.padding = static_cast<int32_t>(Padding::Zeros);
+    q.channels = 1;
+    q.elem_size = k == 0 ? 4 : 1;
+    q.in_group = K;
+    for (int a = 0; a < 3; ++a) q.in_size[a] = vi.shape[a + 2];
+    for (int a = 0; a < 5; ++a) q.in_stride[a] = vi.strides[a], q.out_stride[a] = vo.strides[a];
+  }
+  const detail::ChainParams cp = detail::pack_chain(pc.steps.data(), static_cast<int>(pc.steps.size()));
+  p.post_target = 0;
+  p.num_post = static_cast<int32_t>(pc.steps.size());
+  p.post_channels = 1;
+  for (int s = 0; s < p.num_post; ++s) p.post[s] = cp.steps[s];
+  const detail::ResampleForward<float> f{p};
+  for (int64_t n = 0; n < ov.n; ++n) {
+    detail::ResampleForward<float>::State st;
+    f.begin_sample(n, st);
+    ASSERT_TRUE(st.exact);
+    for (int64_t d = 0; d < ov.d; ++d)
+      for (int64_t h = 0; h < ov.h; ++h)
+        for (int64_t w = 0; w < ov.w; ++w) f.voxel(st, n, d, h, w);
+  }
+  EXPECT_EQ(0, std::memcmp(out.data(), body.data(), out.size() * 4));
+  EXPECT_EQ(lout, lbody);
+}
