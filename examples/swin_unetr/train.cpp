@@ -64,6 +64,7 @@ struct Args {
   std::string device;  // "" -> cuda when available, else cpu
   std::string out = "swin_train_out";
   std::string init;  // a state-dict checkpoint to start from (MONAI's or this program's)
+  std::string resume;  // an output directory of an earlier run to continue
   std::optional<int64_t> steps, val_every, log_every, feature_size, num_classes;
   std::optional<std::array<int64_t, 3>> roi, phantom_size;
   std::optional<int64_t> phantom_train, phantom_val;
@@ -146,6 +147,13 @@ void print_help(const char* argv0) {
       "                        (torch.save(dict(net.state_dict()), PATH); LibTorch cannot read\n"
       "                        OrderedDicts), also under a \"state_dict\" key; strict: every key\n"
       "                        and shape must match --feature-size and the classes\n"
+      "  --resume DIR          continue an earlier run from DIR/checkpoint.pt and\n"
+      "                        DIR/train_state.pt (written at every validation and at the end:\n"
+      "                        AdamW moments and steps, the gradient scaler, the step, the\n"
+      "                        epoch order, the best Dice) up to --steps; the data draws are\n"
+      "                        keyed by the step, so on the CPU the run continues exactly as an\n"
+      "                        uninterrupted one. Same data and model options as the first run;\n"
+      "                        with --out DIR, train.csv is continued\n"
       "  --use-checkpoint      gradient checkpointing of the Swin blocks\n"
       "  --amp MODE            bf16 | fp16 | off (default: bf16 on cuda, off on cpu); fp16 uses\n"
       "                        a gradient scaler (init 65536, growth 2, backoff 0.5, interval\n"
@@ -328,6 +336,12 @@ Args parse_args(int argc, char** argv) {
     } else if (f == "--init") {
       a.init = val();
       if (!fs::is_regular_file(a.init)) fail("--init: no file " + a.init);
+    } else if (f == "--resume") {
+      a.resume = val();
+      for (const char* file : {"checkpoint.pt", "train_state.pt"})
+        if (!fs::is_regular_file(fs::path(a.resume) / file))
+          fail("--resume: no " + (fs::path(a.resume) / file).string() +
+               " (a run writes them at each validation and at the end)");
     } else if (f == "--heavy") {
       a.heavy = true;
     } else if (f == "--affine-prob") {
@@ -368,6 +382,8 @@ Args parse_args(int argc, char** argv) {
     if (!a.noise_prob) a.noise_prob = 0.1;
   }
   if (a.dataset == "msd" && a.data_dir.empty()) fail("--dataset msd needs --data-dir DIR");
+  if (!a.init.empty() && !a.resume.empty()) fail("--init and --resume exclude each other");
+  if (!a.resume.empty() && !a.save_ckpt) fail("--resume needs the checkpoint files (drop --no-checkpoint-files)");
   if (a.pos + a.neg <= 0) fail("--pos + --neg must be > 0");
   if (a.a_min && a.a_max && *a.a_min == *a.a_max) fail("--a-min and --a-max must differ");
   return a;
@@ -697,9 +713,10 @@ at::Tensor dice_per_class(const at::Tensor& pred, const at::Tensor& label, int64
 // {name: tensor}, or such a dict under "state_dict" / "model". LibTorch's unpickler does not
 // build Python OrderedDicts (what state_dict() returns), so those must be re-saved as dict(...).
 // Throws naming the file.
-std::map<std::string, at::Tensor> load_tensor_dict(const std::string& path) {
+std::map<std::string, at::Tensor> load_tensor_dict(const std::string& path,
+                                                    const std::string& flag = "--init") {
   std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("--init: cannot read " + path);
+  if (!f) throw std::runtime_error(flag + ": cannot read " + path);
   const std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   c10::IValue v;
   try {
@@ -708,7 +725,7 @@ std::map<std::string, at::Tensor> load_tensor_dict(const std::string& path) {
     std::string why = e.what();
     why = why.substr(0, why.find('\n'));
     throw std::runtime_error(
-        "--init: cannot read " + path + " (" + why + "). LibTorch reads plain dicts only, not the "
+        flag + ": cannot read " + path + " (" + why + "). LibTorch reads plain dicts only, not the "
         "OrderedDict that state_dict() returns: re-save it in Python with "
         "torch.save(dict(torch.load(path)), new_path)");
   }
@@ -724,11 +741,11 @@ std::map<std::string, at::Tensor> load_tensor_dict(const std::string& path) {
     }
     if (!wrapped) break;
   }
-  if (!v.isGenericDict()) throw std::runtime_error("--init: " + path + " does not hold a dict");
+  if (!v.isGenericDict()) throw std::runtime_error(flag + ": " + path + " does not hold a dict");
   std::map<std::string, at::Tensor> out;
   for (const auto& kv : v.toGenericDict()) {
     if (!kv.key().isString() || !kv.value().isTensor())
-      throw std::runtime_error("--init: " + path + " must map names to tensors");
+      throw std::runtime_error(flag + ": " + path + " must map names to tensors");
     out[kv.key().toStringRef()] = kv.value().toTensor();
   }
   return out;
@@ -883,6 +900,17 @@ int run(const Args& args) {
     const size_t n = voxaug::models::load_state_dict(*model, load_tensor_dict(args.init));
     std::printf("init: %zu tensors from %s\n", n, args.init.c_str());
   }
+  std::map<std::string, at::Tensor> resumed;  // train_state.pt of --resume
+  if (!args.resume.empty()) {
+    torch::NoGradGuard ng;
+    voxaug::models::load_state_dict(
+        *model, load_tensor_dict((fs::path(args.resume) / "checkpoint.pt").string(), "--resume"));
+    resumed = load_tensor_dict((fs::path(args.resume) / "train_state.pt").string(), "--resume");
+    for (const char* key : {"config", "progress", "best_dice", "order", "scale", "growth_tracker"})
+      if (!resumed.count(key))
+        fail("--resume: " + (fs::path(args.resume) / "train_state.pt").string() + " has no '" +
+             key + "'");
+  }
   model->to(device);
   int64_t nparam = 0;
   for (const auto& p : model->parameters()) nparam += p.numel();
@@ -898,9 +926,31 @@ int run(const Args& args) {
   at::Tensor growth_tracker = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(device));
 
   fs::create_directories(args.out);
+  // The configuration a resumed run must share (the draws and shapes depend on it).
+  const std::vector<int64_t> config = {args.seed, roi[0], roi[1], roi[2], num_samples, K, feature,
+                                       args.batch_volumes, static_cast<int64_t>(ds.train.size())};
+  int64_t first_step = 1;
+  std::vector<std::string> csv_rows;  // a resumed run's earlier rows (up to its saved step)
+  if (!resumed.empty()) {
+    const at::Tensor c = resumed.at("config").to(at::kLong);
+    if (c.numel() != static_cast<int64_t>(config.size()) ||
+        !at::equal(c, at::tensor(config, at::TensorOptions().dtype(at::kLong))))
+      fail("--resume: the run in " + args.resume + " had another configuration (seed, roi, "
+           "num-samples, classes, feature size, batch volumes or training subjects)");
+    first_step = resumed.at("progress")[0].item<int64_t>() + 1;
+    if (first_step > steps)
+      fail("--resume: the run in " + args.resume + " reached step " +
+           std::to_string(first_step - 1) + "; --steps must be larger, got " +
+           std::to_string(steps));
+    std::ifstream old(fs::path(args.resume) / "train.csv");
+    std::string line;
+    for (bool header = true; std::getline(old, line); header = false)
+      if (!header && !line.empty() && std::stoll(line) < first_step) csv_rows.push_back(line);
+  }
   std::ofstream csv(fs::path(args.out) / "train.csv");
   if (!csv) fail("--out: cannot write " + (fs::path(args.out) / "train.csv").string());
   csv << "step,loss,lr,scale,data_ms,step_ms,elapsed_s,val_dice\n";
+  for (const auto& row : csv_rows) csv << row << "\n";
 
   Augmenter augment{args, roi, num_samples, device, at::Tensor()};
   voxaug::SlidingWindowOptions swo;
@@ -1026,8 +1076,71 @@ int run(const Args& args) {
     steps_since_last = 0;
   };
 
+  // ---- resumable state: checkpoint.pt (weights) + train_state.pt (everything else)
+  auto save_training = [&](int64_t step) {
+    if (!args.save_ckpt) return;
+    save_tensor_dict((fs::path(args.out) / "checkpoint.pt").string(),
+                     voxaug::models::state_dict(*model));
+    std::map<std::string, at::Tensor> st;
+    st["config"] = at::tensor(config, at::TensorOptions().dtype(at::kLong));
+    st["progress"] = at::tensor(std::vector<int64_t>{step, epoch, static_cast<int64_t>(cursor),
+                                                     best_step},
+                                at::TensorOptions().dtype(at::kLong));
+    st["best_dice"] = at::tensor(std::vector<double>{best_dice}, at::TensorOptions().dtype(at::kDouble));
+    st["order"] = at::tensor(order, at::TensorOptions().dtype(at::kLong));
+    st["scale"] = scale;
+    st["growth_tracker"] = growth_tracker;
+    for (const auto& kv : model->named_parameters()) {
+      auto it = opt.state().find(kv.value().unsafeGetTensorImpl());
+      if (it == opt.state().end()) continue;  // no step taken for it yet
+      const auto& a = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+      st["adamw." + kv.key() + ".exp_avg"] = a.exp_avg();
+      st["adamw." + kv.key() + ".exp_avg_sq"] = a.exp_avg_sq();
+      st["adamw." + kv.key() + ".step"] =
+          at::tensor(std::vector<int64_t>{a.step()}, at::TensorOptions().dtype(at::kLong));
+    }
+    save_tensor_dict((fs::path(args.out) / "train_state.pt").string(), st);
+  };
+  if (!resumed.empty()) {
+    const at::Tensor pr = resumed.at("progress").to(at::kLong);
+    epoch = pr[1].item<int64_t>();
+    cursor = static_cast<size_t>(pr[2].item<int64_t>());
+    best_step = pr[3].item<int64_t>();
+    best_dice = resumed.at("best_dice").item<double>();
+    const at::Tensor ord = resumed.at("order").to(at::kLong).contiguous();
+    order.assign(ord.data_ptr<int64_t>(), ord.data_ptr<int64_t>() + ord.numel());
+    scale.copy_(resumed.at("scale"));
+    growth_tracker.copy_(resumed.at("growth_tracker"));
+    int64_t restored = 0;
+    for (const auto& kv : model->named_parameters()) {
+      const std::string k = "adamw." + kv.key();
+      if (!resumed.count(k + ".exp_avg")) continue;
+      auto a = std::make_unique<torch::optim::AdamWParamState>();
+      a->exp_avg(resumed.at(k + ".exp_avg").to(kv.value().options()));
+      a->exp_avg_sq(resumed.at(k + ".exp_avg_sq").to(kv.value().options()));
+      a->step(resumed.at(k + ".step").item<int64_t>());
+      opt.state()[kv.value().unsafeGetTensorImpl()] = std::move(a);
+      ++restored;
+    }
+    for (const auto& row : csv_rows) {  // the curve and the validations so far
+      std::vector<std::string> f;
+      std::stringstream ss(row);
+      for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+      if (f.size() < 2) continue;
+      curve_steps.push_back(std::stoll(f[0]));
+      curve_loss.push_back(std::stod(f[1]));
+      if (f.size() >= 8 && !f[7].empty()) {
+        val_steps.push_back(std::stoll(f[0]));
+        val_dice.push_back(std::stod(f[7]));
+      }
+    }
+    std::printf("resume: step %lld of %s (AdamW state of %lld tensors, best Dice %.4f at step %lld)\n",
+                static_cast<long long>(first_step - 1), args.resume.c_str(),
+                static_cast<long long>(restored), best_dice, static_cast<long long>(best_step));
+  }
+
   model->train();
-  for (int64_t step = 1; step <= steps; ++step) {
+  for (int64_t step = first_step; step <= steps; ++step) {
     const auto t0 = clock::now();
     std::vector<const Subject*> vols;
     for (int64_t b = 0; b < args.batch_volumes; ++b) {
@@ -1112,14 +1225,14 @@ int run(const Args& args) {
           save_tensor_dict((fs::path(args.out) / "checkpoint_best.pt").string(),
                            voxaug::models::state_dict(*model));
       }
+      if (step < steps) save_training(step);  // a point to --resume from
     }
     if (step % log_every == 0 || step == steps || do_val) flush(step);
   }
   if (cuda) torch::cuda::synchronize();
   const double train_wall = seconds(t_train0, clock::now()) - val_s_total;
-  if (args.save_ckpt)
-    save_tensor_dict((fs::path(args.out) / "checkpoint.pt").string(),
-                     voxaug::models::state_dict(*model));
+  const int64_t run_steps = steps - first_step + 1;  // this run's (a resumed run's are fewer)
+  save_training(steps);
   voxaug::train::plot_training_curve((fs::path(args.out) / "training_curve.png").string(),
                                      curve_steps, curve_loss, val_steps, val_dice,
                                      "SWIN UNETR: LOSS AND VALIDATION DICE");
@@ -1138,8 +1251,9 @@ int run(const Args& args) {
       "summary: %lld steps, %.3f steps/s (training time %.1f s without validation), mean data "
       "time %.2f ms/step%s, best validation Dice %.4f at step %lld, validation %.1f s, wall "
       "time %.1f s\n",
-      static_cast<long long>(steps), train_wall > 0 ? steps / train_wall : 0.0, train_wall,
-      data_ms_total / steps, (cuda && !args.profile_data) ? " (host enqueue time)" : "",
+      static_cast<long long>(run_steps), train_wall > 0 ? run_steps / train_wall : 0.0,
+      train_wall, data_ms_total / run_steps,
+      (cuda && !args.profile_data) ? " (host enqueue time)" : "",
       best_dice, static_cast<long long>(best_step), val_s_total, wall);
   std::printf("outputs: %s/{train.csv,training_curve.png,validation.png%s}\n", args.out.c_str(),
               args.save_ckpt ? ",checkpoint.pt,checkpoint_best.pt" : "");

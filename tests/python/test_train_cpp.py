@@ -280,6 +280,43 @@ def test_init_from_a_monai_checkpoint(tmp_path):
     assert r.returncode != 0 and "torch.save(dict(torch.load(path)), new_path)" in r.stderr, r.stderr
 
 
+def test_resume_continues_exactly(tmp_path):
+    # 3 steps, then --resume to 6: the same weights, losses and validation Dice as 6 steps in one
+    # run (the CPU run is deterministic; the draws are keyed by the step, the AdamW moments and
+    # steps, the epoch order and the best Dice come back from train_state.pt).
+    common = [*TINY, "--dataset", "phantom", "--lr", "2e-3", "--val-every", "3", "--seed", "5",
+              "--log-every", "1"]
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    r = run([*common, "--steps", "6", "--out", str(straight)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run([*common, "--steps", "3", "--out", str(split)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    state = torch.load(split / "train_state.pt")
+    assert int(state["progress"][0]) == 3
+    assert sum(k.startswith("adamw.") and k.endswith(".exp_avg") for k in state) > 100
+    r = run([*common, "--steps", "6", "--resume", str(split), "--out", str(split)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "resume: step 3 of" in r.stdout, r.stdout
+    a, b = torch.load(straight / "checkpoint.pt"), torch.load(split / "checkpoint.pt")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    rows_a = list(csv.DictReader(open(straight / "train.csv")))
+    rows_b = list(csv.DictReader(open(split / "train.csv")))
+    assert [r["step"] for r in rows_b] == [str(i) for i in range(1, 7)]
+    assert [r["loss"] for r in rows_a] == [r["loss"] for r in rows_b]
+    assert [r["val_dice"] for r in rows_a] == [r["val_dice"] for r in rows_b]
+    # Refusals: nothing left to do, another configuration, missing files, --init with --resume.
+    r = run([*common, "--steps", "6", "--resume", str(split), "--out", str(tmp_path / "x")])
+    assert r.returncode != 0 and "--steps must be larger" in r.stderr, r.stderr
+    r = run([*common, "--steps", "9", "--num-samples", "2", "--resume", str(split), "--out", str(tmp_path / "y")])
+    assert r.returncode != 0 and "another configuration" in r.stderr, r.stderr
+    r = run([*common, "--resume", str(tmp_path / "none")])
+    assert r.returncode != 0 and "--resume: no" in r.stderr, r.stderr
+    r = run([*common, "--resume", str(split), "--init", str(split / "checkpoint.pt")])
+    assert r.returncode != 0 and "exclude each other" in r.stderr, r.stderr
+
+
 def test_heavy_chain_and_builtin_png(tmp_path):
     # Every heavy step on every patch (RandAffine + elastic in the crop's gather, noise after),
     # the PNGs through the built-in writer (the path taken where libpng is missing).
@@ -362,5 +399,5 @@ def test_bad_arguments(args, needle):
 def test_help():
     r = run(["--help"], timeout=30)
     assert r.returncode == 0
-    for flag in ("--dataset", "--amp", "--roi", "--pixdim", "--check-forward", "--heavy", "putamen"):
+    for flag in ("--dataset", "--amp", "--roi", "--pixdim", "--check-forward", "--heavy", "--resume", "putamen"):
         assert flag in r.stdout
