@@ -234,6 +234,9 @@ def test_resample_patches_post_steps_equal_gather_then_chain(device):
              O.Step(O.SCALE_INTENSITY, 0, (0.0,), values=factors),
              O.Step(O.GAMMA, 0, (1.0,))]
     assert O.post_fusable(steps)
+    torch.library.opcheck(torch.ops.voxaug.resample_patches_post.default,
+                          ([vol, lab], mats, starts, [5, 4, 6], [1, 0], [1, 0], [0.0, 0.0], False, 0,
+                           *O._lists(steps), 2))
     for first in (0, 4):
         out, lout = O.resample_patches([vol, lab], mats, starts, (9, 8, 7), ["linear", "nearest"],
                                        ["border", "zeros"], post_input=0, post_steps=steps, post_first_sample=first)
