@@ -522,6 +522,22 @@ namespace {
 // The per-voxel body the CUDA kernel runs (ResampleForward::voxel), evaluated on the host for
 // one float32 target: the reference of the host's row paths. `all_exact` reports whether every
 // sample took the exact (signed-permutation) path.
+// ResampleForward::voxel (what the CUDA kernel runs per voxel) over every output voxel of
+// `batch` samples; returns whether every sample took the exact path.
+bool run_device_body(const detail::ResampleParams& p, int64_t batch) {
+  const detail::ResampleForward<float> f{p};
+  bool all_exact = true;
+  for (int64_t n = 0; n < batch; ++n) {
+    detail::ResampleForward<float>::State st;
+    f.begin_sample(n, st);
+    all_exact = all_exact && st.exact;
+    for (int64_t d = 0; d < p.out_size[0]; ++d)
+      for (int64_t h = 0; h < p.out_size[1]; ++h)
+        for (int64_t w = 0; w < p.out_size[2]; ++w) f.voxel(st, n, d, h, w);
+  }
+  return all_exact;
+}
+
 std::vector<float> device_body_float32(std::vector<float>& img, const Vol& iv, const Vol& ov,
                                        const std::vector<double>& m, Interp mode, Padding pad,
                                        double pad_value, bool ac, bool* all_exact,
@@ -546,16 +562,7 @@ std::vector<float> device_body_float32(std::vector<float>& img, const Vol& iv, c
                    vo = view(voxel.data(), DType::Float32, ov);
   for (int a = 0; a < 3; ++a) k.in_size[a] = vi.shape[a + 2];
   for (int a = 0; a < 5; ++a) k.in_stride[a] = vi.strides[a], k.out_stride[a] = vo.strides[a];
-  const detail::ResampleForward<float> f{p};
-  *all_exact = true;
-  for (int64_t n = 0; n < ov.n; ++n) {
-    detail::ResampleForward<float>::State st;
-    f.begin_sample(n, st);
-    *all_exact = *all_exact && st.exact;
-    for (int64_t d = 0; d < ov.d; ++d)
-      for (int64_t h = 0; h < ov.h; ++h)
-        for (int64_t w = 0; w < ov.w; ++w) f.voxel(st, n, d, h, w);
-  }
+  *all_exact = run_device_body(p, ov.n);
   return voxel;
 }
 }  // namespace
@@ -762,14 +769,7 @@ TEST(ResampleCpu, PostStepsEqualResampleThenChain) {
       p.post_first_sample = first;
       p.post_channels = ov.c;
       for (int s = 0; s < p.num_post; ++s) p.post[s] = cp.steps[s];
-      const detail::ResampleForward<float> f{p};
-      for (int64_t n = 0; n < ov.n; ++n) {
-        detail::ResampleForward<float>::State st;
-        f.begin_sample(n, st);
-        for (int64_t d = 0; d < ov.d; ++d)
-          for (int64_t h = 0; h < ov.h; ++h)
-            for (int64_t w = 0; w < ov.w; ++w) f.voxel(st, n, d, h, w);
-      }
+      run_device_body(p, ov.n);
       EXPECT_EQ(0, std::memcmp(fused.data(), body.data(), fused.size() * 4))
           << "device body, mode " << static_cast<int>(mode) << " first_sample " << first;
     }
@@ -929,15 +929,7 @@ TEST(ResampleCpu, StreamedExactRowsEqualDeviceBody) {
   p.num_post = static_cast<int32_t>(pc.steps.size());
   p.post_channels = 1;
   for (int s = 0; s < p.num_post; ++s) p.post[s] = cp.steps[s];
-  const detail::ResampleForward<float> f{p};
-  for (int64_t n = 0; n < ov.n; ++n) {
-    detail::ResampleForward<float>::State st;
-    f.begin_sample(n, st);
-    ASSERT_TRUE(st.exact);
-    for (int64_t d = 0; d < ov.d; ++d)
-      for (int64_t h = 0; h < ov.h; ++h)
-        for (int64_t w = 0; w < ov.w; ++w) f.voxel(st, n, d, h, w);
-  }
+  ASSERT_TRUE(run_device_body(p, ov.n));
   EXPECT_EQ(0, std::memcmp(out.data(), body.data(), out.size() * 4));
   EXPECT_EQ(lout, lbody);
 }

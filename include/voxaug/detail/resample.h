@@ -139,6 +139,9 @@ struct ResampleParams {
   int64_t post_channels = 1;
   KStep post[kMaxResamplePostSteps];
 };
+// The block travels to the CUDA kernel by value (inside the functor): keep it within the
+// classic 4 KiB kernel-parameter limit.
+static_assert(sizeof(ResampleParams) < 3584, "ResampleParams must fit a kernel's parameters");
 
 // Source coordinate of output voxel (od, oh, ow): m is the sample's row-major 3x4 matrix.
 template <class Acc>
