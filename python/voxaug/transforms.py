@@ -852,7 +852,7 @@ class _Dict:
                 if in_place:
                     ops.pointwise_chain_(x5, _steps if _steps is not None else self.transform._plan(x5))
                 else:
-                    d[key] = self.transform.apply(d[key], _steps)
+                    d[key] = self.transform(d[key]) if _steps is None else self.transform.apply(d[key], _steps)
                 continue
             if steps is None:
                 steps = self.transform._plan(_as_batch(d[key])[0])
