@@ -802,8 +802,15 @@ TEST(ResampleCpu, PostStepsBadArgumentsGiveNamedErrors) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  const ResampleTarget img_t{view(img.data(), DType::Float32, iv),
-                             view(out.data(), DType::Float32, iv)};
+  auto target = [](VolumeView in, VolumeView out, Interp mode) {
+    ResampleTarget t;
+    t.in = in;
+    t.out = out;
+    t.mode = mode;
+    return t;
+  };
+  const ResampleTarget img_t = target(view(img.data(), DType::Float32, iv),
+                                      view(out.data(), DType::Float32, iv), Interp::Linear);
   const PointwiseStep noise = PointwiseStep::gaussian_noise(0.0, 0.1, false, 1.0, 3);
   const PointwiseStep cw = PointwiseStep::rand_shift_intensity(-1, 1, 1.0, 4, true);
   const PointwiseStep shift = PointwiseStep::shift_intensity(0.5);
@@ -817,14 +824,14 @@ TEST(ResampleCpu, PostStepsBadArgumentsGiveNamedErrors) {
   a.num_post = 0;
   expect_error({a}, "num_post must be in [1, 4]");
   a.num_post = 1;
-  ResampleTarget l{view(lab.data(), DType::UInt8, iv), view(lout.data(), DType::UInt8, iv),
-                   Interp::Nearest};
+  ResampleTarget l = target(view(lab.data(), DType::UInt8, iv),
+                            view(lout.data(), DType::UInt8, iv), Interp::Nearest);
   l.post = &shift;
   l.num_post = 1;
   expect_error({l}, "post steps need a floating output");
   expect_error({a, a}, "one target per launch may have them");
-  const ResampleTarget d{view(dimg.data(), DType::Float64, iv),
-                         view(dout.data(), DType::Float64, iv)};
+  const ResampleTarget d = target(view(dimg.data(), DType::Float64, iv),
+                                  view(dout.data(), DType::Float64, iv), Interp::Linear);
   expect_error({a, d}, "resample the targets in separate launches");
 }
 
