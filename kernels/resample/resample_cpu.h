@@ -561,6 +561,36 @@ VOXAUG_FORCEINLINE void strided_copy(const void* in, int64_t src0, int64_t src_s
   for (int64_t j = lo; j < hi; ++j) d[dst0 + j * dst_step] = s[src0 + j * src_step];
 }
 
+// An exact row's source: the offset of its element 0 in `t.in` (sample n, channel 0) and the
+// offset step per output element, from the integer source index `first` and `step` per axis.
+VOXAUG_FORCEINLINE void row_source(const KTarget& t, int64_t n, const int64_t first[3],
+                                   const int64_t step[3], int64_t* off0, int64_t* doff) {
+  *off0 = t.in_sample(n) * t.in_stride[0];
+  *doff = 0;
+  for (int a = 0; a < 3; ++a) {
+    *off0 += first[a] * t.in_stride[a + 2];
+    *doff += step[a] * t.in_stride[a + 2];
+  }
+}
+
+// Elements [lo, hi) of one channel's row, copied bit for bit (one dtype).
+VOXAUG_FORCEINLINE void copy_elements(const KTarget& t, int64_t src0, int64_t doff, int64_t dst0,
+                                      int64_t lo, int64_t hi) {
+  const int64_t ds = t.out_stride[4];
+  switch (t.elem_size) {
+    case 1: strided_copy<uint8_t>(t.in, src0, doff, t.out, dst0, ds, lo, hi); break;
+    case 2: strided_copy<uint16_t>(t.in, src0, doff, t.out, dst0, ds, lo, hi); break;
+    case 4: strided_copy<uint32_t>(t.in, src0, doff, t.out, dst0, ds, lo, hi); break;
+    default: strided_copy<uint64_t>(t.in, src0, doff, t.out, dst0, ds, lo, hi); break;
+  }
+}
+
+// The host dtype of Acc (float32 / float64): outputs of it are stepped in place.
+template <class Acc>
+constexpr DType native_dtype() {
+  return std::is_same_v<Acc, double> ? DType::Float64 : DType::Float32;
+}
+
 // Rows of a signed-permutation map with integer offset: integer source indices walk with a
 // constant step, each voxel is copied (nearest: bytes; linear: converted) or filled. Returns
 // false where the float path's coordinates might not stay exact (|values| >= 2^22),
@@ -639,22 +669,11 @@ VOXAUG_FORCEINLINE void exact_row_int(const ResampleParams& p, const KTarget& t,
   for (int64_t j = 0; j < lo; ++j) general(j);
   if (same_type && lo < hi) {
     // Inside the volume with one dtype: a strided element copy (bit-exact either way).
-    int64_t off0 = 0, doff = 0;
-    for (int a = 0; a < 3; ++a) {
-      off0 += first[a] * t.in_stride[a + 2];
-      doff += step[a] * t.in_stride[a + 2];
-    }
-    for (int64_t c = 0; c < t.channels; ++c) {
-      const int64_t src0 = t.in_sample(n) * t.in_stride[0] + c * t.in_stride[1] + off0;
-      const int64_t dst0 = out_base + c * t.out_stride[1] + ow0 * t.out_stride[4];
-      const int64_t ds = t.out_stride[4];
-      switch (t.elem_size) {
-        case 1: strided_copy<uint8_t>(t.in, src0, doff, t.out, dst0, ds, lo, hi); break;
-        case 2: strided_copy<uint16_t>(t.in, src0, doff, t.out, dst0, ds, lo, hi); break;
-        case 4: strided_copy<uint32_t>(t.in, src0, doff, t.out, dst0, ds, lo, hi); break;
-        default: strided_copy<uint64_t>(t.in, src0, doff, t.out, dst0, ds, lo, hi); break;
-      }
-    }
+    int64_t off0, doff;
+    row_source(t, n, first, step, &off0, &doff);
+    for (int64_t c = 0; c < t.channels; ++c)
+      copy_elements(t, off0 + c * t.in_stride[1],
+                    doff, out_base + c * t.out_stride[1] + ow0 * t.out_stride[4], lo, hi);
   } else {
     for (int64_t j = lo; j < hi; ++j) general(j);
   }
@@ -733,7 +752,7 @@ VOXAUG_FORCEINLINE void post_row_channel(const ResampleForward<Acc>& f,
                                          int64_t n, int64_t c, int64_t od, int64_t oh,
                                          int64_t ow0, int64_t cnt) {
   const KTarget& t = f.p.t[f.p.post_target];
-  const DType native = std::is_same_v<Acc, double> ? DType::Float64 : DType::Float32;
+  const DType native = native_dtype<Acc>();
   const int64_t base = n * t.out_stride[0] + c * t.out_stride[1] + od * t.out_stride[2] +
                        oh * t.out_stride[3] + ow0 * t.out_stride[4];
   if (t.out_dtype == native && t.out_stride[4] == 1) {
@@ -765,7 +784,7 @@ VOXAUG_FORCEINLINE void post_items(const ResampleForward<Acc>& f,
                                    int64_t begin, int64_t end) {
   const KTarget& t = f.p.t[f.p.post_target];
   const int64_t H = f.p.out_size[1], W = f.p.out_size[2];
-  const DType native = std::is_same_v<Acc, double> ? DType::Float64 : DType::Float32;
+  const DType native = native_dtype<Acc>();
   if (t.out_dtype == native && t.out_stride[4] == 1 && t.out_stride[3] == W &&
       t.out_stride[2] == H * W) {
     for (int64_t c = 0; c < t.channels; ++c)
@@ -823,7 +842,7 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
     sample_bytes += p.t[k].channels * p.out_size[0] * H * W * dtype_size(p.t[k].out_dtype);
   const bool stream = sample_bytes >= kStreamSampleBytes;
   const int post = p.post_target;
-  const DType native = std::is_same_v<Acc, double> ? DType::Float64 : DType::Float32;
+  const DType native = native_dtype<Acc>();
   const int64_t plane = H * W;
   int64_t od = begin / plane;
   int64_t oh = (begin - od * plane) / W;
@@ -848,11 +867,8 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
         exact_row_int(p, t, first, step, n, od, oh, ow, cnt);
         continue;
       }
-      int64_t off0 = t.in_sample(n) * t.in_stride[0], doff = 0;
-      for (int a = 0; a < 3; ++a) {
-        off0 += first[a] * t.in_stride[a + 2];
-        doff += step[a] * t.in_stride[a + 2];
-      }
+      int64_t off0, doff;
+      row_source(t, n, first, step, &off0, &doff);
       const int64_t dst0 = n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3] +
                            ow * t.out_stride[4];
       const bool contiguous = doff == 1 && t.out_stride[4] == 1;
@@ -876,12 +892,7 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
           }
           continue;
         }
-        switch (t.elem_size) {
-          case 1: strided_copy<uint8_t>(t.in, src, doff, t.out, dst, t.out_stride[4], 0, cnt); break;
-          case 2: strided_copy<uint16_t>(t.in, src, doff, t.out, dst, t.out_stride[4], 0, cnt); break;
-          case 4: strided_copy<uint32_t>(t.in, src, doff, t.out, dst, t.out_stride[4], 0, cnt); break;
-          default: strided_copy<uint64_t>(t.in, src, doff, t.out, dst, t.out_stride[4], 0, cnt); break;
-        }
+        copy_elements(t, src, doff, dst, 0, cnt);
         if (stream && k == post) post_row_channel(f, st, n, c, od, oh, ow, cnt);
       }
     }
