@@ -14,7 +14,10 @@ Cases
   (e) spatial: RandAffine (bilinear, reflection; rotation, scale, translation, prob 1) on
       1x1x224x224x160 vs MONAI's RandAffine and vs TorchIO's RandomAffine (degrees 10,
       scales 0.1, its defaults); RandAffined image (bilinear) + label (nearest) on 4 x 96^3,
-      voxaug batched in one launch, MONAI looping over the samples
+      voxaug batched in one launch, MONAI looping over the samples; Spacingd on the real
+      ch2 + aal (1 mm -> 1.5 x 1.5 x 2 mm, image bilinear + label nearest, one launch) and
+      ch2better (0.5 mm 301x370x316 -> 1 mm), MetaTensors with the files' affines, checked
+      against MONAI's output
   (f) elastic, on the real ch2.nii.gz (181x217x181) image (bilinear) + aal.nii.gz label
       (nearest): voxaug Rand3DElasticd (fast field, in-kernel B-spline) vs MONAI
       Rand3DElasticd (sigma 5-8, magnitude 100-200, prob 1, the same affine ranges), and
@@ -432,6 +435,80 @@ def spatial_rows(device, args):
     rows.append(run_case("(e) RandAffined img+label", img, monai_pairs,
                          lambda xb: v_d({"image": xb, "label": lab})["image"], check_resampled, device, args,
                          per_sample_monai=True))
+    del img, lab
+    rows.extend(spacing_rows(device, args))
+    return rows
+
+
+def load_meta(name, device, dtype):
+    """A mricron-data volume as a (1, D, H, W) MetaTensor carrying the file's affine."""
+    import nibabel as nib
+    import numpy as np
+    from monai.data import MetaTensor
+
+    nii = nib.load(Path("/usr/share/mricron/templates") / name)
+    data = torch.from_numpy(np.asarray(nii.dataobj).astype(dtype))[None].to(device)
+    return MetaTensor(data, affine=torch.as_tensor(nii.affine, dtype=torch.float64))
+
+
+def half_voxel_ties(src_affine, dst_affine, shape):
+    """Output voxels whose source coordinate (inv(src) @ dst, float64) lies within 1e-4 of a
+    half-integer on some axis: there nearest-neighbour rounding is decided by float error
+    (MONAI: float64 through grid_sample's normalised grid; voxaug: float32, half to even)."""
+    import numpy as np
+
+    m = np.linalg.solve(np.asarray(src_affine, dtype=np.float64), np.asarray(dst_affine, dtype=np.float64))
+    idx = np.stack(np.meshgrid(*[np.arange(n, dtype=np.float64) for n in shape], indexing="ij"), axis=-1)
+    src = idx @ m[:3, :3].T + m[:3, 3]
+    return torch.from_numpy((np.abs(src - np.floor(src) - 0.5) < 1e-4).any(axis=-1))
+
+
+def check_spacing(ties=None):
+    """Spacing is deterministic: channel 0 is the image (MONAI interpolates in float64, voxaug in
+    float32: within 1e-4 of the data range), channel 1 (when present) the nearest-neighbour
+    label: identical on every voxel that is not a half-voxel tie (``ties``, a boolean mask)."""
+    def check(x, m, v):
+        if m.shape != v.shape:
+            return False, f"shape {tuple(m.shape)}/{tuple(v.shape)}"
+        rng = float(m[:, 0].max() - m[:, 0].min()) or 1.0
+        d = float((m[:, 0] - v[:, 0]).abs().max()) / rng
+        ok, text = d <= 1e-4, f"max|d| {d:.1e} of range"
+        if m.shape[1] > 1:
+            differ = (m[0, 1] != v[0, 1])
+            ok = ok and not bool((differ & ~ties).any())
+            text += f", labels differ only on ties ({int(differ.sum())} of {int(ties.sum())})"
+        return ok, text
+    return check
+
+
+def spacing_rows(device, args):
+    """(e) Spacingd on real volumes with their affines: ch2 (image, bilinear) + aal (label,
+    nearest) at 181x217x181 1 mm -> (1.5, 1.5, 2.0) mm, and ch2better (0.5 mm, 301x370x316)
+    -> 1 mm, image only. MONAI's Spacingd (float64 interpolation, its default) on each
+    MetaTensor; voxaug's Spacingd does image and label in one launch. Deterministic: checked
+    against MONAI's output (``check_spacing``)."""
+    import voxaug.spatial as vs
+
+    rows = []
+    ch2 = load_meta("ch2.nii.gz", device, "float32")
+    aal = load_meta("aal.nii.gz", device, "int16")
+    kw = dict(keys=["image", "label"], pixdim=(1.5, 1.5, 2.0), mode=("bilinear", "nearest"))
+    m_s, v_s = mt.Spacingd(**kw), vs.Spacingd(**kw)
+
+    def both(out):
+        return torch.cat([plain(out["image"]), plain(out["label"])])
+
+    ref = m_s({"image": ch2, "label": aal})["label"]
+    ties = half_voxel_ties(ch2.affine, ref.affine, ref.shape[1:])
+    rows.append(run_case("(e) Spacingd img+label", ch2.as_tensor()[None],
+                         lambda _x: both(m_s({"image": ch2, "label": aal})),
+                         lambda _x: both(v_s({"image": ch2, "label": aal}))[None], check_spacing(ties), device, args))
+    del ch2, aal
+    big = load_meta("ch2better.nii.gz", device, "float32")
+    kw = dict(keys=["image"], pixdim=(1.0, 1.0, 1.0), mode="bilinear")
+    m_b, v_b = mt.Spacingd(**kw), vs.Spacingd(**kw)
+    rows.append(run_case("(e) Spacingd 0.5->1 mm", big.as_tensor()[None], lambda _x: m_b({"image": big})["image"],
+                         lambda _x: v_b({"image": big})["image"][None], check_spacing(), device, args))
     return rows
 
 

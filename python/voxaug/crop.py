@@ -310,6 +310,22 @@ def _check_counts_form(counts: CropCounts, form: int, k: int, what: str) -> None
 
 
 # ---------------- RandCropByPosNegLabel ----------------
+def _pos_neg_check(counts: torch.Tensor) -> None:
+    """MONAI generate_pos_neg_label_crop_centers' checks on the (N, 2) candidate counts
+    (foreground, background) of each sample: none at all raises its ValueError (on CUDA, where
+    the counts arrive after the call, a RuntimeWarning: the crops were centred on the volume's
+    centre); one side empty gives its warning (the other side is drawn)."""
+    for fg, bg in counts.tolist():
+        if fg == 0 and bg == 0:
+            msg = "No sampling location available."
+            if counts.device.type == "cpu" and not counts.is_pinned():
+                raise ValueError(msg)
+            warnings.warn(msg + " (voxaug on CUDA: the crops were centred on the volume's centre)", RuntimeWarning)
+        elif fg == 0 or bg == 0:
+            warnings.warn(f"Num foregrounds {fg}, Num backgrounds {bg}, unable to generate class balanced samples, "
+                          f"setting `pos_ratio` to {0 if fg == 0 else 1}.")
+
+
 class RandCropByPosNegLabel(_Randomizable):
     """MONAI RandCropByPosNegLabel(spatial_size, label, pos=1, neg=1, num_samples=1, image,
     image_threshold=0, allow_smaller=False): centres on foreground (label > 0) with probability
@@ -335,6 +351,7 @@ class RandCropByPosNegLabel(_Randomizable):
         self.num_samples, self.image_threshold = _num_samples(num_samples), float(image_threshold)
         self.allow_smaller = bool(allow_smaller)
         self.centers: Optional[torch.Tensor] = None  # (N, num_samples, 3) of the last call
+        self.class_counts: Optional[torch.Tensor] = None  # (N, 2): foreground, background candidates
 
     def draw_centers(self, label: torch.Tensor, image: Optional[torch.Tensor] = None, seed: Optional[int] = None,
                      first_sample: int = 0, counts: Optional[CropCounts] = None,
@@ -349,9 +366,14 @@ class RandCropByPosNegLabel(_Randomizable):
         if counts is not None:
             _check_counts_form(counts, FOREGROUND, 2, "fg_indices / bg_indices")
         thr = self.image_threshold if counts is None else counts.image_threshold
-        centers = torch.ops.voxaug.pos_neg_crop_centers(lab, img, thr, self.pos_ratio, self.num_samples, list(size),
-                                                        _key(seed), int(first_sample),
-                                                        None if counts is None else counts.counts)
+        # pos_neg_crop_centers is class_crop_centers on the Foreground form with ratios (pos, neg):
+        # the same centres, plus the candidate counts for MONAI's warning and error.
+        _poll()
+        centers, found = torch.ops.voxaug.class_crop_centers(
+            lab, img, thr, FOREGROUND, [self.pos_ratio, 1.0 - self.pos_ratio], self.num_samples, list(size), [],
+            _key(seed), int(first_sample), 0, None if counts is None else counts.counts)
+        self.class_counts = found
+        _PendingCheck(found, _pos_neg_check)
         return centers, size
 
     def __call__(self, img: Any, label: Optional[torch.Tensor] = None, image: Optional[torch.Tensor] = None,

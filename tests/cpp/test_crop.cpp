@@ -152,6 +152,7 @@ TEST(Crop, PosNegCentersMatchNaiveIndexLists) {
     lab[i] = u(rng) < 0.01f;
     img[i] = u(rng);
   }
+  std::fill(lab.begin() + s.numel() / 3, lab.begin() + 2 * (s.numel() / 3), 1);  // 1: no background
   std::fill(lab.begin() + 2 * (s.numel() / 3), lab.end(), 0);  // sample 2: no foreground
   const int64_t crop[3] = {5, 8, 23};
   for (bool with_image : {false, true}) {

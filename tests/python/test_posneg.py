@@ -55,21 +55,70 @@ def test_positive_fraction_and_uniform_choice():
     assert bg[:, 0].float().std() > 4 and bg[:, 2].float().std() > 4
 
 
-def test_fallbacks_and_image_mask():
+def _monai_warnings(**kw):
+    """MONAI's RandCropByPosNegLabel on the first sample: its warning texts. The label goes to
+    MONAI as float32: MONAI 1.6's map_binary_to_indices takes ``~label`` of a uint8 label
+    bitwise, so every voxel of an all-ones uint8 label counts as background there."""
+    import warnings as w
+
+    kw = {k: (v[0].float() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+    with w.catch_warnings(record=True) as rec:
+        w.simplefilter("always")
+        mt.RandCropByPosNegLabel(**kw)(kw["label"])
+    return [str(r.message) for r in rec if "unable to generate" in str(r.message)]
+
+
+def _spread(c, axes=(0, 1, 2)):
+    return all(c[:, a].float().std() > 2 for a in axes)
+
+
+def test_fallbacks_warn_as_monai_and_spread_the_centres():
     empty = torch.zeros(1, 1, 10, 11, 12, dtype=torch.uint8)
-    t = C.RandCropByPosNegLabel((1, 1, 1), pos=1, neg=0, num_samples=50, seed=1)
-    c, _ = t.draw_centers(empty)  # no foreground: background
-    assert c.shape == (1, 50, 3)
     full = torch.ones(1, 1, 10, 11, 12, dtype=torch.uint8)
-    t = C.RandCropByPosNegLabel((1, 1, 1), pos=0, neg=1, num_samples=50, seed=1)
-    c, _ = t.draw_centers(full)  # no background: foreground
-    assert c.min() >= 0
+    for lab, pos, neg in ((empty, 1, 0), (full, 0, 1)):
+        (msg,) = _monai_warnings(spatial_size=(1, 1, 1), label=lab, pos=pos, neg=neg, num_samples=4)
+        t = C.RandCropByPosNegLabel((1, 1, 1), pos=pos, neg=neg, num_samples=300, seed=1)
+        with pytest.warns(UserWarning) as rec:
+            c, _ = t.draw_centers(lab)
+        assert msg in [str(r.message) for r in rec]  # MONAI's text: counts and the pos_ratio it falls back to
+        assert c.shape == (1, 300, 3) and _spread(c[0])  # drawn over the whole other side, not one voxel
+        assert t.class_counts.tolist() == [[int(lab.sum()), int((lab == 0).sum())]]
+    # Crops larger than one voxel: every centre is MONAI's correction of a voxel of the volume.
+    t = C.RandCropByPosNegLabel((4, 5, 6), pos=1, neg=0, num_samples=300, seed=2)
+    with pytest.warns(UserWarning, match="Num foregrounds 0"):
+        c, _ = t.draw_centers(empty)
+    for a, (n, k) in enumerate(zip((10, 11, 12), (4, 5, 6))):
+        assert int(c[0, :, a].min()) == k // 2 and int(c[0, :, a].max()) == int(n + 1 - k / 2.0) - 1
+
+
+def test_image_mask_and_no_sampling_location_as_monai():
+    empty = torch.zeros(1, 1, 10, 11, 12, dtype=torch.uint8)
     img = torch.zeros(1, 1, 10, 11, 12)
     img[..., 2:4, 3:5, 4:6] = 5.0
     t = C.RandCropByPosNegLabel((1, 1, 1), pos=1, neg=1, num_samples=200, image_threshold=1.0, seed=2)
-    c, _ = t.draw_centers(empty, img)
+    with pytest.warns(UserWarning, match="Num foregrounds 0, Num backgrounds 8"):
+        c, _ = t.draw_centers(empty, img)
     c = c[0]
     assert bool((img[0, 0][c[:, 0], c[:, 1], c[:, 2]] > 1.0).all())
+    # No candidate at all (the image is below the threshold everywhere): MONAI raises; so does
+    # voxaug on the CPU, also through the dictionary form and with cached counts.
+    dark = torch.zeros(1, 1, 10, 11, 12)
+    with pytest.raises(ValueError, match="No sampling location available"):
+        mt.RandCropByPosNegLabel((3, 3, 3), label=empty[0], image=dark[0], image_threshold=1.0)(dark[0])
+    with pytest.raises(ValueError, match="No sampling location available"):
+        C.RandCropByPosNegLabel((3, 3, 3), label=empty, image=dark, image_threshold=1.0, seed=1)(dark)
+    d = {"img": dark, "lab": empty}
+    with pytest.raises(ValueError, match="No sampling location available"):
+        C.RandCropByPosNegLabeld(["img"], "lab", (3, 3, 3), image_key="img", image_threshold=1.0, seed=1)(d)
+    d.update(C.FgBgToIndicesd("lab", image_key="img", image_threshold=1.0)(d))
+    with pytest.raises(ValueError, match="No sampling location available"):
+        C.RandCropByPosNegLabeld(["img"], "lab", (3, 3, 3), fg_indices_key="lab_fg_indices",
+                                 bg_indices_key="lab_bg_indices", seed=1)(d)
+    # One sample of a batch without candidates is enough.
+    lab2 = torch.cat([_label((1, 1, 10, 11, 12)), empty])
+    img2 = torch.cat([torch.ones_like(dark), dark])
+    with pytest.raises(ValueError, match="No sampling location available"):
+        C.RandCropByPosNegLabel((3, 3, 3), image_threshold=0.5, seed=1).draw_centers(lab2, img2)
 
 
 def test_centre_correction_matches_monai():
