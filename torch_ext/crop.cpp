@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "autograd_guard.h"
 #include "tensor_view.h"
 #include "voxaug/crop.h"
 
@@ -330,6 +331,10 @@ TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("weighted_crop_centers", &weighted_crop_centers_meta);
   m.impl("class_crop_centers", &class_crop_centers_meta);
   m.impl("class_crop_counts", &class_crop_counts_meta);
+}
+TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
+  const char* const no_backward[] = {"extract_patches"};
+  register_no_backward(m, no_backward);
 }
 
 }  // namespace voxaug::torch_ext

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd_guard.h"
 #include "resample_common.h"
 #include "tensor_view.h"
 #include "voxaug/deform.h"
@@ -188,6 +189,10 @@ TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("resample_deformed", &resample_deformed_meta);
   m.impl("deform_field_dense", &deform_field_dense_meta);
   m.impl("uniform_fill_", &uniform_fill_meta);
+}
+TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
+  const char* const no_backward[] = {"resample_deformed", "deform_field_dense", "uniform_fill_"};
+  register_no_backward(m, no_backward);
 }
 
 }  // namespace voxaug::torch_ext

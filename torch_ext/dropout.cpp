@@ -2,13 +2,18 @@
 // drawn on the host (CPU tensors) and travel to the device through pinned memory without a
 // blocking copy; the ImageRange fill takes its per-sample min / max from ATen's amin / amax on
 // CUDA and from the core's own reduction on the CPU. CPU and CUDA share one entry; Meta computes
-// the shape.
+// the shape. Autograd: the kept voxels pass the gradient through, the filled ones get none (the
+// fill values are constants, also the ImageRange ones): the backward is the same dropout of the
+// gradient with fill 0. The in-place op refuses tensors that require grad.
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/autograd.h>
 #include <torch/library.h>
 
 #include <cmath>
 
+#include "autograd_guard.h"
 #include "tensor_view.h"
 #include "voxaug/dropout.h"
 
@@ -120,6 +125,49 @@ at::Tensor coarse_dropout_meta(const at::Tensor& image, const at::Tensor& boxes,
   return at::empty_like(image, at::MemoryFormat::Contiguous);
 }
 
+at::Tensor coarse_dropout_call(const at::Tensor& image, const at::Tensor& boxes,
+                               const at::Tensor& counts, bool dropout_holes, int64_t fill_mode,
+                               double fill_value, double fill_low, double fill_high, int64_t seed,
+                               int64_t first_sample) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("voxaug::coarse_dropout", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                         bool, int64_t, double, double, double, int64_t,
+                                         int64_t)>();
+  return op.call(image, boxes, counts, dropout_holes, fill_mode, fill_value, fill_low, fill_high,
+                 seed, first_sample);
+}
+
+struct CoarseDropoutFunction : public torch::autograd::Function<CoarseDropoutFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& image,
+                            const at::Tensor& boxes, const at::Tensor& counts, bool dropout_holes,
+                            int64_t fill_mode, double fill_value, double fill_low,
+                            double fill_high, int64_t seed, int64_t first_sample) {
+    ctx->saved_data["boxes"] = boxes;
+    ctx->saved_data["counts"] = counts;
+    ctx->saved_data["dropout_holes"] = dropout_holes;
+    at::AutoDispatchBelowADInplaceOrView below;
+    return coarse_dropout_call(image, boxes, counts, dropout_holes, fill_mode, fill_value,
+                               fill_low, fill_high, seed, first_sample);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor g = coarse_dropout_call(
+        grads[0], ctx->saved_data["boxes"].toTensor(), ctx->saved_data["counts"].toTensor(),
+        ctx->saved_data["dropout_holes"].toBool(), /*fill_mode=*/0, 0.0, 0.0, 0.0, 0, 0);
+    return {g,          at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor coarse_dropout_autograd(const at::Tensor& image, const at::Tensor& boxes,
+                                   const at::Tensor& counts, bool dropout_holes,
+                                   int64_t fill_mode, double fill_value, double fill_low,
+                                   double fill_high, int64_t seed, int64_t first_sample) {
+  return CoarseDropoutFunction::apply(image, boxes, counts, dropout_holes, fill_mode, fill_value,
+                                      fill_low, fill_high, seed, first_sample);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
@@ -133,6 +181,12 @@ TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
 TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("coarse_dropout", &coarse_dropout_meta);
   m.impl("coarse_dropout_", &coarse_dropout_inplace_meta);
+}
+
+TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
+  m.impl("coarse_dropout", &coarse_dropout_autograd);
+  const char* const no_backward[] = {"coarse_dropout_"};
+  register_no_backward(m, no_backward);
 }
 
 }  // namespace voxaug::torch_ext

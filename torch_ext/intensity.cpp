@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd_guard.h"
 #include "tensor_view.h"
 #include "voxaug/error.h"
 #include "voxaug/intensity.h"
@@ -601,21 +602,7 @@ void register_backend(torch::Library& m) {
 }
 
 // In-place ops are for no-grad augmentation pipelines: mutating a tensor that autograd
-// tracks would silently give wrong gradients, so refuse it with a clear error.
-void inplace_autograd_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
-                             torch::jit::Stack* stack) {
-  const size_t num_args = op.schema().arguments().size();
-  const at::Tensor image = (*stack)[stack->size() - num_args].toTensor();
-  TORCH_CHECK(!(at::GradMode::is_enabled() && image.requires_grad()), op.schema().name(),
-              " mutates an image that requires grad and is not differentiable;"
-              " use the out-of-place op, or run it under torch.no_grad()");
-  {
-    at::AutoDispatchBelowADInplaceOrView below;
-    op.redispatchBoxed(ks & c10::after_ADInplaceOrView_keyset, stack);
-  }
-  torch::autograd::impl::bump_version(image);  // what ADInplaceOrView does for built-in ops
-}
-
+// tracks would silently give wrong gradients, so they refuse it (autograd_guard.h).
 const char* const kInPlaceOps[] = {
     "pointwise_chain_",      "scale_intensity_range_", "shift_intensity_",    "scale_intensity_",
     "rand_shift_intensity_", "rand_scale_intensity_",  "rand_gaussian_noise_"};
@@ -684,8 +671,9 @@ TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
   m.impl("rand_shift_intensity", &a_rshift);
   m.impl("rand_scale_intensity", &a_rscale);
   m.impl("rand_gaussian_noise", &a_noise);
-  for (const char* name : kInPlaceOps)
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&inplace_autograd_kernel>());
+  register_no_backward(m, kInPlaceOps);
+  const char* const backward_ops[] = {"pointwise_chain_backward"};  // no double backward
+  register_no_backward(m, backward_ops);
 }
 
 }  // namespace voxaug::torch_ext

@@ -5,6 +5,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include "autograd_guard.h"
 #include "tensor_view.h"
 #include "voxaug/lowres.h"
 
@@ -78,6 +79,10 @@ TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
 }
 TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("simulate_low_resolution", &simulate_low_resolution_meta);
+}
+TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
+  const char* const no_backward[] = {"simulate_low_resolution"};
+  register_no_backward(m, no_backward);
 }
 
 }  // namespace voxaug::torch_ext

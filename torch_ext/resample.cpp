@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd_guard.h"
 #include "resample_common.h"
 #include "tensor_view.h"
 #include "voxaug/error.h"
@@ -411,6 +412,10 @@ TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
 }
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
   m.impl("resample", &resample_autograd);
+  // The patch gathers, and resample's own backward ops (no double backward).
+  const char* const no_backward[] = {"resample_patches", "resample_patches_post",
+                                     "resample_backward_input", "resample_backward_matrix"};
+  register_no_backward(m, no_backward);
 }
 
 }  // namespace voxaug::torch_ext

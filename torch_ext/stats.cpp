@@ -11,6 +11,7 @@
 #include <cmath>
 #include <vector>
 
+#include "autograd_guard.h"
 #include "tensor_view.h"
 #include "voxaug/error.h"
 #include "voxaug/stats.h"
@@ -272,6 +273,10 @@ TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
   m.impl("moments", &moments_autograd);
   m.impl("percentiles", &percentiles_autograd);
+  // MONAI's differentiate through their statistics; voxaug's device statistics have no
+  // backward, so these refuse inputs that require grad rather than drop the gradient.
+  const char* const no_backward[] = {"normalize_intensity", "scale_intensity_range_percentiles"};
+  register_no_backward(m, no_backward);
 }
 
 }  // namespace voxaug::torch_ext

@@ -17,6 +17,8 @@ StdShiftIntensity writes into its (float32) input, voxaug never mutates the inpu
 """
 from __future__ import annotations
 
+import math
+import numbers
 import warnings
 from typing import Any, Callable, Hashable, Mapping, Optional, Sequence, Union
 
@@ -111,11 +113,26 @@ def _check_prob(prob: float) -> float:
 
 
 def _range(value: Union[float, Sequence[float]], name: str) -> tuple[float, float]:
-    if isinstance(value, (int, float)):
-        return (min(-value, value), max(-value, value))
-    if len(value) != 2:
-        raise ValueError(f"{name} should be a number or pair of numbers, got {value}.")
-    return (float(min(value)), float(max(value)))
+    """(low, high) of a range argument: a pair in either order, or a number v meaning (-v, v).
+
+    Both ends must be finite: min / max alone would let a NaN through (min(0, nan) is 0, so
+    (0, nan) became (0, 0)), and an infinite end makes every draw inf or NaN."""
+    if isinstance(value, numbers.Real):
+        pair: Sequence[Any] = (-value, value)
+    else:
+        try:
+            pair = tuple(value)
+        except TypeError:
+            pair = ()
+        if len(pair) != 2:
+            raise ValueError(f"{name} should be a number or pair of numbers, got {value!r}.")
+    try:
+        lo, hi = float(pair[0]), float(pair[1])
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} should be a number or pair of numbers, got {value!r}.") from None
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError(f"{name} must be a finite number or a pair of finite numbers, got {value!r}")
+    return (min(lo, hi), max(lo, hi))
 
 
 class _Pointwise:
@@ -269,8 +286,8 @@ class RandGaussianNoise(_Pointwise, _Randomizable):
     def __init__(self, prob: float = 0.1, mean: float = 0.0, std: float = 0.1, dtype: DtypeLike = torch.float32,
                  sample_std: bool = True, seed: Optional[int] = None):
         _Randomizable.__init__(self, seed)
-        if not std >= 0:
-            raise ValueError(f"std must be >= 0, got {std}")
+        if not 0 <= std < math.inf:
+            raise ValueError(f"std must be >= 0 and finite, got {std}")
         self.prob, self.mean, self.std, self.sample_std = _check_prob(prob), mean, std, sample_std
         self.dtype = _torch_dtype(dtype)
 
@@ -294,8 +311,8 @@ class RandRicianNoise(_Pointwise, _Randomizable):
         if not isinstance(mean, (int, float)) or not isinstance(std, (int, float)):
             raise NotImplementedError("RandRicianNoise: per-channel mean / std sequences are not supported; "
                                       f"give numbers (got mean={mean!r}, std={std!r})")
-        if not std >= 0:
-            raise ValueError(f"std must be >= 0, got {std}")
+        if not 0 <= std < math.inf:
+            raise ValueError(f"std must be >= 0 and finite, got {std}")
         self.prob, self.mean, self.std = _check_prob(prob), float(mean), float(std)
         self.channel_wise, self.relative, self.sample_std = channel_wise, relative, sample_std
         self.dtype = _torch_dtype(dtype)
@@ -356,7 +373,9 @@ class RandBiasField(_BiasField):
                  dtype: DtypeLike = torch.float32, prob: float = 0.1, seed: Optional[int] = None):
         if degree < 1:
             raise ValueError(f"degree should be no less than 1, got {degree}.")
-        self._init(degree, (float(coeff_range[0]), float(coeff_range[1])), prob, seed)
+        if isinstance(coeff_range, numbers.Real):  # MONAI takes a pair only
+            raise ValueError(f"coeff_range should be a pair of numbers (low, high), got {coeff_range!r}.")
+        self._init(degree, _range(coeff_range, "coeff_range"), prob, seed)
         self.dtype = _torch_dtype(dtype)
 
 
@@ -445,15 +464,12 @@ class RandAdjustContrast(_Contrast, _Randomizable):
     def __init__(self, prob: float = 0.1, gamma: Union[Sequence[float], float] = (0.5, 4.5),
                  invert_image: bool = False, retain_stats: bool = False, seed: Optional[int] = None):
         _Randomizable.__init__(self, seed)
-        if isinstance(gamma, (int, float)):
-            if gamma <= 0.5:
+        if isinstance(gamma, numbers.Real):
+            if not gamma > 0.5:  # NaN included
                 raise ValueError(
                     f"if gamma is a number, must greater than 0.5 and value is picked from (0.5, gamma), got {gamma}")
-            self.gamma = (0.5, float(gamma))
-        elif len(gamma) != 2:
-            raise ValueError("gamma should be a number or pair of numbers.")
-        else:
-            self.gamma = (float(min(gamma)), float(max(gamma)))
+            gamma = (0.5, gamma)
+        self.gamma = _range(gamma, "gamma")
         if not self.gamma[0] > 0:
             raise ValueError(f"gamma must be > 0, got the range {self.gamma}")
         self.prob, self.invert_image, self.retain_stats = _check_prob(prob), invert_image, retain_stats
@@ -596,8 +612,6 @@ class RandScaleIntensityFixedMean(_FixedMean, _Randomizable):
                  preserve_range: bool = False, dtype: DtypeLike = torch.float32, channel_wise: bool = False,
                  seed: Optional[int] = None):
         _Randomizable.__init__(self, seed)
-        if not isinstance(factors, (int, float)) and len(factors) != 2:
-            raise ValueError("factors should be a number or pair of numbers.")
         self.factors = _range(factors, "factors")
         self.prob = _check_prob(prob)
         self._init(fixed_mean, preserve_range, channel_wise, dtype)

@@ -374,6 +374,16 @@ def _op_cases(device):
     ]
 
 
+def _backward_cases(device):
+    """pointwise_chain_backward (the op autograd calls; no in-place form) on the chains of
+    _op_cases, also with a float64 grad for a float32 image and with a first_sample offset."""
+    g = rand_volume((2, 2, 3, 4, 5), lo=-1.0, hi=1.0, seed=21, device=device)
+    cases = [("pointwise_chain_backward", (g, *args)) for name, args in _op_cases(device) if name == "pointwise_chain"]
+    assert len(cases) == 2 and cases[0][1][1].shape == g.shape
+    cases.append(("pointwise_chain_backward", (g.double(), *cases[0][1][1:], 3)))
+    return cases
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck_every_op(device):
     torch.library.opcheck(torch.ops.voxaug.minmax, (rand_volume((2, 3, 4, 5, 6), device=device), True))
@@ -382,6 +392,8 @@ def test_opcheck_every_op(device):
         inplace = getattr(torch.ops.voxaug, name + "_")
         torch.library.opcheck(inplace, (args[0].clone(), *args[1:]),
                               test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+    for name, args in _backward_cases(device):
+        torch.library.opcheck(getattr(torch.ops.voxaug, name), args)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -407,7 +419,7 @@ def test_inplace_rejects_autograd():
 # ---------------- CUDA vs CPU twin (GPU machines) ----------------
 @need_cuda
 def test_cuda_matches_cpu_bitwise():
-    for name, args in _op_cases("cpu"):
+    for name, args in _op_cases("cpu") + _backward_cases("cpu"):
         cuda_args = tuple(a.cuda() if isinstance(a, torch.Tensor) else a for a in args)
         cuda_args = tuple([t.cuda() if isinstance(t, torch.Tensor) else t for t in a] if isinstance(a, list) else a
                           for a in cuda_args)
@@ -821,3 +833,219 @@ def test_new_steps_cuda_matches_cpu_bitwise():
             a = torch.ops.voxaug.pointwise_chain_backward(g, x, *ops._lists(steps))
             b = torch.ops.voxaug.pointwise_chain_backward(g.cuda(), xg, *ops._lists(steps_g))
             assert torch.equal(a, b.cpu()), name
+
+
+# ---------------- random shift / scale / noise on ch2 vs MONAI (read-back draws) ----------------
+def ch2_batch(ch2, dtype, n=3):
+    """n different samples of the ch2 volume (as loaded, then flipped along W and H), in `dtype`."""
+    img = ch2[0]
+    return torch.stack([img, img.flip(-1), img.flip(-2)][:n]).to(dtype)
+
+
+def read_back(seed, n, prob, lo, hi):
+    """(gate open, value) the kernel draws for sample n of a shift / scale step: u < prob from word
+    0 and the kernel's float32 U(lo, hi) from word 1 of the sample stream (Python Philox above)."""
+    w = philox_words(seed, n, SAMPLE)
+    return bool(u01(w[0]) < prob), draw_range(w[1], lo, hi)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+@pytest.mark.parametrize("safe", [False, True])
+def test_rand_shift_on_ch2_matches_monai_with_read_back_offsets(ch2, dtype, safe):
+    """Every sample's gate and offset are read back from Philox; MONAI's ShiftIntensity with that
+    offset gives the same bytes (uint8 as loaded: the float32 sum truncated and wrapped, or with
+    safe clamped, as MONAI converts back). Exact: both add one float32 offset once."""
+    seed, prob, lo, hi = 2024, 0.75, -40.5, 60.25  # this seed opens the gate of some samples only
+    x = ch2_batch(ch2, dtype)
+    out = fixed_seed(vt.RandShiftIntensity((hi, lo), safe=safe, prob=prob), seed)(x)
+    d = vt.RandShiftIntensityd(["img", "f"], (lo, hi), safe=safe, prob=prob)
+    fixed_seed(d.transform, seed)
+    dout = d({"img": x, "f": x.float()})
+    assert out.dtype == dtype and out.shape == x.shape and dout["img"].dtype == dtype
+    drawn = []
+    for n in range(x.shape[0]):
+        applied, offset = read_back(seed, n, prob, lo, hi)
+        if not applied:
+            assert torch.equal(out[n], x[n]) and torch.equal(dout["f"][n], x[n].float())
+            continue
+        drawn.append(offset)
+        assert lo <= offset < hi
+        ref = torch.as_tensor(mt.ShiftIntensity(offset, safe=safe)(x[n].clone()))
+        assert ref.dtype == dtype and torch.equal(out[n], ref), n
+        assert torch.equal(dout["img"][n], ref), n  # the dictionary form: one draw for every key
+        refd = mt.ShiftIntensityd("f", offset, safe=safe)({"f": x[n].float().clone()})["f"]
+        assert torch.equal(dout["f"][n], torch.as_tensor(refd)), n
+    assert 0 < len(drawn) < x.shape[0] and len(set(drawn)) == len(drawn)  # independent per sample
+    assert out.float().abs().sum() > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_rand_scale_on_ch2_matches_monai_with_read_back_factors(ch2, dtype):
+    """As the shift test, for RandScaleIntensity vs MONAI's ScaleIntensity(minv=None, maxv=None,
+    factor=f): ``img * (1 + f)`` in float32 (float32 result for uint8 too). Exact: 1 + f of a
+    float32 f rounds to the same float32 in MONAI's double sum and in the kernel's float sum."""
+    seed, prob, lo, hi = 2021, 0.75, -0.5, 0.8  # this seed opens the gate of some samples only
+    x = ch2_batch(ch2, dtype)
+    out = fixed_seed(vt.RandScaleIntensity((lo, hi), prob=prob), seed)(x)
+    d = vt.RandScaleIntensityd(["img", "f"], (lo, hi), prob=prob)
+    fixed_seed(d.transform, seed)
+    dout = d({"img": x, "f": x.float()})
+    assert out.dtype == torch.float32 and out.shape == x.shape
+    drawn = []
+    for n in range(x.shape[0]):
+        applied, factor = read_back(seed, n, prob, lo, hi)
+        if not applied:
+            assert torch.equal(out[n], x[n].float())
+            continue
+        drawn.append(factor)
+        ref = torch.as_tensor(mt.ScaleIntensity(minv=None, maxv=None, factor=factor)(x[n].clone()))
+        assert ref.dtype == torch.float32 and torch.equal(out[n], ref), n
+        for key in ("img", "f"):  # the dictionary form: one draw for every key
+            assert torch.equal(dout[key][n], ref), (n, key)
+    assert 0 < len(drawn) < x.shape[0] and len(set(drawn)) == len(drawn)
+    assert out.abs().sum() > 0 and not torch.isnan(out).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+@pytest.mark.parametrize("sample_std", [False, True])
+def test_rand_gaussian_noise_on_ch2_adds_the_zero_volume_noise(ch2, dtype, sample_std):
+    """out - img is the noise the same seed draws on a zero volume: out equals the float32 sum
+    img + noise byte for byte, and MONAI's RandGaussianNoise given that noise (randomize=False)
+    returns the same bytes. Each sample's noise has the requested mean and std (sample_std: the
+    std read back from Philox, word 2 of the sample stream) within 5 standard errors (s / sqrt(k)
+    for the mean, s / sqrt(2k) for the std of k normals), and two samples' noises are uncorrelated
+    (|r| < 5 / sqrt(k)): independent draws."""
+    seed, mean, std = 77, 3.5, 12.0
+    x = ch2_batch(ch2, dtype, n=2)
+    make = lambda: fixed_seed(vt.RandGaussianNoise(prob=1.0, mean=mean, std=std, sample_std=sample_std), seed)
+    out = make()(x)
+    noise = make()(torch.zeros(x.shape))
+    assert out.dtype == torch.float32 and torch.equal(out, x.float() + noise)
+    d = vt.RandGaussianNoised(["img", "f"], prob=1.0, mean=mean, std=std, sample_std=sample_std)
+    fixed_seed(d.transform, seed)
+    dout = d({"img": x, "f": x.float()})
+    assert torch.equal(dout["img"], out) and torch.equal(dout["f"], out)  # one draw for every key
+    k = noise[0].numel()
+    for n in range(2):
+        m = mt.RandGaussianNoise(prob=1.0, mean=mean, std=std)
+        m._do_transform, m.noise = True, noise[n].numpy()
+        assert torch.equal(out[n], torch.as_tensor(m(x[n].clone(), randomize=False))), n
+        s = std * float(u01(philox_words(seed, n, SAMPLE)[2])) if sample_std else std
+        v = noise[n].double().flatten()
+        assert abs(v.mean().item() - mean) < 5 * s / np.sqrt(k), n
+        assert abs(v.std().item() - s) < 5 * s / np.sqrt(2 * k), n
+    a, b = (noise[n].double().flatten() - noise[n].double().mean() for n in range(2))
+    r = ((a * b).sum() / torch.sqrt((a * a).sum() * (b * b).sum())).item()
+    assert abs(r) < 5 / np.sqrt(k)
+    assert not torch.isnan(out).any()
+
+
+# ---------------- range arguments: NaN / inf refused at construction ----------------
+RANGE_ARGS = [
+    ("offsets", lambda v: vt.RandShiftIntensity(v)),
+    ("offsets", lambda v: vt.RandShiftIntensityd("a", v)),
+    ("factors", lambda v: vt.RandScaleIntensity(v)),
+    ("factors", lambda v: vt.RandScaleIntensityd("a", v)),
+    ("factors", lambda v: vt.RandStdShiftIntensity(v)),
+    ("factors", lambda v: vt.RandScaleIntensityFixedMean(factors=v)),
+    ("log_gamma", lambda v: vt.RandomGamma(log_gamma=v)),
+    ("coefficients", lambda v: vt.RandomBiasField(coefficients=v)),
+    ("coeff_range", lambda v: vt.RandBiasField(coeff_range=v)),
+    ("gamma", lambda v: vt.RandAdjustContrast(gamma=v)),
+]
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("name, make", RANGE_ARGS, ids=lambda a: a if isinstance(a, str) else "")
+@pytest.mark.parametrize("bad", [(0.6, NAN), (NAN, 0.6), (0.6, INF), (-INF, 0.6), (NAN, NAN)],
+                         ids=["x_nan", "nan_x", "x_inf", "minf_x", "nan_nan"])
+def test_range_arguments_refuse_nan_and_inf(name, make, bad):
+    """min / max of a pair with a NaN drops or keeps the NaN depending on the order ((0, nan) was
+    silently (0, 0)): every range argument checks both ends are finite, naming itself."""
+    with pytest.raises(ValueError, match=rf"{name} must be a finite number or a pair of finite numbers"):
+        make(bad)
+    attr = "coeff_range" if name == "coefficients" else name  # where the transform keeps it
+    for good in ((0.6, 0.7), (0.7, 0.6)):  # finite ends are accepted, in either order
+        t = make(good)
+        assert getattr(getattr(t, "transform", t), attr) == (0.6, 0.7)
+
+
+@pytest.mark.parametrize("bad", [NAN, INF, -INF])
+def test_number_range_arguments_refuse_nan_and_inf(bad):
+    """A number v means (-v, v) (RandAdjustContrast: (0.5, v)); NaN or inf is refused at
+    construction with the argument's name, as is a NaN or infinite noise std."""
+    for name, make in RANGE_ARGS:
+        if name == "coeff_range":  # MONAI's RandBiasField takes a pair only
+            with pytest.raises(ValueError, match="coeff_range should be a pair of numbers"):
+                make(bad)
+            continue
+        expected = (r"if gamma is a number, must greater than 0.5" if name == "gamma" and not bad > 0.5
+                    else rf"{name} must be a finite number or a pair of finite numbers")
+        with pytest.raises(ValueError, match=expected):
+            make(bad)
+    for make in (lambda s: vt.RandGaussianNoise(std=s), lambda s: vt.RandGaussianNoised("a", std=s),
+                 lambda s: vt.RandRicianNoise(std=s)):
+        with pytest.raises(ValueError, match="std must be >= 0 and finite"):
+            make(bad)
+
+
+def test_range_arguments_shapes_and_numbers():
+    x = torch.ones(2, 1, 2, 2, 2)
+    with pytest.raises(ValueError, match=r"offsets should be a number or pair of numbers, got \(1, 2, 3\)"):
+        vt.RandShiftIntensity((1, 2, 3))
+    with pytest.raises(ValueError, match="factors should be a number or pair of numbers, got 'ab'"):
+        vt.RandScaleIntensity("ab")
+    with pytest.raises(ValueError, match="log_gamma should be a number or pair of numbers"):
+        vt.RandomGamma(log_gamma=(0.1, None))
+    # numpy numbers are numbers: (-v, v) (np.float32 is not a Python float)
+    assert vt.RandScaleIntensity(np.float32(0.25)).factors == (-0.25, 0.25)
+    assert vt.RandAdjustContrast(gamma=np.float64(2.0)).gamma == (0.5, 2.0)
+    # (0, nan) used to run as (0, 0): the identity, silently
+    with pytest.raises(ValueError, match="factors must be a finite number"):
+        vt.RandScaleIntensity((0, NAN), prob=1, seed=1)(x)
+
+
+# ---------------- set_random_state with a torch.Generator ----------------
+RANDOM_FORMS = [
+    lambda: vt.RandShiftIntensity(5.0, prob=1.0),
+    lambda: vt.RandScaleIntensity(0.5, prob=1.0),
+    lambda: vt.RandGaussianNoise(prob=1.0),
+]
+
+
+@pytest.mark.parametrize("make", RANDOM_FORMS, ids=["shift", "scale", "noise"])
+def test_set_random_state_with_torch_generator(make):
+    """set_random_state(generator=g): the transform draws its per-call seeds from g itself (not a
+    copy); seed=s, in the constructor or in set_random_state, is a CPU generator seeded with s;
+    set_random_state() with neither goes back to torch's global generator."""
+    x = rand_volume((2, 1, 6, 7, 8), seed=30)
+    gen = lambda s: torch.Generator().manual_seed(s)  # noqa: E731
+    a = make().set_random_state(generator=gen(5))(x)
+    assert not torch.equal(a, x) and not torch.isnan(a).any()
+    assert torch.equal(a, make().set_random_state(generator=gen(5))(x))  # same seed: same bytes
+    assert not torch.equal(a, make().set_random_state(generator=gen(6))(x))  # another seed: another draw
+    assert not torch.equal(a[0], a[1])  # two samples, two draws
+    t = make()
+    t.set_random_state(5)
+    assert torch.equal(a, t(x))
+    seeded = make()
+    seeded.set_random_state(9)
+    assert torch.equal(a, seeded.set_random_state(generator=gen(5))(x))  # the later call wins
+    # the generator is used, not copied: transforms sharing one take turns on its stream, and
+    # drawing from it in between moves them on
+    shared, solo = gen(5), make().set_random_state(generator=gen(5))
+    t1, t2 = make().set_random_state(generator=shared), make().set_random_state(generator=shared)
+    assert torch.equal(t1(x), solo(x)) and torch.equal(t2(x), solo(x))
+    shared.manual_seed(5)
+    assert torch.equal(t2(x), a)
+    torch.randint(0, 2, (1,), generator=shared)
+    assert not torch.equal(t1(x), solo(x))
+    # the dictionary form passes the generator to its transform
+    d = vt.RandGaussianNoised("img", prob=1.0).set_random_state(generator=gen(5))
+    assert torch.equal(d({"img": x})["img"], vt.RandGaussianNoise(prob=1.0).set_random_state(generator=gen(5))(x))
+    # neither seed nor generator: torch's global generator again
+    back = make().set_random_state(generator=gen(5)).set_random_state()
+    torch.manual_seed(5)
+    b = back(x)
+    torch.manual_seed(5)
+    assert torch.equal(b, back(x))
