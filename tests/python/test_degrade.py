@@ -74,6 +74,80 @@ def test_dropout_random_fill_mask_and_range(fill_value, dropout_holes):
             assert stats.kstest(((v - lo) / (hi - lo)).numpy(), "uniform").pvalue > 1e-4
 
 
+MASK32 = 0xFFFFFFFF
+
+
+def _philox_u01(seed, sample, numel):
+    """The kernel's per-element uniforms of one sample: Philox4x32-10 (Salmon et al.) in numpy,
+    counter (block lo, block hi, sample, stream 0), element e -> word e % 4 of block e // 4,
+    u = (word >> 8) / 2^24."""
+    seed &= (1 << 64) - 1
+    m = np.uint64(MASK32)
+    k0, k1 = np.uint64(seed & MASK32), np.uint64(seed >> 32)
+    b = np.arange((numel + 3) // 4, dtype=np.uint64)
+    c0, c1, c2, c3 = b & m, b >> np.uint64(32), np.full_like(b, sample), np.zeros_like(b)
+    for _ in range(10):
+        p0, p1 = np.uint64(0xD2511F53) * c0, np.uint64(0xCD9E8D57) * c2
+        c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ k0) & m, p1 & m, ((p0 >> np.uint64(32)) ^ c3 ^ k1) & m, p0 & m
+        k0, k1 = (k0 + np.uint64(0x9E3779B9)) & m, (k1 + np.uint64(0xBB67AE85)) & m
+    words = np.stack([c0, c1, c2, c3], 1).reshape(-1)[:numel]
+    return (words >> np.uint64(8)).astype(np.float64) / 16777216.0
+
+
+class _ReplayUniform:
+    """Stands in for MONAI's numpy RandomState in RandCoarseDropout._transform_holes: uniform(low, high,
+    size) gives low + (high - low) u with voxaug's per-element u, for the next hole's voxels
+    (dropout_holes) or for the whole image."""
+
+    def __init__(self, u, holes, dropout_holes):
+        self.u, self.holes, self.dropout_holes = u, list(holes), dropout_holes
+
+    def uniform(self, low, high, size):
+        part = self.u[self.holes.pop(0)] if self.dropout_holes else self.u
+        assert part.shape == tuple(size)
+        low, high = float(low), float(high)  # numpy's uniform works in float64 (MONAI passes float32 min / max)
+        return low + (high - low) * part
+
+
+def test_numpy_philox_known_answer():
+    """Philox4x32-10 at counter 0, key 0 (Random123's known-answer vector)."""
+    words = (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)
+    assert _philox_u01(0, 0, 4).tolist() == [(w >> 8) / 16777216.0 for w in words]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fill_value", [None, (2.0, 5.0)])
+@pytest.mark.parametrize("dropout_holes", [True, False])
+def test_dropout_random_fill_equals_monai_with_read_back_draws(dtype, fill_value, dropout_holes):
+    """Random fills (image range or a pair) on float32 / float16 / bfloat16 batches, prob 0.7: MONAI's
+    RandCoarseDropout on the float32 copy of each sample, given voxaug's boxes and its per-voxel
+    uniforms (read back from Philox), then rounded to the input dtype, equals voxaug exactly: both
+    compute low + (high - low) u in float64 and round to float32 (MONAI's assignment), then to the
+    half type (voxaug's store). Closed gates return the sample unchanged."""
+    seed, prob = 97531, 0.7
+    x = (torch.randn(6, 2, 12, 11, 10, generator=torch.Generator().manual_seed(12)) * 3).to(dtype)
+    t = RandCoarseDropout(holes=2, spatial_size=3, max_holes=4, max_spatial_size=8, dropout_holes=dropout_holes,
+                          fill_value=fill_value, prob=prob)
+    t._next_seed = lambda: seed
+    out = t(x)
+    assert out.dtype == dtype and 0 < int(t.last_applied.sum()) < 6
+    for n in range(6):
+        if not t.last_applied[n]:
+            assert torch.equal(out[n], x[n])
+            continue
+        x1 = x[n].float()
+        count = int(t.last_counts[n])
+        m = monai_t.RandCoarseDropout(holes=2, spatial_size=3, dropout_holes=dropout_holes, fill_value=fill_value,
+                                      prob=1.0)
+        m._do_transform = True
+        m.hole_coords = [(slice(None),) + tuple(slice(int(b[a]), int(b[a + 3])) for a in range(3))
+                         for b in t.last_boxes[n, :count].tolist()]
+        m.R = _ReplayUniform(_philox_u01(seed, n, x1.numel()).reshape(x1.shape), m.hole_coords, dropout_holes)
+        ref = torch.as_tensor(np.asarray(m(x1.clone(), randomize=False))).to(dtype)
+        assert torch.equal(out[n], ref), n
+        assert not torch.equal(out[n], x[n])
+
+
 def test_dropout_real_volume_uint8(ch2):
     img, _ = ch2  # (1, 181, 217, 181) uint8
     x = img[None]

@@ -499,3 +499,263 @@ def test_integer_input_gives_float32_like_its_float_version(ch2):
         out = make()(img)
         assert out.dtype == torch.float32
         assert torch.equal(out, make()(img.float()))
+
+
+# ---------------- issue 5: half-precision inputs, ch2, per-sample gates ----------------
+# The reference is always MONAI / TorchIO on the float32 copy of the half data (every float16 /
+# bfloat16 value is exact in float32) with voxaug's drawn parameters. Where voxaug's result is
+# float32 (its default dtype, TorchIO's float32 results, the filters) the half type only shapes
+# the input and the float32 tolerance of the float32 test holds; where the result keeps the half
+# dtype (dtype=None), voxaug rounds its float32 result once to that type, which is off by at most
+# half an ulp, eps / 2 relative (eps = 2^-10 for float16, 2^-7 for bfloat16); the tolerance is
+# one eps, the other half covering the float32 differences.
+HALF = [torch.float16, torch.bfloat16]
+EPS = {dt: torch.finfo(dt).eps for dt in HALF}
+
+
+def philox_words_np(seed, sample, stream, blocks):
+    """philox_words over a numpy array of blocks (the same 32-bit arithmetic in uint64)."""
+    seed &= (1 << 64) - 1
+    k0, k1 = np.uint64(seed & MASK32), np.uint64(seed >> 32)
+    m, b = np.uint64(MASK32), np.asarray(blocks, dtype=np.uint64)
+    c0, c1 = b & m, b >> np.uint64(32)
+    c2, c3 = np.full_like(b, sample), np.full_like(b, stream)
+    for _ in range(10):
+        p0, p1 = np.uint64(0xD2511F53) * c0, np.uint64(0xCD9E8D57) * c2
+        c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ k0) & m, p1 & m, ((p0 >> np.uint64(32)) ^ c3 ^ k1) & m, p0 & m
+        k0, k1 = (k0 + np.uint64(0x9E3779B9)) & m, (k1 + np.uint64(0xBB67AE85)) & m
+    return c0, c1, c2, c3
+
+
+def test_numpy_philox_matches_scalar_philox():
+    """The vectorised copy against the scalar one (itself checked on Random123's known answer in
+    test_intensity.py), over blocks that cross 2^32 and a seed with both key words set."""
+    blocks = np.array([0, 1, 7, MASK32, 1 << 32, (5 << 32) + 3], dtype=np.uint64)
+    seed = (0xDEADBEEF << 32) | 0x12345678
+    vec = philox_words_np(seed, 3, CHANNEL, blocks)
+    for i, b in enumerate(blocks.tolist()):
+        assert tuple(int(w[i]) for w in vec) == philox_words(seed, 3, CHANNEL, b)
+
+
+def philox_normals(seed, sample, stream, numel):
+    """Element e's standard normal, float64 Box-Muller on the words the kernel uses: block e // 4,
+    words (x, y) for e % 4 in {0, 1} (cosine, sine), (z, w) for {2, 3}; radius from (r >> 8) + 1."""
+    w = philox_words_np(seed, sample, stream, np.arange((numel + 3) // 4))
+    z = np.empty((len(w[0]), 4))
+    for j, (a, b) in enumerate(((w[0], w[1]), (w[2], w[3]))):
+        radius = np.sqrt(-2.0 * np.log(((a >> np.uint64(8)) + np.uint64(1)) / 16777216.0))
+        angle = np.pi * 2.0 * ((b >> np.uint64(8)) / 16777216.0)
+        z[:, 2 * j], z[:, 2 * j + 1] = radius * np.cos(angle), radius * np.sin(angle)
+    return z.reshape(-1)[:numel]
+
+
+class ReplayR:
+    """Stands in for MONAI's numpy RandomState inside RandRicianNoise: hands out voxaug's draws in
+    MONAI's call order (uniform(0, std) for the sampled std, then normal(mean, s) twice)."""
+
+    def __init__(self, fractions, normals):
+        self.fractions, self.normals = list(fractions), list(normals)
+
+    def uniform(self, lo, hi):
+        return float(np.float32(hi) * self.fractions.pop(0))  # the kernel's float32 std * u
+
+    def normal(self, mean, std, size):
+        return (mean + std * self.normals.pop(0)).reshape(size)
+
+
+def monai_rician_replay(x1, seed, n, channel_wise, **kw):
+    """MONAI RandRicianNoise on one float32 (C, D, H, W) sample with voxaug's sample-n draws."""
+    c = x1.shape[0]
+    z1, z2 = (philox_normals(seed, n, stream, x1.numel()).reshape(x1.shape) for stream in (0, 4))
+    if channel_wise:
+        fr = [u01(philox_words(seed, n, CHANNEL, ch)[0]) for ch in range(c)]
+        normals = [v for ch in range(c) for v in (z1[ch], z2[ch])]
+    else:
+        fr, normals = [u01(philox_words(seed, n, SAMPLE)[2])], [z1, z2]
+    m = mt.RandRicianNoise(prob=1.0, channel_wise=channel_wise, **kw)
+    m._do_transform = True
+    m.R = ReplayR(fr, normals)
+    return torch.as_tensor(m(x1.clone(), randomize=False))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32] + HALF)
+@pytest.mark.parametrize("kw", [dict(std=3.0, channel_wise=False),
+                                dict(std=0.2, channel_wise=True, relative=True, mean=0.3)])
+def test_rician_matches_monai_voxel_by_voxel_with_read_back_noise(dtype, kw):
+    """MONAI's own arithmetic on voxaug's noise (Philox words read back, Box-Muller in float64):
+    agree voxel by voxel. float32 results: the kernel's float32 log / sincos against float64,
+    2e-6 relative of the output's size; half results (dtype=None) as the section's note says."""
+    seed, prob = 2024, 0.7
+    x = rand_volume((5, 2, 6, 7, 9), lo=0, hi=40, seed=30).to(dtype)
+    for out_dtype in (torch.float32, None):
+        out = fixed_seed(vt.RandRicianNoise(prob=prob, dtype=out_dtype, **kw), seed)(x)
+        expect = torch.float32 if out_dtype is not None else dtype
+        assert out.dtype == expect and not torch.isnan(out.float()).any()
+        applied = 0
+        for n in range(5):
+            if not u01(philox_words(seed, n, SAMPLE)[0]) < prob:
+                assert torch.equal(out[n], x[n].to(expect))
+                continue
+            applied += 1
+            ref = monai_rician_replay(x[n].float(), seed, n, **kw)
+            rel = 2e-6 if expect == torch.float32 else EPS[dtype]
+            torch.testing.assert_close(out[n].float(), ref, rtol=rel, atol=rel * ref.abs().max().item())
+            assert not torch.equal(out[n].float(), x[n].float())
+        assert 0 < applied < 5
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_bias_field_half_input_matches_monai_on_float32_copy(dtype):
+    """RandBiasField with the read-back coefficients: float32 result (default dtype) at the float32
+    test's 2e-6; the half result (dtype=None) within one eps of the half type."""
+    x = rand_volume((3, 2, 9, 10, 11), lo=1, hi=200, seed=31).to(dtype)
+    for out_dtype in (torch.float32, None):
+        t = vt.RandBiasField(degree=3, coeff_range=(-0.2, 0.3), prob=0.6, dtype=out_dtype, seed=32)
+        out = t(x)
+        assert out.dtype == (torch.float32 if out_dtype is not None else dtype)
+        assert 0 < int(t.last_applied.sum()) < 3
+        for n in range(3):
+            if not t.last_applied[n]:
+                assert torch.equal(out[n], x[n].to(out.dtype))
+                continue
+            m = mt.RandBiasField(degree=3, coeff_range=(-0.2, 0.3), prob=1.0)
+            m._do_transform = True
+            m._coeff = t.last_coefficients[n].tolist()
+            ref = torch.as_tensor(m(x[n].float(), randomize=False))
+            rel = 2e-6 if out.dtype == torch.float32 else EPS[dtype]
+            torch.testing.assert_close(out[n].float(), ref, rtol=rel, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32] + HALF)
+def test_torchio_random_bias_field_half_input_and_gate(dtype):
+    """TorchIO RandomBiasField (float32 result) with p = 0.5 on half inputs vs TorchIO's BiasField on
+    the float32 copy with the read-back coefficients: the float32 test's 3e-6."""
+    from torchio.transforms.augmentation.intensity.random_bias_field import BiasField
+
+    x = rand_volume((6, 1, 9, 12, 7), lo=1, hi=100, seed=33).to(dtype)
+    t = vt.RandomBiasField(coefficients=(-0.3, 0.6), order=2, p=0.5, seed=34)
+    out = t(x)
+    assert out.dtype == torch.float32 and 0 < int(t.last_applied.sum()) < 6
+    tio = pytest.importorskip("torchio")
+    for n in range(6):
+        if not t.last_applied[n]:
+            assert torch.equal(out[n], x[n].float()) and (t.last_coefficients[n] == 0).all()
+            continue
+        c = t.last_coefficients[n]
+        assert ((c >= -0.3) & (c < 0.6)).all()
+        ref = BiasField(coefficients=c.tolist(), order=2)(tio.ScalarImage(tensor=x[n].float())).data
+        torch.testing.assert_close(out[n], ref, rtol=3e-6, atol=0)
+
+
+def test_torchio_random_bias_field_matches_torchio_on_ch2(ch2):
+    """The real volume (uint8 in, cropped to 64^3 with its own affine) vs TorchIO's BiasField with
+    the read-back coefficients, float32 results: 3e-6 relative (exp of float32 polynomials)."""
+    from torchio.transforms.augmentation.intensity.random_bias_field import BiasField
+
+    tio = pytest.importorskip("torchio")
+    vol, affine = ch2
+    crop = vol[:, 60:124, 80:144, 50:114]
+    t = vt.RandomBiasField(coefficients=0.5, order=3, seed=35)
+    out = t(crop[None])
+    img = tio.ScalarImage(tensor=crop.float(), affine=affine)
+    ref = BiasField(coefficients=t.last_coefficients[0].tolist(), order=3)(img).data
+    assert out.dtype == torch.float32 and not torch.equal(out[0], crop.float())
+    torch.testing.assert_close(out[0], ref, rtol=3e-6, atol=0)
+
+
+def _contrast_ref(x1, gamma, invert, retain):
+    return torch.as_tensor(mt.AdjustContrast(gamma, invert_image=invert, retain_stats=retain)(x1.float().clone()))
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("invert", [False, True])
+def test_adjust_contrast_retain_stats_half_matches_monai_on_float32_copy(dtype, invert):
+    """The result keeps the half dtype and is rounded twice (after the contrast pass and after the
+    retain-stats pass, whose statistics come from the rounded first result): within 2 eps of the
+    largest magnitude (each rounding half an ulp of values <= max |ref|, scaled by the retained
+    std ratio, ~1 here)."""
+    x = rand_volume((2, 2, 7, 8, 9), lo=-20, hi=90, seed=36).to(dtype)
+    for gamma in (0.6, 2.5):
+        out = vt.AdjustContrast(gamma, invert_image=invert, retain_stats=True)(x)
+        assert out.dtype == dtype
+        for n in range(2):
+            ref = _contrast_ref(x[n], gamma, invert, True)
+            tol = 2 * EPS[dtype] * ref.abs().max().item()
+            torch.testing.assert_close(out[n].float(), ref, rtol=0, atol=tol)
+            assert not torch.equal(out[n], x[n])
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_rand_adjust_contrast_half_read_back_gamma_matches_monai(dtype):
+    """RandAdjustContrast (gate and gamma read back from Philox) on half inputs, with and without
+    retain_stats: one rounding to the half type without (eps of the largest magnitude), two with
+    (2 eps, as above)."""
+    seed, prob = 888, 0.6
+    x = rand_volume((6, 1, 8, 7, 9), lo=-50, hi=300, seed=37).to(dtype)
+    for retain in (False, True):
+        out = fixed_seed(vt.RandAdjustContrast(prob=prob, retain_stats=retain, invert_image=retain), seed)(x)
+        assert out.dtype == dtype
+        applied = 0
+        for n in range(6):
+            w = philox_words(seed, n, SAMPLE)
+            if not u01(w[0]) < prob:
+                assert torch.equal(out[n], x[n])
+                continue
+            applied += 1
+            ref = _contrast_ref(x[n], draw_range(w[1], 0.5, 4.5), retain, retain)
+            tol = (2 if retain else 1) * EPS[dtype] * ref.abs().max().item()
+            torch.testing.assert_close(out[n].float(), ref, rtol=0, atol=tol)
+        assert 0 < applied < 6
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_torchio_gamma_half_input_matches_power_on_float32_copy(dtype):
+    """Gamma and RandomGamma give float32 (as TorchIO, which casts to float): against TorchIO's power()
+    on the float32 copy at the float32 test's 2e-6 relative."""
+    from torchio.transforms.augmentation.intensity.random_gamma import power
+
+    x = rand_volume((2, 3, 5, 6, 7), lo=-20, hi=40, seed=38).to(dtype)
+    xf = x.float()
+    out = vt.Gamma(1.7)(x)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, torch.stack([power(xf[n], 1.7) for n in range(2)]), rtol=2e-6, atol=1e-6)
+    seed = 4322
+    out = fixed_seed(vt.RandomGamma(log_gamma=(-0.3, 0.3)), seed)(x)
+    for n in range(2):
+        for c in range(3):
+            gamma = float(np.exp(draw_range(philox_words(seed, n, CHANNEL, c)[0], -0.3, 0.3)))
+            torch.testing.assert_close(out[n, c], power(xf[n, c], gamma), rtol=2e-6, atol=1e-6)
+
+
+def test_torchio_gamma_matches_torchio_on_ch2(ch2):
+    """TorchIO's Gamma transform itself (a ScalarImage of the uint8 volume, cast to float by TorchIO)
+    against voxaug's Gamma on the uint8 volume: float32 pow, 2e-6 relative."""
+    tio = pytest.importorskip("torchio")
+    vol, affine = ch2
+    crop = vol[:, 50:114, 70:134, 40:104]
+    for gamma in (0.6, 1.9):
+        ref = tio.Gamma(gamma)(tio.ScalarImage(tensor=crop, affine=affine)).data
+        out = vt.Gamma(gamma)(crop)
+        assert out.dtype == torch.float32 and ref.dtype == torch.float32
+        torch.testing.assert_close(out, ref, rtol=2e-6, atol=1e-6)
+        assert not torch.equal(out, crop.float())
+
+
+def test_random_gamma_gate_per_sample_matches_torchio():
+    """RandomGamma with p = 0.4 on a batch: each sample is either its float32 copy (gate closed, read
+    back from the Philox sample stream) or TorchIO's Gamma with the channel's read-back gamma."""
+    tio = pytest.importorskip("torchio")
+    seed, p = 5151, 0.4
+    x = rand_volume((8, 2, 5, 6, 7), lo=0, hi=30, seed=39)
+    out = fixed_seed(vt.RandomGamma(log_gamma=0.4, p=p), seed)(x)
+    applied = 0
+    for n in range(8):
+        if not u01(philox_words(seed, n, SAMPLE)[0]) < p:
+            assert torch.equal(out[n], x[n])
+            continue
+        applied += 1
+        gammas = [float(np.exp(draw_range(philox_words(seed, n, CHANNEL, c)[0], -0.4, 0.4))) for c in range(2)]
+        ref = torch.cat([tio.Gamma(g)(tio.ScalarImage(tensor=x[n, c:c + 1])).data for c, g in enumerate(gammas)])
+        torch.testing.assert_close(out[n], ref, rtol=2e-6, atol=1e-6)
+        assert not torch.equal(out[n], x[n])
+    assert 0 < applied < 8
