@@ -23,6 +23,11 @@ tensors, MONAI MetaTensors keep their metadata):
 - :func:`jacobian_determinant`, :func:`folding_fraction`: folding checks of dense fields
   (``deform_field_dense``).
 
+Every transform above (array and dictionary forms) has ``displacement_field()``: the dense
+displacement u of its last call, (N, 3, D, H, W) in output voxels along the array axes, MONAI's
+``ddf`` convention (``monai.networks.blocks.Warp``), materialised on request by
+``deform_field_dense``; the transforms themselves never build it.
+
 Differences from MONAI / TorchIO are listed in each class.
 """
 from __future__ import annotations
@@ -124,7 +129,72 @@ def _launch(xs: Sequence[torch.Tensor], plan: _Plan, modes: Sequence[str], paddi
     return outs
 
 
-class _RandomDeform(_RandomSpatial):
+@dataclass
+class _FieldSource:
+    """What a call remembers of its field (plain data: a called transform still pickles for
+    DataLoader workers): the plan when it is compact (control points, per-axis tables); for a
+    volume-sized dense field, the arguments of the owner's ``_plan`` that rebuild it
+    bit-identically from the stored Philox draw (not kept alive between calls); for a call
+    that displaced nothing, (n, size, device) of its zero field."""
+    plan: Optional[_Plan] = None
+    rebuild: Optional[tuple] = None
+    zeros: Optional[tuple] = None
+
+
+def _source_of(plan: _Plan, rebuild: tuple) -> _FieldSource:
+    return _FieldSource(rebuild=rebuild) if plan.kind == ops.DENSE_FIELD else _FieldSource(plan=plan)
+
+
+class _FieldOutput:
+    """``displacement_field()``: the dense displacement of the last call."""
+
+    _fields: Optional[dict] = None  # key (None for a tensor call) -> _FieldSource (shared by a size group)
+
+    def _field_plan(self, source: _FieldSource) -> _Plan:
+        if source.plan is not None:
+            return source.plan
+        if source.zeros is not None:
+            n, size, device = source.zeros
+            return _Plan(_stack([np.eye(4)] * n, 3), tuple(size), torch.zeros((n, 3, *size), device=device),
+                         ops.DENSE_FIELD)
+        owner = self.transform if isinstance(self, _DeformDict) else self
+        return owner._plan(*source.rebuild)
+
+    def displacement_field(self, key: Optional[Hashable] = None, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        """The dense displacement field u the last call applied: (N, 3, D, H, W) on the data's
+        device, in output voxels along the array axes (d, h, w), for every output voxel x: the
+        call computed out(x) = in(M (x + u(x))) with M the sample's affine index map (the
+        identity for GridDistortion, RandGridDistortion and RandomElasticDeformation; for
+        Rand3DElastic the random affine centred as MONAI's, the identity without one when the
+        output size is the input's). This is MONAI's ``ddf`` convention
+        (``monai.networks.blocks.Warp(img, ddf)`` resamples with it); multiply by the voxel
+        spacing for mm (TorchIO). Unselected samples (probability gate) have u = 0.
+
+        `key`: for a dictionary call whose keys had different spatial sizes (one field per
+        size), the key whose field to return; otherwise optional. `dtype`: the field's type
+        (default: that of the stored field, float32, or float64 for the grid distortions).
+        Computed by ``deform_field_dense`` from the stored field (cheap: the transforms store
+        control points or per-axis tables; an exact Rand3DElastic field is rebuilt from its draw).
+        """
+        if not self._fields:
+            raise RuntimeError(f"{type(self).__name__}.displacement_field: no field, the transform has not been "
+                               f"called or its last call deformed no tensor")
+        if key is None:
+            sources = list({id(f): f for f in self._fields.values()}.values())
+            if len(sources) != 1:
+                raise ValueError(f"key must name one of {list(self._fields)}: the last call's keys had different "
+                                 f"spatial sizes, each with its own field")
+            source = sources[0]
+        elif key not in self._fields:
+            raise KeyError(f"key {key!r} was not deformed by the last call; deformed keys: {list(self._fields)}")
+        else:
+            source = self._fields[key]
+        plan = self._field_plan(source)
+        fmap = None if plan.field_map is None else plan.field_map.to(plan.field.device, non_blocking=True)
+        return ops.deform_field_dense(plan.field, plan.kind, plan.out_size, plan.scale, plan.offset, dtype, fmap)
+
+
+class _RandomDeform(_FieldOutput, _RandomSpatial):
     """The spatial transforms' per-sample Philox draws (gate + k uniforms, sharing, replay),
     plus two columns: the sample's global index and the call's noise key. The device noise of
     sample i is Philox (key, index), so a sample's field does not depend on its batch."""
@@ -167,9 +237,9 @@ def _keys(keys) -> list:
     return [keys] if isinstance(keys, (str, int)) or not isinstance(keys, Sequence) else list(keys)
 
 
-class _DeformDict:
+class _DeformDict(_FieldOutput):
     """Applies a deformation to `keys` with per-key mode / padding: one draw, one field, one
-    gather for all keys of the same spatial size."""
+    gather for all keys of the same spatial size (:meth:`displacement_field` per key)."""
 
     def __init__(self, keys, transform, mode, padding_mode, allow_missing_keys: bool):
         self.keys = _keys(keys)
@@ -186,6 +256,7 @@ class _DeformDict:
 
     def __call__(self, data: Mapping[Hashable, Any]) -> dict:
         d = dict(data)
+        self._fields = None
         items = []
         for i, key in enumerate(self.keys):
             if key not in d:
@@ -205,12 +276,16 @@ class _DeformDict:
         by_size: dict = {}
         for j, (_, x, _, _) in enumerate(items):
             by_size.setdefault((tuple(x.shape[2:]), x.device), []).append(j)
+        fields = {}
         for (in_size, device), members in by_size.items():
             plan = self.transform._plan(in_size, n, params, device)
             outs = _launch([items[j][1] for j in members], plan, [items[j][3].mode for j in members],
                            [items[j][3].padding for j in members])
+            source = _source_of(plan, (in_size, n, params, device))
             for j, out in zip(members, outs):
                 d[items[j][0]] = items[j][2](out)
+                fields[items[j][0]] = source
+        self._fields = fields
         return d
 
 
@@ -299,8 +374,10 @@ class Rand3DElastic(_RandomDeform):
         opts = _grid_opts(self.mode if mode is None else mode,
                           self.padding_mode if padding_mode is None else padding_mode, False)
         params = self._params_for(x.shape[0], randomize)
-        plan = self._plan(tuple(x.shape[2:]), x.shape[0], params, x.device, spatial_size)
+        in_size, n, device = tuple(x.shape[2:]), x.shape[0], x.device
+        plan = self._plan(in_size, n, params, device, spatial_size)
         (out,) = _launch([x], plan, [opts.mode], [opts.padding])
+        self._fields = {None: _source_of(plan, (in_size, n, params, device, spatial_size))}
         return restore(out)
 
 
@@ -360,7 +437,7 @@ def _separable_plan(in_size, steps_per_sample: Sequence[Optional[Sequence[Sequen
     return _Plan(mats, tuple(in_size), table.to(device, non_blocking=True), ops.SEPARABLE_FIELD)
 
 
-class GridDistortion:
+class GridDistortion(_FieldOutput):
     """MONAI GridDistortion(num_cells, distort_steps, mode, padding_mode): each axis is split in
     `num_cells` cells stretched by `distort_steps` (num_cells + 1 values per axis), evaluated
     in the gather as a separable field. The same steps for every sample of a batch."""
@@ -386,6 +463,7 @@ class GridDistortion:
         steps = self.distort_steps if distort_steps is None else distort_steps
         plan = _separable_plan(tuple(x.shape[2:]), [steps] * x.shape[0], self.num_cells, x.device)
         (out,) = _launch([x], plan, [opts.mode], [opts.padding])
+        self._fields = {None: _FieldSource(plan=plan)}
         return restore(out)
 
 
@@ -434,8 +512,9 @@ class RandGridDistortion(_RandomDeform):
         opts = _grid_opts(self.mode if mode is None else mode,
                           self.padding_mode if padding_mode is None else padding_mode, False)
         params = self._params_for(x.shape[0], randomize)
-        (out,) = _launch([x], self._plan(tuple(x.shape[2:]), x.shape[0], params, x.device), [opts.mode],
-                         [opts.padding])
+        plan = self._plan(tuple(x.shape[2:]), x.shape[0], params, x.device)
+        (out,) = _launch([x], plan, [opts.mode], [opts.padding])
+        self._fields = {None: _FieldSource(plan=plan)}
         return restore(out)
 
 
@@ -548,6 +627,7 @@ class RandomElasticDeformation(_RandomDeform):
         return _Plan(mats, tuple(in_size), coeff, ops.BSPLINE_FIELD, sc, off)
 
     def __call__(self, data, randomize: bool = True):
+        self._fields = None
         if isinstance(data, Mapping):
             d = dict(data)
             items = []
@@ -567,20 +647,27 @@ class RandomElasticDeformation(_RandomDeform):
         if len(sizes) != 1:
             raise ValueError(f"all images must have the same batch size, got {sorted(sizes)}")
         n = sizes.pop()
-        if all(v == 0 for v in self.max_displacement):
-            return data  # TorchIO: no displacement, nothing to do
-        params = self._params_for(n, randomize)
-        spacing = _spacing_of(first, self.spacing)
         by_size: dict = {}
         for j, (_, x, _, _) in enumerate(items):
             by_size.setdefault((tuple(x.shape[2:]), x.device), []).append(j)
-        results = {}
+        if all(v == 0 for v in self.max_displacement):  # TorchIO: no displacement, nothing to do
+            self._fields = {}
+            for (in_size, device), members in by_size.items():
+                source = _FieldSource(zeros=(n, in_size, device))
+                self._fields.update({items[j][0]: source for j in members})
+            return data
+        params = self._params_for(n, randomize)
+        spacing = _spacing_of(first, self.spacing)
+        results, fields = {}, {}
         for (in_size, device), members in by_size.items():
             plan = self._plan(in_size, n, params, device, spacing)
             outs = _launch([items[j][1] for j in members], plan, [_TORCHIO_INTERP[items[j][3]] for j in members],
                            [self.padding_mode] * len(members))
+            source = _FieldSource(plan=plan)
             for j, out in zip(members, outs):
                 results[j] = items[j][2](out)
+                fields[items[j][0]] = source
+        self._fields = fields
         if not isinstance(data, Mapping):
             return results[0]
         for j, (key, _, _, _) in enumerate(items):

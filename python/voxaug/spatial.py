@@ -36,7 +36,12 @@ What matches MONAI, and how (tests/python/test_spatial.py checks each on real vo
   are gathered with the table itself (three index_selects), still bit-identical. Zoom's
   ``keep_size`` centre crop is part of the map; its padding (numpy.pad's ``edge``,
   ``constant``, ``reflect``, ``symmetric``, ``wrap``, or torch's names) is a gather after the
-  resample, as MONAI pads after interpolating.
+  resample, as MONAI pads after interpolating. Mode ``area`` (MONAI's default for both) is
+  interpolate's adaptive average pooling, which voxaug calls itself (torch's
+  ``adaptive_avg_pool3d``, batched, in MONAI's ``dtype``): bit-identical to MONAI; it is not an
+  index map, so it is never fused into a lazy group. Resize's ``anti_aliasing`` smooths first
+  with voxaug's Gaussian filter (MONAI's GaussianSmooth and sigma rule), within float32
+  rounding of MONAI.
 - Spacing, Orientation (and Spacingd, Orientationd): affine-aware; MONAI's geometry step by step in
   float64 (min/max_pixdim, zoom_affine, compute_shape_offset, ``solve(src, dst)`` as the index map,
   the "affine unchanged" shortcut, ``affine @ xform``, recompute_affine, Spacingd's
@@ -65,11 +70,10 @@ Differences from MONAI, by design:
   :class:`voxaug.transforms.Compose` instead: consecutive spatial transforms, a following
   SpatialCrop / CenterSpatialCrop included, are multiplied into one map and gathered once
   (see :func:`compose_spatial` and the "lazy composition" notes at the end of this module).
-- Not supported yet (NotImplementedError): ``bicubic`` (cubic B-spline resampling comes
-  later), MONAI's integer spline orders, interpolate's ``area`` mode (the default of MONAI's
-  Resize and Zoom: pass ``mode="trilinear"`` or ``"nearest"``), Resize ``anti_aliasing``,
-  Affine ``normalized=True``. Size-1 axes with ``align_corners=True`` in Rotate: MONAI's
-  normalisation degenerates there; voxaug keeps the plain index map.
+- Not supported yet (NotImplementedError): interpolate's ``bicubic`` (Resize, Zoom), MONAI's
+  integer spline orders other than 0, 1 and 3, Affine ``normalized=True``. Size-1 axes with
+  ``align_corners=True`` in Rotate: MONAI's normalisation degenerates there; voxaug keeps the
+  plain index map.
 - Shapes that would differ between the samples of a batch are refused (ValueError):
   RandRotate90 on a non-square plane, RandRotate with ``keep_size=False``. Transform such
   samples one at a time.
@@ -335,7 +339,7 @@ def _grid_index_map(a: np.ndarray, in_size, out_size, align_corners: bool) -> tu
 _GRID_MODES = {"bilinear": "linear", "nearest": "nearest"}
 _GRID_PADDINGS = ("zeros", "border", "reflection")
 _INTERP_MODES = {"nearest": "nearest", "nearest-exact": "nearest-exact", "linear": "linear", "bilinear": "linear",
-                 "trilinear": "linear"}
+                 "trilinear": "linear", "area": "area"}
 
 
 def _grid_mode(mode: Any) -> str:
@@ -363,12 +367,12 @@ def _grid_padding(padding_mode: Any) -> str:
 
 def _interp_mode(mode: Any) -> str:
     m = _name(mode)
-    if m in ("area", "bicubic"):
-        raise NotImplementedError(f"mode={m!r} (torch interpolate) is not supported by voxaug's resample yet "
-                                  "(MONAI's Resize/Zoom default is 'area'); use mode='trilinear' or 'nearest'")
+    if m == "bicubic":
+        raise NotImplementedError(f"mode={m!r} (torch interpolate) is not supported by voxaug's resample yet; "
+                                  "use mode='area', 'trilinear' or 'nearest'")
     if m not in _INTERP_MODES:
         raise ValueError(f"mode must be one of 'nearest', 'nearest-exact', 'linear', 'bilinear', 'trilinear', "
-                         f"got {mode!r}")
+                         f"'area', got {mode!r}")
     return _INTERP_MODES[m]
 
 
@@ -389,12 +393,14 @@ class _Opts:
     """Per-call (per-key) options: kernel mode, MONAI mode name, padding, align_corners."""
 
     mode: str  # "linear" | "nearest" (kernel)
-    interp: str  # "linear" | "nearest" | "nearest-exact" (the index rule)
+    interp: str  # "linear" | "nearest" | "nearest-exact" (the index rule) | "area" (adaptive average pooling)
     padding: str  # kernel padding, or the pad mode of Zoom's keep_size padding
     align_corners: bool
     pad_value: float = 0.0
     table_dtype: Optional[torch.dtype] = torch.float32  # Resize / Zoom nearest: the dtype MONAI interpolates
-    # in; None: the image's (MONAI's ``dtype=None``), resolved by :func:`_for_input`
+    # in; None: the image's (MONAI's ``dtype=None``), resolved by :func:`_for_input`; also the dtype of
+    # 'area' pooling and of Resize's anti-aliasing
+    anti_aliasing: Optional[tuple] = None  # Resize: None off; () MONAI's default sigma; (sD, sH, sW) given
 
 
 @dataclass
@@ -405,9 +411,12 @@ class _Geometry:
     kernel_padding: str
     pad: Optional[tuple] = None  # ((before, after) x 3, mode, value): padding after the resample
     tables: Optional[tuple] = None  # per-axis source indices: an exact gather instead of the kernel
+    pool: Optional[tuple] = None  # interpolate's 'area': (zoomed size, first, count) per axis, see _area
+    smooth: Optional[tuple] = None  # Resize's anti-aliasing: Gaussian sigma (D, H, W) in voxels, before all else
 
     def same_launch(self, other: "_Geometry") -> bool:
         return (self.out_size == other.out_size and self.pad == other.pad and self.tables == other.tables
+                and self.pool == other.pool and self.smooth == other.smooth
                 and self.mats.shape == other.mats.shape and torch.equal(self.mats, other.mats))
 
 
@@ -485,7 +494,7 @@ def _interp_axis(in_size: int, zoomed: int, first: int, count: int, opts: _Opts)
         lm, lb = s, (s - 1) / 2  # (o + 0.5) * s - 0.5; interpolate clamps: border padding
     meta_m, meta_b = (1.0, 0.0) if in_size == zoomed else (lm, lb)
     meta_b += meta_m * first
-    if opts.interp == "linear":
+    if opts.interp in ("linear", "area"):  # area: the map is the metadata's (see _area for the values)
         return lm, lb + lm * first, meta_m, meta_b, None
     m, b, table = _nearest_rule(in_size, zoomed, first, count, opts.interp, opts.table_dtype)
     return m, b, meta_m, meta_b, table
@@ -535,6 +544,42 @@ def _apply_pad(x: torch.Tensor, pad: tuple) -> torch.Tensor:
     return x
 
 
+# ---------------- interpolate's 'area' and Resize's anti-aliasing ----------------
+def _area(x: torch.Tensor, pool: tuple) -> torch.Tensor:
+    """interpolate(mode='area') to the zoomed size, then voxels first .. first + count per axis.
+
+    torch's interpolate runs 'area' as adaptive_avg_pool3d (output voxel o averages input voxels
+    floor(o * in / out) .. ceil((o + 1) * in / out) - 1), and that is what MONAI calls; voxaug
+    calls the same op rather than re-deriving it on the resample kernel: bit-identical to MONAI
+    on the CPU and on CUDA, batched over N in one launch, no host sync. The windows overlap and
+    vary in length, so the result is no index map (the kernel's contract) anyway.
+    """
+    zoomed, first, count = pool
+    y = F.adaptive_avg_pool3d(x.contiguous(), tuple(zoomed))
+    if tuple(first) != (0, 0, 0) or tuple(count) != tuple(zoomed):  # Zoom's keep_size centre crop
+        y = y[:, :, first[0]:first[0] + count[0], first[1]:first[1] + count[1], first[2]:first[2] + count[2]]
+    return y
+
+
+def _anti_alias(x: torch.Tensor, sigma: tuple) -> torch.Tensor:
+    """MONAI Resize's anti-aliasing: GaussianSmooth(sigma) (erf taps, truncated at 4 sigma, zero
+    padding; sigma 0 leaves an axis untouched), here voxaug's gaussian_smooth op, the one behind
+    :class:`voxaug.filter.GaussianSmooth`: one launch per axis for the batch, in `x`'s dtype."""
+    return ops.gaussian_smooth(x, [float(s) for s in sigma], 4.0)
+
+
+def _anti_alias_sigma(in_size: Sequence[int], out_size: Sequence[int], sigma: Any) -> Optional[tuple]:
+    """MONAI's rule: only when some axis shrinks; sigma None: skimage's max(0, (in / out - 1) / 2)
+    per axis (MONAI computes in / out in float32); a given sigma applies on shrinking axes only."""
+    if not any(o < i for i, o in zip(in_size, out_size)):
+        return None
+    factors = (torch.tensor([float(v) for v in in_size], dtype=torch.float32)
+               / torch.tensor([float(v) for v in out_size], dtype=torch.float32))
+    if sigma is None:
+        return tuple(float(v) for v in torch.clamp((factors - 1) / 2, min=0).tolist())
+    return tuple(float(s) * int(f > 1) for s, f in zip(_rep3(sigma, "anti_aliasing_sigma"), factors.tolist()))
+
+
 # ---------------- execution ----------------
 def _for_input(opts: _Opts, x: torch.Tensor) -> _Opts:
     if opts.table_dtype is None:
@@ -570,7 +615,8 @@ def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts],
         raise ValueError("inputs of one resample launch must share align_corners")
     if patches and any(id(x) in patches for x in xs):
         srcs = [patches[id(x)] for x in xs]
-        if geom.tables is not None:  # an exact index gather: cut the patches, then as usual
+        if geom.tables is not None or geom.pool is not None or geom.smooth is not None:
+            # an index gather, pooling or smoothing: cut the patches, then as usual
             return _run([s.extract() for s in srcs], geom, opts)
         vols = [s.volume if o.mode == "nearest" or s.volume.is_floating_point() else s.volume.float()
                 for s, o in zip(srcs, opts)]
@@ -589,6 +635,16 @@ def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts],
             if fuse:
                 post["done"] = True
         return [_apply_pad(o, geom.pad) for o in outs] if geom.pad is not None else outs
+    if geom.smooth is not None or geom.pool is not None:
+        # MONAI converts to its `dtype` first: the smoothing and the pooling run in that dtype.
+        out_dtypes = [x.dtype if x.is_floating_point() else torch.float32 for x in xs]
+        xs = [x.to(o.table_dtype) for x, o in zip(xs, opts)]
+        if geom.smooth is not None:
+            xs = [_anti_alias(x, geom.smooth) for x in xs]
+        if geom.pool is not None:
+            outs = [_area(x, geom.pool).to(d) for x, d in zip(xs, out_dtypes)]
+            return [_apply_pad(o, geom.pad) for o in outs] if geom.pad is not None else outs
+        xs = [x.to(d) for x, d in zip(xs, out_dtypes)]
     inputs = [x if o.mode == "nearest" or x.is_floating_point() else x.float() for x, o in zip(xs, opts)]
     outs: list[torch.Tensor] = []
     if geom.tables is not None:  # interpolate's nearest where no affine map reproduces it
@@ -759,7 +815,8 @@ def _inverse_job(key: Any, img: Any, rec: Mapping, where: str):
         axes = [(1.0, 0.0, 1.0, 0.0, None) if z == s else _interp_axis(z, s, 0, s, opts)
                 for z, s in zip(info["zoomed"], orig)]
         mats, meta, tables = _diag_maps(axes, orig, n)
-        geom = _Geometry(mats, orig, meta, "border", tables=tables)
+        pool = (orig, (0, 0, 0), orig) if info["interp"] == "area" and tuple(info["zoomed"]) != orig else None
+        geom = _Geometry(mats, orig, meta, "border", tables=tables, pool=pool)
     else:
         inv = _invert_maps(info["maps"])
         opts = _Opts(info["mode"], info["mode"], info["padding_mode"], info["align_corners"])
@@ -1282,7 +1339,7 @@ class RandRotate(_RandomSpatial):
 # ---------------- Zoom / Resize ----------------
 def _interp_opts(mode, align_corners, dtype) -> _Opts:
     interp = _interp_mode(mode)
-    kmode = "linear" if interp == "linear" else "nearest"
+    kmode = "nearest" if interp.startswith("nearest") else "linear"
     return _Opts(kmode, interp, "border", bool(align_corners) if interp == "linear" else False,
                  table_dtype=None if dtype is None else _table_dtype(dtype, torch.float32))
 
@@ -1297,7 +1354,8 @@ class Zoom(_Spatial):
     """MONAI Zoom: interpolate by factor `zoom` (output size floor(size * zoom), interpolate's
     recomputed scale size / output); with ``keep_size`` the result is centre-cropped or padded
     (`padding_mode`, numpy.pad names) back to the input size, as MONAI's ResizeWithPadOrCrop.
-    MONAI's default mode 'area' is not supported yet: pass mode='trilinear' or 'nearest'."""
+    Mode 'area' (MONAI's default) is interpolate's own adaptive average pooling (see
+    :func:`_area`), bit-identical to MONAI; then the crop or padding as for the other modes."""
 
     def __init__(self, zoom, mode="area", padding_mode="edge", align_corners: Optional[bool] = None,
                  dtype=torch.float32, keep_size: bool = True, lazy: bool = False, **kwargs):
@@ -1354,7 +1412,10 @@ class Zoom(_Spatial):
         shift = _translate([-b for b, _ in widths])
         meta = meta @ torch.from_numpy(shift)
         pad = (tuple(widths), opts.padding, opts.pad_value) if any(b or a for b, a in widths) else None
-        return _Geometry(mats, tuple(out_size), meta, "border", pad, tables)
+        plan = self._plan_axes(in_size)
+        pool = (tuple(p[0] for p in plan), tuple(p[1] for p in plan), tuple(p[2] for p in plan)) \
+            if opts.interp == "area" else None
+        return _Geometry(mats, tuple(out_size), meta, "border", pad, tables, pool)
 
     def __call__(self, img, mode=None, padding_mode=None, align_corners=None, dtype=None,
                  lazy: Optional[bool] = None):
@@ -1364,8 +1425,15 @@ class Zoom(_Spatial):
 
 class Resize(_Spatial):
     """MONAI Resize: interpolate to `spatial_size` (non-positive entries keep the input size;
-    ``size_mode="longest"``: an int for the longest side, aspect ratio kept). MONAI's default
-    mode 'area' and anti-aliasing are not supported yet."""
+    ``size_mode="longest"``: an int for the longest side, aspect ratio kept). Mode 'area'
+    (MONAI's default) is interpolate's own adaptive average pooling (see :func:`_area`),
+    bit-identical to MONAI. ``anti_aliasing``: as MONAI, when some axis shrinks, a Gaussian
+    filter (MONAI's GaussianSmooth, voxaug's gaussian_smooth op) with sigma
+    ``max(0, (in / out - 1) / 2)`` per axis, or ``anti_aliasing_sigma`` on the shrinking axes
+    only, runs before the interpolation (any mode), in MONAI's ``dtype`` (float32 by default);
+    the result is within float32 rounding of MONAI's (the two filters sum the taps in different
+    orders), and floating also for mode 'nearest' (smoothed values). Returning the input size
+    leaves the image as it is (MONAI: no smoothing either)."""
 
     def __init__(self, spatial_size, size_mode: str = "all", mode="area", align_corners: Optional[bool] = None,
                  anti_aliasing: bool = False, anti_aliasing_sigma=None, dtype=torch.float32, lazy: bool = False):
@@ -1381,21 +1449,33 @@ class Resize(_Spatial):
         else:
             _fall_back_size(spatial_size, (1, 1, 1))
         self.spatial_size, self.size_mode, self.mode, self.align_corners = spatial_size, size_mode, mode, align_corners
-        self.anti_aliasing, self.dtype = anti_aliasing, dtype
-        self._check_anti_aliasing(anti_aliasing)
+        self.anti_aliasing, self.anti_aliasing_sigma, self.dtype = anti_aliasing, anti_aliasing_sigma, dtype
+        self._anti_aliasing_spec(anti_aliasing, anti_aliasing_sigma)
         _interp_mode(mode)
         _table_dtype(dtype, torch.float32)
 
     @staticmethod
-    def _check_anti_aliasing(anti_aliasing):
-        if anti_aliasing:
-            raise NotImplementedError("anti_aliasing=True: Gaussian pre-smoothing comes later in voxaug")
+    def _anti_aliasing_spec(anti_aliasing: Any, sigma: Any) -> Optional[tuple]:
+        """_Opts.anti_aliasing: None (off), () (MONAI's default sigma) or the given (sD, sH, sW)."""
+        if not isinstance(anti_aliasing, (bool, np.bool_)):
+            raise ValueError(f"anti_aliasing must be a bool, got {anti_aliasing!r}")
+        if not anti_aliasing:
+            return None
+        if sigma is None:
+            return ()
+        vals = _rep3(sigma, "anti_aliasing_sigma")
+        if any(not math.isfinite(v) or v < 0 for v in vals):
+            raise ValueError(f"anti_aliasing_sigma must be finite and >= 0 (voxels), got {sigma!r}")
+        return tuple(vals)
 
     def _options(self, mode=None, align_corners=None, anti_aliasing=None, anti_aliasing_sigma=None, dtype=None):
-        self._check_anti_aliasing(anti_aliasing)
-        return _interp_opts(self.mode if mode is None else mode,
-                            self.align_corners if align_corners is None else align_corners,
-                            self.dtype if dtype is None else dtype)
+        spec = self._anti_aliasing_spec(self.anti_aliasing if anti_aliasing is None else anti_aliasing,
+                                        self.anti_aliasing_sigma if anti_aliasing_sigma is None
+                                        else anti_aliasing_sigma)
+        o = _interp_opts(self.mode if mode is None else mode,
+                         self.align_corners if align_corners is None else align_corners,
+                         self.dtype if dtype is None else dtype)
+        return dataclasses.replace(o, anti_aliasing=spec)
 
     def _out_size(self, in_size) -> tuple[int, int, int]:
         if self.size_mode == "longest":
@@ -1417,12 +1497,19 @@ class Resize(_Spatial):
         else:
             axes = [_interp_axis(s, z, 0, z, opts) for s, z in zip(in_size, out_size)]
         mats, meta, tables = _diag_maps(axes, out_size, n)
-        return _Geometry(mats, tuple(out_size), meta, "border", tables=tables)
+        if tuple(out_size) == tuple(in_size):
+            return _Geometry(mats, tuple(out_size), meta, "border", tables=tables)
+        pool = (tuple(out_size), (0, 0, 0), tuple(out_size)) if opts.interp == "area" else None
+        smooth = None
+        if opts.anti_aliasing is not None:
+            smooth = _anti_alias_sigma(in_size, out_size, opts.anti_aliasing or None)
+        return _Geometry(mats, tuple(out_size), meta, "border", tables=tables, pool=pool, smooth=smooth)
 
     def __call__(self, img, mode=None, align_corners=None, anti_aliasing=None, anti_aliasing_sigma=None, dtype=None,
                  lazy: Optional[bool] = None):
         _not_lazy(lazy)
-        return self.apply(img, mode=mode, align_corners=align_corners, anti_aliasing=anti_aliasing, dtype=dtype)
+        return self.apply(img, mode=mode, align_corners=align_corners, anti_aliasing=anti_aliasing,
+                          anti_aliasing_sigma=anti_aliasing_sigma, dtype=dtype)
 
 
 # ---------------- SpatialCrop / CenterSpatialCrop ----------------
@@ -1898,7 +1985,7 @@ class Resized(_SpatialDict):
                  lazy: bool = False):
         t = Resize(spatial_size, size_mode, "trilinear", None, lazy=lazy)
         super().__init__(keys, t, {"mode": mode, "align_corners": align_corners, "anti_aliasing": anti_aliasing,
-                                   "dtype": dtype},
+                                   "anti_aliasing_sigma": anti_aliasing_sigma, "dtype": dtype},
                          allow_missing_keys)
 
 
@@ -1990,10 +2077,23 @@ def _one_affine(affine: Any, name: str = "affine") -> np.ndarray:
                              "voxaug's Spacing / Orientation need one geometry per batch: transform the samples "
                              "one at a time")
         a = a[0]
-    if a.ndim != 2 or a.shape[0] != a.shape[1] or a.shape[0] < 2 or not np.all(np.isfinite(a)):
+    if a.ndim != 2 or a.shape[0] != a.shape[1] or a.shape[0] < 2:
         raise ValueError(f"{name} must be a finite square (k, k) matrix (4x4 for 3-D) or a shared (N, k, k) "
                          f"stack, got shape {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be finite, got {a.tolist()} (it has NaN or inf entries)")
     return _to_affine_3d(a)
+
+
+def _check_invertible(src: np.ndarray, name: str) -> None:
+    """Spacing needs the input affine's inverse (voxel spacing, shape and ``solve(src, dst)``):
+    a singular one gets a clear error instead of numpy's LinAlgError from deep inside. Rank by
+    SVD with numpy's default tolerance (largest singular value x 3 x eps), so affines that are
+    singular up to float rounding are refused too."""
+    if np.linalg.matrix_rank(src[:3, :3]) < 3:
+        raise ValueError(f"{name} is singular (not invertible), got {src.tolist()}: Spacing maps the output grid "
+                         "through the inverse of the input affine; its 3x3 part needs full rank (non-zero voxel "
+                         "spacing on every axis, axes not parallel)")
 
 
 def _source_affine(img: Any, affine: Any) -> tuple[np.ndarray, Optional[torch.Tensor]]:
@@ -2143,6 +2243,7 @@ class Spacing:
     def _plan(self, src: np.ndarray, in_size: tuple, scale_extent=None, output_spatial_shape=None,
               align_corners: bool = False):
         """(xform 4x4 out index -> in index, out_size, unchanged, replaced affine or None)."""
+        _check_invertible(src, "Spacing: the input affine (img.affine, or affine=)")
         out_d = self.pixdim[:3].copy()
         if out_d.size < 3:
             out_d = np.append(out_d, [out_d[-1]] * (3 - out_d.size))
@@ -2556,7 +2657,7 @@ def _plan_lazy(t: Any, ch: _LazyChain, over: dict, params: Optional[torch.Tensor
     if shared and (tuple(ch.size), ch.n, opts) in memo:
         return memo[(tuple(ch.size), ch.n, opts)]
     geom = t._geometry(ch.size, ch.n, params, opts)
-    if geom.tables is not None or geom.pad is not None:
+    if geom.tables is not None or geom.pad is not None or geom.pool is not None or geom.smooth is not None:
         return None
     record = t._record_for(ch.img, ch.size, geom, opts, params, owner=owner, src_affine=ch.affine_copy()) \
         if ch.track else None

@@ -367,3 +367,233 @@ def test_parameter_draws_are_uniform_and_gated():
     steps = np.array([s for p in g.parameters(g.draw_params(500, seed=3)) for axis in p for s in axis])
     assert steps.min() >= 0.8 and steps.max() < 1.1
     assert scipy_stats.kstest(steps, "uniform", args=(0.8, 0.3)).pvalue > 1e-3
+
+
+# ---------------- displacement_field(): the field a call applied ----------------
+def _through_field(x, u, mode, padding):
+    """grid_sample (float64) of x at output index + u: an identity affine index map."""
+    src = _index_grid(u.shape[2:]).to(u.device)[None] + u.double()
+    sizes = x.shape[2:]
+    norm = [2.0 * src[:, a] / max(sizes[a] - 1, 1) - 1.0 for a in range(3)]
+    grid = torch.stack([norm[2], norm[1], norm[0]], -1)
+    return F.grid_sample(x.double(), grid, mode=mode, padding_mode=padding, align_corners=True)
+
+
+_FIELD_TRANSFORMS = {
+    "Rand3DElastic-fast": lambda: deform.Rand3DElastic((3, 4), (150, 250), prob=0.6, padding_mode="border", seed=3),
+    "Rand3DElastic-exact": lambda: deform.Rand3DElastic((3, 4), (150, 250), prob=0.6, padding_mode="zeros",
+                                                        field="exact", seed=3),
+    "GridDistortion": lambda: deform.GridDistortion(3, [(1.2, 0.8, 1.1, 0.9)] * 3, padding_mode="zeros"),
+    "RandGridDistortion": lambda: deform.RandGridDistortion(3, prob=0.6, distort_limit=0.3, seed=4),
+    "RandomElasticDeformation": lambda: deform.RandomElasticDeformation(num_control_points=(6, 5, 7),
+                                                                        max_displacement=(3, 2, 4), p=0.6, seed=5),
+}
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("name", list(_FIELD_TRANSFORMS))
+def test_displacement_field_reproduces_the_output(device, name):
+    """displacement_field() of the last call vs the output it produced: (1) voxaug's gather
+    through the returned dense field is bit-identical (the field is the one applied, not a
+    redraw); (2) grid_sample (float64, bilinear, the transform's padding) at x + u matches to
+    1e-4 of the data range (float32 gather); (3) samples the probability gate skipped have u = 0
+    and are unchanged."""
+    t = _FIELD_TRANSFORMS[name]()
+    x = torch.rand(5, 2, 17, 20, 14, generator=torch.Generator().manual_seed(8)).to(device) * 100
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # TorchIO's folding warning
+        out = t(x)
+    u = t.displacement_field()
+    assert u.shape == (5, 3, 17, 20, 14) and u.device == x.device
+    padding = t.padding_mode
+    eye = torch.eye(3, 4, dtype=torch.float64).repeat(5, 1, 1).to(device)
+    (via_dense,) = ops.resample_deformed([x], eye, u, ops.DENSE_FIELD, x.shape[2:], ["linear"], [padding])
+    assert torch.equal(via_dense, out)
+    ref = _through_field(x, u, "bilinear", padding)
+    err = (out.double() - ref).abs().max().item()
+    assert err < 1e-4 * 100, err
+    moved = u.flatten(1).abs().amax(1) > 0
+    random = isinstance(t, deform._RandomDeform)
+    selected = torch.from_numpy(t._gates(t._last)) if random else torch.ones(5, dtype=torch.bool)
+    assert torch.equal(moved.cpu(), selected) and selected.any()
+    assert u.abs().max() > 1.0  # displacements of voxels, not rounding noise
+    for i in torch.nonzero(~selected).flatten().tolist():
+        assert torch.equal(out[i], x[i])
+    assert torch.equal(t.displacement_field(), u)  # asking twice returns the same field
+    if name == "Rand3DElastic-exact":
+        assert t.displacement_field(dtype=torch.float64).dtype == torch.float64
+
+
+def test_displacement_field_of_dictionary_calls_and_errors(ch2):
+    """Dictionary forms: every key of one spatial size shares the one field, which reproduces
+    the image (grid_sample bilinear, 1e-4 of 255) and the label (grid_sample nearest; at most
+    1e-3 of voxels differ, float32 vs float64 coordinates at half-voxel ties); keys of another
+    size have their own field and key= selects it; named errors before any call and for a key
+    the call did not deform."""
+    img = ch2[0][None, :, 40:90, 50:110, 60:100].float().expand(2, -1, -1, -1, -1)
+    lab = (img > 80).to(torch.int16) + (img > 120).to(torch.int16) * 2
+    t = deform.Rand3DElasticd(["image", "label", "small"], (4, 5), (200, 300), prob=1.0,
+                              mode=["bilinear", "nearest", "bilinear"], padding_mode="border", seed=9)
+    with pytest.raises(RuntimeError, match="has not been called or its last call deformed no tensor"):
+        t.displacement_field()
+    out = t({"image": img, "label": lab, "small": img[:, :, :20]})
+    u = t.displacement_field("image")
+    assert torch.equal(t.displacement_field("label"), u)
+    assert t.displacement_field("small").shape == (2, 3, 20, 60, 40)
+    with pytest.raises(ValueError, match="key must name one of"):
+        t.displacement_field()
+    with pytest.raises(KeyError, match="'other' was not deformed"):
+        t.displacement_field("other")
+    err = (out["image"].double() - _through_field(img, u, "bilinear", "border")).abs().max().item()
+    assert err < 1e-4 * 255, err
+    ref_lab = _through_field(lab, u, "nearest", "border").to(torch.int16)
+    assert (out["label"] != ref_lab).float().mean().item() < 1e-3
+    assert u.abs().max() > 1.0 and (out["label"] != lab).any()
+    g = deform.GridDistortiond(["image", "label"], 4, [(1.2, 0.8, 1.1, 0.9, 1.0)] * 3, mode=["bilinear", "nearest"],
+                               allow_missing_keys=True)
+    g({"image": img, "label": lab})
+    assert torch.equal(g.displacement_field(), g.displacement_field("label"))
+    g({"other": img})  # nothing deformed: no stale field from the call before
+    with pytest.raises(RuntimeError, match="deformed no tensor"):
+        g.displacement_field()
+
+
+@pytest.mark.parametrize("field", ["fast", "exact"])
+def test_displacement_field_survives_pickling_and_zero_displacement(field):
+    """A called transform still pickles (DataLoader workers) and its copy returns the same
+    field; RandomElasticDeformation with max_displacement 0 (TorchIO: returns the input) reports
+    a zero field of the input's shape."""
+    import pickle
+
+    x = torch.rand(2, 1, 12, 14, 10)
+    t = deform.Rand3DElasticd(["image"], (3, 4), (100, 200), prob=1.0, field=field, seed=2)
+    t({"image": x})
+    copy = pickle.loads(pickle.dumps(t))
+    assert torch.equal(copy.displacement_field(), t.displacement_field())
+    z = deform.RandomElasticDeformation(max_displacement=0, seed=1)
+    assert z(x) is x
+    u = z.displacement_field()
+    assert u.shape == (2, 3, 12, 14, 10) and u.abs().max() == 0
+
+
+# ---------------- untested forms: TorchIO dict / labels / MetaTensor spacing, grid-distortion dicts ----------------
+@pytest.fixture(scope="module")
+def ch2_aal_crop(ch2):
+    nib = pytest.importorskip("nibabel")
+    aal = np.asarray(nib.load(os.path.join(TEMPLATES, "aal.nii.gz")).dataobj)
+    sl = (slice(40, 100), slice(50, 120), slice(60, 110))
+    img = ch2[0][0][sl].float()[None]  # (1, 60, 70, 50)
+    lab = torch.from_numpy(aal[sl].astype(np.int16))[None]
+    assert lab.unique().numel() > 20
+    return img, lab
+
+
+def test_random_elastic_deformation_dictionary_labels(ch2_aal_crop):
+    """TorchIO-style dictionary: the float image is interpolated linearly, the integer atlas
+    and a float mask listed in label_keys use nearest; all three get the same field (checked
+    against grid_sample through displacement_field(): bilinear within 1e-4 of 255, nearest on
+    all but 1e-3 of voxels, ties), labels keep their dtype and values, other entries pass through."""
+    img, lab = ch2_aal_crop
+    mask = (lab > 0).float()
+    t = deform.RandomElasticDeformation(num_control_points=6, max_displacement=(6, 6, 6), label_keys=["mask"],
+                                        seed=12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        out = t({"image": img, "label": lab, "mask": mask, "name": "subject-1"})
+    assert out["name"] == "subject-1"
+    assert out["label"].dtype == torch.int16 and out["mask"].dtype == torch.float32
+    assert set(out["label"].unique().tolist()) <= set(lab.unique().tolist())
+    assert set(out["mask"].unique().tolist()) == {0.0, 1.0}  # nearest: no blended mask values
+    u = t.displacement_field()
+    for key in ("image", "label", "mask"):
+        assert torch.equal(t.displacement_field(key), u)
+    assert u.abs().max() > 1.0
+    ref = _through_field(img[None], u, "bilinear", "border")[0]
+    assert (out["image"].double() - ref).abs().max().item() < 1e-4 * 255
+    for key, x in (("label", lab), ("mask", mask)):
+        ref = _through_field(x[None].double(), u, "nearest", "border")[0]
+        assert (out[key].double() != ref).float().mean().item() < 1e-3, key
+        assert (out[key] != x).float().mean() > 0.01  # it moved
+    # The same draw applied to the image alone gives the same image.
+    assert torch.equal(t(img, randomize=False), out["image"])
+
+
+@pytest.mark.parametrize("rotated", [False, True])
+def test_random_elastic_deformation_spacing_from_metatensor_affine(ch2_aal_crop, rotated):
+    """Spacing taken from a MetaTensor's affine (the column norms, nibabel's voxel_sizes) gives
+    the output of spacing= those sizes; the displacement in mm (voxels x spacing) is that of
+    unit spacing with the same draw (max_displacement is in mm), float32: 1e-5 mm."""
+    nib = pytest.importorskip("nibabel")
+    from monai.data import MetaTensor
+
+    img, _ = ch2_aal_crop
+    aff = np.diag([1.5, 0.8, 2.0, 1.0])
+    if rotated:
+        a = math.radians(30)
+        rot = np.array([[math.cos(a), -math.sin(a), 0], [math.sin(a), math.cos(a), 0], [0, 0, 1]])
+        aff[:3, :3] = rot @ aff[:3, :3]
+    aff[:3, 3] = (-40, 12, 7)
+    spacing = tuple(float(v) for v in nib.affines.voxel_sizes(aff))
+    meta = MetaTensor(img, affine=torch.from_numpy(aff))
+    kw = dict(num_control_points=7, max_displacement=(3, 2, 4), seed=6)
+    from_meta = deform.RandomElasticDeformation(**kw)
+    explicit = deform.RandomElasticDeformation(spacing=spacing, **kw)
+    unit = deform.RandomElasticDeformation(spacing=1.0, **kw)
+    a, b, _ = from_meta(meta), explicit(img), unit(img)
+    assert isinstance(a, MetaTensor) and torch.allclose(a.affine.double(), torch.from_numpy(aff))
+    assert torch.equal(a.as_tensor(), b)
+    u_meta, u_unit = from_meta.displacement_field(), unit.displacement_field()
+    assert torch.equal(u_meta, explicit.displacement_field())
+    mm = u_meta.double() * torch.tensor(spacing, dtype=torch.float64).view(1, 3, 1, 1, 1)
+    assert (mm - u_unit.double()).abs().max().item() < 1e-5
+    assert u_unit.abs().max() > 1.0
+
+
+def test_grid_distortiond_matches_monai(ch2_aal_crop):
+    """GridDistortiond (image bilinear, atlas nearest) vs MONAI GridDistortiond with the same
+    steps: bilinear within 1e-3 of 255 (float32 pieces), nearest on all but 1e-3 of voxels
+    (half-voxel ties may round either way); labels keep their dtype and values."""
+    from monai.transforms import GridDistortiond as M
+
+    img, lab = ch2_aal_crop
+    steps = [(1.1, 0.9, 1.05, 0.95, 1.2), (0.8, 1.2, 1.0, 0.9, 1.1), (1.0, 1.3, 0.7, 1.0, 1.1)]
+    data = {"image": img, "label": lab}
+    for padding in ("border", "zeros"):
+        want = M(["image", "label"], 4, steps, mode=["bilinear", "nearest"], padding_mode=padding)(dict(data))
+        got = deform.GridDistortiond(["image", "label"], 4, steps, mode=["bilinear", "nearest"],
+                                     padding_mode=padding)(dict(data))
+        assert (got["image"] - torch.as_tensor(want["image"])).abs().max().item() < 1e-3 * 255
+        assert got["label"].dtype == torch.int16
+        assert set(got["label"].unique().tolist()) <= set(lab.unique().tolist())
+        assert (got["label"] != torch.as_tensor(want["label"]).to(torch.int16)).float().mean().item() < 1e-3
+        assert (got["label"] != lab).float().mean() > 0.01
+
+
+def test_rand_grid_distortiond_matches_monai(ch2_aal_crop):
+    """RandGridDistortiond per sample vs MONAI RandGridDistortiond replaying the drawn steps
+    (parameters() of the draw): same bounds as test_grid_distortiond_matches_monai; unselected
+    samples are unchanged; image and label of one sample get the same steps."""
+    from monai.transforms import RandGridDistortiond as M
+
+    img, lab = ch2_aal_crop
+    n = 4
+    imgs, labs = img[None].expand(n, -1, -1, -1, -1), lab[None].expand(n, -1, -1, -1, -1)
+    t = deform.RandGridDistortiond(["image", "label"], num_cells=(3, 4, 5), prob=0.6, distort_limit=0.25,
+                                   mode=["bilinear", "nearest"], padding_mode="zeros", seed=10)
+    out = t({"image": imgs, "label": labs})
+    steps = t.transform.parameters(t.transform._last)
+    assert any(s is None for s in steps) and any(s is not None for s in steps)
+    for i, s in enumerate(steps):
+        if s is None:
+            assert torch.equal(out["image"][i], img) and torch.equal(out["label"][i], lab)
+            continue
+        m = M(["image", "label"], num_cells=(3, 4, 5), prob=1.0, distort_limit=0.25, mode=["bilinear", "nearest"],
+              padding_mode="zeros")
+        m.rand_grid_distortion.randomize = lambda *a, **k: None
+        m.rand_grid_distortion.distort_steps = tuple(tuple(a) for a in s)
+        m.rand_grid_distortion._do_transform = True
+        want = m({"image": img, "label": lab})
+        assert (out["image"][i] - torch.as_tensor(want["image"])).abs().max().item() < 1e-3 * 255
+        assert out["label"].dtype == torch.int16
+        assert (out["label"][i] != torch.as_tensor(want["label"]).to(torch.int16)).float().mean().item() < 1e-3
+        assert set(out["label"][i].unique().tolist()) <= set(lab.unique().tolist())

@@ -12,6 +12,9 @@ from voxaug import ops
 from conftest import devices
 
 DEVICES = devices()
+# Both devices always listed: the CUDA cases skip, and say so, without a device.
+CPU_AND_CUDA = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                     reason="no CUDA device"))]
 
 
 def index_to_normalised(sizes, align_corners):
@@ -78,6 +81,32 @@ def test_linear_matches_grid_sample(device, shape, out_size, padding, align_corn
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape,out_size", CASES)
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection", "constant"])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_linear_matches_grid_sample(device, shape, out_size, padding, align_corners, dtype):
+    """float16 / bfloat16 images vs grid_sample in float64 on the same stored values (upcast;
+    "constant" as zeros padding of x - c, plus c, the weights summing to one): voxaug
+    interpolates in float32 and rounds the result to the type once, so the error is at most
+    half an ulp of the result (eps / 2 relative) plus float32 interpolation error; the bound is
+    one eps relative (2^-10 float16, 2^-7 bfloat16) and 1e-5 of the data's magnitude absolute
+    (float32 cancellation near zero)."""
+    x = (torch.randn(shape, generator=torch.Generator().manual_seed(13)) * 40).to(dtype).to(device)
+    mats = random_matrices(shape[0], shape[2:], out_size, seed=sum(shape) + 1).to(device)
+    c = 7.5 if padding == "constant" else 0.0  # exact in both types
+    (ours,) = ops.resample([x], mats, out_size, ["linear"], [padding], [c], align_corners=align_corners)
+    assert ours.dtype == dtype and ours.shape == (shape[0], shape[1], *out_size)
+    theta = theta_for(mats, shape[2:], out_size, align_corners).to(device)
+    grid = F.affine_grid(theta, (shape[0], shape[1], *out_size), align_corners=align_corners)
+    ref = F.grid_sample(x.double() - c, grid, mode="bilinear", padding_mode="zeros" if padding == "constant"
+                        else padding, align_corners=align_corners) + c
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(ours.double(), ref, rtol=eps, atol=1e-5 * x.double().abs().max().item())
+    assert ours.double().abs().sum() > 0 and not torch.isnan(ours).any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
 @pytest.mark.parametrize("align_corners", [False, True])
 def test_nearest_matches_grid_sample(device, padding, align_corners):
@@ -90,6 +119,64 @@ def test_nearest_matches_grid_sample(device, padding, align_corners):
     ref = F.grid_sample(x, grid, mode="nearest", padding_mode=padding, align_corners=align_corners)
     # Coordinates within float rounding of a half-voxel tie may round differently.
     assert (ours != ref).float().mean().item() < 2e-3
+
+
+def tie_matrices(in_size):
+    """Per-axis index maps src = s x + t with every coordinate on a half voxel or an integer,
+    all exactly representable: sample 0 (1, +0.5) (2, -0.5) (0.5, +0.5); sample 1 (-1, S - 0.5)
+    (0.5, -0.5) (2, +1.5). Sample 1's first axis is a flip shifted by half a voxel."""
+    m = torch.zeros(2, 3, 4, dtype=torch.float64)
+    for a, (sc, off) in enumerate([(1.0, 0.5), (2.0, -0.5), (0.5, 0.5)]):
+        m[0, a, a], m[0, a, 3] = sc, off
+    for a, (sc, off) in enumerate([(-1.0, in_size[0] - 0.5), (0.5, -0.5), (2.0, 1.5)]):
+        m[1, a, a], m[1, a, 3] = sc, off
+    return m
+
+
+def grid_at_indices(src, in_size, align_corners):
+    """grid_sample's (x, y, z) grid, float64, for source voxel indices src (N, 3, D, H, W). With
+    S (align_corners=False) or S - 1 (True) a power of two, normalising and grid_sample's
+    un-normalising are exact, so the sampled coordinates are exactly src."""
+    t = index_to_normalised(in_size, align_corners)
+    norm = [src[:, a] * t[a, a] + t[a, 3] for a in range(3)]
+    return torch.stack([norm[2], norm[1], norm[0]], -1)
+
+
+def tie_case(align_corners):
+    """An input size whose normalisation is exact and the source indices of tie_matrices."""
+    in_size = (4, 8, 16) if not align_corners else (5, 9, 17)
+    out_size = (6, 5, 9)  # beyond the input on some axes: padding sees ties too
+    mats = tie_matrices(in_size)
+    idx = torch.stack(torch.meshgrid(*[torch.arange(s, dtype=torch.float64) for s in out_size], indexing="ij"))
+    src = torch.einsum("nrk,kdhw->nrdhw", mats[:, :, :3], idx) + mats[:, :, 3].view(2, 3, 1, 1, 1)
+    return in_size, out_size, mats, src
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_nearest_rounds_exact_ties_like_grid_sample(device, padding, align_corners):
+    """Source coordinates exactly on .5 (and integers): voxaug's nearest must round half to
+    even as grid_sample's nearbyint does. grid_sample runs in float64 on a grid that maps to
+    the exact coordinates (see grid_at_indices); images (float32, float64) and labels (int64)
+    must be bit-identical to it, no tolerance."""
+    in_size, out_size, mats, src = tie_case(align_corners)
+    frac = (src - src.floor())
+    assert ((frac == 0.5).float().mean() > 0.4) and ((frac == 0.0).float().mean() > 0.1)  # ties are tested
+    g = torch.Generator().manual_seed(21)
+    x = torch.randn(2, 2, *in_size, dtype=torch.float64, generator=g)
+    lab = torch.randint(1, 1000, (2, 1, *in_size), generator=g)
+    ref = F.grid_sample(x, grid_at_indices(src, in_size, align_corners), mode="nearest", padding_mode=padding,
+                        align_corners=align_corners)
+    ref_lab = F.grid_sample(lab.double(), grid_at_indices(src, in_size, align_corners), mode="nearest",
+                            padding_mode=padding, align_corners=align_corners).long()
+    m = mats.to(device)
+    out32, out64, out_lab = ops.resample([x.float().to(device), x.to(device), lab.to(device)], m, out_size,
+                                         ["nearest"] * 3, [padding] * 3, align_corners=align_corners)
+    assert torch.equal(out64.cpu(), ref)
+    assert torch.equal(out32.cpu(), ref.float())
+    assert torch.equal(out_lab.cpu(), ref_lab)
+    assert out_lab.cpu().ne(0).any()
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -222,11 +309,13 @@ def test_bad_inputs_give_named_errors():
         ops.resample([x[0]], m, (4, 4, 4), ["linear"], ["zeros"])
 
 
+@pytest.mark.parametrize("device", CPU_AND_CUDA)
 @pytest.mark.parametrize("padding", ["zeros", "border", "reflection", "constant"])
 @pytest.mark.parametrize("align_corners", [False, True])
-def test_gradcheck_float64(padding, align_corners):
-    x = torch.randn(2, 2, 4, 5, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1)).requires_grad_()
-    m = random_matrices(2, (4, 5, 3), (3, 4, 5), seed=3).requires_grad_()
+def test_gradcheck_float64(device, padding, align_corners):
+    x = torch.randn(2, 2, 4, 5, 3, dtype=torch.float64,
+                    generator=torch.Generator().manual_seed(1)).to(device).requires_grad_()
+    m = random_matrices(2, (4, 5, 3), (3, 4, 5), seed=3).to(device).requires_grad_()
     f = lambda x, m: ops.resample([x], m, (3, 4, 5), ["linear"], [padding], [0.7], align_corners=align_corners)[0]
     assert torch.autograd.gradcheck(f, (x, m), eps=1e-6, atol=1e-6)
     g = lambda x: ops.resample([x], m.detach(), (3, 4, 5), ["nearest"], [padding], [0.7],
@@ -234,21 +323,88 @@ def test_gradcheck_float64(padding, align_corners):
     assert torch.autograd.gradcheck(g, (x,), eps=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("device", CPU_AND_CUDA)
 @pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
 @pytest.mark.parametrize("align_corners", [False, True])
-def test_gradients_match_grid_sample(padding, align_corners):
+def test_gradients_match_grid_sample(device, padding, align_corners):
+    """Input and matrix gradients vs grid_sample + affine_grid's autograd (float64; the
+    matrix gradient goes through theta_for's conversion, hence the looser 1e-7)."""
     shape, out_size = (2, 3, 7, 6, 8), (5, 9, 6)
-    x0 = torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
-    m0 = random_matrices(2, shape[2:], out_size, seed=8)
-    w = torch.randn(2, 3, *out_size, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    x0 = torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2)).to(device)
+    m0 = random_matrices(2, shape[2:], out_size, seed=8).to(device)
+    w = torch.randn(2, 3, *out_size, dtype=torch.float64, generator=torch.Generator().manual_seed(3)).to(device)
     x, m = x0.clone().requires_grad_(), m0.clone().requires_grad_()
     (ops.resample([x], m, out_size, ["linear"], [padding], align_corners=align_corners)[0] * w).sum().backward()
     xr, mr = x0.clone().requires_grad_(), m0.clone().requires_grad_()
-    grid = F.affine_grid(theta_for(mr, shape[2:], out_size, align_corners), (2, 3, *out_size),
+    grid = F.affine_grid(theta_for(mr, shape[2:], out_size, align_corners).to(device), (2, 3, *out_size),
                          align_corners=align_corners)
     (F.grid_sample(xr, grid, mode="bilinear", padding_mode=padding, align_corners=align_corners) * w).sum().backward()
     torch.testing.assert_close(x.grad, xr.grad, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(m.grad, mr.grad, rtol=1e-7, atol=1e-7)
+
+
+@pytest.mark.parametrize("device", CPU_AND_CUDA)
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_nearest_input_gradient_matches_grid_sample(device, padding, align_corners):
+    """Nearest mode's input gradient (each output's weight added to the voxel it copied) vs
+    grid_sample's nearest backward, float64, on the exact-tie maps of tie_case (so both pick the
+    same voxel, ties included) and on a generic map 0.75 x + 0.3 whose coordinates stay 0.05
+    voxel or more from a tie. Sums of at most a few float64 terms: 1e-12."""
+    in_size, out_size, mats, src = tie_case(align_corners)
+    generic = torch.zeros(2, 3, 4, dtype=torch.float64)
+    generic[:, 0, 0], generic[:, 1, 1], generic[:, 2, 2] = 0.75, 0.75, 0.75
+    generic[:, :, 3] = 0.3
+    generic[1, 0, 1] = 0.25  # a shear: more than one axis feeds a coordinate
+    idx = torch.stack(torch.meshgrid(*[torch.arange(s, dtype=torch.float64) for s in out_size], indexing="ij"))
+    src_generic = torch.einsum("nrk,kdhw->nrdhw", generic[:, :, :3], idx) + generic[:, :, 3].view(2, 3, 1, 1, 1)
+    g = torch.Generator().manual_seed(31)
+    x0 = torch.randn(2, 2, *in_size, dtype=torch.float64, generator=g).to(device)
+    w = torch.randn(2, 2, *out_size, dtype=torch.float64, generator=g).to(device)
+    for m, s in ((mats, src), (generic, src_generic)):
+        x = x0.clone().requires_grad_()
+        (ops.resample([x], m.to(device), out_size, ["nearest"], [padding], align_corners=align_corners)[0] * w
+         ).sum().backward()
+        xr = x0.clone().requires_grad_()
+        grid = grid_at_indices(s, in_size, align_corners).to(device)
+        (F.grid_sample(xr, grid, mode="nearest", padding_mode=padding, align_corners=align_corners) * w
+         ).sum().backward()
+        torch.testing.assert_close(x.grad, xr.grad, rtol=1e-12, atol=1e-12)
+        assert xr.grad.abs().sum() > 0
+
+
+def _resample_grads(x0, m0, w, out_size, mode, padding, align_corners):
+    x, m = x0.clone().requires_grad_(), m0.clone().requires_grad_(mode == "linear")
+    (ops.resample([x], m, out_size, [mode], [padding], [0.7], align_corners=align_corners)[0] * w).sum().backward()
+    return x.grad, m.grad
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection", "constant"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cpu_backward_is_deterministic(mode, padding, dtype):
+    """The CPU backward scatters many outputs into one input voxel (a 2.5x downscale) and
+    reduces the matrix gradient over the volume: repeated calls and 1 vs 2 OpenMP threads must
+    give bit-identical image and matrix gradients (no order-dependent float sums)."""
+    shape, out_size = (2, 3, 9, 8, 10), (21, 19, 23)
+    x0 = torch.randn(shape, dtype=dtype, generator=torch.Generator().manual_seed(41))
+    m0 = random_matrices(2, shape[2:], out_size, seed=42, strength=1.5)
+    m0[:, :, :3] *= 0.4
+    w = torch.randn(2, 3, *out_size, dtype=dtype, generator=torch.Generator().manual_seed(43))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        gx1, gm1 = _resample_grads(x0, m0, w, out_size, mode, padding, False)
+        torch.set_num_threads(2)
+        runs = [_resample_grads(x0, m0, w, out_size, mode, padding, False) for _ in range(3)]
+    finally:
+        torch.set_num_threads(threads)
+    assert gx1.abs().sum() > 0 and not torch.isnan(gx1).any()
+    for gx, gm in runs:
+        assert torch.equal(gx, gx1)
+        if mode == "linear":
+            assert gm1.abs().sum() > 0
+            assert torch.equal(gm, gm1)
 
 
 def test_labels_are_not_differentiable_and_images_are():

@@ -167,6 +167,53 @@ def test_spacing_bad_arguments(ch2better):
         spatial.Spacingd(["a", "b"], 1.0, mode=("bilinear", "nearest", "nearest"))
 
 
+@pytest.mark.parametrize("singular", [
+    np.diag([1.0, 0.0, 1.0, 1.0]),  # a zero voxel spacing
+    np.array([[1.0, 1.0, 0, 5], [1.0, 1.0, 0, 6], [0, 0, 2.0, 7], [0, 0, 0, 1]]),  # two parallel axes
+    np.diag([1.0, 1.0, 1e-300, 1.0]),  # singular up to float rounding
+])
+def test_spacing_refuses_singular_affine(ch2better, singular):
+    """A singular input affine has no inverse, which Spacing needs; MONAI fails with numpy's
+    LinAlgError (or its own "not invertible") from deep inside, voxaug with a ValueError that
+    names the affine (array form, plain tensor with affine=, dictionary form and a lazily
+    composed Compose alike). Affines that are merely small or skewed stay legal and match
+    MONAI's geometry."""
+    img, _ = ch2better
+    x = img[:, :12, :14, :10].as_tensor()
+    bad = MetaTensor(x, affine=torch.as_tensor(singular))
+    with pytest.raises((np.linalg.LinAlgError, ValueError)):  # the reference fails too, less clearly
+        mt.Spacing(1.0)(bad.clone())
+    msg = r"input affine .* is singular \(not invertible\)"
+    with pytest.raises(ValueError, match=msg):
+        spatial.Spacing(1.0)(bad)
+    with pytest.raises(ValueError, match=msg):
+        spatial.Spacing(1.0)(x, affine=singular)
+    with pytest.raises(ValueError, match=msg):
+        spatial.Spacingd("img", 1.0)({"img": bad})
+    from voxaug import transforms as vt
+    with pytest.raises(ValueError, match=msg):
+        vt.Compose([spatial.Spacing(1.0), spatial.Flip(0)])(bad)
+    skewed = np.array([[1.0, 0.9, 0, 5], [0, 1.0, 0, 6], [0, 0, 2.0, 7], [0, 0, 0, 1]])
+    for a, pixdim in ((np.diag([1.0, 1.0, 1e-3, 1.0]), (1.0, 1.0, 0.5e-3)), (skewed, (1.0, 0.8, 1.5))):
+        ok = MetaTensor(x, affine=torch.as_tensor(a))
+        v, m = spatial.Spacing(pixdim)(ok), mt.Spacing(pixdim)(ok.clone())
+        assert v.shape == m.shape and torch.allclose(v.affine, m.affine, rtol=0, atol=1e-6)
+        err = (v.as_tensor().double() - m.as_tensor().double()).abs().max().item()
+        assert err <= IMG_TOL * float(m.max() - m.min()) and v.abs().sum() > 0
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_spacing_refuses_non_finite_affine(ch2better, value):
+    img, _ = ch2better
+    x = img[:, :12, :14, :10].as_tensor()
+    a = np.eye(4)
+    a[1, 3] = value
+    with pytest.raises(ValueError, match="img.affine must be finite"):
+        spatial.Spacing(1.0)(MetaTensor(x, affine=torch.as_tensor(a)))
+    with pytest.raises(ValueError, match="affine must be finite"):
+        spatial.Spacing(1.0)(x, affine=a)
+
+
 @pytest.mark.parametrize("axcodes", ["RAS", "LPS", "PLI", "SAR"])
 def test_orientationd_bit_identical(inia, axcodes):
     img, lab = inia

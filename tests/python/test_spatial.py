@@ -18,6 +18,11 @@ Tolerances:
   test_rotate_quarter_turn_ties); use Rotate90 there.
 - Flip, Rotate90, and Resize / Zoom nearest: bit-identical (voxaug reproduces
   interpolate's floor rule, see spatial._nearest_rule).
+- Resize / Zoom 'area' (MONAI's default mode): bit-identical (both run torch's
+  adaptive_avg_pool3d in MONAI's dtype on the same values).
+- Resize anti_aliasing: |voxaug - MONAI| <= AA_TOL = 1e-5 x the data range. The Gaussian taps
+  are the same erf values; voxaug's separable filter and MONAI's conv1d passes sum them in
+  float32 in different orders: a few ulp of the values (observed <= 1e-6 of the range).
 """
 import os
 
@@ -40,6 +45,7 @@ from spatial_checks import assert_bitwise, plain  # noqa: E402
 
 IMG_TOL = 5e-5
 LABEL_TIES = 1e-5
+AA_TOL = 1e-5
 
 
 def _load(name, step):
@@ -360,6 +366,158 @@ def test_nearest_rule_reproduces_interpolate():
                 assert torch.equal(out.to(dtype), ref), (s, z, mode, dtype)
 
 
+# ---------------- 'area' (MONAI's default mode) and anti-aliasing ----------------
+AREA_ZOOMS = [1.5, 0.7, (1.3, 0.6, 1.0), (0.55, 1.71, 2.0), (0.45, 0.5, 3.1)]
+AREA_SIZES = [(10, 40, 30), (46, 19, 7), (-1, 5, 60), (1, 2, 1), (23, 19, 30)]
+
+
+@pytest.mark.parametrize("zoom", AREA_ZOOMS)
+@pytest.mark.parametrize("keep_size", [True, False])
+def test_zoom_default_area_bitwise_like_monai(zoom, keep_size):
+    """Zoom(zoom) with MONAI's defaults (area, edge padding) on a random batch of 3 with odd,
+    even and prime sizes, up and down: each sample bit-identical to MONAI's Zoom on it alone."""
+    x = torch.randn(3, 2, 23, 19, 30, generator=torch.Generator().manual_seed(1))
+    ours = vt.Zoom(zoom, keep_size=keep_size)(x)
+    assert ours.dtype == torch.float32
+    for i in range(3):
+        assert_bitwise(ours[i], mt.Zoom(zoom, keep_size=keep_size)(x[i]))
+    for pad in (["constant", "reflect", "wrap"] if keep_size else []):
+        assert_bitwise(vt.Zoom(zoom, padding_mode=pad)(x[0]), mt.Zoom(zoom, padding_mode=pad)(x[0]))
+
+
+@pytest.mark.parametrize("size", AREA_SIZES)
+def test_resize_default_area_bitwise_like_monai(size):
+    x = torch.randn(3, 2, 23, 19, 30, generator=torch.Generator().manual_seed(2))
+    ours = vt.Resize(size)(x)
+    for i in range(3):
+        assert_bitwise(ours[i], mt.Resize(size)(x[i]))
+    assert_bitwise(vt.Resize(40, size_mode="longest")(x[0]), mt.Resize(40, size_mode="longest")(x[0]))
+
+
+def test_area_on_ch2_and_dtypes(ch2aal):
+    """uint8 ch2 (cropped, odd sizes): area in float32 as MONAI (dtype float32), float64 with
+    dtype=None, half in float32 and returned as half; all bit-identical to MONAI's result in the
+    dtype MONAI computed in."""
+    img = ch2aal[0][:, 5:52, 8:70, 3:58]
+    for t, r in ((vt.Zoom(1.4), mt.Zoom(1.4)), (vt.Zoom((0.6, 0.8, 1.3), keep_size=False),
+                                                 mt.Zoom((0.6, 0.8, 1.3), keep_size=False)),
+                 (vt.Resize((30, 80, 41)), mt.Resize((30, 80, 41)))):
+        ours, ref = t(img), r(img)
+        assert ours.dtype == torch.float32 and ours.abs().sum() > 0
+        assert_bitwise(ours, ref)
+        assert_bitwise(t(img.double()).float(), ref)  # MONAI's dtype float32 for float64 input too
+        assert_bitwise(t(img.half()), r(img.half()).half())
+    f64 = vt.Resize((30, 80, 41), dtype=None)(img.double())
+    assert f64.dtype == torch.float64
+    assert_bitwise(f64, F.adaptive_avg_pool3d(img.double()[None], (30, 80, 41))[0])
+    assert_bitwise(f64.float(), mt.Resize((30, 80, 41), dtype=None)(img.double()))
+
+
+@pytest.mark.parametrize("size", [(10, 40, 30), (46, 9, 7), (-1, 5, 60), (23, 19, 31)])
+@pytest.mark.parametrize("sigma", [None, 1.0, (0.5, 0.0, 2.0)])
+def test_resize_anti_aliasing_matches_monai(size, sigma):
+    """MONAI's rule: smooth (GaussianSmooth) before interpolating when some axis shrinks, with
+    sigma max(0, (in/out - 1) / 2) per axis or the given sigma on shrinking axes only; any mode.
+    Up-sizing every axis (23, 19, 31 from 23, 19, 30) is not smoothed at all, nor is (-1, 5, 60)
+    with sigma (0.5, 0, 2): its only shrinking axis has sigma 0."""
+    x = torch.randn(2, 1, 23, 19, 30, generator=torch.Generator().manual_seed(3))
+    out_size = [o if o > 0 else s for o, s in zip(size, x.shape[2:])]
+    sig = [sigma] * 3 if not isinstance(sigma, tuple) else sigma
+    smoothed = any(o < s and (g is None or g > 0) for o, s, g in zip(out_size, x.shape[2:], sig))
+    for mode in ("area", "trilinear", "nearest"):
+        kw = dict(mode=mode, anti_aliasing=True, anti_aliasing_sigma=sigma)
+        ours = vt.Resize(size, **kw)(x)
+        for i in range(2):
+            checks.assert_image_close(ours[i], mt.Resize(size, **kw)(x[i]), AA_TOL)
+        plain_resize = vt.Resize(size, mode=mode)(x)
+        assert torch.equal(ours, plain_resize) != smoothed, mode
+    # the call-time arguments override the constructor's, as MONAI's
+    t = vt.Resize(size)
+    checks.assert_image_close(t(x[0], anti_aliasing=True, anti_aliasing_sigma=sigma),
+                              mt.Resize(size)(x[0], anti_aliasing=True, anti_aliasing_sigma=sigma), AA_TOL)
+
+
+def test_resize_anti_aliasing_on_ch2(ch2aal):
+    img = ch2aal[0][:, 5:52, 8:70, 3:58]
+    for size in ((20, 31, 55), (12, 70, 20)):
+        kw = dict(anti_aliasing=True)
+        ours = vt.Resize(size, **kw)(img)
+        ref = mt.Resize(size, **kw)(img)
+        checks.assert_image_close(ours, ref, AA_TOL)
+        # smoothing is not a no-op here: without it the result is further from MONAI's
+        assert (plain(vt.Resize(size)(img)) - plain(ref)).abs().max() > 100 * AA_TOL * float(ref.max() - ref.min())
+
+
+def test_default_modes_dictionary_forms_and_meta_tensor(ch2aal):
+    """Zoomd / Resized with MONAI's default modes (image area, label nearest), per-key
+    anti-aliasing, on MetaTensors: data bit-identical (anti-aliased within AA_TOL), affines and
+    metadata as MONAI's."""
+    img, lab, aff = ch2aal
+    sl = (slice(None), slice(5, 52), slice(8, 70), slice(3, 58))
+    d = {"img": MetaTensor(img[sl], affine=aff), "lab": MetaTensor(lab[sl], affine=aff)}
+    keys, modes = ["img", "lab"], ("area", "nearest")
+    for name, args, kw in (("Zoomd", ((1.3, 0.7, 1.0),), {}), ("Zoomd", (0.8,), dict(keep_size=False)),
+                           ("Resized", ((30, 80, 41),), {}),
+                           ("Resized", ((20, 31, 55),), dict(anti_aliasing=(True, False)))):
+        ours = getattr(vt, name)(keys, *args, mode=modes, **kw)(d)
+        ref = getattr(mt, name)(keys, *args, mode=modes, **kw)({k: v.clone() for k, v in d.items()})
+        if "anti_aliasing" in kw:
+            checks.assert_image_close(ours["img"], ref["img"], AA_TOL)
+        else:
+            assert_bitwise(ours["img"], ref["img"])
+        assert ours["lab"].dtype == torch.uint8
+        assert_bitwise(ours["lab"].float(), ref["lab"])
+        for k in ("img", "lab"):
+            assert isinstance(ours[k], MetaTensor) and ours[k].shape == ref[k].shape
+            torch.testing.assert_close(ours[k].affine, ref[k].affine, atol=1e-12, rtol=0)
+        assert torch.equal(d["img"].affine, aff.to(d["img"].affine.dtype))  # the input is untouched
+    # Zoom / Resize defaults on a batched MetaTensor: one affine for the batch, as MONAI's per sample.
+    x = MetaTensor(torch.stack([img[sl].float(), img[sl].float().flip(1)]), affine=aff)
+    for ours_t, ref_t in ((vt.Zoom(1.5, keep_size=False), mt.Zoom(1.5, keep_size=False)),
+                          (vt.Resize((30, -1, 20)), mt.Resize((30, -1, 20)))):
+        out = ours_t(x)
+        for i in range(2):
+            ref = ref_t(MetaTensor(x.as_tensor()[i], affine=aff))
+            assert_bitwise(out.as_tensor()[i], ref)
+            torch.testing.assert_close(out.affine, ref.affine, atol=1e-12, rtol=0)
+
+
+def test_area_inverse_and_compose_like_monai(ch2aal):
+    """The inverse of an area Zoom / Resize resizes back with 'area' (MONAI's inverse), and a
+    Compose containing one runs it eagerly (area is no index map): both bit-identical to MONAI."""
+    img, _, aff = ch2aal
+    x = MetaTensor(img[:, 5:52, 8:70, 3:58].float(), affine=aff)
+    for ours_t, ref_t in ((vt.Zoom((1.3, 0.7, 1.0)), mt.Zoom((1.3, 0.7, 1.0))),
+                          (vt.Zoom(0.6, keep_size=False), mt.Zoom(0.6, keep_size=False)),
+                          (vt.Resize((30, 80, 41)), mt.Resize((30, 80, 41)))):
+        ours, ref = ours_t(x), ref_t(x.clone())
+        back, ref_back = ours_t.inverse(ours), ref_t.inverse(ref)
+        assert_bitwise(back, ref_back)
+        torch.testing.assert_close(back.affine, ref_back.affine, atol=1e-12, rtol=0)
+        assert not back.applied_operations
+    ours = vt.Compose([vt.Resize((30, 80, 41)), vt.Flip(0), vt.Zoom(1.2)])(x)
+    ref = mt.Compose([mt.Resize((30, 80, 41)), mt.Flip(0), mt.Zoom(1.2)])(x.clone())
+    assert_bitwise(ours, ref)
+    torch.testing.assert_close(ours.affine, ref.affine, atol=1e-12, rtol=0)
+    # After a crop sampler's batch (patches gathered straight from the volume when the next steps
+    # fuse): area and anti-aliasing cut the patches first, same result as the unfused pipeline.
+    from voxaug import crop
+    lab = (img[:, 5:52, 8:70, 3:58] > 60).to(torch.uint8)
+    data = {"img": img[:, 5:52, 8:70, 3:58].float(), "lab": lab}
+
+    def pipeline(fuse):
+        sampler = crop.RandCropByPosNegLabeld(["img", "lab"], "lab", (20, 24, 18), num_samples=3, as_batch=True)
+        sampler.set_random_state(5)
+        return vt.Compose([sampler, vt.Resized(["img", "lab"], (10, 30, 9), mode=("area", "nearest"),
+                                               anti_aliasing=(True, False)), vt.Flipd(["img", "lab"], 0)],
+                          fuse_spatial=fuse)
+
+    fused, eager = pipeline(True)(data), pipeline(False)(data)
+    assert fused["img"].shape == (3, 1, 10, 30, 9) and fused["img"].abs().sum() > 0
+    assert torch.equal(plain(fused["img"]), plain(eager["img"])) and torch.equal(plain(fused["lab"]),
+                                                                                plain(eager["lab"]))
+
+
 # ---------------- uint8 volumes (ch2 + aal) ----------------
 def test_ch2_aal_affine_and_zoom(ch2aal):
     img, lab, _ = ch2aal
@@ -426,6 +584,8 @@ META_CASES = [
     ("Zoom", dict(zoom=(1.3, 0.7, 1.0), mode="nearest", keep_size=False)),
     ("Resize", dict(spatial_size=(30, -1, 20), mode="trilinear")),
     ("Resize", dict(spatial_size=(30, 40, 20), mode="trilinear", align_corners=True)),
+    ("Zoom", dict(zoom=(1.3, 0.7, 1.0))), ("Zoom", dict(zoom=0.6, keep_size=False)),
+    ("Resize", dict(spatial_size=(30, -1, 20))), ("Resize", dict(spatial_size=(30, 40, 20), anti_aliasing=True)),
 ]
 
 
@@ -482,6 +642,15 @@ def test_cuda_equals_cpu(inia):
     assert (cuda["lab"].cpu() != cpu["lab"]).float().mean() < LABEL_TIES
     for t in (vt.Flip((0, 2)), vt.Rotate90(1, (0, 2)), vt.Resize((50, 60, 70), mode="nearest")):
         assert torch.equal(t(lab.cuda()).cpu(), t(lab))
+    # 'area' and anti-aliasing on the device: area is torch's own CUDA pooling, as MONAI's there;
+    # CPU and CUDA sum the windows (and the Gaussian taps) in different orders.
+    for t, r in ((vt.Zoom(0.7), mt.Zoom(0.7)), (vt.Resize((50, 60, 70)), mt.Resize((50, 60, 70))),
+                 (vt.Resize((40, 50, 30), anti_aliasing=True), mt.Resize((40, 50, 30), anti_aliasing=True))):
+        batch = torch.stack([img, img.flip(1)]).cuda()
+        out = t(batch)
+        assert out.is_cuda
+        checks.assert_image_close(out.cpu(), t(batch.cpu()), AA_TOL)
+        checks.assert_image_close(out[1].cpu(), plain(r(batch[1])).cpu(), AA_TOL)
 
 
 # ---------------- bad inputs ----------------
@@ -511,16 +680,20 @@ def test_bad_inputs_give_clear_errors():
         vt.Affine(rotate_params=(0.1, 0.2, 0.3), rotate_order="xxz")
     with pytest.raises(ValueError, match="zoom"):
         vt.Zoom(0.0, mode="nearest")
-    with pytest.raises(NotImplementedError, match="'area'"):
-        vt.Zoom(1.5)
-    with pytest.raises(NotImplementedError, match="'area'"):
-        vt.Resized("img", (4, 4, 4))
+    with pytest.raises(NotImplementedError, match="'bicubic'"):
+        vt.Zoom(1.5, mode="bicubic")
+    with pytest.raises(ValueError, match="mode must be one of .*'area'"):
+        vt.Resized("img", (4, 4, 4), mode="cubic")
     with pytest.raises(ValueError, match="padding_mode"):
         vt.Zoom(1.5, mode="nearest", padding_mode="median")
     with pytest.raises(ValueError, match="spatial_size"):
         vt.Resize(64, mode="nearest")
-    with pytest.raises(NotImplementedError, match="anti_aliasing"):
-        vt.Resize((4, 4, 4), mode="trilinear", anti_aliasing=True)
+    with pytest.raises(ValueError, match="anti_aliasing_sigma must be finite and >= 0"):
+        vt.Resize((4, 4, 4), anti_aliasing=True, anti_aliasing_sigma=-1.0)
+    with pytest.raises(ValueError, match="anti_aliasing_sigma must be a number or 3 numbers"):
+        vt.Resize((4, 4, 4), anti_aliasing=True, anti_aliasing_sigma=(1.0, 2.0))
+    with pytest.raises(ValueError, match="anti_aliasing must be a bool"):
+        vt.Resize((4, 4, 4))(x, anti_aliasing="yes")
     with pytest.raises(ValueError, match="prob"):
         vt.RandAffine(prob=1.5)
     with pytest.raises(ValueError, match="rotate_range"):
