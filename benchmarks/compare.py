@@ -37,6 +37,11 @@ Cases
 
   (j) degrade (--only degrade): RandCoarseDropout (holes 4-8, sizes 16-48, fill U(min, max)) and
       RandSimulateLowResolution, prob 1, on 2x1x128^3 and 1x1x224x224x160; bar 3x on CPU
+  (l) the other issue-5 transforms (--only intensity-more): NormalizeIntensity,
+      ScaleIntensityRangePercentiles(5, 95, clip), RandRicianNoise, RandBiasField,
+      RandAdjustContrast, RandGaussianSmooth, RandGaussianSharpen (MONAI's defaults, prob 1) vs
+      MONAI, and RandomGamma, RandomBlur, RandomBiasField (TorchIO's defaults) vs TorchIO, on
+      1x1x224x224x160 and 2x1x128^3; bar (issue 5): >= 3x on CPU
   (k) nnU-Net chain (--only nnunet): noise, blur, brightness, contrast, low resolution, inverted
       gamma, gamma as one Compose, prob 1 (the bar, 5x on CPU) and nnU-Net's probabilities
 
@@ -159,7 +164,7 @@ def single_pairs():
         ("RandRicianNoise", mt.RandRicianNoise(prob=1.0, std=0.1).set_random_state(SEED),
          vt.RandRicianNoise(prob=1.0, std=0.1, seed=SEED), check_rician),
         ("RandBiasField", mt.RandBiasField(prob=1.0).set_random_state(SEED),
-         vt.RandBiasField(prob=1.0, seed=SEED), check_bias_field),
+         vt.RandBiasField(prob=1.0, seed=SEED), check_bias_field()),
         ("RandAdjustContrast", mt.RandAdjustContrast(prob=1.0).set_random_state(SEED),
          vt.RandAdjustContrast(prob=1.0, seed=SEED), check_contrast),
     ]
@@ -223,20 +228,35 @@ def check_rician(x, m, v, std=0.1):
     return True, f"noise sd {sds[0]:.3f}/{sds[1]:.3f}"
 
 
-def check_bias_field(x, m, v):
-    """img * exp(field): |field| <= sum |c| |P| <= 20 * 0.1 for degree 3, coefficients in [0, 0.1]."""
-    keep = x.abs() > 1.0
-    texts = []
-    for out in (m, v):
-        f = (out[keep] / x[keep]).log()
-        if f.abs().max().item() > 2.0 + 1e-4 or f.max().item() - f.min().item() == 0.0:
-            return False, "not img * exp(field) with |field| <= 2"
-        texts.append(f"{f.min().item():+.2f}..{f.max().item():+.2f}")
-    return True, "log field " + "/".join(texts)
+def check_bias_field(bound=2.0):
+    """img * exp(field), |field| <= sum |c| |P| (MONAI: 20 coefficients of degree 3 in [0, 0.1],
+    bound 2; TorchIO: in [-0.5, 0.5], bound 10)."""
+    def check(x, m, v):
+        keep = x.abs() > 1.0
+        texts = []
+        for out in (m, v):
+            f = (out[keep] / x[keep]).log()
+            if f.abs().max().item() > bound + 1e-4 or f.max().item() - f.min().item() == 0.0:
+                return False, f"not img * exp(field) with |field| <= {bound:g}"
+            texts.append(f"{f.min().item():+.2f}..{f.max().item():+.2f}")
+        return True, "log field " + "/".join(texts)
+    return check
 
 
-def check_contrast(x, m, v):
-    """((x - mn) / range)^g * range + mn: one g in [0.5, 4.5] for every voxel of the sample."""
+def per_sample(check):
+    """Runs a one-sample check on each sample of the batch (its own statistics / parameter)."""
+    def run(x, m, v):
+        texts = []
+        for i in range(x.shape[0]):
+            ok, text = check(x[i:i + 1], m[i:i + 1], v[i:i + 1])
+            if not ok:
+                return False, f"sample {i}: {text}"
+            texts.append(text)
+        return True, texts[0] + ("" if len(texts) == 1 else f" (+{len(texts) - 1})")
+    return run
+
+
+def _check_contrast_one(x, m, v):
     mn, mx = x.min(), x.max()
     b = (x - mn) / (mx - mn)
     keep = (b > 0.05) & (b < 0.95)
@@ -247,6 +267,10 @@ def check_contrast(x, m, v):
             return False, "not a single gamma in [0.5, 4.5]"
         gs.append(g.median().item())
     return True, f"gamma {gs[0]:.2f}/{gs[1]:.2f}"
+
+
+# ((x - mn) / range)^g * range + mn: one g in [0.5, 4.5] for every voxel of each sample.
+check_contrast = per_sample(_check_contrast_one)
 
 
 def check_chain(x, m, v):
@@ -593,6 +617,94 @@ def filter_rows(device, args):
     return rows
 
 
+def check_smoothed(x, m, v):
+    """Random Gaussian smoothing: both outputs keep the mean (zero padding moves it a little at
+    the borders) and lower the standard deviation."""
+    texts = []
+    for out in (m, v):
+        if not out.std().item() < x.std().item() or abs(out.mean().item() - x.mean().item()) > 0.05 * x.std().item():
+            return False, "not smoother, or mean moved"
+        texts.append(f"{out.std().item() / x.std().item():.2f}")
+    return True, "std ratio " + "/".join(texts)
+
+
+def check_correlated(x, m, v):
+    """Random sharpening: both outputs follow the input (correlation > 0.3) and are finite."""
+    cs = []
+    for out in (m, v):
+        c = torch.corrcoef(torch.stack([x.flatten(), out.flatten()]))[0, 1].item()
+        if not c > 0.3:
+            return False, f"correlation {c:.2f}"
+        cs.append(c)
+    return True, f"corr {cs[0]:.2f}/{cs[1]:.2f}"
+
+
+def _check_signed_gamma_one(x, m, v):
+    keep = x.abs() > 2.0
+    gs = []
+    for out in (m, v):
+        g = out[keep].abs().log() / x[keep].abs().log()
+        if (g.max() - g.min()).item() > 1e-3 or not 0.74 - 1e-3 <= g.median().item() <= 1.35 + 1e-3:
+            return False, "not one gamma in [exp(-0.3), exp(0.3)]"
+        if (torch.sign(out[keep]) != torch.sign(x[keep])).any():
+            return False, "sign changed"
+        gs.append(g.median().item())
+    return True, f"gamma {gs[0]:.2f}/{gs[1]:.2f}"
+
+
+# TorchIO gamma: sign(x) |x|^g with one g per sample, exp(-0.3) <= g <= exp(0.3).
+check_signed_gamma = per_sample(_check_signed_gamma_one)
+
+
+def more_intensity_pairs():
+    """(name, peer transform, voxaug transform, check) for case (l): the issue-5 transforms
+    without a row elsewhere. The "vs TorchIO" rows time TorchIO in the "monai ms" column."""
+    import voxaug.filter as vf
+    import voxaug.stats as vst
+
+    pairs = [
+        ("NormalizeIntensity", mt.NormalizeIntensity(), vst.NormalizeIntensity(), check_close(1e-5)),
+        ("ScaleIntensityRangePctl", mt.ScaleIntensityRangePercentiles(5, 95, 0.0, 1.0, clip=True),
+         vst.ScaleIntensityRangePercentiles(5, 95, 0.0, 1.0, clip=True), check_close(1e-5)),
+        ("RandRicianNoise", mt.RandRicianNoise(prob=1.0, std=0.1).set_random_state(SEED),
+         vt.RandRicianNoise(prob=1.0, std=0.1, seed=SEED), check_rician),
+        ("RandBiasField", mt.RandBiasField(prob=1.0).set_random_state(SEED), vt.RandBiasField(prob=1.0, seed=SEED),
+         check_bias_field()),
+        ("RandAdjustContrast", mt.RandAdjustContrast(prob=1.0).set_random_state(SEED),
+         vt.RandAdjustContrast(prob=1.0, seed=SEED), check_contrast),
+        ("RandGaussianSmooth", mt.RandGaussianSmooth(prob=1.0).set_random_state(SEED),
+         vf.RandGaussianSmooth(prob=1.0, seed=SEED), check_smoothed),
+        ("RandGaussianSharpen", mt.RandGaussianSharpen(prob=1.0).set_random_state(SEED),
+         vf.RandGaussianSharpen(prob=1.0, seed=SEED), check_correlated),
+    ]
+    if tio is not None:
+        pairs += [
+            ("RandomGamma vs TorchIO", tio.RandomGamma(), vt.RandomGamma(seed=SEED), check_signed_gamma),
+            ("RandomBlur vs TorchIO", tio.RandomBlur(), vf.RandomBlur(seed=SEED), check_smoothed),
+            ("RandomBiasField vs TorchIO", tio.RandomBiasField(), vt.RandomBiasField(seed=SEED),
+             check_bias_field(10.0)),
+        ]
+    return pairs
+
+
+def more_intensity_rows(device, args):
+    """(l): each transform on 1x1x224x224x160 and on 2x1x128^3 (voxaug one call, the peer looping
+    over the samples); at most 5 timed calls (MONAI's sharpening takes seconds)."""
+    sub = argparse.Namespace(repeats=min(args.repeats, 5), warmup=min(args.warmup, 1))
+    rows = []
+    for shape in ((1, 1, 224, 224, 160), (2, 1, 128, 128, 128)):
+        for name, p_t, v_t, check in more_intensity_pairs():
+            x = make_input(shape, device)
+            if "TorchIO" in name:
+                def peer(x1, t=p_t):  # TorchIO works on CPU tensors
+                    return t(x1.cpu())
+            else:
+                peer = p_t
+            rows.append(run_case(f"(l) {name}", x, peer, v_t, check, device, sub, per_sample_monai=shape[0] > 1))
+            del x
+    return rows
+
+
 def check_patches(x, m, v):
     ok = m.shape == v.shape and bool(torch.isfinite(v).all())
     return ok, f"shape {tuple(v.shape)}"
@@ -898,7 +1010,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=2, help="untimed calls first (default 2)")
     ap.add_argument("--only", default="intensity,spatial,deform,filter,crop",
                     help="comma-separated case groups: intensity (a-c, i), spatial (e), deform (f), filter (g), "
-                         "crop (h); intensity-new: only (i); degrade (j), nnunet (k)")
+                         "crop (h); intensity-new: only (i); intensity-more: (l); degrade (j), nnunet (k)")
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:
         ap.error("--repeats must be >= 1 and --warmup >= 0")
@@ -923,7 +1035,8 @@ def main(argv=None) -> int:
     print(f"timing   median of {args.repeats} calls after {args.warmup} warm-up calls\n")
 
     groups = set(args.only.split(","))
-    known = {"intensity", "intensity-new", "spatial", "deform", "filter", "crop", "degrade", "nnunet"}
+    known = {"intensity", "intensity-new", "intensity-more", "spatial", "deform", "filter", "crop", "degrade",
+             "nnunet"}
     if not groups <= known:
         ap.error(f"--only: unknown group(s) {sorted(groups - known)}")
     rows = []
@@ -941,6 +1054,8 @@ def main(argv=None) -> int:
     first_new_intensity = len(rows)
     if "intensity" in groups or "intensity-new" in groups:
         rows.extend(new_intensity_rows(device, args))
+    if "intensity-more" in groups:
+        rows.extend(more_intensity_rows(device, args))
     end_new_intensity = len(rows)
     first_spatial = len(rows)
     if "spatial" in groups:

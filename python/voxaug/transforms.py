@@ -706,6 +706,10 @@ class Compose:
     patches are never written and read twice. Exact steps (flips, quarter turns) give the same
     bytes as cropping first. Interpolating steps differ from crop-then-transform exactly where
     the latter reads the crop's zero border.
+
+    A step that returns a list (a crop sampler without ``as_batch``: one dictionary per crop)
+    hands each item to the remaining transforms, as MONAI's Compose (``map_items``) does; the
+    result is the list.
     """
 
     def __init__(self, transforms: Sequence[Callable], fuse_spatial: bool = True):
@@ -775,6 +779,11 @@ class Compose:
         i = 0
         while i < len(self.transforms):
             t = self.transforms[i]
+            if isinstance(data, (list, tuple)):
+                # MONAI's map_items: a crop sampler returned one dictionary per crop; the remaining
+                # transforms run on each in turn (as one Compose each, fused groups included).
+                rest = Compose(self.transforms[i:], self.fuse_spatial)
+                return [rest(item) for item in data]
             if (self.fuse_spatial and getattr(t, "as_batch", False) and hasattr(t, "draw_patches")
                     and isinstance(data, Mapping) and i + 1 < len(self.transforms)
                     and spatial._lazy_candidate(self.transforms[i + 1])):

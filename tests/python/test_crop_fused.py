@@ -259,3 +259,23 @@ def test_resample_patches_post_steps_equal_gather_then_chain(device):
     with pytest.raises(ValueError, match="post steps need a floating output"):
         O.resample_patches([lab], mats, starts, (4, 4, 4), ["nearest"], ["zeros"], post_input=0,
                            post_steps=steps[:1])
+
+
+def test_list_of_crops_maps_the_remaining_transforms_as_monai():
+    """A sampler without as_batch returns one dictionary per crop; Compose runs the remaining
+    steps on each (MONAI's map_items). Reference: MONAI's SpatialCrop at the recorded centres,
+    then torch.flip and + 1.5 (the flip and shift are deterministic)."""
+    img, lab = _volume(n=1)
+    keys = ["image", "label"]
+    sampler = C.RandCropByPosNegLabeld(keys, "label", (16, 12, 20), num_samples=3, seed=4)
+    pipe = T.Compose([sampler, S.RandFlipd(keys, prob=1.0, spatial_axis=0), T.ShiftIntensityd(["image"], 1.5)])
+    out = pipe({"image": img, "label": lab, "name": "case0"})
+    assert isinstance(out, list) and len(out) == 3
+    for k, d in enumerate(out):
+        c = sampler.cropper.centers[0, k].tolist()
+        crop = mt.SpatialCrop(roi_center=c, roi_size=(16, 12, 20))
+        want_img = torch.flip(torch.as_tensor(crop(img[0])), dims=[1]) + 1.5
+        want_lab = torch.flip(torch.as_tensor(crop(lab[0])), dims=[1])
+        assert torch.equal(torch.as_tensor(d["image"]).reshape(want_img.shape), want_img)
+        assert torch.equal(torch.as_tensor(d["label"]).reshape(want_lab.shape), want_lab)
+        assert d["name"] == "case0"
