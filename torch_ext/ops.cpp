@@ -65,7 +65,8 @@ TORCH_LIBRARY(voxaug, m) {
 
   // Spatial family (include/voxaug/resample.h): every input through one coordinate map.
   // matrices: (N, 3, 4) output voxel index (d, h, w, 1) -> input voxel index; modes[k]:
-  // 0 nearest, 1 linear; paddings[k]: 0 zeros, 1 border, 2 reflection, 3 constant.
+  // 0 nearest, 1 linear, 2 cubic B-spline; paddings[k]: 0 zeros, 1 border, 2 reflection,
+  // 3 constant.
   m.def(
       "resample(Tensor[] inputs, Tensor matrices, int[] out_size, int[] modes, int[] paddings, "
       "float[] pad_values, bool align_corners=False) -> Tensor[]");
@@ -307,6 +308,83 @@ at::Tensor rand_gaussian_noise(const at::Tensor& image, double mean, double std,
       handle<at::Tensor(const at::Tensor&, double, double, bool, double, int64_t, int64_t,
                         std::optional<c10::ScalarType>)>("voxaug::rand_gaussian_noise");
   return op.call(image, mean, std, sample_std, prob, seed, first_sample, dtype);
+}
+
+at::Tensor foreground_bbox(const at::Tensor& image, double threshold,
+                           at::OptionalIntArrayRef channel_indices) {
+  static auto op = handle<at::Tensor(const at::Tensor&, double, at::OptionalIntArrayRef)>(
+      "voxaug::foreground_bbox");
+  return op.call(image, threshold, channel_indices);
+}
+at::Tensor pos_neg_crop_centers(const at::Tensor& label, const std::optional<at::Tensor>& image,
+                                double image_threshold, double pos_ratio, int64_t num_samples,
+                                at::IntArrayRef spatial_size, int64_t seed, int64_t first_sample,
+                                const std::optional<at::Tensor>& counts) {
+  static auto op = handle<at::Tensor(
+      const at::Tensor&, const std::optional<at::Tensor>&, double, double, int64_t, at::IntArrayRef,
+      int64_t, int64_t, const std::optional<at::Tensor>&)>("voxaug::pos_neg_crop_centers");
+  return op.call(label, image, image_threshold, pos_ratio, num_samples, spatial_size, seed,
+                 first_sample, counts);
+}
+at::Tensor class_crop_counts(const at::Tensor& label, const std::optional<at::Tensor>& image,
+                             double image_threshold, int64_t label_form, int64_t num_classes) {
+  static auto op = handle<at::Tensor(const at::Tensor&, const std::optional<at::Tensor>&, double,
+                                     int64_t, int64_t)>("voxaug::class_crop_counts");
+  return op.call(label, image, image_threshold, label_form, num_classes);
+}
+std::tuple<at::Tensor, at::Tensor> class_crop_centers(
+    const at::Tensor& label, const std::optional<at::Tensor>& image, double image_threshold,
+    int64_t label_form, at::ArrayRef<double> ratios, int64_t num_samples,
+    at::OptionalIntArrayRef spatial_size, at::IntArrayRef region, int64_t seed,
+    int64_t first_sample, int64_t first_crop, const std::optional<at::Tensor>& counts) {
+  static auto op = handle<std::tuple<at::Tensor, at::Tensor>(
+      const at::Tensor&, const std::optional<at::Tensor>&, double, int64_t, at::ArrayRef<double>,
+      int64_t, at::OptionalIntArrayRef, at::IntArrayRef, int64_t, int64_t, int64_t,
+      const std::optional<at::Tensor>&)>("voxaug::class_crop_centers");
+  return op.call(label, image, image_threshold, label_form, ratios, num_samples, spatial_size,
+                 region, seed, first_sample, first_crop, counts);
+}
+std::tuple<at::Tensor, at::Tensor> weighted_crop_centers(const at::Tensor& weights,
+                                                         bool shift_negative, int64_t num_samples,
+                                                         at::IntArrayRef region, int64_t seed,
+                                                         int64_t first_sample, int64_t first_crop) {
+  static auto op = handle<std::tuple<at::Tensor, at::Tensor>(
+      const at::Tensor&, bool, int64_t, at::IntArrayRef, int64_t, int64_t, int64_t)>(
+      "voxaug::weighted_crop_centers");
+  return op.call(weights, shift_negative, num_samples, region, seed, first_sample, first_crop);
+}
+at::Tensor uniform_crop_centers(const at::Tensor& like, int64_t num_samples, at::IntArrayRef region,
+                                int64_t seed, int64_t first_sample, int64_t first_crop) {
+  static auto op =
+      handle<at::Tensor(const at::Tensor&, int64_t, at::IntArrayRef, int64_t, int64_t, int64_t)>(
+          "voxaug::uniform_crop_centers");
+  return op.call(like, num_samples, region, seed, first_sample, first_crop);
+}
+at::Tensor extract_patches(const at::Tensor& input, const at::Tensor& centers,
+                           at::IntArrayRef size) {
+  static auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&, at::IntArrayRef)>(
+      "voxaug::extract_patches");
+  return op.call(input, centers, size);
+}
+
+std::vector<at::Tensor> resample(at::TensorList inputs, const at::Tensor& matrices,
+                                 at::IntArrayRef out_size, at::IntArrayRef modes,
+                                 at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
+                                 bool align_corners) {
+  static auto op =
+      handle<std::vector<at::Tensor>(at::TensorList, const at::Tensor&, at::IntArrayRef,
+                                     at::IntArrayRef, at::IntArrayRef, at::ArrayRef<double>, bool)>(
+          "voxaug::resample");
+  return op.call(inputs, matrices, out_size, modes, paddings, pad_values, align_corners);
+}
+std::vector<at::Tensor> resample_patches(at::TensorList inputs, const at::Tensor& matrices,
+                                         const at::Tensor& starts, at::IntArrayRef out_size,
+                                         at::IntArrayRef modes, at::IntArrayRef paddings,
+                                         at::ArrayRef<double> pad_values, bool align_corners) {
+  static auto op = handle<std::vector<at::Tensor>(
+      at::TensorList, const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
+      at::IntArrayRef, at::ArrayRef<double>, bool)>("voxaug::resample_patches");
+  return op.call(inputs, matrices, starts, out_size, modes, paddings, pad_values, align_corners);
 }
 
 std::tuple<at::Tensor, at::Tensor> phantom(int64_t batch, at::IntArrayRef size,

@@ -64,19 +64,21 @@ class _Layout:
 
 
 def _flatten(out: Any) -> tuple[Optional[list], list[torch.Tensor]]:
+    """MONAI's _flatten_struct: (sorted dict keys or None, the outputs as a list)."""
     if isinstance(out, torch.Tensor):
         return None, [out]
     if isinstance(out, Mapping):
         keys = sorted(out.keys())
         return keys, [out[k] for k in keys]
-    return [], list(out)
+    return None, list(out)
 
 
 def _pack(keys: Optional[list], outs: list[torch.Tensor]) -> Any:
-    if keys is None:
-        return outs[0]
-    if keys:
+    """MONAI's _pack_struct: a dict for dict outputs, else one tensor or a tuple of several."""
+    if keys is not None:
         return dict(zip(keys, outs))
+    if len(outs) == 1:
+        return outs[0]
     return tuple(outs)
 
 
@@ -120,9 +122,18 @@ def sliding_window_inference(
     Outputs accumulate in float32 (float64 for float64 inputs) and come back in the input's dtype.
     Extra options: ``window_dtype`` (dtype handed to the predictor, e.g. torch.float16),
     ``output_dtype`` (e.g. torch.float16 probabilities), ``argmax`` (return (N, 1, D, H, W) int64
-    labels instead of probabilities). Not supported (ValueError / NotImplementedError):
-    ``process_fn``, ``buffer_steps`` and predictor outputs whose spatial size differs from the
-    roi's (MONAI's multi-resolution outputs).
+    labels instead of probabilities).
+
+    ``process_fn(outputs, windows, importance_map) -> (outputs, weight)`` is MONAI's: called per
+    window batch with the predictor's outputs as a tuple, the windows on ``sw_device`` and the
+    roi-sized importance map (``roi_weight_map`` if given, else ``mode``'s map) on ``sw_device``
+    in the input's dtype; it returns the outputs to stitch and the roi-sized map (shape roi or
+    (1, 1, *roi)) that multiplies this batch. As in MONAI, the count map that divides the sum is
+    the one returned for the first batch. Its map is copied to ``device`` per batch (a host sync
+    when that copy leaves the GPU); the default path (no ``process_fn``) is unchanged.
+
+    Not supported (ValueError / NotImplementedError): ``buffer_steps`` and predictor outputs whose
+    spatial size differs from the roi's (MONAI's multi-resolution outputs).
     """
     if not isinstance(inputs, torch.Tensor) or inputs.dim() != 5:
         got = f"{inputs.dim()}-D" if isinstance(inputs, torch.Tensor) else type(inputs).__name__
@@ -138,8 +149,9 @@ def sliding_window_inference(
         raise ValueError(f"mode must be one of {_BLEND_MODES}, got {mode!r}")
     if padding_mode not in _PAD_MODES:
         raise ValueError(f"padding_mode must be one of {tuple(_PAD_MODES)}, got {padding_mode!r}")
-    if process_fn is not None:
-        raise NotImplementedError("voxaug.inferers.sliding_window_inference: process_fn is not supported")
+    if process_fn is not None and not callable(process_fn):
+        raise ValueError("process_fn must be callable (outputs, windows, importance_map) -> (outputs, weight), "
+                         f"got {type(process_fn).__name__}")
     if buffer_steps is not None and buffer_steps > 0:
         raise NotImplementedError("voxaug.inferers.sliding_window_inference: buffer_steps is not supported; "
                                   "use device='cpu' to stitch on the host")
@@ -157,9 +169,18 @@ def sliding_window_inference(
     acc_dtype = torch.float64 if inputs.dtype == torch.float64 else torch.float32
     on_cuda = inputs.is_cuda or device.type == "cuda"
 
-    cached = _cache if _cache is not None else {}
+    cached = _cache if _cache is not None and process_fn is None else {}
     weight = cached.get("weight")
-    if "weight" not in cached:
+    if process_fn is not None:
+        # MONAI hands process_fn the map itself (constant mode: ones) on sw_device in the input's
+        # dtype; the weights that multiply each batch and the count map come from its returns.
+        if roi_weight_map is not None:
+            if roi_weight_map.numel() != roi[0] * roi[1] * roi[2]:
+                raise ValueError(f"roi_weight_map must have the roi's {roi} voxels, got {tuple(roi_weight_map.shape)}")
+            base_map = roi_weight_map.to(device=sw_device, dtype=inputs.dtype)
+        else:
+            base_map = torch.ops.voxaug.window_importance_map(roi, mode, sigma_l, inputs.dtype, sw_device)
+    elif "weight" not in cached:
         if roi_weight_map is not None:
             if roi_weight_map.numel() != roi[0] * roi[1] * roi[2]:
                 raise ValueError(f"roi_weight_map must have the roi's {roi} voxels, got {tuple(roi_weight_map.shape)}")
@@ -178,6 +199,7 @@ def sliding_window_inference(
                                                  window_dtype or inputs.dtype, inputs.device, False)
     accs: list[torch.Tensor] = []
     keys: Any = None
+    first_weight: Optional[torch.Tensor] = None
     batches = (total + sw_batch_size - 1) // sw_batch_size
     for b, first in enumerate(range(0, total, sw_batch_size)):
         count_b = min(sw_batch_size, total - first)
@@ -191,6 +213,10 @@ def sliding_window_inference(
             else:
                 out = predictor(x, *args, **kwargs)
         k, outs = _flatten(out)
+        if process_fn is not None:
+            outs, weight = _process(process_fn, outs, x, base_map, roi, inputs.dtype, device, acc_dtype)
+            if b == 0:
+                first_weight = weight
         if b == 0:
             keys = k
         elif (k is None) != (keys is None) or len(outs) != max(len(accs), 1):
@@ -213,8 +239,10 @@ def sliding_window_inference(
     with _nvtx("voxaug.window.finalize", on_cuda):
         # The count map is computed on the fly in the final pass; an inferer keeps one for
         # non-constant weights (reading it beats re-summing the map over every window).
+        if process_fn is not None:
+            weight = first_weight  # MONAI builds the count map from the first batch's weight
         count = cached.get("count")
-        if count is None and _cache is not None and weight is not None:
+        if count is None and _cache is not None and process_fn is None and weight is not None:
             count = torch.ops.voxaug.window_count(accs[0], weight, size, roi, overlap_l)
             cached["count"] = count
         out_dtype = output_dtype or (torch.int64 if argmax else inputs.dtype)
@@ -238,6 +266,26 @@ def _with_meta(out: torch.Tensor, src: Any) -> Any:
 
     temp = type(src)([]).copy_meta_from(src, copy_attr=False)
     return convert_to_dst_type(out, temp, device=out.device)[0]
+
+
+def _process(process_fn: Callable, outs: list[torch.Tensor], windows: torch.Tensor, base_map: torch.Tensor,
+             roi: Sequence[int], compute_dtype: torch.dtype, device: torch.device,
+             acc_dtype: torch.dtype) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """One batch through MONAI's process_fn: its outputs, and its weight map as the stitch takes it."""
+    ret = process_fn(tuple(outs), windows, base_map)
+    if not isinstance(ret, (tuple, list)) or len(ret) != 2:
+        raise ValueError(f"process_fn must return (outputs, weight), got {type(ret).__name__}")
+    new_outs, w = ret
+    new_outs = [new_outs] if isinstance(new_outs, torch.Tensor) else list(new_outs)
+    if not new_outs:
+        raise ValueError("process_fn returned no outputs")
+    if not isinstance(w, torch.Tensor) or w.numel() != roi[0] * roi[1] * roi[2] or list(w.shape[-3:]) != list(roi):
+        got = tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__
+        raise ValueError(f"process_fn must return a roi-sized weight map, shape {tuple(roi)} or (1, 1, "
+                         f"{', '.join(map(str, roi))}) (one map for the whole batch), got {got}")
+    # MONAI: w.to(compute_dtype) multiplies the outputs; the stitch takes it in the accumulator's dtype.
+    w = w.to(dtype=compute_dtype).to(device=device, dtype=acc_dtype).reshape(list(roi)).contiguous()
+    return new_outs, w
 
 
 def _check_pred(pred: Any, count: int, roi: Sequence[int], i: int) -> torch.Tensor:

@@ -1,6 +1,10 @@
 """voxaug.crop.PatchQueue vs TorchIO's Queue: the same length (iterations per epoch, with and
 without per-subject num_samples), the same order of subjects across fills without shuffling,
-the same patches per volume per epoch with shuffling; batches, locations, the transform."""
+the same patches per volume per epoch with shuffling; batches, locations, the transform; image +
+label (+ probability map) subjects through LabelSampler and WeightedSampler: every patch is the
+volume cut at its recorded location (an image that encodes its coordinates), the centres follow
+TorchIO's label / weight rules (chi-square with fixed seeds), LabelSampler(check=False)."""
+import numpy as np
 import pytest
 import torch
 
@@ -10,6 +14,7 @@ from voxaug import spatial as S
 from conftest import devices
 
 tio = pytest.importorskip("torchio")
+stats = pytest.importorskip("scipy.stats")
 
 
 def _volumes(n=5, shape=(1, 8, 9, 10)):
@@ -97,3 +102,157 @@ def test_bad_arguments():
     assert [int(q[0]["img"].flatten()[0]) for _ in range(10)] == [0] * 5 + [1] * 5
     with pytest.raises(ValueError, match=r"\(1, C, D, H, W\)"):
         C.PatchQueue([{"img": torch.ones(2, 1, 4, 4, 4)}], 3, 1, C.UniformSampler(2))
+
+
+# ---------------- image + label subjects through the queue ----------------
+# An image whose value encodes (subject, d, h, w), exact in float32, so a patch says where it
+# was cut; a label of classes 0..3 (class 3 only on the border: outside TorchIO's valid region).
+_SHAPE = (11, 12, 10)
+
+
+def _coded_subjects(n=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    d, h, w = torch.meshgrid(*(torch.arange(s) for s in _SHAPE), indexing="ij")
+    subs = []
+    for i in range(n):
+        img = (i * 1_000_000 + d * 10_000 + h * 100 + w).float()[None]
+        lab = torch.randint(0, 3, (1,) + _SHAPE, generator=g, dtype=torch.int16)
+        lab[0, 0, 0, 0] = 3
+        prob = torch.rand((1,) + _SHAPE, generator=g) * (lab > 0)  # weights on classes 1, 2 only
+        subs.append({"img": img, "label": lab, "prob": prob, "id": i})
+    return subs
+
+
+def _check_aligned(batch, subs, keys=("img", "label", "prob")):
+    """Every patch of the batch is its subject's volume sliced at the recorded location, for
+    every tensor key: image and label (and map) patches come from the same place. Returns the
+    (subject, centre) pairs, centre = location start + patch // 2 (TorchIO's)."""
+    out = []
+    for j in range(batch["img"].shape[0]):
+        i = batch["id"][j]
+        loc = batch["location"][j].tolist()
+        sl = (slice(None),) + tuple(slice(a, c) for a, c in zip(loc[:3], loc[3:]))
+        for k in keys:
+            assert torch.equal(batch[k][j].cpu(), subs[i][k][sl]), (k, i, loc)
+        # the image's code names the same voxel as the location
+        code = int(batch["img"][j, 0, 0, 0, 0])
+        assert (code // 1_000_000, code // 10_000 % 100, code // 100 % 100, code % 100) == (i, *loc[:3])
+        size = [c - a for a, c in zip(loc[:3], loc[3:])]
+        out.append((i, tuple(a + s // 2 for a, s in zip(loc[:3], size))))
+    return out
+
+
+def _expected_class_freq(subs, probs, patch):
+    """TorchIO's class frequencies of the patch centres over a pass in which every subject gives
+    the same number of patches: the mean over subjects of the per-class sums of TorchIO's
+    LabelSampler.get_probabilities_from_label_map, normalised."""
+    freq = np.zeros(4)
+    for s in subs:
+        pmap = tio.LabelSampler.get_probabilities_from_label_map(s["label"].float(), probs,
+                                                                 np.array(patch, dtype=np.uint16))[0].numpy()
+        lab = s["label"][0].numpy()
+        freq += [pmap[lab == c].sum() / pmap.sum() for c in range(4)]
+    return freq / len(subs)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_label_sampler_queue_patches_line_up_and_follow_torchio(device):
+    subs = _coded_subjects()
+    patch = (5, 4, 3)
+    probs = {0: 1, 1: 2, 2: 1, 3: 5}  # 3 only on the border: never drawn (TorchIO)
+    vq = C.PatchQueue(subs, 6, 4, C.LabelSampler(patch, "label", probs, seed=2), batch_size=5, device=device,
+                      seed=4)
+    centres = []
+    for epoch in range(25):
+        for b in vq:
+            assert b["img"].device.type == device and b["label"].dtype == torch.int16
+            assert b["img"].shape[1:] == (1,) + patch and b["label"].shape[1:] == (1,) + patch
+            centres += _check_aligned(b, subs)
+    assert len(centres) == 25 * len(vq) == 25 * 12
+    per_subject = np.bincount([i for i, _ in centres], minlength=3)
+    assert per_subject.tolist() == [25 * 4] * 3  # samples_per_volume of each subject per epoch
+    cls = np.array([int(subs[i]["label"][(0,) + c]) for i, c in centres])
+    expected = _expected_class_freq(subs, probs, patch)
+    assert expected[3] == 0 and (cls == 3).sum() == 0
+    counts = np.bincount(cls, minlength=4)[:3]
+    e = expected[:3] / expected[:3].sum()  # TorchIO's map is float32: renormalise in float64
+    assert stats.chisquare(counts, e * counts.sum()).pvalue > 1e-3
+    # TorchIO's own queue, same subjects and sampler: its patches line up by the same rule
+    t_subs = [tio.Subject(img=tio.ScalarImage(tensor=s["img"]), label=tio.LabelMap(tensor=s["label"]),
+                          prob=tio.ScalarImage(tensor=s["prob"]), id=s["id"]) for s in subs]
+    tq = tio.Queue(tio.SubjectsDataset(t_subs), 6, 4, tio.LabelSampler(patch, "label", probs), num_workers=0)
+    assert len(tq) == len(vq)
+    for i in range(len(tq)):
+        p = tq[i]
+        _check_aligned({"img": p["img"].data[None], "label": p["label"].data[None], "prob": p["prob"].data[None],
+                        "id": [p["id"]], "location": p[tio.LOCATION][None]}, subs)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_weighted_sampler_queue_patches_line_up(device):
+    subs = _coded_subjects(seed=1)
+    patch = (3, 5, 4)
+    vq = C.PatchQueue(subs, 5, 3, C.WeightedSampler(patch, "prob", seed=6), batch_size=4, device=device, seed=7)
+    centres = []
+    for epoch in range(10):
+        for b in vq:
+            centres += _check_aligned(b, subs)
+    assert len(centres) == 10 * 9
+    for i, c in centres:
+        # TorchIO's rule: a centre on a voxel of positive probability inside the cleared borders
+        expected = _torchio_weighted(subs[i]["prob"][0].numpy(), patch)
+        assert expected[c] > 0, (i, c)
+        assert int(subs[i]["label"][(0,) + c]) in (1, 2)  # the map is zero on class 0
+
+
+def _torchio_weighted(prob, patch):
+    p = prob.astype(np.float64).copy()
+    tio.WeightedSampler.clear_probability_borders(p, np.array(patch, dtype=np.uint16))
+    return p
+
+
+def test_label_sampler_check_false_in_queue():
+    """check=False skips the host read of the class counts: the same draws as check=True where
+    TorchIO's rule is met; where no labelled voxel of positive probability is in the valid region
+    (TorchIO and check=True raise) it draws a present class uniformly, then a voxel of it
+    uniformly (the reference distribution below, built from the label by counting)."""
+    subs = _coded_subjects(2, seed=3)
+    patch = (3, 3, 3)
+    probs = {1: 1, 2: 1}
+    a = [b for b in C.PatchQueue(subs, 4, 4, C.LabelSampler(patch, "label", probs, seed=1), shuffle_subjects=False,
+                                 shuffle_patches=False, batch_size=8)]
+    b = [b for b in C.PatchQueue(subs, 4, 4, C.LabelSampler(patch, "label", probs, check=False, seed=1),
+                                 shuffle_subjects=False, shuffle_patches=False, batch_size=8)]
+    assert all(torch.equal(x["location"], y["location"]) and torch.equal(x["label"], y["label"]) for x, y in zip(a, b))
+    # labels 0 and 2 in the valid region, 3 on the border; ask for 1 and 3 only
+    lab = subs[0]["label"].clone()
+    lab[lab == 1] = 2
+    sub = {**subs[0], "label": lab}
+    absent = {1: 1, 3: 4}
+    t_sub = tio.Subject(label=tio.LabelMap(tensor=lab))
+    with pytest.raises(RuntimeError):  # TorchIO: an empty probability map
+        next(iter(tio.LabelSampler(patch, "label", absent)(t_sub)))
+    with pytest.raises(RuntimeError, match="Empty probability map"):
+        next(C.LabelSampler(patch, "label", absent)({k: v[None] for k, v in sub.items() if k != "id"}))
+    vq = C.PatchQueue([sub], 50, 50, C.LabelSampler(patch, "label", absent, check=False, seed=8), batch_size=50,
+                      seed=9)
+    centres = []
+    for epoch in range(40):
+        for bt in vq:
+            centres += _check_aligned(bt, [sub])
+    inner = np.zeros(_SHAPE, dtype=bool)
+    inner[1:-1, 1:-1, 1:-1] = True  # TorchIO's valid region for a 3^3 patch
+    l0 = lab[0].numpy()
+    present = [c for c in range(4) if (inner & (l0 == c)).any()]
+    assert present == [0, 2]
+    expected = np.zeros(_SHAPE)
+    for c in present:
+        m = inner & (l0 == c)
+        expected[m] = 1.0 / len(present) / m.sum()
+    counts = np.zeros(_SHAPE)
+    for _, c in centres:
+        counts[c] += 1
+    assert counts[expected == 0].sum() == 0
+    cls = np.bincount([int(l0[c]) for _, c in centres], minlength=4)
+    assert stats.chisquare(cls[present], [counts.sum() / 2] * 2).pvalue > 1e-3
+    assert stats.chisquare(counts[expected > 0], expected[expected > 0] * counts.sum()).pvalue > 1e-3

@@ -191,3 +191,54 @@ def test_label_sampler_on_ch2_aal():
         assert p["image"].shape == (1, 1, 96, 96, 96)
         sl = tuple(slice(a, b) for a, b in zip(loc[:3].tolist(), loc[3:].tolist()))
         assert torch.equal(p["label"][0], lab[0][(slice(None),) + sl])
+
+
+@pytest.mark.parametrize("device", devices())
+def test_label_sampler_check_false(device):
+    """check=False (no host read of the class counts): the same draws as check=True where
+    TorchIO's rule is met; where it is not (TorchIO raises) a present class is drawn uniformly,
+    then one of its voxels in the valid region uniformly. Reference: that distribution built by
+    counting the label's voxels; patches against slices of the volumes."""
+    g = torch.Generator().manual_seed(8)
+    patch = (3, 4, 2)
+    lab = torch.randint(0, 3, (1, 1, 7, 8, 6), generator=g)
+    sub = {"image": torch.randn(1, 2, 7, 8, 6, generator=g).to(device), "label": lab.to(device), "name": "s0"}
+    on = C.LabelSampler(patch, "label", {1: 1, 2: 3}, seed=4)
+    off = C.LabelSampler(patch, "label", {1: 1, 2: 3}, check=False, seed=4)
+    a, _ = _centres(on, sub, 50)
+    b, _ = _centres(off, sub, 50)
+    assert torch.equal(a, b)
+    inner = np.zeros(lab.shape[2:], dtype=bool)
+    inner[tuple(slice(p // 2, s - (p - 1) // 2) for p, s in zip(patch, lab.shape[2:]))] = True
+    cases = [
+        # probabilities None on an all-background label: foreground absent, background drawn
+        (torch.zeros_like(lab), None),
+        # classes 0 and 2 in the valid region, 1 only on the border; ask for 1 (and an absent 5)
+        (torch.where(lab == 1, 2, lab).index_put_((torch.tensor([0]), torch.tensor([0]), torch.tensor([0]),
+                                                   torch.tensor([0]), torch.tensor([0])), torch.tensor(1)),
+         {1: 1, 5: 2}),
+    ]
+    for label, probs in cases:
+        t_sub = tio.Subject(label=tio.LabelMap(tensor=label[0]))
+        with pytest.raises(RuntimeError):  # TorchIO: an empty probability map
+            next(iter(tio.LabelSampler(patch, "label", probs)(t_sub)))
+        s_sub = {**sub, "label": label.to(device)}
+        with pytest.raises(RuntimeError, match="Empty probability map"):
+            next(C.LabelSampler(patch, "label", probs)(s_sub))
+        s = C.LabelSampler(patch, "label", probs, check=False, seed=6)
+        centres, _ = _centres(s, s_sub, 3000)
+        c = centres.reshape(-1, 3).cpu().numpy()
+        lab_np = label[0, 0].numpy()
+        if probs is None:  # the foreground / background classes
+            classes = [inner & (lab_np > 0), inner & (lab_np == 0)]
+        else:
+            classes = [inner & (lab_np == k) for k in range(int(lab_np.max()) + 1)]
+        present = [m for m in classes if m.any()]
+        expected = np.zeros(lab_np.shape)
+        for m in present:
+            expected[m] += 1.0 / len(present) / m.sum()
+        counts = np.zeros(lab_np.shape)
+        np.add.at(counts, (c[:, 0], c[:, 1], c[:, 2]), 1)
+        assert counts[expected == 0].sum() == 0
+        assert stats.chisquare(counts[expected > 0], expected[expected > 0] * counts.sum()).pvalue > 1e-3
+        _check_patches(s, s_sub)

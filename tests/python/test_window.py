@@ -309,3 +309,196 @@ def test_cuda_graph_replays_equal_the_eager_pass_and_monai(mode):
         assert len(graphed._graphs) == 1
         y = graphed(torch.randn(1, 2, 9, 10, 11).cuda(), net)  # another shape: another graph
     assert y.shape == (1, 3, 9, 10, 11) and len(graphed._graphs) == 2
+
+
+def test_single_output_tuple_is_unpacked_like_monai():
+    # MONAI's _pack_struct returns the tensor itself for a one-element tuple or list.
+    x = torch.randn(1, 2, 12, 10, 11)
+    net = _net()
+    for pred in (lambda t: (net(t),), lambda t: [net(t)]):
+        with torch.no_grad():
+            want = monai_inferers.sliding_window_inference(x, (6, 6, 6), 2, pred, overlap=0.5)
+            got = sliding_window_inference(x, (6, 6, 6), 2, pred, overlap=0.5)
+        assert type(got) is type(want) is torch.Tensor
+        assert (got - want).abs().max() <= 1e-6
+
+
+# ---- output and window devices (device=, sw_device=) ----
+
+def _devices_case(x, net, **kw):
+    """MONAI and voxaug with the same devices: results on the same device, equal to rounding."""
+    seen_v, seen_m = set(), set()
+
+    def rec(store):
+        def p(t):
+            store.add(t.device)
+            return net(t)
+        return p
+
+    with torch.no_grad():
+        want = monai_inferers.sliding_window_inference(x, (8, 7, 9), 3, rec(seen_m), **kw)
+        got = sliding_window_inference(x, (8, 7, 9), 3, rec(seen_v), **kw)
+    assert seen_v == seen_m  # windows reach the predictor on sw_device
+    assert got.device == want.device and got.dtype == want.dtype and got.shape == want.shape
+    assert torch.isfinite(got).all() and got.abs().max() > 0
+    return got.cpu(), want.cpu()
+
+
+@pytest.mark.parametrize("mode", ["constant", "gaussian"])
+def test_explicit_cpu_devices_match_monai(mode):
+    # The CPU-only share of the device arguments: strings and torch.device objects, the inferer's
+    # cache keyed by them; the cross-device copies themselves need a GPU (test below).
+    x = torch.randn(2, 2, 15, 12, 16)
+    net = _net()
+    for sw_device, device in (("cpu", None), (None, "cpu"), (torch.device("cpu"), torch.device("cpu"))):
+        got, want = _devices_case(x, net, overlap=0.5, mode=mode, sw_device=sw_device, device=device)
+        assert got.device.type == "cpu"
+        assert (got - want).abs().max() <= _tol(mode)
+    inf = SlidingWindowInferer((8, 7, 9), 3, overlap=0.5, mode=mode, sw_device="cpu", device="cpu")
+    ref = monai_inferers.SlidingWindowInferer((8, 7, 9), 3, overlap=0.5, mode=mode, sw_device="cpu", device="cpu")
+    with torch.no_grad():
+        assert (inf(x, net) - ref(x, net)).abs().max() <= _tol(mode)
+
+
+_CUDA_DEVICE_CASES = [
+    # (inputs' device, sw_device, device): GPU volume with the result on the host; host volume
+    # with windows on the GPU (MONAI's usual large-volume set-up), result on the host or the GPU.
+    ("cuda", None, "cpu"),
+    ("cuda", "cuda", "cpu"),
+    ("cpu", "cuda", None),
+    ("cpu", "cuda", "cuda"),
+    ("cuda", "cpu", "cuda"),
+]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: cross-device windows/output not tested")
+@pytest.mark.parametrize("in_dev,sw_device,device", _CUDA_DEVICE_CASES)
+@pytest.mark.parametrize("mode", ["constant", "gaussian"])
+def test_cross_device_windows_and_output_match_monai(in_dev, sw_device, device, mode):
+    x = torch.randn(2, 2, 15, 12, 16).to(in_dev)
+    net = _net().to(sw_device or in_dev)
+    got, want = _devices_case(x, net, overlap=0.5, mode=mode, sw_device=sw_device, device=device)
+    assert (got - want).abs().max() <= _tol(mode)
+    # Tuple outputs and padding (roi larger than the image) across devices.
+    small = x[:, :, :6]
+
+    def two(t):
+        y = net(t)
+        return y, torch.sigmoid(y[:, :1])
+
+    with torch.no_grad():
+        want2 = monai_inferers.sliding_window_inference(small, (8, 7, 9), 2, two, overlap=0.25, mode=mode,
+                                                        sw_device=sw_device, device=device, padding_mode="reflect")
+        got2 = sliding_window_inference(small, (8, 7, 9), 2, two, overlap=0.25, mode=mode,
+                                        sw_device=sw_device, device=device, padding_mode="reflect")
+    for g, w in zip(got2, want2):
+        assert g.device == w.device and g.shape == w.shape
+        assert (g.cpu() - w.cpu()).abs().max() <= _tol(mode)
+    inf = SlidingWindowInferer((8, 7, 9), 3, overlap=0.5, mode=mode, sw_device=sw_device, device=device)
+    ref = monai_inferers.SlidingWindowInferer((8, 7, 9), 3, overlap=0.5, mode=mode, sw_device=sw_device,
+                                              device=device)
+    with torch.no_grad():
+        a, r = inf(x, net), ref(x, net)
+        b = inf(x * 2, net)  # cached maps on the output device
+        rb = ref(x * 2, net)
+    assert a.device == r.device and b.device == rb.device
+    assert (a.cpu() - r.cpu()).abs().max() <= _tol(mode) and (b.cpu() - rb.cpu()).abs().max() <= _tol(mode)
+
+
+# ---- process_fn (MONAI's per-batch hook on the outputs and the importance map) ----
+
+def _scaling_process_fn(shape=None):
+    """A process_fn whose weights change from batch to batch: MONAI multiplies each batch by its
+    own returned map and divides by the count map of the first batch's; a fresh one per run."""
+    calls = []
+
+    def fn(outs, windows, importance_map):
+        calls.append((tuple(o.shape for o in outs), tuple(windows.shape), tuple(importance_map.shape),
+                      windows.device, importance_map.dtype))
+        w = importance_map * (1.0 + 0.25 * len(calls)) + 0.01 * windows.mean()
+        if shape is not None:
+            w = w.reshape(shape)
+        return [torch.sigmoid(o) * 2.0 - 0.5 for o in outs], w
+
+    fn.calls = calls
+    return fn
+
+
+@pytest.mark.parametrize("mode", ["constant", "gaussian"])
+@pytest.mark.parametrize("weight_shape", [None, (1, 1, 6, 5, 7)])
+def test_process_fn_matches_monai(mode, weight_shape):
+    x = torch.randn(2, 2, 13, 11, 14)
+    net = _net()
+    pm, pv = _scaling_process_fn(weight_shape), _scaling_process_fn(weight_shape)
+    with torch.no_grad():
+        want = monai_inferers.sliding_window_inference(x, (6, 5, 7), 3, net, overlap=0.5, mode=mode, process_fn=pm)
+        got = sliding_window_inference(x, (6, 5, 7), 3, net, overlap=0.5, mode=mode, process_fn=pv)
+    assert pv.calls == pm.calls  # same batches, windows and importance map handed over
+    assert got.shape == want.shape and torch.isfinite(got).all() and got.abs().max() > 0
+    assert (got - want).abs().max() <= _tol(mode)
+
+
+@pytest.mark.parametrize("padding_mode", ["constant", "reflect"])
+def test_process_fn_with_padding_roi_weight_map_and_tuple_outputs(padding_mode):
+    # roi larger than the image (cropped output), a user weight map handed to process_fn, and a
+    # two-output predictor whose outputs process_fn transforms separately.
+    x = torch.randn(2, 2, 5, 13, 9)
+    net = _net()
+    wmap = torch.rand(8, 6, 10) + 0.1
+    cval = 0.5 if padding_mode == "constant" else 0.0  # torch's F.pad (in MONAI) rejects a value for reflect
+
+    def two(t):
+        y = net(t)
+        return y, y[:, :1] * 3.0
+
+    def pf(outs, windows, importance_map):
+        assert isinstance(outs, tuple) and len(outs) == 2
+        return (outs[0].softmax(1), outs[1].tanh()), importance_map.sqrt()
+
+    with torch.no_grad():
+        want = monai_inferers.sliding_window_inference(x, (8, 6, 10), 4, two, overlap=0.25, mode="gaussian",
+                                                        padding_mode=padding_mode, cval=cval, roi_weight_map=wmap,
+                                                        process_fn=pf)
+        got = sliding_window_inference(x, (8, 6, 10), 4, two, overlap=0.25, mode="gaussian",
+                                       padding_mode=padding_mode, cval=cval, roi_weight_map=wmap, process_fn=pf)
+    assert isinstance(got, tuple) and len(got) == 2
+    for g, w in zip(got, want):
+        assert g.shape == w.shape == (2, g.shape[1], 5, 13, 9)
+        assert torch.isfinite(g).all() and g.abs().max() > 0
+        assert (g - w).abs().max() <= 1e-5
+
+
+def test_process_fn_float64_and_dict_outputs():
+    x = torch.randn(1, 2, 12, 14, 10, dtype=torch.float64)
+    net = _net().double()
+
+    def named(t):
+        y = net(t)
+        return {"seg": y, "aux": y[:, 1:] ** 2}
+
+    def pf(outs, windows, importance_map):
+        assert importance_map.dtype == torch.float64
+        return [o * 0.5 for o in outs], importance_map ** 2
+
+    with torch.no_grad():
+        want = monai_inferers.sliding_window_inference(x, (6, 7, 5), 3, named, overlap=0.5, mode="gaussian",
+                                                        process_fn=pf)
+        got = sliding_window_inference(x, (6, 7, 5), 3, named, overlap=0.5, mode="gaussian", process_fn=pf)
+    assert set(got) == set(want)
+    for k in want:
+        assert got[k].dtype == torch.float64 and (got[k] - want[k]).abs().max() <= 1e-12
+
+
+def test_process_fn_bad_arguments():
+    x = torch.randn(1, 1, 10, 10, 10)
+    with pytest.raises(ValueError, match="process_fn must be callable"):
+        sliding_window_inference(x, (4, 4, 4), 1, _identity, process_fn=3)
+    with pytest.raises(ValueError, match=r"process_fn must return \(outputs, weight\)"):
+        sliding_window_inference(x, (4, 4, 4), 2, _identity, process_fn=lambda o, w, m: o)
+    with pytest.raises(ValueError, match="process_fn must return a roi-sized weight map"):
+        sliding_window_inference(x, (4, 4, 4), 2, _identity, process_fn=lambda o, w, m: (o, m[:2]))
+    with pytest.raises(ValueError, match="process_fn must return a roi-sized weight map"):
+        sliding_window_inference(x, (4, 4, 4), 2, _identity,
+                                 process_fn=lambda o, w, m: (o, m.expand(2, 1, 4, 4, 4)))
+    with pytest.raises(ValueError, match="changed the window shape"):
+        sliding_window_inference(x, (4, 4, 4), 2, _identity, process_fn=lambda o, w, m: ([o[0][:, :, :2]], m))

@@ -1,14 +1,22 @@
 // The LibTorch API voxaug::sliding_window_inference against an independent reference: MONAI's
-// algorithm written out with ATen slicing (pad, per-window slice, multiply by the importance
-// map, add into the output and the count map in window order, divide, crop).
+// algorithm written out with ATen slicing in float64 (pad, per-window slice, multiply by the
+// importance map, add into the output and the count map in window order, divide, crop). The
+// reference builds its Gaussian map itself, in float64 from the formula (not with voxaug's
+// window_importance_map), so a wrong map in voxaug cannot cancel out.
 #include <gtest/gtest.h>
+#include <torch/script.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "voxaug/sliding_window.h"
 
 namespace {
+
+using Fn = std::function<torch::Tensor(const torch::Tensor&)>;
 
 std::vector<int64_t> starts(int64_t padded, int64_t roi, double overlap) {
   int64_t interval = roi;
@@ -23,9 +31,53 @@ std::vector<int64_t> starts(int64_t padded, int64_t roi, double overlap) {
   return s;
 }
 
-torch::Tensor reference(const torch::Tensor& x, std::vector<int64_t> roi, int64_t sw,
-                        const std::function<torch::Tensor(const torch::Tensor&)>& f, double overlap,
-                        bool gaussian, const std::string& pad_mode) {
+// MONAI's Gaussian importance map from its formula, naive float64: per axis
+// exp(-x^2 / (2 sigma^2)) with x = i - (P - 1) / 2 and sigma = sigma_scale * P, the outer
+// product, then clamped below at max(min, 1e-3).
+torch::Tensor gaussian_map64(const std::vector<int64_t>& roi,
+                             const std::vector<double>& sigma_scale) {
+  torch::Tensor map = torch::ones({roi[0], roi[1], roi[2]}, torch::kDouble);
+  auto a = map.accessor<double, 3>();
+  std::vector<std::vector<double>> g(3);
+  for (int ax = 0; ax < 3; ++ax) {
+    const double ss = sigma_scale.size() == 1 ? sigma_scale[0] : sigma_scale[ax];
+    const double sigma = ss * static_cast<double>(roi[ax]);
+    for (int64_t i = 0; i < roi[ax]; ++i) {
+      const double x = static_cast<double>(i) - (static_cast<double>(roi[ax]) - 1.0) / 2.0;
+      g[ax].push_back(std::exp(-x * x / (2.0 * sigma * sigma)));
+    }
+  }
+  double lo = INFINITY;
+  for (int64_t i = 0; i < roi[0]; ++i)
+    for (int64_t j = 0; j < roi[1]; ++j)
+      for (int64_t k = 0; k < roi[2]; ++k) {
+        a[i][j][k] = g[0][i] * g[1][j] * g[2][k];
+        lo = std::min(lo, a[i][j][k]);
+      }
+  lo = std::max(lo, 1e-3);
+  for (int64_t i = 0; i < roi[0]; ++i)
+    for (int64_t j = 0; j < roi[1]; ++j)
+      for (int64_t k = 0; k < roi[2]; ++k) a[i][j][k] = std::max(a[i][j][k], lo);
+  return map;
+}
+
+struct RefOptions {
+  std::vector<double> overlap = {0.25};  // one value or one per axis
+  bool gaussian = false;
+  std::vector<double> sigma_scale = {0.125};
+  std::string pad_mode = "constant";
+  double cval = 0.0;
+  torch::Tensor roi_weight_map;  // replaces the map when defined
+  std::optional<torch::ScalarType> window_dtype;
+};
+
+// Returns float64 (N, K, D, H, W); *scale (if given) gets the weighted mean of |prediction|
+// over the covering windows (sum w |p| / sum w, the size of the summed terms, for relative
+// tolerances), *cover the number of covering windows over sum w (what an absolute error per
+// term becomes after the division) and *batches the number of predictor calls.
+torch::Tensor reference(const torch::Tensor& x, std::vector<int64_t> roi, int64_t sw, const Fn& f,
+                        const RefOptions& ro, torch::Tensor* scale = nullptr,
+                        int64_t* batches = nullptr, torch::Tensor* cover = nullptr) {
   namespace F = torch::nn::functional;
   std::vector<int64_t> pad;  // F.pad order: last axis first
   for (int a = 2; a >= 0; --a) {
@@ -36,20 +88,28 @@ torch::Tensor reference(const torch::Tensor& x, std::vector<int64_t> roi, int64_
   torch::Tensor xp = x;
   if (std::any_of(pad.begin(), pad.end(), [](int64_t v) { return v > 0; })) {
     auto opts = F::PadFuncOptions(pad);
-    if (pad_mode == "replicate") opts.mode(torch::kReplicate);
+    if (ro.pad_mode == "replicate") opts.mode(torch::kReplicate);
+    if (ro.pad_mode == "reflect") opts.mode(torch::kReflect);
+    if (ro.pad_mode == "circular") opts.mode(torch::kCircular);
+    if (ro.pad_mode == "constant") opts.value(ro.cval);  // MONAI: cval fills constant mode only
     xp = F::pad(x, opts);
   }
   std::vector<std::vector<int64_t>> s(3);
-  for (int a = 0; a < 3; ++a) s[a] = starts(xp.size(2 + a), roi[a], overlap);
-  torch::Tensor w = voxaug::window_importance_map(
-      roi, gaussian ? voxaug::BlendMode::Gaussian : voxaug::BlendMode::Constant, {0.125},
-      torch::kFloat, x.device());
+  for (int a = 0; a < 3; ++a)
+    s[a] = starts(xp.size(2 + a), roi[a], ro.overlap.size() == 1 ? ro.overlap[0] : ro.overlap[a]);
+  torch::Tensor w = ro.roi_weight_map.defined()
+                        ? ro.roi_weight_map.to(torch::kDouble).reshape({roi[0], roi[1], roi[2]})
+                    : ro.gaussian ? gaussian_map64(roi, ro.sigma_scale)
+                                  : torch::ones({roi[0], roi[1], roi[2]}, torch::kDouble);
   std::vector<std::vector<int64_t>> wins;  // (n, d, h, w) in MONAI's order
   for (int64_t n = 0; n < x.size(0); ++n)
     for (int64_t d : s[0])
       for (int64_t h : s[1])
         for (int64_t ww : s[2]) wins.push_back({n, d, h, ww});
-  torch::Tensor out, count = torch::zeros({xp.size(2), xp.size(3), xp.size(4)});
+  const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+  torch::Tensor out, mag, count = torch::zeros({xp.size(2), xp.size(3), xp.size(4)}, f64);
+  torch::Tensor windows = torch::zeros_like(count);
+  int64_t calls = 0;
   for (size_t i = 0; i < wins.size(); i += sw) {
     std::vector<torch::Tensor> batch;
     for (size_t j = i; j < std::min(wins.size(), i + sw); ++j) {
@@ -59,25 +119,61 @@ torch::Tensor reference(const torch::Tensor& x, std::vector<int64_t> roi, int64_
                           .slice(3, v[2], v[2] + roi[1])
                           .slice(4, v[3], v[3] + roi[2]));
     }
-    torch::Tensor p = f(torch::cat(batch)) * w;
-    if (!out.defined())
-      out = torch::zeros({x.size(0), p.size(1), xp.size(2), xp.size(3), xp.size(4)});
+    torch::Tensor in = torch::cat(batch);
+    if (ro.window_dtype) in = in.to(*ro.window_dtype);
+    torch::Tensor p = f(in).to(torch::kDouble) * w;
+    const torch::Tensor pa = p.abs();
+    ++calls;
+    if (!out.defined()) {
+      out = torch::zeros({x.size(0), p.size(1), xp.size(2), xp.size(3), xp.size(4)}, f64);
+      mag = torch::zeros_like(out);
+    }
     for (size_t j = i; j < std::min(wins.size(), i + sw); ++j) {
       const auto& v = wins[j];
       out.slice(0, v[0], v[0] + 1)
           .slice(2, v[1], v[1] + roi[0])
           .slice(3, v[2], v[2] + roi[1])
           .slice(4, v[3], v[3] + roi[2]) += p.slice(0, j - i, j - i + 1);
+      mag.slice(0, v[0], v[0] + 1)
+          .slice(2, v[1], v[1] + roi[0])
+          .slice(3, v[2], v[2] + roi[1])
+          .slice(4, v[3], v[3] + roi[2]) += pa.slice(0, j - i, j - i + 1);
     }
   }
+  if (batches != nullptr) *batches = calls;
   for (int64_t d : s[0])
     for (int64_t h : s[1])
-      for (int64_t ww : s[2])
+      for (int64_t ww : s[2]) {
         count.slice(0, d, d + roi[0]).slice(1, h, h + roi[1]).slice(2, ww, ww + roi[2]) += w;
-  out = out / count;
-  return out.slice(2, pad[4], pad[4] + x.size(2))
-      .slice(3, pad[2], pad[2] + x.size(3))
-      .slice(4, pad[0], pad[0] + x.size(4));
+        windows.slice(0, d, d + roi[0]).slice(1, h, h + roi[1]).slice(2, ww, ww + roi[2]) += 1.0;
+      }
+  auto crop = [&](const torch::Tensor& t) {
+    return t.slice(2, pad[4], pad[4] + x.size(2))
+        .slice(3, pad[2], pad[2] + x.size(3))
+        .slice(4, pad[0], pad[0] + x.size(4));
+  };
+  if (scale != nullptr) *scale = crop(mag / count);
+  if (cover != nullptr) *cover = crop((windows / count).unsqueeze(0).unsqueeze(0));
+  return crop(out / count);
+}
+
+// The earlier tests' form: one overlap, Gaussian sigma_scale 0.125, no cval.
+torch::Tensor reference(const torch::Tensor& x, std::vector<int64_t> roi, int64_t sw, const Fn& f,
+                        double overlap, bool gaussian, const std::string& pad_mode,
+                        torch::Tensor* scale = nullptr) {
+  RefOptions ro;
+  ro.overlap = {overlap};
+  ro.gaussian = gaussian;
+  ro.pad_mode = pad_mode;
+  return reference(x, std::move(roi), sw, f, ro, scale);
+}
+
+// max over voxels of |got - want| - (atol + rtol * scale): <= 0 within tolerance. voxaug sums
+// in float32, the reference in float64: the difference is a few float32 roundings (2^-24 each)
+// of the size of the summed terms, `scale` (reference's *scale), whatever their signs.
+double excess(const torch::Tensor& got, const torch::Tensor& want, const torch::Tensor& scale,
+              double atol, double rtol) {
+  return ((got.to(torch::kDouble) - want).abs() - (atol + rtol * scale)).max().item<double>();
 }
 
 struct Scale {  // a plain functor predictor
@@ -97,25 +193,26 @@ TEST(SlidingWindowTorch, LambdaModuleAndFunctorMatchReference) {
       o.overlap = {ov};
       o.mode = gaussian ? voxaug::BlendMode::Gaussian : voxaug::BlendMode::Constant;
       const double tol = gaussian ? 1e-5 : 1e-6;
+      torch::Tensor size;  // |prediction| of the summed terms: float32 rounding relative to it
       // Module holder: module->forward(x).
       torch::Tensor got = voxaug::sliding_window_inference(x, {6, 7, 5}, 3, conv, o);
       torch::Tensor want = reference(
           x, {6, 7, 5}, 3, [&](const torch::Tensor& t) { return conv->forward(t); }, ov, gaussian,
-          "constant");
+          "constant", &size);
       ASSERT_EQ(got.sizes(), want.sizes());
-      EXPECT_LE((got - want).abs().max().item<double>(), tol);
+      EXPECT_LE(excess(got, want, size, tol, 1e-6), 0.0);
       // std::function / lambda.
       got = voxaug::sliding_window_inference(
           x, {6, 7, 5}, 4, [](const torch::Tensor& t) { return t.sigmoid(); }, o);
       want = reference(
           x, {6, 7, 5}, 4, [](const torch::Tensor& t) { return t.sigmoid(); }, ov, gaussian,
-          "constant");
-      EXPECT_LE((got - want).abs().max().item<double>(), tol);
+          "constant", &size);
+      EXPECT_LE(excess(got, want, size, tol, 1e-6), 0.0);
       // A functor object.
       Scale scale;
       got = voxaug::sliding_window_inference(x, {6, 7, 5}, 2, scale, o);
-      want = reference(x, {6, 7, 5}, 2, Scale{}, ov, gaussian, "constant");
-      EXPECT_LE((got - want).abs().max().item<double>(), tol);
+      want = reference(x, {6, 7, 5}, 2, Scale{}, ov, gaussian, "constant", &size);
+      EXPECT_LE(excess(got, want, size, tol, 1e-6), 0.0);
       EXPECT_GT(got.abs().max().item<double>(), 0.1);
     }
 }
@@ -129,11 +226,12 @@ TEST(SlidingWindowTorch, PaddingInfererCacheAndArgmax) {
   o.mode = voxaug::BlendMode::Gaussian;
   o.padding_mode = voxaug::WindowPad::Replicate;
   auto f = [](const torch::Tensor& t) { return torch::cat({t, -t, t * t}, 1); };
-  const torch::Tensor want = reference(x, {8, 6, 10}, 3, f, 0.5, true, "replicate");
+  torch::Tensor size;
+  const torch::Tensor want = reference(x, {8, 6, 10}, 3, f, 0.5, true, "replicate", &size);
   voxaug::SlidingWindowInferer inferer({8, 6, 10}, 3, o);
   const torch::Tensor a = inferer(x, f), b = inferer(x, f);
   ASSERT_EQ(a.sizes(), torch::IntArrayRef({1, 3, 5, 12, 7}));
-  EXPECT_LE((a - want).abs().max().item<double>(), 1e-5);
+  EXPECT_LE(excess(a, want, size, 1e-5, 1e-6), 0.0);
   EXPECT_TRUE(torch::equal(a, b));
   o.argmax = true;
   const torch::Tensor labels = voxaug::sliding_window_inference(x, {8, 6, 10}, 3, f, o);
@@ -208,10 +306,287 @@ TEST(SlidingWindowTorch, CudaGraphReplayEqualsEager) {
     const torch::Tensor x = torch::randn({2, 2, 11, 13, 9}).to(torch::kCUDA);
     const torch::Tensor got = graphed(x, conv), want = eager(x, conv);
     EXPECT_TRUE(torch::equal(got, want)) << k;
+    torch::Tensor size;
     const torch::Tensor ref = reference(
-        x.cpu(), {6, 7, 5}, 3, [&](const torch::Tensor& t) { return conv->forward(t.cuda()).cpu(); },
-        0.5, true, "constant");
-    EXPECT_LE((got.cpu() - ref).abs().max().item<double>(), 1e-5) << k;
+        x.cpu(), {6, 7, 5}, 3,
+        [&](const torch::Tensor& t) { return conv->forward(t.cuda()).cpu(); }, 0.5, true,
+        "constant", &size);
+    EXPECT_LE(excess(got.cpu(), ref, size, 1e-5, 1e-6), 0.0) << k;
   }
   EXPECT_EQ(graphed.graph_count(), 1u);
 }
+
+// The TorchScript branch of the predictor adapter (module.forward({x}).toTensor()): a small conv
+// net built as a torch::jit::Module in the test, run through the free function and the inferer.
+// The reference calls the same conv net written with ATen ops directly (torch::conv3d, relu),
+// not through TorchScript, so the adapter's call and the stitching are both checked.
+TEST(SlidingWindowTorch, TorchScriptModuleMatchesReference) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(5);
+  const torch::Tensor w1 = torch::randn({4, 2, 3, 3, 3}) * 0.2, b1 = torch::randn({4}) * 0.1;
+  const torch::Tensor w2 = torch::randn({3, 4, 1, 1, 1}) * 0.5, b2 = torch::randn({3}) * 0.1;
+  torch::jit::Module net("SmallConvNet");
+  net.register_parameter("w1", w1, false);
+  net.register_parameter("b1", b1, false);
+  net.register_parameter("w2", w2, false);
+  net.register_parameter("b2", b2, false);
+  net.define(R"JIT(
+def forward(self, x):
+    y = torch.relu(torch.conv3d(x, self.w1, self.b1, [1, 1, 1], [1, 1, 1]))
+    return torch.conv3d(y, self.w2, self.b2)
+)JIT");
+  net.eval();
+  const Fn direct = [&](const torch::Tensor& t) {
+    return torch::conv3d(torch::relu(torch::conv3d(t, w1, b1, 1, 1)), w2, b2);
+  };
+  const torch::Tensor x = torch::randn({2, 2, 11, 13, 9});
+  // The script computes the reference's net (checked on one window batch), so a mismatch
+  // below is the adapter's or the sliding window's.
+  const torch::Tensor probe = x.slice(2, 0, 6).slice(3, 0, 7).slice(4, 0, 5);
+  ASSERT_TRUE(torch::allclose(net.forward({probe}).toTensor(), direct(probe), 1e-6, 1e-6));
+  for (bool gaussian : {false, true}) {
+    voxaug::SlidingWindowOptions o;
+    o.overlap = {0.5};
+    o.mode = gaussian ? voxaug::BlendMode::Gaussian : voxaug::BlendMode::Constant;
+    torch::Tensor size;
+    const torch::Tensor want = reference(x, {6, 7, 5}, 3, direct, 0.5, gaussian, "constant", &size);
+    const torch::Tensor got = voxaug::sliding_window_inference(x, {6, 7, 5}, 3, net, o);
+    ASSERT_EQ(got.sizes(), want.sizes());
+    EXPECT_EQ(got.scalar_type(), torch::kFloat);
+    // float32 convolutions and accumulation against a float64 sum of the same float32 outputs.
+    EXPECT_LE(excess(got, want, size, 1e-5, 1e-6), 0.0) << gaussian;
+    EXPECT_GT(got.abs().max().item<double>(), 0.1);
+    EXPECT_FALSE(got.isnan().any().item<bool>());
+    voxaug::SlidingWindowInferer inferer({6, 7, 5}, 3, o);
+    const torch::Tensor a = inferer(x, net), b = inferer(x, net);
+    EXPECT_LE(excess(a, want, size, 1e-5, 1e-6), 0.0) << gaussian;
+    EXPECT_TRUE(torch::equal(a, b));
+  }
+}
+
+// The options that mirror MONAI's arguments, one case each, against the float64 reference
+// above (its own Gaussian map, F.pad for every padding mode, windows cast to window_dtype before
+// the predictor). The predictor is position-sensitive within the window (a 3x3x3 convolution
+// with zero padding at the window's border plus a ramp over window coordinates), so windows
+// gathered or stitched at the wrong place, or weighted with the wrong map, change the result.
+namespace {
+
+struct OptionCase {  // the defaults: SlidingWindowOptions' own, on an odd-sized batch of 2
+  std::string name;
+  std::vector<int64_t> shape = {2, 2, 13, 11, 14};  // (N, C, D, H, W)
+  std::vector<int64_t> roi = {6, 5, 7};
+  int64_t sw = 3;
+  std::vector<double> overlap = {0.25};
+  voxaug::BlendMode mode = voxaug::BlendMode::Constant;
+  std::vector<double> sigma_scale = {0.125};
+  voxaug::WindowPad pad = voxaug::WindowPad::Constant;
+  double cval = 0.0;
+  bool weight_map = false;
+  std::optional<torch::ScalarType> window_dtype, output_dtype;
+  torch::ScalarType pred_dtype = torch::kFloat;
+  bool progress = false;
+};
+
+std::ostream& operator<<(std::ostream& os, const OptionCase& c) {
+  return os << c.name;
+}
+
+class SlidingWindowOptionsTest : public ::testing::TestWithParam<OptionCase> {};
+
+TEST_P(SlidingWindowOptionsTest, MatchesFloat64Reference) {
+  const OptionCase& c = GetParam();
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(11);
+  const torch::Tensor x = torch::randn(c.shape);
+  const torch::Tensor k = torch::randn({2, c.shape[1], 3, 3, 3}) * 0.3;
+  const torch::Tensor ramp = torch::linspace(-1.0, 1.0, c.roi[0] * c.roi[1] * c.roi[2])
+                                 .reshape({1, 1, c.roi[0], c.roi[1], c.roi[2]});
+  const torch::ScalarType pred_t = c.pred_dtype;
+  const Fn f = [&, pred_t](const torch::Tensor& t) {
+    const torch::Tensor y = torch::conv3d(t.to(torch::kFloat), k, {}, 1, 1);
+    return torch::cat({y + ramp, y.sigmoid() - ramp}, 1).to(pred_t);
+  };
+
+  voxaug::SlidingWindowOptions o;
+  o.overlap = c.overlap;
+  o.mode = c.mode;
+  o.sigma_scale = c.sigma_scale;
+  o.padding_mode = c.pad;
+  o.cval = c.cval;
+  o.window_dtype = c.window_dtype;
+  o.output_dtype = c.output_dtype;
+  o.progress = c.progress;
+  RefOptions ro;
+  ro.overlap = c.overlap;
+  ro.gaussian = c.mode == voxaug::BlendMode::Gaussian;
+  ro.sigma_scale = c.sigma_scale;
+  ro.pad_mode = c.pad == voxaug::WindowPad::Constant    ? "constant"
+                : c.pad == voxaug::WindowPad::Reflect   ? "reflect"
+                : c.pad == voxaug::WindowPad::Replicate ? "replicate"
+                                                        : "circular";
+  ro.cval = c.cval;
+  ro.window_dtype = c.window_dtype;
+  if (c.weight_map) {
+    o.roi_weight_map = torch::rand({c.roi[0], c.roi[1], c.roi[2]}) + 0.05;
+    ro.roi_weight_map = *o.roi_weight_map;
+  }
+  std::vector<torch::ScalarType> seen;
+  const Fn recorded = [&](const torch::Tensor& t) {
+    seen.push_back(t.scalar_type());
+    return f(t);
+  };
+
+  if (c.progress) testing::internal::CaptureStderr();
+  const torch::Tensor got = voxaug::sliding_window_inference(x, c.roi, c.sw, recorded, o);
+  const std::string err = c.progress ? testing::internal::GetCapturedStderr() : std::string();
+  int64_t batches = 0;
+  torch::Tensor size, cover;
+  const torch::Tensor want = reference(x, c.roi, c.sw, f, ro, &size, &batches, &cover);
+
+  ASSERT_EQ(got.sizes(), want.sizes());
+  EXPECT_EQ(got.scalar_type(), c.output_dtype.value_or(torch::kFloat));
+  ASSERT_EQ(static_cast<int64_t>(seen.size()), batches);
+  for (torch::ScalarType t : seen) EXPECT_EQ(t, c.window_dtype.value_or(torch::kFloat));
+  const torch::Tensor g = got.to(torch::kDouble);
+  EXPECT_FALSE(g.isnan().any().item<bool>());
+  EXPECT_GT(g.abs().max().item<double>(), 0.1);
+  // Tolerance: float32 accumulation against float64 (1e-5 absolute, 1e-6 of the summed terms'
+  // size); a float16/bfloat16 predictor output multiplied by the map in its own dtype (MONAI's
+  // in-place `patch *= w`: each product rounded, at most 2^-11 / 2^-8 of itself, so of `size`,
+  // and for float16 products below its normal range (small Gaussian weights) at most 2^-25
+  // absolute each, so of `cover`); and the rounding of the output dtype (half an ulp: 2^-11 /
+  // 2^-8 of the value; 2x margin).
+  auto unit = [](std::optional<torch::ScalarType> t) {
+    return t == torch::kHalf       ? std::ldexp(1.0, -11)
+           : t == torch::kBFloat16 ? std::ldexp(1.0, -8)
+                                   : 0.0;
+  };
+  const double subnormal = c.pred_dtype == torch::kHalf ? std::ldexp(1.0, -25) : 0.0;
+  const torch::Tensor bound = 1e-5 + (1e-6 + unit(c.pred_dtype)) * size + subnormal * cover +
+                              2.0 * unit(c.output_dtype) * want.abs();
+  EXPECT_LE(((g - want).abs() - bound).max().item<double>(), 0.0)
+      << "max |got - want| = " << (g - want).abs().max().item<double>();
+
+  if (c.progress) {
+    // One line per window batch, numbered 1..batches of batches.
+    std::istringstream lines(err);
+    std::string line;
+    int64_t n = 0;
+    while (std::getline(lines, line)) {
+      ++n;
+      EXPECT_NE(line.find("batch " + std::to_string(n) + "/" + std::to_string(batches)),
+                std::string::npos)
+          << line;
+    }
+    EXPECT_EQ(n, batches) << err;
+  }
+}
+
+OptionCase base_case(std::string name) {
+  OptionCase c;
+  c.name = std::move(name);
+  return c;
+}
+
+std::vector<OptionCase> option_cases() {
+  std::vector<OptionCase> v;
+  OptionCase c = base_case("PerAxisOverlapConstant");
+  c.overlap = {0.5, 0.0, 0.75};
+  v.push_back(c);
+  c = base_case("PerAxisOverlapGaussian");
+  c.overlap = {0.25, 0.6, 0.4};
+  c.mode = voxaug::BlendMode::Gaussian;
+  v.push_back(c);
+  c = base_case("SigmaScaleOne");
+  c.overlap = {0.5};
+  c.mode = voxaug::BlendMode::Gaussian;
+  c.sigma_scale = {0.3};
+  v.push_back(c);
+  c = base_case("SigmaScalePerAxis");  // 0.05 on d: the 1e-3 floor of the map matters
+  c.overlap = {0.5};
+  c.mode = voxaug::BlendMode::Gaussian;
+  c.sigma_scale = {0.05, 0.2, 0.5};
+  v.push_back(c);
+  // roi larger than the image on d (odd difference) and w (even), smaller on h.
+  for (auto [pad, name] : {std::pair{voxaug::WindowPad::Constant, "ConstantCval"},
+                           std::pair{voxaug::WindowPad::Reflect, "ReflectCvalIgnored"},
+                           std::pair{voxaug::WindowPad::Replicate, "ReplicateCvalIgnored"},
+                           std::pair{voxaug::WindowPad::Circular, "CircularCvalIgnored"}}) {
+    for (bool gaussian : {false, true}) {
+      c = base_case(std::string(name) + (gaussian ? "Gaussian" : "Constant"));
+      c.shape = {2, 2, 7, 15, 8};
+      c.roi = {10, 6, 12};
+      c.pad = pad;
+      c.cval = 0.75;
+      c.mode = gaussian ? voxaug::BlendMode::Gaussian : voxaug::BlendMode::Constant;
+      v.push_back(c);
+    }
+  }
+  c = base_case("RoiWeightMap");
+  c.overlap = {0.5};
+  c.weight_map = true;
+  v.push_back(c);
+  c = base_case("RoiWeightMapOverridesGaussian");
+  c.overlap = {0.5, 0.25, 0.5};
+  c.mode = voxaug::BlendMode::Gaussian;
+  c.weight_map = true;
+  v.push_back(c);
+  c = base_case("WindowDtypeHalf");
+  c.overlap = {0.5};
+  c.window_dtype = torch::kHalf;
+  v.push_back(c);
+  c = base_case("WindowDtypeBFloat16Gaussian");
+  c.overlap = {0.5};
+  c.mode = voxaug::BlendMode::Gaussian;
+  c.window_dtype = torch::kBFloat16;
+  v.push_back(c);
+  c = base_case("OutputDtypeHalf");
+  c.overlap = {0.5};
+  c.mode = voxaug::BlendMode::Gaussian;
+  c.output_dtype = torch::kHalf;
+  v.push_back(c);
+  c = base_case("OutputDtypeBFloat16Cropped");  // cropped: not the in-place finalize
+  c.shape = {1, 2, 5, 11, 9};
+  c.roi = {8, 5, 7};
+  c.output_dtype = torch::kBFloat16;
+  v.push_back(c);
+  c = base_case("OutputDtypeFloat64");
+  c.overlap = {0.5};
+  c.mode = voxaug::BlendMode::Gaussian;
+  c.output_dtype = torch::kDouble;
+  v.push_back(c);
+  c = base_case("PredictorHalf");
+  c.overlap = {0.5};
+  c.mode = voxaug::BlendMode::Gaussian;
+  c.pred_dtype = torch::kHalf;
+  v.push_back(c);
+  c = base_case("PredictorBFloat16");
+  c.overlap = {0.25, 0.5, 0.0};
+  c.pred_dtype = torch::kBFloat16;
+  v.push_back(c);
+  c = base_case("PredictorHalfWindowHalfOutputHalf");
+  c.overlap = {0.5};
+  c.mode = voxaug::BlendMode::Gaussian;
+  c.window_dtype = torch::kHalf;
+  c.pred_dtype = torch::kHalf;
+  c.output_dtype = torch::kHalf;
+  v.push_back(c);
+  c = base_case("Progress");
+  c.sw = 4;
+  c.progress = true;
+  v.push_back(c);
+  c = base_case("ProgressOneWindowPerBatch");
+  c.shape = {1, 1, 9, 8, 10};
+  c.sw = 1;
+  c.progress = true;
+  v.push_back(c);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(SlidingWindowTorch, SlidingWindowOptionsTest,
+                         ::testing::ValuesIn(option_cases()),
+                         [](const ::testing::TestParamInfo<OptionCase>& i) {
+                           return i.param.name;
+                         });
+
+}  // namespace

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/OptionalArrayRef.h>
 
 #include <cstdint>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 namespace voxaug::ops {
 
@@ -25,6 +27,87 @@ at::Tensor rand_scale_intensity(const at::Tensor& image, double low, double high
 at::Tensor rand_gaussian_noise(const at::Tensor& image, double mean, double std, bool sample_std,
                                double prob, int64_t seed, int64_t first_sample = 0,
                                std::optional<c10::ScalarType> dtype = std::nullopt);
+
+// The crop family (include/voxaug/crop.h). Every result stays on the input's device (no host
+// sync); centres are voxel indices (d, h, w) and a patch of `size` centred at c starts at
+// c - size // 2 (MONAI's convention). Random draws use Philox keyed by (seed, first_sample + n,
+// first_crop + k): the same seed gives the same centres on the CPU and on CUDA.
+//
+// Per-sample foreground bounding box of the voxels > threshold (over `channel_indices`, all
+// channels when none): (N, 6) int64 (d0, h0, w0, d1, h1, w1), half-open; zeros when a sample
+// has no foreground. voxaug registers no separate pad or crop-foreground op: padding (MONAI
+// SpatialPad / BorderPad) and cropping to the box are a translation through `resample` with the
+// padding mode (as python/voxaug/spatial.py does), or tensor slicing / at::constant_pad_nd.
+at::Tensor foreground_bbox(const at::Tensor& image, double threshold = 0.0,
+                           at::OptionalIntArrayRef channel_indices = std::nullopt);
+// MONAI RandCropByPosNegLabel's centres: (N, num_samples, 3) int64. Foreground: any label
+// channel > 0; with `image`, only voxels where an image channel is > image_threshold are
+// candidates. A centre is a foreground voxel with probability pos_ratio (else background),
+// uniform among the candidates, then moved so the spatial_size patch fits (MONAI's
+// correct_crop_centers). counts: class_crop_counts(label,
+// image, image_threshold, 0, 2) cached for this label (skips the scan; the same centres).
+at::Tensor pos_neg_crop_centers(const at::Tensor& label, const std::optional<at::Tensor>& image,
+                                double image_threshold, double pos_ratio, int64_t num_samples,
+                                at::IntArrayRef spatial_size, int64_t seed,
+                                int64_t first_sample = 0,
+                                const std::optional<at::Tensor>& counts = std::nullopt);
+// The candidate voxels per (sample, chunk of 4096 voxels in memory order, class) that the class
+// and pos-neg samplers scan for: (N, chunks, num_classes) int64, to cache per volume.
+// label_form: 0 foreground / background (label > 0 and image > image_threshold), 1 argmax
+// (class = label value), 2 one-hot (class = channel, value != 0).
+at::Tensor class_crop_counts(const at::Tensor& label, const std::optional<at::Tensor>& image,
+                             double image_threshold, int64_t label_form, int64_t num_classes);
+// MONAI RandCropByLabelClasses / TorchIO LabelSampler's centres: a class drawn with probability
+// proportional to ratios[k] among the classes present in `region`, then one of its voxels
+// uniformly. region: {} (the whole volume) or {lo_d, lo_h, lo_w, hi_d, hi_h, hi_w}, half-open
+// (a hi of 0: the whole axis); spatial_size given: centres moved so that patch fits. Returns
+// (centers (N, num_samples, 3) int64, class_counts (N, ratios.size()) int64: candidates per
+// class in the region). counts: class_crop_counts of this label (same label_form, image,
+// threshold and number of classes) cached; the region must then be the whole volume.
+std::tuple<at::Tensor, at::Tensor> class_crop_centers(
+    const at::Tensor& label, const std::optional<at::Tensor>& image, double image_threshold,
+    int64_t label_form, at::ArrayRef<double> ratios, int64_t num_samples,
+    at::OptionalIntArrayRef spatial_size, at::IntArrayRef region, int64_t seed,
+    int64_t first_sample = 0, int64_t first_crop = 0,
+    const std::optional<at::Tensor>& counts = std::nullopt);
+// TorchIO WeightedSampler / MONAI RandWeightedCrop's centres: a voxel of `region` drawn with
+// probability proportional to channel 0 of `weights` (shift_negative, MONAI: shifted by minus
+// the region's minimum when negative; else, TorchIO, negative weights count as 0). Returns
+// (centers (N, num_samples, 3) int64, stats (N, 3) float64: total weight, shift, minimum of
+// channel 0); a total of zero draws uniformly in the region.
+std::tuple<at::Tensor, at::Tensor> weighted_crop_centers(const at::Tensor& weights,
+                                                         bool shift_negative, int64_t num_samples,
+                                                         at::IntArrayRef region, int64_t seed,
+                                                         int64_t first_sample = 0,
+                                                         int64_t first_crop = 0);
+// Centres uniform in `region` of like's spatial grid: (N, num_samples, 3) int64, N = like's.
+at::Tensor uniform_crop_centers(const at::Tensor& like, int64_t num_samples, at::IntArrayRef region,
+                                int64_t seed, int64_t first_sample = 0, int64_t first_crop = 0);
+// input (N, C, D, H, W), centers (N, K, 3) int64 on input's device -> (N * K, C, *size) in
+// input's dtype, patch n * K + k starting at centers[n, k] - size // 2; zeros outside.
+at::Tensor extract_patches(const at::Tensor& input, const at::Tensor& centers,
+                           at::IntArrayRef size);
+
+// The spatial family (include/voxaug/resample.h): every input (N, C_i, D_i, H_i, W_i) through
+// one coordinate map. matrices (N, 3, 4) floating: output voxel index (d, h, w, 1) -> input voxel
+// index (align_corners=false reads voxel centres as grid_sample does). Per input: modes[i]
+// 0 nearest, 1 linear, 2 cubic B-spline (1 and 2: floating inputs only); paddings[i] 0 zeros,
+// 1 border, 2 reflection, 3 constant (pad_values[i]). Returns one (N, C_i, *out_size) tensor
+// per input, in its dtype. Differentiable w.r.t. floating inputs and matrices.
+std::vector<at::Tensor> resample(at::TensorList inputs, const at::Tensor& matrices,
+                                 at::IntArrayRef out_size, at::IntArrayRef modes,
+                                 at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
+                                 bool align_corners = false);
+// A crop and a spatial map as one gather: inputs (M, C_i, D, H, W), starts (M, K, 3) integer
+// crop starts (centre - roi // 2) on the inputs' device, matrices (M * K, 3, 4) mapping output
+// index -> index inside patch (m, k) (row m * K + k). Returns (M * K, C_i, *out_size) per input;
+// patch (m, k) reads volume m at matrix + start, so voxels outside the crop window are real
+// data, not padding. Forward only.
+std::vector<at::Tensor> resample_patches(at::TensorList inputs, const at::Tensor& matrices,
+                                         const at::Tensor& starts, at::IntArrayRef out_size,
+                                         at::IntArrayRef modes, at::IntArrayRef paddings,
+                                         at::ArrayRef<double> pad_values,
+                                         bool align_corners = false);
 
 // The phantom family (include/voxaug/phantom.h): image float32 (N, 1, D, H, W) in HU and label
 // uint8 (N, 1, D, H, W) in [0, num_classes - 1] on `device` (cpu or cuda, the current stream,
