@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "../common/cpu_isa.h"
 #include "../common/device.h"
 #include "dropout_kernels.h"
 #include "voxaug/detail/indexer.h"
@@ -66,56 +67,33 @@ VOXAUG_FORCEINLINE void fill_uniform_dense(const DropoutFunctor<T>& f,
   }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define VOXAUG_DROPOUT_AVX2 __attribute__((target("avx2")))
-#define VOXAUG_DROPOUT_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
-#define VOXAUG_DROPOUT_CLONES 1
-#else
-#define VOXAUG_DROPOUT_CLONES 0
-#endif
-
 template <class T>
 void fill_uniform_baseline(const DropoutFunctor<T>& f, const typename DropoutFunctor<T>::State& s,
                            int64_t n, int64_t e, int64_t cnt, T* dst) {
   fill_uniform_dense(f, s, n, e, cnt, dst);
 }
-#if VOXAUG_DROPOUT_CLONES
+#if VOXAUG_CPU_CLONES
 template <class T>
-VOXAUG_DROPOUT_AVX2 void fill_uniform_avx2(const DropoutFunctor<T>& f,
+VOXAUG_TARGET_AVX2 void fill_uniform_avx2(const DropoutFunctor<T>& f,
                                            const typename DropoutFunctor<T>::State& s, int64_t n,
                                            int64_t e, int64_t cnt, T* dst) {
   fill_uniform_dense(f, s, n, e, cnt, dst);
 }
 template <class T>
-VOXAUG_DROPOUT_AVX512 void fill_uniform_avx512(const DropoutFunctor<T>& f,
+VOXAUG_TARGET_AVX512 void fill_uniform_avx512(const DropoutFunctor<T>& f,
                                                const typename DropoutFunctor<T>::State& s,
                                                int64_t n, int64_t e, int64_t cnt, T* dst) {
   fill_uniform_dense(f, s, n, e, cnt, dst);
 }
 #endif
 
-// 0 baseline, 1 AVX2, 2 AVX-512 (decided once).
-int cpu_isa() {
-#if VOXAUG_DROPOUT_CLONES
-  static const int isa = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                                 __builtin_cpu_supports("avx512dq") &&
-                                 __builtin_cpu_supports("avx512vl")
-                             ? 2
-                         : __builtin_cpu_supports("avx2") ? 1
-                                                          : 0;
-  return isa;
-#else
-  return 0;
-#endif
-}
-
 template <class T>
 void fill_uniform(const DropoutFunctor<T>& f, const typename DropoutFunctor<T>::State& s, int64_t n,
                   int64_t e, int64_t cnt, T* dst) {
-#if VOXAUG_DROPOUT_CLONES
+#if VOXAUG_CPU_CLONES
   switch (cpu_isa()) {
-    case 2: fill_uniform_avx512(f, s, n, e, cnt, dst); return;
-    case 1: fill_uniform_avx2(f, s, n, e, cnt, dst); return;
+    case CpuIsa::Avx512: fill_uniform_avx512(f, s, n, e, cnt, dst); return;
+    case CpuIsa::Avx2: fill_uniform_avx2(f, s, n, e, cnt, dst); return;
     default: break;
   }
 #endif

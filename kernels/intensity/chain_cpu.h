@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "../common/cpu_isa.h"
 #include "voxaug/detail/pointwise.h"
 
 namespace voxaug::detail {
@@ -316,70 +317,54 @@ VOXAUG_FORCEINLINE void cpu_backward_items(const ChainBackward<T, Acc>& f, Chain
       });
 }
 
-// Instruction-set clones of a range function, chosen once per process.
-enum class CpuIsa { Baseline, Avx2, Avx512 };
-inline CpuIsa cpu_isa() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const CpuIsa isa =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")
-          ? CpuIsa::Avx512
-      : __builtin_cpu_supports("avx2") ? CpuIsa::Avx2
-                                       : CpuIsa::Baseline;
-  return isa;
-#else
-  return CpuIsa::Baseline;
-#endif
-}
-
 // no-tree-loop-distribute-patterns: GCC would otherwise turn the tiles' load and store loops
 // into 1 KiB memcpy calls, which made every chain about 2x slower on Zen 4 (a plain shift: 5.0
 // -> 2.5 ms per 1x160x224x224 float32 volume on one core); the inline vector copies round
 // nothing, so the results are unchanged.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define VOXAUG_TARGET_BASELINE __attribute__((optimize("no-tree-loop-distribute-patterns")))
-#define VOXAUG_TARGET_AVX2 \
+#define VOXAUG_CHAIN_BASELINE __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#define VOXAUG_CHAIN_AVX2 \
   __attribute__((target("avx2"), optimize("no-tree-loop-distribute-patterns")))
-#define VOXAUG_TARGET_AVX512                                   \
+#define VOXAUG_CHAIN_AVX512                                   \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"), \
                  optimize("no-tree-loop-distribute-patterns")))
 #else
-#define VOXAUG_TARGET_BASELINE
-#define VOXAUG_TARGET_AVX2
-#define VOXAUG_TARGET_AVX512
+#define VOXAUG_CHAIN_BASELINE
+#define VOXAUG_CHAIN_AVX2
+#define VOXAUG_CHAIN_AVX512
 #endif
 
 // Each clone inlines the whole tile loop, so the loops are compiled for its instruction set.
 template <class TIn, class TOut, class Acc>
-VOXAUG_TARGET_BASELINE void forward_items_baseline(const ChainForward<TIn, TOut, Acc>& f,
+VOXAUG_CHAIN_BASELINE void forward_items_baseline(const ChainForward<TIn, TOut, Acc>& f,
                                                    ChainState<Acc>& st, int64_t n, int64_t b,
                                                    int64_t e) {
   cpu_forward_items(f, st, n, b, e);
 }
 template <class TIn, class TOut, class Acc>
-VOXAUG_TARGET_AVX2 void forward_items_avx2(const ChainForward<TIn, TOut, Acc>& f,
+VOXAUG_CHAIN_AVX2 void forward_items_avx2(const ChainForward<TIn, TOut, Acc>& f,
                                            ChainState<Acc>& st, int64_t n, int64_t b, int64_t e) {
   cpu_forward_items(f, st, n, b, e);
 }
 template <class TIn, class TOut, class Acc>
-VOXAUG_TARGET_AVX512 void forward_items_avx512(const ChainForward<TIn, TOut, Acc>& f,
+VOXAUG_CHAIN_AVX512 void forward_items_avx512(const ChainForward<TIn, TOut, Acc>& f,
                                                ChainState<Acc>& st, int64_t n, int64_t b,
                                                int64_t e) {
   cpu_forward_items(f, st, n, b, e);
 }
 template <class T, class Acc>
-VOXAUG_TARGET_BASELINE void backward_items_baseline(const ChainBackward<T, Acc>& f,
+VOXAUG_CHAIN_BASELINE void backward_items_baseline(const ChainBackward<T, Acc>& f,
                                                     ChainState<Acc>& st, int64_t n, int64_t b,
                                                     int64_t e) {
   cpu_backward_items(f, st, n, b, e);
 }
 template <class T, class Acc>
-VOXAUG_TARGET_AVX2 void backward_items_avx2(const ChainBackward<T, Acc>& f, ChainState<Acc>& st,
+VOXAUG_CHAIN_AVX2 void backward_items_avx2(const ChainBackward<T, Acc>& f, ChainState<Acc>& st,
                                             int64_t n, int64_t b, int64_t e) {
   cpu_backward_items(f, st, n, b, e);
 }
 template <class T, class Acc>
-VOXAUG_TARGET_AVX512 void backward_items_avx512(const ChainBackward<T, Acc>& f, ChainState<Acc>& st,
+VOXAUG_CHAIN_AVX512 void backward_items_avx512(const ChainBackward<T, Acc>& f, ChainState<Acc>& st,
                                                 int64_t n, int64_t b, int64_t e) {
   cpu_backward_items(f, st, n, b, e);
 }

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../common/cpu_isa.h"
 #include "../common/device.h"
 #include "../common/launch_cpu.h"
 #include "stats_kernels.h"
@@ -28,7 +29,8 @@ StatSegments make_stat_segments(const VolumeView& in, bool channel_wise) {
 // One chunk (kMomentChunk elements from `begin`) of segment `seg`: lanes in structure-of-
 // arrays form (vectorises), the same operations in the same order as lane_add / lane_merge.
 template <bool kNonzero, class T>
-Moments chunk_cpu(const T* data, const StatSegments& sg, int64_t seg, int64_t begin) {
+VOXAUG_FORCEINLINE Moments chunk_body(const T* data, const StatSegments& sg, int64_t seg,
+                                      int64_t begin) {
   constexpr bool nonzero = kNonzero;  // a constant: no data-dependent branch in the loops
   alignas(64) int64_t ln[kMomentLanes];
   alignas(64) double l1[kMomentLanes], l2[kMomentLanes];
@@ -72,6 +74,36 @@ Moments chunk_cpu(const T* data, const StatSegments& sg, int64_t seg, int64_t be
       l2[t] += l2[t + s];
     }
   return chunk_moments(LaneSums{ln[0], l1[0], l2[0]}, shift);
+}
+
+// chunk_body in instruction-set clones (cpu_isa.h): wider vectors, the same bits.
+template <bool kNonzero, class T>
+Moments chunk_baseline(const T* data, const StatSegments& sg, int64_t seg, int64_t begin) {
+  return chunk_body<kNonzero>(data, sg, seg, begin);
+}
+#if VOXAUG_CPU_CLONES
+template <bool kNonzero, class T>
+VOXAUG_TARGET_AVX2 Moments chunk_avx2(const T* data, const StatSegments& sg, int64_t seg,
+                                      int64_t begin) {
+  return chunk_body<kNonzero>(data, sg, seg, begin);
+}
+template <bool kNonzero, class T>
+VOXAUG_TARGET_AVX512 Moments chunk_avx512(const T* data, const StatSegments& sg, int64_t seg,
+                                          int64_t begin) {
+  return chunk_body<kNonzero>(data, sg, seg, begin);
+}
+#endif
+
+template <bool kNonzero, class T>
+Moments chunk_cpu(const T* data, const StatSegments& sg, int64_t seg, int64_t begin) {
+#if VOXAUG_CPU_CLONES
+  switch (cpu_isa()) {
+    case CpuIsa::Avx512: return chunk_avx512<kNonzero>(data, sg, seg, begin);
+    case CpuIsa::Avx2: return chunk_avx2<kNonzero>(data, sg, seg, begin);
+    default: break;
+  }
+#endif
+  return chunk_baseline<kNonzero>(data, sg, seg, begin);
 }
 
 // The chunks' fixed pairwise merge tree (the CUDA finishing kernel runs the same rounds).

@@ -1,0 +1,36 @@
+// voxaug: the host's instruction-set clones. A hot loop is written once (an inline body) and
+// instantiated in functions compiled for AVX-512 and AVX2 as well as the baseline; cpu_isa()
+// picks one per process. The clones run the same operations in the same order (no FMA
+// contraction: -ffp-contract=off), so their results are bit-identical to the baseline's.
+#pragma once
+
+namespace voxaug::detail {
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define VOXAUG_TARGET_AVX2 __attribute__((target("avx2")))
+#define VOXAUG_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+#define VOXAUG_CPU_CLONES 1
+#else
+#define VOXAUG_TARGET_AVX2
+#define VOXAUG_TARGET_AVX512
+#define VOXAUG_CPU_CLONES 0
+#endif
+
+enum class CpuIsa { Baseline, Avx2, Avx512 };
+
+// Chosen once per process: AVX-512 (F, BW, DQ, VL), else AVX2, else the baseline.
+inline CpuIsa cpu_isa() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const CpuIsa isa =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")
+          ? CpuIsa::Avx512
+      : __builtin_cpu_supports("avx2") ? CpuIsa::Avx2
+                                       : CpuIsa::Baseline;
+  return isa;
+#else
+  return CpuIsa::Baseline;
+#endif
+}
+
+}  // namespace voxaug::detail
