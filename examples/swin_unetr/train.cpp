@@ -177,7 +177,9 @@ void print_help(const char* argv0) {
       "  --no-checkpoint-files do not write the .pt files\n"
       "  --check-forward       after training, write forward_check.pt {input, output}: the\n"
       "                        final model's float32 forward on a fixed 64^3 input (the\n"
-      "                        smallest size MONAI's SwinUNETR accepts)\n"
+      "                        smallest size MONAI's SwinUNETR accepts); and this run's first\n"
+      "                        step: first_logits (as the model gave them), first_label,\n"
+      "                        first_loss (the DiceCE value trained on), first_step\n"
       "  --device cpu|cuda     default cuda when available\n"
       "  --profile-data        cuda: synchronise around the augmentation so data_ms is its\n"
       "                        device time (off: data_ms is the host enqueue time)\n"
@@ -1029,6 +1031,8 @@ int run(const Args& args) {
     double data_ms, step_ms, elapsed_s;
   };
   std::vector<Pending> pending;
+  // --check-forward: the first step's loss and the tensors it was computed from (CPU copies).
+  std::map<std::string, at::Tensor> first_step_check;
   std::map<int64_t, double> dice_at;
   std::vector<int64_t> curve_steps;
   std::vector<double> curve_loss;
@@ -1170,6 +1174,14 @@ int run(const Args& args) {
       logits = model->forward(image);
     }
     const at::Tensor loss = dice_ce_loss(logits, label, K);
+    if (args.check_forward && step == first_step) {
+      // A debug output: one read-back, on this run's first step only.
+      first_step_check = {{"first_logits", logits.detach().to(at::kCPU)},
+                          {"first_label", label.to(at::kCPU)},
+                          {"first_loss", loss.detach().to(at::kCPU)},
+                          {"first_step", at::tensor(std::vector<int64_t>{step},
+                                                    at::TensorOptions().dtype(at::kLong))}};
+    }
     {
       Range r("backward");
       // With gradient checkpointing the Swin blocks are recomputed inside backward; keep autocast
@@ -1243,8 +1255,10 @@ int run(const Args& args) {
     const at::Tensor g = at::arange(64 * 64 * 64, at::TensorOptions().dtype(at::kDouble));
     const at::Tensor x = (at::sin(g * 0.001) * 0.5 + 0.5).to(at::kFloat).reshape({1, 1, 64, 64, 64});
     const at::Tensor y = model->forward(x.to(device)).to(at::kCPU);
-    save_tensor_dict((fs::path(args.out) / "forward_check.pt").string(),
-                     {{"input", x}, {"output", y}});
+    std::map<std::string, at::Tensor> check = first_step_check;
+    check["input"] = x;
+    check["output"] = y;
+    save_tensor_dict((fs::path(args.out) / "forward_check.pt").string(), check);
   }
   const double wall = seconds(t_start, clock::now());
   std::printf(

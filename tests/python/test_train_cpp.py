@@ -8,6 +8,12 @@ configuration (feature_size 12, roi 32^3, 2 threads):
   forward on the program's fixed input equals the program's own forward;
 - a tiny MSD directory written here with nibabel (axes permuted and flipped, spacing != pixdim):
   the preprocessed shapes the program prints equal the ones computed here from the affines;
+- --dataset mricron (ch2 + AAL): the preprocessed shape equals a float64 numpy reference;
+- the DiceCE loss of the first step (forward_check.pt) equals MONAI's DiceCELoss on the same
+  logits and labels; --amp bf16 gives the float32 run's batch and nearly its logits and loss;
+- --amp fp16: the GradScaler (skipped non-finite step, backoff, growth, tracker) against torch's
+  own GradScaler, and --clip applied after unscaling (the clipped norm read back from AdamW's
+  first step);
 - bad arguments exit non-zero with an error naming the argument.
 """
 
@@ -16,6 +22,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import struct
 import subprocess
 import zlib
@@ -373,6 +380,223 @@ def test_validation_equals_monai_inference(tmp_path):
     np.testing.assert_allclose(cls, trainer_cls, atol=6e-4)  # the trainer prints 3 decimals
     mean = np.nanmean([np.nanmean(v) for v in per])
     assert abs(mean - trainer_mean) <= 6e-5, (mean, trainer_mean)
+
+
+def test_mricron_dataset(tmp_path):
+    # --dataset mricron: the preprocessed shape against a float64 numpy reference. ch2 and AAL are
+    # 1 mm voxels on RAS axes, so Spacing to an integer pixdim p (MONAI keeps the first voxel's
+    # centre) samples input voxel p * o exactly: the resampled image is ch2[::p, ::p, ::p];
+    # ScaleIntensityRange(0, 255, clip) keeps > 0 exactly where ch2 > 0, so CropForeground's box is
+    # the box of ch2[::p, ::p, ::p] > 0, padded to the roi. (MONAI itself is no exact oracle here:
+    # at pixdim 3 its grid leaves 3e-15 in two voxels of a slice that is exactly 0, one slice more.)
+    nib = pytest.importorskip("nibabel")
+    templates = Path("/usr/share/mricron/templates")
+    if not all((templates / f).is_file() for f in ("ch2.nii.gz", "aal.nii.gz")):
+        pytest.skip("mricron-data not installed (apt-get install mricron-data)")
+    ch2, aal = nib.load(templates / "ch2.nii.gz"), nib.load(templates / "aal.nii.gz")
+    for img in (ch2, aal):  # the reference's premise
+        np.testing.assert_array_equal(img.affine[:3, :3], np.eye(3))
+    np.testing.assert_array_equal(ch2.affine, aal.affine)
+    data = np.asarray(ch2.dataobj, np.float64)
+    p = 4
+    fg = np.nonzero(data[::p, ::p, ::p] > 0)
+    expect = tuple(max(32, int(a.max() - a.min() + 1)) for a in fg)
+    out = tmp_path / "out"
+    r = run(["--device", "cpu", "--threads", "2", "--dataset", "mricron", "--pixdim", str(p), "--roi", "32",
+             "--feature-size", "12", "--num-samples", "1", "--steps", "1", "--val-every", "1",
+             "--log-every", "1", "--sw-batch-size", "8", "--out", str(out), "--no-checkpoint-files"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("  train "))
+    f = line.split()
+    assert f[1] == "ch2:" and f[3] == "x".join(map(str, data.shape)), line
+    assert tuple(int(v) for v in f[6].split("x")) == expect, (line, expect)
+    assert "7 classes" in r.stdout and "val: the training subject (not held out)" in r.stdout, r.stdout
+    import re
+
+    m = re.search(r"validation step 1: mean Dice ([0-9.]+) \(per class: ([^)]*)\)", r.stdout)
+    assert m, r.stdout
+    per = m.group(2).split()
+    assert len(per) == 6 and all(v == "-" or 0.0 <= float(v) <= 1.0 for v in per), per
+    rows = read_csv(out / "train.csv")
+    assert len(rows) == 1 and np.isfinite(float(rows[0]["loss"]))
+    assert 0.0 <= float(rows[0]["val_dice"]) <= 1.0
+    for name in ("training_curve.png", "validation.png"):
+        read_png(out / name)
+
+
+# ---------------------------------------------------------------- the loss, AMP and clipping
+# Two 32^3 patches per step (the loss's batch mean is exercised) from 32^3 phantoms (one window
+# per validation).
+SMALL = [*TINY, "--phantom-size", "32", "--phantom-train", "2", "--num-samples", "2"]
+
+
+@pytest.fixture(scope="module")
+def first_steps(tmp_path_factory):
+    """The same seed in float32 (1 step) and bf16 autocast (2 steps), with forward_check.pt's
+    first-step tensors."""
+    outs = {}
+    for amp, steps in (("off", 1), ("bf16", 2)):
+        out = tmp_path_factory.mktemp(f"amp_{amp}")
+        r = run([*SMALL, "--dataset", "phantom", "--amp", amp, "--steps", str(steps), "--val-every", str(steps),
+                 "--log-every", "1", "--lr", "2e-3", "--seed", "4", "--check-forward", "--no-checkpoint-files",
+                 "--out", str(out)])
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"amp {amp}," in r.stdout, r.stdout
+        outs[amp] = (out, torch.load(out / "forward_check.pt"), read_csv(out / "train.csv"))
+    return outs
+
+
+def test_dice_ce_equals_monai(first_steps):
+    # The trainer's DiceCE (its own code, on the float32 logits) against MONAI's
+    # DiceCELoss(to_onehot_y=True, softmax=True) on the same logits and labels, in float64:
+    # rtol 1e-5 covers float32 sums over 2 x 32^3 voxels (measured: 1.4e-7).
+    losses = pytest.importorskip("monai.losses")
+    dice_ce = losses.DiceCELoss(to_onehot_y=True, softmax=True)
+    for amp, (out, check, rows) in first_steps.items():
+        logits, label, loss = check["first_logits"], check["first_label"], check["first_loss"]
+        assert int(check["first_step"][0]) == 1
+        assert logits.dtype == (torch.bfloat16 if amp == "bf16" else torch.float32)
+        assert logits.shape == (2, 3, 32, 32, 32) and label.shape == (2, 1, 32, 32, 32)
+        assert torch.isfinite(logits).all() and label.dtype == torch.uint8
+        for b in range(2):  # every patch has foreground: the Dice term is not trivial
+            assert len(torch.unique(label[b])) >= 2
+        ref = dice_ce(logits.double(), label.long())
+        assert loss.dtype == torch.float32 and loss.shape == ()
+        torch.testing.assert_close(loss.double(), ref, rtol=1e-5, atol=0)
+        assert abs(float(rows[0]["loss"]) - float(loss)) <= 5e-7 + 1e-6 * abs(float(loss))  # the CSV's %.6f
+
+
+def test_bf16_autocast(first_steps):
+    # --amp bf16 on the CPU: the same batch as float32 (the draws do not depend on AMP), logits
+    # within bf16's rounding of the float32 ones (8-bit mantissa, ~0.4% per op through ~20 layers:
+    # 3% of the largest logit; measured 0.8%), the first loss within 1% (measured 1e-4); finite
+    # losses and no gradient scaler.
+    _, f32, _ = first_steps["off"]
+    out, bf, rows = first_steps["bf16"]
+    assert torch.equal(bf["first_label"], f32["first_label"])
+    ref = f32["first_logits"]
+    diff = (bf["first_logits"].float() - ref).abs().max()
+    assert diff <= 0.03 * ref.abs().max(), (diff, ref.abs().max())
+    torch.testing.assert_close(bf["first_loss"], f32["first_loss"], rtol=1e-2, atol=0)
+    assert [int(r["step"]) for r in rows] == [1, 2]
+    assert all(np.isfinite(float(r["loss"])) and float(r["scale"]) == 1.0 for r in rows)
+    assert 0.0 <= float(rows[-1]["val_dice"]) <= 1.0
+
+
+def grad_scaler_reference(scale: float, tracker: int, found_inf: list[bool]) -> tuple[list[float], int]:
+    """torch.amp.GradScaler with the trainer's constants (growth 2, backoff 0.5, interval 2000),
+    started from (scale, tracker): the scale after each step of `found_inf`, and the final growth
+    tracker. Non-finite steps are made with an inf gradient on a dummy parameter."""
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=0.0)
+    gs = torch.amp.GradScaler("cpu", init_scale=scale, growth_factor=2.0, backoff_factor=0.5,
+                              growth_interval=2000)
+    gs.load_state_dict({"scale": scale, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000,
+                        "_growth_tracker": tracker})
+    scales = []
+    for inf in found_inf:
+        gs.scale(torch.ones(()))  # creates the scale tensor from the loaded state
+        p.grad = torch.full((1,), float("inf") if inf else 1.0)
+        gs.step(opt)
+        gs.update()
+        scales.append(gs.get_scale())
+    return scales, int(gs.state_dict()["_growth_tracker"])
+
+
+def adamw_steps(state: dict) -> set[int]:
+    return {int(v[0]) for k, v in state.items() if k.startswith("adamw.") and k.endswith(".step")}
+
+
+FP16 = [*TINY, "--phantom-size", "32", "--phantom-train", "2", "--dataset", "phantom", "--amp", "fp16",
+        "--lr", "2e-3", "--weight-decay", "0", "--log-every", "1", "--seed", "6"]
+CLIP = 1e-8
+
+
+@pytest.fixture(scope="module")
+def fp16_run(tmp_path_factory):
+    """One fp16 step (scale 65536) with --clip 1e-8 and weight decay 0 from known weights (a
+    MONAI SwinUNETR's); its checkpoint and train_state.pt are the start of the resumed runs."""
+    monai_nets = pytest.importorskip("monai.networks.nets")
+    root = tmp_path_factory.mktemp("fp16")
+    torch.manual_seed(11)
+    init = dict(monai_nets.SwinUNETR(in_channels=1, out_channels=3, feature_size=12).state_dict())
+    torch.save(init, root / "init.pt")
+    out = root / "first"
+    r = run([*FP16, "--clip", str(CLIP), "--steps", "1", "--val-every", "1", "--init", str(root / "init.pt"),
+             "--out", str(out)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "amp fp16," in r.stdout, r.stdout
+    return init, out
+
+
+def test_fp16_clip_after_unscaling(fp16_run):
+    # AdamW's first step (LibTorch: betas 0.9, 0.999, eps 1e-8) stores exp_avg = 0.1 g and moves a
+    # weight by -lr g / (|g| + eps) (weight decay 0), g the gradient after unscaling and clipping;
+    # both give the clipped gradient back. clip_grad_norm_ scales to norm C N / (N + 1e-6) for an
+    # unclipped norm N: C within 1e-3 for N > 1e-3. Clipping before unscaling would leave
+    # C / 65536, no clipping the full gradient. The weights give g through a float32 difference
+    # (1e-2: the largest moves are 3e-4 against weights of ~0.1-1).
+    init, out = fp16_run
+    rows = read_csv(out / "train.csv")
+    state = torch.load(out / "train_state.pt")
+    ckpt = torch.load(out / "checkpoint.pt")
+    assert adamw_steps(state) == {1}, "the first fp16 step was skipped (found_inf at scale 65536)"
+    scales, tracker = grad_scaler_reference(65536.0, 0, [False])
+    assert float(rows[0]["scale"]) == pytest.approx(scales[0], rel=1e-6)
+    assert float(state["scale"][0]) == scales[0] and int(state["growth_tracker"][0]) == tracker
+    assert np.isfinite(float(rows[0]["loss"]))
+    lr, eps = 2e-3, 1e-8
+    from_state, from_weights, moved = 0.0, 0.0, 0
+    for k, w in ckpt.items():
+        if not w.is_floating_point():
+            continue
+        ea = state.get(f"adamw.{k}.exp_avg")
+        if ea is not None:
+            from_state += float(((ea.double() / 0.1) ** 2).sum())
+        d = w.double() - init[k].double()
+        assert float(d.abs().max()) < lr, k
+        from_weights += float(((eps * d / (lr - d.abs())) ** 2).sum())
+        moved += int((d != 0).sum())
+    assert moved > 0
+    assert from_state ** 0.5 == pytest.approx(CLIP, rel=1e-3)
+    assert from_weights ** 0.5 == pytest.approx(CLIP, rel=1e-2)
+
+
+@pytest.mark.parametrize("start_scale, skipped", [(3e38, True), (8.0, False)])
+def test_fp16_grad_scaler(fp16_run, tmp_path, start_scale, skipped):
+    # The scaler state of the first run's train_state.pt replaced, then --resume for one fp16 step
+    # (--clip 1): at 3e38 the scaled loss (~2 x 3e38) overflows float32, so the step must be
+    # skipped (weights and AdamW state unchanged) and the scale back off; at 8 the step is taken
+    # and, with the growth tracker at 1999 of 2000, the scale grows. Whether the step was taken
+    # is read from AdamW's step counts; the scale and tracker are then compared with torch's own
+    # GradScaler from the same state.
+    init, first = fp16_run
+    out = tmp_path / "resumed"
+    shutil.copytree(first, out)
+    state = torch.load(out / "train_state.pt")
+    state["scale"] = torch.tensor([start_scale], dtype=torch.float32)
+    state["growth_tracker"] = torch.tensor([1999], dtype=torch.int32)
+    torch.save(dict(state), out / "train_state.pt")
+    r = run([*FP16, "--clip", "1", "--steps", "2", "--val-every", "2", "--resume", str(out), "--out", str(out)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = read_csv(out / "train.csv")
+    after = torch.load(out / "train_state.pt")
+    taken = adamw_steps(after)
+    assert taken == ({1} if skipped else {2}), taken
+    scales, tracker = grad_scaler_reference(float(torch.tensor(start_scale, dtype=torch.float32)), 1999, [skipped])
+    assert [int(r["step"]) for r in rows] == [1, 2]
+    assert float(rows[1]["scale"]) == pytest.approx(scales[0], rel=1e-5)  # CSV: %g
+    assert float(after["scale"][0]) == pytest.approx(scales[0], rel=1e-7)
+    assert int(after["growth_tracker"][0]) == tracker
+    assert np.isfinite(float(rows[1]["loss"]))  # the loss is logged unscaled
+    a, b = torch.load(first / "checkpoint.pt"), torch.load(out / "checkpoint.pt")
+    same = all(torch.equal(a[k], b[k]) for k in a)
+    assert same == skipped
+    if skipped:  # the same weights validate to the same Dice
+        assert rows[1]["val_dice"] == rows[0]["val_dice"]
+        for k, v in state.items():
+            if k.startswith("adamw."):
+                assert torch.equal(after[k], v), k
 
 
 @pytest.mark.parametrize(

@@ -4,17 +4,21 @@ PNG files, a checkpoint that loads strictly into a fresh MONAI SwinUNETR), and t
 pipeline's batch has MONAI's semantics where that can be checked exactly: the deterministic
 preprocessing equals MONAI's, and the patches equal MONAI's SpatialCrop at the same centres
 (probabilities 0), flipped on every axis by torch.flip (flip probability 1), shifted by one
-constant per patch within the offsets (shift probability 1).
+constant per patch within the offsets (shift probability 1). The msd data set
+(pipelines.msd_subjects) on a tiny MSD directory written here: the lists and the held-out split,
+the volumes as stored, both pipelines' preprocessing equal (MONAI's as the reference) with the
+shapes computed here from the affines, and a one-step training run.
 
 Tiny configuration (SwinUNETR F=12, one 32x32x64 patch per step, 4-5 steps per run): the file
-took 59 s on the 2-core development host while it was shared (load average ~2.5). The torchrun
-(DDP, gloo) test needs VOXAUG_TEST_TORCHRUN=1: two more processes starting torch and MONAI do
-not fit CI's budget (45 s alone).
+took 63 s on the 2-core development host while it was shared (load average ~2.5; the msd tests
+7 s of it). The torchrun (DDP, gloo) test needs VOXAUG_TEST_TORCHRUN=1: two more processes
+starting torch and MONAI do not fit CI's budget (45 s alone).
 """
 from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import os
 import shutil
 import struct
@@ -227,6 +231,116 @@ def test_heavy_chain_both_pipelines(P, subjects, monkeypatch):
         assert not torch.equal(hi, bi) and not torch.equal(hl, bl)
         # Noise std 0.1 on [0, 1] data: values leave [0, 1] only through the noise and the shift.
         assert float(hi.std()) > 0.05
+
+
+# ---------------------------------------------------------------- msd data set
+# Voxel axes (i -> A, j -> -R, k -> S), spacings 2.0, 1.0, 2.5 mm: Orientation permutes and flips,
+# Spacing resamples every axis. CT-like values above a_min everywhere: CropForeground keeps all.
+MSD_AFFINE = np.array([[0.0, -1.0, 0.0, 40.0], [2.0, 0.0, 0.0, -20.0], [0.0, 0.0, 2.5, 5.0], [0.0, 0.0, 0.0, 1.0]])
+MSD_SHAPES = [(20, 52, 30), (18, 44, 34), (22, 48, 26), (20, 40, 28), (16, 50, 32)]
+
+
+def _write_msd(root: Path, n: int, validation: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    """n cases case0..n-1 (the last `validation` of them in a "validation" list, else all in
+    "training"), 3 classes; returns the (image, label) arrays as written."""
+    nib = pytest.importorskip("nibabel")
+    (root / "imagesTr").mkdir(parents=True)
+    (root / "labelsTr").mkdir()
+    rng = np.random.default_rng(0)
+    entries, arrays = [], []
+    for c in range(n):
+        shape = MSD_SHAPES[c]
+        image = (40.0 + 20.0 * rng.standard_normal(shape)).astype(np.float32)
+        ii, jj, kk = np.meshgrid(*[np.arange(v) for v in shape], indexing="ij")
+        label = np.zeros(shape, np.uint8)
+        label[(ii - shape[0] / 2) ** 2 / 25 + (jj - shape[1] / 3) ** 2 / 64 + (kk - shape[2] / 2) ** 2 / 36 < 1] = 1
+        label[(ii - shape[0] / 2) ** 2 / 16 + (jj - 2 * shape[1] / 3) ** 2 / 49 + (kk - shape[2] / 2) ** 2 / 25 < 1] = 2
+        image[label == 1] += 60
+        image[label == 2] -= 60
+        nib.save(nib.Nifti1Image(image, MSD_AFFINE), root / "imagesTr" / f"case{c}.nii.gz")
+        nib.save(nib.Nifti1Image(label, MSD_AFFINE), root / "labelsTr" / f"case{c}.nii.gz")
+        entries.append({"image": f"./imagesTr/case{c}.nii.gz", "label": f"./labelsTr/case{c}.nii.gz"})
+        arrays.append((image, label))
+    js = {"name": "tiny", "labels": {"0": "background", "1": "a", "2": "b"}, "training": entries[:n - validation]}
+    if validation:
+        js["validation"] = entries[n - validation:]
+    (root / "dataset.json").write_text(json.dumps(js))
+    return arrays
+
+
+def test_msd_subjects(P, tmp_path):
+    # The lists: without "validation" the last 20% (at least one) is held out, the limits keep the
+    # first cases of each list; with "validation" that list. Each volume as nibabel reads it
+    # (channel first), with the file's affine.
+    arrays = _write_msd(tmp_path / "five", 5)
+    tr, va = P.msd_subjects(tmp_path / "five", torch.device("cpu"), 0, 0)
+    assert [s["name"] for s in tr] == [f"case{c}.nii.gz" for c in range(4)]
+    assert [s["name"] for s in va] == ["case4.nii.gz"]
+    for c, s in enumerate(tr + va):
+        image, label = arrays[c]
+        assert s["image"].dtype == torch.float32 and s["label"].dtype == torch.uint8
+        assert torch.equal(s["image"].as_tensor(), torch.from_numpy(image)[None])
+        assert torch.equal(s["label"].as_tensor(), torch.from_numpy(label)[None])
+        np.testing.assert_allclose(s["image"].affine.numpy(), MSD_AFFINE)
+    tr, va = P.msd_subjects(tmp_path / "five", torch.device("cpu"), 2, 1)
+    assert [s["name"] for s in tr] == ["case0.nii.gz", "case1.nii.gz"] and [s["name"] for s in va] == ["case4.nii.gz"]
+    _write_msd(tmp_path / "listed", 3, validation=2)
+    tr, va = P.msd_subjects(tmp_path / "listed", torch.device("cpu"), 0, 0)
+    assert [s["name"] for s in tr] == ["case0.nii.gz"]
+    assert [s["name"] for s in va] == ["case1.nii.gz", "case2.nii.gz"]
+    with pytest.raises(FileNotFoundError, match="--data-dir"):
+        P.msd_subjects(tmp_path / "none", torch.device("cpu"), 0, 0)
+
+
+def test_msd_preprocessing_equals_monai(P, tmp_path):
+    # Both pipelines' deterministic part on the msd volumes: voxaug's equals MONAI's (images to
+    # 1e-5: both interpolate in float32, here at non-grid positions; labels exactly, except where
+    # a nearest-neighbour source lies half-way between two voxels: MONAI's float32 grid breaks
+    # those ties by rounding error), and the shapes equal MONAI's compute_shape_offset rule
+    # evaluated here from the affine: RAS R <- j (1.0 mm), A <- i (2.0 mm), S <- k (2.5 mm);
+    # round((n - 1) * spacing / pixdim + 1), then padded to the roi.
+    _write_msd(tmp_path / "msd", 3)
+    tr, va = P.msd_subjects(tmp_path / "msd", torch.device("cpu"), 0, 0)
+    cfg = P.AugConfig(roi=(32, 32, 64), num_samples=1)
+    v = P.VoxaugPipeline(tr, va, cfg, torch.device("cpu"), seed=0, order_seed=1)
+    m = P.MonaiPipeline(tr, va, cfg, torch.device("cpu"), seed=0, order_seed=1, steps=1)
+    assert len(v.cache) == 2 and len(v.val_items) == 1
+    for c, (vi, vl), (mi, ml) in zip((2,), v.val_items, m.val_items):
+        i, j, k = MSD_SHAPES[c]
+        ras = [(j, 1.0), (i, 2.0), (k, 2.5)]
+        spaced = [int(np.round((n - 1) * sp / p + 1)) for (n, sp), p in zip(ras, P.PIXDIM)]
+        expect = tuple(max(r, n) for n, r in zip(spaced, cfg.roi))
+        assert tuple(vi.shape) == tuple(mi.shape) == (1, 1, *expect), (vi.shape, mi.shape, expect)
+        torch.testing.assert_close(vi.float(), mi.float(), atol=1e-5, rtol=0)
+        # Output index o (after SpatialPad's (roi - n) // 2 in front) samples source index
+        # o * pixdim / spacing on each axis (CropForeground keeps everything): a tie at .5.
+        tie = np.zeros(expect, bool)
+        for a, ((_, sp), p, n) in enumerate(zip(ras, P.PIXDIM, spaced)):
+            src = (np.arange(expect[a]) - (expect[a] - n) // 2) * p / sp
+            shape = [1, 1, 1]
+            shape[a] = -1
+            tie |= np.isclose(src % 1.0, 0.5).reshape(shape)
+        assert 0 < tie.mean() < 0.75
+        same = torch.from_numpy(~tie)
+        assert torch.equal(vl[0, 0].long()[same], ml[0, 0].long()[same])
+        assert set(torch.unique(vl[0, 0][same].long()).tolist()) == {0, 1, 2}
+
+
+def test_msd_dataset_trains(train, tmp_path):
+    _write_msd(tmp_path / "msd", 3)
+    out = tmp_path / "out"
+    s = train.main(TINY + ["--dataset", "msd", "--data-dir", str(tmp_path / "msd"), "--num-classes", "3",
+                           "--steps", "1", "--val-every", "1", "--seed", "0", "--out", str(out)])
+    rows = _rows(out)
+    assert len(rows) == 1 and np.isfinite(float(rows[0]["loss"]))
+    assert 0.0 <= float(rows[0]["val_dice"]) <= 1.0
+    assert s["dataset"] == "msd" and s["steps"] == 1 and s["best_step"] == 1
+    for name in ("training_curve.png", "validation.png"):
+        _png_ok(out / name)
+    from monai.networks.nets import SwinUNETR
+
+    SwinUNETR(in_channels=1, out_channels=3, feature_size=12).load_state_dict(
+        torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=True), strict=True)
 
 
 # ---------------------------------------------------------------- torchrun (DDP, gloo)
