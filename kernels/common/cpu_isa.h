@@ -6,11 +6,20 @@
 
 namespace voxaug::detail {
 
+// no-tree-loop-distribute-patterns: GCC would otherwise turn short tile / row copy and zeroing
+// loops into memcpy / memset calls (or rep movs), which made every chain about 2x slower on
+// Zen 4 (a plain shift: 5.0 -> 2.5 ms per 1x160x224x224 float32 volume on one core) and the
+// filter's rows likewise; the inline vector copies round nothing, so the results are unchanged.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define VOXAUG_TARGET_AVX2 __attribute__((target("avx2")))
-#define VOXAUG_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+#define VOXAUG_TARGET_BASELINE __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#define VOXAUG_TARGET_AVX2 \
+  __attribute__((target("avx2"), optimize("no-tree-loop-distribute-patterns")))
+#define VOXAUG_TARGET_AVX512                                   \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"), \
+                 optimize("no-tree-loop-distribute-patterns")))
 #define VOXAUG_CPU_CLONES 1
 #else
+#define VOXAUG_TARGET_BASELINE
 #define VOXAUG_TARGET_AVX2
 #define VOXAUG_TARGET_AVX512
 #define VOXAUG_CPU_CLONES 0

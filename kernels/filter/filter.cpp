@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../common/cpu_isa.h"
 #include "../common/launch_cpu.h"
 #include "voxaug/detail/filter.h"
 #include "voxaug/error.h"
@@ -73,7 +74,11 @@ void load_row(const void* base, DType t, int64_t off, int64_t stride, int64_t cn
 }
 template <class T, class Acc>
 void store_row_typed(const Acc* v, int64_t cnt, T* dst, int64_t stride) {
-  for (int64_t j = 0; j < cnt; ++j) dst[j * stride] = store_as<T>(v[j]);
+  if (stride == 1) {
+    for (int64_t j = 0; j < cnt; ++j) dst[j] = store_as<T>(v[j]);
+  } else {
+    for (int64_t j = 0; j < cnt; ++j) dst[j * stride] = store_as<T>(v[j]);
+  }
 }
 template <class Acc>
 void store_row(const Acc* v, int64_t cnt, void* base, DType t, int64_t off, int64_t stride) {
@@ -100,14 +105,16 @@ void store_row(const Acc* v, int64_t cnt, void* base, DType t, int64_t off, int6
 // (vectorised); along W the run's input span is gathered once and each tap adds a shifted
 // slice. For every output voxel the terms are the ones filter_point takes, in its order.
 template <class Acc>
-void cpu_items(const FilterForward<Acc>& f, typename FilterForward<Acc>::State& st, int64_t n,
-               int64_t begin, int64_t end) {
+VOXAUG_FORCEINLINE void cpu_items_body(const FilterForward<Acc>& f,
+                                       typename FilterForward<Acc>::State& st, int64_t n,
+                                       int64_t begin, int64_t end) {
   const FilterPass& p = f.p;
   const int64_t D = p.shape[2], H = p.shape[3], W = p.shape[4];
   const int64_t* ss = p.src_strides;
   const int64_t* ds = p.dst_strides;
   const int R = st.radius;
   constexpr int64_t kRun = 256;
+  constexpr DType native = std::is_same_v<Acc, double> ? DType::Float64 : DType::Float32;
   alignas(64) Acc acc[kRun];
   thread_local std::vector<Acc> buf;
   if (static_cast<int64_t>(buf.size()) < std::max<int64_t>(kRun, std::min(W, kRun + 2 * R)))
@@ -140,19 +147,65 @@ void cpu_items(const FilterForward<Acc>& f, typename FilterForward<Acc>::State& 
       const int64_t ia = p.axis == 0 ? d : h, L = p.axis == 0 ? D : H;
       const int64_t k0 = ia < R ? R - ia : 0;
       const int64_t k1 = ia + R >= L ? R + (L - 1 - ia) : 2 * int64_t(R);
+      // Rows already in the compute type and contiguous are read in place (no copy).
+      const bool direct = p.src_dtype == native && ss[4] == 1;
       for (int64_t k = k0; k <= k1; ++k) {
         const int64_t pos = ia - R + k;
         const int64_t off =
             src_nc + (p.axis == 0 ? pos * ss[2] + h * ss[3] : d * ss[2] + pos * ss[3]) + w0 * ss[4];
-        load_row(p.src, p.src_dtype, off, ss[4], cnt, b);
+        const Acc* x = b;
+        if (direct) {
+          x = static_cast<const Acc*>(p.src) + off;
+        } else {
+          load_row(p.src, p.src_dtype, off, ss[4], cnt, b);
+        }
         const Acc tap = filter_tap<Acc>(p, st.row, static_cast<int>(k));
-        for (int64_t j = 0; j < cnt; ++j) acc[j] = fadd(acc[j], fmul(tap, b[j]));
+        for (int64_t j = 0; j < cnt; ++j) acc[j] = fadd(acc[j], fmul(tap, x[j]));
       }
     }
-    store_row(acc, cnt, p.dst, p.dst_dtype,
-              n * ds[0] + c * ds[1] + d * ds[2] + h * ds[3] + w0 * ds[4], ds[4]);
+    const int64_t dst_off = n * ds[0] + c * ds[1] + d * ds[2] + h * ds[3] + w0 * ds[4];
+    if (p.dst_dtype == native && ds[4] == 1) {  // the passes' own buffers, float outputs
+      Acc* y = static_cast<Acc*>(p.dst) + dst_off;
+      for (int64_t j = 0; j < cnt; ++j) y[j] = acc[j];
+    } else {
+      store_row(acc, cnt, p.dst, p.dst_dtype, dst_off, ds[4]);
+    }
     i += cnt;
   }
+}
+
+// cpu_items_body in instruction-set clones (cpu_isa.h): wider vectors, the same bits.
+template <class Acc>
+VOXAUG_TARGET_BASELINE void cpu_items_baseline(const FilterForward<Acc>& f, typename FilterForward<Acc>::State& st,
+                        int64_t n, int64_t begin, int64_t end) {
+  cpu_items_body(f, st, n, begin, end);
+}
+#if VOXAUG_CPU_CLONES
+template <class Acc>
+VOXAUG_TARGET_AVX2 void cpu_items_avx2(const FilterForward<Acc>& f,
+                                       typename FilterForward<Acc>::State& st, int64_t n,
+                                       int64_t begin, int64_t end) {
+  cpu_items_body(f, st, n, begin, end);
+}
+template <class Acc>
+VOXAUG_TARGET_AVX512 void cpu_items_avx512(const FilterForward<Acc>& f,
+                                           typename FilterForward<Acc>::State& st, int64_t n,
+                                           int64_t begin, int64_t end) {
+  cpu_items_body(f, st, n, begin, end);
+}
+#endif
+
+template <class Acc>
+void cpu_items(const FilterForward<Acc>& f, typename FilterForward<Acc>::State& st, int64_t n,
+               int64_t begin, int64_t end) {
+#if VOXAUG_CPU_CLONES
+  switch (cpu_isa()) {
+    case CpuIsa::Avx512: cpu_items_avx512(f, st, n, begin, end); return;
+    case CpuIsa::Avx2: cpu_items_avx2(f, st, n, begin, end); return;
+    default: break;
+  }
+#endif
+  cpu_items_baseline(f, st, n, begin, end);
 }
 
 }  // namespace detail

@@ -317,54 +317,37 @@ VOXAUG_FORCEINLINE void cpu_backward_items(const ChainBackward<T, Acc>& f, Chain
       });
 }
 
-// no-tree-loop-distribute-patterns: GCC would otherwise turn the tiles' load and store loops
-// into 1 KiB memcpy calls, which made every chain about 2x slower on Zen 4 (a plain shift: 5.0
-// -> 2.5 ms per 1x160x224x224 float32 volume on one core); the inline vector copies round
-// nothing, so the results are unchanged.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define VOXAUG_CHAIN_BASELINE __attribute__((optimize("no-tree-loop-distribute-patterns")))
-#define VOXAUG_CHAIN_AVX2 \
-  __attribute__((target("avx2"), optimize("no-tree-loop-distribute-patterns")))
-#define VOXAUG_CHAIN_AVX512                                   \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"), \
-                 optimize("no-tree-loop-distribute-patterns")))
-#else
-#define VOXAUG_CHAIN_BASELINE
-#define VOXAUG_CHAIN_AVX2
-#define VOXAUG_CHAIN_AVX512
-#endif
-
 // Each clone inlines the whole tile loop, so the loops are compiled for its instruction set.
 template <class TIn, class TOut, class Acc>
-VOXAUG_CHAIN_BASELINE void forward_items_baseline(const ChainForward<TIn, TOut, Acc>& f,
+VOXAUG_TARGET_BASELINE void forward_items_baseline(const ChainForward<TIn, TOut, Acc>& f,
                                                    ChainState<Acc>& st, int64_t n, int64_t b,
                                                    int64_t e) {
   cpu_forward_items(f, st, n, b, e);
 }
 template <class TIn, class TOut, class Acc>
-VOXAUG_CHAIN_AVX2 void forward_items_avx2(const ChainForward<TIn, TOut, Acc>& f,
+VOXAUG_TARGET_AVX2 void forward_items_avx2(const ChainForward<TIn, TOut, Acc>& f,
                                            ChainState<Acc>& st, int64_t n, int64_t b, int64_t e) {
   cpu_forward_items(f, st, n, b, e);
 }
 template <class TIn, class TOut, class Acc>
-VOXAUG_CHAIN_AVX512 void forward_items_avx512(const ChainForward<TIn, TOut, Acc>& f,
+VOXAUG_TARGET_AVX512 void forward_items_avx512(const ChainForward<TIn, TOut, Acc>& f,
                                                ChainState<Acc>& st, int64_t n, int64_t b,
                                                int64_t e) {
   cpu_forward_items(f, st, n, b, e);
 }
 template <class T, class Acc>
-VOXAUG_CHAIN_BASELINE void backward_items_baseline(const ChainBackward<T, Acc>& f,
+VOXAUG_TARGET_BASELINE void backward_items_baseline(const ChainBackward<T, Acc>& f,
                                                     ChainState<Acc>& st, int64_t n, int64_t b,
                                                     int64_t e) {
   cpu_backward_items(f, st, n, b, e);
 }
 template <class T, class Acc>
-VOXAUG_CHAIN_AVX2 void backward_items_avx2(const ChainBackward<T, Acc>& f, ChainState<Acc>& st,
+VOXAUG_TARGET_AVX2 void backward_items_avx2(const ChainBackward<T, Acc>& f, ChainState<Acc>& st,
                                             int64_t n, int64_t b, int64_t e) {
   cpu_backward_items(f, st, n, b, e);
 }
 template <class T, class Acc>
-VOXAUG_CHAIN_AVX512 void backward_items_avx512(const ChainBackward<T, Acc>& f, ChainState<Acc>& st,
+VOXAUG_TARGET_AVX512 void backward_items_avx512(const ChainBackward<T, Acc>& f, ChainState<Acc>& st,
                                                 int64_t n, int64_t b, int64_t e) {
   cpu_backward_items(f, st, n, b, e);
 }

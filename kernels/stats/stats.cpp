@@ -78,7 +78,7 @@ VOXAUG_FORCEINLINE Moments chunk_body(const T* data, const StatSegments& sg, int
 
 // chunk_body in instruction-set clones (cpu_isa.h): wider vectors, the same bits.
 template <bool kNonzero, class T>
-Moments chunk_baseline(const T* data, const StatSegments& sg, int64_t seg, int64_t begin) {
+VOXAUG_TARGET_BASELINE Moments chunk_baseline(const T* data, const StatSegments& sg, int64_t seg, int64_t begin) {
   return chunk_body<kNonzero>(data, sg, seg, begin);
 }
 #if VOXAUG_CPU_CLONES
