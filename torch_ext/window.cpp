@@ -128,12 +128,29 @@ void check_float(const at::Tensor& t, const char* arg) {
                     t.scalar_type());
 }
 
+// MONAI pads an image smaller than the roi with torch.nn.functional.pad(mode, value=cval),
+// which refuses a non-zero value for the reflect / replicate / circular modes: so does voxaug,
+// rather than ignore the value.
+void check_cval(const WindowLayout& l, WindowPad pad, double cval) {
+  const bool pads =
+      l.padded[0] != l.size[0] || l.padded[1] != l.size[1] || l.padded[2] != l.size[2];
+  TORCH_CHECK_VALUE(
+      !pads || pad == WindowPad::Constant || cval == 0.0,
+      "cval: the image is smaller than the roi and padding_mode ",
+      pad == WindowPad::Reflect     ? "reflect"
+      : pad == WindowPad::Replicate ? "replicate"
+                                    : "circular",
+      " takes no fill value (MONAI / torch.nn.functional.pad refuse one), got cval = ", cval,
+      "; use padding_mode constant or cval 0");
+}
+
 void gather_into(const at::Tensor& image, const at::Tensor& out, const WindowLayout& l,
                  int64_t first_window, int64_t padding_mode, double cval) {
   check_5d(image, "image");
   check_5d(out, "out");
   check_float(image, "image");
   const WindowPad pad = pad_mode(padding_mode);
+  check_cval(l, pad, cval);
   const c10::DeviceGuard guard(image.device());
   call_core([&] {
     window_gather(to_view(image, "image"), l, first_window, pad, cval, to_view(out, "out"),
@@ -381,6 +398,7 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
       device_tensor({std::min(sw_batch_size, total), inputs.size(1), l.roi[0], l.roi[1], l.roi[2]},
                     win_t, inputs.device(), false);
   const VolumeView in_view = to_view(inputs, "inputs");
+  check_cval(l, o.padding_mode, o.cval);
   at::Tensor acc;
   const int64_t batches = (total + sw_batch_size - 1) / sw_batch_size;
   for (int64_t b = 0, first = 0; first < total; ++b, first += sw_batch_size) {

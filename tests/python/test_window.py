@@ -502,3 +502,21 @@ def test_process_fn_bad_arguments():
                                  process_fn=lambda o, w, m: (o, m.expand(2, 1, 4, 4, 4)))
     with pytest.raises(ValueError, match="changed the window shape"):
         sliding_window_inference(x, (4, 4, 4), 2, _identity, process_fn=lambda o, w, m: ([o[0][:, :, :2]], m))
+
+
+@pytest.mark.parametrize("padding_mode", ["reflect", "replicate", "circular"])
+def test_cval_with_a_padding_mode_that_takes_none_fails_as_monai(padding_mode):
+    """MONAI pads an image smaller than the roi with F.pad(mode, value=cval), which refuses a
+    non-zero value for these modes; voxaug refuses it too (a ValueError naming cval) instead of
+    ignoring it. An image that needs no padding takes any cval in both."""
+    small = torch.rand(1, 1, 7, 15, 8)
+    with pytest.raises(Exception, match="value"):
+        monai_inferers.sliding_window_inference(small, (10, 6, 12), 2, _identity, padding_mode=padding_mode,
+                                                cval=0.75)
+    with pytest.raises(ValueError, match="cval"):
+        sliding_window_inference(small, (10, 6, 12), 2, _identity, padding_mode=padding_mode, cval=0.75)
+    big = torch.rand(1, 1, 12, 15, 13)
+    want = monai_inferers.sliding_window_inference(big, (10, 6, 12), 2, _identity, padding_mode=padding_mode,
+                                                   cval=0.75)
+    got = sliding_window_inference(big, (10, 6, 12), 2, _identity, padding_mode=padding_mode, cval=0.75)
+    assert torch.equal(got, torch.as_tensor(want))

@@ -508,16 +508,18 @@ std::vector<OptionCase> option_cases() {
   c.sigma_scale = {0.05, 0.2, 0.5};
   v.push_back(c);
   // roi larger than the image on d (odd difference) and w (even), smaller on h.
+  // cval fills constant padding only (MONAI: F.pad refuses a value for the other modes; so does
+  // voxaug: SlidingWindowCvalOnlyWithConstantPadding).
   for (auto [pad, name] : {std::pair{voxaug::WindowPad::Constant, "ConstantCval"},
-                           std::pair{voxaug::WindowPad::Reflect, "ReflectCvalIgnored"},
-                           std::pair{voxaug::WindowPad::Replicate, "ReplicateCvalIgnored"},
-                           std::pair{voxaug::WindowPad::Circular, "CircularCvalIgnored"}}) {
+                           std::pair{voxaug::WindowPad::Reflect, "Reflect"},
+                           std::pair{voxaug::WindowPad::Replicate, "Replicate"},
+                           std::pair{voxaug::WindowPad::Circular, "Circular"}}) {
     for (bool gaussian : {false, true}) {
       c = base_case(std::string(name) + (gaussian ? "Gaussian" : "Constant"));
       c.shape = {2, 2, 7, 15, 8};
       c.roi = {10, 6, 12};
       c.pad = pad;
-      c.cval = 0.75;
+      c.cval = pad == voxaug::WindowPad::Constant ? 0.75 : 0.0;
       c.mode = gaussian ? voxaug::BlendMode::Gaussian : voxaug::BlendMode::Constant;
       v.push_back(c);
     }
@@ -581,6 +583,26 @@ std::vector<OptionCase> option_cases() {
   c.progress = true;
   v.push_back(c);
   return v;
+}
+
+// A non-zero cval with a padding mode that takes none: refused when the image needs padding
+// (MONAI's torch.nn.functional.pad raises there), accepted when it does not (MONAI never pads).
+TEST(SlidingWindowTorch, SlidingWindowCvalOnlyWithConstantPadding) {
+  torch::NoGradGuard no_grad;
+  const Fn f = [](const torch::Tensor& t) { return t * 2.0; };
+  for (auto pad : {voxaug::WindowPad::Reflect, voxaug::WindowPad::Replicate,
+                   voxaug::WindowPad::Circular}) {
+    voxaug::SlidingWindowOptions o;
+    o.padding_mode = pad;
+    o.cval = 0.75;
+    const torch::Tensor small = torch::rand({1, 1, 7, 15, 8});
+    EXPECT_THROW(voxaug::sliding_window_inference(small, {10, 6, 12}, 2, f, o), c10::ValueError);
+    const torch::Tensor big = torch::rand({1, 1, 12, 15, 13});
+    const torch::Tensor y = voxaug::sliding_window_inference(big, {10, 6, 12}, 2, f, o);
+    EXPECT_TRUE(torch::allclose(y, big * 2.0, 1e-6, 1e-6));
+    o.cval = 0.0;
+    EXPECT_EQ(voxaug::sliding_window_inference(small, {10, 6, 12}, 2, f, o).sizes(), small.sizes());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(SlidingWindowTorch, SlidingWindowOptionsTest,
