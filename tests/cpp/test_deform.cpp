@@ -410,6 +410,41 @@ TEST(DeformCuda, TwinBitIdentical) {
   EXPECT_EQ(0, std::memcmp(fill_cpu.data(), ddense.to_host<float>(fo.numel()).data(),
                            fill_cpu.size() * sizeof(float)));
 }
+
+// The separable field (RandGridDistortion's per-axis tables): gather and dense field.
+TEST(DeformCuda, SeparableFieldTwinBitIdentical) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const Vol in{2, 2, 17, 12, 19}, out{2, 2, 15, 13, 21};
+  const auto src = random_vec<float>(in.numel(), 6, -4, 6);
+  const auto m = matrices_for(in.n, in, out, 23);
+  const int64_t L = 21;  // >= max(D', H', W')
+  const auto table = random_vec<float>(out.n * 3 * L, 10, -1.5, 1.5);
+  DeformField f;
+  f.kind = FieldKind::Separable;
+  f.field = contiguous_view(const_cast<float*>(table.data()), DType::Float32, Device::CPU, out.n,
+                            3, L, 1, 1);
+  std::vector<float> cpu(out.numel());
+  ResampleTarget t;
+  t.in = view(const_cast<float*>(src.data()), DType::Float32, in);
+  t.out = view(cpu.data(), DType::Float32, out);
+  t.padding = Padding::Border;
+  resample_deformed(&t, 1, m.data(), f, false);
+  const Vol fo{out.n, 3, out.d, out.h, out.w};
+  std::vector<float> dense_cpu(fo.numel());
+  deform_field_dense(f, view(dense_cpu.data(), DType::Float32, fo));
+  DeviceBuffer dsrc(src), dtable(table), dm(m), dout(out.numel() * sizeof(float)),
+      ddense(fo.numel() * sizeof(float));
+  t.in = view(dsrc.p, DType::Float32, in, Device::CUDA);
+  t.out = view(dout.p, DType::Float32, out, Device::CUDA);
+  f.field = contiguous_view(dtable.p, DType::Float32, Device::CUDA, out.n, 3, L, 1, 1);
+  resample_deformed(&t, 1, dm.as<double>(), f, false);
+  deform_field_dense(f, view(ddense.p, DType::Float32, fo, Device::CUDA));
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(0, std::memcmp(cpu.data(), dout.to_host<float>(cpu.size()).data(),
+                           cpu.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(dense_cpu.data(), ddense.to_host<float>(fo.numel()).data(),
+                           dense_cpu.size() * sizeof(float)));
+}
 #endif
 
 // The CUDA path's pre-contracted rows (kBSplineRowsKind, built by BSplineRowsForward) give the
