@@ -292,6 +292,29 @@ TEST(IntensityCuda, HistogramStdShiftFixedMeanTwinBitIdentical) {
     EXPECT_EQ(0, std::memcmp(cpu.data(), gpu.data(), in.size() * 2)) << "bf16 " << s.str();
   }
 }
+// The launcher's limits: more samples than a grid's y dimension (65535; samples loop), and a
+// sample of more than 2^31 elements (64-bit item counters). The noise chain's values depend on
+// each element's index (Philox), so a wrong index shows. The large case needs ~6.5 GB on the
+// device and ~11 GB on the host; it skips where the device has less than 12 GB.
+TEST(IntensityCuda, GridLimitsAnd64BitIndexingTwinBitIdentical) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const NamedChain* noise = nullptr;
+  for (const auto& chain : reference_chains())
+    if (chain.name == "noise_sample_std") noise = &chain;
+  ASSERT_NE(noise, nullptr);
+  const Shape many{70000, 1, 2, 2, 3};
+  const auto src = random_values(many.numel(), 41, -200, 300);
+  compare_twin<float, float>(*noise, many, DType::Float32, DType::Float32,
+                             std::vector<float>(src.begin(), src.end()), false);
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_OK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (free_bytes < (size_t(12) << 30)) GTEST_SKIP() << "the > 2^31-element case needs 12 GB";
+  const Shape huge{1, 1, 1291, 1291, 1291};  // 2,151,685,171 elements > 2^31
+  std::vector<uint8_t> u8(static_cast<size_t>(huge.numel()));
+  for (size_t i = 0; i < u8.size(); ++i) u8[i] = static_cast<uint8_t>((i * 2654435761u) >> 24);
+  compare_twin<uint8_t, detail::half_t>(*noise, huge, DType::UInt8, DType::Float16, u8, false);
+}
+
 #else
 TEST(IntensityCuda, Float32TwinBitIdentical) {
   GTEST_SKIP() << "built without CUDA";
