@@ -132,6 +132,66 @@ def _dict_crops(d: dict, keys: Sequence, allow_missing_keys: bool, centers: torc
     return outs
 
 
+def _patch_placeholders(d: dict, keys: Sequence, allow_missing_keys: bool, centers: torch.Tensor,
+                        size) -> tuple[dict, dict]:
+    """The as_batch result with the cut deferred: each key of `d` a meta-device placeholder of the
+    (N * K, C, *size) patch batch's shape, and id(placeholder) -> _PatchSource (the full volume
+    and the centres) for voxaug.spatial.compose_spatial to gather from. bool tensors are cut now
+    (no resample of bool)."""
+    from .spatial import _PatchSource
+
+    missing = [k for k in keys if k not in d]
+    if missing and not allow_missing_keys:
+        raise KeyError(f"key {missing[0]!r} is not in the data and allow_missing_keys is False")
+    size = tuple(int(s) for s in size)
+    patches: dict = {}
+    for k in (k for k in keys if k in d):
+        x = torch.as_tensor(d[k]) if not isinstance(d[k], torch.Tensor) else d[k]
+        x = x.as_tensor() if _is_meta_tensor(x) else x
+        x = x if x.dim() == 5 else x.unsqueeze(0)
+        if x.dtype == torch.bool:
+            d[k] = extract_patches(x, centers, size)
+            continue
+        ph = torch.empty((x.shape[0] * centers.shape[1], x.shape[1], *size), dtype=x.dtype, device="meta")
+        patches[id(ph)] = _PatchSource(x, centers, size, ph)
+        d[k] = ph
+    return d, patches
+
+
+class _CropSamplerd(_Randomizable):
+    """The dictionary crop samplers' shared part: one draw of centres (`_draw`: (N, K, 3) int64 on
+    the data's device and the crop size, or None when no key is present and allow_missing_keys),
+    the same crops for every key. Without `as_batch` a list of K dictionaries (MONAI's form); with
+    it (voxaug extension) one dictionary of (N * K, C, *size) batches, which Compose fuses with the
+    spatial steps after it through `draw_patches`."""
+
+    keys: list
+    allow_missing_keys: bool
+    as_batch: bool = False
+
+    def _draw(self, d: dict) -> Optional[tuple[torch.Tensor, tuple[int, int, int]]]:
+        raise NotImplementedError
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> Union[list[dict], dict]:
+        d = dict(data)
+        drawn = self._draw(d)
+        if drawn is None:
+            return d
+        centers, size = drawn
+        return _dict_crops(d, self.keys, self.allow_missing_keys, centers, size, centers.shape[1], self.as_batch)
+
+    def draw_patches(self, data: Mapping[Hashable, Any]) -> tuple[dict, dict]:
+        """The as_batch result with the cut deferred, for Compose to fuse the crop with the spatial
+        transforms after it (one gather from the full volume, so a rotated patch has real data at
+        its corners): the same draw as __call__, each key a meta-device placeholder of the patch
+        batch's shape, and the placeholders' sources (see voxaug.spatial.compose_spatial)."""
+        d = dict(data)
+        drawn = self._draw(d)
+        if drawn is None:
+            return d, {}
+        return _patch_placeholders(d, self.keys, self.allow_missing_keys, *drawn)
+
+
 # ---------------- deferred checks (CUDA: no host sync) ----------------
 _pending: list = []
 
@@ -390,7 +450,7 @@ class RandCropByPosNegLabel(_Randomizable):
         return _finish(crops, restore, img, self.centers, self._size)
 
 
-class RandCropByPosNegLabeld(_Randomizable):
+class RandCropByPosNegLabeld(_CropSamplerd):
     """MONAI RandCropByPosNegLabeld(keys, label_key, spatial_size, pos, neg, num_samples,
     image_key, image_threshold, allow_smaller): one draw of centres from data[label_key] (and
     data[image_key]), the same crops for every key (one launch per key); returns num_samples
@@ -414,40 +474,11 @@ class RandCropByPosNegLabeld(_Randomizable):
         return _cached_in(d, [self.fg_indices_key, self.bg_indices_key], "fg_indices_key / bg_indices_key",
                           "FgBgToIndicesd", self.image_key)
 
-    def __call__(self, data: Mapping[Hashable, Any]) -> list[dict]:
-        d = dict(data)
+    def _draw(self, d: dict) -> tuple[torch.Tensor, tuple[int, int, int]]:
         image, counts = self._image_and_counts(d)
         centers, size = self.cropper.draw_centers(d[self.label_key], image, seed=self._next_seed(), counts=counts)
         self.cropper.centers, self.cropper._size = centers, size
-        return _dict_crops(d, self.keys, self.allow_missing_keys, centers, size, self.cropper.num_samples,
-                           self.as_batch)
-
-    def draw_patches(self, data: Mapping[Hashable, Any]) -> tuple[dict, dict]:
-        """The as_batch result with the cut deferred, for Compose to fuse the crop with the spatial
-        transforms after it (one gather from the full volume, so a rotated patch has real data at
-        its corners): the same draw as __call__, each key a meta-device placeholder of the patch
-        batch's shape, and the placeholders' sources (see voxaug.spatial.compose_spatial)."""
-        from .spatial import _PatchSource
-
-        d = dict(data)
-        image, counts = self._image_and_counts(d)
-        centers, size = self.cropper.draw_centers(d[self.label_key], image, seed=self._next_seed(), counts=counts)
-        self.cropper.centers, self.cropper._size = centers, size
-        missing = [k for k in self.keys if k not in d]
-        if missing and not self.allow_missing_keys:
-            raise KeyError(f"key {missing[0]!r} is not in the data and allow_missing_keys is False")
-        patches: dict = {}
-        for k in (k for k in self.keys if k in d):
-            x = torch.as_tensor(d[k]) if not isinstance(d[k], torch.Tensor) else d[k]
-            x = x.as_tensor() if _is_meta_tensor(x) else x
-            x = x if x.dim() == 5 else x.unsqueeze(0)
-            if x.dtype == torch.bool:  # no resample of bool tensors: cut now
-                d[k] = extract_patches(x, centers, size)
-                continue
-            ph = torch.empty((x.shape[0] * centers.shape[1], x.shape[1], *size), dtype=x.dtype, device="meta")
-            patches[id(ph)] = _PatchSource(x, centers, tuple(int(s) for s in size), ph)
-            d[k] = ph
-        return d, patches
+        return centers, size
 
 
 def _keys(keys) -> list:
@@ -573,30 +604,32 @@ class RandCropByLabelClasses(_Randomizable):
         return _finish(crops, restore, img, self.centers, self._size)
 
 
-class RandCropByLabelClassesd(_Randomizable):
+class RandCropByLabelClassesd(_CropSamplerd):
     """MONAI RandCropByLabelClassesd(keys, label_key, spatial_size, ratios, num_classes,
     num_samples, image_key, image_threshold, allow_smaller, warn): one draw of centres, the same
     crops for every key. ``indices_key`` names the :class:`CropCounts` that
-    voxaug.crop.ClassesToIndicesd stored (skips the scan of the volume, the same centres)."""
+    voxaug.crop.ClassesToIndicesd stored (skips the scan of the volume, the same centres).
+    `as_batch` (voxaug extension): one dict of (N * num_samples, C, ...) batches, fused by Compose
+    with the spatial steps after it."""
 
     def __init__(self, keys, label_key: str, spatial_size, ratios: Optional[Sequence[float]] = None,
                  num_classes: Optional[int] = None, num_samples: int = 1, image_key: Optional[str] = None,
                  image_threshold: float = 0.0, indices_key: Optional[str] = None, allow_smaller: bool = False,
                  allow_missing_keys: bool = False, warn: bool = True, max_samples_per_class: Optional[int] = None,
-                 lazy: bool = False, seed: Optional[int] = None):
+                 lazy: bool = False, seed: Optional[int] = None, as_batch: bool = False):
         super().__init__(seed)
+        self.as_batch = bool(as_batch)
         self.keys, self.label_key, self.image_key = _keys(keys), label_key, image_key
         self.indices_key = indices_key
         self.allow_missing_keys = allow_missing_keys
         self.cropper = RandCropByLabelClasses(spatial_size, ratios, None, num_classes, num_samples, None,
                                               image_threshold, None, allow_smaller, warn, max_samples_per_class, lazy)
 
-    def __call__(self, data: Mapping[Hashable, Any]) -> list[dict]:
-        d = dict(data)
+    def _draw(self, d: dict) -> tuple[torch.Tensor, tuple[int, int, int]]:
         image, cached = _cached_in(d, [self.indices_key], "indices_key", "ClassesToIndicesd", self.image_key)
         centers, size = self.cropper.draw_centers(d[self.label_key], image, seed=self._next_seed(), cached=cached)
         self.cropper.centers, self.cropper._size = centers, size
-        return _dict_crops(d, self.keys, self.allow_missing_keys, centers, size, self.cropper.num_samples)
+        return centers, size
 
 
 # ---------------- RandWeightedCrop ----------------
@@ -660,25 +693,26 @@ class RandWeightedCrop(_Randomizable):
         return _finish(crops, restore, img, self.centers, self._size)
 
 
-class RandWeightedCropd(_Randomizable):
+class RandWeightedCropd(_CropSamplerd):
     """MONAI RandWeightedCropd(keys, w_key, spatial_size, num_samples): centres from data[w_key],
-    the same crops for every key."""
+    the same crops for every key. `as_batch` (voxaug extension): one dict of (N * num_samples, C,
+    ...) batches, fused by Compose with the spatial steps after it."""
 
     def __init__(self, keys, w_key: str, spatial_size, num_samples: int = 1, allow_missing_keys: bool = False,
-                 lazy: bool = False, seed: Optional[int] = None):
+                 lazy: bool = False, seed: Optional[int] = None, as_batch: bool = False):
         super().__init__(seed)
+        self.as_batch = bool(as_batch)
         self.keys, self.w_key, self.allow_missing_keys = _keys(keys), w_key, allow_missing_keys
         self.cropper = RandWeightedCrop(spatial_size, num_samples, lazy=lazy)
 
-    def __call__(self, data: Mapping[Hashable, Any]) -> list[dict]:
-        d = dict(data)
+    def _draw(self, d: dict) -> tuple[torch.Tensor, tuple[int, int, int]]:
         w = _as_batch(d[self.w_key])[0]
         for k in self.keys:
             if k in d and tuple(_as_batch(d[k])[0].shape[2:]) != tuple(w.shape[2:]):
                 raise ValueError(f"key {k!r} and the weight map {self.w_key!r} must have the same spatial size")
         centers, size = self.cropper.draw_centers(d[self.w_key], seed=self._next_seed())
         self.cropper.centers, self.cropper._size = centers, size
-        return _dict_crops(d, self.keys, self.allow_missing_keys, centers, size, self.cropper.num_samples)
+        return centers, size
 
 
 # ---------------- RandSpatialCrop / RandSpatialCropSamples ----------------
@@ -794,17 +828,37 @@ class RandSpatialCropSamples(_Randomizable):
         return out
 
 
-class RandSpatialCropSamplesd(_Randomizable):
-    """MONAI RandSpatialCropSamplesd: the same `num_samples` crops for every key."""
+class RandSpatialCropSamplesd(_CropSamplerd):
+    """MONAI RandSpatialCropSamplesd: the same `num_samples` crops for every key (drawn from the
+    first present key's shape). `as_batch` (voxaug extension, needs one size for all crops:
+    random_size=False): one dict of (N * num_samples, C, ...) batches, fused by Compose with the
+    spatial steps after it; with every key missing (allow_missing_keys) the data unchanged."""
 
     def __init__(self, keys, roi_size, num_samples: int, max_roi_size=None, random_center: bool = True,
                  random_size: bool = False, allow_missing_keys: bool = False, lazy: bool = False,
-                 seed: Optional[int] = None):
+                 seed: Optional[int] = None, as_batch: bool = False):
         super().__init__(seed)
+        if as_batch and random_size:
+            raise ValueError("as_batch=True needs one patch size for all crops: random_size must be False")
+        self.as_batch = bool(as_batch)
         self.keys, self.allow_missing_keys = _keys(keys), allow_missing_keys
         self.cropper = RandSpatialCropSamples(roi_size, num_samples, max_roi_size, random_center, random_size, lazy)
 
-    def __call__(self, data: Mapping[Hashable, Any]) -> list[dict]:
+    def _draw(self, d: dict) -> Optional[tuple[torch.Tensor, tuple[int, int, int]]]:
+        first = next((k for k in self.keys if k in d), None)
+        if first is None:
+            if self.allow_missing_keys:
+                return None
+            raise KeyError(f"key {self.keys[0]!r} is not in the data and allow_missing_keys is False")
+        if self.cropper.cropper.random_size:
+            raise ValueError("as_batch=True needs one patch size for all crops: random_size must be False")
+        self.cropper._generator = self._generator
+        (plan,) = self.cropper.draw(_as_batch(d[first])[0])  # a fixed size: one (centres, size)
+        return plan
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> Union[list[dict], dict]:
+        if self.as_batch:
+            return super().__call__(data)
         d = dict(data)
         first = next((k for k in self.keys if k in d), None)
         if first is None:

@@ -699,7 +699,8 @@ class Compose:
     Interpolating steps of a group must agree on mode, padding and align_corners; a step that
     does not starts a new group. See ``voxaug.spatial.compose_spatial``.
 
-    A crop sampler with ``as_batch=True`` (RandCropByPosNegLabeld) followed by such steps is
+    A crop sampler with ``as_batch=True`` (RandCropByPosNegLabeld, RandCropByLabelClassesd, RandWeightedCropd,
+    RandSpatialCropSamplesd) followed by such steps is
     fused with them: the sampler draws its centres, and the group's map, offset by each crop's
     start, gathers every patch straight from the full volume (``voxaug.ops.resample_patches``),
     so a rotated or zoomed-out patch has real data at its corners instead of padding, and the

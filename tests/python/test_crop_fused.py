@@ -85,6 +85,35 @@ def test_untouched_keys_are_cut_and_other_entries_pass_through():
     assert torch.equal(out["mask"].flip(2), out["label"])  # mask: cut only; label: cut + flipped
 
 
+def _check_wide_crop_reference(out, unfused, img, lab, centers, roi, pad, monai_t) -> int:
+    """Each fused patch k (of the one-sample (1, 1, D, H, W) image and label, centres (K, 3))
+    against the MONAI transform `monai_t` (called with mode=) on a crop wider by `pad` around the
+    same centre, cut back to the roi: both read the real volume outside the roi. Also: where
+    crop-then-transform (`unfused`) reads only the crop's zero border, the fused patch has real
+    data (the image is >= 1 everywhere inside the volume) when the wide crop lies inside the
+    volume. Returns how many patches that last check covered."""
+    big = roi + 2 * pad
+    vol = torch.nn.functional.pad(img[0], (big,) * 6)  # zeros outside, as the kernel's padding
+    lvol = torch.nn.functional.pad(lab[0], (big,) * 6)
+    inner = (slice(None),) + (slice(pad, pad + roi),) * 3
+    checked = 0
+    for k in range(centers.shape[0]):
+        c = centers[k].tolist()
+        sl = (slice(None),) + tuple(slice(ci + big - roi // 2 - pad, ci + big - roi // 2 - pad + big) for ci in c)
+        ref = torch.as_tensor(monai_t(vol[sl], mode="bilinear"))[inner]
+        lref = torch.as_tensor(monai_t(lvol[sl].float(), mode="nearest"))[inner]
+        got = out["image"][k]
+        np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-5, atol=2e-3)
+        mismatch = (out["label"][k].float() != lref).float().mean().item()
+        assert mismatch < 2e-3  # nearest ties where MONAI's float32 grid rounds the other way
+        border = unfused["image"][k] == 0
+        assert int(border.sum()) > 20
+        if all(roi // 2 + pad <= ci < s - roi // 2 - pad for ci, s in zip(c, img.shape[2:])):
+            assert bool((got[border] > 0.5).all())
+            checked += 1
+    return checked
+
+
 @pytest.mark.parametrize("angle", [0.35, -0.6])
 def test_rotated_patch_reads_the_volume_at_its_corners(angle):
     """Crop + Affined(rotate) fused == MONAI's Affine on a crop wider by `pad` around the same
@@ -97,31 +126,151 @@ def test_rotated_patch_reads_the_volume_at_its_corners(angle):
                     padding_mode="zeros")
     out = T.Compose([crop, aff]).set_random_state(11)({"image": img, "label": lab})
     centers = crop.cropper.centers[0]
-    big = roi + 2 * pad
-    vol = torch.nn.functional.pad(img[0], (big,) * 6)  # zeros outside, as the kernel's padding
-    lvol = torch.nn.functional.pad(lab[0], (big,) * 6)
     monai_aff = mt.Affine(rotate_params=(angle, 0.0, 0.0), padding_mode="zeros", image_only=True)
     unfused = T.Compose([crop, aff], fuse_spatial=False).set_random_state(11)({"image": img, "label": lab})
-    checked = 0
-    for k in range(centers.shape[0]):
-        c = centers[k].tolist()
-        sl = tuple(slice(ci + big - roi // 2 - pad, ci + big - roi // 2 - pad + big) for ci in c)
-        ref = monai_aff(vol[(slice(None),) + sl], mode="bilinear")[:, pad:pad + roi, pad:pad + roi, pad:pad + roi]
-        lref = monai_aff(lvol[(slice(None),) + sl].float(), mode="nearest")[:, pad:pad + roi, pad:pad + roi,
-                                                                            pad:pad + roi]
-        got = out["image"][k]
-        np.testing.assert_allclose(got.numpy(), torch.as_tensor(ref).numpy(), rtol=1e-5, atol=2e-3)
-        mismatch = (out["label"][k].float() != torch.as_tensor(lref)).float().mean().item()
-        assert mismatch < 2e-3  # nearest ties where MONAI's float32 grid rounds the other way
-        # Where crop-then-rotate reads only the crop's zero border (its zeros), the fused patch
-        # has real data (the image is >= 1 everywhere inside the volume, and this patch is).
-        border = unfused["image"][k] == 0
-        assert int(border.sum()) > 20
-        inside = all(roi // 2 + pad <= ci < s - roi // 2 - pad for ci, s in zip(c, img.shape[2:]))
-        if inside:
-            assert bool((got[border] > 0.5).all())
-            checked += 1
-    assert checked > 0
+    assert _check_wide_crop_reference(out, unfused, img, lab, centers, roi, pad, monai_aff) > 0
+
+
+# ---- the other dictionary crop samplers: RandCropByLabelClassesd, RandWeightedCropd, RandSpatialCropSamplesd
+KEYS = ["image", "label"]
+SAMPLERS = ["label_classes", "weighted", "spatial_samples"]
+
+
+def _data(n=2, shape=(40, 44, 36), seed=0) -> dict:
+    """_volume's image and label (classes 0, 1, 2) and a weight map heaviest on the labelled box."""
+    img, lab = _volume(n, shape, seed)
+    return {"image": img, "label": lab, "weight": lab.float() * 4 + 0.05}
+
+
+def _sampler(name: str, roi=(16, 16, 16), k=3, **kw):
+    if name == "label_classes":
+        return C.RandCropByLabelClassesd(KEYS, "label", roi, ratios=[1, 2, 3], num_classes=3, num_samples=k, **kw)
+    if name == "weighted":
+        return C.RandWeightedCropd(KEYS, "weight", roi, num_samples=k, **kw)
+    assert name == "spatial_samples"
+    return C.RandSpatialCropSamplesd(KEYS, roi, num_samples=k, **kw)
+
+
+def _centers(sampler) -> torch.Tensor:
+    """The (N, K, 3) centres of the sampler's last draw."""
+    if isinstance(sampler, C.RandSpatialCropSamplesd):
+        ((centers, _),) = sampler.cropper.plan
+        return centers
+    return sampler.cropper.centers
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_samplers_exact_steps_fused_equal_crop_then_transform(name, device, monkeypatch):
+    """Random flips and quarter turns after the sampler: the fused gather (one resample_patches
+    launch, no resample) gives the bytes of crop-then-transform (one resample per step), for
+    several seeds."""
+    launches = _count_calls(monkeypatch, "resample", "resample_patches")
+    data = {k: v.to(device) for k, v in _data().items()}
+
+    def chain(fuse, seed):
+        tail = [S.RandFlipd(KEYS, prob=0.5, spatial_axis=a) for a in range(3)]
+        tail.append(S.RandRotate90d(KEYS, prob=0.5, max_k=3))
+        return T.Compose([_sampler(name, as_batch=True)] + tail, fuse_spatial=fuse).set_random_state(seed)
+
+    for seed in range(4):
+        launches.update(resample=0, resample_patches=0)
+        ref = chain(False, seed)(dict(data))
+        assert launches == {"resample": 4, "resample_patches": 0}  # one per spatial step
+        launches.update(resample=0, resample_patches=0)
+        out = chain(True, seed)(dict(data))
+        assert launches == {"resample": 0, "resample_patches": 1}  # crop + 4 steps: one gather
+        assert out["image"].shape == ref["image"].shape == (6, 1, 16, 16, 16)
+        assert torch.equal(out["image"], ref["image"]), seed
+        assert torch.equal(out["label"], ref["label"]), seed
+        assert out["label"].dtype == torch.uint8
+        assert out["weight"] is data["weight"]  # not a key of the sampler: passed through
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_samplers_fused_exact_steps_equal_monai_on_the_drawn_crops(name):
+    """Independent reference for the fused crop + Flipd + Rotate90d: MONAI's SpatialCrop at the
+    drawn centres, then MONAI's Flip and Rotate90 (non-cubic roi: the quarter turn swaps axes)."""
+    data = _data(n=2)
+    sampler = _sampler(name, roi=(12, 16, 20), k=2, as_batch=True, seed=5)
+    pipe = T.Compose([sampler, S.Flipd(KEYS, spatial_axis=0), S.Rotate90d(KEYS, k=1, spatial_axes=(1, 2))])
+    out = pipe(dict(data))
+    centers = _centers(sampler)
+    assert out["image"].shape == (4, 1, 12, 20, 16)
+    for n in range(2):
+        for k in range(2):
+            crop = mt.SpatialCrop(roi_center=centers[n, k].tolist(), roi_size=(12, 16, 20))
+            for key in KEYS:
+                want = mt.Rotate90(k=1, spatial_axes=(1, 2))(mt.Flip(spatial_axis=0)(crop(data[key][n])))
+                assert torch.equal(out[key][n * 2 + k], torch.as_tensor(want).to(out[key].dtype)), (n, k, key)
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_samplers_fused_draws_equal_the_unfused_samplers(name):
+    """With the same seed, the sampler inside a fusing Compose draws the centres that the plain
+    sampler (MONAI's list of crops) draws, call after call; the as_batch batch holds sample n's
+    crop k at n * K + k, each equal to MONAI's SpatialCrop at that centre."""
+    data = _data(n=2)
+    fused = _sampler(name, as_batch=True, seed=21)
+    plain = _sampler(name, seed=21)
+    pipe = T.Compose([fused, S.RandFlipd(KEYS, prob=0.5, spatial_axis=1)])
+    seen = set()
+    for _ in range(3):
+        pipe(dict(data))
+        crops = plain(dict(data))
+        assert isinstance(crops, list) and len(crops) == 3
+        assert torch.equal(_centers(fused), _centers(plain))
+        seen.add(tuple(_centers(plain).flatten().tolist()))
+    assert len(seen) == 3  # the draws move on from call to call
+    batched = _sampler(name, as_batch=True, seed=21)(dict(data))
+    plain = _sampler(name, seed=21)
+    crops = plain(dict(data))
+    assert isinstance(batched, dict) and batched["image"].shape == (6, 1, 16, 16, 16)
+    assert batched["weight"] is data["weight"]
+    for n in range(2):
+        for k in range(3):
+            want = mt.SpatialCrop(roi_center=_centers(plain)[n, k].tolist(), roi_size=(16, 16, 16))(data["image"][n])
+            assert torch.equal(batched["image"][n * 3 + k], torch.as_tensor(want))
+            assert torch.equal(crops[k]["image"][n], torch.as_tensor(want))
+            assert torch.equal(batched["label"][n * 3 + k], crops[k]["label"][n])
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+@pytest.mark.parametrize("angle", [0.35, -0.6])
+def test_samplers_rotated_patch_reads_the_volume_at_its_corners(name, angle):
+    """Sampler + Rotated fused == MONAI's Rotate on a crop wider by `pad` around the same centre
+    (the rotation centre is the same point), cut back to the roi."""
+    data = _data(n=1, shape=(64, 60, 68), seed=2)
+    roi, pad = 16, 8
+    angles = (angle, 0.0, -angle / 2)
+    crop = _sampler(name, roi=(roi,) * 3, k=6, as_batch=True)
+    rot = S.Rotated(KEYS, angle=angles, mode=("bilinear", "nearest"), padding_mode="zeros")
+    out = T.Compose([crop, rot]).set_random_state(13)(dict(data))
+    centers = _centers(crop)[0]
+    unfused = T.Compose([crop, rot], fuse_spatial=False).set_random_state(13)(dict(data))
+    assert torch.equal(_centers(crop)[0], centers)  # the same draw
+    monai_rot = mt.Rotate(angle=angles, padding_mode="zeros")
+    assert _check_wide_crop_reference(out, unfused, data["image"], data["label"], centers, roi, pad, monai_rot) > 0
+
+
+def test_samplers_as_batch_bad_input_and_missing_keys():
+    with pytest.raises(ValueError, match="random_size must be False"):
+        C.RandSpatialCropSamplesd(KEYS, (8, 8, 8), num_samples=2, random_size=True, as_batch=True)
+    sampler = C.RandSpatialCropSamplesd(KEYS, (8, 8, 8), num_samples=2, random_size=True)
+    sampler.as_batch = True
+    data = _data(n=1)
+    with pytest.raises(ValueError, match="random_size must be False"):
+        sampler(dict(data))
+    with pytest.raises(KeyError, match="'mask' is not in the data"):
+        C.RandWeightedCropd(["image", "mask"], "weight", (8, 8, 8), as_batch=True).draw_patches(dict(data))
+    with pytest.raises(KeyError, match="'mask' is not in the data"):
+        C.RandCropByLabelClassesd(["image", "mask"], "label", (8, 8, 8), num_classes=3, as_batch=True)(dict(data))
+    only_other = {"other": data["image"]}
+    for fn in (C.RandSpatialCropSamplesd(KEYS, (8, 8, 8), 2, allow_missing_keys=True, as_batch=True),
+               C.RandSpatialCropSamplesd(KEYS, (8, 8, 8), 2, allow_missing_keys=True, as_batch=True).draw_patches):
+        got = fn(only_other)
+        got = got[0] if isinstance(got, tuple) else got
+        assert list(got) == ["other"] and got["other"] is only_other["other"]
 
 
 @pytest.mark.parametrize("device", devices())
