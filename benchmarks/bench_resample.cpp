@@ -7,6 +7,13 @@
 //   linear_reflection   float32 image, trilinear, reflection padding (align_corners false)
 //   image_label         float32 image (trilinear, zeros) + uint8 label (nearest, constant 0)
 //                       as two targets of one launch: RandAffine on an image and its label
+//   cubic               float32 image, cubic B-spline, zeros padding: bspline_prefilter into
+//                       the padded coefficient buffer ((N, 1, S + 2P, S + 2P, S + 2P), P =
+//                       kBSplinePad = 12) followed by the cubic gather, timed together: a
+//                       user pays both per call, since the coefficients belong to the volume
+//                       being augmented (no cache of them between calls)
+//   cubic_image_label   cubic's prefilter, then float32 image (cubic, zeros) + uint8 label
+//                       (nearest, constant 0) as two targets of one launch
 //   image_label_elastic image_label through the same affine plus a B-spline displacement
 //                       (voxaug::resample_deformed; 14^3 control points per sample, U(-3, 3)
 //                       voxels): the deform issue's bar is its time <= 1.5x image_label's
@@ -30,9 +37,12 @@
 // 4 + 4 + 1 + 1 B) -- the traffic of a copy of the same tensors -- so a gather's bytes/s over
 // the copy of the same shape and bytes (copy_image, copy_image_label) is the fraction of the
 // copy bandwidth it reaches. The trilinear gather reads 8 corners per voxel; neighbouring
-// voxels share them through the caches, which this count deliberately ignores. Backward cases
-// count 8 B per output voxel: grad_out read + grad_in written (backward_input), grad_out read
-// + input read (backward_matrix).
+// voxels share them through the caches, which this count deliberately ignores. The cubic
+// cases are counted the same way (the image's 4 + 4 B, plus 1 + 1 B for the label), so
+// their bytes/s compare with linear's and the copy's; the prefilter's passes over the padded
+// coefficient buffer and the gather's 64 coefficient reads per voxel are not counted.
+// Backward cases count 8 B per output voxel: grad_out read + grad_in written
+// (backward_input), grad_out read + input read (backward_matrix).
 //
 // CPU cases (OpenMP) are always registered and timed by wall clock; on a small machine run
 // them with --benchmark_filter=^cpu/ --benchmark_min_time=0.05 (Google Benchmark 1.7; "0.05s"
@@ -91,6 +101,8 @@ enum class Op {
   Nearest,
   LinearReflection,
   ImageLabel,
+  Cubic,
+  CubicImageLabel,
   ImageLabelElastic,
   BackwardInput,
   BackwardMatrix,
@@ -104,6 +116,8 @@ const char* op_name(Op op) {
     case Op::Nearest: return "nearest";
     case Op::LinearReflection: return "linear_reflection";
     case Op::ImageLabel: return "image_label";
+    case Op::Cubic: return "cubic";
+    case Op::CubicImageLabel: return "cubic_image_label";
     case Op::ImageLabelElastic: return "image_label_elastic";
     case Op::BackwardInput: return "backward_input";
     case Op::BackwardMatrix: return "backward_matrix";
@@ -115,7 +129,8 @@ const char* op_name(Op op) {
 
 // Bytes per output voxel by the count above.
 int64_t bytes_per_voxel(Op op) {
-  return op == Op::ImageLabel || op == Op::ImageLabelElastic || op == Op::CopyImageLabel
+  return op == Op::ImageLabel || op == Op::CubicImageLabel || op == Op::ImageLabelElastic ||
+                 op == Op::CopyImageLabel
              ? 2 * (4 + 1)
              : 2 * 4;
 }
@@ -131,8 +146,8 @@ const std::vector<Shape>& backward_shapes() {
   return all;
 }
 const std::vector<Op>& forward_ops() {
-  static const std::vector<Op> all = {Op::Linear, Op::Nearest, Op::LinearReflection,
-                                      Op::ImageLabel};
+  static const std::vector<Op> all = {Op::Linear,     Op::Nearest, Op::LinearReflection,
+                                      Op::ImageLabel, Op::Cubic,   Op::CubicImageLabel};
   return all;
 }
 constexpr int64_t kMaxBatch = 16;
@@ -269,6 +284,24 @@ uint8_t* host_label_out(int64_t numel) {
   static std::vector<uint8_t> buf;
   return host_buffer<uint8_t, label_value>(buf, numel);
 }
+// The cubic cases' B-spline coefficients (overwritten by bspline_prefilter on every call).
+float zero_value(int64_t) {
+  return 0.0f;
+}
+float* host_coeff(int64_t numel) {
+  static std::vector<float> buf;
+  return host_buffer<float, zero_value>(buf, numel);
+}
+
+bool is_cubic(Op op) {
+  return op == Op::Cubic || op == Op::CubicImageLabel;
+}
+
+// Elements of a case's coefficient buffer: (N, 1, S + 2P, S + 2P, S + 2P).
+int64_t coeff_numel(const Shape& s) {
+  const int64_t e = s.size + 2 * voxaug::kBSplinePad;
+  return s.n * e * e * e;
+}
 
 // ---- one case: its targets over given buffers ----
 
@@ -277,6 +310,7 @@ struct Buffers {
   void* image_out;
   void* label_in;
   void* label_out;
+  void* coeff;  // cubic cases: coeff_numel(shape) float32 elements
   voxaug::Device device;
 };
 
@@ -290,9 +324,13 @@ int make_targets(Op op, const Shape& s, const Buffers& b, ResampleTarget t[2]) {
   t[0] = ResampleTarget{};
   t[0].in = view(b.image_in, DType::Float32, b, s);
   t[0].out = view(b.image_out, DType::Float32, b, s);
-  t[0].mode = op == Op::Nearest ? Interp::Nearest : Interp::Linear;
+  t[0].mode = op == Op::Nearest ? Interp::Nearest : is_cubic(op) ? Interp::Cubic : Interp::Linear;
   t[0].padding = op == Op::LinearReflection ? Padding::Reflection : Padding::Zeros;
-  if (op != Op::ImageLabel && op != Op::ImageLabelElastic) return 1;
+  if (is_cubic(op)) {
+    const int64_t e = s.size + 2 * voxaug::kBSplinePad;
+    t[0].coeff = voxaug::contiguous_view(b.coeff, DType::Float32, b.device, s.n, 1, e, e, e);
+  }
+  if (op != Op::ImageLabel && op != Op::CubicImageLabel && op != Op::ImageLabelElastic) return 1;
   t[1] = ResampleTarget{};
   t[1].in = view(b.label_in, DType::UInt8, b, s);
   t[1].out = view(b.label_out, DType::UInt8, b, s);
@@ -330,8 +368,12 @@ voxaug::DeformField elastic_field(void* coeff, voxaug::Device device, const Shap
 void bm_cpu(benchmark::State& state, const Shape& s, Op op) {
   try {
     const int64_t numel = s.numel();
-    const Buffers b{host_image_in(numel), host_image_out(numel), host_label_in(numel),
-                    host_label_out(numel), voxaug::Device::CPU};
+    const Buffers b{host_image_in(numel),
+                    host_image_out(numel),
+                    host_label_in(numel),
+                    host_label_out(numel),
+                    is_cubic(op) ? host_coeff(coeff_numel(s)) : nullptr,
+                    voxaug::Device::CPU};
     const std::vector<double> m = affine_matrices(s);
     ResampleTarget t[2];
     const int k = make_targets(op, s, b, t);
@@ -342,6 +384,8 @@ void bm_cpu(benchmark::State& state, const Shape& s, Op op) {
     std::vector<float> coeff = elastic_coefficients(s);
     const voxaug::DeformField field = elastic_field(coeff.data(), voxaug::Device::CPU, s);
     for (auto _ : state) {
+      if (is_cubic(op))  // the coefficients are part of the cost (see the top of the file)
+        voxaug::bspline_prefilter(t[0].in, t[0].coeff, t[0].padding, t[0].pad_value, kAlignCorners);
       if (op == Op::ImageLabelElastic)
         voxaug::resample_deformed(t, k, m.data(), field, kAlignCorners);
       else if (op == Op::BackwardInput)
@@ -383,12 +427,15 @@ void register_cpu_cases() {
 // allocation of at least 5 B per voxel, so copy_image_label moves a case's image+label
 // bytes with one cudaMemcpyAsync, as image_label resamples both in one launch. `out` starts
 // as a copy of `in` (backward_matrix reads it as grad_out). Matrices and their gradient
-// hold kMaxBatch samples.
+// hold kMaxBatch samples. `coeff` holds the cubic cases' B-spline coefficients (float32,
+// `coeff_numel` elements), allocated by the first cubic case and grown on demand.
 struct DeviceBuffers {
   void* in = nullptr;
   void* out = nullptr;
   int64_t numel = 0;
   size_t label_offset = 0;
+  void* coeff = nullptr;
+  int64_t coeff_numel = 0;
   double* matrices = nullptr;
   double* grad_matrices = nullptr;
 };
@@ -402,6 +449,7 @@ void release_device_buffers() {
   DeviceBuffers& b = device_buffers();
   cudaFree(b.in);
   cudaFree(b.out);
+  cudaFree(b.coeff);
   cudaFree(b.matrices);
   cudaFree(b.grad_matrices);
   b = DeviceBuffers{};
@@ -438,6 +486,18 @@ const DeviceBuffers& device_buffers_for(int64_t numel) {
   return b;
 }
 
+void* device_coeff_for(int64_t numel) {
+  DeviceBuffers& b = device_buffers();
+  if (b.coeff_numel < numel) {
+    cudaFree(b.coeff);
+    b.coeff = nullptr;
+    b.coeff_numel = 0;
+    BENCH_CUDA_TRY(cudaMalloc(&b.coeff, static_cast<size_t>(numel) * sizeof(float)));
+    b.coeff_numel = numel;
+  }
+  return b.coeff;
+}
+
 // Calls per timed interval (see the top of the file).
 constexpr int kLaunchesPerIteration = 8;
 
@@ -447,8 +507,12 @@ void bm_cuda(benchmark::State& state, const Shape& s, Op op) {
     const DeviceBuffers& buf = device_buffers_for(numel);
     CudaStream stream;
     CudaEvent start, stop;
-    const Buffers b{buf.in, buf.out, static_cast<char*>(buf.in) + buf.label_offset,
-                    static_cast<char*>(buf.out) + buf.label_offset, voxaug::Device::CUDA};
+    const Buffers b{buf.in,
+                    buf.out,
+                    static_cast<char*>(buf.in) + buf.label_offset,
+                    static_cast<char*>(buf.out) + buf.label_offset,
+                    is_cubic(op) ? device_coeff_for(coeff_numel(s)) : nullptr,
+                    voxaug::Device::CUDA};
     const bool copy = op == Op::CopyImage || op == Op::CopyImageLabel;
     std::vector<double> m;
     if (!copy) {
@@ -485,6 +549,12 @@ void bm_cuda(benchmark::State& state, const Shape& s, Op op) {
           break;
         case Op::ImageLabelElastic:
           voxaug::resample_deformed(t, k, buf.matrices, field, kAlignCorners, stream.get());
+          break;
+        case Op::Cubic:
+        case Op::CubicImageLabel:  // prefilter + gather: see the top of the file
+          voxaug::bspline_prefilter(t[0].in, t[0].coeff, t[0].padding, t[0].pad_value,
+                                    kAlignCorners, stream.get());
+          voxaug::resample(t, k, buf.matrices, kAlignCorners, stream.get());
           break;
         case Op::BackwardInput:
           voxaug::resample_backward_input(bwd, buf.matrices, kAlignCorners, buf.out, stream.get());
