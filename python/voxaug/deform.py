@@ -28,10 +28,17 @@ displacement u of its last call, (N, 3, D, H, W) in output voxels along the arra
 ``ddf`` convention (``monai.networks.blocks.Warp``), materialised on request by
 ``deform_field_dense``; the transforms themselves never build it.
 
+In a :class:`voxaug.transforms.Compose`, Rand3DElastic, GridDistortion, RandGridDistortion
+(and their dictionary forms) close the group of spatial steps before them: the group's
+product map M_before joins the gather, out(x) = in(M_before M (x + u(x))), one launch for
+the group and the deformation, the same draws (see the end of this module and
+``voxaug.spatial._close_with_deformation``; tests/python/test_deform_fused.py).
+
 Differences from MONAI / TorchIO are listed in each class.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
@@ -251,7 +258,8 @@ class _DeformDict(_FieldOutput):
             _grid_opts(m, p, False)
 
     def set_random_state(self, seed: Optional[int] = None, generator: Optional[torch.Generator] = None):
-        self.transform.set_random_state(seed, generator)
+        if hasattr(self.transform, "set_random_state"):  # GridDistortion draws nothing
+            self.transform.set_random_state(seed, generator)
         return self
 
     def __call__(self, data: Mapping[Hashable, Any]) -> dict:
@@ -673,3 +681,68 @@ class RandomElasticDeformation(_RandomDeform):
         for j, (key, _, _, _) in enumerate(items):
             d[key] = results[j]
         return d
+
+
+# ---------------- fusion with the spatial steps before (voxaug.spatial.compose_spatial) ----------------
+# A deformation closes a lazy spatial group of voxaug.transforms.Compose: with M_before the
+# group's product map (output index -> index of the group's input) and the deformation's own
+# plan (map A, field u on the deformation's output grid), out(x) = in(M_before A (x + u(x))):
+# one resample_deformed launch instead of one resample and one resample_deformed. Only the
+# case "spatial steps, then the deformation" fuses; spatial steps after a deformation start
+# the next group (fusing them would need the field pulled back through their maps).
+# RandomElasticDeformation (TorchIO: dictionaries of every tensor, spacing from the affine)
+# runs as itself.
+_FUSABLE_DEFORMS = (Rand3DElastic, GridDistortion, RandGridDistortion)
+
+
+def _is_fusable_deformation(t: Any) -> bool:
+    """Whether compose_spatial may fuse `t` (an array or dictionary deformation) with the spatial
+    steps before it."""
+    return isinstance(t, _FUSABLE_DEFORMS) or (isinstance(t, _DeformDict)
+                                               and isinstance(t.transform, _FUSABLE_DEFORMS))
+
+
+def _fusion_keys(t: Any, data: Mapping, is_dict: bool) -> Optional[list]:
+    """[(key, _Opts)] of the tensors deformation `t` deforms in `data` (key None: an array call),
+    or None when `t` must run as itself here (form mismatch, a missing key it raises for)."""
+    if isinstance(t, _DeformDict):
+        if not is_dict:
+            return None
+        keys = []
+        for i, key in enumerate(t.keys):
+            if key not in data:
+                if t.allow_missing_keys:
+                    continue
+                return None  # the transform raises its KeyError
+            keys.append((key, _grid_opts(t.mode[i], t.padding_mode[i], False)))
+        return keys
+    if is_dict:
+        return None
+    return [(None, _grid_opts(t.mode, t.padding_mode, False))]
+
+
+def _fused_plans(t: Any, entries: Sequence[tuple]) -> dict:
+    """Draws deformation `t`'s parameters as its call does (once, for batch n) and plans its field
+    per (virtual input size, device) of `entries` [(key, n, size, device)]; records the fields
+    for ``displacement_field()`` as the call would. Returns {key: plan}."""
+    owner = t.transform if isinstance(t, _DeformDict) else t
+    n = entries[0][1]
+    params = owner._params_for(n, True) if isinstance(owner, _RandomDeform) else None
+    by_size: dict = {}
+    for key, _, size, device in entries:
+        by_size.setdefault((tuple(size), device), []).append(key)
+    plans, fields = {}, {}
+    for (size, device), keys in by_size.items():
+        plan = owner._plan(size, n, params, device)
+        rebuild = (size, n, params, device) if isinstance(t, _DeformDict) else (size, n, params, device, None)
+        source = _source_of(plan, rebuild)
+        for key in keys:
+            plans[key], fields[key] = plan, source
+    t._fields = fields
+    return plans
+
+
+def _fused_launch(xs: Sequence[torch.Tensor], mats: torch.Tensor, plan: _Plan, opts: Sequence[Any]) -> list:
+    """The deformation's gather for inputs `xs` through (N, 3, 4) maps `mats` (the spatial group's
+    map times the plan's): one launch per up to 4 inputs."""
+    return _launch(xs, dataclasses.replace(plan, mats=mats), [o.mode for o in opts], [o.padding for o in opts])

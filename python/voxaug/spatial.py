@@ -42,6 +42,11 @@ What matches MONAI, and how (tests/python/test_spatial.py checks each on real vo
   index map, so it is never fused into a lazy group. Resize's ``anti_aliasing`` smooths first
   with voxaug's Gaussian filter (MONAI's GaussianSmooth and sigma rule), within float32
   rounding of MONAI.
+- RandZoom, RandZoomd: MONAI's factor rule (one number: isotropic; two: (first, first,
+  second); three: per axis, each U(min, max)); each sample is exactly Zoom with its factors.
+  keep_size with an interpolating mode: one launch for the batch with per-sample maps, then
+  the per-sample padding as batched gathers; 'area' (and a nearest batch needing interpolate's
+  index table) loops over the samples. Inverted per sample as MONAI's RandZoom; never fused.
 - Spacing, Orientation (and Spacingd, Orientationd): affine-aware; MONAI's geometry step by step in
   float64 (min/max_pixdim, zoom_affine, compute_shape_offset, ``solve(src, dst)`` as the index map,
   the "affine unchanged" shortcut, ``affine @ xform``, recompute_affine, Spacingd's
@@ -164,7 +169,7 @@ from .transforms import _as_batch, _check_prob, _is_meta_tensor, _Randomizable
 __all__ = [
     "Flip", "Flipd", "RandFlip", "RandFlipd", "Rotate90", "Rotate90d", "RandRotate90", "RandRotate90d",
     "Affine", "Affined", "RandAffine", "RandAffined", "Rotate", "Rotated", "RandRotate", "RandRotated",
-    "Zoom", "Zoomd", "Resize", "Resized", "Spacing", "Spacingd", "Orientation", "Orientationd",
+    "Zoom", "Zoomd", "RandZoom", "RandZoomd", "Resize", "Resized", "Spacing", "Spacingd", "Orientation", "Orientationd",
     "SpatialCrop", "SpatialCropd", "CenterSpatialCrop", "CenterSpatialCropd", "SpatialPad", "SpatialPadd",
     "BorderPad", "BorderPadd", "DivisiblePad", "DivisiblePadd", "CropForeground", "CropForegroundd",
 ]
@@ -834,6 +839,8 @@ def _inverse_job(key: Any, img: Any, rec: Mapping, where: str):
 
 def _inverse_array(owner: Any, data: Any) -> Any:
     rec = _last_record(data, owner, "img")
+    if rec[_EXTRA].get("kind") == "zoom_per_sample":  # RandZoom: per-sample sizes, see _zoom_inverse
+        return _zoom_inverse(owner, data, rec, "img")
     d: dict = {}
     _run_grouped(d, [_inverse_job(None, data, rec, "img")])
     return d[None]
@@ -848,7 +855,11 @@ def _inverse_dict(owner: Any, data: Mapping, keys: Sequence, allow_missing_keys:
                 continue
             raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
         where = f"data[{key!r}]"
-        jobs.append(_inverse_job(key, d[key], _last_record(d[key], owner, where), where))
+        rec = _last_record(d[key], owner, where)
+        if rec[_EXTRA].get("kind") == "zoom_per_sample":  # RandZoomd: per-sample sizes, see _zoom_inverse
+            d[key] = _zoom_inverse(owner, d[key], rec, where)
+            continue
+        jobs.append(_inverse_job(key, d[key], rec, where))
     _run_grouped(d, jobs)
     return d
 
@@ -1423,6 +1434,185 @@ class Zoom(_Spatial):
         return self.apply(img, mode=mode, padding_mode=padding_mode, align_corners=align_corners, dtype=dtype)
 
 
+def _zoom_range(min_zoom: Any, max_zoom: Any) -> list[tuple[float, float]]:
+    """MONAI RandZoom's ensure_tuple(min_zoom) / ensure_tuple(max_zoom), paired per draw."""
+    lo, hi = _numbers(min_zoom, "min_zoom"), _numbers(max_zoom, "max_zoom")
+    if len(lo) != len(hi):
+        raise ValueError(f"min_zoom and max_zoom must have the same length, got {min_zoom!r} and {max_zoom!r}")
+    if len(lo) not in (1, 2, 3):
+        raise ValueError(f"min_zoom / max_zoom must be a number (isotropic), 2 numbers (first for the first two "
+                         f"spatial axes, second for the last) or 3 numbers (one per spatial axis), got {min_zoom!r}")
+    if any(v <= 0 for v in lo + hi):
+        raise ValueError(f"min_zoom and max_zoom must be > 0, got {min_zoom!r} and {max_zoom!r}")
+    return list(zip(lo, hi))
+
+
+def _sample_pad(out: torch.Tensor, geoms: Sequence[_Geometry]) -> torch.Tensor:
+    """keep_size padding with per-sample widths: `out` holds sample i's zoomed voxels at
+    0 .. count - 1 of each axis (the rest of the launch's output is discarded); numpy.pad's
+    source index per padded position is one batched gather per padded axis (same values as
+    Zoom's :func:`_apply_pad` on that sample alone)."""
+    pads = [g.pad for g in geoms]
+    if all(p is None for p in pads):
+        return out
+    _, mode, value = next(p for p in pads if p is not None)
+    n, size = out.shape[0], out.shape[2:]
+    inside = None
+    for a in range(3):
+        rows = []
+        for p in pads:
+            b, e = p[0][a] if p is not None else (0, 0)
+            rows.append(_pad_index(size[a] - b - e, b, e, mode) if (b or e) else np.arange(size[a]))
+        if all(np.array_equal(r, np.arange(size[a])) for r in rows):
+            continue
+        idx = torch.from_numpy(np.stack(rows).astype(np.int64)).to(out.device, non_blocking=True)
+        shape = [n, 1, 1, 1, 1]
+        shape[2 + a] = size[a]
+        idx = idx.view(shape)
+        if mode == "constant":  # -1: outside the zoomed voxels
+            inside = idx >= 0 if inside is None else inside & (idx >= 0)
+            idx = idx.clamp(min=0)
+        out = torch.gather(out, 2 + a, idx.expand(out.shape))
+    return out if inside is None else out.masked_fill(~inside, value)
+
+
+class RandZoom(_RandomSpatial):
+    """MONAI RandZoom: with probability `prob` per sample, Zoom by factors drawn from
+    U(min_zoom, max_zoom) (MONAI's rule: one number: one factor for all three axes; two: the
+    first for the first two spatial axes, the second for the last; three: one per axis).
+    ``zooms(params)`` reads back the factors of a draw (1.0 where the gate is off).
+
+    Each sample is exactly voxaug's :class:`Zoom` with its factors (same maps, same nearest
+    rule, same keep_size crop and padding, same affine update). Batching: with ``keep_size``
+    and an interpolating mode (nearest, nearest-exact, linear / bilinear / trilinear) the
+    whole batch is one resample launch with per-sample maps, followed by the per-sample
+    keep_size padding as one batched gather per padded axis. Mode 'area' (MONAI's default)
+    pools each sample to its own zoomed size (torch's adaptive_avg_pool3d), so that path loops
+    over the samples, one Zoom 'area' call each; so does a nearest batch where some sample's
+    size pair has no exact affine rule (interpolate's table fallback, see _nearest_rule).
+    With ``keep_size=False`` the samples of a batch must zoom to the same shape (ValueError
+    otherwise). ``bicubic`` is not supported (as Zoom). Not fused into lazy Compose groups:
+    its keep_size padding and 'area' pooling are no index maps."""
+
+    _n_uniforms = 4  # gate, then up to three factors
+
+    def __init__(self, prob: float = 0.1, min_zoom=0.9, max_zoom=1.1, mode="area", padding_mode="edge",
+                 align_corners: Optional[bool] = None, dtype=torch.float32, keep_size: bool = True,
+                 lazy: bool = False, seed: Optional[int] = None, **kwargs):
+        _not_lazy(lazy)
+        super().__init__(prob, seed)
+        self.min_zoom, self.max_zoom = min_zoom, max_zoom
+        self._ranges = _zoom_range(min_zoom, max_zoom)
+        self.keep_size = bool(keep_size)
+        # Zoom validates mode, padding_mode, dtype and the padding keyword arguments.
+        self._zoom_args = dict(mode=mode, padding_mode=padding_mode, align_corners=align_corners, dtype=dtype,
+                               keep_size=self.keep_size, **kwargs)
+        self._template = Zoom(1.0, **self._zoom_args)
+        self.mode, self.padding_mode, self.align_corners, self.dtype = mode, padding_mode, align_corners, dtype
+
+    def _options(self, mode=None, padding_mode=None, align_corners=None, dtype=None):
+        return self._template._options(mode, padding_mode, align_corners, dtype)
+
+    def zooms(self, params: torch.Tensor) -> list[list[float]]:
+        """Per-sample (D, H, W) zoom factors of a draw (``draw_params``); 1.0 where gated off."""
+        out = []
+        for row, gate in zip(params.numpy(), self._gates(params)):
+            if not gate:
+                out.append([1.0, 1.0, 1.0])
+                continue
+            z = [lo + (hi - lo) * float(u) for (lo, hi), u in zip(self._ranges, row[1:])]
+            out.append(z * 3 if len(z) == 1 else [z[0], z[0], z[1]] if len(z) == 2 else z)
+        return out
+
+    def _per_sample(self, in_size: tuple, params: torch.Tensor, opts: _Opts) -> tuple[list, list, tuple]:
+        """Each sample's Zoom, its (one-sample) geometry, and the common output size."""
+        zs = [Zoom(f, **self._zoom_args) for f in self.zooms(params)]
+        geoms = [z._geometry(in_size, 1, None, opts) for z in zs]
+        sizes = {tuple(s + b + a for s, (b, a) in zip(g.out_size, g.pad[0] if g.pad is not None else [(0, 0)] * 3))
+                 for g in geoms}
+        if len(sizes) > 1:
+            raise ValueError(f"img: keep_size=False gives the samples of this batch different shapes {sorted(sizes)}; "
+                             "transform them one at a time or use keep_size=True")
+        return zs, geoms, sizes.pop() if sizes else tuple(in_size)
+
+    def _zoom(self, xs: Sequence[torch.Tensor], opts: _Opts, params: torch.Tensor):
+        """Zooms inputs of one shape that share `opts`: (outputs, per-sample Zooms and geometries, meta)."""
+        in_size = tuple(xs[0].shape[2:])
+        zs, geoms, out_size = self._per_sample(in_size, params, opts)
+        meta = torch.cat([g.meta for g in geoms]) if geoms else torch.zeros(0, 4, 4, dtype=torch.float64)
+        if not geoms:  # empty batch
+            return [x.new_empty((0, x.shape[1], *out_size)) for x in xs], zs, geoms, meta
+        if opts.interp == "area" or any(g.tables is not None for g in geoms):
+            per = [_run([x[i:i + 1] for x in xs], g, [opts] * len(xs)) for i, g in enumerate(geoms)]
+            return [torch.cat([p[k] for p in per]) for k in range(len(xs))], zs, geoms, meta
+        # One launch: each sample's Zoom map, on the common output size.
+        geom = _Geometry(torch.cat([g.mats for g in geoms]), out_size, meta, "border")
+        outs = _run(list(xs), geom, [opts] * len(xs))
+        return [_sample_pad(o, geoms) for o in outs], zs, geoms, meta
+
+    def _zoom_record(self, img: Any, in_size: tuple, zs, geoms, meta, opts: _Opts, params: torch.Tensor,
+                     owner: Any = None) -> Optional[dict]:
+        if not _tracking(img) or not geoms:
+            return None
+        samples = [z._record_kind(in_size, g, opts)[1] for z, g in zip(zs, geoms)]
+        out_size = tuple(s + b + a for s, (b, a) in zip(geoms[0].out_size, samples[0]["pad"]))
+        geom = _Geometry(torch.cat([g.mats for g in geoms]), out_size, meta, "border")
+        return _make_record(self if owner is None else owner, in_size, geom, opts, _affine_copy(img),
+                            gates=self._gates(params), kind="zoom_per_sample",
+                            extra={"interp": opts.interp, "samples": samples,
+                                   "table_dtype": samples[0]["table_dtype"]})
+
+    def apply(self, img: Any, params: Optional[torch.Tensor] = None, **overrides) -> Any:
+        """Transforms `img`; `params` replays a draw of :meth:`draw_params`."""
+        x, restore = _as_batch(img)
+        opts = _for_input(self._options(**overrides), x)
+        if params is None:
+            params = self._params_for(x.shape[0], True)
+        elif not isinstance(params, torch.Tensor) or tuple(params.shape) != (x.shape[0], self._n_uniforms):
+            raise ValueError(f"params must be a ({x.shape[0]}, {self._n_uniforms}) tensor from draw_params, got "
+                             f"{tuple(params.shape) if isinstance(params, torch.Tensor) else type(params).__name__}")
+        (out,), zs, geoms, meta = self._zoom([x], opts, params)
+        out = _with_affine(restore(out), meta)
+        return _push(out, self._zoom_record(img, tuple(x.shape[2:]), zs, geoms, meta, opts, params))
+
+    def __call__(self, img, mode=None, padding_mode=None, align_corners=None, dtype=None, randomize: bool = True,
+                 lazy: Optional[bool] = None):
+        _not_lazy(lazy)
+        x, _ = _as_batch(img)
+        return self.apply(img, self._params_for(x.shape[0], randomize), mode=mode, padding_mode=padding_mode,
+                          align_corners=align_corners, dtype=dtype)
+
+    def inverse(self, data: Any) -> Any:
+        """MONAI's RandZoom inverse per sample: Zoom's inverse (undo the keep_size padding or
+        crop, resize back with the forward's mode) with that sample's factors, one sample at a
+        time (each has its own sizes); gated-off samples are copied. Returns a MetaTensor with
+        the record popped and the original affine."""
+        return _inverse_array(self, data)
+
+
+def _zoom_inverse(owner: Any, img: Any, rec: Mapping, where: str) -> Any:
+    info = rec[_EXTRA]
+    if info.get("kind") != "zoom_per_sample":
+        raise ValueError(f"{type(owner).__name__}.inverse: the last applied operation of {where} is a "
+                         f"{info.get('kind')!r} record, expected a RandZoom record ('zoom_per_sample')")
+    x, restore = _as_batch(img)
+    if x.shape[0] != info["batch_size"] or tuple(x.shape[2:]) != tuple(info["out_size"]):
+        raise ValueError(f"{where}: the record of {rec[_CLASS]} was made for a batch of {info['batch_size']} with "
+                         f"spatial size {tuple(info['out_size'])} after the transform, got {x.shape[0]} samples of "
+                         f"{tuple(x.shape[2:])}")
+    outs = []
+    for i, sample in enumerate(info["samples"]):
+        one = {**rec, _EXTRA: {**info, "kind": "resize", "batch_size": 1, **sample}}
+        _, xi, _, geom, opts, _ = _inverse_job(None, x[i:i + 1], one, where)
+        outs.append(_run([xi], geom, [opts])[0])
+    out = restore(torch.cat(outs) if outs else x)
+    if _is_meta_tensor(out):
+        if out.applied_operations and out.applied_operations[-1] is rec:
+            out.applied_operations.pop()
+        out.affine = _inverse_affine(out.affine, info)
+    return out
+
+
 class Resize(_Spatial):
     """MONAI Resize: interpolate to `spatial_size` (non-positive entries keep the input size;
     ``size_mode="longest"``: an int for the longest side, aspect ratio kept). Mode 'area'
@@ -1974,6 +2164,49 @@ class Zoomd(_SpatialDict):
         t = Zoom(zoom, "trilinear", "edge", None, keep_size=keep_size, lazy=lazy, **kwargs)
         super().__init__(keys, t, {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners,
                                    "dtype": dtype}, allow_missing_keys)
+
+
+class RandZoomd(_SpatialDict):
+    """MONAI RandZoomd: one draw per sample shared by every key (see :class:`RandZoom`); keys
+    with the same options share each launch, an image and its nearest label take two (their
+    maps differ, as in Zoomd)."""
+
+    def __init__(self, keys, prob: float = 0.1, min_zoom=0.9, max_zoom=1.1, mode="area", padding_mode="edge",
+                 align_corners=None, dtype=np.float32, keep_size: bool = True, allow_missing_keys: bool = False,
+                 lazy: bool = False, seed: Optional[int] = None, **kwargs):
+        t = RandZoom(prob, min_zoom, max_zoom, "trilinear", "edge", None, keep_size=keep_size, lazy=lazy,
+                     seed=seed, **kwargs)
+        super().__init__(keys, t, {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners,
+                                   "dtype": dtype}, allow_missing_keys)
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
+        d = dict(data)
+        items = []
+        for i, key in enumerate(self.keys):
+            if key not in d:
+                if self.allow_missing_keys:
+                    continue
+                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+            x, restore = _as_batch(d[key])
+            opts = self.transform._options(**{k: v[i] for k, v in self.options.items()})
+            items.append((key, x, restore, _for_input(opts, x)))
+        if not items:
+            return d
+        sizes = {x.shape[0] for _, x, _, _ in items}
+        if len(sizes) != 1:
+            raise ValueError(f"all keys must have the same batch size to share a random draw, got {sorted(sizes)}")
+        params = self.transform._params_for(sizes.pop(), True)
+        groups: dict = {}  # keys of one shape, device and options share the launches
+        for j, (_, x, _, opts) in enumerate(items):
+            groups.setdefault((tuple(x.shape[2:]), x.device, opts), []).append(j)
+        for (in_size, _, opts), members in groups.items():
+            outs, zs, geoms, meta = self.transform._zoom([items[j][1] for j in members], opts, params)
+            for j, out in zip(members, outs):
+                key, _, restore, _ = items[j]
+                out = _with_affine(restore(out), meta)
+                d[key] = _push(out, self.transform._zoom_record(data[key], in_size, zs, geoms, meta, opts, params,
+                                                                owner=self))
+        return d
 
 
 class Resized(_SpatialDict):
@@ -2532,6 +2765,11 @@ class Orientationd:
 # with zoom < 1), Affine with image_only=False (it returns a tuple), Spacing with
 # recompute_affine, Spacing / Orientation on a plain tensor (they return a tuple), Spacingd /
 # Orientationd (dictionary forms with their own per-key geometry rules), anything else.
+#
+# Deformations (Rand3DElastic, GridDistortion, RandGridDistortion and their dictionary forms,
+# voxaug.deform) close the group before them: one resample_deformed launch with the group's map
+# times the deformation's (see _close_with_deformation). Spatial steps after a deformation
+# start the next group.
 _EXACT_TYPES: tuple = ()  # set below, after the classes exist
 _FUSABLE_TYPES: tuple = ()
 
@@ -2698,8 +2936,78 @@ def _key_options(t: Any, i: int) -> dict:
     return {}
 
 
+def _is_deformation(t: Any) -> bool:
+    from .deform import _is_fusable_deformation  # deform imports this module
+
+    return _is_fusable_deformation(t)
+
+
 def _lazy_candidate(t: Any) -> bool:
-    return isinstance(_inner(t), _FUSABLE_TYPES)
+    """Whether `t` may join a run of compose_spatial: a fusable spatial step, or a deformation
+    that closes the group before it (see _close_with_deformation)."""
+    return isinstance(_inner(t), _FUSABLE_TYPES) or _is_deformation(t)
+
+
+def _close_with_deformation(t: Any, d: dict, is_dict: bool, chains: dict, chain: Callable,
+                            patches: dict) -> bool:
+    """Applies deformation `t` fused with the pending spatial group of each key it deforms: one
+    resample_deformed launch per set of keys sharing the map and the field, out(x) =
+    in(M_before A (x + u(x))) (M_before: the group's product map; A, u: the deformation's map and
+    field on its output grid, planned on the group's virtual output). Returns False, having
+    done nothing, when `t` must run as itself: no key has a pending group (nothing to fuse), a
+    key stands for patches not yet cut, a pending group's (mode, padding, align_corners)
+    differs from the deformation's for that key, or the call would raise (missing key, batch
+    sizes that differ). Keys the deformation does not touch keep their pending groups.
+
+    Equal to the steps run one by one up to interpolation (one gather instead of two; after
+    exact steps with nearest sampling, equal but where a sample point lies within float32
+    rounding of a voxel boundary), except where the step-by-step result reads padding: outside
+    a SpatialCrop's window the fused gather reads the real voxels (as the other fused crops
+    do). Draws: the deformation draws once, as
+    its call, after the steps before it drew theirs. A tracked MetaTensor gets the record the
+    group writes without the deformation (the deformations write none: they are not
+    invertible) and the group's affine."""
+    from . import deform
+
+    keys = deform._fusion_keys(t, d, is_dict)
+    if not keys or not any(k in chains and chains[k].steps for k, _ in keys):
+        return False
+    for k, opts in keys:
+        if isinstance(d[k], torch.Tensor) and id(d[k]) in patches:
+            return False
+        ch = chains.get(k)
+        if ch is not None and ch.steps and ch.mode_key not in (None, (opts.mode, opts.padding, False)):
+            return False
+    entries = []
+    for k, _ in keys:
+        ch = chain(k)
+        where = d[k].device if isinstance(d[k], torch.Tensor) else torch.device("cpu")
+        entries.append((k, ch.n, ch.size, where))
+    if len({e[1] for e in entries}) != 1:
+        return False  # the transform raises its own error
+    plans = deform._fused_plans(t, entries)
+    launches: list[tuple[Any, torch.Tensor, list]] = []  # (plan, maps, [(key, x, restore, finish, opts)])
+    for k, opts in keys:
+        ch = chains.pop(k)
+        if ch.steps:
+            _, x, restore, geom, _, finish = ch.job(k, d[k])
+            before = _square(geom.mats)
+        else:
+            x, restore = _as_batch(d[k])
+            before, finish = None, (lambda out: out)
+        plan = plans[k]
+        maps = plan.mats if before is None else (before @ _square(plan.mats))[:, :3].contiguous()
+        for p, m, members in launches:
+            if p is plan and torch.equal(m, maps):
+                members.append((k, x, restore, finish, opts))
+                break
+        else:
+            launches.append((plan, maps, [(k, x, restore, finish, opts)]))
+    for plan, maps, members in launches:
+        outs = deform._fused_launch([m[1] for m in members], maps, plan, [m[4] for m in members])
+        for (k, _, restore, finish, _), out in zip(members, outs):
+            d[k] = finish(restore(out))
+    return True
 
 
 def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None,
@@ -2747,6 +3055,10 @@ def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None,
             d[None] = out
 
     for t in transforms:
+        if _is_deformation(t):
+            if not _close_with_deformation(t, d, is_dict, chains, chain, patches):
+                direct(t)
+            continue
         if is_dict != _is_dict_transform(t) or not _lazy_candidate(t):
             direct(t)
             continue

@@ -385,6 +385,204 @@ def test_zoom_default_area_bitwise_like_monai(zoom, keep_size):
         assert_bitwise(vt.Zoom(zoom, padding_mode=pad)(x[0]), mt.Zoom(zoom, padding_mode=pad)(x[0]))
 
 
+# ---------------- RandZoom ----------------
+# Ranges that cross 1 on every axis: some samples crop (keep_size), some pad, per axis.
+RZ_RANGE = dict(min_zoom=(0.6, 0.75, 0.8), max_zoom=(1.4, 1.3, 1.25))
+
+
+@pytest.mark.parametrize("mode, align_corners", [("area", None), ("trilinear", None), ("trilinear", True),
+                                                 ("bilinear", None)])
+def test_rand_zoom_per_sample_matches_monai_zoom(inia, mode, align_corners):
+    """A batch of 4 (real T1, flipped copies): each sample's drawn factors read back and the
+    sample compared with MONAI's Zoom(those factors) on it alone: 'area' bit-identical (same
+    torch op, per sample), linear within IMG_TOL (module docstring). The batched result is also
+    bit-identical to voxaug's own Zoom on each sample: the one launch with per-sample maps and the
+    per-sample keep_size padding gather change nothing."""
+    img, _, _ = inia
+    x = torch.stack([img, img.flip(1), img.flip(2), img.flip(3)])
+    t = vt.RandZoom(prob=1.0, mode=mode, align_corners=align_corners, seed=5, **RZ_RANGE)
+    out = t(x)
+    zooms = t.zooms(t._last)
+    assert len({tuple(z) for z in zooms}) == 4
+    assert any(z[a] < 1 for z in zooms for a in range(3)) and any(z[a] > 1 for z in zooms for a in range(3))
+    assert out.shape == x.shape and out.dtype == torch.float32 and torch.isfinite(out).all()
+    for i, z in enumerate(zooms):
+        for a, (lo, hi) in enumerate(zip(RZ_RANGE["min_zoom"], RZ_RANGE["max_zoom"])):
+            assert lo <= z[a] <= hi
+        ref = mt.Zoom(z, mode=mode, align_corners=align_corners)(x[i])
+        if mode == "area":
+            assert_bitwise(out[i], ref)
+        else:
+            assert_image_close(out[i], ref)
+        assert_bitwise(out[i], vt.Zoom(z, mode=mode, align_corners=align_corners)(x[i]))
+
+
+@pytest.mark.parametrize("padding_mode", ["edge", "constant", "reflect", "symmetric", "wrap", "replicate"])
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
+def test_rand_zoom_nearest_labels_bitwise_like_monai(inia, mode, padding_mode):
+    """int16 labels, nearest: one launch for the batch (interpolate's floor rule, see
+    _nearest_rule), then each sample's keep_size padding: bit-identical to MONAI's Zoom per sample
+    for every padding mode; int16 stays int16."""
+    _, lab, _ = inia
+    y = torch.stack([lab, lab.flip(1), lab.flip(3)])
+    t = vt.RandZoom(prob=1.0, mode=mode, padding_mode=padding_mode, seed=11, **RZ_RANGE)
+    out = t(y)
+    assert out.dtype == torch.int16 and out.shape == y.shape
+    for i, z in enumerate(t.zooms(t._last)):
+        assert_bitwise(out[i].float(), mt.Zoom(z, mode=mode, padding_mode=padding_mode)(y[i]))
+
+
+def test_rand_zoom_nearest_table_fallback_and_keep_size_false():
+    """Size pairs where no affine map gives interpolate's nearest indices (6 -> 246, see
+    test_resize_nearest_where_no_affine_map_exists) are gathered with the table, per sample;
+    keep_size=False with factors that give every sample the same shape. Bit-identical to MONAI."""
+    x = torch.randn(2, 1, 6, 9, 7, generator=torch.Generator().manual_seed(4))
+    t = vt.RandZoom(prob=1.0, min_zoom=(41.0, 1.0, 1.0), max_zoom=(41.0, 1.0, 1.0), mode="nearest", keep_size=False)
+    out = t(x)
+    assert out.shape == (2, 1, 246, 9, 7)
+    for i, z in enumerate(t.zooms(t._last)):
+        assert z == [41.0, 1.0, 1.0]
+        assert_bitwise(out[i], mt.Zoom(z, mode="nearest", keep_size=False)(x[i]))
+
+
+def test_rand_zoom_parameter_rule_and_gate():
+    """MONAI's factor rule: a number is one factor for all axes, two numbers are (first, first,
+    second), three are per axis; factors lie in [min, max]; the gate u < prob is per sample
+    (binomial bounds, 6 sigma), gated-off samples come back unchanged, and a sample's draw does
+    not depend on the batch it is in (Philox addressed by sample index)."""
+    iso = vt.RandZoom(prob=1.0, min_zoom=0.7, max_zoom=1.3, seed=1)
+    for z in iso.zooms(iso.draw_params(50)):
+        assert z[0] == z[1] == z[2] and 0.7 <= z[0] <= 1.3
+    two = vt.RandZoom(prob=1.0, min_zoom=(0.8, 1.1), max_zoom=(0.9, 1.2), seed=1)
+    for z in two.zooms(two.draw_params(50)):
+        assert z[0] == z[1] and 0.8 <= z[0] <= 0.9 and 1.1 <= z[2] <= 1.2
+    n, prob = 2000, 0.3
+    gated = vt.RandZoom(prob=prob, min_zoom=1.2, max_zoom=1.5, seed=2)
+    params = gated.draw_params(n)
+    on = np.array([z != [1.0, 1.0, 1.0] for z in gated.zooms(params)])
+    assert abs(on.sum() - n * prob) < 6 * np.sqrt(n * prob * (1 - prob))
+    np.testing.assert_array_equal(on, params[:, 0].numpy() < prob)
+    assert torch.equal(gated.draw_params(3, first_sample=5, seed=9)[1], gated.draw_params(10, seed=9)[6])
+    x = torch.randn(8, 1, 11, 12, 13, generator=torch.Generator().manual_seed(3))
+    t = vt.RandZoom(prob=0.5, min_zoom=1.2, max_zoom=1.5, mode="trilinear", seed=4)
+    out = t(x)
+    gates = t._gates(t._last)
+    assert 0 < gates.sum() < 8
+    for i, g in enumerate(gates):
+        assert torch.equal(out[i], x[i]) != bool(g)
+
+
+def test_rand_zoomd_image_and_label_share_the_draw(ch2aal):
+    """RandZoomd: image bilinear + label nearest get the same per-sample factors; each compared
+    with MONAI's Zoom on the sample (image within IMG_TOL, uint8 labels bit-identical)."""
+    img, lab, _ = ch2aal
+    x, y = torch.stack([img, img.flip(2), img.flip(3)]), torch.stack([lab, lab.flip(2), lab.flip(3)])
+    t = vt.RandZoomd(["img", "lab"], prob=1.0, mode=("bilinear", "nearest"), padding_mode="constant", seed=7,
+                     **RZ_RANGE)
+    out = t({"img": x, "lab": y, "other": 5})
+    assert out["other"] == 5 and out["img"].dtype == torch.float32 and out["lab"].dtype == torch.uint8
+    zooms = t.transform.zooms(t.transform._last)
+    assert len({tuple(z) for z in zooms}) == 3
+    for i, z in enumerate(zooms):
+        assert_image_close(out["img"][i], mt.Zoom(z, mode="bilinear", padding_mode="constant")(x[i]))
+        assert_bitwise(out["lab"][i].float(), mt.Zoom(z, mode="nearest", padding_mode="constant")(y[i]))
+    t2 = vt.RandZoomd(["img", "lab"], prob=1.0, mode=("bilinear", "nearest"), padding_mode="constant", seed=7,
+                      **RZ_RANGE)
+    again = t2({"img": x, "lab": y})
+    assert torch.equal(again["img"], out["img"]) and torch.equal(again["lab"], out["lab"])
+    assert "missing" not in vt.RandZoomd(["img", "missing"], prob=1.0, allow_missing_keys=True)({"img": x})
+    with pytest.raises(KeyError, match="missing"):
+        vt.RandZoomd(["img", "missing"], prob=1.0)({"img": x})
+
+
+@pytest.mark.parametrize("mode", ["area", "trilinear", "nearest"])
+def test_rand_zoom_metatensor_affine_and_inverse_like_monai(ch2aal, mode):
+    """MetaTensor: per sample, the affine equals MONAI's RandZoom(prob=1, min_zoom = max_zoom =
+    that sample's factors) result's affine (float64, 1e-9), and the inverse (record popped,
+    original affine back) equals MONAI's RandZoom inverse of that output: area and nearest
+    bit-identical, trilinear within IMG_TOL. The single-sample call (4-D) is compared directly."""
+    img, _, aff = ch2aal
+    x = MetaTensor(torch.stack([img[:, :40, :50, :45], img[:, 10:50, 5:55, 8:53]]).float(), affine=aff)
+    t = vt.RandZoom(prob=1.0, mode=mode, seed=3, **RZ_RANGE)
+    out = t(x)
+    zooms = t.zooms(t._last)
+    assert out.affine.shape == (2, 4, 4)
+    back = t.inverse(out)
+    assert len(back.applied_operations) == 0 and torch.equal(back.affine.double(), x.affine.double())
+    for i, z in enumerate(zooms):
+        ref_t = mt.RandZoom(prob=1.0, min_zoom=z, max_zoom=z, mode=mode)
+        ref = ref_t(MetaTensor(x.as_tensor()[i], affine=aff))
+        torch.testing.assert_close(out.affine[i].double(), ref.affine.double(), rtol=0, atol=1e-9)
+        ref_back = ref_t.inverse(ref)
+        (assert_image_close if mode == "trilinear" else assert_bitwise)(back[i], ref_back)
+    one = vt.RandZoom(prob=1.0, mode=mode, seed=8, **RZ_RANGE)
+    single = one(MetaTensor(x.as_tensor()[0], affine=aff))
+    (z,) = one.zooms(one._last)
+    ref = mt.RandZoom(prob=1.0, min_zoom=z, max_zoom=z, mode=mode)(MetaTensor(x.as_tensor()[0], affine=aff))
+    torch.testing.assert_close(single.affine.double(), ref.affine.double(), rtol=0, atol=1e-9)
+    (assert_image_close if mode == "trilinear" else assert_bitwise)(single, ref)
+
+
+def test_rand_zoomd_in_compose_and_inverse(ch2aal):
+    """In a Compose, RandZoomd runs as itself between fused spatial groups (never fused: its
+    padding and 'area' pooling are no index maps): the result equals the transforms called one
+    by one with the same seeds, and Compose.inverse restores shapes, affines and empty
+    applied_operations (the zoom's inverse per sample, as MONAI's RandZoom inverse)."""
+    img, lab, aff = ch2aal
+    x = MetaTensor(torch.stack([img[:, :40, :48, :48], img[:, 10:50, 5:53, 8:56]]).float(), affine=aff)
+    y = MetaTensor(torch.stack([lab[:, :40, :48, :48], lab[:, 10:50, 5:53, 8:56]]), affine=aff)
+
+    def make():
+        return [vt.RandFlipd(["img", "lab"], prob=1.0, spatial_axis=0, seed=1),
+                vt.RandZoomd(["img", "lab"], prob=1.0, mode=("area", "nearest"), seed=2, **RZ_RANGE),
+                vt.RandRotate90d(["img", "lab"], prob=1.0, spatial_axes=(1, 2), seed=3)]
+
+    comp = vt.Compose(make())
+    out = comp({"img": x, "lab": y})
+    step = {"img": x, "lab": y}
+    for t in make():
+        step = t(step)
+    for k in ("img", "lab"):
+        assert_bitwise(out[k], step[k])
+        torch.testing.assert_close(out[k].affine, step[k].affine, rtol=0, atol=0)
+    back = comp.inverse(out)
+    for k, src in (("img", x), ("lab", y)):
+        assert back[k].shape == src.shape and len(back[k].applied_operations) == 0
+        torch.testing.assert_close(back[k].affine.double(), src.affine.double(), rtol=0, atol=1e-9)
+
+
+def test_rand_zoom_bad_arguments():
+    x = torch.zeros(2, 1, 8, 9, 10)
+    with pytest.raises(ValueError, match="same length"):
+        vt.RandZoom(min_zoom=(0.9, 0.9, 0.9), max_zoom=(1.1, 1.1))
+    with pytest.raises(ValueError, match="min_zoom / max_zoom must be a number"):
+        vt.RandZoom(min_zoom=(0.9,) * 4, max_zoom=(1.1,) * 4)
+    with pytest.raises(ValueError, match="must be > 0"):
+        vt.RandZoom(min_zoom=0.0, max_zoom=1.1)
+    with pytest.raises(ValueError, match="min_zoom must be a finite number"):
+        vt.RandZoom(min_zoom="small")
+    with pytest.raises(ValueError, match="prob must be in"):
+        vt.RandZoom(prob=1.5)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        vt.RandZoom(mode="cubic")
+    with pytest.raises(NotImplementedError, match="bicubic"):
+        vt.RandZoom(mode="bicubic")
+    with pytest.raises(ValueError, match="padding_mode must be one of"):
+        vt.RandZoom(padding_mode="mirror")
+    with pytest.raises(ValueError, match="padding_mode must be one of"):
+        vt.RandZoomd(["img", "lab"], padding_mode=("edge", "bogus"))
+    with pytest.raises(ValueError, match="different shapes"):
+        vt.RandZoom(prob=1.0, min_zoom=0.5, max_zoom=1.5, keep_size=False, seed=0)(x)
+    with pytest.raises(ValueError, match="params must be a"):
+        vt.RandZoom(prob=1.0).apply(x, torch.zeros(2, 1, dtype=torch.float64))
+    with pytest.raises(ValueError, match="gives an empty output"):
+        vt.RandZoom(prob=1.0, min_zoom=0.05, max_zoom=0.06, mode="nearest")(x)
+    with pytest.raises(NotImplementedError, match="lazy"):
+        vt.RandZoom(lazy=True)
+    with pytest.raises(ValueError, match="same batch size"):
+        vt.RandZoomd(["a", "b"], prob=1.0)({"a": x, "b": x[:1]})
+
+
 @pytest.mark.parametrize("size", AREA_SIZES)
 def test_resize_default_area_bitwise_like_monai(size):
     x = torch.randn(3, 2, 23, 19, 30, generator=torch.Generator().manual_seed(2))
@@ -729,6 +927,8 @@ def test_empty_batch():
     assert vt.RandAffine(prob=1.0, rotate_range=0.3)(x).shape == (0, 1, 5, 6, 7)
     assert vt.Resize((3, 4, 5), mode="nearest")(x).shape == (0, 1, 3, 4, 5)
     assert vt.RandRotate90(prob=1.0)(x).shape == (0, 1, 5, 6, 7)
+    assert vt.RandZoom(prob=1.0, mode="nearest")(x).shape == (0, 1, 5, 6, 7)
+    assert vt.RandZoom(prob=1.0)(x).shape == (0, 1, 5, 6, 7)
 
 
 @pytest.mark.parametrize("padding_mode", ["border", "reflection"])

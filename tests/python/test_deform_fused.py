@@ -1,0 +1,320 @@
+"""A deformation (voxaug.deform) closing a lazy spatial group of voxaug.transforms.Compose: the
+group's product map and the deformation's field in one resample_deformed launch. Compared
+with the same Compose run step by step (fuse_spatial=False: one resample per spatial step,
+then the deformation's own gather), which runs the ops checked against MONAI / scipy / torch
+in test_resample.py, test_spatial.py and test_deform.py: bytes where both paths are exact
+(flips, quarter turns, nearest), within a derived interpolation bound where the step-by-step
+path interpolates twice; the random draws of every transform and the launch counts."""
+import copy
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import voxaug
+from voxaug import crop as C
+from voxaug import deform as D
+from voxaug import spatial as S
+from voxaug import transforms as T
+
+from conftest import TEMPLATES, devices
+
+KEYS = ["image", "label"]
+
+
+def _count_calls(monkeypatch, *names) -> dict:
+    """Wraps voxaug.ops.<name> for each name; the returned dict counts their calls."""
+    calls = dict.fromkeys(names, 0)
+    for name in names:
+        real = getattr(voxaug.ops, name)
+
+        def counting(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(voxaug.ops, name, counting)
+    return calls
+
+
+def _log_draws(compose) -> list:
+    """Wraps _params_for of every random transform of `compose` (the one place a call draws);
+    the returned list collects (index in the Compose, params) in call order."""
+    log = []
+    for i, t in enumerate(compose.transforms):
+        inner = getattr(t, "transform", t)
+        if not hasattr(inner, "_params_for"):
+            continue
+        real = inner._params_for
+
+        def logged(*args, _real=real, _i=i, **kwargs):
+            p = _real(*args, **kwargs)
+            log.append((_i, None if p is None else p.clone()))
+            return p
+
+        inner._params_for = logged
+    return log
+
+
+def _same_draws(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(i == j and (p is None and q is None or torch.equal(p, q))
+                                    for (i, p), (j, q) in zip(a, b))
+
+
+def _run_both(make, data, seed, monkeypatch):
+    """(step-by-step output, fused output, their launch counts, draws equal, the deformation's
+    displacement fields of both runs)."""
+    calls = _count_calls(monkeypatch, "resample", "resample_deformed")
+    res = []
+    for fuse in (False, True):
+        calls.update(resample=0, resample_deformed=0)
+        c = T.Compose(make(), fuse_spatial=fuse).set_random_state(seed)
+        log = _log_draws(c)
+        out = c(dict(data) if isinstance(data, dict) else data)
+        deform = next(t for t in c.transforms if D._is_fusable_deformation(t))
+        res.append((out, dict(calls), log, deform.displacement_field(), deform))
+    (ref, ref_calls, ref_log, ref_u, _), (out, calls_, log, u, deform) = res
+    assert ref_log, "no random draw was logged"
+    _run_both.deformation, _run_both.compose = deform, c  # the fused run's deformation, Compose
+    return ref, out, ref_calls, calls_, _same_draws(ref_log, log), torch.equal(ref_u, u)
+
+
+def _near_ties(deform, key, shape, tol=1e-4) -> torch.Tensor:
+    """(N, D, H, W): output voxels whose deformation sample point y = A (x + u(x)) (float64, from
+    the call's dense field and map) lies within `tol` of a half-integer along some axis: the
+    only voxels where nearest sampling may pick a different neighbour when y is carried through
+    a flip or quarter turn in float32 (round half to even at a point the two paths round
+    differently by one float32 ulp)."""
+    plan = deform._field_plan(deform._fields[key])
+    u = deform.displacement_field(key).cpu().double()
+    grid = torch.stack(torch.meshgrid(*[torch.arange(s, dtype=torch.float64) for s in shape], indexing="ij"))
+    mats = plan.mats.double()
+    y = torch.einsum("nij,njdhw->nidhw", mats[:, :, :3], grid[None] + u) + mats[:, :, 3].reshape(-1, 3, 1, 1, 1)
+    return ((y - y.floor() - 0.5).abs() < tol).any(1)
+
+
+def _atlas():
+    nib = pytest.importorskip("nibabel")
+    paths = [os.path.join(TEMPLATES, f) for f in ("ch2.nii.gz", "aal.nii.gz")]
+    if not all(os.path.exists(p) for p in paths):
+        pytest.skip("mricron-data not installed (apt-get install mricron-data)")
+    img, lab = (np.asarray(nib.load(p).dataobj) for p in paths)
+    # Every second voxel (91 x 109 x 91): the test's speed, the atlas's 116 regions are kept.
+    img = torch.from_numpy(img[::2, ::2, ::2].copy())[None].float()
+    lab = torch.from_numpy(lab[::2, ::2, ::2].copy())[None]
+    assert lab.dtype == torch.uint8
+    return img, lab
+
+
+@pytest.mark.parametrize("device", devices())
+def test_exact_steps_then_elastic_nearest_equal_bytes(device, monkeypatch):
+    # Flips and quarter turns move voxels exactly; with nearest sampling for both keys the
+    # deformation reads the same voxel whether the exact steps ran first or are folded into
+    # its map, so fused == step by step byte for byte, on the MRI and its label atlas.
+    img, lab = _atlas()
+    data = {"image": img.to(device), "label": lab.to(device)}
+
+    def make():
+        return [S.RandFlipd(KEYS, prob=0.5, spatial_axis=0), S.RandFlipd(KEYS, prob=0.5, spatial_axis=1),
+                S.RandFlipd(KEYS, prob=0.5, spatial_axis=2), S.RandRotate90d(KEYS, prob=0.7, max_k=3,
+                                                                             spatial_axes=(0, 2)),
+                D.Rand3DElasticd(KEYS, sigma_range=(4, 6), magnitude_range=(2, 4), prob=0.9,
+                                 rotate_range=(0.2, 0.1, 0.1), mode="nearest", padding_mode="border")]
+
+    for seed in range(4):
+        ref, out, ref_calls, calls, same_draws, same_u = _run_both(make, data, seed, monkeypatch)
+        assert ref_calls == {"resample": 4, "resample_deformed": 1}  # one gather per step
+        assert calls == {"resample": 0, "resample_deformed": 1}  # four steps + the deformation: one
+        assert same_draws and same_u, seed
+        assert out["label"].dtype == torch.uint8 and out["image"].dtype == torch.float32
+        # Equal bytes except at near-ties of the nearest rule (a handful of the 900k voxels,
+        # each checked to be one): float32 coordinates of the fused map round differently by
+        # one ulp from those of the deformation alone.
+        ties = _near_ties(_run_both.deformation, "image", out["image"].shape[1:])[0]
+        for k in KEYS:
+            differ = (out[k] != ref[k]).any(0).cpu()
+            assert int(differ.sum()) <= 1e-5 * differ.numel(), (seed, k, int(differ.sum()))
+            assert not (differ & ~ties).any(), (seed, k, differ.nonzero()[:5])
+        assert not torch.equal(out["label"], data["label"]) and len(torch.unique(out["label"])) > 100
+
+
+def _smooth_volume(n=2, shape=(40, 44, 36), amp=10.0, period=16.0):
+    """Channel 0: a linear ramp (trilinear interpolation reproduces it exactly); channel 1:
+    amp * (sin(w d) + sin(w h) + sin(w w)) + 40, w = 2 pi / period (|f_aa| <= amp w^2)."""
+    idx = torch.meshgrid(*[torch.arange(s, dtype=torch.float64) for s in shape], indexing="ij")
+    w = 2 * np.pi / period
+    ramp = 0.5 * idx[0] + 0.3 * idx[1] + 0.2 * idx[2] + 1.0
+    waves = amp * (torch.sin(w * idx[0]) + torch.sin(w * idx[1] + 1.0) + torch.sin(w * idx[2] + 2.0)) + 40.0
+    one = torch.stack([ramp, waves]).float()
+    return one.expand(n, *one.shape).clone(), amp * w * w
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("field", ["fast", "exact"])
+def test_affine_then_elastic_bilinear_within_interpolation_bound(device, field, monkeypatch):
+    # Step by step interpolates twice (the affine's gather, then the deformation's), fused
+    # once. Away from the borders (a key of ones, zero padded, is 1 where neither path read
+    # padding) the two differ only by interpolation error:
+    #  - on a linear ramp not at all (trilinear interpolation reproduces affine functions):
+    #    float32 rounding of the 8-tap sums on values < 60 (about 8 ulp(60) = 3e-5 per gather,
+    #    two gathers) and the weight of at most 1e-6 the mask lets fall on padding (6e-5):
+    #    atol 2e-4;
+    #  - on the sines, |fused - step| <= 2 e_f + e_g, e_f = (3/8) max|f_aa| the trilinear error
+    #    bound of f, e_g = (3/8) max|f_aa| s^2 that of f after the affine (columns of norm <= s,
+    #    s = 1.1 the largest scale): fused errs by e_f, step by step by e_f in the intermediate
+    #    (carried through convex weights) plus e_g.
+    img, fdd = _smooth_volume()
+    ones = torch.ones(img.shape[0], 1, *img.shape[2:])
+    data = {"image": img.to(device), "ones": ones.to(device)}
+    keys = ["image", "ones"]
+
+    def make():
+        return [S.RandFlipd(keys, prob=0.5, spatial_axis=1),
+                S.RandAffined(keys, prob=1.0, rotate_range=(0.3, 0.2, 0.2), scale_range=0.1,
+                              translate_range=2.0, padding_mode="zeros"),
+                D.Rand3DElasticd(keys, sigma_range=(4, 6), magnitude_range=(1, 3), prob=1.0, field=field,
+                                 rotate_range=0.1, padding_mode="zeros")]
+
+    bound = 3.0 / 8.0 * fdd * (2.0 + 1.1 ** 2)
+    for seed in range(3):
+        ref, out, ref_calls, calls, same_draws, same_u = _run_both(make, data, seed, monkeypatch)
+        assert ref_calls == {"resample": 2, "resample_deformed": 1}
+        assert calls == {"resample": 0, "resample_deformed": 1}
+        assert same_draws and same_u, seed
+        inside = (ref["ones"][:, 0] > 1 - 1e-6) & (out["ones"][:, 0] > 1 - 1e-6)
+        assert inside.float().mean() > 0.3, "too little of the volume away from the borders"
+        o, r = out["image"].cpu().double(), ref["image"].cpu().double()
+        assert torch.isfinite(o).all() and o[:, 0][inside.cpu()].abs().min() > 0
+        ramp_err = (o[:, 0] - r[:, 0]).abs()[inside.cpu()].max().item()
+        wave_err = (o[:, 1] - r[:, 1]).abs()[inside.cpu()].max().item()
+        assert ramp_err < 2e-4, (seed, ramp_err)
+        assert wave_err < bound, (seed, wave_err, bound)
+        assert not torch.equal(o, img.double()), "nothing moved"
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("kind", ["grid", "rand_grid", "elastic_array"])
+def test_other_deformations_fused_exact(device, kind, monkeypatch):
+    # GridDistortiond, RandGridDistortiond and the array form Rand3DElastic close the group the
+    # same way; exact steps + nearest: bytes.
+    g = torch.Generator().manual_seed(3)
+    img = torch.rand(2, 1, 24, 20, 24, generator=g).to(device)
+    lab = (img * 7).to(torch.uint8)
+    if kind == "elastic_array":
+        data = lab
+
+        def make():
+            return [S.RandFlip(prob=0.5, spatial_axis=2), S.RandRotate90(prob=0.8, spatial_axes=(0, 2)),
+                    D.Rand3DElastic((3, 4), (1, 2), prob=1.0, mode="nearest", padding_mode="zeros")]
+    else:
+        data = {"image": img, "label": lab}
+
+        def make():
+            steps = [S.RandFlipd(KEYS, prob=0.5, spatial_axis=0), S.Rotate90d(KEYS, k=1, spatial_axes=(0, 2))]
+            if kind == "grid":
+                return steps + [D.GridDistortiond(KEYS, num_cells=3, distort_steps=[(1.0, 1.1, 0.9, 1.0)] * 3,
+                                                  mode="nearest")]
+            return steps + [D.RandGridDistortiond(KEYS, num_cells=(2, 3, 4), prob=1.0, distort_limit=0.2,
+                                                  mode="nearest")]
+
+    for seed in range(3):
+        ref, out, ref_calls, calls, same_draws, same_u = _run_both(make, data, seed, monkeypatch)
+        assert ref_calls == {"resample": 2, "resample_deformed": 1}
+        assert calls == {"resample": 0, "resample_deformed": 1}
+        assert same_draws and same_u
+        pairs = [(out, ref)] if kind == "elastic_array" else [(out[k], ref[k]) for k in KEYS]
+        for o, r in pairs:
+            assert o.dtype == r.dtype and torch.equal(o, r), seed
+        moved = out if kind == "elastic_array" else out["label"]
+        assert not torch.equal(moved, lab)
+
+
+@pytest.mark.parametrize("case", ["mode_differs", "deformation_first", "steps_after", "key_not_in_group"])
+def test_unfused_cases_and_steps_after(case, monkeypatch):
+    # What does not fuse runs as the transforms themselves (same bytes, their launches); steps
+    # after the deformation start the next group.
+    g = torch.Generator().manual_seed(5)
+    img = torch.rand(2, 1, 20, 24, 20, generator=g)
+    data = {"image": img, "label": (img * 5).to(torch.uint8)}
+    elastic = dict(sigma_range=(3, 4), magnitude_range=(1, 2), prob=1.0, padding_mode="border")
+    flip = [S.RandFlipd(KEYS, prob=0.6, spatial_axis=0)]
+    if case == "mode_differs":  # the affine group is bilinear, the label's deformation nearest
+        steps = [S.RandAffined(KEYS, prob=1.0, rotate_range=0.2, padding_mode="border"),
+                 D.Rand3DElasticd(KEYS, mode=("bilinear", "nearest"), **elastic)]
+        expect = ({"resample": 1, "resample_deformed": 1}, {"resample": 1, "resample_deformed": 1})
+    elif case == "deformation_first":
+        steps = [D.Rand3DElasticd(KEYS, mode="nearest", **elastic)] + flip
+        expect = ({"resample": 1, "resample_deformed": 1}, {"resample": 1, "resample_deformed": 1})
+    elif case == "steps_after":
+        steps = flip + [D.Rand3DElasticd(KEYS, mode="nearest", **elastic)] + flip + \
+            [S.RandRotate90d(KEYS, prob=1.0, spatial_axes=(0, 2))]
+        expect = ({"resample": 3, "resample_deformed": 1}, {"resample": 1, "resample_deformed": 1})
+    else:  # only the image has a pending step: the label is deformed in the same launch
+        steps = [S.RandFlipd(["image"], prob=1.0, spatial_axis=1), D.Rand3DElasticd(KEYS, mode="nearest", **elastic)]
+        expect = ({"resample": 1, "resample_deformed": 1}, {"resample": 0, "resample_deformed": 2})
+
+    def make():  # fresh transforms per run (each run wraps their draws)
+        return [copy.deepcopy(t) for t in steps]
+
+    ref, out, ref_calls, calls, same_draws, same_u = _run_both(make, data, 11, monkeypatch)
+    assert (ref_calls, calls) == expect
+    assert same_draws and same_u
+    for k in KEYS:
+        assert out[k].dtype == ref[k].dtype and torch.equal(out[k], ref[k]), k
+    assert not torch.equal(out["image"], img)
+
+
+def test_tracked_metatensor_records_and_affine(monkeypatch):
+    # A tracked MetaTensor gets the affine of the steps run one by one and one record of the
+    # group before the deformation (its product map, undone by Compose.inverse in one launch);
+    # the deformation writes none, as when called on its own.
+    monai_data = pytest.importorskip("monai.data")
+    g = torch.Generator().manual_seed(2)
+    aff = torch.tensor([[0.0, -1.5, 0.0, 10.0], [2.0, 0.0, 0.0, -5.0], [0.0, 0.0, 1.0, 3.0], [0, 0, 0, 1.0]],
+                       dtype=torch.float64)
+    img = torch.rand(1, 18, 20, 22, generator=g)
+
+    def make():
+        return [S.RandFlipd(KEYS, prob=1.0, spatial_axis=2), S.Rotate90d(KEYS, k=1, spatial_axes=(1, 2)),
+                D.Rand3DElasticd(KEYS, sigma_range=(3, 4), magnitude_range=(1, 2), prob=1.0, mode="nearest",
+                                 padding_mode="zeros")]
+
+    data = {"image": monai_data.MetaTensor(img, affine=aff.clone()),
+            "label": monai_data.MetaTensor((img * 4).to(torch.uint8), affine=aff.clone())}
+    ref, out, _, calls, same_draws, _ = _run_both(make, data, 4, monkeypatch)
+    assert calls == {"resample": 0, "resample_deformed": 1} and same_draws
+    ties = _near_ties(_run_both.deformation, "image", out["image"].shape[1:])[0]
+    for k in KEYS:  # exact steps + nearest: equal but at near-ties (see the first test)
+        assert not ((out[k] != ref[k]).any(0) & ~ties).any()
+        assert out[k].shape == (1, 18, 22, 20) and out[k].dtype == ref[k].dtype
+        assert torch.allclose(out[k].affine.double(), ref[k].affine.double(), atol=1e-12)
+        assert not torch.allclose(out[k].affine.double(), aff)
+        (rec,) = out[k].applied_operations
+        assert [m["class"] for m in rec["extra_info"]["transforms"]] == ["RandFlipd", "Rotate90d"]
+        flip_rec, affine_rec = ref[k].applied_operations  # step by step: one record per step
+        product = flip_rec["extra_info"]["maps"] @ affine_rec["extra_info"]["maps"]
+        assert torch.allclose(rec["extra_info"]["maps"], product, atol=1e-12)
+    back = _run_both.compose.inverse(out)  # the group in one launch; the deformation is skipped
+    for k in KEYS:
+        assert back[k].shape == data[k].shape and not back[k].applied_operations
+        assert torch.allclose(back[k].affine.double(), aff, atol=1e-12)
+
+
+def test_crop_sampler_then_deformation(monkeypatch):
+    # Steps on patches not yet cut do not fuse with a deformation: the patches are cut, then
+    # deformed; the bytes are those of the Compose run step by step.
+    g = torch.Generator().manual_seed(1)
+    img = torch.rand(1, 1, 40, 40, 36, generator=g) + 1.0
+    lab = torch.zeros(1, 1, 40, 40, 36, dtype=torch.uint8)
+    lab[:, :, 10:30, 12:28, 8:26] = 1
+
+    def make():
+        return [C.RandCropByPosNegLabeld(KEYS, label_key="label", spatial_size=(16, 16, 16), num_samples=2,
+                                         as_batch=True),
+                S.RandFlipd(KEYS, prob=0.5, spatial_axis=0),
+                D.Rand3DElasticd(KEYS, sigma_range=(3, 4), magnitude_range=(1, 2), prob=1.0, mode="nearest")]
+
+    ref, out, _, calls, same_draws, same_u = _run_both(make, {"image": img, "label": lab}, 3, monkeypatch)
+    assert same_draws and same_u and calls["resample_deformed"] == 1
+    for k in KEYS:
+        assert torch.equal(out[k], ref[k])
