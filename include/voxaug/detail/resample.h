@@ -413,21 +413,32 @@ struct ResampleForward {
       const int64_t base = t.in_sample(n) * t.coeff_stride[0] + c * t.coeff_stride[1] +
                            i0[0] * t.coeff_stride[2] + i0[1] * t.coeff_stride[3] +
                            i0[2] * t.coeff_stride[4];
-      Acc acc = Acc(0);
-      for (int a = 0; a < 4; ++a) {
-        Acc plane = Acc(0);
-        for (int b = 0; b < 4; ++b) {
-          Acc row = Acc(0);
-          const int64_t rb = base + a * t.coeff_stride[2] + b * t.coeff_stride[3];
-          for (int k = 0; k < 4; ++k)
-            row = fadd(row, fmul(w[2][k], load_dyn<Acc>(t.coeff, t.coeff_dtype,
-                                                        rb + k * t.coeff_stride[4])));
-          plane = fadd(plane, fmul(w[1][b], row));
-        }
-        acc = fadd(acc, fmul(w[0][a], plane));
-      }
+      // The coefficients' dtype (float32 or float64) is switched on once, not per tap.
+      const Acc acc =
+          t.coeff_dtype == DType::Float64
+              ? cubic_sum(static_cast<const double*>(t.coeff), base, t.coeff_stride, w)
+              : cubic_sum(static_cast<const float*>(t.coeff), base, t.coeff_stride, w);
       store_dyn<Acc>(t.out, t.out_dtype, out_base + c * t.out_stride[1], acc);
     }
+  }
+
+  // The 4 x 4 x 4 weighted taps from `base`: rows along w, then planes along h, then d.
+  template <class TC>
+  VOXAUG_HD VOXAUG_FORCEINLINE static Acc cubic_sum(const TC* coeff, int64_t base,
+                                                    const int64_t* stride, const Acc w[3][4]) {
+    Acc acc = Acc(0);
+    for (int a = 0; a < 4; ++a) {
+      Acc plane = Acc(0);
+      for (int b = 0; b < 4; ++b) {
+        Acc row = Acc(0);
+        const TC* r = coeff + base + a * stride[2] + b * stride[3];
+        for (int k = 0; k < 4; ++k)
+          row = fadd(row, fmul(w[2][k], static_cast<Acc>(r[k * stride[4]])));
+        plane = fadd(plane, fmul(w[1][b], row));
+      }
+      acc = fadd(acc, fmul(w[0][a], plane));
+    }
+    return acc;
   }
 };
 
