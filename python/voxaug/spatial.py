@@ -2043,13 +2043,9 @@ class _SpatialDict:
         for i in range(len(self.keys)):  # validate the per-key options now
             transform._options(**{k: v[i] for k, v in self.options.items()})
 
-    def set_random_state(self, seed: Optional[int] = None, generator: Optional[torch.Generator] = None):
-        if isinstance(self.transform, _Randomizable):
-            self.transform.set_random_state(seed, generator)
-        return self
-
-    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
-        d = dict(data)
+    def _items(self, d: dict) -> list:
+        """(key, batch, restore, options) of every present key, in order; a missing key raises
+        unless allow_missing_keys."""
         items = []
         for i, key in enumerate(self.keys):
             if key not in d:
@@ -2059,14 +2055,26 @@ class _SpatialDict:
             x, restore = _as_batch(d[key])
             opts = self.transform._options(**{k: v[i] for k, v in self.options.items()})
             items.append((key, x, restore, _for_input(opts, x)))
+        return items
+
+    def _shared_draw(self, items: list):
+        """One random draw for every key: they must share the batch size."""
+        sizes = {x.shape[0] for _, x, _, _ in items}
+        if len(sizes) != 1:
+            raise ValueError(f"all keys must have the same batch size to share a random draw, got {sorted(sizes)}")
+        return self.transform._params_for(sizes.pop(), True)
+
+    def set_random_state(self, seed: Optional[int] = None, generator: Optional[torch.Generator] = None):
+        if isinstance(self.transform, _Randomizable):
+            self.transform.set_random_state(seed, generator)
+        return self
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
+        d = dict(data)
+        items = self._items(d)
         if not items:
             return d
-        params = None
-        if isinstance(self.transform, _RandomSpatial):
-            sizes = {x.shape[0] for _, x, _, _ in items}
-            if len(sizes) != 1:
-                raise ValueError(f"all keys must have the same batch size to share a random draw, got {sorted(sizes)}")
-            params = self.transform._params_for(sizes.pop(), True)
+        params = self._shared_draw(items) if isinstance(self.transform, _RandomSpatial) else None
         groups: list[tuple[_Geometry, bool, torch.device, list[int]]] = []
         geoms = []
         for j, (_, x, _, opts) in enumerate(items):
@@ -2181,21 +2189,10 @@ class RandZoomd(_SpatialDict):
 
     def __call__(self, data: Mapping[Hashable, Any]) -> dict:
         d = dict(data)
-        items = []
-        for i, key in enumerate(self.keys):
-            if key not in d:
-                if self.allow_missing_keys:
-                    continue
-                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
-            x, restore = _as_batch(d[key])
-            opts = self.transform._options(**{k: v[i] for k, v in self.options.items()})
-            items.append((key, x, restore, _for_input(opts, x)))
+        items = self._items(d)
         if not items:
             return d
-        sizes = {x.shape[0] for _, x, _, _ in items}
-        if len(sizes) != 1:
-            raise ValueError(f"all keys must have the same batch size to share a random draw, got {sorted(sizes)}")
-        params = self.transform._params_for(sizes.pop(), True)
+        params = self._shared_draw(items)
         groups: dict = {}  # keys of one shape, device and options share the launches
         for j, (_, x, _, opts) in enumerate(items):
             groups.setdefault((tuple(x.shape[2:]), x.device, opts), []).append(j)
