@@ -1350,6 +1350,10 @@ class RandRotate(_RandomSpatial):
 # ---------------- Zoom / Resize ----------------
 def _interp_opts(mode, align_corners, dtype) -> _Opts:
     interp = _interp_mode(mode)
+    if align_corners is not None and interp != "linear":
+        # torch.nn.functional.interpolate (what MONAI's Zoom / Resize call) raises here.
+        raise ValueError(f"align_corners option can only be set with the interpolating modes: linear | bilinear | "
+                         f"trilinear; got mode={mode!r} with align_corners={align_corners!r}")
     kmode = "nearest" if interp.startswith("nearest") else "linear"
     return _Opts(kmode, interp, "border", bool(align_corners) if interp == "linear" else False,
                  table_dtype=None if dtype is None else _table_dtype(dtype, torch.float32))

@@ -448,8 +448,8 @@ class AdjustContrast(_Contrast):
     def __init__(self, gamma: float, invert_image: bool = False, retain_stats: bool = False):
         if not isinstance(gamma, (int, float)):
             raise ValueError(f"gamma must be a float or int number, got {type(gamma)} {gamma}.")
-        if not gamma > 0:
-            raise ValueError(f"gamma must be > 0, got {gamma}")
+        if not 0 < gamma < math.inf:
+            raise ValueError(f"gamma must be > 0 and finite, got {gamma}")
         self.gamma, self.invert_image, self.retain_stats = float(gamma), invert_image, retain_stats
 
     def _plan(self, x):
@@ -486,8 +486,8 @@ class Gamma(_Pointwise):
     dtype = torch.float32
 
     def __init__(self, gamma: float):
-        if not gamma > 0:
-            raise ValueError(f"gamma must be > 0, got {gamma}")
+        if not isinstance(gamma, numbers.Real) or not 0 < gamma < math.inf:
+            raise ValueError(f"gamma must be a number > 0 and finite, got {gamma!r}")
         self.gamma = float(gamma)
 
     def _plan(self, x):
@@ -637,13 +637,22 @@ class RandHistogramShift(_Pointwise, _Randomizable):
     def __init__(self, num_control_points: Union[tuple[int, int], int] = 10, prob: float = 0.1,
                  seed: Optional[int] = None):
         _Randomizable.__init__(self, seed)
-        if isinstance(num_control_points, int):
+        def whole(v) -> bool:  # an integer count (bools are not)
+            return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+        if isinstance(num_control_points, numbers.Real):
+            if not whole(num_control_points):
+                raise ValueError(f"num_control_points must be an integer or a pair of integers, got "
+                                 f"{num_control_points!r}")
             if num_control_points <= 2:
                 raise ValueError("num_control_points should be greater than or equal to 3")
-            self.num_control_points = (num_control_points, num_control_points)
+            self.num_control_points = (int(num_control_points), int(num_control_points))
         else:
             if len(num_control_points) != 2:
                 raise ValueError("num_control points should be a number or a pair of numbers")
+            if not all(whole(v) for v in num_control_points):
+                raise ValueError(f"num_control_points must be an integer or a pair of integers, got "
+                                 f"{num_control_points!r}")
             if min(num_control_points) <= 2:
                 raise ValueError("num_control_points should be greater than or equal to 3")
             self.num_control_points = (int(min(num_control_points)), int(max(num_control_points)))

@@ -1,6 +1,7 @@
 """RandStdShiftIntensity, RandScaleIntensityFixedMean, RandHistogramShift (and their deterministic and
 dictionary forms) vs MONAI given the same parameters, read back from the kernel's Philox draws or the
 transform's host draws; parameter distributions; determinism; errors; opcheck / gradcheck; CUDA twin."""
+import math
 import warnings
 
 import numpy as np
@@ -389,6 +390,14 @@ def test_bad_inputs_give_clear_errors():
         vt.RandHistogramShift((2, 5))
     with pytest.raises(ValueError, match="a number or a pair"):
         vt.RandHistogramShift((3, 4, 5))
+    for bad in (10.5, (3, 7.5), True, float("nan")):
+        with pytest.raises(ValueError, match="num_control_points must be an integer"):
+            vt.RandHistogramShift(bad)
+    for bad in (math.inf, float("nan"), 0.0):
+        with pytest.raises(ValueError, match="gamma must be"):
+            vt.AdjustContrast(bad)
+        with pytest.raises(ValueError, match="gamma must be"):
+            vt.Gamma(bad)
     with pytest.raises(ValueError, match="num_control_points must be <="):
         vt.RandHistogramShift(5000)
     with pytest.raises(ValueError, match="prob must be in"):

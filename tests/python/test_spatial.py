@@ -943,3 +943,20 @@ def test_cubic_affine_matches_monai_spline_order_3(padding_mode, mode):
     ref = torch.as_tensor(mt.Affine(mode=3, **kw)(x.clone()))
     ours = vt.Affine(mode=mode, **kw)(x)
     assert (torch.as_tensor(ours) - ref).abs().max().item() < 1e-4 * float(x.max() - x.min())
+
+
+@pytest.mark.parametrize("mode", ["area", "nearest", "nearest-exact"])
+@pytest.mark.parametrize("align", [False, True])
+def test_align_corners_with_a_non_interpolating_mode_fails_as_monai(mode, align):
+    """torch's interpolate (MONAI's Zoom / Resize) refuses align_corners for area and nearest
+    modes; so does voxaug, instead of ignoring it. None (the default) is accepted by both."""
+    x = torch.rand(1, 6, 7, 8)
+    for m_t, v_t in ((mt.Zoom(1.5, mode=mode, align_corners=align), vt.Zoom(1.5, mode=mode, align_corners=align)),
+                     (mt.Resize((5, 9, 4), mode=mode, align_corners=align),
+                      vt.Resize((5, 9, 4), mode=mode, align_corners=align))):
+        with pytest.raises(ValueError, match="align_corners"):
+            m_t(x)
+        with pytest.raises(ValueError, match="align_corners"):
+            v_t(x)
+    m = torch.as_tensor(mt.Zoom(1.5, mode=mode)(x))
+    assert torch.equal(torch.as_tensor(vt.Zoom(1.5, mode=mode)(x)), m)
