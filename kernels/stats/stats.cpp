@@ -175,30 +175,12 @@ bool percentiles_radix_segment(const T* data, const StatSegments& sg, int64_t se
     const T v = dense ? base[i] : data[sg.offset(seg, i)];
     return sort_key32(static_cast<float>(value_f64(v)));
   };
-  // Keys are computed a block at a time (a loop the compiler vectorises), then counted.
-  constexpr int64_t kBlock = 512;
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  auto block_keys = [&](int64_t blk, uint32_t* keys) {
-    const int64_t i0 = blk * kBlock;
-    const int cnt = static_cast<int>(std::min(kBlock, n - i0));
-    if (dense) {
-      const T* p = base + i0;
-      for (int j = 0; j < cnt; ++j) keys[j] = sort_key32(static_cast<float>(value_f64(p[j])));
-    } else {
-      for (int j = 0; j < cnt; ++j) keys[j] = key_at(i0 + j);
-    }
-    return cnt;
-  };
   std::vector<int64_t> hist(kHistBins, 0);
 #pragma omp parallel
   {
     std::vector<int64_t> h(kHistBins, 0);
-    alignas(64) uint32_t keys[kBlock];
 #pragma omp for schedule(static) nowait
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int cnt = block_keys(blk, keys);
-      for (int j = 0; j < cnt; ++j) ++h[keys[j] >> 16];
-    }
+    for (int64_t i = 0; i < n; ++i) ++h[key_at(i) >> 16];
 #pragma omp critical
     for (int b = 0; b < kHistBins; ++b) hist[b] += h[b];
   }
@@ -234,15 +216,11 @@ bool percentiles_radix_segment(const T* data, const StatSegments& sg, int64_t se
 #pragma omp parallel
   {
     std::vector<int64_t> h(static_cast<size_t>(slots) * kHistBins, 0);
-    alignas(64) uint32_t keys[kBlock];
 #pragma omp for schedule(static) nowait
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int cnt = block_keys(blk, keys);
-      for (int j = 0; j < cnt; ++j) {
-        const uint32_t key = keys[j];
-        const int s = slot_of[key >> 16];
-        if (s >= 0) ++h[static_cast<size_t>(s) * kHistBins + (key & 0xffffu)];
-      }
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t key = key_at(i);
+      const int s = slot_of[key >> 16];
+      if (s >= 0) ++h[static_cast<size_t>(s) * kHistBins + (key & 0xffffu)];
     }
 #pragma omp critical
     for (size_t j = 0; j < h.size(); ++j) low[j] += h[j];

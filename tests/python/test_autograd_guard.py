@@ -4,7 +4,7 @@
   get none (fill values are constants; the image-range fill's min / max too, which MONAI's
   numpy dropout does not differentiate at all). Checked with torch.autograd.gradcheck (finite
   differences, float64; not for the image-range fill, whose finite differences see the min /
-  max) and against a mask built here from the hole boxes.
+  max) and against a mask built from the hole boxes (conftest.dropout_mask).
 - The ops without a backward (statistics-based normalisation, the low-resolution gather, the
   patch and deformation gathers, patch extraction, the backward ops themselves, in-place ops)
   must refuse an input that requires grad, naming the argument, instead of letting PyTorch's
@@ -16,21 +16,14 @@ import torch
 
 from voxaug import ops
 
+from conftest import dropout_mask
+
 V = torch.ops.voxaug
 
 
 def _boxes():
     boxes = torch.tensor([[[1, 0, 2, 3, 4, 5], [0, 2, 0, 2, 5, 3]], [[2, 2, 2, 4, 5, 6], [0, 0, 0, 0, 0, 0]]])
     return boxes, torch.tensor([2, 1])
-
-
-def _hole_mask(shape, boxes, counts):
-    """1 inside any of sample n's first counts[n] boxes (half-open), float64, built with slices."""
-    m = torch.zeros(shape, dtype=torch.float64)
-    for n in range(shape[0]):
-        for b in boxes[n, : int(counts[n])].tolist():
-            m[n, :, b[0]:b[3], b[1]:b[4], b[2]:b[5]] = 1.0
-    return m
 
 
 @pytest.mark.parametrize("dropout_holes", [True, False])
@@ -46,10 +39,10 @@ def test_coarse_dropout_gradient(dropout_holes, fill):
         assert torch.autograd.gradcheck(f, (x,), eps=1e-6, atol=1e-8)
     g = torch.randn(x.shape, dtype=torch.float64)
     (grad,) = torch.autograd.grad(f(x), x, g)
-    holes = _hole_mask(x.shape, boxes, counts)
-    filled = holes if dropout_holes else 1.0 - holes
-    filled[1] = filled[1] if int(counts[1]) else 0.0  # a sample without holes is unchanged
-    assert torch.equal(grad, g * (1.0 - filled))
+    # A sample without holes (count 0) is unchanged.
+    filled = torch.stack([dropout_mask(x.shape[1:], boxes[n], int(counts[n]), dropout_holes) if int(counts[n])
+                          else torch.zeros(x.shape[2:], dtype=torch.bool) for n in range(x.shape[0])])[:, None]
+    assert torch.equal(grad, g * (~filled).double())
     with torch.no_grad():
         assert torch.equal(f(x), V.coarse_dropout(x.detach(), boxes, counts, dropout_holes, *fill, 7, 0))
 

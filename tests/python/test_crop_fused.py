@@ -12,7 +12,7 @@ from voxaug import crop as C
 from voxaug import spatial as S
 from voxaug import transforms as T
 
-from conftest import devices
+from conftest import count_calls, devices
 
 mt = pytest.importorskip("monai.transforms")
 
@@ -26,20 +26,6 @@ def _volume(n=2, shape=(40, 44, 36), seed=0):
     return img, lab
 
 
-def _count_calls(monkeypatch, *names) -> dict:
-    """Wraps voxaug.ops.<name> for each name; the returned dict counts their calls."""
-    calls = dict.fromkeys(names, 0)
-    for name in names:
-        real = getattr(voxaug.ops, name)
-
-        def counting(*args, _real=real, _name=name, **kwargs):
-            calls[_name] += 1
-            return _real(*args, **kwargs)
-
-        monkeypatch.setattr(voxaug.ops, name, counting)
-    return calls
-
-
 def _chain(fuse, tail, seed=7):
     c = T.Compose([C.RandCropByPosNegLabeld(keys=["image", "label"], label_key="label", spatial_size=(16, 16, 16),
                                             pos=1, neg=1, num_samples=3, as_batch=True)] + tail, fuse_spatial=fuse)
@@ -48,7 +34,7 @@ def _chain(fuse, tail, seed=7):
 
 @pytest.mark.parametrize("device", devices())
 def test_exact_steps_fused_equal_crop_then_transform(device, monkeypatch):
-    launches = _count_calls(monkeypatch, "resample", "resample_patches")
+    launches = count_calls(monkeypatch, "resample", "resample_patches")
     img, lab = _volume()
     data = {"image": img.to(device), "label": lab.to(device)}
 
@@ -165,7 +151,7 @@ def test_samplers_exact_steps_fused_equal_crop_then_transform(name, device, monk
     """Random flips and quarter turns after the sampler: the fused gather (one resample_patches
     launch, no resample) gives the bytes of crop-then-transform (one resample per step), for
     several seeds."""
-    launches = _count_calls(monkeypatch, "resample", "resample_patches")
+    launches = count_calls(monkeypatch, "resample", "resample_patches")
     data = {k: v.to(device) for k, v in _data().items()}
 
     def chain(fuse, seed):
@@ -335,7 +321,7 @@ def test_pointwise_after_fused_gather_runs_in_place(device, monkeypatch):
     # Compose owns the fused gather's outputs, so the pointwise steps after it update them in
     # place: the same values as the unfused chain (step by step, each allocating), the caller's
     # tensors untouched, one pointwise_chain_ call per step and no out-of-place one.
-    calls = _count_calls(monkeypatch, "pointwise_chain", "pointwise_chain_", "resample_patches")
+    calls = count_calls(monkeypatch, "pointwise_chain", "pointwise_chain_", "resample_patches")
     img, lab = _volume()
     data = {"image": img.to(device), "label": lab.to(device), "other": img[:, :, :4].clone().to(device)}
     before = {k: v.clone() for k, v in data.items()}

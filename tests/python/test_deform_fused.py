@@ -18,23 +18,9 @@ from voxaug import deform as D
 from voxaug import spatial as S
 from voxaug import transforms as T
 
-from conftest import TEMPLATES, devices
+from conftest import TEMPLATES, count_calls, devices
 
 KEYS = ["image", "label"]
-
-
-def _count_calls(monkeypatch, *names) -> dict:
-    """Wraps voxaug.ops.<name> for each name; the returned dict counts their calls."""
-    calls = dict.fromkeys(names, 0)
-    for name in names:
-        real = getattr(voxaug.ops, name)
-
-        def counting(*args, _real=real, _name=name, **kwargs):
-            calls[_name] += 1
-            return _real(*args, **kwargs)
-
-        monkeypatch.setattr(voxaug.ops, name, counting)
-    return calls
 
 
 def _log_draws(compose) -> list:
@@ -64,7 +50,7 @@ def _same_draws(a: list, b: list) -> bool:
 def _run_both(make, data, seed, monkeypatch):
     """(step-by-step output, fused output, their launch counts, draws equal, the deformation's
     displacement fields of both runs)."""
-    calls = _count_calls(monkeypatch, "resample", "resample_deformed")
+    calls = count_calls(monkeypatch, "resample", "resample_deformed")
     res = []
     for fuse in (False, True):
         calls.update(resample=0, resample_deformed=0)

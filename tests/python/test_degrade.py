@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import devices
+from conftest import devices, dropout_mask
 from voxaug.degrade import (RandCoarseDropout, RandCoarseDropoutd, RandSimulateLowResolution,
                             RandSimulateLowResolutiond)
 
@@ -27,13 +27,6 @@ def _monai_dropout(x1, boxes, count, **kw):
     out = torch.as_tensor(np.asarray(out)) if not isinstance(out, torch.Tensor) else out.as_tensor() \
         if hasattr(out, "as_tensor") else out
     return out.to(x1.dtype)
-
-
-def _mask(shape, boxes, count, dropout_holes):
-    m = torch.zeros(shape[1:], dtype=torch.bool)
-    for b in boxes[:count].tolist():
-        m[b[0]:b[3], b[1]:b[4], b[2]:b[5]] = True
-    return m if dropout_holes else ~m
 
 
 # ---------------- RandCoarseDropout ----------------
@@ -65,7 +58,7 @@ def test_dropout_random_fill_mask_and_range(fill_value, dropout_holes):
         ref = _monai_dropout(x[n], t.last_boxes[n], int(t.last_counts[n]), holes=3, spatial_size=4,
                              dropout_holes=dropout_holes, fill_value=1e30)
         filled = ref == 1e30
-        assert torch.equal(filled[0], _mask(x[n].shape, t.last_boxes[n], int(t.last_counts[n]), dropout_holes))
+        assert torch.equal(filled[0], dropout_mask(x[n].shape, t.last_boxes[n], int(t.last_counts[n]), dropout_holes))
         assert torch.equal(out[n][~filled], x[n][~filled])
         lo, hi = (float(x[n].min()), float(x[n].max())) if fill_value is None else fill_value
         v = out[n][filled].double()
@@ -161,7 +154,7 @@ def test_dropout_real_volume_uint8(ch2):
         if fill_value is not None:
             assert torch.equal(out[0], ref)
         else:
-            mask = _mask(x[0].shape, t.last_boxes[0], int(t.last_counts[0]), True)
+            mask = dropout_mask(x[0].shape, t.last_boxes[0], int(t.last_counts[0]), True)
             assert torch.equal(out[0][0][~mask], x[0][0][~mask])
             v = out[0][0][mask].double()
             assert float(v.min()) >= float(x.min()) and float(v.max()) <= float(x.max())
