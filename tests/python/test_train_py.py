@@ -11,8 +11,8 @@ shapes computed here from the affines, and a one-step training run.
 
 Tiny configuration (SwinUNETR F=12, one 32x32x64 patch per step, 4-5 steps per run): the file
 took 63 s on the 2-core development host while it was shared (load average ~2.5; the msd tests
-7 s of it). The torchrun (DDP, gloo) test needs VOXAUG_TEST_TORCHRUN=1: two more processes
-starting torch and MONAI do not fit CI's budget (45 s alone).
+7 s of it). The torchrun (DDP, gloo) test starts two more processes (36-45 s here); it runs in CI
+(issue 8 asks for the torchrun path) and can be skipped locally with VOXAUG_SKIP_TORCHRUN=1.
 """
 from __future__ import annotations
 
@@ -345,9 +345,7 @@ def test_msd_dataset_trains(train, tmp_path):
 
 # ---------------------------------------------------------------- torchrun (DDP, gloo)
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not on PATH")
-@pytest.mark.skipif(os.environ.get("VOXAUG_TEST_TORCHRUN") != "1",
-                    reason="two processes starting torch + MONAI exceed CI's 60 s on 2 cores; "
-                           "run with VOXAUG_TEST_TORCHRUN=1")
+@pytest.mark.skipif(os.environ.get("VOXAUG_SKIP_TORCHRUN") == "1", reason="VOXAUG_SKIP_TORCHRUN=1")
 def test_torchrun_two_ranks(train, tmp_path):
     out = tmp_path / "ddp"
     env = dict(os.environ, OMP_NUM_THREADS="1")
