@@ -133,11 +133,12 @@ def _dict_crops(d: dict, keys: Sequence, allow_missing_keys: bool, centers: torc
 
 
 def _patch_placeholders(d: dict, keys: Sequence, allow_missing_keys: bool, centers: torch.Tensor,
-                        size) -> tuple[dict, dict]:
+                        size, keep_form: bool = False) -> tuple[dict, dict]:
     """The as_batch result with the cut deferred: each key of `d` a meta-device placeholder of the
     (N * K, C, *size) patch batch's shape, and id(placeholder) -> _PatchSource (the full volume
     and the centres) for voxaug.spatial.compose_spatial to gather from. bool tensors are cut now
-    (no resample of bool)."""
+    (no resample of bool). keep_form (RandSpatialCrop(d): one crop per sample): a key given as
+    one (C, D, H, W) volume gets its (C, *size) form back at the end of compose_spatial."""
     from .spatial import _PatchSource
 
     missing = [k for k in keys if k not in d]
@@ -148,12 +149,14 @@ def _patch_placeholders(d: dict, keys: Sequence, allow_missing_keys: bool, cente
     for k in (k for k in keys if k in d):
         x = torch.as_tensor(d[k]) if not isinstance(d[k], torch.Tensor) else d[k]
         x = x.as_tensor() if _is_meta_tensor(x) else x
-        x = x if x.dim() == 5 else x.unsqueeze(0)
+        unbatched = keep_form and x.dim() == 4
+        x = _as_batch(x)[0]  # (N, C, D, H, W); a clear error for other ranks
         if x.dtype == torch.bool:
-            d[k] = extract_patches(x, centers, size)
+            y = extract_patches(x, centers, size)
+            d[k] = y.squeeze(0) if unbatched else y
             continue
         ph = torch.empty((x.shape[0] * centers.shape[1], x.shape[1], *size), dtype=x.dtype, device="meta")
-        patches[id(ph)] = _PatchSource(x, centers, size, ph)
+        patches[id(ph)] = _PatchSource(x, centers, size, ph, unbatched)
         d[k] = ph
     return d, patches
 
@@ -722,7 +725,16 @@ class RandSpatialCrop(_Randomizable):
     from randint(roi_size, max_roi_size + 1) (host generator); an axis larger than the image is
     not cropped. random_center: the patch's corner uniform in [0, image - size] (MONAI's
     get_random_patch), drawn on the device per sample; else the centred crop
-    (CenterSpatialCrop)."""
+    (CenterSpatialCrop).
+
+    In a Compose, the crop followed by spatial steps is one gather from the full volume
+    (`draw_patches`, as the crop samplers with ``as_batch``): its result is already one batch
+    (one crop per sample), so no flag is needed. random_size fuses too: the size is drawn once
+    per call, shared by the samples of a batch (one output shape), as MONAI draws one per image.
+    A MetaTensor is cut at once (its crop affine needs the centres on the host) and the steps
+    after it fuse among themselves."""
+
+    as_batch = True  # read by Compose: the result is one (N, C, *size) batch, fusable with what follows
 
     def __init__(self, roi_size, max_roi_size=None, random_center: bool = True, random_size: bool = False,
                  lazy: bool = False, seed: Optional[int] = None):
@@ -770,9 +782,26 @@ class RandSpatialCrop(_Randomizable):
         (crops,) = _extract([x], self.centers, self._size)
         return _finish(crops, restore, img, self.centers, self._size)[0]
 
+    def draw_patches(self, img: Any) -> tuple[Any, dict]:
+        """__call__ with the cut deferred, for Compose to gather the crop and the spatial steps
+        after it from the full volume in one launch: the same draw (the same seeds, so the same
+        boxes), a meta-device placeholder of the crop's shape and {id(placeholder): source} (see
+        voxaug.spatial.compose_spatial). A MetaTensor is cut now: (the crop, {})."""
+        x, restore = _as_batch(img)
+        self.randomize(x)
+        if _is_meta_tensor(img):
+            (crops,) = _extract([x], self.centers, self._size)
+            return _finish(crops, restore, img, self.centers, self._size)[0], {}
+        d, patches = _patch_placeholders({None: img}, [None], False, self.centers, self._size, keep_form=True)
+        return d[None], patches
+
 
 class RandSpatialCropd(_Randomizable):
-    """MONAI RandSpatialCropd: one draw (from the first key's shape), the same crop for every key."""
+    """MONAI RandSpatialCropd: one draw (from the first key's shape), the same crop for every key.
+    In a Compose it fuses with the spatial steps after it as RandSpatialCrop does (`draw_patches`;
+    keys holding MetaTensors are cut at once)."""
+
+    as_batch = True  # read by Compose: the result is one dict of (N, C, *size) batches
 
     def __init__(self, keys, roi_size, max_roi_size=None, random_center: bool = True, random_size: bool = False,
                  allow_missing_keys: bool = False, lazy: bool = False, seed: Optional[int] = None):
@@ -780,16 +809,36 @@ class RandSpatialCropd(_Randomizable):
         self.keys, self.allow_missing_keys = _keys(keys), allow_missing_keys
         self.cropper = RandSpatialCrop(roi_size, max_roi_size, random_center, random_size, lazy)
 
-    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
-        d = dict(data)
+    def _draw(self, d: dict) -> Optional[tuple[torch.Tensor, tuple[int, int, int]]]:
+        """The call's draw from the first present key ((N, 1, 3) centres and the size), or None
+        when no key is present and allow_missing_keys."""
         first = next((k for k in self.keys if k in d), None)
         if first is None:
             if self.allow_missing_keys:
-                return d
+                return None
             raise KeyError(f"key {self.keys[0]!r} is not in the data and allow_missing_keys is False")
         self.cropper._generator = self._generator
         self.cropper.randomize(d[first])
-        return _dict_crops(d, self.keys, self.allow_missing_keys, self.cropper.centers, self.cropper._size, 1)[0]
+        return self.cropper.centers, self.cropper._size
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
+        d = dict(data)
+        drawn = self._draw(d)
+        if drawn is None:
+            return d
+        return _dict_crops(d, self.keys, self.allow_missing_keys, *drawn, 1)[0]
+
+    def draw_patches(self, data: Mapping[Hashable, Any]) -> tuple[dict, dict]:
+        """__call__ with the cut deferred (see RandSpatialCrop.draw_patches): the same draw, each
+        key a placeholder of its crop's shape, and the placeholders' sources; with a MetaTensor
+        among the keys every key is cut now (MONAI's crop affines) and the sources are {}."""
+        d = dict(data)
+        drawn = self._draw(d)
+        if drawn is None:
+            return d, {}
+        if any(_is_meta_tensor(d[k]) for k in self.keys if k in d):
+            return _dict_crops(d, self.keys, self.allow_missing_keys, *drawn, 1)[0], {}
+        return _patch_placeholders(d, self.keys, self.allow_missing_keys, *drawn, keep_form=True)
 
 
 class RandSpatialCropSamples(_Randomizable):

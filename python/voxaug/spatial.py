@@ -150,6 +150,7 @@ Where it differs from MONAI, and why:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -601,6 +602,7 @@ class _PatchSource:
     centers: torch.Tensor
     size: tuple
     placeholder: Optional[torch.Tensor] = None  # kept alive so that its id() stays unique
+    unbatched: bool = False  # given as one (C, D, H, W) volume: the result drops the batch axis again
 
     def extract(self) -> torch.Tensor:
         from .crop import extract_patches
@@ -939,7 +941,21 @@ class _RandomSpatial(_Spatial, _Randomizable):
         self._share_batch = bool(share)
         return self
 
+    @contextlib.contextmanager
+    def _replaying(self, params: torch.Tensor):
+        """Inside the block every call uses the draw `params` (compose_spatial: a step that drew
+        for a fused group but must run as itself keeps that draw)."""
+        self._replay = params
+        try:
+            yield self
+        finally:
+            self._replay = None
+
     def _params_for(self, n: int, randomize: bool) -> torch.Tensor:
+        replay = getattr(self, "_replay", None)
+        if replay is not None and replay.shape[0] == n:
+            self._last = replay
+            return replay
         if randomize or self._last is None:
             self._last = self.draw_params(n)
         elif self._last.shape[0] != n:
@@ -1495,8 +1511,13 @@ class RandZoom(_RandomSpatial):
     over the samples, one Zoom 'area' call each; so does a nearest batch where some sample's
     size pair has no exact affine rule (interpolate's table fallback, see _nearest_rule).
     With ``keep_size=False`` the samples of a batch must zoom to the same shape (ValueError
-    otherwise). ``bicubic`` is not supported (as Zoom). Not fused into lazy Compose groups:
-    its keep_size padding and 'area' pooling are no index maps."""
+    otherwise). ``bicubic`` is not supported (as Zoom).
+
+    In a Compose (lazy composition, see compose_spatial) a call with an interpolating mode
+    joins the fused group of its neighbours with each sample's map (the same draw as when called
+    alone); keep_size padding joins it only with padding_mode 'edge' (read as the kernel's border
+    clamp, see _plan_rand_zoom). A call that is no index map (mode 'area', the nearest table
+    fallback, padding with another padding_mode) runs as itself with the draw it made."""
 
     _n_uniforms = 4  # gate, then up to three factors
 
@@ -1555,13 +1576,16 @@ class RandZoom(_RandomSpatial):
         return [_sample_pad(o, geoms) for o in outs], zs, geoms, meta
 
     def _zoom_record(self, img: Any, in_size: tuple, zs, geoms, meta, opts: _Opts, params: torch.Tensor,
-                     owner: Any = None) -> Optional[dict]:
+                     owner: Any = None, src_affine: Any = "img") -> Optional[dict]:
+        """The call's record (None unless `img` is a tracked MetaTensor); `src_affine`: the affine
+        before the call when it is not img's own (a step of a lazy chain)."""
         if not _tracking(img) or not geoms:
             return None
         samples = [z._record_kind(in_size, g, opts)[1] for z, g in zip(zs, geoms)]
         out_size = tuple(s + b + a for s, (b, a) in zip(geoms[0].out_size, samples[0]["pad"]))
         geom = _Geometry(torch.cat([g.mats for g in geoms]), out_size, meta, "border")
-        return _make_record(self if owner is None else owner, in_size, geom, opts, _affine_copy(img),
+        return _make_record(self if owner is None else owner, in_size, geom, opts,
+                            _affine_copy(img) if isinstance(src_affine, str) else src_affine,
                             gates=self._gates(params), kind="zoom_per_sample",
                             extra={"interp": opts.interp, "samples": samples,
                                    "table_dtype": samples[0]["table_dtype"]})
@@ -2757,15 +2781,16 @@ class Orientationd:
 # Interpolation: the "exact" steps (Flip, RandFlip, Rotate90, RandRotate90, Orientation,
 # SpatialCrop, CenterSpatialCrop: signed permutations / integer shifts inside the image) adopt
 # the group's mode; the other steps (Affine, RandAffine, Rotate, RandRotate, Resize, Zoom,
-# Spacing) must agree on (kernel mode, kernel padding, align_corners). A step that disagrees
-# ends the group and starts the next one (one launch each). A group of exact steps alone runs
+# RandZoom, Spacing) must agree on (kernel mode, kernel padding, align_corners). A step that
+# disagrees ends the group and starts the next one (one launch each). A group of exact steps alone runs
 # on the kernel's exact path and is bit-identical to the step-by-step result.
 #
 # Not fused (run as the transform itself, ending the group): Resize / Zoom whose map is not
 # affine (interpolate's nearest table fallback) or that pad after the resample (Zoom keep_size
-# with zoom < 1), Affine with image_only=False (it returns a tuple), Spacing with
-# recompute_affine, Spacing / Orientation on a plain tensor (they return a tuple), Spacingd /
-# Orientationd (dictionary forms with their own per-key geometry rules), anything else.
+# with zoom < 1), a RandZoom draw that is no index map (see _plan_rand_zoom; it keeps its
+# draw), Affine with image_only=False (it returns a tuple), Spacing with recompute_affine,
+# Spacing / Orientation on a plain tensor (they return a tuple), Spacingd / Orientationd
+# (dictionary forms with their own per-key geometry rules), anything else.
 #
 # Deformations (Rand3DElastic, GridDistortion, RandGridDistortion and their dictionary forms,
 # voxaug.deform) close the group before them: one resample_deformed launch with the group's map
@@ -2785,6 +2810,7 @@ class _LazyStep:
     meta: Optional[torch.Tensor] = None  # (N, 4, 4) float64: the step's affine update (affine @ meta)
     owner: Any = None  # the transform as listed in the Compose (a dictionary form for dictionaries)
     record: Optional[dict] = None  # the record the step writes when it is a group of its own
+    alone: Optional[Callable] = None  # (N, C, ...) -> output: the step's own call, where its fused map differs
 
 
 class _LazyChain:
@@ -2831,6 +2857,14 @@ class _LazyChain:
 
         return key, x, restore, geom, opts, finish
 
+    def run_alone(self, img: Any) -> Any:
+        """A group of one step whose map differs from its own call (RandZoom's 'edge' padding):
+        that call's result, affine and record."""
+        x, restore = _as_batch(img)
+        out = restore(self.steps[0].alone(x))
+        if _is_meta_tensor(out) and self.affine is not None:
+            out.affine = self.affine
+        return _push(out, self.steps[0].record)
 
     def record(self, geom: _Geometry, opts: _Opts) -> Optional[dict]:
         """A group of one step records as that transform does; a fused group writes one record of
@@ -2892,6 +2926,8 @@ def _plan_lazy(t: Any, ch: _LazyChain, over: dict, params: Optional[torch.Tensor
     opts = t._options(**over)
     if opts.table_dtype is None:
         opts = dataclasses.replace(opts, table_dtype=_table_dtype(None, ch.dtype))
+    if isinstance(t, RandZoom):
+        return _plan_rand_zoom(t, ch, opts, params, owner)
     shared = memo is not None and not ch.track and ch.affine is None
     if shared and (tuple(ch.size), ch.n, opts) in memo:
         return memo[(tuple(ch.size), ch.n, opts)]
@@ -2910,6 +2946,49 @@ def _plan_lazy(t: Any, ch: _LazyChain, over: dict, params: Optional[torch.Tensor
     if shared:
         memo[(tuple(ch.size), ch.n, opts)] = planned
     return planned
+
+
+def _plan_rand_zoom(t: "RandZoom", ch: _LazyChain, opts: _Opts, params: torch.Tensor, owner: Any):
+    """RandZoom's step for the draw `params`: each sample's Zoom map (the maps RandZoom's own
+    launch uses; keep_size's centre crop is part of the map), or None when the draw is no index
+    map: mode 'area' (per-sample pooling), a nearest size pair with no exact affine rule (the
+    table fallback), keep_size padding with a padding_mode other than 'edge'. keep_size=False
+    with per-sample sizes raises RandZoom's own ValueError.
+
+    keep_size padding (zoom < 1) with 'edge' (RandZoom's default): the sample's map continues
+    past its zoomed voxels and the kernel clamps to the border, as MONAI's lazy resampling reads
+    an 'edge' pad. In the padded band this differs from zoom-then-pad: linear reads the input's
+    edge voxel instead of the zoomed edge (an interpolation-sized difference); nearest reads the
+    last input voxel where interpolate's floor rule had kept an earlier one (at most one voxel
+    index, at the high end). After a crop sampler the band reads the real volume instead. A
+    padding draw with no other step to fuse with runs as RandZoom itself (step.alone)."""
+    if opts.interp == "area" or ch.n == 0:
+        return None
+    zs, geoms, out_size = t._per_sample(ch.size, params, opts)
+    if any(g.tables is not None for g in geoms):
+        return None
+    if any(g.pad is not None for g in geoms) and opts.padding != "edge":
+        return None
+    mats = []
+    for g in geoms:
+        k = _square(g.mats)[0]
+        if g.pad is not None:  # padded voxel o is zoomed voxel o - before
+            k = k @ torch.from_numpy(_translate([-b for b, _ in g.pad[0]]))
+        mats.append(k)
+    meta = torch.cat([g.meta for g in geoms]).to(torch.float64)
+    record = t._zoom_record(ch.img, ch.size, zs, geoms, meta, opts, params, owner=owner,
+                            src_affine=ch.affine_copy()) if ch.track else None
+    new_affine = ch.affine
+    if new_affine is not None:  # as _with_affine
+        m = meta.to(new_affine.device, new_affine.dtype)
+        new_affine = new_affine @ m[0] if m.shape[0] == 1 or bool((m == m[:1]).all()) else new_affine @ m
+    alone = functools.partial(_rand_zoom_alone, t, opts, params) if any(g.pad is not None for g in geoms) else None
+    return _LazyStep(torch.stack(mats), tuple(out_size), opts, "border", False, meta,
+                     owner if owner is not None else t, record, alone), new_affine
+
+
+def _rand_zoom_alone(t: "RandZoom", opts: _Opts, params: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return t._zoom([x], opts, params)[0][0]
 
 
 def _is_dict_transform(t: Any) -> bool:
@@ -3028,6 +3107,9 @@ def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None,
     d = dict(data) if is_dict else {None: data}
     chains: dict[Any, _LazyChain] = {}
     patches = patches or {}
+    # keys whose patches stand for one (C, D, H, W) volume's crop (RandSpatialCrop(d)): 4-D again at the end
+    unbatched = [k for k, v in d.items() if isinstance(v, torch.Tensor) and id(v) in patches
+                 and patches[id(v)].unbatched]
 
     def materialize():
         for key, v in d.items():
@@ -3035,7 +3117,12 @@ def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None,
                 d[key] = patches[id(v)].extract()
 
     def flush(last: bool = False):
-        jobs = [ch.job(key, d[key]) for key, ch in chains.items() if ch.steps]
+        jobs = []
+        for key, ch in chains.items():
+            if len(ch.steps) == 1 and ch.steps[0].alone is not None and id(d[key]) not in patches:
+                d[key] = ch.run_alone(d[key])  # nothing to fuse with: exactly the step's own call
+            elif ch.steps:
+                jobs.append(ch.job(key, d[key]))
         chains.clear()
         _run_grouped(d, jobs, patches, post if last else None)
 
@@ -3093,8 +3180,11 @@ def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None,
             memo: dict = {}
             planned = [(k, _plan_lazy(tr, chain(k), over, params, t, memo)) for k, over in keys]
         if any(p is None for _, p in planned):
-            assert params is None, "random spatial transforms are always fusable"
-            direct(t)
+            if params is None:
+                direct(t)
+            else:  # e.g. RandZoom 'area': runs as itself with the draw just made (the same draws)
+                with tr._replaying(params):
+                    direct(t)
             continue
         if any(not chain(k).compatible(step) for k, (step, _) in planned):
             flush()  # the plans stay valid: the flushed tensors are what they were planned on
@@ -3102,6 +3192,9 @@ def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None,
             chain(k).push(step, new_affine)
     flush(last=True)
     materialize()
+    for k in unbatched:
+        if isinstance(d.get(k), torch.Tensor) and d[k].dim() == 5 and d[k].shape[0] == 1:
+            d[k] = d[k].squeeze(0)
     return d if is_dict else d[None]
 
 
@@ -3185,4 +3278,4 @@ def inverse_compose(compose: Any, data: Any) -> Any:
 
 _EXACT_TYPES = (Flip, RandFlip, Rotate90, RandRotate90, SpatialCrop)
 _FUSABLE_TYPES = (Flip, RandFlip, Rotate90, RandRotate90, SpatialCrop, Affine, RandAffine, Rotate, RandRotate,
-                  Zoom, Resize, Spacing, Orientation)
+                  Zoom, RandZoom, Resize, Spacing, Orientation)

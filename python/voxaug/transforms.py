@@ -697,8 +697,8 @@ class Compose:
     Lazy spatial composition (``fuse_spatial=True``, the default): consecutive spatial
     transforms that are index maps (Flip, RandFlip, Rotate90, RandRotate90, Orientation,
     SpatialCrop, CenterSpatialCrop, Affine, RandAffine, Rotate, RandRotate, Spacing, and Resize /
-    Zoom where their map is affine; their dictionary forms likewise, Spacingd / Orientationd
-    included, with Spacingd's ensure_same_shape) are multiplied into one per-sample map (``M = M_first @ ... @ M_last``, output
+    Zoom / RandZoom where their map is affine (RandZoom: see its docstring); their dictionary
+    forms likewise, Spacingd / Orientationd included, with Spacingd's ensure_same_shape) are multiplied into one per-sample map (``M = M_first @ ... @ M_last``, output
     index -> input index, float64) and gathered by one resample launch, a following crop
     included. Random transforms draw exactly the parameters they draw when called one by one.
     The result is the step-by-step result with one interpolation instead of several: groups
@@ -709,7 +709,7 @@ class Compose:
     does not starts a new group. See ``voxaug.spatial.compose_spatial``.
 
     A crop sampler with ``as_batch=True`` (RandCropByPosNegLabeld, RandCropByLabelClassesd, RandWeightedCropd,
-    RandSpatialCropSamplesd) followed by such steps is
+    RandSpatialCropSamplesd; RandSpatialCrop(d) always, one crop per sample) followed by such steps is
     fused with them: the sampler draws its centres, and the group's map, offset by each crop's
     start, gathers every patch straight from the full volume (``voxaug.ops.resample_patches``),
     so a rotated or zoomed-out patch has real data at its corners instead of padding, and the
@@ -800,7 +800,7 @@ class Compose:
                 rest = Compose(self.transforms[i:], self.fuse_spatial)
                 return [rest(item) for item in data]
             if (self.fuse_spatial and getattr(t, "as_batch", False) and hasattr(t, "draw_patches")
-                    and isinstance(data, Mapping) and i + 1 < len(self.transforms)
+                    and isinstance(data, Mapping) == hasattr(t, "keys") and i + 1 < len(self.transforms)
                     and spatial._lazy_candidate(self.transforms[i + 1])):
                 # A crop sampler's batch followed by spatial steps: one gather from the full volumes.
                 j = i + 1

@@ -414,3 +414,184 @@ def test_list_of_crops_maps_the_remaining_transforms_as_monai():
         assert torch.equal(torch.as_tensor(d["image"]).reshape(want_img.shape), want_img)
         assert torch.equal(torch.as_tensor(d["label"]).reshape(want_lab.shape), want_lab)
         assert d["name"] == "case0"
+
+
+# ---- RandSpatialCrop(d): one crop per sample, fused with the spatial steps after it
+def _spatial_crop(form: str, roi=(16, 16, 16), **kw):
+    if form.startswith("dict"):
+        return C.RandSpatialCropd(KEYS, roi, **kw)
+    return C.RandSpatialCrop(roi, **kw)
+
+
+def _spatial_crop_input(form: str, n: int = 3) -> tuple:
+    """(input, image, label) for a form: dict or array, batched (N, C, ...) or one (C, ...) volume."""
+    data = _data(n=n)
+    img, lab = data["image"], data["label"]
+    if form.endswith("4d"):
+        img, lab = img[0], lab[0]
+    return ({"image": img, "label": lab, "weight": data["weight"]} if form.startswith("dict") else img), img, lab
+
+
+def _exact_tail(form: str, quarter_turn: bool):
+    if form.startswith("dict"):
+        tail = [S.RandFlipd(KEYS, prob=0.5, spatial_axis=a) for a in range(3)]
+        return tail + [S.RandRotate90d(KEYS, prob=0.5, max_k=3)] if quarter_turn else tail
+    tail = [S.RandFlip(prob=0.5, spatial_axis=a) for a in range(3)]
+    return tail + [S.RandRotate90(prob=0.5, max_k=3)] if quarter_turn else tail
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("form", ["dict", "dict4d", "array", "array4d"])
+@pytest.mark.parametrize("random_size", [False, True])
+def test_rand_spatial_crop_fused_exact_steps_equal_crop_then_transform(form, random_size, device, monkeypatch):
+    """RandSpatialCrop(d) then random flips (and quarter turns where the size is fixed: a random
+    size is not cubic, and a batch's quarter turn needs equal sides): the fused chain is one
+    resample_patches launch (no resample, no separate cut) and gives the bytes of the unfused
+    chain (the crop cut, then one resample per step), for several seeds; the output keeps the
+    input's form (a (C, D, H, W) volume gives (C, *roi)) and the crop draws the boxes the unfused
+    crop draws with the same seed."""
+    launches = count_calls(monkeypatch, "resample", "resample_patches")
+    launches["extract_patches"] = 0
+    real_cut = C.extract_patches
+
+    def counting_cut(*args, **kwargs):
+        launches["extract_patches"] += 1
+        return real_cut(*args, **kwargs)
+
+    monkeypatch.setattr(C, "extract_patches", counting_cut)
+    x, _, _ = _spatial_crop_input(form)
+    x = {k: v.to(device) for k, v in x.items()} if isinstance(x, dict) else x.to(device)
+    steps = 3 if random_size else 4
+
+    def chain(fuse, seed):
+        crop = _spatial_crop(form, max_roi_size=(20, 20, 20), random_size=random_size)
+        return T.Compose([crop] + _exact_tail(form, not random_size), fuse_spatial=fuse).set_random_state(seed), crop
+
+    for seed in range(4):
+        launches.update(resample=0, resample_patches=0, extract_patches=0)
+        ref_chain, ref_crop = chain(False, seed)
+        ref = ref_chain(dict(x) if isinstance(x, dict) else x)
+        cuts = len(KEYS) if isinstance(x, dict) else 1  # one cut per key
+        assert launches == {"resample": steps, "resample_patches": 0, "extract_patches": cuts}
+        launches.update(resample=0, resample_patches=0, extract_patches=0)
+        out_chain, out_crop = chain(True, seed)
+        out = out_chain(dict(x) if isinstance(x, dict) else x)
+        assert launches == {"resample": 0, "resample_patches": 1, "extract_patches": 0}  # crop + steps: one gather
+        cropper = (lambda c: c.cropper if isinstance(c, C.RandSpatialCropd) else c)
+        assert torch.equal(cropper(out_crop).centers, cropper(ref_crop).centers), seed  # the same boxes
+        assert cropper(out_crop)._size == cropper(ref_crop)._size
+        pairs = [(out[k], ref[k]) for k in KEYS] if isinstance(x, dict) else [(out, ref)]
+        for got, want in pairs:
+            assert got.shape == want.shape and got.dtype == want.dtype and got.device == want.device
+            assert got.dim() == (4 if form.endswith("4d") else 5)
+            assert torch.equal(got, want), seed
+        if isinstance(x, dict):
+            assert out["weight"] is x["weight"]  # not a key of the crop: passed through
+
+
+@pytest.mark.parametrize("random_center", [True, False])
+def test_rand_spatial_cropd_fused_boxes_equal_monai_crops(random_center):
+    """Independent reference: the fused RandSpatialCropd + Flipd + Rotate90d equals MONAI's
+    SpatialCrop at the drawn box, then MONAI's Flip and Rotate90, per sample; each box lies in
+    MONAI get_random_patch's range [0, size - roi] (random_center), or is MONAI's
+    RandSpatialCrop(random_center=False) box (the centred crop)."""
+    data = _data(n=3)
+    roi = (12, 16, 20)
+    crop = C.RandSpatialCropd(KEYS, roi, random_center=random_center, seed=5)
+    out = T.Compose([crop, S.Flipd(KEYS, spatial_axis=0), S.Rotate90d(KEYS, k=1, spatial_axes=(1, 2))])(dict(data))
+    starts = crop.cropper.centers[:, 0] - torch.tensor([r // 2 for r in roi])
+    assert out["image"].shape == (3, 1, 12, 20, 16)
+    for n in range(3):
+        s = starts[n].tolist()
+        assert all(0 <= a <= m - r for a, m, r in zip(s, data["image"].shape[2:], roi))
+        box = mt.SpatialCrop(roi_start=s, roi_end=[a + r for a, r in zip(s, roi)])
+        if not random_center:
+            want = mt.RandSpatialCrop(roi, random_center=False)(data["image"][n])
+            assert torch.equal(torch.as_tensor(box(data["image"][n])), torch.as_tensor(want))
+        for key in KEYS:
+            want = mt.Rotate90(k=1, spatial_axes=(1, 2))(mt.Flip(spatial_axis=0)(box(data[key][n])))
+            assert torch.equal(out[key][n], torch.as_tensor(want).to(out[key].dtype)), (n, key)
+    if random_center:
+        assert len({tuple(s) for s in starts.tolist()}) > 1  # each sample its own box
+
+
+def test_rand_spatial_cropd_then_rand_zoomd_one_gather_per_key(monkeypatch):
+    """RandSpatialCropd + RandZoomd (zoom in: keep_size crops the zoomed patch) + RandRotate90d +
+    RandFlipd: one resample_patches launch per key (the image's linear map and the label's
+    nearest rule differ), against a float64 reference of the composed map: the zoom's source
+    coordinate of each output voxel (interpolate's (o + first + 1/2) * size / zoomed - 1/2),
+    moved by MONAI's Rotate90 and Flip as a (3, D, H, W) coordinate image, offset by the box's
+    start and read from the full volume by scipy map_coordinates (order 1, clamped: the
+    kernel's border). The label equals the unfused chain (every nearest index lies inside the
+    patch, so cutting first reads the same voxels)."""
+    ndimage = pytest.importorskip("scipy.ndimage")
+    launches = count_calls(monkeypatch, "resample", "resample_patches")
+    data = _data(n=3, shape=(40, 44, 36))
+    roi = 16
+
+    def make():
+        return [C.RandSpatialCropd(KEYS, (roi,) * 3, seed=1),
+                S.RandZoomd(KEYS, prob=1.0, min_zoom=1.05, max_zoom=1.4, mode=("trilinear", "nearest"), seed=2),
+                S.RandRotate90d(KEYS, prob=0.8, spatial_axes=(0, 1), seed=3),
+                S.RandFlipd(KEYS, prob=0.5, spatial_axis=2, seed=4)]
+
+    fused_t = make()
+    out = T.Compose(fused_t)(dict(data))
+    assert launches == {"resample": 0, "resample_patches": 2}
+    launches.update(resample=0, resample_patches=0)
+    ref = T.Compose(make(), fuse_spatial=False)(dict(data))
+    assert launches == {"resample": 4, "resample_patches": 0}  # zoom: image and label; rot90; flip
+    assert torch.equal(out["label"], ref["label"]) and int(out["label"].max()) > 0
+    crop, zoom, rot, flip = fused_t
+    starts = crop.cropper.centers[:, 0] - roi // 2
+    zooms = zoom.transform.zooms(zoom.transform._last)
+    ks, gates = rot.transform._ks(rot.transform._last), flip.transform._gates(flip.transform._last)
+    vol = data["image"][:, 0].double().numpy()
+    for n in range(3):
+        coords = []
+        for z in zooms[n]:
+            zoomed = int(np.floor(roi * z))
+            first = zoomed // 2 - roi // 2
+            coords.append((np.arange(roi) + first + 0.5) * roi / zoomed - 0.5)
+        field = torch.from_numpy(np.stack(np.meshgrid(*coords, indexing="ij")))
+        field = mt.Rotate90(k=ks[n], spatial_axes=(0, 1))(field)
+        field = mt.Flip(spatial_axis=2)(field) if gates[n] else field
+        field = torch.as_tensor(field).numpy() + starts[n].numpy()[:, None, None, None]
+        want = ndimage.map_coordinates(vol[n], field, order=1, mode="nearest")
+        # The kernel maps in float32: coordinates near 40 carry ~4e-6 voxel of rounding, and the
+        # random volume changes by up to 100 per voxel, so 1e-3 absolute (values 1 .. 101).
+        np.testing.assert_allclose(out["image"][n, 0].numpy(), want, rtol=0, atol=1e-3)
+
+
+def test_rand_spatial_crop_meta_tensor_cut_first_and_bad_inputs(monkeypatch):
+    """A MetaTensor is cut at once (its crop affine needs the box on the host): the steps after
+    it still fuse among themselves (one resample, no resample_patches), values and affines equal
+    the unfused chain's. Missing keys and bad ranks raise the transform's own errors."""
+    mdata = pytest.importorskip("monai.data")
+    launches = count_calls(monkeypatch, "resample", "resample_patches")
+    aff = torch.diag(torch.tensor([1.5, 0.8, 2.0, 1.0], dtype=torch.float64))
+    data = _data(n=1)
+    meta = {k: mdata.MetaTensor(data[k][0], affine=aff) for k in KEYS}
+
+    def make():
+        return [C.RandSpatialCropd(KEYS, (12, 10, 14), seed=3), S.RandFlipd(KEYS, prob=1.0, spatial_axis=1, seed=4),
+                S.Rotate90d(KEYS, k=2, spatial_axes=(0, 2))]
+
+    out = T.Compose(make())(dict(meta))
+    assert launches == {"resample": 1, "resample_patches": 0}
+    ref = T.Compose(make(), fuse_spatial=False)(dict(meta))
+    for k in KEYS:
+        assert isinstance(out[k], mdata.MetaTensor) and out[k].shape == (1, 12, 10, 14)
+        assert torch.equal(out[k].as_tensor(), ref[k].as_tensor())
+        assert torch.allclose(out[k].affine.double(), ref[k].affine.double(), atol=1e-12)
+    with pytest.raises(KeyError, match="'mask' is not in the data"):
+        C.RandSpatialCropd(["image", "mask"], 8).draw_patches(dict(data))
+    with pytest.raises(KeyError, match="'mask' is not in the data"):
+        T.Compose([C.RandSpatialCropd(["image", "mask"], 8), S.Flipd(["image"], 0)])(dict(data))
+    only_other = {"other": data["image"]}
+    got, patches = C.RandSpatialCropd(KEYS, 8, allow_missing_keys=True).draw_patches(only_other)
+    assert list(got) == ["other"] and got["other"] is only_other["other"] and patches == {}
+    with pytest.raises(ValueError, match=r"img must be \(C, D, H, W\) or \(N, C, D, H, W\)"):
+        C.RandSpatialCrop(8).draw_patches(data["image"][0, 0])
+    with pytest.raises(ValueError, match=r"img must be \(C, D, H, W\) or \(N, C, D, H, W\)"):
+        C.RandSpatialCropd(KEYS, 8).draw_patches({"image": data["image"], "label": data["label"][0, 0]})

@@ -524,8 +524,8 @@ def test_rand_zoom_metatensor_affine_and_inverse_like_monai(ch2aal, mode):
 
 
 def test_rand_zoomd_in_compose_and_inverse(ch2aal):
-    """In a Compose, RandZoomd runs as itself between fused spatial groups (never fused: its
-    padding and 'area' pooling are no index maps): the result equals the transforms called one
+    """In a Compose, RandZoomd in mode 'area' runs as itself between fused spatial groups
+    (adaptive average pooling is no index map): the result equals the transforms called one
     by one with the same seeds, and Compose.inverse restores shapes, affines and empty
     applied_operations (the zoom's inverse per sample, as MONAI's RandZoom inverse)."""
     img, lab, aff = ch2aal
