@@ -367,10 +367,13 @@ class Rand3DElastic(_RandomDeform):
             smooth = torch.ops.voxaug.gaussian_smooth(noise, sig, 3.0)
             field = smooth.mul_(self._per_sample(mags, device))  # in place: no second full-size field
             return _Plan(mats_t, out_size, field, ops.DENSE_FIELD)
-        # fast: one control grid (the largest K of the batch), a control spacing per sample.
+        # fast: one control grid per call, a control spacing per sample. The grid is the one of
+        # the smallest sigma the range allows (the most control points any sample can use), not
+        # the batch's largest: then a sample's coefficients (Philox-keyed by their place in the
+        # grid) do not depend on the other samples' sigmas.
         sigmas = [self.sigma_range[0] if p is None else p["sigma"] for p in per]
         layouts = [fast_field_layout(out_size, s) for s in sigmas]
-        kmax = tuple(max(lay[0][a] for lay in layouts) if layouts else 4 for a in range(3))
+        kmax = fast_field_layout(out_size, self.sigma_range[0])[0]
         noise = self._noise(params, (n, 3, *kmax), device)
         amps = [m * _fast_amplitude(s) for m, s in zip(mags, sigmas)]
         coeff = noise.mul_(self._per_sample(amps, device))

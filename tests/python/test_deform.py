@@ -304,6 +304,11 @@ def test_batch_split_invariance_and_determinism():
     t._last = parts[1]
     half = t(x[2:], randomize=False)
     assert torch.equal(whole[2:], half)
+    # Each sample alone (its own sigma, so its own control spacing) equals its row of the batch:
+    # the control grid must not depend on the batch mates' sigmas (it is sigma_range's).
+    for i in range(4):
+        t._last = t.draw_params(1, first_sample=i, seed=123)
+        assert torch.equal(t(x[i:i + 1], randomize=False), whole[i:i + 1]), i
     t._last = params
     assert torch.equal(t(x, randomize=False), whole)
     shared = deform.Rand3DElastic((3, 5), (5, 10), prob=1.0, seed=9).share_batch_params()
