@@ -1,0 +1,209 @@
+// torch.ops.voxaug_cxx_test_spatial: test-only ops that construct the C++ spatial transforms
+// (torch_ext/include/voxaug/spatial_transforms.h) and call them, so that
+// tests/python/test_cxx_spatial.py can compare them with MONAI and with python/voxaug/spatial.py.
+// Each op returns (outputs, affine, maps, meta); the random ones also return their draw
+// (uniforms, gates, per-sample parameters); rand_affine_matrices returns a draw's centred
+// matrices.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "voxaug/spatial_transforms.h"
+
+namespace {
+namespace vt = voxaug::transforms;
+
+using OptModes = std::optional<std::vector<std::string>>;  // str[]? (None: each transform's mode)
+using Out = std::tuple<std::vector<at::Tensor>, at::Tensor, at::Tensor, at::Tensor>;
+using RandOut = std::tuple<std::vector<at::Tensor>, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                           at::Tensor, std::vector<at::Tensor>>;
+
+std::vector<int64_t> ints(c10::IntArrayRef v) {
+  return {v.begin(), v.end()};
+}
+std::vector<double> floats(c10::ArrayRef<double> v) {
+  return {v.begin(), v.end()};
+}
+std::array<int64_t, 2> pair(c10::IntArrayRef v) {
+  TORCH_CHECK_VALUE(v.size() == 2, "spatial_axes must be 2 axes, got ", v.size());
+  return {v[0], v[1]};
+}
+Out pack(const vt::Result& r) {
+  return {r.outputs, r.affine, r.maps, r.meta};
+}
+RandOut pack(const vt::Result& r, const vt::Draw& d) {
+  at::Tensor gates = at::empty({static_cast<int64_t>(d.gates.size())}, at::kBool);
+  for (size_t i = 0; i < d.gates.size(); ++i) gates[i] = static_cast<bool>(d.gates[i]);
+  std::vector<at::Tensor> params;
+  for (const auto& p : d.params) params.push_back(at::tensor(p, at::kDouble).reshape({-1}));
+  return {r.outputs, r.affine, r.maps, r.meta, d.uniforms, gates, params};
+}
+// A range list: paired ? (lo, hi) pairs : one f per element (U(-f, f)).
+std::vector<vt::Range> ranges(c10::ArrayRef<double> v, bool paired) {
+  std::vector<vt::Range> out;
+  if (paired) {
+    TORCH_CHECK_VALUE(v.size() % 2 == 0, "paired ranges need an even count, got ", v.size());
+    for (size_t i = 0; i < v.size(); i += 2) out.emplace_back(v[i], v[i + 1]);
+  } else {
+    for (double f : v) out.emplace_back(f);
+  }
+  return out;
+}
+vt::Range range(c10::ArrayRef<double> v) {
+  TORCH_CHECK_VALUE(v.size() == 1 || v.size() == 2, "a range is 1 or 2 numbers, got ", v.size());
+  return v.size() == 1 ? vt::Range(v[0]) : vt::Range(v[0], v[1]);
+}
+// The random call: operator() with the seed, and the same seed's draw() returned for reading.
+template <class T>
+RandOut call_random(T& t, at::TensorList inputs, int64_t seed, int64_t first_sample, bool share,
+                    const OptModes& modes, const std::optional<at::Tensor>& affine) {
+  t.share_batch_params(share);
+  const vt::Result r = t(inputs, seed, first_sample, modes.value_or(vt::Modes{}), affine);
+  const int64_t n = inputs.empty() ? 0 : (inputs[0].dim() == 5 ? inputs[0].size(0) : 1);
+  return pack(r, t.draw(n, seed, first_sample));
+}
+
+Out flip(at::TensorList inputs, c10::IntArrayRef axis, const OptModes& modes,
+         const std::optional<at::Tensor>& affine) {
+  return pack(vt::Flip(ints(axis))(inputs, modes.value_or(vt::Modes{}), affine));
+}
+Out rotate90(at::TensorList inputs, int64_t k, c10::IntArrayRef axes, const OptModes& modes,
+             const std::optional<at::Tensor>& affine) {
+  return pack(vt::Rotate90(k, pair(axes))(inputs, modes.value_or(vt::Modes{}), affine));
+}
+Out affine_op(at::TensorList inputs, c10::ArrayRef<double> rotate, c10::ArrayRef<double> shear,
+              c10::ArrayRef<double> translate, c10::ArrayRef<double> scale,
+              c10::IntArrayRef spatial_size, c10::string_view mode, c10::string_view padding,
+              bool align_corners, const OptModes& modes, const std::optional<at::Tensor>& affine) {
+  vt::Affine t(floats(rotate), floats(shear), floats(translate), floats(scale), ints(spatial_size),
+               std::string(mode), std::string(padding), align_corners);
+  return pack(t(inputs, modes.value_or(vt::Modes{}), affine));
+}
+Out rotate(at::TensorList inputs, c10::ArrayRef<double> angle, bool keep_size,
+           c10::string_view mode, c10::string_view padding, bool align_corners,
+           const OptModes& modes, const std::optional<at::Tensor>& affine) {
+  vt::Rotate t(floats(angle), keep_size, std::string(mode), std::string(padding), align_corners);
+  return pack(t(inputs, modes.value_or(vt::Modes{}), affine));
+}
+Out resize(at::TensorList inputs, c10::IntArrayRef spatial_size, c10::string_view mode,
+           const OptModes& modes, const std::optional<at::Tensor>& affine) {
+  return pack(vt::Resize(ints(spatial_size), std::string(mode))(inputs, modes.value_or(vt::Modes{}),
+                                                                affine));
+}
+Out zoom(at::TensorList inputs, c10::ArrayRef<double> factors, c10::string_view mode,
+         bool keep_size, c10::string_view padding, const OptModes& modes,
+         const std::optional<at::Tensor>& affine) {
+  vt::Zoom t(floats(factors), std::string(mode), keep_size, std::string(padding));
+  return pack(t(inputs, modes.value_or(vt::Modes{}), affine));
+}
+Out spacing(at::TensorList inputs, c10::ArrayRef<double> pixdim, c10::string_view mode,
+            c10::string_view padding, bool align_corners, bool diagonal, bool scale_extent,
+            const OptModes& modes, const std::optional<at::Tensor>& affine) {
+  vt::Spacing t(floats(pixdim), std::string(mode), std::string(padding), align_corners, diagonal,
+                scale_extent);
+  return pack(t(inputs, modes.value_or(vt::Modes{}), affine));
+}
+Out orientation(at::TensorList inputs, c10::string_view axcodes, bool canonical,
+                const OptModes& modes, const std::optional<at::Tensor>& affine) {
+  return pack(vt::Orientation(std::string(axcodes), canonical)(inputs, modes.value_or(vt::Modes{}),
+                                                               affine));
+}
+
+RandOut rand_flip(at::TensorList inputs, double prob, c10::IntArrayRef axis, int64_t seed,
+                  int64_t first_sample, bool share, const OptModes& modes,
+                  const std::optional<at::Tensor>& affine) {
+  vt::RandFlip t(prob, ints(axis));
+  return call_random(t, inputs, seed, first_sample, share, modes, affine);
+}
+RandOut rand_rotate90(at::TensorList inputs, double prob, int64_t max_k, c10::IntArrayRef axes,
+                      int64_t seed, int64_t first_sample, bool share, const OptModes& modes,
+                      const std::optional<at::Tensor>& affine) {
+  vt::RandRotate90 t(prob, max_k, pair(axes));
+  return call_random(t, inputs, seed, first_sample, share, modes, affine);
+}
+RandOut rand_rotate(at::TensorList inputs, c10::ArrayRef<double> range_x,
+                    c10::ArrayRef<double> range_y, c10::ArrayRef<double> range_z, double prob,
+                    bool keep_size, c10::string_view mode, c10::string_view padding,
+                    bool align_corners, int64_t seed, int64_t first_sample, bool share,
+                    const OptModes& modes, const std::optional<at::Tensor>& affine) {
+  vt::RandRotate t(range(range_x), range(range_y), range(range_z), prob, keep_size,
+                   std::string(mode), std::string(padding), align_corners);
+  return call_random(t, inputs, seed, first_sample, share, modes, affine);
+}
+RandOut rand_affine(at::TensorList inputs, double prob, c10::ArrayRef<double> rotate_range,
+                    c10::ArrayRef<double> shear_range, c10::ArrayRef<double> translate_range,
+                    c10::ArrayRef<double> scale_range, c10::IntArrayRef paired,
+                    c10::IntArrayRef spatial_size, c10::string_view mode, c10::string_view padding,
+                    int64_t seed, int64_t first_sample, bool share, const OptModes& modes,
+                    const std::optional<at::Tensor>& affine) {
+  TORCH_CHECK_VALUE(paired.size() == 4, "paired must have 4 flags, got ", paired.size());
+  vt::RandAffine t(prob, ranges(rotate_range, paired[0]), ranges(shear_range, paired[1]),
+                   ranges(translate_range, paired[2]), ranges(scale_range, paired[3]),
+                   ints(spatial_size), std::string(mode), std::string(padding));
+  return call_random(t, inputs, seed, first_sample, share, modes, affine);
+}
+at::Tensor rand_affine_matrices(int64_t batch, double prob, c10::ArrayRef<double> rotate_range,
+                                c10::ArrayRef<double> shear_range,
+                                c10::ArrayRef<double> translate_range,
+                                c10::ArrayRef<double> scale_range, c10::IntArrayRef paired,
+                                int64_t seed, int64_t first_sample) {
+  TORCH_CHECK_VALUE(paired.size() == 4, "paired must have 4 flags, got ", paired.size());
+  vt::RandAffine t(prob, ranges(rotate_range, paired[0]), ranges(shear_range, paired[1]),
+                   ranges(translate_range, paired[2]), ranges(scale_range, paired[3]));
+  return t.centred_matrices(t.draw(batch, seed, first_sample));
+}
+
+}  // namespace
+
+TORCH_LIBRARY(voxaug_cxx_test_spatial, m) {
+  const std::string out = " -> (Tensor[], Tensor, Tensor, Tensor)";
+  const std::string rand_out = " -> (Tensor[], Tensor, Tensor, Tensor, Tensor, Tensor, Tensor[])";
+  const std::string tail = "str[]? modes=None, Tensor? affine=None)";
+  auto def = [&m](const std::string& schema, auto fn) { m.def(schema.c_str(), fn); };
+  def("flip(Tensor[] inputs, int[] spatial_axis, " + tail + out, &flip);
+  def("rotate90(Tensor[] inputs, int k, int[] spatial_axes, " + tail + out, &rotate90);
+  def("affine(Tensor[] inputs, float[] rotate_params, float[] shear_params, "
+      "float[] translate_params, float[] scale_params, int[] spatial_size, str mode, "
+      "str padding_mode, bool align_corners, " +
+          tail + out,
+      &affine_op);
+  def("rotate(Tensor[] inputs, float[] angle, bool keep_size, str mode, str padding_mode, "
+      "bool align_corners, " +
+          tail + out,
+      &rotate);
+  def("resize(Tensor[] inputs, int[] spatial_size, str mode, " + tail + out, &resize);
+  def("zoom(Tensor[] inputs, float[] zoom, str mode, bool keep_size, str padding_mode, " + tail +
+          out,
+      &zoom);
+  def("spacing(Tensor[] inputs, float[] pixdim, str mode, str padding_mode, bool align_corners, "
+      "bool diagonal, bool scale_extent, " +
+          tail + out,
+      &spacing);
+  def("orientation(Tensor[] inputs, str axcodes, bool as_closest_canonical, " + tail + out,
+      &orientation);
+  def("rand_flip(Tensor[] inputs, float prob, int[] spatial_axis, int seed, int first_sample, "
+      "bool share, " +
+          tail + rand_out,
+      &rand_flip);
+  def("rand_rotate90(Tensor[] inputs, float prob, int max_k, int[] spatial_axes, int seed, "
+      "int first_sample, bool share, " +
+          tail + rand_out,
+      &rand_rotate90);
+  def("rand_rotate(Tensor[] inputs, float[] range_x, float[] range_y, float[] range_z, "
+      "float prob, bool keep_size, str mode, str padding_mode, bool align_corners, int seed, "
+      "int first_sample, bool share, " +
+          tail + rand_out,
+      &rand_rotate);
+  def("rand_affine(Tensor[] inputs, float prob, float[] rotate_range, float[] shear_range, "
+      "float[] translate_range, float[] scale_range, int[] paired, int[] spatial_size, "
+      "str mode, str padding_mode, int seed, int first_sample, bool share, " +
+          tail + rand_out,
+      &rand_affine);
+  def("rand_affine_matrices(int batch, float prob, float[] rotate_range, float[] shear_range, "
+      "float[] translate_range, float[] scale_range, int[] paired, int seed, int first_sample) "
+      "-> Tensor",
+      &rand_affine_matrices);
+}

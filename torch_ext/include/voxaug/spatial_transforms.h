@@ -1,0 +1,301 @@
+// voxaug::transforms -- MONAI's spatial transforms for LibTorch programs (the C++ side of
+// python/voxaug/spatial.py; same names, same constructor arguments, same maps).
+//
+// Every transform is a per-sample index map (output voxel index (d, h, w, 1) -> input voxel
+// index, voxel centres at integers) plus an output size. The maps are built on the host in
+// double precision exactly as python/voxaug/spatial.py builds them (MONAI's geometry: AffineGrid's
+// centred matrix and its grid_sample normalisation, Rotate's shift @ R @ shift, Spacing's
+// zoom_affine / compute_shape_offset / solve(src, dst), nibabel's orientation helpers,
+// interpolate's index rules for Resize / Zoom), copied to the inputs' device non-blocking, and
+// one voxaug::ops::resample launch gathers the whole batch. Nothing syncs the host on CUDA inputs
+// (the affine of Spacing / Orientation is host metadata: a CUDA affine is copied to the host).
+//
+// Call convention (every transform):
+//   Result r = t({image, label}, {"", "nearest"}, affine);          // deterministic
+//   Result r = rt({image, label}, seed, first_sample, {"", "nearest"}, affine);  // random
+// - inputs: (N, C_i, D, H, W) or (C_i, D, H, W) tensors (CPU or CUDA, one device), all with the
+//   same batch and spatial size; each output has its input's rank. Inputs that share a map share
+//   one launch (up to 4 per launch), each with its own mode: image bilinear + label nearest.
+// - modes: per input, "" (or missing) = the transform's mode, else a mode name valid for that
+//   transform (below). Nearest keeps the input dtype (bit-exact copies); linear / cubic return
+//   the input's floating dtype (integer input is computed in float32).
+// - affine: optional (4, 4) or (N, 4, 4) float64 (MONAI MetaTensor.affine); the identity when
+//   absent. Result::affine is `affine @ meta` (per sample when the samples' maps differ), as
+//   MONAI updates a MetaTensor's affine and as Python's voxaug returns it.
+//
+// Modes (the constructor's checked at construction, per-input ones at the call; c10::ValueError
+// names the argument):
+// - grid transforms (Spacing, Affine, RandAffine, Rotate, RandRotate): mode "nearest" |
+//   "bilinear" | "bicubic" (voxaug's cubic B-spline, scipy's spline order 3, as Python maps it),
+//   padding_mode "zeros" | "border" | "reflection".
+// - Resize / Zoom (torch interpolate, as MONAI calls it): mode "area" (adaptive average pooling,
+//   MONAI's default; computed in float32 as MONAI's default dtype) | "nearest" | "nearest-exact"
+//   (interpolate's floor rules, bit-identical) | "linear" | "bilinear" | "trilinear". Zoom's
+//   keep_size padding: numpy.pad's "edge" | "constant" | "reflect" | "symmetric" | "wrap" (or
+//   torch's "replicate" | "circular"), applied after the resample as MONAI pads.
+// - Flip, Rotate90, Orientation: exact signed permutations (nearest, any dtype); modes ignored.
+//
+// Random transforms draw per sample from Philox exactly as Python's `draw_params`:
+// torch.ops.voxaug.philox_uniform(seed, first_sample, N, k) (row i: global sample
+// first_sample + i; share_batch_params: every row is row 0). `draw(N, seed, first_sample)` returns
+// the uniforms and what they decode to (gates u[:, 0] < prob, per-sample parameters; the maps
+// come back in Result::maps);
+// `apply(inputs, draw, ...)` replays a draw. The same seed gives the same draws as the Python
+// transform called with `draw_params(N, first_sample, seed)`.
+//
+// Not in this API (the Python transforms have them): interpolate's "bicubic" for Resize / Zoom
+// (c10::NotImplementedError, as in Python), Resize's anti_aliasing, size_mode "longest" and
+// dtype, Zoom / Resize align_corners (their nearest tables and 'area' pooling run in float32,
+// MONAI's default dtype), Zoom's constant pad value (0 here), Spacing's min/max_pixdim and
+// recompute_affine, Orientation's custom / LPS labels, rotate_order other than MONAI's "XYZ",
+// Affine's explicit `affine` and `normalized`, RandZoom, the invertibility records, lazy fusion.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace voxaug::transforms {
+
+// What a call returns.
+struct Result {
+  std::vector<at::Tensor> outputs;  // one per input, in its rank, on its device
+  at::Tensor affine;                // float64 (4, 4) or (N, 4, 4): input affine @ meta
+  at::Tensor maps;                  // (N, 4, 4) float64 CPU: output index -> input index (kernel)
+  at::Tensor meta;                  // (N, 4, 4) float64 CPU: MONAI's affine update (affine @ meta)
+  std::array<int64_t, 3> out_size{};
+};
+
+// A random transform's draw for a batch (host, float64).
+struct Draw {
+  at::Tensor uniforms;                      // (N, k) float64 CPU: philox_uniform's rows
+  std::vector<bool> gates;                  // u[:, 0] < prob
+  std::vector<std::vector<double>> params;  // per sample: see each class
+};
+
+// A uniform range: Range(f) is MONAI's "f" (U(-f, f)); Range(lo, hi) is "(min, max)".
+struct Range {
+  Range(double f) : lo(-f), hi(f), single(true) {}  // NOLINT: implicit, as MONAI takes a float
+  Range(double lo_, double hi_) : lo(lo_), hi(hi_), single(false) {}
+  double lo, hi;
+  bool single;
+};
+
+using Inputs = at::TensorList;
+using Modes = std::vector<std::string>;
+using Affine4 = std::optional<at::Tensor>;
+
+// Base of the random transforms: Philox draws, optional shared draw.
+class RandomTransform {
+ public:
+  // Every sample of a batch gets sample first_sample's draw (Python's share_batch_params).
+  void share_batch_params(bool share = true) { share_ = share; }
+  double prob() const { return prob_; }
+  int64_t num_uniforms() const { return k_; }
+
+ protected:
+  RandomTransform(double prob, int64_t k);
+  Draw uniforms(int64_t batch, int64_t seed, int64_t first_sample) const;
+  double prob_;
+  int64_t k_;
+  bool share_ = false;
+};
+
+// MONAI Flip: reverses spatial axes (empty: all three; negative axes count from the last).
+class Flip {
+ public:
+  explicit Flip(std::vector<int64_t> spatial_axis = {});
+  Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
+
+ private:
+  std::vector<int64_t> axes_;
+};
+
+// MONAI RandFlip: Flip(spatial_axis) with probability prob per sample. Draw: 1 uniform;
+// params[i] = {} (gates say whether flipped).
+class RandFlip : public RandomTransform {
+ public:
+  explicit RandFlip(double prob = 0.1, std::vector<int64_t> spatial_axis = {});
+  Draw draw(int64_t batch, int64_t seed, int64_t first_sample = 0) const;
+  Result apply(Inputs inputs, const Draw& draw, const Modes& modes = {},
+               const Affine4& affine = {}) const;
+  Result operator()(Inputs inputs, int64_t seed, int64_t first_sample = 0, const Modes& modes = {},
+                    const Affine4& affine = {}) const;
+
+ private:
+  std::vector<int64_t> axes_;
+};
+
+// MONAI Rotate90: k quarter turns in the plane of spatial_axes (bit-identical to torch.rot90).
+class Rotate90 {
+ public:
+  explicit Rotate90(int64_t k = 1, std::array<int64_t, 2> spatial_axes = {0, 1});
+  Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
+
+ private:
+  int64_t k_;
+  std::array<int64_t, 2> axes_;
+};
+
+// MONAI RandRotate90: with probability prob, k ~ U{1..max_k} quarter turns per sample. Draw: 2
+// uniforms; params[i] = {k}. A batch needs equal sizes along spatial_axes.
+class RandRotate90 : public RandomTransform {
+ public:
+  explicit RandRotate90(double prob = 0.1, int64_t max_k = 3,
+                        std::array<int64_t, 2> spatial_axes = {0, 1});
+  Draw draw(int64_t batch, int64_t seed, int64_t first_sample = 0) const;
+  Result apply(Inputs inputs, const Draw& draw, const Modes& modes = {},
+               const Affine4& affine = {}) const;
+  Result operator()(Inputs inputs, int64_t seed, int64_t first_sample = 0, const Modes& modes = {},
+                    const Affine4& affine = {}) const;
+
+ private:
+  int64_t max_k_;
+  std::array<int64_t, 2> axes_;
+};
+
+// MONAI Affine: A = R @ Sh @ T @ Sc about the image centre (each factor only when its
+// parameters are non-empty; radians, MONAI's create_rotate / create_shear / create_scale),
+// output spatial_size (empty or non-positive entries: the input's). Result::meta is MONAI's
+// returned voxel-index map (compute_w_affine).
+class Affine {
+ public:
+  Affine(std::vector<double> rotate_params = {}, std::vector<double> shear_params = {},
+         std::vector<double> translate_params = {}, std::vector<double> scale_params = {},
+         std::vector<int64_t> spatial_size = {}, std::string mode = "bilinear",
+         std::string padding_mode = "reflection", bool align_corners = false);
+  Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
+  // The centred 4x4 MONAI matrix (float64 CPU).
+  at::Tensor centred_matrix() const;
+
+ private:
+  std::array<double, 16> a_;
+  std::vector<int64_t> spatial_size_;
+  std::string mode_, padding_mode_;
+  bool align_corners_;
+};
+
+// MONAI RandAffine: per sample with probability prob, each range element drawn uniformly
+// (Range(f): U(-f, f); scale adds 1). Draw: 1 + (total range elements) uniforms; params[i] =
+// rotate, shear, translate, scale values concatenated (empty where gated off);
+// centred_matrices(draw) gives the (N, 4, 4) MONAI matrices (identity where gated off).
+class RandAffine : public RandomTransform {
+ public:
+  RandAffine(double prob = 0.1, std::vector<Range> rotate_range = {},
+             std::vector<Range> shear_range = {}, std::vector<Range> translate_range = {},
+             std::vector<Range> scale_range = {}, std::vector<int64_t> spatial_size = {},
+             std::string mode = "bilinear", std::string padding_mode = "reflection");
+  Draw draw(int64_t batch, int64_t seed, int64_t first_sample = 0) const;
+  at::Tensor centred_matrices(const Draw& draw) const;
+  Result apply(Inputs inputs, const Draw& draw, const Modes& modes = {},
+               const Affine4& affine = {}) const;
+  Result operator()(Inputs inputs, int64_t seed, int64_t first_sample = 0, const Modes& modes = {},
+                    const Affine4& affine = {}) const;
+
+ private:
+  std::array<std::vector<Range>, 4> ranges_;
+  std::vector<int64_t> spatial_size_;
+  std::string mode_, padding_mode_;
+};
+
+// MONAI Rotate: angle (radians; one value: all three axes, as MONAI's ensure_tuple_rep) about
+// the image centre; keep_size=false enlarges the output to hold the rotated input (MONAI's rule).
+class Rotate {
+ public:
+  explicit Rotate(std::vector<double> angle, bool keep_size = true, std::string mode = "bilinear",
+                  std::string padding_mode = "border", bool align_corners = false);
+  Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
+
+ private:
+  std::array<double, 3> angle_;
+  bool keep_size_;
+  std::string mode_, padding_mode_;
+  bool align_corners_;
+};
+
+// MONAI RandRotate: with probability prob, angles x ~ U(range_x), y ~ U(range_y), z ~ U(range_z)
+// (Range(r): sorted (-r, r)). Draw: 4 uniforms; params[i] = {x, y, z} (zeros where gated off).
+// keep_size=false needs a batch of one (the shapes would differ).
+class RandRotate : public RandomTransform {
+ public:
+  RandRotate(Range range_x = 0.0, Range range_y = 0.0, Range range_z = 0.0, double prob = 0.1,
+             bool keep_size = true, std::string mode = "bilinear",
+             std::string padding_mode = "border", bool align_corners = false);
+  Draw draw(int64_t batch, int64_t seed, int64_t first_sample = 0) const;
+  Result apply(Inputs inputs, const Draw& draw, const Modes& modes = {},
+               const Affine4& affine = {}) const;
+  Result operator()(Inputs inputs, int64_t seed, int64_t first_sample = 0, const Modes& modes = {},
+                    const Affine4& affine = {}) const;
+
+ private:
+  std::array<Range, 3> ranges_;
+  bool keep_size_;
+  std::string mode_, padding_mode_;
+  bool align_corners_;
+};
+
+// MONAI Resize: interpolate to spatial_size (3 entries; non-positive: the input's). Returning
+// the input size leaves the inputs as they are (MONAI's shortcut).
+class Resize {
+ public:
+  explicit Resize(std::vector<int64_t> spatial_size, std::string mode = "area");
+  Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
+
+ private:
+  std::vector<int64_t> spatial_size_;
+  std::string mode_;
+};
+
+// MONAI Zoom: interpolate by zoom (one value: all axes; size floor(size * zoom)); keep_size
+// centre-crops or pads (padding_mode, numpy.pad names; "constant" pads with 0) back to the
+// input size.
+class Zoom {
+ public:
+  explicit Zoom(std::vector<double> zoom, std::string mode = "area", bool keep_size = true,
+                std::string padding_mode = "edge");
+  Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
+
+ private:
+  std::array<double, 3> zoom_;
+  std::string mode_;
+  bool keep_size_;
+  std::string padding_mode_;
+};
+
+// MONAI Spacing: resample to voxel spacing pixdim (fewer than 3 values: the last repeats;
+// non-positive: keep that axis's spacing; an axis already within 1e-3 of its target keeps its
+// spacing), keeping the affine's orientation (diagonal=true: a diagonal affine). MONAI's
+// geometry in float64; no resampling when the affine is unchanged (MONAI's shortcut).
+// Result::affine is the new affine; the batch shares one affine (an (N, 4, 4) affine must hold
+// N equal matrices).
+class Spacing {
+ public:
+  explicit Spacing(std::vector<double> pixdim, std::string mode = "bilinear",
+                   std::string padding_mode = "border", bool align_corners = false,
+                   bool diagonal = false, bool scale_extent = false);
+  Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
+
+ private:
+  std::vector<double> pixdim_;
+  std::string mode_, padding_mode_;
+  bool align_corners_, diagonal_, scale_extent_;
+};
+
+// MONAI Orientation: reorders / flips the axes so that the affine's axis codes become axcodes
+// (nibabel's labels L/R, P/A, I/S; as_closest_canonical: nibabel's io_orientation). A signed
+// permutation (bit-identical copies, any dtype); Result::affine = affine @ inv_ornt_aff.
+class Orientation {
+ public:
+  explicit Orientation(std::string axcodes, bool as_closest_canonical = false);
+  Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
+
+ private:
+  std::string axcodes_;
+  bool canonical_;
+};
+
+}  // namespace voxaug::transforms

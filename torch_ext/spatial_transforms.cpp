@@ -1,0 +1,1253 @@
+// voxaug::transforms (torch_ext/include/voxaug/spatial_transforms.h): the index-map geometry of
+// python/voxaug/spatial.py, ported to the host in double precision, and one resample launch per
+// group of inputs that share a map. Each helper names the Python function it ports; keep the two
+// in step (tests/python/test_cxx_spatial.py compares the maps and draws with Python's and the
+// outputs with MONAI's).
+#include "voxaug/spatial_transforms.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <utility>
+
+#include "voxaug/torch_ops.h"
+
+namespace voxaug::transforms {
+namespace {
+
+constexpr int64_t kMaxTargets = 4;   // kMaxResampleTargets (include/voxaug/resample.h)
+constexpr double kAffineTol = 1e-3;  // monai.data.utils.AFFINE_TOL
+using Size3 = std::array<int64_t, 3>;
+
+// ---------------- 4x4 row-major double matrices ----------------
+using M4 = std::array<double, 16>;
+
+M4 eye4() {
+  M4 m{};
+  for (int i = 0; i < 4; ++i) m[i * 5] = 1.0;
+  return m;
+}
+M4 mul(const M4& a, const M4& b) {
+  M4 c{};
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) {
+      double s = 0.0;
+      for (int k = 0; k < 4; ++k) s += a[i * 4 + k] * b[k * 4 + j];
+      c[i * 4 + j] = s;
+    }
+  return c;
+}
+M4 translate(const std::array<double, 3>& t) {
+  M4 m = eye4();
+  for (int i = 0; i < 3; ++i) m[i * 4 + 3] = t[i];
+  return m;
+}
+M4 diag4(const std::array<double, 3>& d) {
+  M4 m = eye4();
+  for (int i = 0; i < 3; ++i) m[i * 5] = d[i];
+  return m;
+}
+at::Tensor to_tensor(const M4& m) {
+  return at::tensor(at::ArrayRef<double>(m.data(), 16), at::kDouble).view({4, 4});
+}
+M4 from_tensor(const at::Tensor& t) {
+  at::Tensor c = t.to(at::kCPU, at::kDouble).contiguous();
+  M4 m;
+  std::copy(c.data_ptr<double>(), c.data_ptr<double>() + 16, m.begin());
+  return m;
+}
+at::Tensor stack(const std::vector<M4>& maps) {
+  at::Tensor out = at::empty({static_cast<int64_t>(maps.size()), 4, 4}, at::kDouble);
+  for (size_t i = 0; i < maps.size(); ++i)
+    std::copy(maps[i].begin(), maps[i].end(), out.data_ptr<double>() + 16 * i);
+  return out;
+}
+std::string join(const std::vector<double>& v) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < v.size(); ++i) s << (i ? ", " : "") << v[i];
+  s << "]";
+  return s.str();
+}
+std::string join(const std::vector<int64_t>& v) {
+  std::vector<double> d(v.begin(), v.end());
+  return join(d);
+}
+
+// _rotation (MONAI create_rotate), order "XYZ": intrinsic, affine @ r per angle.
+M4 rotation(const std::vector<double>& radians) {
+  M4 a = eye4();
+  const char axes[3] = {'x', 'y', 'z'};
+  for (size_t i = 0; i < radians.size(); ++i) {
+    const double s = std::sin(radians[i]), c = std::cos(radians[i]);
+    M4 r = eye4();
+    if (axes[i] == 'x') {
+      r[1 * 4 + 1] = c, r[1 * 4 + 2] = -s, r[2 * 4 + 1] = s, r[2 * 4 + 2] = c;
+    } else if (axes[i] == 'y') {
+      r[0 * 4 + 0] = c, r[0 * 4 + 2] = s, r[2 * 4 + 0] = -s, r[2 * 4 + 2] = c;
+    } else {
+      r[0 * 4 + 0] = c, r[0 * 4 + 1] = -s, r[1 * 4 + 0] = s, r[1 * 4 + 1] = c;
+    }
+    a = mul(a, r);
+  }
+  return a;
+}
+// _shear (MONAI create_shear): elementary shears composed in coefficient order.
+M4 shear(const std::vector<double>& coefs) {
+  static const int ij[6][2] = {{0, 1}, {0, 2}, {1, 0}, {1, 2}, {2, 0}, {2, 1}};
+  M4 out = eye4();
+  for (int k = 0; k < 6; ++k) {
+    M4 s = eye4();
+    s[ij[k][0] * 4 + ij[k][1]] = k < static_cast<int>(coefs.size()) ? coefs[k] : 0.0;
+    out = mul(s, out);
+  }
+  return out;
+}
+// _centred_affine (MONAI AffineGrid): eye @ rotate @ shear @ translate @ scale, each when given.
+M4 centred_affine(const std::vector<double>& rot, const std::vector<double>& sh,
+                  const std::vector<double>& tr, const std::vector<double>& sc) {
+  M4 a = eye4();
+  if (!rot.empty()) a = mul(a, rotation(rot));
+  if (!sh.empty()) a = mul(a, shear(sh));
+  if (!tr.empty()) {
+    std::array<double, 3> t{0.0, 0.0, 0.0};
+    for (size_t i = 0; i < std::min<size_t>(3, tr.size()); ++i) t[i] = tr[i];
+    a = mul(a, translate(t));
+  }
+  if (!sc.empty()) {
+    std::array<double, 3> s{1.0, 1.0, 1.0};
+    for (size_t i = 0; i < std::min<size_t>(3, sc.size()); ++i) s[i] = sc[i];
+    a = mul(a, diag4(s));
+  }
+  return a;
+}
+// _grid_index_map: MONAI's centred matrix -> (kernel index map, metadata map).
+std::pair<M4, M4> grid_index_map(const M4& a, const Size3& in, const Size3& out,
+                                 bool align_corners) {
+  std::array<double, 3> ti, to, fi, go;
+  for (int i = 0; i < 3; ++i) {
+    const double si = static_cast<double>(in[i]), so = static_cast<double>(out[i]);
+    ti[i] = (si - 1) / 2;
+    to[i] = -(so - 1) / 2;
+    const double mi = std::max(2.0, si), mo = std::max(2.0, so);
+    fi[i] = align_corners ? (si - 1) / mi : si / mi;
+    go[i] = align_corners ? mo / (mo - 1) : 1.0;
+  }
+  const M4 t_in = translate(ti), t_out = translate(to);
+  const M4 k = mul(mul(mul(mul(t_in, diag4(fi)), a), diag4(go)), t_out);
+  const M4 meta = mul(mul(t_in, a), t_out);
+  return {k, meta};
+}
+
+// ---------------- argument checks ----------------
+int64_t grid_mode(const std::string& m, const std::string& arg) {
+  if (m == "nearest") return 0;
+  if (m == "bilinear") return 1;
+  if (m == "bicubic") return 2;  // voxaug's cubic B-spline (as Python's _grid_mode)
+  TORCH_CHECK_VALUE(false, arg, " must be 'nearest', 'bilinear' or 'bicubic', got '", m, "'");
+  return -1;
+}
+int64_t grid_padding(const std::string& p, const std::string& arg) {
+  if (p == "zeros") return 0;
+  if (p == "border") return 1;
+  if (p == "reflection") return 2;
+  TORCH_CHECK_VALUE(false, arg, " must be 'zeros', 'border' or 'reflection', got '", p, "'");
+  return -1;
+}
+// _interp_mode: the index rule ("nearest", "nearest-exact", "linear", "area").
+std::string interp_mode(const std::string& m, const std::string& arg) {
+  TORCH_CHECK_NOT_IMPLEMENTED(m != "bicubic", arg, "='bicubic' (torch interpolate) is not ",
+                              "supported by voxaug's resample yet; use 'area', 'trilinear' or ",
+                              "'nearest'");
+  if (m == "nearest" || m == "nearest-exact" || m == "linear" || m == "area") return m;
+  if (m == "bilinear" || m == "trilinear") return "linear";
+  TORCH_CHECK_VALUE(false, arg, " must be one of 'nearest', 'nearest-exact', 'linear', ",
+                    "'bilinear', 'trilinear', 'area', got '", m, "'");
+  return {};
+}
+std::string pad_mode(const std::string& p) {
+  static const std::map<std::string, std::string> modes = {
+      {"constant", "constant"},   {"edge", "edge"}, {"replicate", "edge"}, {"reflect", "reflect"},
+      {"symmetric", "symmetric"}, {"wrap", "wrap"}, {"circular", "wrap"}};
+  auto it = modes.find(p);
+  TORCH_CHECK_VALUE(it != modes.end(), "padding_mode must be one of 'circular', 'constant', ",
+                    "'edge', 'reflect', 'replicate', 'symmetric', 'wrap' (numpy.pad / torch pad ",
+                    "names), got '", p, "'");
+  return it->second;
+}
+void check_finite(const std::vector<double>& v, const char* name) {
+  for (double x : v)
+    TORCH_CHECK_VALUE(std::isfinite(x), name, " must be finite numbers, got ", join(v));
+}
+double check_prob(double prob) {
+  TORCH_CHECK_VALUE(prob >= 0.0 && prob <= 1.0, "prob must be in [0, 1], got ", prob);
+  return prob;
+}
+// _spatial_axes: MONAI's map_spatial_axes for 3 spatial dims.
+std::vector<int64_t> spatial_axes(const std::vector<int64_t>& axes, const char* name) {
+  if (axes.empty()) return {0, 1, 2};
+  std::vector<int64_t> out;
+  for (int64_t a : axes) {
+    TORCH_CHECK_VALUE(a >= -3 && a <= 2, name, " must be spatial axes in [-3, 2], got ",
+                      join(axes));
+    out.push_back((a + 3) % 3);
+  }
+  return out;
+}
+std::array<int64_t, 2> rot90_axes(const std::array<int64_t, 2>& axes) {
+  auto a = spatial_axes({axes[0], axes[1]}, "spatial_axes");
+  TORCH_CHECK_VALUE(a[0] != a[1], "spatial_axes must be 2 different spatial axes defining the ",
+                    "plane to rotate, got (", axes[0], ", ", axes[1], ")");
+  return {a[0], a[1]};
+}
+void check_size_arg(const std::vector<int64_t>& s, const char* name) {
+  TORCH_CHECK_VALUE(s.empty() || s.size() == 1 || s.size() == 3, name,
+                    " must be empty (the input size), 1 or 3 ints (D, H, W), got ", join(s));
+}
+// _fall_back_size: empty -> the input size; non-positive entries -> the input's.
+Size3 fall_back_size(const std::vector<int64_t>& s, const Size3& in) {
+  if (s.empty()) return in;
+  Size3 out;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t v = s.size() == 1 ? s[0] : s[i];
+    out[i] = v <= 0 ? in[i] : v;
+  }
+  return out;
+}
+std::array<double, 3> rep3(const std::vector<double>& v, const char* name) {
+  TORCH_CHECK_VALUE(v.size() == 1 || v.size() == 3, name,
+                    " must be 1 value (all three axes) or 3 (one per spatial axis), got ", join(v));
+  check_finite(v, name);
+  return v.size() == 1 ? std::array<double, 3>{v[0], v[0], v[0]}
+                       : std::array<double, 3>{v[0], v[1], v[2]};
+}
+
+// ---------------- inputs ----------------
+struct Batch {
+  std::vector<at::Tensor> xs;  // 5-D
+  std::vector<bool> squeeze;   // was 4-D
+  int64_t n = 0;
+  Size3 size{};
+};
+
+Batch as_batch(Inputs inputs) {
+  TORCH_CHECK_VALUE(!inputs.empty(), "inputs must hold at least one tensor");
+  Batch b;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& x = inputs[i];
+    TORCH_CHECK_VALUE(x.defined() && (x.dim() == 4 || x.dim() == 5), "inputs[", i,
+                      "] must be 5-D (N, C, D, H, W) or 4-D (C, D, H, W), got ",
+                      x.defined() ? std::to_string(x.dim()) + "-D" : std::string("undefined"));
+    at::Tensor y = x.dim() == 4 ? x.unsqueeze(0) : x;
+    const Size3 size{y.size(2), y.size(3), y.size(4)};
+    if (i == 0) {
+      b.n = y.size(0), b.size = size;
+    } else {
+      TORCH_CHECK_VALUE(y.size(0) == b.n && size == b.size, "inputs[", i, "] must have the batch ",
+                        "size and spatial size of inputs[0] (", b.n, ", (", b.size[0], ", ",
+                        b.size[1], ", ", b.size[2], ")), got ", y.sizes());
+      TORCH_CHECK_VALUE(y.device() == b.xs[0].device(), "inputs[", i, "] must be on inputs[0]'s ",
+                        "device ", b.xs[0].device(), ", got ", y.device());
+    }
+    b.xs.push_back(y);
+    b.squeeze.push_back(x.dim() == 4);
+  }
+  return b;
+}
+std::string mode_of(const Modes& modes, size_t i, const std::string& fallback, size_t n) {
+  TORCH_CHECK_VALUE(modes.size() <= n, "modes must have at most one entry per input (", n,
+                    "), got ", modes.size());
+  return i < modes.size() && !modes[i].empty() ? modes[i] : fallback;
+}
+
+// ---------------- one launch ----------------
+struct Pad {
+  std::array<std::pair<int64_t, int64_t>, 3> widths;
+  std::string mode;
+};
+struct Launch {
+  std::vector<M4> maps;  // per sample: kernel map
+  std::vector<M4> meta;  // per sample: MONAI's affine update
+  Size3 out_size{};
+  int64_t padding = 0;
+  bool align_corners = false;
+  std::optional<std::array<std::vector<int64_t>, 3>> tables;  // interpolate's nearest table
+  std::optional<std::array<Size3, 3>> pool;                   // area: (zoomed, first, count)
+  std::optional<Pad> pad;                                     // Zoom's keep_size padding
+};
+
+int64_t pymod(int64_t a, int64_t m) {
+  return ((a % m) + m) % m;
+}
+
+// _pad_index: numpy.pad's source index of each padded position (constant: -1 outside).
+std::vector<int64_t> pad_index(int64_t size, int64_t before, int64_t after,
+                               const std::string& mode) {
+  std::vector<int64_t> out;
+  for (int64_t j = -before; j < size + after; ++j) {
+    if (mode == "constant") {
+      out.push_back(j >= 0 && j < size ? j : -1);
+    } else if (mode == "edge" || size == 1) {
+      out.push_back(std::clamp<int64_t>(j, 0, size - 1));
+    } else if (mode == "reflect") {
+      const int64_t p = 2 * (size - 1), k = pymod(j, p);
+      out.push_back(k >= size ? p - k : k);
+    } else if (mode == "symmetric") {
+      const int64_t k = pymod(j, 2 * size);
+      out.push_back(k >= size ? 2 * size - 1 - k : k);
+    } else {
+      out.push_back(pymod(j, size));
+    }
+  }
+  return out;
+}
+at::Tensor index_tensor(const std::vector<int64_t>& v, const at::Device& device) {
+  return at::tensor(v, at::kLong).to(device, /*non_blocking=*/true);
+}
+// _apply_pad
+at::Tensor apply_pad(at::Tensor x, const Pad& pad) {
+  if (pad.mode == "constant") {
+    std::vector<int64_t> shape{x.size(0), x.size(1)};
+    for (int a = 0; a < 3; ++a)
+      shape.push_back(x.size(2 + a) + pad.widths[a].first + pad.widths[a].second);
+    at::Tensor out = at::zeros(shape, x.options());
+    out.narrow(2, pad.widths[0].first, x.size(2))
+        .narrow(3, pad.widths[1].first, x.size(3))
+        .narrow(4, pad.widths[2].first, x.size(4))
+        .copy_(x);
+    return out;
+  }
+  for (int a = 0; a < 3; ++a) {
+    const auto [b, e] = pad.widths[a];
+    if (b || e)
+      x = x.index_select(2 + a, index_tensor(pad_index(x.size(2 + a), b, e, pad.mode), x.device()));
+  }
+  return x;
+}
+
+// _run: kernel_modes per input (0 nearest, 1 linear, 2 cubic).
+std::vector<at::Tensor> run(const std::vector<at::Tensor>& xs, const Launch& g,
+                            const std::vector<int64_t>& kernel_modes) {
+  std::vector<at::Tensor> outs;
+  if (g.pool) {  // interpolate's 'area' in MONAI's default dtype (float32), see Python's _area
+    const auto& [zoomed, first, count] = *g.pool;
+    for (const at::Tensor& x : xs) {
+      const auto out_dtype = x.is_floating_point() ? x.scalar_type() : at::kFloat;
+      at::Tensor y =
+          at::adaptive_avg_pool3d(x.to(at::kFloat).contiguous(), {zoomed[0], zoomed[1], zoomed[2]});
+      if (first != Size3{0, 0, 0} || count != zoomed)
+        y = y.narrow(2, first[0], count[0])
+                .narrow(3, first[1], count[1])
+                .narrow(4, first[2], count[2]);
+      outs.push_back(y.to(out_dtype));
+    }
+  } else if (g.tables) {  // interpolate's nearest where no affine map reproduces it
+    const auto device = xs[0].device();
+    const at::Tensor i0 = index_tensor((*g.tables)[0], device);
+    const at::Tensor i1 = index_tensor((*g.tables)[1], device);
+    const at::Tensor i2 = index_tensor((*g.tables)[2], device);
+    for (const at::Tensor& x : xs)
+      outs.push_back(x.index_select(2, i0).index_select(3, i1).index_select(4, i2));
+  } else {
+    std::vector<at::Tensor> inputs;
+    for (size_t i = 0; i < xs.size(); ++i)
+      inputs.push_back(kernel_modes[i] == 0 || xs[i].is_floating_point() ? xs[i]
+                                                                         : xs[i].to(at::kFloat));
+    at::Tensor mats = stack(g.maps).narrow(1, 0, 3).contiguous();
+    if (!inputs.empty() && !inputs[0].is_cpu())
+      mats = mats.to(inputs[0].device(), /*non_blocking=*/true);
+    for (size_t s = 0; s < inputs.size(); s += kMaxTargets) {
+      const size_t e = std::min(inputs.size(), s + kMaxTargets);
+      std::vector<at::Tensor> part(inputs.begin() + s, inputs.begin() + e);
+      std::vector<int64_t> modes(kernel_modes.begin() + s, kernel_modes.begin() + e);
+      std::vector<int64_t> paddings(part.size(), g.padding);
+      std::vector<double> values(part.size(), 0.0);
+      auto o = voxaug::ops::resample(part, mats, {g.out_size[0], g.out_size[1], g.out_size[2]},
+                                     modes, paddings, values, g.align_corners);
+      outs.insert(outs.end(), o.begin(), o.end());
+    }
+  }
+  if (g.pad)
+    for (auto& o : outs) o = apply_pad(o, *g.pad);
+  return outs;
+}
+
+// The affine update (Python's _with_affine / _finish_affine): affine @ meta, per sample when the
+// samples' maps differ. No affine: the identity's.
+at::Tensor update_affine(const Affine4& affine, const at::Tensor& meta) {
+  at::Tensor base = affine && affine->defined()
+                        ? affine->to(at::kDouble)
+                        : at::eye(4, at::TensorOptions().dtype(at::kDouble));
+  const int64_t n = meta.size(0);
+  TORCH_CHECK_VALUE(
+      base.dim() == 2
+          ? base.sizes() == at::IntArrayRef({4, 4})
+          : base.dim() == 3 && base.size(0) == n && base.size(1) == 4 && base.size(2) == 4,
+      "affine must be (4, 4) or (N, 4, 4) with N = the batch size ", n, ", got ", base.sizes());
+  if (n == 0) return base.clone();
+  const bool same = meta.eq(meta.narrow(0, 0, 1)).all().item<bool>();  // host tensor: no sync
+  at::Tensor m = same ? meta[0] : meta;
+  if (!base.is_cpu()) m = m.to(base.device(), /*non_blocking=*/true);
+  return at::matmul(base, m);
+}
+
+std::vector<at::Tensor> restore(const Batch& b, std::vector<at::Tensor> outs) {
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (b.squeeze[i]) outs[i] = outs[i].squeeze(0);
+  return outs;
+}
+
+// One launch for every input (grid transforms and exact permutations).
+Result finish_one(const Batch& b, const Launch& g, const std::vector<int64_t>& kernel_modes,
+                  const Affine4& affine) {
+  Result r;
+  r.outputs = restore(b, run(b.xs, g, kernel_modes));
+  r.maps = stack(g.maps);
+  r.meta = stack(g.meta);
+  r.out_size = g.out_size;
+  r.affine = update_affine(affine, r.meta);
+  return r;
+}
+Launch uniform_launch(const M4& k, const M4& meta, int64_t n, const Size3& out, int64_t padding,
+                      bool align) {
+  Launch g;
+  g.maps.assign(n, k);
+  g.meta.assign(n, meta);
+  g.out_size = out;
+  g.padding = padding;
+  g.align_corners = align;
+  return g;
+}
+Result exact(const std::vector<M4>& maps, const Size3& out, const Affine4& affine, const Batch& b) {
+  Launch g;
+  g.maps = maps;
+  g.meta = maps;
+  g.out_size = out;
+  return finish_one(b, g, std::vector<int64_t>(b.xs.size(), 0), affine);
+}
+// Kernel modes of a grid transform's inputs.
+std::vector<int64_t> grid_modes(const Batch& b, const Modes& modes, const std::string& mode) {
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < b.xs.size(); ++i)
+    out.push_back(
+        grid_mode(mode_of(modes, i, mode, b.xs.size()), i < modes.size() && !modes[i].empty()
+                                                            ? "modes[" + std::to_string(i) + "]"
+                                                            : std::string("mode")));
+  return out;
+}
+
+// ---------------- Flip / Rotate90 ----------------
+M4 flip_map(const Size3& in, const std::vector<int64_t>& axes) {
+  M4 m = eye4();
+  for (int64_t a : axes) m[a * 5] = -1.0, m[a * 4 + 3] = static_cast<double>(in[a] - 1);
+  return m;
+}
+// _rot90_map: index map and output size of torch.rot90(x, k, axes).
+std::pair<M4, Size3> rot90_map(const Size3& in, int64_t k, const std::array<int64_t, 2>& axes) {
+  const int64_t a = axes[0], b = axes[1];
+  M4 m = eye4();
+  Size3 size = in;
+  for (int64_t t = 0; t < pymod(k, 4); ++t) {
+    M4 q{};
+    q[15] = 1.0;
+    for (int c = 0; c < 3; ++c)
+      if (c != a && c != b) q[c * 5] = 1.0;
+    q[a * 4 + b] = 1.0;
+    q[b * 4 + a] = -1.0, q[b * 4 + 3] = static_cast<double>(size[b] - 1);
+    m = mul(m, q);
+    std::swap(size[a], size[b]);
+  }
+  return {m, size};
+}
+
+// ---------------- Rotate ----------------
+// _rotate_geometry for one sample: shift(in) @ R @ shift(-(out - 1) / 2), MONAI's corner rule.
+std::pair<M4, Size3> rotate_map(const Size3& in, const std::array<double, 3>& angles,
+                                bool keep_size) {
+  const M4 r = rotation({angles[0], angles[1], angles[2]});
+  Size3 out = in;
+  if (!keep_size) {
+    for (int i = 0; i < 3; ++i) {
+      double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+      for (int c = 0; c < 8; ++c) {
+        const double p[3] = {(c & 4) ? static_cast<double>(in[0]) : 0.0,
+                             (c & 2) ? static_cast<double>(in[1]) : 0.0,
+                             (c & 1) ? static_cast<double>(in[2]) : 0.0};
+        const double v = r[i * 4 + 0] * p[0] + r[i * 4 + 1] * p[1] + r[i * 4 + 2] * p[2];
+        lo = std::min(lo, v), hi = std::max(hi, v);
+      }
+      out[i] = static_cast<int64_t>(hi - lo + 0.5);
+    }
+  }
+  std::array<double, 3> ti, to;
+  for (int i = 0; i < 3; ++i)
+    ti[i] = (static_cast<double>(in[i]) - 1) / 2, to[i] = -(static_cast<double>(out[i]) - 1) / 2;
+  return {mul(mul(translate(ti), r), translate(to)), out};
+}
+
+// ---------------- Resize / Zoom: interpolate's index rules ----------------
+struct Axis {
+  double m, b, meta_m, meta_b;
+  std::optional<std::vector<int64_t>> table;
+};
+// _nearest_table: interpolate's source index per output voxel on float32 data.
+std::vector<double> nearest_table(int64_t in, int64_t out, bool exact) {
+  at::Tensor x = at::arange(in, at::TensorOptions().dtype(at::kFloat)).view({1, 1, in});
+  at::Tensor y = exact ? at::_upsample_nearest_exact1d(x, {out}) : at::upsample_nearest1d(x, {out});
+  y = y.reshape({-1}).to(at::kDouble).contiguous();
+  return std::vector<double>(y.data_ptr<double>(), y.data_ptr<double>() + out);
+}
+std::pair<double, double> margin(const std::vector<double>& t, double m) {
+  double hi = std::numeric_limits<double>::infinity(), lo = -hi;
+  for (size_t o = 0; o < t.size(); ++o) {
+    const double mo = m * static_cast<double>(o);
+    hi = std::min(hi, (t[o] + 0.5) - mo);
+    lo = std::max(lo, (t[o] - 0.5) - mo);
+  }
+  return {(hi - lo) / 2, (hi + lo) / 2};
+}
+// _nearest_rule: the widest (m, b) with round_half_even(m * o + b) == interpolate's index, or
+// the table itself when no line reproduces it.
+Axis nearest_rule(int64_t in, int64_t zoomed, int64_t first, int64_t count, bool exact) {
+  const std::vector<double> full = nearest_table(in, zoomed, exact);
+  const std::vector<double> t(full.begin() + first, full.begin() + first + count);
+  const double s = static_cast<double>(in) / static_cast<double>(zoomed);
+  double lo = s - 2.0 / static_cast<double>(zoomed), hi = s + 2.0 / static_cast<double>(zoomed);
+  for (int it = 0; it < 100; ++it) {
+    const double a = lo + (hi - lo) / 3, b = hi - (hi - lo) / 3;
+    if (margin(t, a).first < margin(t, b).first)
+      lo = a;
+    else
+      hi = b;
+  }
+  const double m = (lo + hi) / 2;
+  const auto [width, b] = margin(t, m);
+  Axis ax{m, b, 0.0, 0.0, std::nullopt};
+  if (!(width >
+        64 * static_cast<double>(FLT_EPSILON) * (static_cast<double>(in) + std::abs(b) + 1)))
+    ax.table = std::vector<int64_t>(t.begin(), t.end());
+  return ax;
+}
+// _interp_axis (align_corners=False: MONAI's default for these modes).
+Axis interp_axis(int64_t in, int64_t zoomed, int64_t first, int64_t count,
+                 const std::string& interp) {
+  const double s = static_cast<double>(in) / static_cast<double>(zoomed);
+  const double lm = s, lb = (s - 1) / 2;
+  double meta_m = 1.0, meta_b = 0.0;
+  if (in != zoomed) meta_m = lm, meta_b = lb;
+  meta_b += meta_m * static_cast<double>(first);
+  if (interp == "linear" || interp == "area")
+    return {lm, lb + lm * static_cast<double>(first), meta_m, meta_b, std::nullopt};
+  Axis ax = nearest_rule(in, zoomed, first, count, interp == "nearest-exact");
+  ax.meta_m = meta_m, ax.meta_b = meta_b;
+  return ax;
+}
+// _diag_maps: kernel map, metadata map, and the three tables when some axis needs one.
+void diag_launch(Launch& g, const std::array<Axis, 3>& axes, int64_t n) {
+  M4 k = eye4(), meta = eye4();
+  for (int a = 0; a < 3; ++a)
+    k[a * 5] = axes[a].m, k[a * 4 + 3] = axes[a].b, meta[a * 5] = axes[a].meta_m,
+          meta[a * 4 + 3] = axes[a].meta_b;
+  g.maps.assign(n, k);
+  g.meta.assign(n, meta);
+  if (axes[0].table || axes[1].table || axes[2].table) {
+    std::array<std::vector<int64_t>, 3> tables;
+    for (int a = 0; a < 3; ++a) {
+      if (axes[a].table) {
+        tables[a] = *axes[a].table;
+      } else {
+        for (int64_t o = 0; o < g.out_size[a]; ++o)
+          tables[a].push_back(
+              static_cast<int64_t>(std::nearbyint(axes[a].m * static_cast<double>(o) + axes[a].b)));
+      }
+    }
+    g.tables = tables;
+  }
+}
+// Inputs grouped by their interpolate rule: one launch per rule (Resize / Zoom).
+template <class Plan>
+Result finish_interp(const Batch& b, const Modes& modes, const std::string& mode, Plan plan,
+                     const Affine4& affine) {
+  std::vector<std::string> rules;
+  for (size_t i = 0; i < b.xs.size(); ++i)
+    rules.push_back(
+        interp_mode(mode_of(modes, i, mode, b.xs.size()), i < modes.size() && !modes[i].empty()
+                                                              ? "modes[" + std::to_string(i) + "]"
+                                                              : std::string("mode")));
+  std::vector<at::Tensor> outs(b.xs.size());
+  Result r;
+  std::vector<bool> done(b.xs.size(), false);
+  for (size_t i = 0; i < b.xs.size(); ++i) {
+    if (done[i]) continue;
+    const Launch g = plan(rules[i]);
+    std::vector<size_t> members;
+    for (size_t j = i; j < b.xs.size(); ++j)
+      if (!done[j] && rules[j] == rules[i]) members.push_back(j), done[j] = true;
+    std::vector<at::Tensor> xs;
+    for (size_t j : members) xs.push_back(b.xs[j]);
+    const int64_t kmode = rules[i].rfind("nearest", 0) == 0 ? 0 : 1;
+    auto o = run(xs, g, std::vector<int64_t>(xs.size(), kmode));
+    for (size_t k = 0; k < members.size(); ++k) outs[members[k]] = o[k];
+    if (i == 0) {
+      r.maps = stack(g.maps);
+      r.meta = stack(g.meta);
+      r.out_size = g.out_size;
+      if (g.pad)
+        for (int a = 0; a < 3; ++a)
+          r.out_size[a] += g.pad->widths[a].first + g.pad->widths[a].second;
+    }
+  }
+  r.outputs = restore(b, outs);
+  r.affine = update_affine(affine, r.meta);
+  return r;
+}
+
+// ---------------- Spacing / Orientation helpers (host, float64) ----------------
+at::Tensor t33(const M4& m) {
+  return to_tensor(m).narrow(0, 0, 3).narrow(1, 0, 3).clone();
+}
+
+// The shared (4, 4) input affine of a batch (_one_affine for 4x4 affines).
+M4 one_affine(const Affine4& affine, int64_t n) {
+  if (!affine || !affine->defined()) return eye4();
+  at::Tensor a = affine->to(at::kCPU, at::kDouble);
+  TORCH_CHECK_VALUE(
+      a.dim() == 2 ? a.sizes() == at::IntArrayRef({4, 4})
+                   : a.dim() == 3 && a.size(0) == n && a.size(1) == 4 && a.size(2) == 4,
+      "affine must be (4, 4) or (N, 4, 4) with N = the batch size ", n, ", got ", a.sizes());
+  if (a.dim() == 3) {
+    TORCH_CHECK_VALUE(n > 0 && a.eq(a.narrow(0, 0, 1)).all().item<bool>(),
+                      "affine: the samples of a batch have different affines (", n, " of them); ",
+                      "Spacing / Orientation need one geometry per batch: transform the samples ",
+                      "one at a time");
+    a = a[0];
+  }
+  TORCH_CHECK_VALUE(a.isfinite().all().item<bool>(), "affine must be finite (it has NaN or inf ",
+                    "entries)");
+  return from_tensor(a);
+}
+// _spacing_of: column norms of the 3x3 block (zeros -> 1).
+std::array<double, 3> spacing_of(const M4& a) {
+  std::array<double, 3> s;
+  for (int j = 0; j < 3; ++j) {
+    double v = 0.0;
+    for (int i = 0; i < 3; ++i) v += a[i * 4 + j] * a[i * 4 + j];
+    s[j] = std::sqrt(v);
+    if (s[j] == 0.0) s[j] = 1.0;
+  }
+  return s;
+}
+// _zoom_affine
+M4 zoom_affine(const M4& affine, const std::array<double, 3>& scale, bool diagonal) {
+  const auto norm = spacing_of(affine);
+  std::array<double, 3> s;
+  for (int i = 0; i < 3; ++i) {
+    s[i] = scale[i] > 0 ? scale[i] : norm[i];
+    if (s[i] == 0.0) s[i] = 1.0;
+  }
+  if (diagonal) return diag4(s);
+  const at::Tensor rzs = t33(affine);
+  const at::Tensor zs = at::linalg_cholesky(rzs.t().matmul(rzs)).t();
+  const at::Tensor rot = rzs.matmul(at::linalg_inv(zs));
+  const at::Tensor d = at::diag(at::sign(at::diag(zs)) *
+                                at::tensor(at::ArrayRef<double>(s.data(), 3), at::kDouble).abs());
+  const at::Tensor r = rot.matmul(d).contiguous();
+  M4 out = eye4();
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) out[i * 4 + j] = r[i][j].item<double>();
+  return out;
+}
+bool allclose(const M4& a, const M4& b, double atol) {  // numpy's allclose (rtol 1e-5)
+  for (int i = 0; i < 16; ++i)
+    if (!(std::abs(a[i] - b[i]) <= atol + 1e-5 * std::abs(b[i]))) return false;
+  return true;
+}
+M4 solve(const M4& a, const M4& b, const char* what) {
+  const at::Tensor ta = to_tensor(a);
+  TORCH_CHECK_VALUE(at::linalg_matrix_rank(ta).item<int64_t>() == 4, what, " is not invertible");
+  return from_tensor(at::linalg_solve(ta, to_tensor(b)));
+}
+// _compute_shape_offset
+std::pair<Size3, std::array<double, 3>> compute_shape_offset(const Size3& shape_in,
+                                                             const M4& in_affine,
+                                                             const M4& out_affine,
+                                                             bool scale_extent) {
+  const std::array<double, 3> shape{static_cast<double>(shape_in[0]),
+                                    static_cast<double>(shape_in[1]),
+                                    static_cast<double>(shape_in[2])};
+  at::Tensor corners = at::ones({4, 8}, at::kDouble);
+  for (int c = 0; c < 8; ++c)  // meshgrid(ij) order: the last axis varies fastest
+    for (int i = 0; i < 3; ++i) {
+      const bool hi = (c >> (2 - i)) & 1;
+      corners[i][c] = scale_extent ? (hi ? shape[i] - 0.5 : -0.5) : (hi ? shape[i] - 1.0 : 0.0);
+    }
+  const M4 rel = solve(out_affine, in_affine, "affine: the output affine");
+  at::Tensor corners_out = to_tensor(rel).matmul(corners);
+  at::Tensor world = to_tensor(in_affine).matmul(corners);
+  at::Tensor all_dist = corners_out.narrow(0, 0, 3).clone();
+  corners_out = corners_out.narrow(0, 0, 3) / corners_out.narrow(0, 3, 1);
+  at::Tensor ptp = std::get<0>(corners_out.max(1)) - std::get<0>(corners_out.min(1));
+  at::Tensor out_shape = scale_extent ? at::round(ptp) : at::round(ptp + 1.0);  // half-even
+  std::optional<std::array<double, 3>> offset;
+  for (int c = 0; c < 8 && !offset; ++c) {
+    at::Tensor mn = std::get<0>((all_dist - all_dist.narrow(1, c, 1)).min(1));
+    if (mn.abs().le(1e-8).all().item<bool>())  // np.allclose(min_corner, 0, rtol=1e-3)
+      offset = std::array<double, 3>{world[0][c].item<double>(), world[1][c].item<double>(),
+                                     world[2][c].item<double>()};
+  }
+  std::array<double, 3> os{out_shape[0].item<double>(), out_shape[1].item<double>(),
+                           out_shape[2].item<double>()};
+  if (!offset) {
+    std::array<double, 3> o{};
+    for (int i = 0; i < 3; ++i) {
+      double v = 0.0;
+      for (int j = 0; j < 3; ++j) v += in_affine[i * 4 + j] * (shape[j] / 2.0);
+      double w = 0.0;
+      for (int j = 0; j < 3; ++j) w += out_affine[i * 4 + j] * (os[j] / 2.0);
+      o[i] = v + in_affine[i * 4 + 3] - w;
+    }
+    offset = o;
+  }
+  if (scale_extent) {
+    std::array<double, 4> in_off{};
+    for (int i = 0; i < 3; ++i) in_off[i] = 0.5 * (shape[i] / os[i] - 1.0);
+    in_off[3] = 1.0;
+    for (int i = 0; i < 3; ++i) {
+      double v = 0.0;
+      for (int j = 0; j < 4; ++j) v += in_affine[i * 4 + j] * in_off[j];
+      const double sg = (*offset)[i] > 0 ? 1.0 : (*offset)[i] < 0 ? -1.0 : 0.0;
+      (*offset)[i] = std::abs(v / in_off[3]) * sg;
+    }
+  }
+  return {
+      Size3{static_cast<int64_t>(os[0]), static_cast<int64_t>(os[1]), static_cast<int64_t>(os[2])},
+      *offset};
+}
+
+// nibabel's orientation helpers: ornt rows (output axis, flip), NaN-free here (checked).
+using Ornt = std::array<std::array<double, 2>, 3>;
+// nibabel io_orientation
+std::optional<Ornt> io_orientation(const M4& affine) {
+  at::Tensor rzs = t33(affine);
+  at::Tensor zooms = rzs.mul(rzs).sum(0).sqrt();
+  zooms = at::where(zooms.eq(0), at::ones_like(zooms), zooms);
+  at::Tensor rs = rzs / zooms;
+  auto [p, s, qs] = at::linalg_svd(rs, /*full_matrices=*/false);
+  const double tol = s.max().item<double>() * 3 * std::numeric_limits<double>::epsilon();
+  at::Tensor keep = s.gt(tol);
+  at::Tensor r = p.index({at::indexing::Slice(), keep}).matmul(qs.index({keep})).contiguous();
+  Ornt ornt;
+  for (int in_ax = 0; in_ax < 3; ++in_ax) {
+    at::Tensor col = r.select(1, in_ax);
+    if (col.abs().le(1e-8).all().item<bool>()) return std::nullopt;  // np.allclose(col, 0)
+    const int64_t out_ax = col.abs().argmax().item<int64_t>();
+    ornt[in_ax] = {static_cast<double>(out_ax), col[out_ax].item<double>() < 0 ? -1.0 : 1.0};
+    r.select(0, out_ax).zero_();
+  }
+  return ornt;
+}
+// nibabel axcodes2ornt with the default labels (L, R), (P, A), (I, S).
+Ornt axcodes2ornt(const std::string& axcodes) {
+  static const char labels[3][2] = {{'L', 'R'}, {'P', 'A'}, {'I', 'S'}};
+  TORCH_CHECK_VALUE(axcodes.size() >= 3, "axcodes must name the 3 spatial axes, got '", axcodes,
+                    "'");
+  Ornt ornt;
+  bool used[3] = {false, false, false};
+  for (int i = 0; i < 3; ++i) {
+    int found = -1;
+    for (int l = 0; l < 3; ++l)
+      if (axcodes[i] == labels[l][0] || axcodes[i] == labels[l][1]) found = l;
+    TORCH_CHECK_VALUE(found >= 0, "axcodes '", axcodes, "' is not valid for labels ",
+                      "(('L', 'R'), ('P', 'A'), ('I', 'S')): '", axcodes[i], "' is not a label");
+    TORCH_CHECK_VALUE(!used[found], "axcodes '", axcodes, "' must name each of the 3 axes once");
+    used[found] = true;
+    ornt[i] = {static_cast<double>(found), axcodes[i] == labels[found][0] ? -1.0 : 1.0};
+  }
+  return ornt;
+}
+// nibabel ornt_transform
+Ornt ornt_transform(const Ornt& start, const Ornt& end) {
+  Ornt result;
+  for (int e = 0; e < 3; ++e) {
+    bool found = false;
+    for (int s = 0; s < 3 && !found; ++s)
+      if (end[e][0] == start[s][0]) {
+        result[s] = {static_cast<double>(e), start[s][1] == end[e][1] ? 1.0 : -1.0};
+        found = true;
+      }
+    TORCH_CHECK_VALUE(found, "affine: unable to find the output axis ", end[e][0],
+                      " in the input orientation");
+  }
+  return result;
+}
+// nibabel inv_ornt_aff
+M4 inv_ornt_aff(const Ornt& ornt, const Size3& shape) {
+  M4 undo_reorder{};
+  for (int i = 0; i < 3; ++i) undo_reorder[i * 4 + static_cast<int>(ornt[i][0])] = 1.0;
+  undo_reorder[15] = 1.0;
+  M4 undo_flip = diag4({ornt[0][1], ornt[1][1], ornt[2][1]});
+  for (int i = 0; i < 3; ++i) {
+    const double center = -(static_cast<double>(shape[i]) - 1) / 2.0;
+    undo_flip[i * 4 + 3] = ornt[i][1] * center - center;
+  }
+  return mul(undo_flip, undo_reorder);
+}
+
+template <class Sig>
+c10::TypedOperatorHandle<Sig> handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
+}
+
+}  // namespace
+
+// ---------------- RandomTransform ----------------
+RandomTransform::RandomTransform(double prob, int64_t k) : prob_(check_prob(prob)), k_(k) {}
+
+Draw RandomTransform::uniforms(int64_t batch, int64_t seed, int64_t first_sample) const {
+  TORCH_CHECK_VALUE(batch >= 0, "batch must be >= 0, got ", batch);
+  static auto op =
+      handle<at::Tensor(int64_t, int64_t, int64_t, int64_t, std::optional<c10::Device>)>(
+          "voxaug::philox_uniform");
+  Draw d;
+  d.uniforms = share_ ? op.call(seed, first_sample, 1, k_, std::nullopt).expand({batch, k_}).clone()
+                      : op.call(seed, first_sample, batch, k_, std::nullopt);
+  const double* u = d.uniforms.data_ptr<double>();
+  for (int64_t i = 0; i < batch; ++i) d.gates.push_back(u[i * k_] < prob_);
+  d.params.resize(batch);
+  return d;
+}
+
+namespace {
+void check_draw(const Draw& d, int64_t n, int64_t k) {
+  TORCH_CHECK_VALUE(d.uniforms.defined() && d.uniforms.dim() == 2 && d.uniforms.size(0) == n &&
+                        d.uniforms.size(1) == k && static_cast<int64_t>(d.gates.size()) == n &&
+                        static_cast<int64_t>(d.params.size()) == n,
+                    "draw must be a draw(", n, ", ...) of this transform (uniforms (", n, ", ", k,
+                    ")), got uniforms ",
+                    d.uniforms.defined() ? c10::str(d.uniforms.sizes()) : std::string("undefined"));
+}
+}  // namespace
+
+// ---------------- Flip / RandFlip ----------------
+Flip::Flip(std::vector<int64_t> spatial_axis) : axes_(spatial_axes(spatial_axis, "spatial_axis")) {}
+
+Result Flip::operator()(Inputs inputs, const Modes&, const Affine4& affine) const {
+  const Batch b = as_batch(inputs);
+  return exact(std::vector<M4>(b.n, flip_map(b.size, axes_)), b.size, affine, b);
+}
+
+RandFlip::RandFlip(double prob, std::vector<int64_t> spatial_axis)
+    : RandomTransform(prob, 1), axes_(spatial_axes(spatial_axis, "spatial_axis")) {}
+
+Draw RandFlip::draw(int64_t batch, int64_t seed, int64_t first_sample) const {
+  return uniforms(batch, seed, first_sample);
+}
+Result RandFlip::apply(Inputs inputs, const Draw& d, const Modes&, const Affine4& affine) const {
+  const Batch b = as_batch(inputs);
+  check_draw(d, b.n, k_);
+  std::vector<M4> maps;
+  for (int64_t i = 0; i < b.n; ++i) maps.push_back(d.gates[i] ? flip_map(b.size, axes_) : eye4());
+  return exact(maps, b.size, affine, b);
+}
+Result RandFlip::operator()(Inputs inputs, int64_t seed, int64_t first_sample, const Modes& modes,
+                            const Affine4& affine) const {
+  return apply(inputs, draw(as_batch(inputs).n, seed, first_sample), modes, affine);
+}
+
+// ---------------- Rotate90 / RandRotate90 ----------------
+Rotate90::Rotate90(int64_t k, std::array<int64_t, 2> spatial_axes)
+    : k_(pymod(k, 4)), axes_(rot90_axes(spatial_axes)) {}
+
+Result Rotate90::operator()(Inputs inputs, const Modes&, const Affine4& affine) const {
+  const Batch b = as_batch(inputs);
+  const auto [m, out] = rot90_map(b.size, k_, axes_);
+  return exact(std::vector<M4>(b.n, m), out, affine, b);
+}
+
+RandRotate90::RandRotate90(double prob, int64_t max_k, std::array<int64_t, 2> spatial_axes)
+    : RandomTransform(prob, 2), max_k_(max_k), axes_(rot90_axes(spatial_axes)) {
+  TORCH_CHECK_VALUE(max_k >= 1, "max_k must be an int >= 1, got ", max_k);
+}
+Draw RandRotate90::draw(int64_t batch, int64_t seed, int64_t first_sample) const {
+  Draw d = uniforms(batch, seed, first_sample);
+  const double* u = d.uniforms.data_ptr<double>();
+  for (int64_t i = 0; i < batch; ++i) {  // RandRotate90._ks
+    const int64_t k =
+        std::min(static_cast<int64_t>(u[i * k_ + 1] * static_cast<double>(max_k_)), max_k_ - 1) + 1;
+    d.params[i] = {d.gates[i] ? static_cast<double>(k) : 0.0};
+  }
+  return d;
+}
+Result RandRotate90::apply(Inputs inputs, const Draw& d, const Modes&,
+                           const Affine4& affine) const {
+  const Batch b = as_batch(inputs);
+  check_draw(d, b.n, k_);
+  TORCH_CHECK_VALUE(
+      b.n <= 1 || b.size[axes_[0]] == b.size[axes_[1]], "inputs: RandRotate90 on a ",
+      "batch needs equal sizes along spatial_axes (", axes_[0], ", ", axes_[1], "), got ",
+      b.size[axes_[0]], " and ", b.size[axes_[1]],
+      " (a quarter turn changes a sample's shape); transform the samples one at a time");
+  std::vector<M4> maps;
+  Size3 out = b.size;
+  for (int64_t i = 0; i < b.n; ++i) {
+    const auto [m, s] = rot90_map(b.size, static_cast<int64_t>(d.params[i].at(0)), axes_);
+    maps.push_back(m);
+    out = s;
+  }
+  return exact(maps, out, affine, b);
+}
+Result RandRotate90::operator()(Inputs inputs, int64_t seed, int64_t first_sample,
+                                const Modes& modes, const Affine4& affine) const {
+  return apply(inputs, draw(as_batch(inputs).n, seed, first_sample), modes, affine);
+}
+
+// ---------------- Affine / RandAffine ----------------
+Affine::Affine(std::vector<double> rotate_params, std::vector<double> shear_params,
+               std::vector<double> translate_params, std::vector<double> scale_params,
+               std::vector<int64_t> spatial_size, std::string mode, std::string padding_mode,
+               bool align_corners)
+    : spatial_size_(std::move(spatial_size)),
+      mode_(std::move(mode)),
+      padding_mode_(std::move(padding_mode)),
+      align_corners_(align_corners) {
+  check_finite(rotate_params, "rotate_params");
+  check_finite(shear_params, "shear_params");
+  check_finite(translate_params, "translate_params");
+  check_finite(scale_params, "scale_params");
+  TORCH_CHECK_VALUE(rotate_params.size() <= 3, "rotate_params must have at most 3 angles ",
+                    "(radians about the 3 spatial axes), got ", join(rotate_params));
+  check_size_arg(spatial_size_, "spatial_size");
+  grid_mode(mode_, "mode");
+  grid_padding(padding_mode_, "padding_mode");
+  a_ = centred_affine(rotate_params, shear_params, translate_params, scale_params);
+}
+at::Tensor Affine::centred_matrix() const {
+  return to_tensor(a_);
+}
+
+Result Affine::operator()(Inputs inputs, const Modes& modes, const Affine4& affine) const {
+  const Batch b = as_batch(inputs);
+  const Size3 out = fall_back_size(spatial_size_, b.size);
+  const auto [k, meta] = grid_index_map(a_, b.size, out, align_corners_);
+  return finish_one(b,
+                    uniform_launch(k, meta, b.n, out, grid_padding(padding_mode_, "padding_mode"),
+                                   align_corners_),
+                    grid_modes(b, modes, mode_), affine);
+}
+
+RandAffine::RandAffine(double prob, std::vector<Range> rotate_range, std::vector<Range> shear_range,
+                       std::vector<Range> translate_range, std::vector<Range> scale_range,
+                       std::vector<int64_t> spatial_size, std::string mode,
+                       std::string padding_mode)
+    : RandomTransform(prob, 1 + static_cast<int64_t>(rotate_range.size() + shear_range.size() +
+                                                     translate_range.size() + scale_range.size())),
+      ranges_{std::move(rotate_range), std::move(shear_range), std::move(translate_range),
+              std::move(scale_range)},
+      spatial_size_(std::move(spatial_size)),
+      mode_(std::move(mode)),
+      padding_mode_(std::move(padding_mode)) {
+  static const char* names[4] = {"rotate_range", "shear_range", "translate_range", "scale_range"};
+  for (int g = 0; g < 4; ++g)
+    for (const Range& r : ranges_[g])
+      TORCH_CHECK_VALUE(std::isfinite(r.lo) && std::isfinite(r.hi), names[g],
+                        " must be finite, got (", r.lo, ", ", r.hi, ")");
+  TORCH_CHECK_VALUE(ranges_[0].size() <= 3, "rotate_range must have at most 3 elements (one per ",
+                    "spatial axis), got ", ranges_[0].size());
+  check_size_arg(spatial_size_, "spatial_size");
+  grid_mode(mode_, "mode");
+  grid_padding(padding_mode_, "padding_mode");
+}
+Draw RandAffine::draw(int64_t batch, int64_t seed, int64_t first_sample) const {
+  Draw d = uniforms(batch, seed, first_sample);
+  const double* u = d.uniforms.data_ptr<double>();
+  for (int64_t i = 0; i < batch; ++i) {  // RandAffine.parameters
+    if (!d.gates[i]) continue;
+    int64_t j = 1;
+    for (int g = 0; g < 4; ++g) {
+      const double add = g == 3 ? 1.0 : 0.0;
+      for (const Range& r : ranges_[g])
+        d.params[i].push_back(r.lo + (r.hi - r.lo) * u[i * k_ + j++] + add);
+    }
+  }
+  return d;
+}
+at::Tensor RandAffine::centred_matrices(const Draw& d) const {
+  std::vector<M4> out;
+  for (size_t i = 0; i < d.params.size(); ++i) {
+    if (!d.gates[i]) {
+      out.push_back(eye4());
+      continue;
+    }
+    std::array<std::vector<double>, 4> p;
+    size_t j = 0;
+    for (int g = 0; g < 4; ++g)
+      for (size_t e = 0; e < ranges_[g].size(); ++e) p[g].push_back(d.params[i].at(j++));
+    out.push_back(centred_affine(p[0], p[1], p[2], p[3]));
+  }
+  return stack(out);
+}
+Result RandAffine::apply(Inputs inputs, const Draw& d, const Modes& modes,
+                         const Affine4& affine) const {
+  const Batch b = as_batch(inputs);
+  check_draw(d, b.n, k_);
+  const Size3 out = fall_back_size(spatial_size_, b.size);
+  const at::Tensor a = centred_matrices(d);
+  Launch g;
+  g.out_size = out;
+  g.padding = grid_padding(padding_mode_, "padding_mode");
+  for (int64_t i = 0; i < b.n; ++i) {
+    const auto [k, meta] = grid_index_map(from_tensor(a[i]), b.size, out, false);
+    g.maps.push_back(k);
+    g.meta.push_back(meta);
+  }
+  return finish_one(b, g, grid_modes(b, modes, mode_), affine);
+}
+Result RandAffine::operator()(Inputs inputs, int64_t seed, int64_t first_sample, const Modes& modes,
+                              const Affine4& affine) const {
+  return apply(inputs, draw(as_batch(inputs).n, seed, first_sample), modes, affine);
+}
+
+// ---------------- Rotate / RandRotate ----------------
+Rotate::Rotate(std::vector<double> angle, bool keep_size, std::string mode,
+               std::string padding_mode, bool align_corners)
+    : angle_(rep3(angle, "angle")),
+      keep_size_(keep_size),
+      mode_(std::move(mode)),
+      padding_mode_(std::move(padding_mode)),
+      align_corners_(align_corners) {
+  grid_mode(mode_, "mode");
+  grid_padding(padding_mode_, "padding_mode");
+}
+Result Rotate::operator()(Inputs inputs, const Modes& modes, const Affine4& affine) const {
+  const Batch b = as_batch(inputs);
+  const auto [k, out] = rotate_map(b.size, angle_, keep_size_);
+  return finish_one(
+      b,
+      uniform_launch(k, k, b.n, out, grid_padding(padding_mode_, "padding_mode"), align_corners_),
+      grid_modes(b, modes, mode_), affine);
+}
+
+namespace {
+Range sorted_range(Range r, const char* name) {  // _angle_range: one number r -> sorted (-r, r)
+  TORCH_CHECK_VALUE(std::isfinite(r.lo) && std::isfinite(r.hi), name, " must be finite, got (",
+                    r.lo, ", ", r.hi, ")");
+  if (r.single && r.lo > r.hi) std::swap(r.lo, r.hi);
+  return r;
+}
+}  // namespace
+
+RandRotate::RandRotate(Range range_x, Range range_y, Range range_z, double prob, bool keep_size,
+                       std::string mode, std::string padding_mode, bool align_corners)
+    : RandomTransform(prob, 4),
+      ranges_{sorted_range(range_x, "range_x"), sorted_range(range_y, "range_y"),
+              sorted_range(range_z, "range_z")},
+      keep_size_(keep_size),
+      mode_(std::move(mode)),
+      padding_mode_(std::move(padding_mode)),
+      align_corners_(align_corners) {
+  grid_mode(mode_, "mode");
+  grid_padding(padding_mode_, "padding_mode");
+}
+Draw RandRotate::draw(int64_t batch, int64_t seed, int64_t first_sample) const {
+  Draw d = uniforms(batch, seed, first_sample);
+  const double* u = d.uniforms.data_ptr<double>();
+  for (int64_t i = 0; i < batch; ++i)  // RandRotate.angles
+    for (int a = 0; a < 3; ++a)
+      d.params[i].push_back(
+          d.gates[i] ? ranges_[a].lo + (ranges_[a].hi - ranges_[a].lo) * u[i * k_ + 1 + a] : 0.0);
+  return d;
+}
+Result RandRotate::apply(Inputs inputs, const Draw& d, const Modes& modes,
+                         const Affine4& affine) const {
+  const Batch b = as_batch(inputs);
+  check_draw(d, b.n, k_);
+  Launch g;
+  g.out_size = b.size;
+  g.padding = grid_padding(padding_mode_, "padding_mode");
+  g.align_corners = align_corners_;
+  for (int64_t i = 0; i < b.n; ++i) {
+    const auto [k, out] =
+        rotate_map(b.size, {d.params[i].at(0), d.params[i].at(1), d.params[i].at(2)}, keep_size_);
+    TORCH_CHECK_VALUE(i == 0 || out == g.out_size, "inputs: keep_size=false gives the samples of ",
+                      "this batch different shapes; transform them one at a time or use ",
+                      "keep_size=true");
+    g.out_size = out;
+    g.maps.push_back(k);
+    g.meta.push_back(k);
+  }
+  return finish_one(b, g, grid_modes(b, modes, mode_), affine);
+}
+Result RandRotate::operator()(Inputs inputs, int64_t seed, int64_t first_sample, const Modes& modes,
+                              const Affine4& affine) const {
+  return apply(inputs, draw(as_batch(inputs).n, seed, first_sample), modes, affine);
+}
+
+// ---------------- Resize / Zoom ----------------
+Resize::Resize(std::vector<int64_t> spatial_size, std::string mode)
+    : spatial_size_(std::move(spatial_size)), mode_(std::move(mode)) {
+  TORCH_CHECK_VALUE(spatial_size_.size() == 3, "spatial_size must be 3 ints (D, H, W) (MONAI ",
+                    "needs one per spatial dim; non-positive: keep that axis), got ",
+                    join(spatial_size_));
+  interp_mode(mode_, "mode");
+}
+Result Resize::operator()(Inputs inputs, const Modes& modes, const Affine4& affine) const {
+  const Batch b = as_batch(inputs);
+  const Size3 out = fall_back_size(spatial_size_, b.size);
+  auto plan = [&](const std::string& rule) {
+    Launch g;
+    g.out_size = out;
+    g.padding = 1;  // interpolate clamps: border
+    std::array<Axis, 3> axes;
+    if (out == b.size) {  // MONAI returns the input as is: the identity map
+      for (auto& a : axes) a = Axis{1.0, 0.0, 1.0, 0.0, std::nullopt};
+      diag_launch(g, axes, b.n);
+      return g;
+    }
+    for (int a = 0; a < 3; ++a) axes[a] = interp_axis(b.size[a], out[a], 0, out[a], rule);
+    diag_launch(g, axes, b.n);
+    if (rule == "area") g.pool = std::array<Size3, 3>{out, Size3{0, 0, 0}, out};
+    return g;
+  };
+  return finish_interp(b, modes, mode_, plan, affine);
+}
+
+Zoom::Zoom(std::vector<double> zoom, std::string mode, bool keep_size, std::string padding_mode)
+    : zoom_(rep3(zoom, "zoom")),
+      mode_(std::move(mode)),
+      keep_size_(keep_size),
+      padding_mode_(pad_mode(padding_mode)) {
+  for (double z : zoom_) TORCH_CHECK_VALUE(z > 0, "zoom must be > 0, got ", join(zoom));
+  interp_mode(mode_, "mode");
+}
+Result Zoom::operator()(Inputs inputs, const Modes& modes, const Affine4& affine) const {
+  const Batch b = as_batch(inputs);
+  // Zoom._plan_axes: (zoomed size, first zoomed voxel kept, voxels kept, keep_size padding)
+  Size3 zoomed, first, count;
+  std::array<std::pair<int64_t, int64_t>, 3> widths;
+  for (int a = 0; a < 3; ++a) {
+    const int64_t s = b.size[a];
+    const int64_t z = static_cast<int64_t>(std::floor(static_cast<double>(s) * zoom_[a]));
+    TORCH_CHECK_VALUE(z >= 1, "zoom (", zoom_[0], ", ", zoom_[1], ", ", zoom_[2], ") of inputs ",
+                      "with spatial size (", b.size[0], ", ", b.size[1], ", ", b.size[2],
+                      ") gives an empty output");
+    zoomed[a] = z, first[a] = 0, count[a] = z, widths[a] = {0, 0};
+    if (keep_size_ && z > s) {
+      first[a] = z / 2 - s / 2, count[a] = s;
+    } else if (keep_size_ && z < s) {
+      widths[a] = {(s - z) / 2, s - z - (s - z) / 2};
+    }
+  }
+  auto plan = [&](const std::string& rule) {
+    Launch g;
+    g.out_size = count;
+    g.padding = 1;
+    std::array<Axis, 3> axes;
+    for (int a = 0; a < 3; ++a)
+      axes[a] = interp_axis(b.size[a], zoomed[a], first[a], count[a], rule);
+    diag_launch(g, axes, b.n);
+    // Padding shifts the output: the metadata map sees padded voxel o as zoomed voxel o - before.
+    const M4 shift =
+        translate({-static_cast<double>(widths[0].first), -static_cast<double>(widths[1].first),
+                   -static_cast<double>(widths[2].first)});
+    for (auto& m : g.meta) m = mul(m, shift);
+    bool padded = false;
+    for (const auto& w : widths) padded = padded || w.first || w.second;
+    if (padded) g.pad = Pad{widths, padding_mode_};
+    if (rule == "area") g.pool = std::array<Size3, 3>{zoomed, first, count};
+    return g;
+  };
+  return finish_interp(b, modes, mode_, plan, affine);
+}
+
+// ---------------- Spacing / Orientation ----------------
+Spacing::Spacing(std::vector<double> pixdim, std::string mode, std::string padding_mode,
+                 bool align_corners, bool diagonal, bool scale_extent)
+    : pixdim_(std::move(pixdim)),
+      mode_(std::move(mode)),
+      padding_mode_(std::move(padding_mode)),
+      align_corners_(align_corners),
+      diagonal_(diagonal),
+      scale_extent_(scale_extent) {
+  TORCH_CHECK_VALUE(!pixdim_.empty(), "pixdim must be a non-empty sequence of numbers");
+  check_finite(pixdim_, "pixdim");
+  grid_mode(mode_, "mode");
+  grid_padding(padding_mode_, "padding_mode");
+}
+Result Spacing::operator()(Inputs inputs, const Modes& modes, const Affine4& affine) const {
+  const Batch b = as_batch(inputs);
+  const M4 src = one_affine(affine, b.n);
+  {
+    const at::Tensor s = at::linalg_svdvals(t33(src));  // np.linalg.matrix_rank's tolerance
+    const double tol = s.max().item<double>() * 3 * std::numeric_limits<double>::epsilon();
+    TORCH_CHECK_VALUE(s.gt(tol).sum().item<int64_t>() == 3, "affine is singular (not invertible): ",
+                      "Spacing maps the output grid through the inverse of the input affine; its ",
+                      "3x3 part needs full rank (non-zero voxel spacing on every axis, axes not ",
+                      "parallel)");
+  }
+  // Spacing._plan
+  std::array<double, 3> out_d;
+  for (int i = 0; i < 3; ++i) out_d[i] = pixdim_[std::min<size_t>(i, pixdim_.size() - 1)];
+  const auto orig_d = spacing_of(src);
+  for (int i = 0; i < 3; ++i) {
+    const double t = out_d[i];
+    out_d[i] = (t - kAffineTol) <= orig_d[i] && orig_d[i] <= (t + kAffineTol) ? orig_d[i] : t;
+  }
+  M4 dst = zoom_affine(src, out_d, diagonal_);
+  const auto [shape, offset] = compute_shape_offset(b.size, src, dst, scale_extent_);
+  for (int i = 0; i < 3; ++i) dst[i * 4 + 3] = offset[i];
+  TORCH_CHECK_VALUE(shape[0] >= 1 && shape[1] >= 1 && shape[2] >= 1, "pixdim: the output shape (",
+                    shape[0], ", ", shape[1], ", ", shape[2], ") is empty");
+  const M4 xform = solve(src, dst, "affine: the source affine");
+  const bool unchanged =
+      shape == b.size && (allclose(src, dst, kAffineTol) || allclose(xform, eye4(), kAffineTol));
+  const M4 k = unchanged ? eye4() : xform;
+  Result r = finish_one(
+      b,
+      uniform_launch(k, k, b.n, shape, grid_padding(padding_mode_, "padding_mode"), align_corners_),
+      grid_modes(b, modes, mode_), std::nullopt);
+  // affine @ xform (the given affine's shape kept; the identity when none was given)
+  at::Tensor base = affine && affine->defined()
+                        ? affine->to(at::kDouble)
+                        : at::eye(4, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor m = to_tensor(k);
+  if (!base.is_cpu()) m = m.to(base.device(), /*non_blocking=*/true);
+  r.affine = at::matmul(base, m);
+  return r;
+}
+
+Orientation::Orientation(std::string axcodes, bool as_closest_canonical)
+    : axcodes_(std::move(axcodes)), canonical_(as_closest_canonical) {
+  if (!canonical_) {
+    TORCH_CHECK_VALUE(axcodes_.size() == 3, "axcodes must be 3 axis codes such as 'RAS' (one per ",
+                      "spatial axis), got '", axcodes_, "'");
+    axcodes2ornt(axcodes_);  // validate now
+  }
+}
+Result Orientation::operator()(Inputs inputs, const Modes&, const Affine4& affine) const {
+  const Batch b = as_batch(inputs);
+  const M4 src = one_affine(affine, b.n);
+  const auto start = io_orientation(src);
+  TORCH_CHECK_VALUE(start.has_value(), "affine: its 3x3 part is rank deficient; no orientation ",
+                    "can be read from it");
+  const Ornt ornt = canonical_ ? *start : ornt_transform(*start, axcodes2ornt(axcodes_));
+  const M4 xform = inv_ornt_aff(ornt, b.size);
+  Size3 out;
+  for (int i = 0; i < 3; ++i) out[static_cast<int>(ornt[i][0])] = b.size[i];  // size[argsort]
+  Result r = exact(std::vector<M4>(b.n, xform), out, std::nullopt, b);
+  at::Tensor base = affine && affine->defined()
+                        ? affine->to(at::kDouble)
+                        : at::eye(4, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor m = to_tensor(xform);
+  if (!base.is_cpu()) m = m.to(base.device(), /*non_blocking=*/true);
+  r.affine = at::matmul(base, m);
+  return r;
+}
+
+}  // namespace voxaug::transforms
