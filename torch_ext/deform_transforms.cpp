@@ -18,8 +18,13 @@
 #include <optional>
 #include <sstream>
 
+#include "transform_common.h"
+#include "voxaug/torch_ops.h"
+
 namespace voxaug::transforms {
 namespace {
+
+using namespace common;  // NOLINT(google-build-using-namespace): the shared map helpers
 
 // Field kinds and kernel codes of the deform / resample ops (python/voxaug/ops.py).
 constexpr int64_t kBSplineField = 1, kDenseField = 2, kSeparableField = 3;
@@ -31,13 +36,6 @@ constexpr double kBSplineSqMean = 151.0 / 315.0;
 template <class Sig>
 c10::TypedOperatorHandle<Sig> handle(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
-}
-
-at::Tensor philox_uniform(int64_t seed, int64_t first_sample, int64_t batch, int64_t count) {
-  static auto op =
-      handle<at::Tensor(int64_t, int64_t, int64_t, int64_t, std::optional<at::Device>)>(
-          "voxaug::philox_uniform");
-  return op.call(seed, first_sample, batch, count, std::nullopt);
 }
 
 void uniform_fill_(const at::Tensor& out, double low, double high, int64_t seed,
@@ -78,22 +76,6 @@ at::Tensor deform_field_dense(const at::Tensor& field, int64_t kind, at::ArrayRe
 }
 
 // ---------------- argument checks ----------------
-int64_t grid_mode(const std::string& mode, const char* name) {
-  if (mode == "bilinear") return kLinear;
-  if (mode == "nearest") return kNearest;
-  if (mode == "bicubic") return kCubic;  // voxaug's cubic: the interpolating B-spline
-  TORCH_CHECK_VALUE(false, name, " must be 'bilinear', 'nearest' or 'bicubic', got '", mode, "'");
-  return 0;
-}
-
-int64_t grid_padding(const std::string& padding, const char* name) {
-  if (padding == "zeros") return 0;
-  if (padding == "border") return 1;
-  if (padding == "reflection") return 2;
-  TORCH_CHECK_VALUE(false, name, " must be 'zeros', 'border' or 'reflection', got '", padding, "'");
-  return 0;
-}
-
 int64_t torchio_mode(const std::string& mode, const char* name) {
   if (mode == "nearest") return kNearest;
   if (mode == "linear") return kLinear;
@@ -103,103 +85,9 @@ int64_t torchio_mode(const std::string& mode, const char* name) {
   return 0;
 }
 
-double check_prob(double prob, const char* name) {
-  TORCH_CHECK_VALUE(prob >= 0.0 && prob <= 1.0, name, " must be in [0, 1], got ", prob);
-  return prob;
-}
-
-// ---------------- 4x4 maps (numpy's, in double precision) ----------------
-using Mat4 = std::array<double, 16>;
-
-Mat4 eye4() {
-  Mat4 m{};
-  for (int i = 0; i < 4; ++i) m[5 * i] = 1.0;
-  return m;
-}
-
-Mat4 matmul(const Mat4& a, const Mat4& b) {
-  Mat4 c{};
-  for (int i = 0; i < 4; ++i)
-    for (int j = 0; j < 4; ++j) {
-      double s = 0.0;
-      for (int k = 0; k < 4; ++k) s += a[4 * i + k] * b[4 * k + j];
-      c[4 * i + j] = s;
-    }
-  return c;
-}
-
-Mat4 translate(const double t[3]) {
-  Mat4 m = eye4();
-  for (int i = 0; i < 3; ++i) m[4 * i + 3] = t[i];
-  return m;
-}
-
-// MONAI's create_rotate with rotate_order "XYZ" (intrinsic: affine @ R per angle).
-Mat4 rotation(const std::vector<double>& radians) {
-  Mat4 affine = eye4();
-  for (size_t axis = 0; axis < radians.size(); ++axis) {
-    const double s = std::sin(radians[axis]), c = std::cos(radians[axis]);
-    Mat4 r = eye4();
-    if (axis == 0) {
-      r[5] = c, r[6] = -s, r[9] = s, r[10] = c;
-    } else if (axis == 1) {
-      r[0] = c, r[2] = s, r[8] = -s, r[10] = c;
-    } else {
-      r[0] = c, r[1] = -s, r[4] = s, r[5] = c;
-    }
-    affine = matmul(affine, r);
-  }
-  return affine;
-}
-
-// MONAI's create_shear (3D): elementary shears composed in coefficient order.
-Mat4 shear(const std::vector<double>& coefs) {
-  static const int pairs[6][2] = {{0, 1}, {0, 2}, {1, 0}, {1, 2}, {2, 0}, {2, 1}};
-  Mat4 out = eye4();
-  for (int k = 0; k < 6; ++k) {
-    Mat4 s = eye4();
-    s[4 * pairs[k][0] + pairs[k][1]] = k < static_cast<int>(coefs.size()) ? coefs[k] : 0.0;
-    out = matmul(s, out);
-  }
-  return out;
-}
-
-// MONAI AffineGrid: eye @ rotate @ shear @ translate @ scale, each only when given.
-Mat4 centred_affine(const std::vector<double>& rot, const std::vector<double>& sh,
-                    const std::vector<double>& tr, const std::vector<double>& sc) {
-  Mat4 a = eye4();
-  if (!rot.empty()) a = matmul(a, rotation(rot));
-  if (!sh.empty()) a = matmul(a, shear(sh));
-  if (!tr.empty()) {
-    const double t[3] = {tr.size() > 0 ? tr[0] : 0.0, tr.size() > 1 ? tr[1] : 0.0,
-                         tr.size() > 2 ? tr[2] : 0.0};
-    a = matmul(a, translate(t));
-  }
-  if (!sc.empty()) {
-    Mat4 s = eye4();
-    for (int i = 0; i < 3; ++i) s[5 * i] = i < static_cast<int>(sc.size()) ? sc[i] : 1.0;
-    a = matmul(a, s);
-  }
-  return a;
-}
-
-// spatial.py _grid_index_map(a, in_size, out_size, align_corners=False)[0]: the kernel's
-// output index -> input index map of MONAI's centred affine `a`.
-Mat4 grid_index_map(const Mat4& a, const std::array<int64_t, 3>& in_size,
-                    const std::array<int64_t, 3>& out_size) {
-  double t_in[3], t_out[3];
-  Mat4 f_in = eye4();
-  for (int i = 0; i < 3; ++i) {
-    t_in[i] = static_cast<double>(in_size[i] - 1) / 2;
-    t_out[i] = -static_cast<double>(out_size[i] - 1) / 2;
-    f_in[5 * i] =
-        static_cast<double>(in_size[i]) / static_cast<double>(std::max<int64_t>(2, in_size[i]));
-  }
-  return matmul(matmul(matmul(matmul(translate(t_in), f_in), a), eye4()), translate(t_out));
-}
-
+// ---------------- maps ----------------
 // (N, 3, 4) float64 CPU: the first 3 rows of each map.
-at::Tensor stack_maps(const std::vector<Mat4>& maps) {
+at::Tensor stack_maps(const std::vector<M4>& maps) {
   const int64_t n = static_cast<int64_t>(maps.size());
   at::Tensor out = at::empty({n, 3, 4}, at::TensorOptions().dtype(at::kDouble));
   double* p = out.data_ptr<double>();
@@ -211,7 +99,7 @@ at::Tensor stack_maps(const std::vector<Mat4>& maps) {
 at::Tensor draw(int64_t batch, int64_t first_sample, int64_t seed, int64_t k) {
   TORCH_CHECK_VALUE(batch >= 0, "batch must be >= 0, got ", batch);
   TORCH_CHECK_VALUE(first_sample >= 0, "first_sample must be >= 0, got ", first_sample);
-  const at::Tensor u = philox_uniform(seed, first_sample, batch, k);
+  const at::Tensor u = ops::philox_uniform(seed, first_sample, batch, k);
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
   const at::Tensor ids =
       at::arange(static_cast<double>(first_sample), static_cast<double>(first_sample + batch), f64)
@@ -404,7 +292,7 @@ Plan separable_plan(const std::array<int64_t, 3>& in_size,
     }
   }
   Plan plan;
-  plan.mats = stack_maps(std::vector<Mat4>(n, grid_index_map(eye4(), in_size, in_size)));
+  plan.mats = stack_maps(std::vector<M4>(n, grid_index_map(eye4(), in_size, in_size, false).first));
   plan.out_size = in_size;
   plan.field = table.to(device, /*non_blocking=*/true);
   plan.kind = kSeparableField;
@@ -490,7 +378,7 @@ Rand3DElastic::Rand3DElastic(std::pair<double, double> sigma_range,
                     at::IntArrayRef(ss));
   for (const auto* r : {&options_.rotate_range, &options_.shear_range, &options_.translate_range,
                         &options_.scale_range})
-    for (const RandRange& e : *r)
+    for (const Range& e : *r)
       TORCH_CHECK_VALUE(std::isfinite(e.lo) && std::isfinite(e.hi),
                         "rotate/shear/translate/scale_range must be finite, got (", e.lo, ", ",
                         e.hi, ")");
@@ -521,10 +409,10 @@ DeformResult Rand3DElastic::apply(const at::Tensor& image, const at::Tensor& par
 
   // Per sample (deform.py Rand3DElastic.parameters): magnitude, sigma, MONAI's affine params.
   std::vector<double> mags(b.n, 0.0), sigmas(b.n, sigma_range_.first);
-  std::vector<Mat4> mats;
+  std::vector<M4> mats;
   for (int64_t i = 0; i < b.n; ++i) {
     if (!on[i]) {
-      mats.push_back(grid_index_map(eye4(), b.size, out_size));
+      mats.push_back(grid_index_map(eye4(), b.size, out_size, false).first);
       continue;
     }
     double lo = magnitude_range_.first, hi = magnitude_range_.second;
@@ -533,15 +421,15 @@ DeformResult Rand3DElastic::apply(const at::Tensor& image, const at::Tensor& par
     sigmas[i] = lo + (hi - lo) * p[i][2];
     int64_t j = 3;
     std::vector<double> vals[4];
-    const std::vector<RandRange>* ranges[4] = {&options_.rotate_range, &options_.shear_range,
-                                               &options_.translate_range, &options_.scale_range};
+    const std::vector<Range>* ranges[4] = {&options_.rotate_range, &options_.shear_range,
+                                           &options_.translate_range, &options_.scale_range};
     for (int r = 0; r < 4; ++r) {
       const double add = r == 3 ? 1.0 : 0.0;
-      for (const RandRange& e : *ranges[r])
-        vals[r].push_back(e.lo + (e.hi - e.lo) * p[i][j++] + add);
+      for (const Range& e : *ranges[r]) vals[r].push_back(e.lo + (e.hi - e.lo) * p[i][j++] + add);
     }
     mats.push_back(
-        grid_index_map(centred_affine(vals[0], vals[1], vals[2], vals[3]), b.size, out_size));
+        grid_index_map(centred_affine(vals[0], vals[1], vals[2], vals[3]), b.size, out_size, false)
+            .first);
   }
   Plan plan;
   plan.mats = stack_maps(mats);
@@ -561,7 +449,8 @@ DeformResult Rand3DElastic::apply(const at::Tensor& image, const at::Tensor& par
     std::array<int64_t, 3> kmax{};
     for (int a = 0; a < 3; ++a)
       kmax[a] = static_cast<int64_t>(std::floor(static_cast<double>(out_size[a] - 1) /
-                                                (std::sqrt(3.0) * sigma_range_.first))) + 4;
+                                                (std::sqrt(3.0) * sigma_range_.first))) +
+                4;
     at::Tensor fmap = at::empty({b.n, 6}, at::TensorOptions().dtype(at::kDouble));
     double* fm = fmap.data_ptr<double>();
     std::vector<double> amps(b.n);
@@ -770,7 +659,7 @@ DeformResult RandomElasticDeformation::apply(const at::Tensor& image, const at::
     plan.scale[a] = 1.0 / step;
     plan.offset[a] = 0.625 / step + 1.0;
   }
-  plan.mats = stack_maps(std::vector<Mat4>(b.n, eye4()));
+  plan.mats = stack_maps(std::vector<M4>(b.n, eye4()));
   plan.out_size = b.size;
   plan.field = coeff;
   plan.kind = kBSplineField;

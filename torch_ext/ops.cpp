@@ -310,6 +310,13 @@ at::Tensor rand_gaussian_noise(const at::Tensor& image, double mean, double std,
   return op.call(image, mean, std, sample_std, prob, seed, first_sample, dtype);
 }
 
+at::Tensor philox_uniform(int64_t seed, int64_t first_sample, int64_t batch, int64_t count) {
+  static auto op =
+      handle<at::Tensor(int64_t, int64_t, int64_t, int64_t, std::optional<c10::Device>)>(
+          "voxaug::philox_uniform");
+  return op.call(seed, first_sample, batch, count, std::nullopt);
+}
+
 at::Tensor foreground_bbox(const at::Tensor& image, double threshold,
                            at::OptionalIntArrayRef channel_indices) {
   static auto op = handle<at::Tensor(const at::Tensor&, double, at::OptionalIntArrayRef)>(

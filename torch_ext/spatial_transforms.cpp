@@ -6,7 +6,6 @@
 #include "voxaug/spatial_transforms.h"
 
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -17,43 +16,18 @@
 #include <sstream>
 #include <utility>
 
+#include "transform_common.h"
 #include "voxaug/torch_ops.h"
 
 namespace voxaug::transforms {
 namespace {
 
+using namespace common;  // NOLINT(google-build-using-namespace): the shared map helpers
+
 constexpr int64_t kMaxTargets = 4;   // kMaxResampleTargets (include/voxaug/resample.h)
 constexpr double kAffineTol = 1e-3;  // monai.data.utils.AFFINE_TOL
-using Size3 = std::array<int64_t, 3>;
 
-// ---------------- 4x4 row-major double matrices ----------------
-using M4 = std::array<double, 16>;
-
-M4 eye4() {
-  M4 m{};
-  for (int i = 0; i < 4; ++i) m[i * 5] = 1.0;
-  return m;
-}
-M4 mul(const M4& a, const M4& b) {
-  M4 c{};
-  for (int i = 0; i < 4; ++i)
-    for (int j = 0; j < 4; ++j) {
-      double s = 0.0;
-      for (int k = 0; k < 4; ++k) s += a[i * 4 + k] * b[k * 4 + j];
-      c[i * 4 + j] = s;
-    }
-  return c;
-}
-M4 translate(const std::array<double, 3>& t) {
-  M4 m = eye4();
-  for (int i = 0; i < 3; ++i) m[i * 4 + 3] = t[i];
-  return m;
-}
-M4 diag4(const std::array<double, 3>& d) {
-  M4 m = eye4();
-  for (int i = 0; i < 3; ++i) m[i * 5] = d[i];
-  return m;
-}
+// ---------------- M4 <-> tensors, messages ----------------
 at::Tensor to_tensor(const M4& m) {
   return at::tensor(at::ArrayRef<double>(m.data(), 16), at::kDouble).view({4, 4});
 }
@@ -81,86 +55,7 @@ std::string join(const std::vector<int64_t>& v) {
   return join(d);
 }
 
-// _rotation (MONAI create_rotate), order "XYZ": intrinsic, affine @ r per angle.
-M4 rotation(const std::vector<double>& radians) {
-  M4 a = eye4();
-  const char axes[3] = {'x', 'y', 'z'};
-  for (size_t i = 0; i < radians.size(); ++i) {
-    const double s = std::sin(radians[i]), c = std::cos(radians[i]);
-    M4 r = eye4();
-    if (axes[i] == 'x') {
-      r[1 * 4 + 1] = c, r[1 * 4 + 2] = -s, r[2 * 4 + 1] = s, r[2 * 4 + 2] = c;
-    } else if (axes[i] == 'y') {
-      r[0 * 4 + 0] = c, r[0 * 4 + 2] = s, r[2 * 4 + 0] = -s, r[2 * 4 + 2] = c;
-    } else {
-      r[0 * 4 + 0] = c, r[0 * 4 + 1] = -s, r[1 * 4 + 0] = s, r[1 * 4 + 1] = c;
-    }
-    a = mul(a, r);
-  }
-  return a;
-}
-// _shear (MONAI create_shear): elementary shears composed in coefficient order.
-M4 shear(const std::vector<double>& coefs) {
-  static const int ij[6][2] = {{0, 1}, {0, 2}, {1, 0}, {1, 2}, {2, 0}, {2, 1}};
-  M4 out = eye4();
-  for (int k = 0; k < 6; ++k) {
-    M4 s = eye4();
-    s[ij[k][0] * 4 + ij[k][1]] = k < static_cast<int>(coefs.size()) ? coefs[k] : 0.0;
-    out = mul(s, out);
-  }
-  return out;
-}
-// _centred_affine (MONAI AffineGrid): eye @ rotate @ shear @ translate @ scale, each when given.
-M4 centred_affine(const std::vector<double>& rot, const std::vector<double>& sh,
-                  const std::vector<double>& tr, const std::vector<double>& sc) {
-  M4 a = eye4();
-  if (!rot.empty()) a = mul(a, rotation(rot));
-  if (!sh.empty()) a = mul(a, shear(sh));
-  if (!tr.empty()) {
-    std::array<double, 3> t{0.0, 0.0, 0.0};
-    for (size_t i = 0; i < std::min<size_t>(3, tr.size()); ++i) t[i] = tr[i];
-    a = mul(a, translate(t));
-  }
-  if (!sc.empty()) {
-    std::array<double, 3> s{1.0, 1.0, 1.0};
-    for (size_t i = 0; i < std::min<size_t>(3, sc.size()); ++i) s[i] = sc[i];
-    a = mul(a, diag4(s));
-  }
-  return a;
-}
-// _grid_index_map: MONAI's centred matrix -> (kernel index map, metadata map).
-std::pair<M4, M4> grid_index_map(const M4& a, const Size3& in, const Size3& out,
-                                 bool align_corners) {
-  std::array<double, 3> ti, to, fi, go;
-  for (int i = 0; i < 3; ++i) {
-    const double si = static_cast<double>(in[i]), so = static_cast<double>(out[i]);
-    ti[i] = (si - 1) / 2;
-    to[i] = -(so - 1) / 2;
-    const double mi = std::max(2.0, si), mo = std::max(2.0, so);
-    fi[i] = align_corners ? (si - 1) / mi : si / mi;
-    go[i] = align_corners ? mo / (mo - 1) : 1.0;
-  }
-  const M4 t_in = translate(ti), t_out = translate(to);
-  const M4 k = mul(mul(mul(mul(t_in, diag4(fi)), a), diag4(go)), t_out);
-  const M4 meta = mul(mul(t_in, a), t_out);
-  return {k, meta};
-}
-
 // ---------------- argument checks ----------------
-int64_t grid_mode(const std::string& m, const std::string& arg) {
-  if (m == "nearest") return 0;
-  if (m == "bilinear") return 1;
-  if (m == "bicubic") return 2;  // voxaug's cubic B-spline (as Python's _grid_mode)
-  TORCH_CHECK_VALUE(false, arg, " must be 'nearest', 'bilinear' or 'bicubic', got '", m, "'");
-  return -1;
-}
-int64_t grid_padding(const std::string& p, const std::string& arg) {
-  if (p == "zeros") return 0;
-  if (p == "border") return 1;
-  if (p == "reflection") return 2;
-  TORCH_CHECK_VALUE(false, arg, " must be 'zeros', 'border' or 'reflection', got '", p, "'");
-  return -1;
-}
 // _interp_mode: the index rule ("nearest", "nearest-exact", "linear", "area").
 std::string interp_mode(const std::string& m, const std::string& arg) {
   TORCH_CHECK_NOT_IMPLEMENTED(m != "bicubic", arg, "='bicubic' (torch interpolate) is not ",
@@ -185,10 +80,6 @@ std::string pad_mode(const std::string& p) {
 void check_finite(const std::vector<double>& v, const char* name) {
   for (double x : v)
     TORCH_CHECK_VALUE(std::isfinite(x), name, " must be finite numbers, got ", join(v));
-}
-double check_prob(double prob) {
-  TORCH_CHECK_VALUE(prob >= 0.0 && prob <= 1.0, "prob must be in [0, 1], got ", prob);
-  return prob;
 }
 // _spatial_axes: MONAI's map_spatial_axes for 3 spatial dims.
 std::vector<int64_t> spatial_axes(const std::vector<int64_t>& axes, const char* name) {
@@ -800,11 +691,6 @@ M4 inv_ornt_aff(const Ornt& ornt, const Size3& shape) {
   return mul(undo_flip, undo_reorder);
 }
 
-template <class Sig>
-c10::TypedOperatorHandle<Sig> handle(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
-}
-
 }  // namespace
 
 // ---------------- RandomTransform ----------------
@@ -812,12 +698,9 @@ RandomTransform::RandomTransform(double prob, int64_t k) : prob_(check_prob(prob
 
 Draw RandomTransform::uniforms(int64_t batch, int64_t seed, int64_t first_sample) const {
   TORCH_CHECK_VALUE(batch >= 0, "batch must be >= 0, got ", batch);
-  static auto op =
-      handle<at::Tensor(int64_t, int64_t, int64_t, int64_t, std::optional<c10::Device>)>(
-          "voxaug::philox_uniform");
   Draw d;
-  d.uniforms = share_ ? op.call(seed, first_sample, 1, k_, std::nullopt).expand({batch, k_}).clone()
-                      : op.call(seed, first_sample, batch, k_, std::nullopt);
+  d.uniforms = share_ ? ops::philox_uniform(seed, first_sample, 1, k_).expand({batch, k_}).clone()
+                      : ops::philox_uniform(seed, first_sample, batch, k_);
   const double* u = d.uniforms.data_ptr<double>();
   for (int64_t i = 0; i < batch; ++i) d.gates.push_back(u[i * k_] < prob_);
   d.params.resize(batch);

@@ -18,13 +18,13 @@
 namespace {
 
 using voxaug::transforms::DeformResult;
-using voxaug::transforms::RandRange;
+using voxaug::transforms::Range;
 using Out = std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>, at::Tensor>;
 
-std::vector<RandRange> pairs(const std::vector<double>& flat) {
+std::vector<Range> pairs(const std::vector<double>& flat) {
   TORCH_CHECK_VALUE(flat.size() % 2 == 0, "ranges travel as (lo, hi) pairs, got ", flat.size(),
                     " values");
-  std::vector<RandRange> out;
+  std::vector<Range> out;
   for (size_t i = 0; i < flat.size(); i += 2) out.emplace_back(flat[i], flat[i + 1]);
   return out;
 }

@@ -35,18 +35,14 @@
 #include <utility>
 #include <vector>
 
+#include "voxaug/spatial_transforms.h"
+
 namespace voxaug::transforms {
 
-// One element of a MONAI random range (RandAffineGrid's rotate/shear/translate/scale_range):
-// a number f means U(-f, f), a pair (lo, hi) means U(lo, hi). A range is a list of them, one
-// per parameter: {0.2, 0.1} -> two parameters, U(-0.2, 0.2) and U(-0.1, 0.1);
-// {{0.1, 0.3}} -> one parameter, U(0.1, 0.3). scale_range's draws add 1 (MONAI).
-struct RandRange {
-  double lo, hi;
-  // Implicit on purpose: MONAI's scalar form, {0.2, 0.1}.
-  RandRange(double f) : lo(-f), hi(f) {}  // NOLINT(google-explicit-constructor)
-  RandRange(double lo_, double hi_) : lo(lo_), hi(hi_) {}
-};
+// Random ranges (rotate / shear / translate / scale_range) are lists of voxaug::transforms::Range
+// (spatial_transforms.h): a number f means U(-f, f), a pair (lo, hi) means U(lo, hi), one per
+// parameter: {0.2, 0.1} -> two parameters, U(-0.2, 0.2) and U(-0.1, 0.1); {{0.1, 0.3}} -> one
+// parameter, U(0.1, 0.3). scale_range's draws add 1 (MONAI).
 
 struct DeformResult {
   at::Tensor image;                // the input's rank; float32 for integer images (not nearest)
@@ -65,7 +61,7 @@ struct Rand3DElasticOptions {
   double prob = 0.1;
   // Rotation in radians (at most 3 angles, MONAI's "XYZ" order), shear coefficients (at most 6
   // used), translation in voxels (3 used), scale factors (3 used; the draw adds 1).
-  std::vector<RandRange> rotate_range, shear_range, translate_range, scale_range;
+  std::vector<Range> rotate_range, shear_range, translate_range, scale_range;
   // Output size (D, H, W): empty for the input's, one value for every axis; entries <= 0 take
   // the input's (MONAI's fall_back_tuple).
   std::vector<int64_t> spatial_size;

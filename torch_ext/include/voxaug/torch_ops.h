@@ -28,6 +28,11 @@ at::Tensor rand_gaussian_noise(const at::Tensor& image, double mean, double std,
                                double prob, int64_t seed, int64_t first_sample = 0,
                                std::optional<c10::ScalarType> dtype = std::nullopt);
 
+// (batch, count) float64 uniforms in [0, 1) on the CPU: Philox keyed by `seed`, row i is global
+// sample first_sample + i. The host-side parameter draws of the spatial and deformation
+// transforms (voxaug.ops.philox_uniform in Python; the same numbers).
+at::Tensor philox_uniform(int64_t seed, int64_t first_sample, int64_t batch, int64_t count);
+
 // The crop family (include/voxaug/crop.h). Every result stays on the input's device (no host
 // sync); centres are voxel indices (d, h, w) and a patch of `size` centred at c starts at
 // c - size // 2 (MONAI's convention). Random draws use Philox keyed by (seed, first_sample + n,
@@ -112,9 +117,8 @@ std::vector<at::Tensor> resample_patches(at::TensorList inputs, const at::Tensor
 // The phantom family (include/voxaug/phantom.h): image float32 (N, 1, D, H, W) in HU and label
 // uint8 (N, 1, D, H, W) in [0, num_classes - 1] on `device` (cpu or cuda, the current stream,
 // no host sync); sample n is subject first_sample + n.
-std::tuple<at::Tensor, at::Tensor> phantom(int64_t batch, at::IntArrayRef size,
-                                           int64_t num_classes, int64_t seed,
-                                           int64_t first_sample, at::Device device);
+std::tuple<at::Tensor, at::Tensor> phantom(int64_t batch, at::IntArrayRef size, int64_t num_classes,
+                                           int64_t seed, int64_t first_sample, at::Device device);
 // The (N, 25 + 36 num_classes) float32 parameter table phantom renders from.
 at::Tensor phantom_params(int64_t batch, int64_t num_classes, int64_t seed, int64_t first_sample,
                           at::Device device);

@@ -1,0 +1,139 @@
+// voxaug::transforms::common -- host helpers shared by the C++ transform classes
+// (spatial_transforms.cpp, deform_transforms.cpp): MONAI's affine construction and
+// python/voxaug/spatial.py's index maps in double precision, and the argument checks for mode
+// and padding names. Internal to voxaug_torch (not installed). Each function names the Python
+// function it ports; keep them in step (tests/python/test_cxx_spatial.py and test_cxx_deform.py
+// compare the maps with Python's).
+#pragma once
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace voxaug::transforms::common {
+
+using Size3 = std::array<int64_t, 3>;
+
+// ---------------- 4x4 row-major double matrices ----------------
+using M4 = std::array<double, 16>;
+
+inline M4 eye4() {
+  M4 m{};
+  for (int i = 0; i < 4; ++i) m[i * 5] = 1.0;
+  return m;
+}
+inline M4 mul(const M4& a, const M4& b) {
+  M4 c{};
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) {
+      double s = 0.0;
+      for (int k = 0; k < 4; ++k) s += a[i * 4 + k] * b[k * 4 + j];
+      c[i * 4 + j] = s;
+    }
+  return c;
+}
+inline M4 translate(const std::array<double, 3>& t) {
+  M4 m = eye4();
+  for (int i = 0; i < 3; ++i) m[i * 4 + 3] = t[i];
+  return m;
+}
+inline M4 diag4(const std::array<double, 3>& d) {
+  M4 m = eye4();
+  for (int i = 0; i < 3; ++i) m[i * 5] = d[i];
+  return m;
+}
+
+// _rotation (MONAI create_rotate), order "XYZ": intrinsic, affine @ r per angle.
+inline M4 rotation(const std::vector<double>& radians) {
+  M4 a = eye4();
+  for (size_t i = 0; i < radians.size() && i < 3; ++i) {
+    const double s = std::sin(radians[i]), c = std::cos(radians[i]);
+    M4 r = eye4();
+    if (i == 0) {
+      r[1 * 4 + 1] = c, r[1 * 4 + 2] = -s, r[2 * 4 + 1] = s, r[2 * 4 + 2] = c;
+    } else if (i == 1) {
+      r[0 * 4 + 0] = c, r[0 * 4 + 2] = s, r[2 * 4 + 0] = -s, r[2 * 4 + 2] = c;
+    } else {
+      r[0 * 4 + 0] = c, r[0 * 4 + 1] = -s, r[1 * 4 + 0] = s, r[1 * 4 + 1] = c;
+    }
+    a = mul(a, r);
+  }
+  return a;
+}
+// _shear (MONAI create_shear): elementary shears composed in coefficient order.
+inline M4 shear(const std::vector<double>& coefs) {
+  static const int ij[6][2] = {{0, 1}, {0, 2}, {1, 0}, {1, 2}, {2, 0}, {2, 1}};
+  M4 out = eye4();
+  for (int k = 0; k < 6; ++k) {
+    M4 s = eye4();
+    s[ij[k][0] * 4 + ij[k][1]] = k < static_cast<int>(coefs.size()) ? coefs[k] : 0.0;
+    out = mul(s, out);
+  }
+  return out;
+}
+// _centred_affine (MONAI AffineGrid): eye @ rotate @ shear @ translate @ scale, each when given.
+inline M4 centred_affine(const std::vector<double>& rot, const std::vector<double>& sh,
+                         const std::vector<double>& tr, const std::vector<double>& sc) {
+  M4 a = eye4();
+  if (!rot.empty()) a = mul(a, rotation(rot));
+  if (!sh.empty()) a = mul(a, shear(sh));
+  if (!tr.empty()) {
+    std::array<double, 3> t{0.0, 0.0, 0.0};
+    for (size_t i = 0; i < std::min<size_t>(3, tr.size()); ++i) t[i] = tr[i];
+    a = mul(a, translate(t));
+  }
+  if (!sc.empty()) {
+    std::array<double, 3> s{1.0, 1.0, 1.0};
+    for (size_t i = 0; i < std::min<size_t>(3, sc.size()); ++i) s[i] = sc[i];
+    a = mul(a, diag4(s));
+  }
+  return a;
+}
+// _grid_index_map: MONAI's centred matrix -> (kernel index map: output index -> input index,
+// metadata map: MONAI's affine update).
+inline std::pair<M4, M4> grid_index_map(const M4& a, const Size3& in, const Size3& out,
+                                        bool align_corners) {
+  std::array<double, 3> ti, to, fi, go;
+  for (int i = 0; i < 3; ++i) {
+    const double si = static_cast<double>(in[i]), so = static_cast<double>(out[i]);
+    ti[i] = (si - 1) / 2;
+    to[i] = -(so - 1) / 2;
+    const double mi = std::max(2.0, si), mo = std::max(2.0, so);
+    fi[i] = align_corners ? (si - 1) / mi : si / mi;
+    go[i] = align_corners ? mo / (mo - 1) : 1.0;
+  }
+  const M4 t_in = translate(ti), t_out = translate(to);
+  const M4 k = mul(mul(mul(mul(t_in, diag4(fi)), a), diag4(go)), t_out);
+  const M4 meta = mul(mul(t_in, a), t_out);
+  return {k, meta};
+}
+
+// ---------------- argument checks ----------------
+// _grid_mode: grid_sample's names -> resample's codes (0 nearest, 1 linear, 2 cubic B-spline).
+inline int64_t grid_mode(const std::string& m, const std::string& arg) {
+  if (m == "nearest") return 0;
+  if (m == "bilinear") return 1;
+  if (m == "bicubic") return 2;  // voxaug's cubic B-spline (as Python's _grid_mode)
+  TORCH_CHECK_VALUE(false, arg, " must be 'nearest', 'bilinear' or 'bicubic', got '", m, "'");
+  return -1;
+}
+// _grid_padding: grid_sample's padding names -> resample's codes.
+inline int64_t grid_padding(const std::string& p, const std::string& arg) {
+  if (p == "zeros") return 0;
+  if (p == "border") return 1;
+  if (p == "reflection") return 2;
+  TORCH_CHECK_VALUE(false, arg, " must be 'zeros', 'border' or 'reflection', got '", p, "'");
+  return -1;
+}
+inline double check_prob(double prob, const char* name = "prob") {
+  TORCH_CHECK_VALUE(prob >= 0.0 && prob <= 1.0, name, " must be in [0, 1], got ", prob);
+  return prob;
+}
+
+}  // namespace voxaug::transforms::common
