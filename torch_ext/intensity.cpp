@@ -166,13 +166,26 @@ std::vector<PointwiseStep> decode(const at::Tensor& image, at::IntArrayRef ops,
       continue;
     }
     if (s.op == PointwiseOp::RicianNoise) {
+      // Either std multipliers (relative: the image's std), N or N * C floating values, or a
+      // float64 (N, 1 or C, 2) table of (mean, std) per segment (per-channel mean / std).
       if (!has_v) continue;
       const int64_t segs = s.channel_wise ? image.size(1) : 1;
-      TORCH_CHECK_VALUE(v->device() == image.device(), "std_scale must be on the image's device ",
-                        image.device(), ", got ", v->device());
+      TORCH_CHECK_VALUE(v->device() == image.device(),
+                        "Rician values must be on the image's device ", image.device(), ", got ",
+                        v->device());
+      if (v->scalar_type() == at::kDouble && v->dim() == 3 && v->size(2) == 2) {
+        TORCH_CHECK_VALUE(v->size(0) == image.size(0) && v->size(1) == segs,
+                          "Rician (mean, std) table must be float64 of shape (", image.size(0),
+                          ", ", segs, ", 2) (N", s.channel_wise ? ", C" : ", 1", ", 2), got ",
+                          v->sizes());
+        keep.push_back(v->contiguous());
+        s.stats = keep.back().data_ptr<double>();
+        continue;
+      }
       TORCH_CHECK_VALUE(at::isFloatingType(v->scalar_type()) && v->numel() == image.size(0) * segs,
                         "std_scale (relative Rician noise) must be a floating tensor with ",
-                        image.size(0) * segs, " values (N", s.channel_wise ? " x C" : "", "), got ",
+                        image.size(0) * segs, " values (N", s.channel_wise ? " x C" : "",
+                        "), or a float64 (N, ", segs, ", 2) (mean, std) table, got ",
                         v->scalar_type(), " ", v->sizes());
       keep.push_back(v->to(at::kFloat).contiguous().reshape({-1}));
       s.per_sample = keep.back().data_ptr<float>();

@@ -24,7 +24,9 @@
 //             (N, 1 or C, 2) output of minmax (C when channel-wise); for adjust contrast the
 //             (N, 1, 2) output of minmax; for a bias field the (N, (d+1)(d+2)(d+3)/6)
 //             coefficients (float32 used); for Rician noise optional std multipliers (N,), or
-//             (N, C) when channel-wise (relative=True); for a histogram shift the float64
+//             (N, C) when channel-wise (relative=True), or a float64 (N, 1 or C, 2) table of
+//             (mean, std) per segment replacing the step's mean / std (per-channel sequences);
+//             for a histogram shift the float64
 //             (N, 2 + K) table: min, max (voxaug::minmax), then the floating control points in
 //             units of the range (NaN-padded; reference points linspace(0, 1, count)); for a
 //             std shift the (N, 1 or C, 3) output of voxaug::moments; for a scale with fixed

@@ -71,7 +71,10 @@ struct PointwiseStep {
   const double* stats = nullptr;
   // Rician: channel_wise (one sampled std per (sample, channel)), sample_std, mean, std;
   // optional `per_sample` std multipliers (MONAI's relative=True: the image's std), N values,
-  // or N * C (n-major) when channel_wise.
+  // or N * C (n-major) when channel_wise; or, instead of mean / std, optional `stats`: a
+  // float64 (mean, std) pair per segment (N, or N * C n-major when channel_wise) on the data's
+  // device (MONAI's per-channel mean / std sequences, std already times the image's std when
+  // relative).
   // BiasField: `coefficients` (N, bias_field_coefficients(degree)) float32 on the data's
   // device, n-major, in MONAI's order (for i, for j <= degree - i, for k <= degree - i - j:
   // c_ijk of P_i(z_d) P_j(z_h) P_k(z_w)); legendre basis on MONAI's grid

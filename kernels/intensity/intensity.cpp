@@ -301,6 +301,7 @@ detail::ChainParams pack_impl(const PointwiseStep* steps, int num_steps) {
       case PointwiseOp::RicianNoise:
         q.p0 = s.mean;
         q.p1 = s.std;
+        q.stats = s.stats;  // optional per-segment (mean, std) pairs
         if (s.sample_std) q.flags |= detail::kSampleStd;
         if (s.per_sample) q.flags |= detail::kPerSample;
         if (s.channel_wise) {

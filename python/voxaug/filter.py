@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from . import ops
-from .transforms import _as_batch, _check_prob, _Dict, _is_meta_tensor, _Randomizable
+from .transforms import _as_batch, _check_prob, _Dict, _host_to, _is_meta_tensor, _Randomizable
 
 __all__ = [
     "GaussianSmooth", "GaussianSmoothd", "RandGaussianSmooth", "RandGaussianSmoothd",
@@ -149,7 +149,8 @@ class RandGaussianSmooth(_Filter, _Randomizable):
 def _sharpen(x: torch.Tensor, sigma1: torch.Tensor, sigma2: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
     blurred = _smooth(x, sigma1)
     filter_blurred = _smooth(blurred, sigma2)
-    a = alpha.to(device=x.device, dtype=torch.float32).view(-1, 1, 1, 1, 1)
+    a = alpha.to(torch.float32)
+    a = (a if a.device == x.device else _host_to(a, x.device)).view(-1, 1, 1, 1, 1)  # pinned: no sync
     return blurred + a * (blurred - filter_blurred)  # MONAI's expression, alpha per sample
 
 

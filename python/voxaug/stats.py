@@ -8,7 +8,8 @@ Semantics are MONAI's NormalizeIntensity and ScaleIntensityRangePercentiles; del
 differences: statistics are computed in float64 (MONAI: float32 torch.mean / torch.std, and
 torch.quantile or numpy.percentile), and float64 images are normalised in float64 (MONAI
 converts them to float32 first). Results agree with MONAI to float32 rounding.
-Not supported: array-valued (per-voxel) subtrahend / divisor (MONAI broadcasts them).
+Array-valued subtrahend / divisor without channel_wise are broadcast against each sample voxel
+by voxel, as MONAI does (see NormalizeIntensity).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 
 from . import ops
-from .transforms import DtypeLike, _as_batch, _Dict, _torch_dtype
+from .transforms import DtypeLike, _as_batch, _Dict, _host_to, _torch_dtype
 
 __all__ = [
     "NormalizeIntensity", "NormalizeIntensityd", "ScaleIntensityRangePercentiles",
@@ -43,9 +44,10 @@ def _values(v: Any, name: str, channels: int, channel_wise: bool) -> Optional[li
         return [float(v)]
     t = torch.as_tensor(np.asarray(v) if not isinstance(v, torch.Tensor) else v, dtype=torch.float64)
     if not channel_wise:
-        if t.numel() != 1:
-            raise NotImplementedError(f"{name} with {t.numel()} values and channel_wise=False (MONAI broadcasts "
-                                      "it against the image voxel by voxel) is not supported; give one value")
+        if t.numel() != 1:  # a list or tuple: arrays and tensors take the voxel-wise path
+            raise NotImplementedError(f"{name} as a {type(v).__name__} of {t.numel()} values with channel_wise=False "
+                                      "is not supported (MONAI's img - list fails too); give one number, or a "
+                                      "numpy array / tensor to broadcast against the image voxel by voxel")
         return [float(t.item())]
     if t.dim() != 1:
         raise NotImplementedError(f"{name} must hold one number per channel, got shape {tuple(t.shape)}")
@@ -58,7 +60,19 @@ class NormalizeIntensity:
     """MONAI NormalizeIntensity: ``(img - subtrahend) / divisor`` per sample (per channel with
     ``channel_wise``); the mean / population std of the sample (channel) when not given; a zero
     divisor counts as 1. ``nonzero``: only values != 0 enter the statistics and change (a sample of
-    zeros is returned unchanged). Output dtype ``dtype`` (None: the input's)."""
+    zeros is returned unchanged). Output dtype ``dtype`` (None: the input's).
+
+    A numpy array or tensor ``subtrahend`` / ``divisor`` with ``channel_wise=False`` is MONAI's
+    voxel-wise form: it is broadcast against each sample's (C, D, H, W) image (so a batch
+    (N, C, ...) gives per sample what MONAI gives for one image), converted to the computing
+    dtype first (float32; float64 for float64 images) with zeros of an array divisor read as 1;
+    with ``nonzero`` it must have the sample's exact shape (MONAI indexes it with the image's
+    nonzero mask) and only voxels != 0 change. Computed with torch elementwise ops on the data's
+    device: an array on another device is copied there (from the CPU pinned and non-blocking),
+    statistics come from ``ops.moments``, no host sync. Shapes MONAI refuses raise ValueError
+    (MONAI: IndexError / RuntimeError from indexing or broadcasting); so does an array with more
+    than 4 dimensions, which MONAI would broadcast into a new leading image axis. A
+    per-channel CUDA tensor with ``channel_wise`` takes the same device path (no host read)."""
 
     def __init__(self, subtrahend: Union[Sequence[float], float, None] = None,
                  divisor: Union[Sequence[float], float, None] = None, nonzero: bool = False,
@@ -70,10 +84,86 @@ class NormalizeIntensity:
     def __call__(self, img: Any) -> Any:
         x, restore = _as_batch(img)
         c = x.shape[1]
+        if self._on_device_path(self.subtrahend) or self._on_device_path(self.divisor):
+            return restore(_finish(self._normalize_on_device(x), x.dtype, self.dtype))
         sub = _values(self.subtrahend, "subtrahend", c, self.channel_wise)
         div = _values(self.divisor, "divisor", c, self.channel_wise)
         out = ops.normalize_intensity(x, sub, div, self.nonzero, self.channel_wise, self.dtype)
         return restore(_finish(out, x.dtype, self.dtype))
+
+    def _on_device_path(self, v: Any) -> bool:
+        """An array / tensor without channel_wise (voxel-wise), or a per-channel CUDA tensor
+        (reading it on the host would sync)."""
+        if self.channel_wise:
+            return isinstance(v, torch.Tensor) and v.device.type != "cpu"
+        return isinstance(v, (np.ndarray, torch.Tensor))
+
+    def _operand(self, v: Any, name: str, x: torch.Tensor, ct: torch.dtype,
+                 stats: Optional[torch.Tensor]) -> Union[float, torch.Tensor]:
+        """`subtrahend` or `divisor` as a number or a tensor that broadcasts against (N, C, D, H, W)
+        in the computing dtype `ct` on x's device; a divisor's zeros read as 1 (MONAI)."""
+        is_div = name == "divisor"
+        n, c = x.shape[:2]
+        if v is None:  # the sample's (channel's) mean / population std, float64 from ops.moments
+            val = stats[:, :, 2 if is_div else 1]
+            if is_div:
+                val = torch.where(val == 0, torch.ones((), dtype=val.dtype, device=val.device), val)
+            return val.to(ct).reshape(n, -1, 1, 1, 1)
+        if not isinstance(v, (np.ndarray, torch.Tensor)):  # a number (or one per channel) beside an array
+            vals = _values(v, name, c, self.channel_wise)
+            if is_div:
+                vals = [1.0 if f == 0.0 else f for f in vals]
+            if len(vals) == 1:
+                return vals[0]
+            return _host_to(torch.tensor(vals, dtype=ct).reshape(c, 1, 1, 1), x.device)
+        if isinstance(v, np.ndarray):
+            if v.dtype.kind not in "biuf":
+                raise ValueError(f"{name} must hold real numbers, got a numpy array of dtype {v.dtype}")
+            t = torch.from_numpy(np.ascontiguousarray(v, dtype=np.float64 if ct == torch.float64 else np.float32))
+        else:
+            if v.dtype.is_complex:
+                raise ValueError(f"{name} must hold real numbers, got a tensor of dtype {v.dtype}")
+            t = v.detach()
+        sample = tuple(x.shape[1:])
+        if self.channel_wise:  # a per-channel CUDA tensor
+            if t.dim() != 1:
+                raise NotImplementedError(f"{name} must hold one number per channel, got shape {tuple(t.shape)}")
+            if t.shape[0] != c:
+                raise ValueError(f"img has {c} channels, but {name} has {t.shape[0]} components.")
+            t = t.reshape(c, 1, 1, 1)
+        elif t.dim() > 4:
+            raise ValueError(f"{name} must broadcast against one sample's (C, D, H, W) = {sample} without adding "
+                             f"dimensions, got {t.dim()}-D shape {tuple(t.shape)}")
+        elif self.nonzero and tuple(t.shape) != sample:
+            raise ValueError(f"{name} with nonzero=True must have one sample's shape (C, D, H, W) = {sample} (MONAI "
+                             f"indexes it with the image's nonzero mask), got {tuple(t.shape)}")
+        else:
+            try:
+                torch.broadcast_shapes(tuple(t.shape), sample)
+            except RuntimeError:
+                raise ValueError(f"{name} of shape {tuple(t.shape)} does not broadcast against one sample's "
+                                 f"(C, D, H, W) = {sample}") from None
+        if t.device != x.device:
+            t = _host_to(t.to(ct).contiguous(), x.device) if t.device.type == "cpu" else t.to(x.device)
+        t = t.to(ct)
+        if is_div:
+            t = torch.where(t == 0, torch.ones((), dtype=ct, device=t.device), t)
+        return t
+
+    def _normalize_on_device(self, x: torch.Tensor) -> torch.Tensor:
+        """MONAI's _normalize with tensor operands, for every sample at once: (x - sub) / div,
+        only where x != 0 with nonzero. Torch elementwise ops on x's device, no host sync."""
+        ct = torch.float64 if x.dtype == torch.float64 else torch.float32
+        stats = None
+        if self.subtrahend is None or self.divisor is None:
+            stats = ops.moments(x, self.channel_wise, self.nonzero)
+        sub = self._operand(self.subtrahend, "subtrahend", x, ct, stats)
+        div = self._operand(self.divisor, "divisor", x, ct, stats)
+        xf = x.to(ct)
+        out = (xf - sub) / div
+        if self.nonzero:
+            out = torch.where(xf != 0, out, xf)
+        return out.to(self.dtype or (x.dtype if x.is_floating_point() else torch.float32))
 
 
 class ScaleIntensityRangePercentiles:

@@ -296,36 +296,99 @@ class RandGaussianNoise(_Pointwise, _Randomizable):
         return [Step(ops.GAUSSIAN_NOISE, flags, (self.mean, self.std), self.prob, self._next_seed())]
 
 
+def _rician_arg(value: Any, name: str) -> Union[float, tuple[float, ...]]:
+    """RandRicianNoise's `mean` / `std`: a number, or one number per channel (a sequence, numpy
+    array or tensor, read once here as MONAI's ensure_tuple_rep reads it on every call)."""
+    v = value
+    if isinstance(v, torch.Tensor):
+        v = v.detach().cpu().numpy()
+    if isinstance(v, np.ndarray):
+        v = v.tolist()  # a 0-d array gives a number
+    if isinstance(v, numbers.Real):
+        return float(v)
+    if isinstance(v, (str, bytes)) or not isinstance(v, Sequence) or not all(
+            isinstance(e, numbers.Real) for e in v):
+        raise ValueError(f"{name} must be a number or a sequence of numbers (one per channel), got {value!r}")
+    return tuple(float(e) for e in v)
+
+
 class RandRicianNoise(_Pointwise, _Randomizable):
     """MONAI RandRicianNoise: ``sqrt((img + n1)^2 + n2^2)``, n1, n2 ~ N(mean, s) per voxel, drawn
     in the kernel (Philox + Box-Muller). ``s = std``, or ~ U(0, std) with ``sample_std``, one per
     sample (per channel with ``channel_wise``). ``relative``: ``s`` is also multiplied by the
     image's (channel's) standard deviation, a device reduction (torch.std, unbiased, as MONAI)
     on this transform's input, so in a :class:`Compose` it starts a new fused pass. Not
-    differentiable. Scalar ``mean`` / ``std`` only (MONAI also takes per-channel sequences)."""
+    differentiable.
 
-    def __init__(self, prob: float = 0.1, mean: float = 0.0, std: float = 1.0, channel_wise: bool = False,
+    With ``channel_wise``, ``mean`` and ``std`` may also be sequences (numpy arrays, tensors) of
+    one value per channel, as MONAI's ``ensure_tuple_rep``: channel c uses ``mean[c]`` and
+    ``std[c]`` (times the channel's std when relative). They travel to the kernel as a float64
+    (N, C, 2) table of (mean, std) on the data's device (uploaded once per device, pinned and
+    non-blocking; with ``relative`` the products with the channel stds are made on the device),
+    so the transform stays one batched launch with no host sync and fuses in a
+    :class:`Compose` like the scalar form. As MONAI: a sequence whose length is not the
+    image's channel count raises ValueError, and a sequence without ``channel_wise`` raises
+    RuntimeError, on the call. Difference: MONAI raises them only when its gate applies the
+    noise; voxaug raises on every call (its gate is drawn on the device, per sample), and
+    also accepts numpy scalars for ``mean`` / ``std`` without ``channel_wise``."""
+
+    def __init__(self, prob: float = 0.1, mean: Union[Sequence[float], float] = 0.0,
+                 std: Union[Sequence[float], float] = 1.0, channel_wise: bool = False,
                  relative: bool = False, sample_std: bool = True, dtype: DtypeLike = torch.float32,
                  seed: Optional[int] = None):
         _Randomizable.__init__(self, seed)
-        if not isinstance(mean, (int, float)) or not isinstance(std, (int, float)):
-            raise NotImplementedError("RandRicianNoise: per-channel mean / std sequences are not supported; "
-                                      f"give numbers (got mean={mean!r}, std={std!r})")
-        if not 0 <= std < math.inf:
-            raise ValueError(f"std must be >= 0 and finite, got {std}")
-        self.prob, self.mean, self.std = _check_prob(prob), float(mean), float(std)
+        self.mean, self.std = _rician_arg(mean, "mean"), _rician_arg(std, "std")
+        self._arg_types = (type(mean), type(std))  # for MONAI's error message
+        for name, vals in (("mean", self.mean), ("std", self.std)):
+            for i, v in enumerate(vals if isinstance(vals, tuple) else (vals,)):
+                where = f"{name}[{i}]" if isinstance(vals, tuple) else name
+                if name == "std" and not (v >= 0 and math.isfinite(v)):
+                    raise ValueError(f"{where} must be >= 0 and finite, got {v}")
+                if not math.isfinite(v):
+                    raise ValueError(f"{where} must be finite, got {v}")
+        self.prob = _check_prob(prob)
         self.channel_wise, self.relative, self.sample_std = channel_wise, relative, sample_std
         self.dtype = _torch_dtype(dtype)
         self._needs_input_stats = relative
+        self._tables: dict = {}  # (device, C) -> (C, 2) float64 (mean, std) on that device
+
+    def _channel_table(self, c: int, device: torch.device) -> Optional[torch.Tensor]:
+        """(C, 2) float64 (mean, std) per channel on `device`, or None for scalar mean and std.
+        Raises MONAI's errors for sequences it refuses."""
+        per_channel = [isinstance(v, tuple) for v in (self.mean, self.std)]
+        if not any(per_channel):
+            return None
+        if not self.channel_wise:
+            name, k = ("mean", 0) if per_channel[0] else ("std", 1)
+            raise RuntimeError(f"If channel_wise is False, {name} must be a float or int, got {self._arg_types[k]}.")
+        cols = []
+        for name, v in (("mean", self.mean), ("std", self.std)):
+            if isinstance(v, tuple) and len(v) != c:
+                raise ValueError(f"Sequence must have length {c}, got {len(v)}. ({name}: one value per channel "
+                                 f"of the image)")
+            cols.append(v if isinstance(v, tuple) else (v,) * c)
+        key = (device, c)
+        if key not in self._tables:
+            self._tables[key] = _host_to(torch.tensor(cols, dtype=torch.float64).T.contiguous(), device)
+        return self._tables[key]
 
     def _plan(self, x, seed: Optional[int] = None):
         flags = (ops.SAMPLE_STD if self.sample_std else 0) | (ops.CHANNEL_WISE if self.channel_wise else 0)
+        table = self._channel_table(x.shape[1], x.device)
         scale = None
         if self.relative:  # device reduction, no host round trip
             v = x.to(torch.float32)
             scale = (v.flatten(2) if self.channel_wise else v.flatten(1)).std(-1)
-        return [Step(ops.RICIAN_NOISE, flags, (self.mean, self.std), self.prob,
-                     self._next_seed() if seed is None else seed, values=scale)]
+        seed = self._next_seed() if seed is None else seed
+        if table is None:
+            return [Step(ops.RICIAN_NOISE, flags, (self.mean, self.std), self.prob, seed, values=scale)]
+        n, c = x.shape[:2]
+        if scale is None:
+            values = table.expand(n, c, 2)
+        else:  # MONAI: std[c] * d.std(), a float32 product
+            values = torch.stack([table[:, 0].expand(n, c), (table[:, 1].float() * scale).double()], -1)
+        # The table's (mean, std) replace the step's own (unused: 0, 0).
+        return [Step(ops.RICIAN_NOISE, flags, (0.0, 0.0), self.prob, seed, values=values)]
 
 
 def _host_to(t: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -962,7 +1025,8 @@ class RandGaussianNoised(_Dict):
 class RandRicianNoised(_DictSharedSeed):
     """MONAI RandRicianNoised; every key gets the same draw (the same noise where shapes agree)."""
 
-    def __init__(self, keys, prob: float = 0.1, mean: float = 0.0, std: float = 1.0, channel_wise: bool = False,
+    def __init__(self, keys, prob: float = 0.1, mean: Union[Sequence[float], float] = 0.0,
+                 std: Union[Sequence[float], float] = 1.0, channel_wise: bool = False,
                  relative: bool = False, sample_std: bool = True, dtype: DtypeLike = torch.float32,
                  allow_missing_keys: bool = False, seed: Optional[int] = None):
         super().__init__(keys, RandRicianNoise(prob, mean, std, channel_wise, relative, sample_std, dtype, seed),

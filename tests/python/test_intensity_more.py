@@ -1,6 +1,8 @@
 """RandStdShiftIntensity, RandScaleIntensityFixedMean, RandHistogramShift (and their deterministic and
 dictionary forms) vs MONAI given the same parameters, read back from the kernel's Philox draws or the
-transform's host draws; parameter distributions; determinism; errors; opcheck / gradcheck; CUDA twin."""
+transform's host draws; parameter distributions; determinism; errors; opcheck / gradcheck; CUDA twin.
+Also RandRicianNoise with per-channel mean / std sequences and NormalizeIntensity with array-valued
+subtrahend / divisor (MONAI's voxel-wise form), vs MONAI and float64 references."""
 import math
 import warnings
 
@@ -10,6 +12,7 @@ import torch
 from scipy import stats
 
 from voxaug import ops
+from voxaug import stats as vs
 from voxaug import transforms as vt
 
 from conftest import devices
@@ -768,3 +771,374 @@ def test_random_gamma_gate_per_sample_matches_torchio():
         torch.testing.assert_close(out[n], ref, rtol=2e-6, atol=1e-6)
         assert not torch.equal(out[n], x[n])
     assert 0 < applied < 8
+
+
+# ---------------- RandRicianNoise with per-channel mean / std sequences ----------------
+RICIAN_SEQ_CASES = [
+    dict(mean=[0.0, 0.5, -0.3], std=[0.5, 1.0, 2.0], sample_std=False),
+    dict(mean=[0.0, 0.5, -0.3], std=[0.5, 1.0, 2.0], sample_std=True),
+    dict(mean=0.25, std=np.array([0.1, 0.3, 0.2]), relative=True, sample_std=False),
+    dict(mean=torch.tensor([1.0, 0.0, -1.0]), std=[0.1, 0.3, 0.2], relative=True, sample_std=True),
+]
+
+
+@pytest.mark.parametrize("kw", RICIAN_SEQ_CASES)
+def test_rician_per_channel_sequences_match_monai_voxel_by_voxel_with_read_back_noise(kw):
+    """MONAI's own per-channel loop (ensure_tuple_rep of mean / std, channel c with mean[c] and
+    std[c], times the channel's std when relative) run on voxaug's noise read back from Philox:
+    agrees voxel by voxel (2e-6 relative, float32 log / sincos against float64). Gated samples
+    (prob 0.7) equal their input."""
+    seed, prob = 777, 0.7
+    x = rand_volume((6, 3, 5, 6, 7), lo=0, hi=40, seed=50)
+    out = fixed_seed(vt.RandRicianNoise(prob=prob, channel_wise=True, **kw), seed)(x)
+    assert out.dtype == torch.float32 and not torch.isnan(out).any()
+    applied = 0
+    for n in range(6):
+        if not u01(philox_words(seed, n, SAMPLE)[0]) < prob:
+            assert torch.equal(out[n], x[n])
+            continue
+        applied += 1
+        ref = monai_rician_replay(x[n], seed, n, True, **kw)
+        torch.testing.assert_close(out[n], ref, rtol=2e-6, atol=2e-6 * ref.abs().max().item())
+        assert not torch.equal(out[n], x[n])
+    assert 0 < applied < 6
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_rician_per_channel_distribution_matches_monai_per_channel(relative):
+    """Statistical comparison with MONAI's own RandRicianNoise (its numpy draws): on a 3-channel input,
+    each output channel's values follow the same distribution as MONAI's channel (two-sample KS,
+    p > 1e-3; seeded, so deterministic), and the channels differ as the sequences say: per voxel
+    R^2 - (x + m)^2 - m^2 has mean 2 s^2, s = std[c] (times the channel's std when relative),
+    checked within 5 standard errors of the channel's mean (float64)."""
+    mean, std = [0.0, 1.5, -2.0], [0.5, 2.0, 1.0]
+    x = rand_volume((1, 3, 40, 40, 40), lo=0, hi=5, seed=51)
+    x[:, 1] *= 3
+    kw = dict(mean=mean, std=std, channel_wise=True, relative=relative, sample_std=False)
+    ours = vt.RandRicianNoise(prob=1.0, seed=9, **kw)(x)[0].double()
+    m = mt.RandRicianNoise(prob=1.0, **kw)
+    m.set_random_state(9)
+    theirs = torch.as_tensor(m(x[0].clone())).double()
+    for c in range(3):
+        a, b = ours[c].flatten().numpy(), theirs[c].flatten().numpy()
+        assert stats.ks_2samp(a[:20000], b[:20000]).pvalue > 1e-3, c
+        s = kw["std"][c] * (x[0, c].double().std().item() if relative else 1.0)
+        # E[R^2] = (x + m)^2 + m^2 + 2 s^2 (n1 = m + s z1, n2 = m + s z2)
+        q = (ours[c] ** 2 - (x[0, c].double() + mean[c]) ** 2 - mean[c] ** 2).flatten()
+        se = q.std().item() / math.sqrt(q.numel())
+        assert abs(q.mean().item() - 2 * s * s) < 5 * se, (c, q.mean().item(), 2 * s * s, se)
+        assert 5 * se < 0.2 * 2 * s * s  # the check has power
+
+
+def test_rician_per_channel_dictionary_form():
+    """RandRicianNoised with sequences: per key and channel the same distribution as MONAI's
+    RandRicianNoised (KS, p > 1e-3); one draw per call shared by the keys (equal inputs give equal
+    outputs); a key with the wrong channel count raises MONAI's error."""
+    kw = dict(mean=[0.2, -0.4], std=[0.3, 1.2], channel_wise=True, sample_std=False)
+    a = rand_volume((2, 32, 32, 32), lo=0, hi=3, seed=52)
+    b = rand_volume((2, 32, 32, 32), lo=2, hi=9, seed=53)
+    ours = vt.RandRicianNoised(["a", "b"], prob=1.0, seed=4, **kw)({"a": a, "b": b})
+    m = mt.RandRicianNoised(["a", "b"], prob=1.0, **kw)
+    m.set_random_state(4)
+    theirs = m({"a": a.clone(), "b": b.clone()})
+    for key in ("a", "b"):
+        for c in range(2):
+            u, v = ours[key][c].flatten().numpy(), torch.as_tensor(theirs[key][c]).flatten().numpy()
+            assert stats.ks_2samp(u[:20000], v[:20000]).pvalue > 1e-3, (key, c)
+    same = vt.RandRicianNoised(["a", "b"], prob=1.0, seed=5, **kw)({"a": a, "b": a.clone()})
+    assert torch.equal(same["a"], same["b"]) and not torch.equal(same["a"], a)
+    bad = {"a": a, "b": rand_volume((3, 4, 4, 4), seed=54)}
+    with pytest.raises(ValueError) as ref:
+        mt.RandRicianNoised(["a", "b"], prob=1.0, **kw)(bad)
+    with pytest.raises(ValueError, match=re_escape(str(ref.value))):
+        vt.RandRicianNoised(["a", "b"], prob=1.0, seed=1, **kw)(bad)
+
+
+def re_escape(s):
+    import re
+
+    return re.escape(s)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(mean=[0.0, 1.0], std=1.0, channel_wise=True),  # wrong length (3 channels)
+    dict(mean=0.0, std=[1.0, 2.0, 3.0, 4.0], channel_wise=True),
+    dict(mean=[0.5], std=1.0, channel_wise=True),
+    dict(mean=(0.0, 1.0, 2.0), std=1.0, channel_wise=False),  # sequences need channel_wise
+    dict(mean=0.0, std=[1.0, 2.0, 3.0], channel_wise=False),
+    dict(mean=np.array([0.0, 1.0, 2.0]), std=[1.0, 2.0, 3.0], channel_wise=False),
+])
+def test_rician_sequence_errors_match_monai(kw):
+    """The exception MONAI 1.6.1 raises on the call (ValueError from ensure_tuple_rep, RuntimeError
+    without channel_wise): voxaug raises the same type with MONAI's message in it, array and
+    dictionary forms, batched and unbatched."""
+    x = rand_volume((3, 4, 4, 4), seed=55)
+    m = mt.RandRicianNoise(prob=1.0, **kw)
+    with pytest.raises((ValueError, RuntimeError)) as ref:
+        m(x.clone())
+    t = vt.RandRicianNoise(prob=1.0, seed=1, **kw)
+    for img in (x, x[None].expand(2, -1, -1, -1, -1)):
+        with pytest.raises(type(ref.value), match=re_escape(str(ref.value))):
+            t(img)
+    with pytest.raises(type(ref.value), match=re_escape(str(ref.value))):
+        vt.RandRicianNoised("img", prob=1.0, seed=1, **kw)({"img": x})
+
+
+def test_rician_sequence_values_validated():
+    for kw, msg in ((dict(std=[1.0, -2.0]), r"std\[1\] must be >= 0"), (dict(std=[1.0, math.inf]), r"std\[1\] must be"),
+                    (dict(mean=[0.0, float("nan")]), r"mean\[1\] must be finite"),
+                    (dict(std=[[1.0, 2.0]]), "std must be a number or a sequence of numbers"),
+                    (dict(mean="ab"), "mean must be a number or a sequence of numbers"),
+                    (dict(std=-1.0), "std must be >= 0")):
+        with pytest.raises(ValueError, match=msg):
+            vt.RandRicianNoise(channel_wise=True, **kw)
+    x = rand_volume((2, 2, 4, 4, 4))
+    with pytest.raises(ValueError, match=r"Rician \(mean, std\) table must be float64 of shape \(2, 2, 2\)"):
+        ops.pointwise_chain(x, [ops.Step(ops.RICIAN_NOISE, ops.CHANNEL_WISE, (0.0, 0.0),
+                                         values=torch.zeros(2, 3, 2, dtype=torch.float64))])
+
+
+def test_rician_equal_sequences_equal_scalars_and_compose_fuses(monkeypatch):
+    """Sequences of one repeated value give the bytes of the scalar form (same draws, the same
+    float32 arithmetic); a per-channel Rician step fuses with its neighbours in Compose like the
+    scalar one (one pass), equal to applying them one by one; relative starts a new pass."""
+    x = rand_volume((3, 2, 6, 7, 8), lo=0, hi=50, seed=56)
+    for sample_std in (False, True):
+        a = vt.RandRicianNoise(prob=0.6, mean=0.3, std=2.0, channel_wise=True, sample_std=sample_std, seed=8)(x)
+        b = vt.RandRicianNoise(prob=0.6, mean=[0.3, 0.3], std=(2.0, 2.0), channel_wise=True, sample_std=sample_std,
+                               seed=8)(x)
+        assert torch.equal(a, b)
+    calls = []
+    real = ops.pointwise_chain
+    monkeypatch.setattr(ops, "pointwise_chain", lambda *a, **k: calls.append(len(a[1])) or real(*a, **k))
+    make = lambda: [vt.RandShiftIntensity(1.0, prob=1.0, seed=1),  # noqa: E731
+                    vt.RandRicianNoise(prob=0.7, mean=[0.0, 0.5], std=[1.0, 3.0], channel_wise=True, seed=2),
+                    vt.RandScaleIntensity(0.1, prob=1.0, seed=3),
+                    vt.RandRicianNoise(prob=1.0, std=[0.1, 0.2], channel_wise=True, relative=True, seed=4)]
+    fused = vt.Compose(make())(x)
+    assert calls == [3, 1]
+    y = x
+    for t in make():
+        y = t(y)
+    assert torch.equal(fused, y)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rician_table_opcheck_and_batch_split(device):
+    """The (N, C, 2) table form passes opcheck; a batch split with matching first_sample gives the
+    same bytes (draws keyed by the global sample, the table row by the local one)."""
+    x = rand_volume((4, 2, 3, 4, 5), lo=0, hi=9, device=device, seed=57)
+    table = torch.tensor([[0.1, 1.0], [-0.2, 2.5]], dtype=torch.float64, device=device).expand(4, 2, 2)
+    steps = [ops.Step(ops.RICIAN_NOISE, ops.CHANNEL_WISE | ops.SAMPLE_STD, (0.0, 0.0), 0.8, 11, values=table)]
+    torch.library.opcheck(torch.ops.voxaug.pointwise_chain, (x, *ops._lists(steps)))
+    whole = ops.pointwise_chain(x, steps)
+    half = [ops.Step(s.op, s.flags, s.params, s.prob, s.seed, values=table[:2]) for s in steps]
+    parts = torch.cat([ops.pointwise_chain(x[:2], half), ops.pointwise_chain(x[2:], half, first_sample=2)])
+    assert torch.equal(whole, parts)
+
+
+@need_cuda
+def test_rician_per_channel_cuda_matches_cpu():
+    """The CUDA twin: bit-identical with fixed sequences; with relative the channel stds come from
+    torch.std on each device (different summation orders), so 1e-5 relative."""
+    x = rand_volume((3, 3, 9, 10, 11), lo=0, hi=30, seed=58)
+    for kw in RICIAN_SEQ_CASES:
+        t = vt.RandRicianNoise(prob=0.8, channel_wise=True, **kw)
+        cpu = fixed_seed(t, 31)(x)
+        gpu = fixed_seed(t, 31)(x.cuda()).cpu()
+        if kw.get("relative"):
+            torch.testing.assert_close(gpu, cpu, rtol=1e-5, atol=1e-5 * cpu.abs().max().item())
+        else:
+            assert torch.equal(gpu, cpu)
+
+
+# ---------------- NormalizeIntensity with array subtrahend / divisor (channel_wise=False) ----------------
+def normalize_ref_f64(x1, sub, div, nonzero):
+    """MONAI NormalizeIntensity._normalize for one (C, D, H, W) sample, in float64 numpy: independent
+    of torch and of voxaug (mean / population std of the (nonzero) values, a zero divisor reads
+    as 1, only nonzero voxels change)."""
+    x1 = np.asarray(x1, dtype=np.float64)
+    mask = x1 != 0 if nonzero else np.ones(x1.shape, dtype=bool)
+    if not mask.any():
+        return x1.copy()
+    vals = x1[mask]
+    s = vals.mean() if sub is None else np.asarray(sub, dtype=np.float64)
+    d = vals.std() if div is None else np.asarray(div, dtype=np.float64)
+    d = np.where(d == 0, 1.0, d)
+    full = (x1 - s) / d
+    if not nonzero:
+        return full
+    out = x1.copy()
+    out[mask] = full[mask]
+    return out
+
+
+def monai_normalize(x, **kw):
+    """MONAI's NormalizeIntensity applied to each sample of the batch (its arrays copied: MONAI
+    writes 1 into the zeros of a divisor it was given as a float32 tensor)."""
+    kw = {k: (v.copy() if isinstance(v, np.ndarray) else v.clone() if isinstance(v, torch.Tensor) else v)
+          for k, v in kw.items()}
+    return torch.stack([torch.as_tensor(mt.NormalizeIntensity(**kw)(x[i].clone())).as_tensor()
+                        for i in range(x.shape[0])])
+
+
+def _arrays(shape, seed, zeros=True):
+    rng = np.random.default_rng(seed)
+    sub = rng.uniform(-20, 60, shape)
+    div = rng.uniform(0.5, 30, shape)
+    if zeros:
+        div[rng.uniform(size=shape) < 0.2] = 0.0  # zeros divide by 1
+    return sub, div
+
+
+ARRAY_SHAPES = [(2, 5, 6, 7), (5, 6, 7), (7,), (6, 1), (), (2, 1, 1, 1), (1, 5, 1, 7)]
+
+
+@pytest.mark.parametrize("shape", ARRAY_SHAPES)
+@pytest.mark.parametrize("which", ["sub", "div", "both", "sub+scalar_div", "div+scalar_sub"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_normalize_array_operands_match_monai_and_float64(shape, which, dtype):
+    """Array subtrahend / divisor broadcast against each sample of an (N, C, D, H, W) batch: per
+    sample MONAI's result (float32 arithmetic, 1e-5 relative of the output's range: MONAI's float32
+    mean / std vs voxaug's float64 statistics) and a float64 numpy reference (float64 images are
+    computed in float64: 1e-12; float32 images: float32 rounding, 1e-5). nonzero=False here (MONAI
+    refuses these shapes with nonzero unless they are the sample's; see the next test)."""
+    x = rand_volume((3, 2, 5, 6, 7), lo=-50, hi=150, dtype=dtype, seed=60, zeros=0.2)
+    sub, div = _arrays(shape, seed=len(shape) + 1)
+    kw = {"sub": dict(subtrahend=sub), "div": dict(divisor=div), "both": dict(subtrahend=sub, divisor=div),
+          "sub+scalar_div": dict(subtrahend=sub, divisor=7.5),
+          "div+scalar_sub": dict(subtrahend=-3.0, divisor=div)}[which]
+    for out_dtype in (np.float32, None):
+        out = vs.NormalizeIntensity(dtype=out_dtype, **kw)(x)
+        assert out.dtype == (torch.float32 if out_dtype is not None else dtype) and out.shape == x.shape
+        ref = monai_normalize(x, dtype=out_dtype, **kw)
+        assert ref.dtype == out.dtype
+        scale = ref.abs().max().item()
+        torch.testing.assert_close(out.double(), ref.double(), rtol=1e-5, atol=1e-5 * scale)
+        f64 = torch.stack([torch.from_numpy(normalize_ref_f64(x[i].double().numpy(), kw.get("subtrahend"),
+                                                              kw.get("divisor"), False)) for i in range(3)])
+        tol = 1e-12 if out.dtype == torch.float64 else 1e-6
+        torch.testing.assert_close(out.double(), f64, rtol=tol, atol=tol * scale)
+        assert not torch.isnan(out).any() and out.abs().sum() > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("which", ["sub", "div", "both", "div+scalar_sub"])
+def test_normalize_array_operands_nonzero_match_monai(dtype, which):
+    """nonzero=True: arrays of the sample's exact shape, indexed by the sample's nonzero mask
+    (MONAI's _sub[slices]): only nonzero voxels change, the statistics of the others come from the
+    nonzero values. A sample of zeros comes back unchanged, as MONAI returns it."""
+    x = rand_volume((3, 2, 5, 6, 7), lo=-50, hi=150, dtype=dtype, seed=61, zeros=0.3)
+    x[2] = 0
+    sub, div = _arrays((2, 5, 6, 7), seed=62)
+    kw = {"sub": dict(subtrahend=sub), "div": dict(divisor=div), "both": dict(subtrahend=sub, divisor=div),
+          "div+scalar_sub": dict(subtrahend=4.0, divisor=div)}[which]
+    out = vs.NormalizeIntensity(nonzero=True, dtype=None, **kw)(x)
+    ref = monai_normalize(x, nonzero=True, dtype=None, **kw)
+    assert out.dtype == ref.dtype == dtype
+    scale = ref.abs().max().item()
+    torch.testing.assert_close(out.double(), ref.double(), rtol=1e-5, atol=1e-5 * scale)
+    f64 = torch.stack([torch.from_numpy(normalize_ref_f64(x[i].double().numpy(), kw.get("subtrahend"),
+                                                          kw.get("divisor"), True)) for i in range(3)])
+    tol = 1e-12 if dtype == torch.float64 else 1e-6
+    torch.testing.assert_close(out.double(), f64, rtol=tol, atol=tol * scale)
+    assert torch.equal(out[2], x[2]) and torch.equal(out[x == 0], x[x == 0])
+    assert not torch.equal(out[0], x[0])
+
+
+def test_normalize_array_operands_on_ch2(ch2):
+    """The ch2 template (uint8, 181 x 217 x 181) as a batch of two (itself and its mirror image), a
+    voxel-wise mean image and std image (smooth fields with a zero patch in the std), nonzero on
+    and off: MONAI per sample (1e-5 of the range) and float64 numpy (1e-6, float32 results)."""
+    vol, _ = ch2
+    x = torch.stack([vol, vol.flip(-1)])  # (2, 1, 181, 217, 181) uint8
+    d, h, w = vol.shape[1:]
+    zz, yy, xx = np.meshgrid(np.linspace(-1, 1, d), np.linspace(-1, 1, h), np.linspace(-1, 1, w), indexing="ij")
+    sub = (40 + 20 * zz + 10 * yy * xx)[None]
+    div = (25 + 5 * np.cos(3 * xx) + 3 * yy)[None]
+    div[:, :20, :20, :20] = 0.0
+    for nonzero in (False, True):
+        for kw in (dict(subtrahend=sub), dict(divisor=div), dict(subtrahend=sub, divisor=div)):
+            out = vs.NormalizeIntensity(nonzero=nonzero, **kw)(x)
+            assert out.dtype == torch.float32 and out.shape == x.shape
+            ref = monai_normalize(x.float(), nonzero=nonzero, **kw)
+            scale = ref.abs().max().item()
+            torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5 * scale)
+            for i in range(2):
+                f64 = torch.from_numpy(normalize_ref_f64(x[i].double().numpy(), kw.get("subtrahend"),
+                                                         kw.get("divisor"), nonzero))
+                torch.testing.assert_close(out[i].double(), f64, rtol=1e-6, atol=1e-6 * scale)
+
+
+def test_normalize_array_operand_forms_and_no_mutation():
+    """Tensors (float64, int, bool), numpy int arrays, unbatched input, the dictionary form, and a
+    divisor that widens the image's channel axis (MONAI broadcasts (1, ...) against (2, ...)): all
+    as MONAI per sample. The caller's arrays are never written (MONAI writes 1 into the zeros
+    of a float32 tensor divisor)."""
+    x = rand_volume((2, 1, 4, 5, 6), lo=-10, hi=30, seed=63, zeros=0.2)
+    sub, div = _arrays((1, 4, 5, 6), seed=64)
+    div_t = torch.from_numpy(div).float()
+    keep = div_t.clone()
+    for kw in (dict(subtrahend=torch.from_numpy(sub)), dict(divisor=div_t), dict(subtrahend=sub.astype(np.int64)),
+               dict(subtrahend=torch.from_numpy(sub > 10)), dict(subtrahend=sub, divisor=div_t, nonzero=True)):
+        out = vs.NormalizeIntensity(**kw)(x)
+        ref = monai_normalize(x, **kw)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())
+        torch.testing.assert_close(vs.NormalizeIntensity(**kw)(x[0]), ref[0], rtol=1e-5,
+                                   atol=1e-5 * ref.abs().max().item())
+        res = vs.NormalizeIntensityd(["a", "b"], **kw)({"a": x[0], "b": x[1]})
+        torch.testing.assert_close(torch.stack([res["a"], res["b"]]), out, rtol=0, atol=0)
+    assert torch.equal(div_t, keep)
+    wide = _arrays((2, 4, 5, 6), seed=65)[0]
+    out = vs.NormalizeIntensity(subtrahend=wide)(x)
+    ref = monai_normalize(x, subtrahend=wide)
+    assert out.shape == (2, 2, 4, 5, 6) == ref.shape
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())
+
+
+@pytest.mark.parametrize("shape,nonzero", [((3, 5, 6, 7), False), ((2, 5, 6, 8), False), ((5, 6, 7), True),
+                                           ((7,), True), ((), True), ((2, 1, 1, 1), True), ((1, 5, 6, 7), True)])
+def test_normalize_array_shapes_monai_refuses_raise_clear_errors(shape, nonzero):
+    """Shapes MONAI refuses (a broadcast error, or an IndexError from its nonzero mask): voxaug raises
+    ValueError naming the argument and the sample's shape, for the subtrahend and the divisor."""
+    x = rand_volume((2, 2, 5, 6, 7), seed=66, zeros=0.2)
+    arr = np.ones(shape)
+    for name in ("subtrahend", "divisor"):
+        with pytest.raises((RuntimeError, IndexError)):
+            mt.NormalizeIntensity(nonzero=nonzero, **{name: arr})(x[0].clone())
+        with pytest.raises(ValueError, match=name + r".*\(C, D, H, W\) = \(2, 5, 6, 7\)"):
+            vs.NormalizeIntensity(nonzero=nonzero, **{name: arr})(x)
+
+
+def test_normalize_array_refusals_by_design():
+    """An array with more dimensions than a sample would make MONAI's result gain a leading axis (it
+    broadcasts (1, C, D, H, W) against (C, D, H, W)); voxaug refuses it (a batch already has that
+    axis). A list without channel_wise: MONAI fails on img - list (TypeError), voxaug refuses it
+    too, naming the argument. A complex array is refused."""
+    x = rand_volume((2, 2, 5, 6, 7), seed=67)
+    assert torch.as_tensor(mt.NormalizeIntensity(subtrahend=np.ones((1, 2, 5, 6, 7)))(x[0].clone())).dim() == 5
+    with pytest.raises(ValueError, match="subtrahend must broadcast against one sample's"):
+        vs.NormalizeIntensity(subtrahend=np.ones((1, 2, 5, 6, 7)))(x)
+    with pytest.raises(TypeError):
+        mt.NormalizeIntensity(subtrahend=[1.0, 2.0])(x[0].clone())
+    with pytest.raises(NotImplementedError, match="subtrahend as a list of 2 values with channel_wise=False"):
+        vs.NormalizeIntensity(subtrahend=[1.0, 2.0])(x)
+    with pytest.raises(ValueError, match="divisor must hold real numbers"):
+        vs.NormalizeIntensity(divisor=np.ones((2, 5, 6, 7), dtype=np.complex64))(x)
+
+
+@need_cuda
+def test_normalize_array_operands_cuda_matches_cpu():
+    """On CUDA (arrays from the host and already on the device; per-channel CUDA tensors with
+    channel_wise): the CPU result to 1e-6 (statistics from ops.moments are identical; the
+    elementwise ops are the same IEEE operations)."""
+    x = rand_volume((3, 2, 5, 6, 7), lo=-50, hi=150, seed=68, zeros=0.2)
+    sub, div = _arrays((2, 5, 6, 7), seed=69)
+    for kw in (dict(subtrahend=sub), dict(divisor=torch.from_numpy(div).cuda(), nonzero=True),
+               dict(subtrahend=torch.tensor([1.0, 2.0], device="cuda"), channel_wise=True),
+               dict(divisor=torch.tensor([3.0, 0.0], device="cuda"), channel_wise=True, nonzero=True)):
+        cpu_kw = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+        ref = vs.NormalizeIntensity(**cpu_kw)(x)
+        out = vs.NormalizeIntensity(**kw)(x.cuda())
+        assert out.device.type == "cuda"
+        torch.testing.assert_close(out.cpu(), ref, rtol=1e-6, atol=1e-6 * ref.abs().max().item())

@@ -46,7 +46,8 @@ struct KStep {
   uint64_t seed;
   const float* per_sample;
   const double* stats;  // Rescale, AdjustContrast, HistogramShift: (min, max) pairs;
-                        // StdShift: moments triples; ScaleFixedMean: (mean, min, max)
+                        // StdShift: moments triples; ScaleFixedMean: (mean, min, max);
+                        // Rician (optional): (mean, std) pairs per segment
   const float* coeffs;  // BiasField: (N, ncoeff) coefficients; HistogramShift: (N, ncoeff)
                         // floating control points, NaN-padded
   int32_t degree;       // BiasField
@@ -145,14 +146,17 @@ VOXAUG_HD VOXAUG_FORCEINLINE Resolved<Acc> resolve_step(const KStep& s, uint32_t
       const uint32_t bits =
           cw ? philox_block(s.seed, static_cast<uint64_t>(c), g, PhiloxStream::Channel).x
              : sample_draw.z;
-      r.p0 = static_cast<Acc>(s.p0);
+      const int64_t seg = cw ? int64_t(n) * channels + c : int64_t(n);
+      // Per-segment (mean, std) pairs (MONAI's per-channel mean / std sequences) replace the
+      // step's mean and std.
+      const double mean = s.stats ? s.stats[2 * seg] : s.p0;
+      const double spread = s.stats ? s.stats[2 * seg + 1] : s.p1;
+      r.p0 = static_cast<Acc>(mean);
       r.p1 = (s.flags & kSampleStd)
-                 ? static_cast<Acc>(fmul(static_cast<float>(s.p1), uniform01(bits)))
-                 : static_cast<Acc>(s.p1);
-      if (s.flags & kPerSample) {  // relative: times the image's (channel's) std
-        const int64_t seg = cw ? int64_t(n) * channels + c : int64_t(n);
+                 ? static_cast<Acc>(fmul(static_cast<float>(spread), uniform01(bits)))
+                 : static_cast<Acc>(spread);
+      if (s.flags & kPerSample)  // relative: times the image's (channel's) std
         r.p1 = fmul(r.p1, static_cast<Acc>(s.per_sample[seg]));
-      }
       break;
     }
     case PointwiseOp::BiasField: break;
