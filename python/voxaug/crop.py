@@ -1113,7 +1113,12 @@ class PatchQueue:
     concatenated along dim 0 ((B, C, *patch)), "location" (B, 6), other entries as lists; the
     optional `transform` (a callable on the batch dict, e.g. voxaug d-form transforms) runs on
     each batch. A subject's patches are drawn by `sampler` on the device (one draw and one
-    extraction launch per tensor for each block of patches)."""
+    extraction launch per tensor for each block of patches).
+
+    Host syncs: with `device` given, the subjects' tensors are copied there once, at
+    construction, with a plain (blocking) ``.to(device)``: a one-time sync, like caching the
+    dataset. Filling, shuffling (host permutations) and batching then run without one; the
+    sampler's own documented syncs (WeightedSampler / LabelSampler ``check=True``) remain."""
 
     def __init__(self, subjects: Sequence[Mapping[str, Any]], max_length: int, samples_per_volume: int,
                  sampler: "_Sampler", batch_size: int = 1, shuffle_subjects: bool = True, shuffle_patches: bool = True,

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import torch
 
-from .transforms import _is_meta_tensor
+from .transforms import _host_to, _is_meta_tensor
 
 __all__ = ["sliding_window_inference", "SlidingWindowInferer"]
 
@@ -80,6 +80,21 @@ def _pack(keys: Optional[list], outs: list[torch.Tensor]) -> Any:
     if len(outs) == 1:
         return outs[0]
     return tuple(outs)
+
+
+def _map_to(t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A weight map (the caller's roi_weight_map, process_fn's weight) onto `device` in `dtype`,
+    the same values as ``t.to(device=device, dtype=dtype)``. A host map bound for a CUDA device is
+    cast on the host and copied from a fresh pinned buffer without blocking (transforms._host_to;
+    a plain ``.to`` from pageable memory blocks the host). The caching host allocator keeps that
+    buffer until the copy has run (the copy records an event on the stream), and the buffer is
+    never the caller's own tensor, so changing the caller's map after the call cannot race it."""
+    if t.device.type != "cpu" or device.type != "cuda":
+        return t.to(device=device, dtype=dtype)
+    host = t.to(dtype)
+    if host.is_pinned():  # the caller's pinned tensor itself: stage a copy of it instead
+        host = host.clone()
+    return _host_to(host, device)
 
 
 def _nvtx(name: str, on_cuda: bool):
@@ -177,17 +192,17 @@ def sliding_window_inference(
         if roi_weight_map is not None:
             if roi_weight_map.numel() != roi[0] * roi[1] * roi[2]:
                 raise ValueError(f"roi_weight_map must have the roi's {roi} voxels, got {tuple(roi_weight_map.shape)}")
-            base_map = roi_weight_map.to(device=sw_device, dtype=inputs.dtype)
+            base_map = _map_to(roi_weight_map, sw_device, inputs.dtype)
         else:
             base_map = torch.ops.voxaug.window_importance_map(roi, mode, sigma_l, inputs.dtype, sw_device)
     elif "weight" not in cached:
         if roi_weight_map is not None:
             if roi_weight_map.numel() != roi[0] * roi[1] * roi[2]:
                 raise ValueError(f"roi_weight_map must have the roi's {roi} voxels, got {tuple(roi_weight_map.shape)}")
-            weight = roi_weight_map.to(device=device, dtype=acc_dtype).contiguous()
+            weight = _map_to(roi_weight_map, device, acc_dtype).contiguous()
         elif mode == "gaussian":
             weight = torch.ops.voxaug.window_importance_map(roi, mode, sigma_l, inputs.dtype, sw_device)
-            weight = weight.to(device=device, dtype=acc_dtype).contiguous()
+            weight = _map_to(weight, device, acc_dtype).contiguous()
         else:
             weight = None
         cached["weight"] = weight
@@ -284,7 +299,7 @@ def _process(process_fn: Callable, outs: list[torch.Tensor], windows: torch.Tens
         raise ValueError(f"process_fn must return a roi-sized weight map, shape {tuple(roi)} or (1, 1, "
                          f"{', '.join(map(str, roi))}) (one map for the whole batch), got {got}")
     # MONAI: w.to(compute_dtype) multiplies the outputs; the stitch takes it in the accumulator's dtype.
-    w = w.to(dtype=compute_dtype).to(device=device, dtype=acc_dtype).reshape(list(roi)).contiguous()
+    w = _map_to(w.to(dtype=compute_dtype), device, acc_dtype).reshape(list(roi)).contiguous()
     return new_outs, w
 
 

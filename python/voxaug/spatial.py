@@ -2,10 +2,22 @@
 
 Every transform here is a per-sample 3x4 index map (output voxel index -> input voxel index,
 voxel centres at integers) plus an output size. The maps are built in float64 on the CPU
-(parameter plumbing only), moved to the data's device with ``non_blocking=True``, and one
-``voxaug.ops.resample`` launch gathers the whole batch; in the dictionary forms the keys
-that share a map (image and label of a RandAffined, say) share that one launch, each with
-its own interpolation and padding mode. Nothing syncs the host.
+(parameter plumbing only), copied to the data's device from pinned memory with
+``non_blocking=True`` (:func:`_to_device`; so are padding index tables and the deformations'
+per-sample factors), and one ``voxaug.ops.resample`` launch gathers the whole batch; in the
+dictionary forms the keys that share a map (image and label of a RandAffined, say) share that
+one launch, each with its own interpolation and padding mode. A Compose that fuses a crop
+sampler with the steps after it computes the crop starts on the device from the sampler's
+centres. The host synchronises only where the data decides something on the host, by design:
+
+- CropForeground(d): the crop's size is the data's bounding box (``compute_bounding_box``
+  reads it, one sync per call).
+- MetaTensor inputs of the random crop samplers (:mod:`voxaug.crop`): the crop affines need
+  the crop centres on the host (``voxaug.crop._finish``). MetaTensors through the transforms
+  here do not sync (MONAI keeps affines on the host; the records are host work).
+- Parameters given as CUDA tensors (``rotate_params``, ``affine``, Spacing's ``affine=`` for
+  a plain tensor, ...) are read on the host (``.cpu()``) where they are taken: pass numbers,
+  sequences or CPU tensors to avoid it.
 
 Inputs and outputs follow :mod:`voxaug.transforms`: a (C, D, H, W) sample or an
 (N, C, D, H, W) batch (CPU or CUDA tensor, MONAI MetaTensor or numpy array).
@@ -165,7 +177,7 @@ import torch
 import torch.nn.functional as F
 
 from . import ops
-from .transforms import _as_batch, _check_prob, _is_meta_tensor, _Randomizable
+from .transforms import _as_batch, _check_prob, _host_to, _is_meta_tensor, _Randomizable
 
 __all__ = [
     "Flip", "Flipd", "RandFlip", "RandFlipd", "Rotate90", "Rotate90d", "RandRotate90", "RandRotate90d",
@@ -545,7 +557,7 @@ def _apply_pad(x: torch.Tensor, pad: tuple) -> torch.Tensor:
         return out
     for a, (b, e) in enumerate(widths):
         if b or e:
-            idx = torch.from_numpy(_pad_index(x.shape[2 + a], b, e, mode)).to(x.device, non_blocking=True)
+            idx = _to_device(torch.from_numpy(_pad_index(x.shape[2 + a], b, e, mode)), x.device)
             x = x.index_select(2 + a, idx)
     return x
 
@@ -587,6 +599,17 @@ def _anti_alias_sigma(in_size: Sequence[int], out_size: Sequence[int], sigma: An
 
 
 # ---------------- execution ----------------
+def _to_device(t: torch.Tensor, device: Any) -> torch.Tensor:
+    """A host-built parameter tensor (maps, index tables, per-sample factors) onto the data's
+    device. To a CUDA device from the host: through pinned memory, non-blocking
+    (transforms._host_to; a non-blocking copy from pageable memory may be staged synchronously
+    by the driver). The same dtype, shape and values; on the CPU (or meta) the tensor itself."""
+    device = torch.device(device)
+    if device.type == "cuda" and t.device.type == "cpu":
+        return _host_to(t, device)
+    return t.to(device, non_blocking=True)
+
+
 def _for_input(opts: _Opts, x: torch.Tensor) -> _Opts:
     if opts.table_dtype is None:
         return dataclasses.replace(opts, table_dtype=_table_dtype(None, x.dtype))
@@ -627,9 +650,10 @@ def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts],
             return _run([s.extract() for s in srcs], geom, opts)
         vols = [s.volume if o.mode == "nearest" or s.volume.is_floating_point() else s.volume.float()
                 for s, o in zip(srcs, opts)]
-        starts = srcs[0].centers - torch.as_tensor([z // 2 for z in srcs[0].size], dtype=srcs[0].centers.dtype,
-                                                   device=srcs[0].centers.device)
-        mats = geom.mats.to(vols[0].device, non_blocking=True)
+        # Per-axis scalar offsets: no host-to-device copy (a tensor of the halves would be one).
+        centers = srcs[0].centers
+        starts = torch.stack([centers[..., a] - z // 2 for a, z in enumerate(srcs[0].size)], -1)
+        mats = _to_device(geom.mats, vols[0].device)
         outs = []
         for s in range(0, len(vols), _MAX_TARGETS):
             part, popts = vols[s:s + _MAX_TARGETS], opts[s:s + _MAX_TARGETS]
@@ -655,10 +679,10 @@ def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts],
     inputs = [x if o.mode == "nearest" or x.is_floating_point() else x.float() for x, o in zip(xs, opts)]
     outs: list[torch.Tensor] = []
     if geom.tables is not None:  # interpolate's nearest where no affine map reproduces it
-        idx = [torch.tensor(t, dtype=torch.int64).to(inputs[0].device, non_blocking=True) for t in geom.tables]
+        idx = [_to_device(torch.tensor(t, dtype=torch.int64), inputs[0].device) for t in geom.tables]
         outs = [x.index_select(2, idx[0]).index_select(3, idx[1]).index_select(4, idx[2]) for x in inputs]
         return [_apply_pad(o, geom.pad) for o in outs] if geom.pad is not None else outs
-    mats = geom.mats.to(inputs[0].device, non_blocking=True)
+    mats = _to_device(geom.mats, inputs[0].device)
     for s in range(0, len(inputs), _MAX_TARGETS):
         part, popts = inputs[s:s + _MAX_TARGETS], opts[s:s + _MAX_TARGETS]
         outs += ops.resample(part, mats, geom.out_size, [o.mode for o in popts], [geom.kernel_padding] * len(part),
@@ -1485,7 +1509,7 @@ def _sample_pad(out: torch.Tensor, geoms: Sequence[_Geometry]) -> torch.Tensor:
             rows.append(_pad_index(size[a] - b - e, b, e, mode) if (b or e) else np.arange(size[a]))
         if all(np.array_equal(r, np.arange(size[a])) for r in rows):
             continue
-        idx = torch.from_numpy(np.stack(rows).astype(np.int64)).to(out.device, non_blocking=True)
+        idx = _to_device(torch.from_numpy(np.stack(rows).astype(np.int64)), out.device)
         shape = [n, 1, 1, 1, 1]
         shape[2 + a] = size[a]
         idx = idx.view(shape)

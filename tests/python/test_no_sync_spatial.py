@@ -16,7 +16,9 @@ waits, and CUDA runtime calls inside the ops library (read instead: kernels/ and
 these families have no cudaMemcpy, stream or device synchronisation, item() or cpu()). The first
 is checked here with a torch function mode that records every host -> device copy from pageable
 memory made from Python (PageableCopies): the crop and window families make none; the spatial and
-deformation families copy their per-call maps and tables that way today (PAGEABLE_BUG, xfail).
+deformation families copy their per-call maps, index tables and per-sample factors from pinned
+memory (spatial._to_device, transforms._host_to), and so does sliding_window_inference a host
+roi_weight_map or a host weight returned by process_fn.
 
 Synchronisations that the transforms document, checked to happen exactly there (the test fails if
 the sync moves elsewhere or disappears):
@@ -28,12 +30,12 @@ the sync moves elsewhere or disappears):
 
 Left out, by design: SlidingWindowInferer(cuda_graph=True)'s first call (torch.cuda.graph
 synchronises the device before capturing; the replays are checked), flush_checks() (it waits on
-purpose), a CPU roi_weight_map (a blocking copy of the caller's host tensor).
+purpose), PatchQueue(device=...)'s construction (one blocking copy of the subjects, documented).
 
-Known bugs (xfail, strict: a test fails once its bug is fixed, and the mark must then go): a crop
-sampler fused with the spatial steps after it in a Compose (voxaug.spatial._run's patch path)
-builds the crop offsets with ``torch.as_tensor([...], device=centers.device)``, a blocking
-host-to-device copy (FUSED_CROP_BUG); the pageable parameter copies above (PAGEABLE_BUG).
+A crop sampler fused with the spatial steps after it in a Compose (voxaug.spatial._run's patch
+path) computes the crop starts from the centres on the device (it once built the offsets with
+``torch.as_tensor([...], device=centers.device)``, a blocking host-to-device copy): checked by
+the fused Compose tests below.
 
 Without a CUDA device every test here skips; the GPU check selects them with ``-k cuda``.
 """
@@ -60,13 +62,6 @@ SHAPE = (2, 2, 16, 16, 13)  # (N, C, D, H, W): two samples, two channels, D == H
 PATCH = (8, 8, 7)
 KEYS = ["img", "seg"]
 AFFINE = np.array([[1.0, 0.0, 0.0, -8.0], [0.0, 1.2, 0.0, 4.0], [0.0, 0.0, 0.9, 2.5], [0.0, 0.0, 0.0, 1.0]])
-
-# The fused crop gather's blocking copy (see the module docstring).
-FUSED_CROP_BUG = ("voxaug/spatial.py _run (patch path): starts = centers - torch.as_tensor([z // 2 ...], "
-                  "device=centers.device) is a blocking host-to-device copy; compute the offsets with scalar "
-                  "arithmetic on the device (torch.stack([centers[..., a] - z // 2 for a, z in enumerate(size)], -1)) "
-                  "or copy them from pinned memory with non_blocking=True")
-
 
 # ---------------- the check ----------------
 @contextlib.contextmanager
@@ -100,19 +95,6 @@ def syncs_at(fn, function: str, module: str):
     frame = _last_frame(info.value)
     assert frame.name == function and frame.filename.endswith(os.path.join("voxaug", module)), \
         f"the sync came from {frame.filename}:{frame.lineno} {frame.name} ({frame.line}), expected {module} {function}"
-
-
-def known_fused_crop_sync(fn):
-    """run_without_sync(fn), where the only sync allowed to raise is FUSED_CROP_BUG (re-raised for the
-    xfail); any other sync is an AssertionError (a real failure)."""
-    try:
-        return run_without_sync(fn)
-    except RuntimeError as e:
-        frame = _last_frame(e)
-        if not (frame.name == "_run" and frame.filename.endswith(os.path.join("voxaug", "spatial.py"))):
-            raise AssertionError(f"unexpected sync at {frame.filename}:{frame.lineno} {frame.name}: "
-                                 f"{frame.line}") from e
-        raise
 
 
 # ---------------- data and the CPU twin ----------------
@@ -447,7 +429,6 @@ def _fused_crop_composes(p):
     }
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=FUSED_CROP_BUG)
 @pytest.mark.parametrize("prob", [1.0, 0.5])
 @pytest.mark.parametrize("name", ["RandSpatialCropd", "RandCropByPosNegLabeld[as_batch]",
                                   "RandCropByPosNegLabeld[as_batch,post_shift]", "RandWeightedCropd[as_batch,elastic]"])
@@ -456,11 +437,10 @@ def test_compose_fused_crop_gather_cuda_does_not_sync(name, prob):
     deformation) as one map from the full volume (optionally a pointwise step inside the gather)."""
     gpu, cpu = make_data("cuda"), make_data("cpu")
     t = vt.Compose(_fused_crop_composes(prob)[name])
-    got = known_fused_crop_sync(lambda: t(dict(gpu)))
+    got = run_without_sync(lambda: t(dict(gpu)))
     assert_matches_cpu_twin(got, vt.Compose(_fused_crop_composes(prob)[name])(dict(cpu)))
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=FUSED_CROP_BUG)
 @pytest.mark.parametrize("prob", [1.0, 0.5])
 def test_compose_fused_array_crop_cuda_does_not_sync(prob):
     def make():
@@ -469,7 +449,7 @@ def test_compose_fused_array_crop_cuda_does_not_sync(prob):
                            vs.RandFlip(prob, seed=3), vs.RandRotate90(prob, seed=4)])
     gpu, cpu = make_data("cuda"), make_data("cpu")
     t = make()
-    got = known_fused_crop_sync(lambda: t(gpu["img"]))
+    got = run_without_sync(lambda: t(gpu["img"]))
     assert_matches_cpu_twin(got, make()(cpu["img"]))
 
 
@@ -639,12 +619,14 @@ def test_sliding_window_inference_cuda_does_not_sync(mode, cached, roi):
 
 
 def test_sliding_window_options_cuda_do_not_sync():
-    """A device roi_weight_map, replicate padding, a dict of outputs, MONAI's process_fn, and the
-    argmax / output_dtype extensions (against MONAI's result, argmaxed / cast)."""
+    """A device and a host roi_weight_map, replicate padding, a dict of outputs, MONAI's process_fn
+    (its weight on the device and on the host), and the argmax / output_dtype extensions (against
+    MONAI's result, argmaxed / cast)."""
     monai_inferers = pytest.importorskip("monai.inferers")
     x = make_data("cuda")["img"]
     net, net2 = _net(), _net(cout=2, seed=1)
-    weight = torch.rand((8, 8, 8), generator=torch.Generator().manual_seed(3)).add_(0.1).cuda()
+    host_weight = torch.rand((8, 8, 8), generator=torch.Generator().manual_seed(3)).add_(0.1)
+    weight = host_weight.cuda()
 
     def two(t):
         return {"seg": net(t), "aux": net2(t)}
@@ -652,8 +634,12 @@ def test_sliding_window_options_cuda_do_not_sync():
     def halve(outs, windows, imap):
         return tuple(o * 0.5 for o in outs), imap
 
-    cases = [((8, 8, 8), dict(roi_weight_map=weight)), ((8, 8, 16), dict(padding_mode="replicate", mode="gaussian")),
-             ((8, 8, 8), dict(process_fn=halve))]
+    def host_map(outs, windows, imap):
+        return tuple(outs), host_weight
+
+    cases = [((8, 8, 8), dict(roi_weight_map=weight)), ((8, 8, 8), dict(roi_weight_map=host_weight)),
+             ((8, 8, 16), dict(padding_mode="replicate", mode="gaussian")), ((8, 8, 8), dict(process_fn=halve)),
+             ((8, 8, 8), dict(process_fn=host_map))]
     with torch.no_grad():
         net(x), net2(x)
         for roi, kw in cases:
@@ -697,11 +683,13 @@ class PageableCopies(TorchFunctionMode):
     when non_blocking=True, but the CUDA driver stages pageable memory through a bounce buffer and
     may synchronise with the stream to do so (CUDA runtime API, "API synchronization behavior":
     asynchronous copies between device and pageable host memory "might be synchronous with respect
-    to host"); voxaug's own rule (transforms._host_to, kernels/crop/crop.cu) is pinned memory."""
+    to host"); voxaug's own rule (transforms._host_to, kernels/crop/crop.cu) is pinned memory.
+    Copies from pinned memory are recorded the same way in `pinned`."""
 
     def __init__(self):
         super().__init__()
         self.seen: list[str] = []
+        self.pinned: list[str] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -712,31 +700,38 @@ class PageableCopies(TorchFunctionMode):
         elif func is torch.Tensor.copy_ and len(args) >= 2 and isinstance(args[0], torch.Tensor):
             dst, src = args[0].device, args[1]
         if (isinstance(src, torch.Tensor) and dst is not None and src.device.type == "cpu"
-                and torch.device(dst).type != "cpu" and not src.is_pinned()):
+                and torch.device(dst).type != "cpu"):
             where = [f for f in traceback.extract_stack()[:-1] if os.sep + "voxaug" + os.sep in f.filename]
             f = where[-1] if where else None
-            self.seen.append(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" if f else func.__name__)
+            (self.pinned if src.is_pinned() else self.seen).append(
+                f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" if f else func.__name__)
         return func(*args, **kwargs)
 
 
 def pageable_copies(go) -> list:
+    return host_copies(go)[0]
+
+
+def host_copies(go) -> tuple[list, list]:
+    """go() under the sync check: (its host -> device copies from pageable memory, those from pinned memory)."""
     with PageableCopies() as rec:
         run_without_sync(go)
-    return rec.seen
+    return rec.seen, rec.pinned
 
 
-PAGEABLE_BUG = ("the per-call parameter tables reach the device with .to(device, non_blocking=True) from pageable "
-                "CPU tensors (not flagged by the sync mode): spatial.py _run (geom.mats, nearest index tables), "
-                "_apply_pad and _sample_pad (padding indices); deform.py _launch (mats, field_map), _per_sample, "
-                "_separable_plan (table), RandomElasticDeformation._plan (gate x scale); they should go through "
-                "pinned memory like transforms._host_to")
-PAGEABLE = {  # name -> case(d): calls whose parameters are copied from pageable memory today
+PINNED = {  # name -> case(d): calls that copy host-built parameters to the device, all from pinned memory
     "RandAffine": lambda d: _call(vs.RandAffine(1.0, rotate_range=0.3, seed=1), d["img"]),
     "Zoom[edge_pad]": lambda d: _call(vs.Zoom(0.8, mode="trilinear"), d["img"]),
     "RandZoom[trilinear]": lambda d: _call(vs.RandZoom(1.0, 0.7, 0.9, mode="trilinear", seed=2), d["img"]),
     "Rand3DElastic": lambda d: _call(vd.Rand3DElastic((2.0, 3.0), (1.0, 2.0), prob=1.0, seed=3), d["img"]),
+    "Rand3DElastic[exact]": lambda d: _call(vd.Rand3DElastic((2.0, 3.0), (1.0, 2.0), prob=1.0, field="exact",
+                                                             seed=3), d["img"]),
     "RandGridDistortion": lambda d: _call(vd.RandGridDistortion(3, 1.0, 0.1, seed=4), d["img"]),
     "RandomElasticDeformation": lambda d: _call(vd.RandomElasticDeformation(6, 2.0, p=1.0, seed=5), d["img"]),
+    "Compose[fused crop]": lambda d: _call(vt.Compose(_fused_crop_composes(1.0)["RandSpatialCropd"]), dict(d)),
+    "sliding_window_inference[host roi_weight_map]": lambda d: _window_case(d, roi_weight_map=_host_weight()),
+    "sliding_window_inference[process_fn host weight]": lambda d: _window_case(
+        d, process_fn=lambda outs, windows, imap: (tuple(outs), _host_weight())),
 }
 NO_HOST_COPIES = {  # the crop and window families copy nothing from the host per call
     "RandCropByPosNegLabeld": lambda d: _call(vc.RandCropByPosNegLabeld(KEYS, "seg", PATCH, num_samples=2,
@@ -749,20 +744,27 @@ NO_HOST_COPIES = {  # the crop and window families copy nothing from the host pe
 }
 
 
-def _window_case(d):
+def _window_case(d, **kwargs):
     net = _net()
     with torch.no_grad():
         net(d["img"])  # cuDNN initialised before the check
-    return _call(sliding_window_inference, d["img"], (8, 8, 8), 3, net, 0.25, "gaussian")
+    return _call(sliding_window_inference, d["img"], (8, 8, 8), 3, net, 0.25, "gaussian", **kwargs)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=PAGEABLE_BUG)
-@pytest.mark.parametrize("name", list(PAGEABLE))
+def _host_weight():
+    """A pageable (8, 8, 8) float32 weight map on the host, > 0."""
+    return torch.rand((8, 8, 8), generator=torch.Generator().manual_seed(3)).add_(0.1)
+
+
+@pytest.mark.parametrize("name", list(PINNED))
 def test_parameter_tables_cuda_come_from_pinned_memory(name):
-    go = PAGEABLE[name](make_data("cuda"))
+    """Every host -> device copy these calls make comes from pinned memory, and they make some (the
+    parameters do travel from the host: the check would pass vacuously otherwise)."""
+    go = PINNED[name](make_data("cuda"))
     with torch.no_grad():
-        seen = pageable_copies(go)
-    assert not seen, f"host -> device copies from pageable memory at {seen}"
+        pageable, pinned = host_copies(go)
+    assert not pageable, f"host -> device copies from pageable memory at {pageable}"
+    assert pinned, "no host -> device copy recorded"
 
 
 @pytest.mark.parametrize("name", list(NO_HOST_COPIES))
