@@ -16,10 +16,6 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/cuda.h>
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/export.h>
-#include <torch/csrc/jit/serialization/pickle.h>
-#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -45,6 +41,7 @@
 #include <nvtx3/nvToolsExt.h>
 #endif
 
+#include "state_dict_io.h"
 #include "swin_unetr.h"
 #include "train_data.h"
 #include "train_png.h"
@@ -142,11 +139,13 @@ void print_help(const char* argv0) {
       "  --noise-prob P        RandGaussianNoise(mean 0, std --noise-std (default 0.1))\n"
       "model and optimisation\n"
       "  --feature-size F      SwinUNETR feature size (cpu 12, cuda 48)\n"
-      "  --init PATH           start from the weights of a state-dict checkpoint: this program's\n"
-      "                        checkpoint.pt, or a MONAI SwinUNETR's saved as a plain dict\n"
-      "                        (torch.save(dict(net.state_dict()), PATH); LibTorch cannot read\n"
-      "                        OrderedDicts), also under a \"state_dict\" key; strict: every key\n"
-      "                        and shape must match --feature-size and the classes\n"
+      "  --init PATH           start from the weights of a state-dict checkpoint (torch.save's\n"
+      "                        zip format): this program's checkpoint.pt, or a MONAI\n"
+      "                        SwinUNETR's torch.save(net.state_dict(), PATH), also under\n"
+      "                        a \"state_dict\", \"model\", \"network\" or \"net\" key next\n"
+      "                        to other entries (epoch, optimizer state); float32 / float64 /\n"
+      "                        float16 / bfloat16 tensors; strict: every key and shape must\n"
+      "                        match --feature-size and the classes\n"
       "  --resume DIR          continue an earlier run from DIR/checkpoint.pt and\n"
       "                        DIR/train_state.pt (written at every validation and at the end:\n"
       "                        AdamW moments and steps, the gradient scaler, the step, the\n"
@@ -707,70 +706,21 @@ at::Tensor dice_per_class(const at::Tensor& pred, const at::Tensor& label, int64
 
 // ---------------------------------------------------------------- checkpoints
 
-// torch.save's zip format for a plain {name: tensor} dict, loadable with torch.load's default
-// weights_only=True. torch::pickle_save tags typed containers with
-// torch.jit._pickle.restore_type_tag, which weights_only refuses, so the pickler runs here with
-// tag_aggregates = false.
-// A state dict saved by torch.save (zip format) as a plain dict, or by save_tensor_dict:
-// {name: tensor}, or such a dict under "state_dict" / "model". LibTorch's unpickler does not
-// build Python OrderedDicts (what state_dict() returns), so those must be re-saved as dict(...).
-// Throws naming the file.
+// A state dict saved by torch.save (zip format): {name: tensor} as a plain dict or the
+// OrderedDict that state_dict() returns, or such a dict under "state_dict" / "model" / "network" /
+// "net" (state_dict_io.h). Throws naming the flag and the file.
 std::map<std::string, at::Tensor> load_tensor_dict(const std::string& path,
-                                                    const std::string& flag = "--init") {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(flag + ": cannot read " + path);
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  c10::IValue v;
+                                                   const std::string& flag = "--init") {
   try {
-    v = torch::pickle_load(bytes);
+    return voxaug::train::read_state_dict(path);
   } catch (const std::exception& e) {
-    std::string why = e.what();
-    why = why.substr(0, why.find('\n'));
-    throw std::runtime_error(
-        flag + ": cannot read " + path + " (" + why + "). LibTorch reads plain dicts only, not the "
-        "OrderedDict that state_dict() returns: re-save it in Python with "
-        "torch.save(dict(torch.load(path)), new_path)");
+    throw std::runtime_error(flag + ": " + e.what());
   }
-  for (int depth = 0; depth < 2 && v.isGenericDict(); ++depth) {
-    const auto d = v.toGenericDict();
-    bool wrapped = false;
-    for (const char* key : {"state_dict", "model"}) {
-      if (d.contains(key) && d.at(key).isGenericDict()) {
-        v = d.at(key);
-        wrapped = true;
-        break;
-      }
-    }
-    if (!wrapped) break;
-  }
-  if (!v.isGenericDict()) throw std::runtime_error(flag + ": " + path + " does not hold a dict");
-  std::map<std::string, at::Tensor> out;
-  for (const auto& kv : v.toGenericDict()) {
-    if (!kv.key().isString() || !kv.value().isTensor())
-      throw std::runtime_error(flag + ": " + path + " must map names to tensors");
-    out[kv.key().toStringRef()] = kv.value().toTensor();
-  }
-  return out;
 }
 
+// A torch.load-able (weights_only=True) plain dict of CPU tensors.
 void save_tensor_dict(const std::string& path, const std::map<std::string, at::Tensor>& tensors) {
-  c10::Dict<std::string, at::Tensor> dict;
-  for (const auto& [k, v] : tensors) dict.insert(k, v.detach().to(at::kCPU).contiguous());
-  std::vector<char> pickle;
-  torch::jit::Pickler pickler(
-      [&](const char* buf, size_t n) { pickle.insert(pickle.end(), buf, buf + n); }, nullptr,
-      nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
-  pickler.protocol();
-  pickler.pushIValue(c10::IValue(dict));
-  pickler.stop();
-  const std::string tmp = path + ".tmp";
-  {
-    caffe2::serialize::PyTorchStreamWriter writer(tmp);
-    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(),
-                                       writer);
-    writer.writeEndOfFile();
-  }
-  fs::rename(tmp, path);
+  voxaug::train::write_state_dict(path, tensors);
 }
 
 std::string hms(double s) {

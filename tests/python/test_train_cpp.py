@@ -14,6 +14,10 @@ configuration (feature_size 12, roi 32^3, 2 threads):
 - --amp fp16: the GradScaler (skipped non-finite step, backoff, growth, tracker) against torch's
   own GradScaler, and --clip applied after unscaling (the clipped norm read back from AdamW's
   first step);
+- --init reads torch.save files as MONAI writes them (state_dict()'s OrderedDict, wrapped next to
+  an epoch or an optimizer state), views into shared storages, float16 / bfloat16 / float64: the
+  weights come back in checkpoint.pt as torch.load reads them, the forward equals MONAI's; files
+  it cannot read are refused naming the file and the reason;
 - bad arguments exit non-zero with an error naming the argument.
 """
 
@@ -282,9 +286,175 @@ def test_init_from_a_monai_checkpoint(tmp_path):
     assert r.returncode != 0 and "out.conv.conv" in r.stderr, r.stderr
     r = run([*TINY, "--init", str(tmp_path / "missing.pt")])
     assert r.returncode != 0 and "--init" in r.stderr
-    torch.save(net.state_dict(), tmp_path / "ordered.pt")  # an OrderedDict: the fix is named
-    r = run([*TINY, "--steps", "1", "--init", str(tmp_path / "ordered.pt"), "--out", str(tmp_path / "o3")])
-    assert r.returncode != 0 and "torch.save(dict(torch.load(path)), new_path)" in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- torch.save files (state_dict_io)
+# An AdamW step of lr 1e-30 (weight decay 0) moves a weight by at most 1e-30: float32 weights of
+# magnitude above ~1e-22 come back bit for bit in checkpoint.pt, zeros within 1e-30. So checkpoint.pt
+# after one such step is the --init file as the program read it, to atol 1e-29; a wrong offset,
+# stride, dtype or storage gives differences of the weights' size (~1e-2 .. 1).
+TINY_LR = 1e-30
+
+
+def init_and_compare(tmp_path: Path, path: Path, weights: dict[str, torch.Tensor]) -> None:
+    """--init `path` for one step of lr 1e-30; `weights` (what torch.load reads from `path`, as
+    float32 / int64) must come back in checkpoint.pt to atol 1e-29, and the program's forward on
+    its fixed input must equal MONAI's SwinUNETR with those weights (rtol 1e-4 of the largest logit
+    as in test_checkpoint_loads_into_monai: float32 through ~20 layers in two implementations)."""
+    monai_nets = pytest.importorskip("monai.networks.nets")
+    out = tmp_path / "out"
+    r = run([*TINY, "--dataset", "phantom", "--steps", "1", "--lr", str(TINY_LR), "--weight-decay", "0",
+             "--val-every", "1", "--init", str(path), "--check-forward", "--out", str(out)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"init: {len(weights)} tensors from {path}" in r.stdout, r.stdout
+    ckpt = torch.load(out / "checkpoint.pt")
+    assert set(ckpt) == set(weights)
+    for k, w in weights.items():
+        assert ckpt[k].dtype == w.dtype and ckpt[k].shape == w.shape, k
+        torch.testing.assert_close(ckpt[k], w, rtol=0, atol=10 * TINY_LR, msg=k)
+    net = monai_nets.SwinUNETR(in_channels=1, out_channels=3, feature_size=12)
+    net.load_state_dict(weights, strict=True)
+    net.eval()
+    check = torch.load(out / "forward_check.pt")
+    with torch.no_grad():
+        ref = net(check["input"])
+    assert torch.isfinite(ref).all() and ref.abs().max() > 0
+    torch.testing.assert_close(check["output"], ref, rtol=1e-4, atol=1e-4 * ref.abs().max().item())
+
+
+def monai_state_dict(seed: int = 11):
+    monai_nets = pytest.importorskip("monai.networks.nets")
+    torch.manual_seed(seed)
+    return monai_nets.SwinUNETR(in_channels=1, out_channels=3, feature_size=12)
+
+
+@pytest.mark.parametrize("form", ["state_dict", "wrapped", "checkpoint_saver"])
+def test_init_reads_monai_checkpoints(tmp_path, form):
+    # What MONAI users have on disk, loaded without re-saving: torch.save(net.state_dict()) (an
+    # OrderedDict with its _metadata attribute), the same under "state_dict" next to an epoch, and
+    # the {"network": ..., "optimizer": ...} dict that MONAI's CheckpointSaver (ignite's
+    # Checkpoint: {name: obj.state_dict()}) writes, whose optimizer state adds int keys, floats,
+    # bools, None, tuples and lists of ints around more tensors.
+    import collections
+
+    net = monai_state_dict()
+    sd = net.state_dict()
+    if form == "state_dict":
+        obj = sd
+    elif form == "wrapped":
+        obj = {"state_dict": sd, "epoch": 3}
+    else:
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-4, amsgrad=False)
+        net(torch.randn(1, 1, 64, 64, 64)).square().mean().backward()
+        opt.step()
+        sd = net.state_dict()
+        obj = {"network": sd, "optimizer": opt.state_dict()}
+    path = tmp_path / "monai.pt"
+    torch.save(obj, path)
+    loaded = torch.load(path)
+    inner = loaded if form == "state_dict" else loaded["state_dict" if form == "wrapped" else "network"]
+    assert type(inner) is collections.OrderedDict and hasattr(inner, "_metadata")  # the premise
+    init_and_compare(tmp_path, path, dict(inner))
+
+
+def test_init_reads_views_shared_storages_and_reduced_precision(tmp_path):
+    # A state dict of views: the floating-point tensors cycle through float32, float16, bfloat16
+    # and float64, each dtype's tensors packed at offsets into ONE storage, every other tensor of
+    # 2+ dims stored transposed (non-contiguous strides), and two entries the very same tensor
+    # (pickled once, then a memo reference). torch.load's reading of the file (premise checked)
+    # is the reference; the program converts to float32 when it copies into the model, as
+    # MONAI's load_state_dict does.
+    sd = monai_state_dict().state_dict()
+    floating = [k for k, v in sd.items() if v.is_floating_point()]
+    dtypes = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+    slots: dict[torch.dtype, list[str]] = {dt: [] for dt in dtypes}
+    for i, k in enumerate(floating):
+        slots[dtypes[i % 4]].append(k)
+    views = dict(sd)
+    for dt, keys in slots.items():
+        flat = torch.empty(sum(sd[k].numel() + 3 for k in keys), dtype=dt)
+        off = 3  # every view has a storage offset
+        for j, k in enumerate(keys):
+            v, n = sd[k], sd[k].numel()
+            chunk = flat[off : off + n]
+            if v.dim() >= 2 and j % 2 == 0:
+                view = chunk.view(tuple(reversed(v.shape))).permute(*reversed(range(v.dim())))
+            else:
+                view = chunk.view(v.shape)
+            view.copy_(v)
+            views[k] = view
+            off += n + 3
+    shape_of = {}
+    tied = None
+    for k in floating:  # two entries of one shape share one tensor object
+        s = tuple(sd[k].shape)
+        if s in shape_of and sd[k].dim() >= 1 and k.endswith("weight"):
+            tied = (shape_of[s], k)
+            break
+        shape_of.setdefault(s, k)
+    assert tied is not None
+    views[tied[1]] = views[tied[0]]
+    path = tmp_path / "views.pt"
+    torch.save(views, path)
+    loaded = torch.load(path)
+    assert {v.dtype for v in loaded.values()} >= set(dtypes) | {torch.int64}
+    assert sum(not v.is_contiguous() for v in loaded.values()) >= 10
+    for dt in dtypes:  # one storage per dtype
+        assert len({v.untyped_storage().data_ptr() for v in loaded.values() if v.dtype == dt}) == 1
+    assert loaded[tied[0]] is loaded[tied[1]]
+    weights = {k: (v.float() if v.is_floating_point() else v) for k, v in loaded.items()}
+    init_and_compare(tmp_path, path, weights)
+
+
+def write_unreadable(kind: str, path: Path) -> str:
+    """A file --init must refuse; returns a piece of the message it must print."""
+    sd = {"w": torch.randn(3, 4), "b": torch.zeros(2)}
+    if kind == "random_bytes":
+        path.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+        return "not a torch.save checkpoint"
+    if kind == "truncated":
+        torch.save(monai_state_dict().state_dict(), path)
+        raw = path.read_bytes()
+        path.write_bytes(raw[: len(raw) // 2])
+        return "not a torch.save checkpoint"
+    if kind == "other_zip":
+        import zipfile
+
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("archive/notes.txt", "not a checkpoint")
+        return "not a torch.save checkpoint"
+    if kind == "legacy_format":
+        torch.save(sd, path, _use_new_zipfile_serialization=False)
+        return "legacy (non-zip) format"
+    if kind == "pickle_protocol_4":
+        torch.save(sd, path, pickle_protocol=4)
+        return "opcode 0x95 (FRAME)"
+    if kind == "parameters":  # nn.Parameter pickles through another global
+        torch.save({"w": torch.nn.Parameter(torch.randn(3))}, path)
+        return "cannot read global 'torch._utils._rebuild_parameter'"
+    if kind == "not_a_state_dict":
+        torch.save({"w": torch.randn(3), "epoch": 3}, path)
+        return "'epoch' holds an int, not a tensor"
+    assert kind == "a_tensor"
+    torch.save(torch.randn(3), path)
+    return "holds a tensor, not a state dict"
+
+
+@pytest.mark.parametrize("kind", ["random_bytes", "truncated", "other_zip", "legacy_format", "pickle_protocol_4",
+                                  "parameters", "not_a_state_dict", "a_tensor"])
+def test_init_refuses_unreadable_files(tmp_path, kind):
+    # Each file is refused before training with an error naming --init, the file and what could
+    # not be read (the premise: torch.load reads all but the first three).
+    path = tmp_path / f"{kind}.pt"
+    needle = write_unreadable(kind, path)
+    if kind not in ("random_bytes", "truncated", "other_zip"):
+        torch.load(path, weights_only=False)
+    out = tmp_path / "out"
+    r = run([*TINY, "--dataset", "phantom", "--steps", "1", "--init", str(path), "--out", str(out)])
+    assert r.returncode != 0, r.stdout
+    assert "error" in r.stderr and "--init" in r.stderr and str(path) in r.stderr, r.stderr
+    assert needle in r.stderr, r.stderr
+    assert not (out / "train.csv").exists()
 
 
 def test_resume_continues_exactly(tmp_path):
