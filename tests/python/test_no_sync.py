@@ -147,7 +147,7 @@ DETERMINISTIC = {
 
 @pytest.mark.parametrize("prob", [1.0, 0.5])
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_xfail_syncing(n)) for n in RANDOM])
-def test_random_array_transform_does_not_sync(name, prob):
+def test_cuda_random_array_transform_does_not_sync(name, prob):
     x = volume(seed=1)
     before = x.clone()
     transform = RANDOM[name](prob)  # built (CUDA tensors included) before the check starts
@@ -158,7 +158,7 @@ def test_random_array_transform_does_not_sync(name, prob):
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_xfail_syncing(n)) for n in DETERMINISTIC])
-def test_deterministic_array_transform_does_not_sync(name):
+def test_cuda_deterministic_array_transform_does_not_sync(name):
     x = volume(seed=2)
     transform = DETERMINISTIC[name]()
     out = run_without_sync(transform, x)
@@ -166,7 +166,7 @@ def test_deterministic_array_transform_does_not_sync(name):
     assert not torch.equal(out.float(), x.float())
 
 
-def test_unbatched_and_integer_inputs_do_not_sync():
+def test_cuda_unbatched_and_integer_inputs_do_not_sync():
     """A (C, D, H, W) sample and a uint8 batch (the dtype casts after the kernels: device ops)."""
     x = volume(seed=3)
     img = (x.clamp(0, 80) * 3).to(torch.uint8)
@@ -212,7 +212,7 @@ def _dict_marks(name):
 
 @pytest.mark.parametrize("prob", [1.0, 0.5])
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_dict_marks(n)) for n in DICTS])
-def test_dictionary_transform_does_not_sync(name, prob):
+def test_cuda_dictionary_transform_does_not_sync(name, prob):
     x, y = volume(seed=4), volume(seed=5, lo=0, hi=300)
     transform = DICTS[name](prob)
     out = run_without_sync(transform, {"img": x, "t2": y, "label": "kept"})
@@ -222,7 +222,7 @@ def test_dictionary_transform_does_not_sync(name, prob):
 
 
 # ---------------- Compose ----------------
-def test_compose_of_several_does_not_sync():
+def test_cuda_compose_of_several_does_not_sync():
     """A fused pointwise group (shift, per-channel Rician, scale, noise), steps that need their
     input's statistics (contrast, histogram shift, std shift), statistics transforms, a filter and
     a degradation, array and dictionary pipelines, at prob 1 and 0.5."""
@@ -258,7 +258,7 @@ def test_compose_of_several_does_not_sync():
         check_result(out["img"], x)
 
 
-def test_sync_debug_mode_is_restored_and_catches_a_sync():
+def test_cuda_sync_debug_mode_is_restored_and_catches_a_sync():
     """The check itself: under the mode a synchronising call (item) raises, and the previous mode is
     back afterwards, also after an error."""
     x = volume(seed=7)
