@@ -163,7 +163,7 @@ at::Tensor per_sample(const std::vector<double>& values, const at::Device& devic
   at::Tensor t = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
   float* p = t.data_ptr<float>();
   for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(values[i]);
-  return t.view({n, 1, 1, 1, 1}).to(device, /*non_blocking=*/true);
+  return host_to(t.view({n, 1, 1, 1, 1}), device);
 }
 
 // ---------------- one gather through a planned field (deform.py _Plan / _launch) ----------------
@@ -224,10 +224,10 @@ DeformResult launch(const Batch& b, const Plan& plan, int64_t image_mode, int64_
   add(b.x, image_mode);
   for (const at::Tensor& e : b.extras) add(e, extra_mode);
   const at::Device device = b.x.device();
-  const at::Tensor mats = plan.mats.to(device, /*non_blocking=*/true);
-  const at::Tensor field = plan.field.to(device, /*non_blocking=*/true);
+  const at::Tensor mats = host_to(plan.mats, device);
+  const at::Tensor field = host_to(plan.field, device);
   std::optional<at::Tensor> fmap;
-  if (plan.field_map) fmap = plan.field_map->to(device, /*non_blocking=*/true);
+  if (plan.field_map) fmap = host_to(*plan.field_map, device);
   std::vector<at::Tensor> outs;
   for (size_t s = 0; s < inputs.size(); s += kMaxTargets) {
     const size_t e = std::min(inputs.size(), s + kMaxTargets);
@@ -294,7 +294,7 @@ Plan separable_plan(const std::array<int64_t, 3>& in_size,
   Plan plan;
   plan.mats = stack_maps(std::vector<M4>(n, grid_index_map(eye4(), in_size, in_size, false).first));
   plan.out_size = in_size;
-  plan.field = table.to(device, /*non_blocking=*/true);
+  plan.field = host_to(table, device);
   plan.kind = kSeparableField;
   return plan;
 }
@@ -644,8 +644,7 @@ DeformResult RandomElasticDeformation::apply(const at::Tensor& image, const at::
   at::Tensor scale = at::empty({3}, at::TensorOptions().dtype(at::kFloat));
   for (int a = 0; a < 3; ++a)
     scale.data_ptr<float>()[a] = static_cast<float>(max_disp_[a] / spacing_[a]);
-  coeff.mul_((gate.view({b.n, 1, 1, 1, 1}) * scale.view({1, 3, 1, 1, 1}))
-                 .to(device, /*non_blocking=*/true));
+  coeff.mul_(host_to(gate.view({b.n, 1, 1, 1, 1}) * scale.view({1, 3, 1, 1, 1}), device));
   for (int64_t i = 0; i < options_.locked_borders; ++i)
     for (int a = 0; a < 3; ++a) {
       coeff.narrow(2 + a, i, 1).zero_();

@@ -200,7 +200,7 @@ std::vector<int64_t> pad_index(int64_t size, int64_t before, int64_t after,
   return out;
 }
 at::Tensor index_tensor(const std::vector<int64_t>& v, const at::Device& device) {
-  return at::tensor(v, at::kLong).to(device, /*non_blocking=*/true);
+  return host_to(at::tensor(v, at::kLong), device);
 }
 // _apply_pad
 at::Tensor apply_pad(at::Tensor x, const Pad& pad) {
@@ -252,8 +252,7 @@ std::vector<at::Tensor> run(const std::vector<at::Tensor>& xs, const Launch& g,
       inputs.push_back(kernel_modes[i] == 0 || xs[i].is_floating_point() ? xs[i]
                                                                          : xs[i].to(at::kFloat));
     at::Tensor mats = stack(g.maps).narrow(1, 0, 3).contiguous();
-    if (!inputs.empty() && !inputs[0].is_cpu())
-      mats = mats.to(inputs[0].device(), /*non_blocking=*/true);
+    if (!inputs.empty() && !inputs[0].is_cpu()) mats = host_to(mats, inputs[0].device());
     for (size_t s = 0; s < inputs.size(); s += kMaxTargets) {
       const size_t e = std::min(inputs.size(), s + kMaxTargets);
       std::vector<at::Tensor> part(inputs.begin() + s, inputs.begin() + e);
@@ -285,7 +284,7 @@ at::Tensor update_affine(const Affine4& affine, const at::Tensor& meta) {
   if (n == 0) return base.clone();
   const bool same = meta.eq(meta.narrow(0, 0, 1)).all().item<bool>();  // host tensor: no sync
   at::Tensor m = same ? meta[0] : meta;
-  if (!base.is_cpu()) m = m.to(base.device(), /*non_blocking=*/true);
+  if (!base.is_cpu()) m = host_to(m, base.device());
   return at::matmul(base, m);
 }
 
@@ -1100,7 +1099,7 @@ Result Spacing::operator()(Inputs inputs, const Modes& modes, const Affine4& aff
                         ? affine->to(at::kDouble)
                         : at::eye(4, at::TensorOptions().dtype(at::kDouble));
   at::Tensor m = to_tensor(k);
-  if (!base.is_cpu()) m = m.to(base.device(), /*non_blocking=*/true);
+  if (!base.is_cpu()) m = host_to(m, base.device());
   r.affine = at::matmul(base, m);
   return r;
 }
@@ -1128,7 +1127,7 @@ Result Orientation::operator()(Inputs inputs, const Modes&, const Affine4& affin
                         ? affine->to(at::kDouble)
                         : at::eye(4, at::TensorOptions().dtype(at::kDouble));
   at::Tensor m = to_tensor(xform);
-  if (!base.is_cpu()) m = m.to(base.device(), /*non_blocking=*/true);
+  if (!base.is_cpu()) m = host_to(m, base.device());
   r.affine = at::matmul(base, m);
   return r;
 }

@@ -6,6 +6,7 @@
 // compare the maps with Python's).
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -131,6 +132,16 @@ inline int64_t grid_padding(const std::string& p, const std::string& arg) {
   TORCH_CHECK_VALUE(false, arg, " must be 'zeros', 'border' or 'reflection', got '", p, "'");
   return -1;
 }
+// A host-built parameter tensor (maps, tables, per-sample factors) onto `device` without blocking
+// the host: to a CUDA device through pinned memory (a non-blocking copy from pageable memory may
+// be staged synchronously by the driver); the caching host allocator keeps the pinned buffer
+// until the copy has run. Python's transforms._host_to. Tensors already off the host, or bound
+// for the CPU: a plain non-blocking .to.
+inline at::Tensor host_to(const at::Tensor& t, const c10::Device& device) {
+  if (device.is_cpu() || !t.is_cpu()) return t.to(device, /*non_blocking=*/true);
+  return t.pin_memory().to(device, /*non_blocking=*/true);
+}
+
 inline double check_prob(double prob, const char* name = "prob") {
   TORCH_CHECK_VALUE(prob >= 0.0 && prob <= 1.0, name, " must be in [0, 1], got ", prob);
   return prob;

@@ -23,7 +23,7 @@
 //   spacing for mm (TorchIO). Samples the probability gate skipped have u = 0. float32, float64
 //   for the grid distortions (Python's displacement_field()).
 // - CUDA data runs on the current stream; nothing synchronises the host (host matrices and
-//   per-sample factors are copied with non_blocking=true).
+//   per-sample factors go through pinned memory, non-blocking).
 // - Bad arguments throw c10::ValueError (Python: ValueError) naming the argument.
 #pragma once
 

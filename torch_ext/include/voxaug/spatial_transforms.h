@@ -6,9 +6,10 @@
 // double precision exactly as python/voxaug/spatial.py builds them (MONAI's geometry: AffineGrid's
 // centred matrix and its grid_sample normalisation, Rotate's shift @ R @ shift, Spacing's
 // zoom_affine / compute_shape_offset / solve(src, dst), nibabel's orientation helpers,
-// interpolate's index rules for Resize / Zoom), copied to the inputs' device non-blocking, and
-// one voxaug::ops::resample launch gathers the whole batch. Nothing syncs the host on CUDA inputs
-// (the affine of Spacing / Orientation is host metadata: a CUDA affine is copied to the host).
+// interpolate's index rules for Resize / Zoom), copied to the inputs' device through pinned memory
+// without blocking, and one voxaug::ops::resample launch gathers the whole batch. Nothing syncs the
+// host on CUDA inputs (the affine of Spacing / Orientation is host metadata: a CUDA affine is
+// copied to the host).
 //
 // Call convention (every transform):
 //   Result r = t({image, label}, {"", "nearest"}, affine);          // deterministic
