@@ -1,4 +1,6 @@
+import contextlib
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -65,6 +67,32 @@ def dropout_mask(shape, boxes, count, dropout_holes):
     for b in boxes[:count].tolist():
         m[b[0]:b[3], b[1]:b[4], b[2]:b[5]] = True
     return m if dropout_holes else ~m
+
+
+@contextlib.contextmanager
+def sync_is_error():
+    """torch.cuda.set_sync_debug_mode("error") for the block (any host sync raises); the previous
+    mode afterwards."""
+    old = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(old)
+
+
+def load_test_shim(name: str):
+    """Loads the test-only op library `lib<name>.so` (tests/torch/*_shim.cpp) from the CMake build
+    dir (VOXAUG_BUILD_DIR, default <repo>/build). Returns (module-level skip mark, path or None):
+    the tests skip with a clear reason when the target was not built."""
+    repo = Path(__file__).resolve().parents[2]
+    build = Path(os.environ.get("VOXAUG_BUILD_DIR", repo / "build"))
+    shim = next((p for p in (build / "tests" / f"lib{name}.so", build / f"lib{name}.so") if p.is_file()), None)
+    if shim is not None:
+        torch.ops.load_library(str(shim))  # after `import voxaug`: the shim links the ops library
+    mark = pytest.mark.skipif(shim is None, reason=f"lib{name}.so not built (looked in {build}/tests; set "
+                              f"VOXAUG_BUILD_DIR to the CMake build dir and build the {name} target)")
+    return mark, shim
 
 
 def pytest_report_header(config):

@@ -15,9 +15,7 @@ Builds nothing: loads libvoxaug_cxx_deform_shim.so from the build dir named by V
 """
 from __future__ import annotations
 
-import os
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,24 +23,14 @@ import torch
 
 from voxaug import deform, spatial
 
-from conftest import devices
+from conftest import devices, load_test_shim
 from test_deform import _monai_elastic, _through_field
 
-REPO = Path(__file__).resolve().parents[2]
-BUILD = Path(os.environ.get("VOXAUG_BUILD_DIR", REPO / "build"))
-CANDIDATES = [BUILD / "tests" / "libvoxaug_cxx_deform_shim.so", BUILD / "libvoxaug_cxx_deform_shim.so"]
-SHIM = next((p for p in CANDIDATES if p.is_file()), None)
-
-pytestmark = pytest.mark.skipif(
-    SHIM is None,
-    reason=f"libvoxaug_cxx_deform_shim.so not built (looked in {BUILD}/tests; set VOXAUG_BUILD_DIR to the "
-    "CMake build dir and build the voxaug_cxx_deform_shim target)",
-)
+pytestmark, SHIM = load_test_shim("voxaug_cxx_deform_shim")
 
 
 @pytest.fixture(scope="module")
 def cxx():
-    torch.ops.load_library(str(SHIM))  # after `import voxaug`: the shim links the loaded ops library
     return torch.ops.voxaug_cxx_test_deform
 
 

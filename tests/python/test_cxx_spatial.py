@@ -23,8 +23,6 @@ test_spacing.py, their tolerances imported):
   off / on, share_batch_params gives every sample sample first_sample's draw.
 - Bad arguments raise ValueError (c10::ValueError) naming the argument.
 """
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,21 +37,11 @@ from monai.data import MetaTensor  # noqa: E402
 
 import test_spacing as ts  # noqa: E402  (fixtures' helpers and tolerances, not its tests)
 import test_spatial as tsp  # noqa: E402
+from conftest import load_test_shim  # noqa: E402
 from spatial_checks import assert_bitwise  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-BUILD = Path(os.environ.get("VOXAUG_BUILD_DIR", REPO / "build"))
-CANDIDATES = [BUILD / "tests" / "libvoxaug_cxx_spatial_shim.so", BUILD / "libvoxaug_cxx_spatial_shim.so"]
-SHIM = next((p for p in CANDIDATES if p.is_file()), None)
-
-pytestmark = pytest.mark.skipif(
-    SHIM is None,
-    reason=f"libvoxaug_cxx_spatial_shim.so not built (looked in {BUILD}/tests; set VOXAUG_BUILD_DIR to the "
-    "CMake build dir and build the voxaug_cxx_spatial_shim target)",
-)
-if SHIM is not None:
-    torch.ops.load_library(str(SHIM))
-    cxx = torch.ops.voxaug_cxx_test_spatial
+pytestmark, SHIM = load_test_shim("voxaug_cxx_spatial_shim")
+cxx = torch.ops.voxaug_cxx_test_spatial  # an empty namespace when the shim is absent (the tests skip)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ Transforms that sync, each listed in SYNCS with the reason (xfail, strict: the t
 they stop syncing, so the entry must then go).
 Without a CUDA device every test here skips.
 """
-import contextlib
 
 import numpy as np
 import pytest
@@ -27,6 +26,8 @@ from voxaug import filter as vf
 from voxaug import stats as vs
 from voxaug import transforms as vt
 
+from conftest import sync_is_error
+
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (sync checks need one)")
 
 SHAPE = (4, 2, 12, 13, 14)  # (N, C, D, H, W): odd sizes, several samples, two channels
@@ -34,17 +35,6 @@ SHAPE = (4, 2, 12, 13, 14)  # (N, C, D, H, W): odd sizes, several samples, two c
 # Transforms that synchronise the host today, with the reason. A legitimate sync is one a
 # transform's contract documents; the entries below are not legitimate: they are bugs to fix.
 SYNCS: dict[str, str] = {}  # none today (the sharpen alpha copy was fixed: pinned, non-blocking)
-
-
-@contextlib.contextmanager
-def sync_is_error():
-    """torch.cuda.set_sync_debug_mode("error") for the block; the previous mode afterwards."""
-    old = torch.cuda.get_sync_debug_mode()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        yield
-    finally:
-        torch.cuda.set_sync_debug_mode(old)
 
 
 def volume(seed=0, zeros=0.2, lo=-20.0, hi=80.0, dtype=torch.float32):

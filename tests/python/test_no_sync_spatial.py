@@ -39,7 +39,6 @@ the fused Compose tests below.
 
 Without a CUDA device every test here skips; the GPU check selects them with ``-k cuda``.
 """
-import contextlib
 import functools
 import os
 import traceback
@@ -56,6 +55,8 @@ from voxaug import spatial as vs
 from voxaug import transforms as vt
 from voxaug.inferers import SlidingWindowInferer, sliding_window_inference
 
+from conftest import sync_is_error
+
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (sync checks need one)")
 
 SHAPE = (2, 2, 16, 16, 13)  # (N, C, D, H, W): two samples, two channels, D == H (quarter turns in (0, 1))
@@ -64,17 +65,6 @@ KEYS = ["img", "seg"]
 AFFINE = np.array([[1.0, 0.0, 0.0, -8.0], [0.0, 1.2, 0.0, 4.0], [0.0, 0.0, 0.9, 2.5], [0.0, 0.0, 0.0, 1.0]])
 
 # ---------------- the check ----------------
-@contextlib.contextmanager
-def sync_is_error():
-    """torch.cuda.set_sync_debug_mode("error") for the block; the previous mode afterwards."""
-    old = torch.cuda.get_sync_debug_mode()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        yield
-    finally:
-        torch.cuda.set_sync_debug_mode(old)
-
-
 def run_without_sync(fn):
     """fn() with synchronising calls turned into errors (the device idle before and after)."""
     torch.cuda.synchronize()
