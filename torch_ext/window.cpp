@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #if defined(__linux__)
@@ -348,10 +350,37 @@ Prepared prepare(const at::Tensor& inputs, std::vector<int64_t> roi, int64_t sw_
   return {layout_of(size, roi, o.overlap), roi};
 }
 
+// One window batch through process_fn: its single output, and its weight map as the stitch
+// takes it (roi voxels, dense, in the accumulator's dtype on `device`), after MONAI's cast of
+// the map to the input's (compute) dtype.
+std::pair<at::Tensor, at::Tensor> process_batch(const ProcessFn& process_fn, const at::Tensor& pred,
+                                                const at::Tensor& windows,
+                                                const at::Tensor& base_map, const WindowLayout& l,
+                                                at::ScalarType compute_t, c10::Device device,
+                                                at::ScalarType acc_t) {
+  auto [outs, w] = process_fn(std::vector<at::Tensor>{pred}, windows, base_map);
+  TORCH_CHECK_VALUE(outs.size() == 1,
+                    "process_fn must return exactly 1 output (the C++ predictor returns one), "
+                    "got ",
+                    outs.size());
+  const int64_t roi_voxels = l.roi[0] * l.roi[1] * l.roi[2];
+  const bool roi_sized = w.defined() && w.dim() >= 3 && w.numel() == roi_voxels &&
+                         w.size(-3) == l.roi[0] && w.size(-2) == l.roi[1] && w.size(-1) == l.roi[2];
+  TORCH_CHECK_VALUE(roi_sized, "process_fn must return a roi-sized weight map, shape (", l.roi[0],
+                    ", ", l.roi[1], ", ", l.roi[2], ") or (1, 1, ", l.roi[0], ", ", l.roi[1], ", ",
+                    l.roi[2], ") (one map for the whole batch), got ",
+                    w.defined() ? c10::str(w.sizes()) : std::string("an undefined tensor"));
+  // MONAI: w.to(compute_dtype) multiplies the outputs; the stitch takes it in acc's dtype.
+  w = w.to(compute_t).to(device, acc_t).reshape({l.roi[0], l.roi[1], l.roi[2]}).contiguous();
+  return {std::move(outs[0]), std::move(w)};
+}
+
 at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
                int64_t sw_batch_size, const Predictor& predictor, const SlidingWindowOptions& o,
                SlidingWindowInferer::Cache* cache) {
   const Prepared pr = prepare(inputs, roi_size, sw_batch_size, o);
+  const bool process = static_cast<bool>(o.process_fn);
+  if (process) cache = nullptr;  // process_fn's weights are per batch: nothing to cache
   const WindowLayout& l = pr.layout;
   const c10::Device sw_device = o.sw_device.value_or(inputs.device());
   const c10::Device device = o.device.value_or(inputs.device());
@@ -362,8 +391,21 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
   // Importance map, per call or cached by the inferer. The count map is computed on the fly in
   // the final pass, except that the inferer keeps one for non-constant weights (a read is then
   // cheaper than summing the map over every covering window again).
-  at::Tensor weight, count;
-  if (cache != nullptr && cache->valid) {
+  at::Tensor weight, count, base_map;
+  const int64_t roi_voxels = l.roi[0] * l.roi[1] * l.roi[2];
+  if (process) {
+    // MONAI hands process_fn the map itself (constant mode: ones) on sw_device in the input's
+    // dtype; the weights that multiply each batch and the count map come from its returns.
+    if (o.roi_weight_map.has_value() && o.roi_weight_map->defined()) {
+      TORCH_CHECK_VALUE(o.roi_weight_map->numel() == roi_voxels,
+                        "roi_weight_map must have the roi's ", roi_voxels, " voxels, got shape ",
+                        o.roi_weight_map->sizes());
+      base_map = o.roi_weight_map->to(sw_device, inputs.scalar_type());
+    } else {
+      base_map =
+          window_importance_map(pr.roi, o.mode, o.sigma_scale, inputs.scalar_type(), sw_device);
+    }
+  } else if (cache != nullptr && cache->valid) {
     weight = cache->weight;
     count = cache->count;
   } else {
@@ -399,7 +441,10 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
                     win_t, inputs.device(), false);
   const VolumeView in_view = to_view(inputs, "inputs");
   check_cval(l, o.padding_mode, o.cval);
-  at::Tensor acc;
+  at::Tensor acc, first_weight;
+  // Messages name what returned the stitched output: the predictor, or process_fn after it.
+  const char* source = process ? "process_fn" : "the predictor";
+  const char* source_output = process ? "process_fn's output" : "the predictor's output";
   const int64_t batches = (total + sw_batch_size - 1) / sw_batch_size;
   for (int64_t b = 0, first = 0; first < total; ++b, first += sw_batch_size) {
     const int64_t count_b = std::min(sw_batch_size, total - first);
@@ -412,26 +457,33 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
                       current_stream(inputs));
       });
     }
+    const at::Tensor x = win.device() == sw_device ? win : win.to(sw_device);
     at::Tensor pred;
     {
       Range r("voxaug.window.predict");
-      pred = predictor(win.device() == sw_device ? win : win.to(sw_device));
+      pred = predictor(x);
     }
-    TORCH_CHECK_VALUE(pred.defined() && pred.dim() == 5,
-                      "the predictor must return a 5-D (B, K, D, H, W) tensor, got ",
+    if (process) {
+      Range r("voxaug.window.process");
+      std::tie(pred, weight) =
+          process_batch(o.process_fn, pred, x, base_map, l, inputs.scalar_type(), device, acc_t);
+      if (b == 0) first_weight = weight;  // this batch's stitch takes `weight`
+    }
+    TORCH_CHECK_VALUE(pred.defined() && pred.dim() == 5, source,
+                      " must return a 5-D (B, K, D, H, W) tensor, got ",
                       pred.defined() ? pred.sizes() : at::IntArrayRef{});
     TORCH_CHECK_VALUE(pred.size(0) == count_b && pred.size(2) == l.roi[0] &&
                           pred.size(3) == l.roi[1] && pred.size(4) == l.roi[2],
-                      "the predictor changed the window shape: given (", count_b, ", C, ", l.roi[0],
+                      source, " changed the window shape: given (", count_b, ", C, ", l.roi[0],
                       ", ", l.roi[1], ", ", l.roi[2], "), returned ", pred.sizes(),
                       "; voxaug stitches outputs of the window's batch and spatial size only");
-    check_float(pred, "the predictor's output");
+    check_float(pred, source_output);
     if (pred.device() != device) pred = pred.to(device);
     if (!acc.defined()) {
       acc = device_tensor({N, pred.size(1), l.padded[0], l.padded[1], l.padded[2]}, acc_t, device,
                           true);
     }
-    TORCH_CHECK_VALUE(pred.size(1) == acc.size(1), "the predictor returned ", pred.size(1),
+    TORCH_CHECK_VALUE(pred.size(1) == acc.size(1), source, " returned ", pred.size(1),
                       " channels after ", acc.size(1), " in earlier windows");
     {
       Range r("voxaug.window.stitch");
@@ -448,6 +500,7 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
   }
 
   Range r("voxaug.window.finalize");
+  if (process) weight = first_weight;  // MONAI builds the count map from the first batch's weight
   const bool cropped =
       l.padded[0] != l.size[0] || l.padded[1] != l.size[1] || l.padded[2] != l.size[2];
   const at::ScalarType out_t = o.output_dtype.value_or(o.argmax ? at::kLong : inputs.scalar_type());
@@ -507,6 +560,11 @@ SlidingWindowInferer::SlidingWindowInferer(std::vector<int64_t> roi_size, int64_
     : roi_size_(std::move(roi_size)), sw_batch_size_(sw_batch_size), options_(std::move(options)) {
   TORCH_CHECK_VALUE(sw_batch_size_ >= 1, "sw_batch_size must be >= 1, got ", sw_batch_size_);
   torch_ext::per_axis(options_.overlap, "overlap");
+  // A captured process_fn would be replayed with the first call's host-side decisions and
+  // weights, silently: refuse the pair rather than return stale results.
+  TORCH_CHECK_VALUE(!(options_.cuda_graph && options_.process_fn),
+                    "process_fn cannot be combined with cuda_graph (a CUDA graph would replay the "
+                    "first call's process_fn unseen); set cuda_graph = false or drop process_fn");
 }
 
 at::Tensor SlidingWindowInferer::operator()(const at::Tensor& inputs, const Predictor& predictor) {

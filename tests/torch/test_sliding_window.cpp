@@ -10,6 +10,8 @@
 #include <cmath>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "voxaug/sliding_window.h"
@@ -17,6 +19,9 @@
 namespace {
 
 using Fn = std::function<torch::Tensor(const torch::Tensor&)>;
+// MONAI's process_fn for the reference, on the (single) predictor output.
+using RefProcess = std::function<std::pair<torch::Tensor, torch::Tensor>(
+    const torch::Tensor& output, const torch::Tensor& windows, const torch::Tensor& map)>;
 
 std::vector<int64_t> starts(int64_t padded, int64_t roi, double overlap) {
   int64_t interval = roi;
@@ -69,6 +74,11 @@ struct RefOptions {
   double cval = 0.0;
   torch::Tensor roi_weight_map;  // replaces the map when defined
   std::optional<torch::ScalarType> window_dtype;
+  // MONAI's process_fn rule: per batch, (outputs, weight) = process(outputs, windows, map); the
+  // batch is multiplied by its own weight, and the count map is the first batch's weight summed
+  // over every window (monai/inferers/utils.py: count_map is filled when the output is first
+  // allocated).
+  RefProcess process;
 };
 
 // Returns float64 (N, K, D, H, W); *scale (if given) gets the weighted mean of |prediction|
@@ -109,6 +119,7 @@ torch::Tensor reference(const torch::Tensor& x, std::vector<int64_t> roi, int64_
   const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
   torch::Tensor out, mag, count = torch::zeros({xp.size(2), xp.size(3), xp.size(4)}, f64);
   torch::Tensor windows = torch::zeros_like(count);
+  torch::Tensor count_w;  // with ro.process: the first batch's weight, else w
   int64_t calls = 0;
   for (size_t i = 0; i < wins.size(); i += sw) {
     std::vector<torch::Tensor> batch;
@@ -121,7 +132,13 @@ torch::Tensor reference(const torch::Tensor& x, std::vector<int64_t> roi, int64_
     }
     torch::Tensor in = torch::cat(batch);
     if (ro.window_dtype) in = in.to(*ro.window_dtype);
-    torch::Tensor p = f(in).to(torch::kDouble) * w;
+    torch::Tensor p = f(in), wb = w;
+    if (ro.process) {
+      std::tie(p, wb) = ro.process(p, in, w);
+      wb = wb.to(torch::kDouble).reshape({roi[0], roi[1], roi[2]});
+      if (!count_w.defined()) count_w = wb;
+    }
+    p = p.to(torch::kDouble) * wb;
     const torch::Tensor pa = p.abs();
     ++calls;
     if (!out.defined()) {
@@ -141,10 +158,11 @@ torch::Tensor reference(const torch::Tensor& x, std::vector<int64_t> roi, int64_
     }
   }
   if (batches != nullptr) *batches = calls;
+  if (!count_w.defined()) count_w = w;
   for (int64_t d : s[0])
     for (int64_t h : s[1])
       for (int64_t ww : s[2]) {
-        count.slice(0, d, d + roi[0]).slice(1, h, h + roi[1]).slice(2, ww, ww + roi[2]) += w;
+        count.slice(0, d, d + roi[0]).slice(1, h, h + roi[1]).slice(2, ww, ww + roi[2]) += count_w;
         windows.slice(0, d, d + roi[0]).slice(1, h, h + roi[1]).slice(2, ww, ww + roi[2]) += 1.0;
       }
   auto crop = [&](const torch::Tensor& t) {
@@ -612,3 +630,311 @@ INSTANTIATE_TEST_SUITE_P(SlidingWindowTorch, SlidingWindowOptionsTest,
                          });
 
 }  // namespace
+
+// ---- process_fn (MONAI's per-batch hook on the outputs and the importance map) ----
+// voxaug's process_fn against the float64 reference with MONAI's rule (RefOptions::process):
+// each batch multiplied by the weight its process_fn call returned, the count map from the
+// first batch's weight. The Python API is compared with MONAI itself on the same rule
+// (tests/python/test_window.py, test_process_fn_*).
+namespace {
+
+// One process_fn body for both sides: (output, windows, map, call number) -> (output, weight).
+using ProcessBody = std::function<std::pair<torch::Tensor, torch::Tensor>(
+    const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, int)>;
+
+voxaug::ProcessFn voxaug_process(ProcessBody body, int* calls) {
+  return [body, calls](const std::vector<torch::Tensor>& outs, const torch::Tensor& windows,
+                       const torch::Tensor& map) {
+    EXPECT_EQ(outs.size(), 1u);
+    auto [out, w] = body(outs.at(0), windows, map, (*calls)++);
+    return std::pair<std::vector<torch::Tensor>, torch::Tensor>{{out}, w};
+  };
+}
+
+RefProcess ref_process(ProcessBody body, int* calls) {
+  return [body, calls](const torch::Tensor& out, const torch::Tensor& windows,
+                       const torch::Tensor& map) { return body(out, windows, map, (*calls)++); };
+}
+
+struct ProcessCase {
+  std::string name;
+  ProcessBody body;
+};
+
+std::vector<ProcessCase> process_cases(const std::vector<int64_t>& roi) {
+  const torch::Tensor ramp =
+      torch::linspace(0.5, 1.5, roi[0] * roi[1] * roi[2]).reshape({1, 1, roi[0], roi[1], roi[2]});
+  return {
+      // Outputs scaled, the map made affine (roi-shaped, as handed over).
+      {"ScaleAndAffineWeight",
+       [](const torch::Tensor& o, const torch::Tensor&, const torch::Tensor& m, int) {
+         return std::pair{o * 1.5 - 0.25, m * 2.0 + 0.5};
+       }},
+      // A per-voxel ramp on the map, returned as (1, 1, roi); outputs that read the windows.
+      {"RampWeightUsesWindows",
+       [ramp](const torch::Tensor& o, const torch::Tensor& x, const torch::Tensor& m, int) {
+         return std::pair{o.sigmoid() + x.to(o.scalar_type()).mean(1, true),
+                          m.unsqueeze(0).unsqueeze(0) * ramp.to(m.scalar_type())};
+       }},
+      // Weights that change from batch to batch: each batch takes its own, the count map the
+      // first batch's only (a count map from any other batch's weight changes the result). The
+      // window term is kept positive: a weight near 0 (the Gaussian tails are 1e-3) would make
+      // the count map near 0 and the quotient ill-conditioned.
+      {"PerBatchWeight",
+       [](const torch::Tensor& o, const torch::Tensor& x, const torch::Tensor& m, int call) {
+         return std::pair{o * 2.0 - 0.5,
+                          m * (1.0 + 0.25 * call) + 0.01 * x.to(m.scalar_type()).mean().abs()};
+       }},
+  };
+}
+
+std::string value_error(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const c10::ValueError& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return std::string("not a c10::ValueError: ") + e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+// process_fn bodies x constant / Gaussian / a roi_weight_map / an image smaller than the roi
+// (padded, cropped) / float64 inputs, the free function and the inferer, against the float64
+// reference. Tolerance as the option tests': float32 accumulation and a float32 map and weight
+// (voxaug) against float64 ones (reference): 1e-5 absolute and 1e-6 of the summed terms' size.
+TEST(SlidingWindowTorch, ProcessFnMatchesReference) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(21);
+  struct Setup {
+    std::string name;
+    std::vector<int64_t> shape, roi;
+    voxaug::BlendMode mode;
+    bool weight_map;
+    voxaug::WindowPad pad;
+    torch::ScalarType dtype;
+  };
+  const std::vector<Setup> setups = {
+      {"Constant",
+       {2, 2, 13, 11, 14},
+       {6, 5, 7},
+       voxaug::BlendMode::Constant,
+       false,
+       voxaug::WindowPad::Constant,
+       torch::kFloat},
+      {"Gaussian",
+       {2, 2, 13, 11, 14},
+       {6, 5, 7},
+       voxaug::BlendMode::Gaussian,
+       false,
+       voxaug::WindowPad::Constant,
+       torch::kFloat},
+      {"RoiWeightMap",
+       {1, 2, 13, 11, 14},
+       {6, 5, 7},
+       voxaug::BlendMode::Gaussian,
+       true,
+       voxaug::WindowPad::Constant,
+       torch::kFloat},
+      {"PaddedReplicateGaussian",
+       {2, 1, 7, 15, 8},
+       {10, 6, 12},
+       voxaug::BlendMode::Gaussian,
+       false,
+       voxaug::WindowPad::Replicate,
+       torch::kFloat},
+      {"Float64Gaussian",
+       {1, 2, 11, 13, 9},
+       {6, 7, 5},
+       voxaug::BlendMode::Gaussian,
+       false,
+       voxaug::WindowPad::Constant,
+       torch::kDouble},
+  };
+  for (const Setup& su : setups) {
+    const torch::Tensor x = torch::randn(su.shape, torch::TensorOptions().dtype(su.dtype));
+    const torch::Tensor k = torch::randn({2, su.shape[1], 3, 3, 3}, su.dtype) * 0.3;
+    const Fn f = [&](const torch::Tensor& t) { return torch::conv3d(t, k, {}, 1, 1); };
+    voxaug::SlidingWindowOptions o;
+    o.overlap = {0.5};
+    o.mode = su.mode;
+    o.padding_mode = su.pad;
+    RefOptions ro;
+    ro.overlap = {0.5};
+    ro.gaussian = su.mode == voxaug::BlendMode::Gaussian;
+    ro.pad_mode = su.pad == voxaug::WindowPad::Replicate ? "replicate" : "constant";
+    if (su.weight_map) {
+      o.roi_weight_map = torch::rand({su.roi[0], su.roi[1], su.roi[2]}) + 0.05;
+      ro.roi_weight_map = *o.roi_weight_map;
+    }
+    for (const ProcessCase& pc : process_cases(su.roi)) {
+      SCOPED_TRACE(su.name + "/" + pc.name);
+      int got_calls = 0, ref_calls = 0;
+      o.process_fn = voxaug_process(pc.body, &got_calls);
+      ro.process = ref_process(pc.body, &ref_calls);
+      const torch::Tensor got = voxaug::sliding_window_inference(x, su.roi, 3, f, o);
+      int64_t batches = 0;
+      torch::Tensor size;
+      const torch::Tensor want = reference(x, su.roi, 3, f, ro, &size, &batches);
+      ASSERT_EQ(got.sizes(), want.sizes());
+      EXPECT_EQ(got.scalar_type(), su.dtype);
+      EXPECT_EQ(got_calls, batches);
+      EXPECT_FALSE(got.isnan().any().item<bool>());
+      EXPECT_GT(got.abs().max().item<double>(), 0.1);
+      EXPECT_LE(excess(got, want, size, 1e-5, 1e-6), 0.0)
+          << "max |got - want| = " << (got.to(torch::kDouble) - want).abs().max().item<double>();
+      // The inferer: the same per-batch rule on every call (nothing cached from a call's weights).
+      voxaug::SlidingWindowInferer inferer(su.roi, 3, o);
+      for (int call = 0; call < 2; ++call) {
+        got_calls = 0;
+        EXPECT_LE(excess(inferer(x, f), want, size, 1e-5, 1e-6), 0.0) << call;
+      }
+    }
+  }
+}
+
+// The identity process_fn (outputs and map handed back) gives the default path's result bit for
+// bit: the same products, the same sums, the same count map. It also checks what process_fn is
+// handed: the predictor's own output and windows, and MONAI's map (ones / the Gaussian formula /
+// the roi_weight_map) on sw_device in the input's dtype.
+TEST(SlidingWindowTorch, IdentityProcessFnEqualsNoProcessFn) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(22);
+  for (int mode = 0; mode < 3; ++mode)  // constant, Gaussian, roi_weight_map
+    for (auto dtype : {torch::kFloat, torch::kDouble})
+      for (auto shape : {std::vector<int64_t>{2, 2, 13, 11, 14}, {1, 2, 5, 12, 9}}) {
+        SCOPED_TRACE(std::to_string(mode) + " " + c10::toString(dtype) + " " +
+                     std::to_string(shape[2]));
+        const std::vector<int64_t> roi = {6, 5, 7};
+        const torch::Tensor x = torch::randn(shape, torch::TensorOptions().dtype(dtype));
+        torch::Tensor last_in, last_out;
+        const Fn f = [&](const torch::Tensor& t) {
+          last_in = t;
+          last_out = torch::cat({t.sigmoid(), t * t - 1.0}, 1);
+          return last_out;
+        };
+        voxaug::SlidingWindowOptions o;
+        o.overlap = {0.5};
+        o.mode = mode == 1 ? voxaug::BlendMode::Gaussian : voxaug::BlendMode::Constant;
+        torch::Tensor want_map = mode == 1 ? gaussian_map64(roi, {0.125})
+                                           : torch::ones({roi[0], roi[1], roi[2]}, torch::kDouble);
+        if (mode == 2) {
+          o.roi_weight_map = torch::rand({1, 1, roi[0], roi[1], roi[2]}) + 0.05;
+          want_map = o.roi_weight_map->to(dtype).to(torch::kDouble);
+        }
+        const torch::Tensor plain = voxaug::sliding_window_inference(x, roi, 3, f, o);
+        voxaug::SlidingWindowInferer plain_inferer(roi, 3, o);
+        const torch::Tensor plain_inferred = plain_inferer(x, f);
+        int calls = 0;
+        o.process_fn = [&](const std::vector<torch::Tensor>& outs, const torch::Tensor& windows,
+                           const torch::Tensor& map) {
+          ++calls;
+          EXPECT_EQ(outs.size(), 1u);
+          EXPECT_TRUE(outs.at(0).is_same(last_out));
+          EXPECT_TRUE(windows.is_same(last_in));
+          EXPECT_EQ(map.scalar_type(), dtype);
+          EXPECT_EQ(map.device(), x.device());
+          EXPECT_EQ(map.numel(), roi[0] * roi[1] * roi[2]);
+          EXPECT_EQ(map.size(-1), roi[2]);
+          // The Gaussian map: voxaug's float32 formula against the float64 one.
+          EXPECT_TRUE(
+              torch::allclose(map.to(torch::kDouble).reshape_as(want_map), want_map, 1e-6, 1e-7));
+          return std::pair<std::vector<torch::Tensor>, torch::Tensor>{outs, map};
+        };
+        const torch::Tensor got = voxaug::sliding_window_inference(x, roi, 3, f, o);
+        EXPECT_GT(calls, 1);
+        EXPECT_TRUE(torch::equal(got, plain));
+        EXPECT_GT(got.abs().max().item<double>(), 0.1);
+        voxaug::SlidingWindowInferer inferer(roi, 3, o);
+        EXPECT_TRUE(torch::equal(inferer(x, f), plain_inferred));
+        // The map returned as (1, 1, roi) instead of roi: the same weights.
+        const voxaug::ProcessFn identity = o.process_fn;
+        o.process_fn = [&](const std::vector<torch::Tensor>& outs, const torch::Tensor& windows,
+                           const torch::Tensor& map) {
+          auto r = identity(outs, windows, map);
+          r.second = r.second.reshape({1, 1, roi[0], roi[1], roi[2]});
+          return r;
+        };
+        EXPECT_TRUE(torch::equal(voxaug::sliding_window_inference(x, roi, 3, f, o), plain));
+      }
+}
+
+// Bad process_fn returns are c10::ValueErrors naming process_fn and what was expected.
+TEST(SlidingWindowTorch, ProcessFnBadReturnsNameProcessFn) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor x = torch::randn({1, 1, 9, 8, 10});
+  const std::vector<int64_t> roi = {4, 3, 5};
+  const Fn f = [](const torch::Tensor& t) { return t * 2.0; };
+  using Ret = std::pair<std::vector<torch::Tensor>, torch::Tensor>;
+  auto run = [&](voxaug::ProcessFn fn) {
+    voxaug::SlidingWindowOptions o;
+    o.process_fn = std::move(fn);
+    return value_error([&] { voxaug::sliding_window_inference(x, roi, 2, f, o); });
+  };
+  const std::string weight_msg = "process_fn must return a roi-sized weight map";
+  // Right voxel count, wrong shape.
+  EXPECT_NE(run([](auto& outs, auto&, auto& m) {
+              return Ret{outs, m.reshape({5, 3, 4})};
+            }).find(weight_msg),
+            std::string::npos);
+  // Too few voxels.
+  EXPECT_NE(run([](auto& outs, auto&, auto& m) {
+              return Ret{outs, m.slice(0, 0, 2)};
+            }).find(weight_msg),
+            std::string::npos);
+  // One map per window (MONAI's count map takes one map for the whole batch).
+  EXPECT_NE(run([](auto& outs, auto& w, auto& m) {
+              return Ret{outs, m.expand({w.size(0), 1, 4, 3, 5})};
+            }).find(weight_msg),
+            std::string::npos);
+  // No map.
+  EXPECT_NE(run([](auto& outs, auto&, auto&) {
+              return Ret{outs, torch::Tensor()};
+            }).find("got an undefined tensor"),
+            std::string::npos);
+  // Wrong number of outputs: none, two.
+  EXPECT_NE(run([](auto&, auto&, auto& m) {
+              return Ret{{}, m};
+            }).find("process_fn must return exactly 1 output"),
+            std::string::npos);
+  EXPECT_NE(run([](auto& outs, auto&, auto& m) {
+              return Ret{{outs[0], outs[0]}, m};
+            }).find("process_fn must return exactly 1 output"),
+            std::string::npos);
+  // An output of the wrong shape, rank or dtype.
+  EXPECT_NE(run([](auto& outs, auto&, auto& m) {
+              return Ret{{outs[0].slice(2, 0, 2)}, m};
+            }).find("process_fn changed the window shape"),
+            std::string::npos);
+  EXPECT_NE(run([](auto& outs, auto&, auto& m) {
+              return Ret{{outs[0][0]}, m};
+            }).find("process_fn must return a 5-D"),
+            std::string::npos);
+  EXPECT_NE(run([](auto& outs, auto&, auto& m) {
+              return Ret{{outs[0].to(torch::kLong)}, m};
+            }).find("process_fn's output must be a float tensor"),
+            std::string::npos);
+  // A good return passes (the checks above are not refusing everything).
+  EXPECT_EQ(run([](auto& outs, auto&, auto& m) { return Ret{outs, m}; }), "no error");
+}
+
+// cuda_graph would replay the first call's process_fn: the inferer refuses the pair up front.
+TEST(SlidingWindowTorch, ProcessFnRefusesCudaGraph) {
+  voxaug::SlidingWindowOptions o;
+  o.cuda_graph = true;
+  o.process_fn = [](const std::vector<torch::Tensor>& outs, const torch::Tensor&,
+                    const torch::Tensor& m) {
+    return std::pair<std::vector<torch::Tensor>, torch::Tensor>{outs, m};
+  };
+  EXPECT_NE(value_error([&] {
+              voxaug::SlidingWindowInferer inferer({4, 4, 4}, 2, o);
+            }).find("process_fn cannot be combined with cuda_graph"),
+            std::string::npos);
+  o.cuda_graph = false;
+  EXPECT_EQ(value_error([&] {
+              voxaug::SlidingWindowInferer inferer({4, 4, 4}, 2, o);
+            }),
+            "no error");
+}

@@ -6,7 +6,8 @@
 // Per batch of windows: one gather launch into a buffer allocated once, the predictor, one
 // stitch launch that multiplies by the importance map and adds in window order. Nothing in the
 // loop synchronises the host or allocates (except the predictor's own output, and a copy when
-// `device` differs from the predictor's device). NVTX ranges "voxaug.window.gather",
+// `device` differs from the predictor's device; with a process_fn, also its returns and their
+// weight map cast and copied to `device`). NVTX ranges "voxaug.window.gather",
 // "voxaug.window.predict", "voxaug.window.stitch" and "voxaug.window.finalize" mark the passes.
 #pragma once
 
@@ -33,6 +34,24 @@ namespace voxaug {
 
 enum class BlendMode { Constant, Gaussian };
 
+// MONAI's process_fn (monai.inferers.sliding_window_inference, MONAI 1.3+): called once per
+// window batch, after the predictor, with
+//   outputs        the predictor's outputs for the batch (one (B, K, roi) tensor: the C++
+//                  predictor has one output),
+//   windows        the (B, C, roi) window batch handed to the predictor, on sw_device (the
+//                  reused window buffer: clone it to keep it),
+//   importance_map the roi-sized map (roi_weight_map if given, else `mode`'s map: ones for
+//                  constant) on sw_device in the input's dtype, shape as given / (D, H, W);
+// and returns {outputs to stitch (exactly one, of the predictor's shape rules), weight map}.
+// The weight map, roi-sized (shape roi, or any leading 1s: (1, 1, D, H, W)), is cast to the
+// input's dtype (as MONAI does) and replaces the importance map for that batch's stitch; as in
+// MONAI, the count map that divides the sum is the first batch's weight map summed over every
+// window. The weight is copied to `device` per batch (a host sync when that copy leaves the GPU).
+// An empty process_fn (the default) leaves the default path unchanged.
+using ProcessFn = std::function<std::pair<std::vector<at::Tensor>, at::Tensor>(
+    const std::vector<at::Tensor>& outputs, const at::Tensor& windows,
+    const at::Tensor& importance_map)>;
+
 struct SlidingWindowOptions {
   std::vector<double> overlap = {0.25};  // one value, or one per spatial axis; each in [0, 1)
   BlendMode mode = BlendMode::Constant;
@@ -46,12 +65,15 @@ struct SlidingWindowOptions {
   std::optional<c10::ScalarType> output_dtype;  // default: the input's dtype
   bool argmax = false;    // return (N, 1, D, H, W) int64 channel indices instead of probabilities
   bool progress = false;  // print the window count per batch to stderr
+  ProcessFn process_fn;   // MONAI's per-batch hook on outputs and weight map (see ProcessFn)
   // SlidingWindowInferer only, CUDA inputs only: capture the whole pass (every window batch's
   // gather, predictor and stitch, then the finalize) once per input shape into a CUDA graph and
   // replay it on later calls (input copied into the graph's static buffer, result cloned out).
   // The first call warms up eagerly on a side stream, then captures. The predictor must be
   // capturable (static shapes, no host sync); the predictor of the first call for a shape is
   // the one replayed (reset_graphs() drops the graphs). Results equal the eager pass bit for bit.
+  // Not combinable with process_fn (the inferer's constructor refuses the pair): a captured
+  // process_fn would replay the first call's host-side decisions and weights unseen.
   bool cuda_graph = false;
 };
 
@@ -60,7 +82,8 @@ using Predictor = std::function<at::Tensor(const at::Tensor&)>;
 // Runs `predictor` over the windows of `inputs` (N, C, D, H, W) and stitches its (B, K, roi)
 // outputs into (N, K, D, H, W). roi entries <= 0 take the image size (MONAI's fall_back_tuple).
 // Errors (std::invalid_argument-like c10::ValueError) name the argument: roi of the wrong
-// length, overlap outside [0, 1), sw_batch_size < 1, a predictor output of the wrong shape.
+// length, overlap outside [0, 1), sw_batch_size < 1, a predictor output of the wrong shape,
+// a process_fn return of the wrong count, shape or weight size.
 at::Tensor sliding_window_inference(const at::Tensor& inputs, std::vector<int64_t> roi_size,
                                     int64_t sw_batch_size, const Predictor& predictor,
                                     const SlidingWindowOptions& options = {});
@@ -73,7 +96,8 @@ at::Tensor sliding_window_inference(const at::Tensor& inputs, std::vector<int64_
                                     const SlidingWindowOptions& options = {});
 
 // The MONAI SlidingWindowInferer: the options once, the importance map and the count map
-// cached per (image size, device, dtype) across calls.
+// cached per (image size, device, dtype) across calls (not with a process_fn, whose weights
+// are per batch). options.cuda_graph with options.process_fn: c10::ValueError.
 class SlidingWindowInferer {
  public:
   SlidingWindowInferer(std::vector<int64_t> roi_size, int64_t sw_batch_size,
