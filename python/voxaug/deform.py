@@ -29,10 +29,10 @@ displacement u of its last call, (N, 3, D, H, W) in output voxels along the arra
 ``deform_field_dense``; the transforms themselves never build it.
 
 In a :class:`voxaug.transforms.Compose`, Rand3DElastic, GridDistortion, RandGridDistortion
-(and their dictionary forms) close the group of spatial steps before them: the group's
-product map M_before joins the gather, out(x) = in(M_before M (x + u(x))), one launch for
-the group and the deformation, the same draws (see the end of this module and
-``voxaug.spatial._close_with_deformation``; tests/python/test_deform_fused.py).
+(and their dictionary forms) and RandomElasticDeformation close the group of spatial steps
+before them: the group's product map M_before joins the gather, out(x) = in(M_before M (x +
+u(x))), one launch for the group and the deformation, the same draws (see the end of this
+module and ``voxaug.spatial._close_with_deformation``; tests/python/test_deform_fused.py).
 
 Differences from MONAI / TorchIO are listed in each class.
 """
@@ -49,7 +49,8 @@ import torch
 
 from . import ops
 from .spatial import (_MASK64, _MAX_TARGETS, _centred_affine, _fall_back_size, _grid_index_map, _grid_opts,
-                      _per_key, _rand_ranges, _RandomSpatial, _stack, _to_device)
+                      _grid_padding, _inner, _Opts, _per_key, _rand_ranges, _RandomSpatial, _stack, _to_device,
+                      SpatialCrop)
 from .transforms import _as_batch, _is_meta_tensor
 
 __all__ = ["Rand3DElastic", "Rand3DElasticd", "GridDistortion", "GridDistortiond", "RandGridDistortion",
@@ -205,6 +206,11 @@ class _RandomDeform(_FieldOutput, _RandomSpatial):
     """The spatial transforms' per-sample Philox draws (gate + k uniforms, sharing, replay),
     plus two columns: the sample's global index and the call's noise key. The device noise of
     sample i is Philox (key, index), so a sample's field does not depend on its batch."""
+
+    # Not invertible (no record is written): Compose.inverse skips the deformations, as MONAI
+    # skips its non-invertible Rand3DElastic; the spatial steps' inherited inverse would look
+    # for a record the call never wrote.
+    inverse = None
 
     def draw_params(self, batch_size: int = 1, first_sample: int = 0, seed: Optional[int] = None) -> torch.Tensor:
         """(batch_size, k + 2) float64 CPU tensor: the k uniforms of
@@ -558,11 +564,15 @@ def _spacing_of(img: Any, spacing) -> tuple[float, float, float]:
         if len(v) != 3 or any(s <= 0 for s in v):
             raise ValueError(f"spacing must be a positive number or 3 positive numbers, got {spacing!r}")
         return tuple(v)
-    if _is_meta_tensor(img):
-        aff = img.affine
-        aff = aff[0] if aff.dim() == 3 else aff
-        return tuple(float(v) for v in torch.linalg.norm(aff[:3, :3].double(), dim=0))
-    return (1.0, 1.0, 1.0)
+    return _affine_spacing(img.affine) if _is_meta_tensor(img) else (1.0, 1.0, 1.0)
+
+
+def _affine_spacing(aff: torch.Tensor) -> tuple[float, float, float]:
+    """Voxel sizes of a MetaTensor affine (4, 4) or batched (N, 4, 4) (its first): the column
+    norms (nibabel's voxel_sizes)."""
+    aff = torch.as_tensor(aff)
+    aff = aff[0] if aff.dim() == 3 else aff
+    return tuple(float(v) for v in torch.linalg.norm(aff[:3, :3].double(), dim=0))
 
 
 class RandomElasticDeformation(_RandomDeform):
@@ -581,6 +591,16 @@ class RandomElasticDeformation(_RandomDeform):
     along ITK's LPS axes: the sign of the first two differs for RAS images; the distribution is
     symmetric); outside the image voxaug pads with `padding_mode` ('border' by default; TorchIO
     fills with each channel's minimum, which a border voxel of a background-padded scan equals).
+
+    In a :class:`voxaug.transforms.Compose` it closes the group of spatial steps before it: one
+    gather for the steps and the deformation, with the draw, the control grid (over the steps'
+    output size), the mm -> voxel spacing (that of the steps' output affine: after Spacing its
+    pixdim), the interpolation per key (the dtype the steps leave) and the folding warning of
+    the call on the steps' output. It runs as that call instead (the steps gathered first)
+    after a crop (SpatialCrop, CenterSpatialCrop, crop samplers: the call's grid, locked
+    borders and padding belong to the cropped window, which the fused gather would read past),
+    with max_displacement 0 (nothing drawn, the input returned), or when a key's interpolation
+    differs from its steps'.
     """
 
     def __init__(self, num_control_points=7, max_displacement=7.5, locked_borders: int = 2,
@@ -666,7 +686,9 @@ class RandomElasticDeformation(_RandomDeform):
             for (in_size, device), members in by_size.items():
                 source = _FieldSource(zeros=(n, in_size, device))
                 self._fields.update({items[j][0]: source for j in members})
-            return data
+            # A new dictionary, as every other call returns (Compose refills its dict in place
+            # from the result: returning the caller's own dict would empty it).
+            return d if isinstance(data, Mapping) else data
         params = self._params_for(n, randomize)
         spacing = _spacing_of(first, self.spacing)
         results, fields = {}, {}
@@ -693,9 +715,19 @@ class RandomElasticDeformation(_RandomDeform):
 # one resample_deformed launch instead of one resample and one resample_deformed. Only the
 # case "spatial steps, then the deformation" fuses; spatial steps after a deformation start
 # the next group (fusing them would need the field pulled back through their maps).
-# RandomElasticDeformation (TorchIO: dictionaries of every tensor, spacing from the affine)
-# runs as itself.
-_FUSABLE_DEFORMS = (Rand3DElastic, GridDistortion, RandGridDistortion)
+#
+# RandomElasticDeformation (TorchIO) fuses as it calls: every 4-D / 5-D tensor of a dictionary,
+# label_interpolation for label_keys and integer tensors (the dtype the preceding steps leave:
+# an integer label a linear step made float is an image then, as in the unfused call), its
+# mm -> voxel scale from the spacing its input would have (the group's affine of the first
+# tensor, see _fused_plans), its control grid laid over the group's output grid, the folding
+# warning for that grid. It runs as itself (no fusion, the group flushed first) when
+#  - max_displacement is 0 (the call returns its input and draws nothing);
+#  - a deformed key's pending group crops (SpatialCrop, CenterSpatialCrop): the call lays its
+#    control grid and locked borders over the cropped window and pads ('border' by default)
+#    beyond it, where the fused gather would read the real voxels outside the window; after
+#    exact steps the two must be equal, so the crop is gathered first.
+_FUSABLE_DEFORMS = (Rand3DElastic, GridDistortion, RandGridDistortion, RandomElasticDeformation)
 
 
 def _is_fusable_deformation(t: Any) -> bool:
@@ -705,9 +737,14 @@ def _is_fusable_deformation(t: Any) -> bool:
                                                and isinstance(t.transform, _FUSABLE_DEFORMS))
 
 
-def _fusion_keys(t: Any, data: Mapping, is_dict: bool) -> Optional[list]:
+def _fusion_keys(t: Any, data: Mapping, is_dict: bool, chains: Optional[Mapping] = None) -> Optional[list]:
     """[(key, _Opts)] of the tensors deformation `t` deforms in `data` (key None: an array call),
-    or None when `t` must run as itself here (form mismatch, a missing key it raises for)."""
+    or None when `t` must run as itself here (form mismatch, a missing key it raises for, the
+    RandomElasticDeformation cases listed above). `chains`: compose_spatial's lazy chains (key ->
+    ``_LazyChain``), the pending steps of each key and the dtype they leave."""
+    chains = chains or {}
+    if isinstance(t, RandomElasticDeformation):
+        return _torchio_fusion_keys(t, data, is_dict, chains)
     if isinstance(t, _DeformDict):
         if not is_dict:
             return None
@@ -724,20 +761,57 @@ def _fusion_keys(t: Any, data: Mapping, is_dict: bool) -> Optional[list]:
     return [(None, _grid_opts(t.mode, t.padding_mode, False))]
 
 
+def _torchio_fusion_keys(t: "RandomElasticDeformation", data: Mapping, is_dict: bool,
+                         chains: Mapping) -> Optional[list]:
+    """_fusion_keys of RandomElasticDeformation: the tensors its call deforms, each with the
+    interpolation the call picks for the tensor the pending steps would hand it."""
+    if all(v == 0 for v in t.max_displacement):
+        return None
+    padding = _grid_padding(t.padding_mode)
+    if is_dict:
+        keys = []
+        for key, v in data.items():
+            if not isinstance(v, torch.Tensor) or v.dim() not in (4, 5):
+                continue
+            ch = chains.get(key)
+            dtype = ch.dtype if ch is not None and ch.steps else v.dtype
+            keys.append((key, t.label_interpolation if key in t.label_keys or not dtype.is_floating_point
+                         else t.image_interpolation))
+    else:
+        keys = [(None, t.image_interpolation)]
+    for key, _ in keys:
+        ch = chains.get(key)
+        if ch is not None and any(isinstance(_inner(s.owner), SpatialCrop) for s in ch.steps):
+            return None
+    return [(key, _Opts(_TORCHIO_INTERP[m], _TORCHIO_INTERP[m], padding, False)) for key, m in keys]
+
+
 def _fused_plans(t: Any, entries: Sequence[tuple]) -> dict:
     """Draws deformation `t`'s parameters as its call does (once, for batch n) and plans its field
-    per (virtual input size, device) of `entries` [(key, n, size, device)]; records the fields
-    for ``displacement_field()`` as the call would. Returns {key: plan}."""
+    per (virtual input size, device) of `entries` [(key, n, size, device, affine)] (affine: the
+    MetaTensor affine the key's tensor would have, None for a plain tensor); records the fields
+    for ``displacement_field()`` as the call would. Returns {key: plan}.
+
+    RandomElasticDeformation: mm -> voxels with its `spacing`, else that of the first entry's
+    affine (the call's first tensor, after the pending steps: Spacing's output spacing), else 1."""
     owner = t.transform if isinstance(t, _DeformDict) else t
     n = entries[0][1]
     params = owner._params_for(n, True) if isinstance(owner, _RandomDeform) else None
+    extra: tuple = ()
+    if isinstance(owner, RandomElasticDeformation):
+        first = entries[0][4]
+        extra = (_spacing_of(None, owner.spacing) if owner.spacing is not None or first is None
+                 else _affine_spacing(first),)
     by_size: dict = {}
-    for key, _, size, device in entries:
+    for key, _, size, device, _ in entries:
         by_size.setdefault((tuple(size), device), []).append(key)
     plans, fields = {}, {}
     for (size, device), keys in by_size.items():
-        plan = owner._plan(size, n, params, device)
-        rebuild = (size, n, params, device) if isinstance(t, _DeformDict) else (size, n, params, device, None)
+        plan = owner._plan(size, n, params, device, *extra)
+        if isinstance(owner, RandomElasticDeformation):
+            rebuild = (size, n, params, device) + extra
+        else:
+            rebuild = (size, n, params, device) if isinstance(t, _DeformDict) else (size, n, params, device, None)
         source = _source_of(plan, rebuild)
         for key in keys:
             plans[key], fields[key] = plan, source

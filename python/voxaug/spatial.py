@@ -2817,9 +2817,9 @@ class Orientationd:
 # (dictionary forms with their own per-key geometry rules), anything else.
 #
 # Deformations (Rand3DElastic, GridDistortion, RandGridDistortion and their dictionary forms,
-# voxaug.deform) close the group before them: one resample_deformed launch with the group's map
-# times the deformation's (see _close_with_deformation). Spatial steps after a deformation
-# start the next group.
+# RandomElasticDeformation; voxaug.deform) close the group before them: one resample_deformed
+# launch with the group's map times the deformation's (see _close_with_deformation). Spatial
+# steps after a deformation start the next group.
 _EXACT_TYPES: tuple = ()  # set below, after the classes exist
 _FUSABLE_TYPES: tuple = ()
 
@@ -3061,7 +3061,8 @@ def _close_with_deformation(t: Any, d: dict, is_dict: bool, chains: dict, chain:
     done nothing, when `t` must run as itself: no key has a pending group (nothing to fuse), a
     key stands for patches not yet cut, a pending group's (mode, padding, align_corners)
     differs from the deformation's for that key, or the call would raise (missing key, batch
-    sizes that differ). Keys the deformation does not touch keep their pending groups.
+    sizes that differ, the cases voxaug.deform._fusion_keys lists for RandomElasticDeformation).
+    Keys the deformation does not touch keep their pending groups.
 
     Equal to the steps run one by one up to interpolation (one gather instead of two; after
     exact steps with nearest sampling, equal but where a sample point lies within float32
@@ -3073,7 +3074,7 @@ def _close_with_deformation(t: Any, d: dict, is_dict: bool, chains: dict, chain:
     invertible) and the group's affine."""
     from . import deform
 
-    keys = deform._fusion_keys(t, d, is_dict)
+    keys = deform._fusion_keys(t, d, is_dict, chains)
     if not keys or not any(k in chains and chains[k].steps for k, _ in keys):
         return False
     for k, opts in keys:
@@ -3086,7 +3087,7 @@ def _close_with_deformation(t: Any, d: dict, is_dict: bool, chains: dict, chain:
     for k, _ in keys:
         ch = chain(k)
         where = d[k].device if isinstance(d[k], torch.Tensor) else torch.device("cpu")
-        entries.append((k, ch.n, ch.size, where))
+        entries.append((k, ch.n, ch.size, where, ch.affine))  # the affine: RandomElasticDeformation's spacing
     if len({e[1] for e in entries}) != 1:
         return False  # the transform raises its own error
     plans = deform._fused_plans(t, entries)

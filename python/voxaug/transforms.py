@@ -780,10 +780,12 @@ class Compose:
     bytes as cropping first. Interpolating steps differ from crop-then-transform exactly where
     the latter reads the crop's zero border.
 
-    A deformation (Rand3DElastic(d), GridDistortion(d), RandGridDistortion(d)) closes the spatial
-    group before it: the group's map and the deformation's field are one ``resample_deformed``
-    launch (out(x) = in(M (x + u(x))), the same draws); steps after a deformation start a new
-    group.
+    A deformation (Rand3DElastic(d), GridDistortion(d), RandGridDistortion(d), TorchIO's
+    RandomElasticDeformation) closes the spatial group before it: the group's map and the
+    deformation's field are one ``resample_deformed`` launch (out(x) = in(M (x + u(x))), the same
+    draws; RandomElasticDeformation's mm -> voxel scale from the spacing the group's output would
+    have, and it runs unfused after a crop: see its docstring); steps after a deformation start a
+    new group.
 
     A step that returns a list (a crop sampler without ``as_batch``: one dictionary per crop)
     hands each item to the remaining transforms, as MONAI's Compose (``map_items``) does; the

@@ -7,6 +7,7 @@ in test_resample.py, test_spatial.py and test_deform.py: bytes where both paths 
 path interpolates twice; the random draws of every transform and the launch counts."""
 import copy
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -304,3 +305,255 @@ def test_crop_sampler_then_deformation(monkeypatch):
     assert same_draws and same_u and calls["resample_deformed"] == 1
     for k in KEYS:
         assert torch.equal(out[k], ref[k])
+
+
+# ---------------- TorchIO RandomElasticDeformation closing the group ----------------
+def _coordinate_rounding_bound(x: torch.Tensor, sizes) -> float:
+    """|fused - step by step| for linear sampling after exact steps: both interpolate the same
+    voxels; the fused sample point M (x + u) carries float32 rounding of the map (a few ulp of
+    the largest index: 8 * 2^-24 * max size, generous), and a trilinear interpolant moves by at
+    most that times the sum over the axes of its largest voxel difference (<= 3 (max - min));
+    plus float32 rounding of the two 8-tap sums (8 ulp(max |x|) each)."""
+    lo, hi = x.min().item(), x.max().item()
+    delta = 8.0 * 2.0 ** -24 * max(sizes)
+    return 3.0 * delta * (hi - lo) + 16.0 * 2.0 ** -23 * max(abs(lo), abs(hi))
+
+
+def _torchio(**kw):
+    return D.RandomElasticDeformation(**kw)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_torchio_exact_steps_then_elastic(device, monkeypatch):
+    # TorchIO's dictionary form after flips and a quarter turn (exact): one launch, the same
+    # draws and control points; the integer atlas and a float mask listed in label_keys
+    # (label_interpolation nearest) equal but at near-ties (see the first test), the float MRI
+    # (image_interpolation linear) within the float32 rounding of the fused sample points.
+    img, lab = _atlas()
+    data = {"image": img.to(device), "label": lab.to(device), "mask": (lab > 40).float().to(device)}
+    keys = KEYS + ["mask"]
+
+    def make():
+        return [S.RandFlipd(keys, prob=0.5, spatial_axis=0), S.RandFlipd(keys, prob=0.5, spatial_axis=1),
+                S.RandFlipd(keys, prob=0.5, spatial_axis=2), S.RandRotate90d(keys, prob=0.7, max_k=3,
+                                                                             spatial_axes=(0, 2)),
+                _torchio(num_control_points=(7, 8, 6), max_displacement=(5, 4, 6), label_keys=["mask"])]
+
+    bound = _coordinate_rounding_bound(img, img.shape[1:])
+    for seed in range(4):
+        ref, out, ref_calls, calls, same_draws, same_u = _run_both(make, data, seed, monkeypatch)
+        assert ref_calls == {"resample": 4, "resample_deformed": 1}
+        assert calls == {"resample": 0, "resample_deformed": 1}
+        assert same_draws and same_u, seed
+        deform = _run_both.deformation
+        assert deform._fields["image"] is deform._fields["label"] is deform._fields["mask"]  # one plan
+        assert out["label"].dtype == torch.uint8 and out["image"].dtype == out["mask"].dtype == torch.float32
+        ties = _near_ties(deform, "label", out["label"].shape[1:])[0]
+        for k in ("label", "mask"):
+            differ = (out[k] != ref[k]).any(0).cpu()
+            assert int(differ.sum()) <= 1e-5 * differ.numel(), (seed, k, int(differ.sum()))
+            assert not (differ & ~ties).any(), (seed, k, differ.nonzero()[:5])
+        assert set(out["mask"].unique().tolist()) == {0.0, 1.0}  # nearest: no blended mask values
+        err = (out["image"] - ref["image"]).abs().max().item()
+        assert err <= bound, (seed, err, bound)
+        assert not torch.equal(out["label"], data["label"]) and len(torch.unique(out["label"])) > 100
+
+
+def _metatensor_ch2():
+    """ch2 + aal at every second voxel as MONAI MetaTensors with the NIfTI affine (2 mm)."""
+    nib = pytest.importorskip("nibabel")
+    monai_data = pytest.importorskip("monai.data")
+    img, lab = _atlas()
+    aff = torch.from_numpy(nib.load(os.path.join(TEMPLATES, "ch2.nii.gz")).affine @ np.diag([2.0, 2.0, 2.0, 1.0]))
+    return monai_data.MetaTensor(img, affine=aff.clone()), monai_data.MetaTensor(lab, affine=aff.clone()), aff
+
+
+def test_torchio_spacing_from_the_composed_affine(monkeypatch):
+    # The deformation's max_displacement is in mm: after a Spacing step its input has the new
+    # spacing, and the fused call must convert with that one (the group's affine), not the
+    # 2 mm of the tensor it gathers from. Checked against a RandomElasticDeformation given
+    # spacing=pixdim explicitly, replaying the same draw on a tensor of the Spacing output's
+    # size (independent of how the affine is carried): float32 scale m / s, rtol 1e-6.
+    nib = pytest.importorskip("nibabel")
+    img, lab, aff = _metatensor_ch2()
+    pixdim = (3.0, 2.5, 3.5)
+    kw = dict(num_control_points=(7, 6, 8), max_displacement=(6.0, 4.0, 8.0))
+
+    def make():
+        return [S.Spacingd(KEYS, pixdim=pixdim, mode=("bilinear", "nearest")),
+                S.RandFlipd(KEYS, prob=1.0, spatial_axis=1), _torchio(**kw)]
+
+    data = {"image": img, "label": lab}
+    for seed in range(2):
+        ref, out, ref_calls, calls, same_draws, same_u = _run_both(make, data, seed, monkeypatch)
+        assert ref_calls == {"resample": 2, "resample_deformed": 1}
+        assert calls == {"resample": 0, "resample_deformed": 1}
+        assert same_draws and same_u, seed
+        for k in KEYS:
+            assert out[k].shape == ref[k].shape and out[k].dtype == ref[k].dtype
+            assert torch.allclose(out[k].affine.double(), ref[k].affine.double(), atol=1e-12)
+            assert np.allclose(nib.affines.voxel_sizes(out[k].affine.double().numpy()), pixdim)
+        deform = _run_both.deformation
+        u = deform.displacement_field("image")
+        params = deform._last
+        shape = tuple(out["image"].shape[1:])
+        for spacing, same in ((pixdim, True), ((2.0, 2.0, 2.0), False)):
+            explicit = _torchio(spacing=spacing, **kw)
+            with explicit._replaying(params):
+                explicit(torch.zeros(1, *shape))
+            want = explicit.displacement_field()
+            assert torch.allclose(u, want, rtol=1e-6, atol=1e-7) == same, (seed, spacing)
+        mm = u[0].double().abs().flatten(1).max(1).values * torch.tensor(pixdim, dtype=torch.float64)
+        assert (mm <= torch.tensor(kw["max_displacement"], dtype=torch.float64) + 1e-5).all()
+        assert (mm > 0.3 * torch.tensor(kw["max_displacement"], dtype=torch.float64)).all()
+        assert set(out["label"].unique().tolist()) <= set(lab.unique().tolist())
+        assert torch.isfinite(out["image"]).all() and out["image"].abs().max() > 0
+        back = _run_both.compose.inverse(out)  # the Spacing + flip group; the deformation is skipped
+        for k in KEYS:
+            assert back[k].shape == data[k].shape and torch.allclose(back[k].affine.double(), aff, atol=1e-9)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("step", ["affine", "spacing"])
+def test_torchio_affine_or_spacing_then_elastic_within_interpolation_bound(device, step, monkeypatch):
+    # One interpolation (fused) vs two (step by step); the bound of
+    # test_affine_then_elastic_bilinear_within_interpolation_bound: 2 e_f + e_g with s the
+    # largest column norm of the step's index map (RandAffined: scale 1.1; Spacingd from
+    # (1.2, 0.9, 1.1) mm to 1 mm: 1 / 0.9), the ramp within 2e-4. An integer key that the
+    # bilinear affine makes float is an image to TorchIO's dictionary form (linear), in both
+    # paths (else the groups' modes would differ and the Compose would not fuse).
+    n = 2 if step == "affine" else 1
+    img, fdd = _smooth_volume(n=n)
+    ones = torch.ones(n, 1, *img.shape[2:])
+    data = {"image": img.to(device), "ones": ones.to(device)}
+    keys = ["image", "ones"]
+    if step == "affine":
+        data["count"] = (img[:, 1:] / 10).to(torch.uint8).to(device)
+        keys = keys + ["count"]
+        first = [S.RandFlipd(keys, prob=0.5, spatial_axis=1),
+                 S.RandAffined(keys, prob=1.0, rotate_range=(0.3, 0.2, 0.2), scale_range=0.1, translate_range=2.0,
+                               padding_mode="zeros")]
+        s = 1.1
+    else:
+        monai_data = pytest.importorskip("monai.data")
+        src = (1.2, 0.9, 1.1)
+        aff = torch.diag(torch.tensor([*src, 1.0], dtype=torch.float64))
+        aff[:3, 3] = torch.tensor([-20.0, 5.0, 3.0], dtype=torch.float64)
+        data = {k: monai_data.MetaTensor(v[0], affine=aff.clone()) for k, v in data.items()}
+        first = [S.RandFlipd(keys, prob=0.5, spatial_axis=1),
+                 S.Spacingd(keys, pixdim=(1.0, 1.0, 1.0), padding_mode="zeros")]
+        s = 1.0 / min(src)
+
+    def make():
+        return [copy.deepcopy(t) for t in first] + [
+            _torchio(num_control_points=6, max_displacement=3.0, locked_borders=1, padding_mode="zeros")]
+
+    bound = 3.0 / 8.0 * fdd * (2.0 + s ** 2)
+    for seed in range(3):
+        ref, out, ref_calls, calls, same_draws, same_u = _run_both(make, data, seed, monkeypatch)
+        assert ref_calls == {"resample": 2, "resample_deformed": 1}
+        assert calls == {"resample": 0, "resample_deformed": 1}
+        assert same_draws and same_u, seed
+        o, r = (out["image"].cpu().double(), ref["image"].cpu().double())
+        one_o, one_r = out["ones"].cpu(), ref["ones"].cpu()
+        if step == "spacing":
+            o, r, one_o, one_r = o[None], r[None], one_o[None], one_r[None]
+        else:
+            assert out["count"].dtype == ref["count"].dtype == torch.float32
+        inside = (one_r[:, 0] > 1 - 1e-6) & (one_o[:, 0] > 1 - 1e-6)
+        assert inside.float().mean() > 0.3, "too little of the volume away from the borders"
+        assert torch.isfinite(o).all() and o[:, 0][inside].abs().min() > 0
+        ramp_err = (o[:, 0] - r[:, 0]).abs()[inside].max().item()
+        wave_err = (o[:, 1] - r[:, 1]).abs()[inside].max().item()
+        assert ramp_err < 2e-4, (seed, ramp_err)
+        assert wave_err < bound, (seed, wave_err, bound)
+        assert _run_both.deformation.displacement_field().abs().max() > 1.0, "nothing moved"
+
+
+def _folding_messages(make, data, fuse) -> tuple:
+    """(the folding warnings of one Compose run, its output)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = T.Compose(make(), fuse_spatial=fuse).set_random_state(0)(data)
+    return [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)
+            and "folding" in str(w.message)], out
+
+
+@pytest.mark.parametrize("form", ["dict", "array"])
+def test_torchio_folding_warning_on_the_fused_geometry(form, monkeypatch):
+    # The folding check looks at the control spacing of the deformation's own input: after a
+    # quarter turn of a (40, 20, 30) volume, that of (20, 40, 30). The fused path warns as the
+    # unfused one, and as TorchIO itself does for an image of that shape (its message names
+    # the axes), not as for the shape before the turn. Outputs: linear after an exact step,
+    # within the float32 rounding of the fused sample points (_coordinate_rounding_bound).
+    tio = pytest.importorskip("torchio")
+    calls = count_calls(monkeypatch, "resample", "resample_deformed")
+    g = torch.Generator().manual_seed(4)
+    x = torch.rand(1, 40, 20, 30, generator=g)
+    kw = dict(num_control_points=7, max_displacement=4.0)
+    if form == "dict":
+        data = {"image": x}
+
+        def make():
+            return [S.Rotate90d(["image"], k=1, spatial_axes=(0, 1)), _torchio(**kw)]
+    else:
+        data = x
+
+        def make():
+            return [S.Rotate90(k=1, spatial_axes=(0, 1)), _torchio(**kw)]
+
+    def torchio_messages(shape):
+        subject = tio.Subject(image=tio.ScalarImage(tensor=torch.rand(1, *shape, generator=g)))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tio.RandomElasticDeformation(**kw)(subject)
+        return [str(w.message) for w in caught if "folding" in str(w.message)]
+
+    want, before = torchio_messages((20, 40, 30)), torchio_messages((40, 20, 30))
+    assert len(want) == 1 and want != before
+    unfused, ref = _folding_messages(make, data, False)
+    calls.update(resample=0, resample_deformed=0)
+    fused, out = _folding_messages(make, data, True)
+    assert unfused == fused == want
+    assert calls == {"resample": 0, "resample_deformed": 1}
+    if form == "dict":
+        ref, out = ref["image"], out["image"]
+    assert out.shape == ref.shape == (1, 20, 40, 30)
+    assert (out - ref).abs().max().item() <= _coordinate_rounding_bound(x, x.shape[1:])
+    assert (out - torch.rot90(x, 1, (1, 2))).abs().mean() > 0.05  # deformed, not just turned (MONAI: torch.rot90)
+
+
+@pytest.mark.parametrize("case", ["crop", "center_crop", "no_displacement", "mode_differs"])
+def test_torchio_unfused_cases(case, monkeypatch):
+    # Where fusion would change what TorchIO's call computes, the Compose runs the call itself
+    # (the group gathered first): after a crop (the call lays its grid and locked borders over
+    # the window and pads beyond it), with no displacement (the call returns its input and
+    # draws nothing), when the group's interpolation differs. Same bytes; the deformation's
+    # own launch (the steps before it still one group).
+    g = torch.Generator().manual_seed(6)
+    img = torch.rand(1, 1, 24, 28, 22, generator=g)
+    data = {"image": img, "label": (img * 5).to(torch.uint8)}
+    kw = dict(num_control_points=6, max_displacement=2.0)
+    flip = S.RandFlipd(KEYS, prob=0.6, spatial_axis=0)
+    if case == "crop":
+        steps = [flip, S.SpatialCropd(KEYS, roi_start=(2, 3, 1), roi_end=(20, 25, 21)), _torchio(**kw)]
+        expect = ({"resample": 2, "resample_deformed": 1}, {"resample": 1, "resample_deformed": 1})
+    elif case == "center_crop":
+        steps = [S.CenterSpatialCropd(KEYS, roi_size=(16, 20, 18)), flip, _torchio(**kw)]
+        expect = ({"resample": 2, "resample_deformed": 1}, {"resample": 1, "resample_deformed": 1})
+    elif case == "no_displacement":
+        steps = [flip, _torchio(num_control_points=6, max_displacement=0.0)]
+        expect = ({"resample": 1, "resample_deformed": 0},) * 2
+    else:  # the affine group is nearest for the image, TorchIO's image_interpolation linear
+        steps = [S.RandAffined(KEYS, prob=1.0, rotate_range=0.2, mode="nearest", padding_mode="border"),
+                 _torchio(**kw)]
+        expect = ({"resample": 1, "resample_deformed": 1},) * 2
+
+    def make():
+        return [copy.deepcopy(t) for t in steps]
+
+    ref, out, ref_calls, calls, same_draws, same_u = _run_both(make, data, 2, monkeypatch)
+    assert (ref_calls, calls) == expect  # the group before: one launch when fused (the crop's own group)
+    assert same_draws and same_u
+    for k in KEYS:
+        assert out[k].dtype == ref[k].dtype and torch.equal(out[k], ref[k]), k

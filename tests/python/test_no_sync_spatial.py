@@ -468,12 +468,18 @@ def _composes(p):
         "RandGridDistortiond+Zoomd": [
             vs.Zoomd(KEYS, 1.2, mode=["trilinear", "nearest"]),
             vd.RandGridDistortiond(KEYS, 3, p, 0.1, mode=["bilinear", "nearest"], seed=11)],
+        # TorchIO's deformation closing a group of exact steps (one resample_deformed launch)
+        "group+RandomElasticDeformation": [
+            vs.RandFlipd(KEYS, p, seed=12), vs.RandRotate90d(KEYS, p, seed=13),
+            vd.RandomElasticDeformation(num_control_points=5, max_displacement=2.0, p=p, label_keys=["seg"],
+                                        seed=14)],
     }
 
 
 @pytest.mark.parametrize("prob", [1.0, 0.5])
 @pytest.mark.parametrize("name", ["group+Rand3DElasticd+shift", "RandCropByPosNegLabeld+group",
-                                  "RandZoomd[area]+RandRotated+pad+crop", "RandGridDistortiond+Zoomd"])
+                                  "RandZoomd[area]+RandRotated+pad+crop", "RandGridDistortiond+Zoomd",
+                                  "group+RandomElasticDeformation"])
 def test_compose_dictionary_cuda_does_not_sync(name, prob):
     check_case(lambda d: _call(vt.Compose(_composes(prob)[name]), dict(d)))
 
