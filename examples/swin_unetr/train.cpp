@@ -1,7 +1,7 @@
 // voxaug_swin_train: MONAI's Swin UNETR BTCV training pipeline in LibTorch C++, with every
 // per-step augmentation on the training device through voxaug's ops (REFERENCES.md section 1).
 //
-//   data (once):  Orientation RAS + Spacing (one voxaug::resample per volume) ->
+//   data (once):  voxaug::transforms::Orientation("RAS") + Spacing (MONAI's, tested) ->
 //                 ScaleIntensityRange -> CropForeground -> pad to roi, cached on the device
 //   data (step):  RandCropByPosNegLabel x num_samples (pos_neg_crop_centers + extract_patches)
 //                 -> RandFlip x3 + RandRotate90 as ONE resample of image + label with per-sample
@@ -62,6 +62,7 @@ struct Args {
   std::string out = "swin_train_out";
   std::string init;  // a state-dict checkpoint to start from (MONAI's or this program's)
   std::string resume;  // an output directory of an earlier run to continue
+  std::string dump_dir;  // --dump-preprocessed: write the preprocessed subjects here, then exit
   std::optional<int64_t> steps, val_every, log_every, feature_size, num_classes;
   std::optional<std::array<int64_t, 3>> roi, phantom_size;
   std::optional<int64_t> phantom_train, phantom_val;
@@ -115,6 +116,10 @@ void print_help(const char* argv0) {
       "  --pixdim X,Y,Z        Spacing target in mm (default 1.5,1.5,2.0)\n"
       "  --a-min A --a-max B   ScaleIntensityRange -> [0, 1] with clip (default -175, 250;\n"
       "                        mricron 0, 255)\n"
+      "  --dump-preprocessed DIR  write each subject's preprocessed volumes to DIR/<name>.pt\n"
+      "                        (torch.load-able dict: image (1, 1, D, H, W) float32, label\n"
+      "                        (1, 1, D, H, W) uint8, affine (4, 4) float64 voxel -> world\n"
+      "                        mm RAS, raw_shape (3,) int64) and exit without training\n"
       "augmentation (every step, on the device)\n"
       "  --roi N or D,H,W      patch / window size, multiples of 32 (cpu 32, cuda 96); at 32 the\n"
       "                        deepest hidden state is 1 voxel and its instance norm outputs 0\n"
@@ -253,6 +258,11 @@ Args parse_args(int argc, char** argv) {
         fail("--dataset must be phantom, mricron or msd, got '" + a.dataset + "'");
     } else if (f == "--data-dir") {
       a.data_dir = val();
+    } else if (f == "--dump-preprocessed") {
+      a.dump_dir = val();
+      if (a.dump_dir.empty()) fail("--dump-preprocessed expects a directory, got ''");
+      if (fs::exists(a.dump_dir) && !fs::is_directory(a.dump_dir))
+        fail("--dump-preprocessed expects a directory, got the file " + a.dump_dir);
     } else if (f == "--device") {
       a.device = val();
       if (a.device != "cpu" && a.device != "cuda")
@@ -837,6 +847,37 @@ int run(const Args& args) {
     for (const auto& s : *list)
       std::printf("  %s %s: raw %s -> preprocessed %s\n", role, s.name.c_str(),
                   shape_str(s.raw_shape).c_str(), shape_str(s.shape).c_str());
+  }
+  if (!args.dump_dir.empty()) {
+    // --dump-preprocessed: the cached volumes as training would see them, one file per subject
+    // (a subject both trained and validated on is written once), then exit.
+    std::error_code ec;
+    fs::create_directories(args.dump_dir, ec);
+    if (ec || !fs::is_directory(args.dump_dir))
+      fail("--dump-preprocessed: cannot create the directory " + args.dump_dir);
+    std::map<std::string, const Subject*> written;
+    for (const auto* list : {&ds.train, &ds.val})
+      for (const auto& s : *list) {
+        auto [it, fresh] = written.emplace(s.name, &s);
+        if (!fresh) {
+          if (it->second->image.is_same(s.image)) continue;  // the same cached subject
+          fail("--dump-preprocessed: two subjects are named " + s.name +
+               " (file names must differ)");
+        }
+        at::Tensor affine = at::empty({4, 4}, at::TensorOptions().dtype(at::kDouble));
+        for (int r = 0; r < 4; ++r)
+          for (int c = 0; c < 4; ++c) affine[r][c] = s.affine[r][c];
+        const fs::path path = fs::path(args.dump_dir) / (s.name + ".pt");
+        save_tensor_dict(path.string(),
+                         {{"image", s.image},
+                          {"label", s.label},
+                          {"affine", affine},
+                          {"raw_shape", at::tensor(at::ArrayRef<int64_t>(s.raw_shape.data(), 3))}});
+        std::printf("dump: %s\n", path.string().c_str());
+      }
+    std::printf("dump: %zu preprocessed subjects written to %s; not training\n", written.size(),
+                args.dump_dir.c_str());
+    return 0;
   }
   if (ds.train.empty() || ds.val.empty()) fail("the dataset needs training and validation subjects");
 

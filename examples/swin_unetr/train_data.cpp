@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "voxaug/spatial_transforms.h"
 #include "voxaug/torch_ops.h"
 
 namespace voxaug::train {
@@ -104,52 +105,32 @@ Subject preprocess(const std::string& name, const at::Tensor& image, const at::T
   std::array<int64_t, 3> n{image.size(0), image.size(1), image.size(2)};
   s.raw_shape = n;
 
-  // Orientation("RAS"): each voxel axis i goes to the world axis it is most aligned with (a
-  // greedy assignment by |A[j][i]|, nibabel's io_orientation for near-axis-aligned affines).
-  std::array<int, 3> in_axis{-1, -1, -1};  // RAS axis j <- voxel axis in_axis[j]
-  std::array<bool, 3> used_i{false, false, false};
-  for (int round = 0; round < 3; ++round) {
-    int bj = -1, bi = -1;
-    double best = -1.0;
-    for (int j = 0; j < 3; ++j) {
-      if (in_axis[j] >= 0) continue;
-      for (int i = 0; i < 3; ++i) {
-        if (used_i[i]) continue;
-        if (std::fabs(A[j][i]) > best) best = std::fabs(A[j][i]), bj = j, bi = i;
-      }
-    }
-    in_axis[bj] = bi;
-    used_i[bi] = true;
-  }
-  // Spacing(pixdim): MONAI's compute_shape_offset (scale_extent=False): the first voxel centre
-  // stays, out size = round((n - 1) * spacing / pixdim + 1).
-  double M[3][4] = {};
-  std::array<int64_t, 3> out{};
-  for (int j = 0; j < 3; ++j) {
-    const int i = in_axis[j];
-    const double sp = std::sqrt(A[0][i] * A[0][i] + A[1][i] * A[1][i] + A[2][i] * A[2][i]);
-    TORCH_CHECK_VALUE(sp > 0, name, ": the affine has a zero column");
-    const double sign = A[j][i] < 0 ? -1.0 : 1.0;
-    const double r = o.pixdim[j] / sp;
-    out[j] = std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint((n[i] - 1) * sp / o.pixdim[j] + 1.0)));
-    M[i][j] = sign * r;
-    M[i][3] = sign > 0 ? 0.0 : static_cast<double>(n[i] - 1);
-  }
-  at::Tensor mat = at::empty({1, 3, 4}, at::TensorOptions().dtype(at::kDouble));
-  for (int r = 0; r < 3; ++r)
-    for (int c = 0; c < 4; ++c) mat[0][r][c] = M[r][c];
+  // Orientation("RAS") then Spacing(pixdim) with MONAI Spacingd's defaults (padding "border",
+  // align_corners false, diagonal false, scale_extent false): voxaug::transforms, MONAI's
+  // geometry (nibabel's io_orientation; zoom_affine keeps an oblique affine's rotation,
+  // compute_shape_offset) on the host in float64. Image bilinear and label nearest share one
+  // launch per transform; the orientation is an exact signed permutation, and Spacing copies
+  // nothing when the reoriented affine already has the target spacing (the phantom).
+  at::Tensor affine = at::empty({4, 4}, at::TensorOptions().dtype(at::kDouble));
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) affine[r][c] = A[r][c];
+  const voxaug::transforms::Orientation orientation("RAS");
+  const voxaug::transforms::Spacing spacing({o.pixdim[0], o.pixdim[1], o.pixdim[2]}, "bilinear",
+                                            "border");
   at::Tensor img = image.to(device, at::kFloat).reshape({1, 1, n[0], n[1], n[2]});
   at::Tensor lbl = label.to(device, at::kByte).reshape({1, 1, n[0], n[1], n[2]});
-  static auto resample =
-      op_handle<std::vector<at::Tensor>(at::TensorList, const at::Tensor&, at::IntArrayRef,
-                                        at::IntArrayRef, at::IntArrayRef, at::ArrayRef<double>,
-                                        bool)>("voxaug::resample");
-  // Image linear, label nearest, border padding (MONAI Spacing's default); a signed-permutation
-  // matrix (orientation only) takes resample's exact copy path.
-  auto res = resample.call({img, lbl}, mat.to(device), {out[0], out[1], out[2]}, {1, 0}, {1, 1},
-                           {0.0, 0.0}, false);
-  img = voxaug::ops::scale_intensity_range(res[0], o.a_min, o.a_max, 0.0, 1.0, true);
-  lbl = res[1];
+  voxaug::transforms::Result res;
+  try {
+    voxaug::transforms::Result ras = orientation({img, lbl}, {}, affine);
+    res = spacing(ras.outputs, {"", "nearest"}, ras.affine);
+  } catch (const c10::Error& e) {  // e.g. a singular affine: say which volume
+    throw std::runtime_error(name + ": " + e.what_without_backtrace());
+  }
+  // Voxel -> world of the resampled grid; the crop and the pad below shift its origin.
+  at::Tensor grid_affine = res.affine.to(at::kCPU, at::kDouble).contiguous();
+  std::array<double, 3> shift{0.0, 0.0, 0.0};  // preprocessed voxel 0 in resampled voxels
+  img = voxaug::ops::scale_intensity_range(res.outputs[0], o.a_min, o.a_max, 0.0, 1.0, true);
+  lbl = res.outputs[1];
 
   if (o.crop_foreground) {
     static auto bbox_op =
@@ -165,6 +146,7 @@ Subject preprocess(const std::string& name, const at::Tensor& image, const at::T
       };
       img = crop(img);
       lbl = crop(lbl);
+      for (int a = 0; a < 3; ++a) shift[a] = static_cast<double>(b[0][a]);
     }
   }
   // SpatialPad to the roi where the volume is smaller (MONAI: diff // 2 before).
@@ -175,6 +157,7 @@ Subject preprocess(const std::string& name, const at::Tensor& image, const at::T
     if (diff > 0) {
       pad[2 * (2 - a)] = diff / 2;
       pad[2 * (2 - a) + 1] = diff - diff / 2;
+      shift[a] -= static_cast<double>(diff / 2);
       any = true;
     }
   }
@@ -185,6 +168,12 @@ Subject preprocess(const std::string& name, const at::Tensor& image, const at::T
   s.image = img.contiguous();
   s.label = lbl.contiguous();
   s.shape = {img.size(2), img.size(3), img.size(4)};
+  // MONAI's affine updates for a crop / pad: affine @ translate(first kept voxel).
+  auto g = grid_affine.accessor<double, 2>();
+  for (int r = 0; r < 4; ++r) {
+    for (int c = 0; c < 4; ++c) s.affine[r][c] = g[r][c];
+    for (int c = 0; c < 3; ++c) s.affine[r][3] += g[r][c] * shift[c];
+  }
   return s;
 }
 

@@ -1,8 +1,9 @@
 // Data for the Swin UNETR training example (train.cpp): NIfTI reading (nifticlib), the three
 // dataset sources (synthetic phantom, mricron ch2 + AAL, an MSD/BTCV-style directory) and the
 // deterministic preprocessing of MONAI's BTCV pipeline, run once per volume on the device:
-// Orientation("RAS") + Spacing(pixdim) as one voxaug::resample call, ScaleIntensityRange,
-// CropForeground (image > 0) and a symmetric pad up to the roi.
+// voxaug::transforms::Orientation("RAS") and Spacing(pixdim) (MONAI's geometry, image bilinear +
+// label nearest in one launch each), ScaleIntensityRange, CropForeground (image > 0) and a
+// symmetric pad up to the roi.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -35,6 +36,9 @@ struct Subject {
   at::Tensor label;
   std::array<int64_t, 3> raw_shape{};  // as read (file voxel order)
   std::array<int64_t, 3> shape{};      // after preprocessing
+  // Voxel -> world (mm, RAS+) of the preprocessed grid: MONAI's MetaTensor.affine after the
+  // chain (Orientation, Spacing, then the crop's and the pad's shifts of the origin).
+  std::array<std::array<double, 4>, 4> affine{};
   // Training subjects: voxaug::class_crop_counts(label, image > 0, foreground form), the scan
   // RandCropByPosNegLabel draws from, cached once (train.cpp) so a step reads one chunk per crop.
   std::optional<at::Tensor> crop_counts;
@@ -47,7 +51,10 @@ struct PreprocessOptions {
   bool crop_foreground = true;
 };
 
-// Orientation("RAS") + Spacing + ScaleIntensityRange + CropForeground + pad to roi, on `device`.
+// Orientation("RAS") + Spacing + ScaleIntensityRange + CropForeground + pad to roi, on `device`,
+// as MONAI's Orientationd(axcodes "RAS") -> Spacingd(pixdim, mode (bilinear, nearest), its
+// defaults otherwise) -> ScaleIntensityRanged(a_min, a_max, 0, 1, clip) -> CropForegroundd(source
+// image, > 0, margin 0) -> SpatialPadd(roi) on the (1, X, Y, Z) arrays with `affine`.
 // image: (X, Y, Z) float32 (any device), label: (X, Y, Z) uint8 (same device). The foreground box
 // is read back to the host (one synchronisation per volume, preprocessing only).
 Subject preprocess(const std::string& name, const at::Tensor& image, const at::Tensor& label,
