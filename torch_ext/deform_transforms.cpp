@@ -310,9 +310,12 @@ std::vector<int64_t> num_cells_of(const std::vector<int64_t>& v) {
 void check_steps(const std::vector<std::vector<double>>& steps, const std::vector<int64_t>& cells) {
   TORCH_CHECK_VALUE(steps.size() == 3, "distort_steps needs one list per spatial axis (3), got ",
                     steps.size());
-  for (int a = 0; a < 3; ++a)
+  for (int a = 0; a < 3; ++a) {
     TORCH_CHECK_VALUE(static_cast<int64_t>(steps[a].size()) == cells[a] + 1, "distort_steps[", a,
                       "] needs num_cells + 1 = ", cells[a] + 1, " values, got ", steps[a].size());
+    for (double v : steps[a])
+      TORCH_CHECK_VALUE(std::isfinite(v), "distort_steps[", a, "] must be finite, got ", v);
+  }
 }
 
 // ---------------- Rand3DElastic's fast field (deform.py) ----------------
@@ -363,9 +366,16 @@ Rand3DElastic::Rand3DElastic(std::pair<double, double> sigma_range,
   TORCH_CHECK_VALUE(sigma_range_.first > 0 && sigma_range_.first <= sigma_range_.second,
                     "sigma_range must be (min, max) with 0 < min <= max, got (", sigma_range_.first,
                     ", ", sigma_range_.second, ")");
-  TORCH_CHECK_VALUE(magnitude_range_.first <= magnitude_range_.second,
-                    "magnitude_range must be (min, max) with min <= max, got (",
+  TORCH_CHECK_VALUE(magnitude_range_.first <= magnitude_range_.second &&
+                        std::isfinite(magnitude_range_.first) &&
+                        std::isfinite(magnitude_range_.second),
+                    "magnitude_range must be finite (min, max) with min <= max, got (",
                     magnitude_range_.first, ", ", magnitude_range_.second, ")");
+  // The Gaussian kernel (3 sigma radius) and the fast field's control grid ((size - 1) /
+  // (sqrt(3) sigma) points per axis) must stay countable: sigma within [1e-3, 1e6] voxels.
+  TORCH_CHECK_VALUE(sigma_range_.first >= 1e-3 && sigma_range_.second <= 1e6,
+                    "sigma_range must lie within [0.001, 1e6] voxels, got (", sigma_range_.first,
+                    ", ", sigma_range_.second, ")");
   check_prob(options_.prob, "prob");
   TORCH_CHECK_VALUE(options_.field == "fast" || options_.field == "exact",
                     "field must be 'fast' or 'exact', got '", options_.field, "'");
@@ -526,7 +536,10 @@ at::Tensor RandGridDistortion::draw_params(int64_t batch, int64_t first_sample,
 }
 
 std::vector<std::vector<std::vector<double>>> RandGridDistortion::steps(
-    const at::Tensor& params) const {
+    const at::Tensor& params_in) const {
+  TORCH_CHECK_VALUE(params_in.defined() && params_in.dim() == 2,
+                    "params must be a 2-D tensor from draw_params");
+  const at::Tensor params = checked_params(params_in, params_in.size(0), n_uniforms_);
   const std::vector<bool> on = gates(params, options_.prob);
   const auto p = params.accessor<double, 2>();
   std::vector<std::vector<std::vector<double>>> out(on.size());

@@ -248,9 +248,20 @@ std::vector<at::Tensor> run(const std::vector<at::Tensor>& xs, const Launch& g,
       outs.push_back(x.index_select(2, i0).index_select(3, i1).index_select(4, i2));
   } else {
     std::vector<at::Tensor> inputs;
-    for (size_t i = 0; i < xs.size(); ++i)
-      inputs.push_back(kernel_modes[i] == 0 || xs[i].is_floating_point() ? xs[i]
-                                                                         : xs[i].to(at::kFloat));
+    // bool / int8 have no resample kernel: nearest copies (and zero padding) are byte moves, so
+    // they go through as uint8 and come back in their dtype (MONAI's flip / rot90 / permute
+    // take any dtype).
+    std::vector<std::optional<at::ScalarType>> as_bytes(xs.size());
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const auto dt = xs[i].scalar_type();
+      if (kernel_modes[i] == 0 && (dt == at::kBool || dt == at::kChar)) {
+        as_bytes[i] = dt;
+        inputs.push_back(xs[i].view(at::kByte));
+      } else {
+        inputs.push_back(kernel_modes[i] == 0 || xs[i].is_floating_point() ? xs[i]
+                                                                           : xs[i].to(at::kFloat));
+      }
+    }
     at::Tensor mats = stack(g.maps).narrow(1, 0, 3).contiguous();
     if (!inputs.empty() && !inputs[0].is_cpu()) mats = host_to(mats, inputs[0].device());
     for (size_t s = 0; s < inputs.size(); s += kMaxTargets) {
@@ -263,6 +274,8 @@ std::vector<at::Tensor> run(const std::vector<at::Tensor>& xs, const Launch& g,
                                      modes, paddings, values, g.align_corners);
       outs.insert(outs.end(), o.begin(), o.end());
     }
+    for (size_t i = 0; i < outs.size(); ++i)
+      if (as_bytes[i]) outs[i] = outs[i].view(*as_bytes[i]);
   }
   if (g.pad)
     for (auto& o : outs) o = apply_pad(o, *g.pad);
@@ -861,6 +874,7 @@ Draw RandAffine::draw(int64_t batch, int64_t seed, int64_t first_sample) const {
   return d;
 }
 at::Tensor RandAffine::centred_matrices(const Draw& d) const {
+  check_draw(d, static_cast<int64_t>(d.params.size()), k_);
   std::vector<M4> out;
   for (size_t i = 0; i < d.params.size(); ++i) {
     if (!d.gates[i]) {
@@ -1015,7 +1029,11 @@ Result Zoom::operator()(Inputs inputs, const Modes& modes, const Affine4& affine
   std::array<std::pair<int64_t, int64_t>, 3> widths;
   for (int a = 0; a < 3; ++a) {
     const int64_t s = b.size[a];
-    const int64_t z = static_cast<int64_t>(std::floor(static_cast<double>(s) * zoom_[a]));
+    const double zd = std::floor(static_cast<double>(s) * zoom_[a]);
+    TORCH_CHECK_VALUE(zd < 2147483648.0, "zoom (", zoom_[0], ", ", zoom_[1], ", ", zoom_[2],
+                      ") of inputs with spatial size (", b.size[0], ", ", b.size[1], ", ",
+                      b.size[2], ") gives an output axis of ", zd, " voxels (at most 2^31 - 1)");
+    const int64_t z = static_cast<int64_t>(zd);
     TORCH_CHECK_VALUE(z >= 1, "zoom (", zoom_[0], ", ", zoom_[1], ", ", zoom_[2], ") of inputs ",
                       "with spatial size (", b.size[0], ", ", b.size[1], ", ", b.size[2],
                       ") gives an empty output");

@@ -467,7 +467,8 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
       Range r("voxaug.window.process");
       std::tie(pred, weight) =
           process_batch(o.process_fn, pred, x, base_map, l, inputs.scalar_type(), device, acc_t);
-      if (b == 0) first_weight = weight;  // this batch's stitch takes `weight`
+      // A copy: process_fn may return one buffer it changes per batch (MONAI keeps batch 0's).
+      if (b == 0) first_weight = weight.clone();
     }
     TORCH_CHECK_VALUE(pred.defined() && pred.dim() == 5, source,
                       " must return a 5-D (B, K, D, H, W) tensor, got ",

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -196,11 +197,23 @@ std::string a_kind(Kind k) {
   return (n == "int" ? "an " : "a ") + n;
 }
 
+// Reads one data.pkl. Owns every tuple, list and dict it makes (containers_) and frees them flat
+// in its destructor: a hostile file nesting containers 10^5 deep (or in a cycle through the memo)
+// would otherwise overflow the stack in the recursive shared_ptr release, or leak. So the values
+// run() returns are valid while the Unpickler lives.
 class Unpickler {
  public:
   Unpickler(const std::string& path, caffe2::serialize::PyTorchStreamReader& archive,
             const uint8_t* data, size_t size)
       : path_(path), archive_(archive), data_(data), size_(size) {}
+  Unpickler(const Unpickler&) = delete;
+  Unpickler& operator=(const Unpickler&) = delete;
+  ~Unpickler() {
+    for (const auto& c : containers_) {
+      c->items.clear();  // children stay owned by containers_: no recursion
+      c->entries.clear();
+    }
+  }
 
   ValuePtr run() {
     while (true) {
@@ -216,9 +229,9 @@ class Unpickler {
         case '(':  // MARK
           marks_.push_back(stack_.size());
           break;
-        case ')': stack_.push_back(make(Kind::kTuple)); break;
+        case ')': stack_.push_back(container(Kind::kTuple)); break;
         case 't': {  // TUPLE
-          auto t = make(Kind::kTuple);
+          auto t = container(Kind::kTuple);
           t->items = pop_mark();
           stack_.push_back(t);
           break;
@@ -227,14 +240,15 @@ class Unpickler {
         case 0x86:
         case 0x87: {  // TUPLE1..3
           const size_t n = op - 0x84u;
-          if (stack_.size() < n) fail("stack underflow");
-          auto t = make(Kind::kTuple);
+          if (stack_.size() < n + (marks_.empty() ? 0 : marks_.back()))
+            fail("stack underflow");  // (Python: nothing below a MARK is reachable)
+          auto t = container(Kind::kTuple);
           t->items.assign(stack_.end() - static_cast<std::ptrdiff_t>(n), stack_.end());
           stack_.resize(stack_.size() - n);
           stack_.push_back(t);
           break;
         }
-        case ']': stack_.push_back(make(Kind::kList)); break;
+        case ']': stack_.push_back(container(Kind::kList)); break;
         case 'a': {  // APPEND
           auto v = pop();
           list_on_top()->items.push_back(v);
@@ -246,7 +260,7 @@ class Unpickler {
           items.insert(items.end(), vs.begin(), vs.end());
           break;
         }
-        case '}': stack_.push_back(make(Kind::kDict)); break;
+        case '}': stack_.push_back(container(Kind::kDict)); break;
         case 's': {  // SETITEM
           auto v = pop();
           auto k = pop();
@@ -304,8 +318,7 @@ class Unpickler {
         }
         case 'b': {  // BUILD: only an OrderedDict's attributes (state_dict()'s _metadata)
           auto state = pop();
-          if (stack_.empty()) fail("stack underflow");
-          const auto& obj = stack_.back();
+          const auto& obj = top();
           if (obj->kind != Kind::kDict || !obj->ordered ||
               (state->kind != Kind::kDict && state->kind != Kind::kNone))
             fail("BUILD of " + a_kind(obj->kind) + " from " + a_kind(state->kind) +
@@ -330,6 +343,10 @@ class Unpickler {
   }
 
  private:
+  ValuePtr container(Kind k) {
+    containers_.push_back(make(k));
+    return containers_.back();
+  }
   [[noreturn]] void fail(const std::string& what) const {
     throw std::runtime_error(path_ + ": data.pkl, byte " + std::to_string(op_pos_) + ": " + what);
   }
@@ -356,7 +373,8 @@ class Unpickler {
     stack_.push_back(v);
   }
   const ValuePtr& top() const {
-    if (stack_.empty()) fail("stack underflow");
+    if (stack_.empty() || (!marks_.empty() && stack_.size() <= marks_.back()))
+      fail("stack underflow");
     return stack_.back();
   }
   ValuePtr pop() {
@@ -436,7 +454,7 @@ class Unpickler {
       fail("REDUCE of " + a_kind(fn->kind) + " with " + a_kind(args->kind));
     if (fn->s == "collections.OrderedDict") {
       if (!args->items.empty()) fail("OrderedDict(...) with arguments");
-      auto d = make(Kind::kDict);
+      auto d = container(Kind::kDict);
       d->ordered = true;
       return d;
     }
@@ -539,6 +557,7 @@ class Unpickler {
   std::vector<size_t> marks_;
   std::unordered_map<uint32_t, ValuePtr> memo_;
   std::unordered_map<std::string, at::Tensor> storages_;
+  std::vector<ValuePtr> containers_;
 };
 
 const Value* find_key(const Value& d, const std::string& key) {
@@ -568,6 +587,7 @@ std::map<std::string, at::Tensor> read_state_dict(const std::string& path) {
   } catch (const std::exception& e) {
     throw std::runtime_error(path + ": not a torch.save checkpoint (zip format): " + first_line(e));
   }
+  std::optional<Unpickler> unpickler;  // alive until the tensors are taken out (see the class)
   ValuePtr root;
   try {
     if (!archive->hasRecord("data.pkl"))
@@ -580,7 +600,8 @@ std::map<std::string, at::Tensor> read_state_dict(const std::string& path) {
                                  "' (only little-endian files are read)");
     }
     const auto [pkl, n] = archive->getRecord("data.pkl");
-    root = Unpickler(path, *archive, static_cast<const uint8_t*>(pkl.get()), n).run();
+    unpickler.emplace(path, *archive, static_cast<const uint8_t*>(pkl.get()), n);
+    root = unpickler->run();
   } catch (const c10::Error& e) {  // the archive's own checks (CRC, truncated records)
     throw std::runtime_error(path + ": damaged torch.save archive: " + first_line(e));
   }

@@ -302,6 +302,9 @@ detail::ChainParams pack_impl(const PointwiseStep* steps, int num_steps) {
         q.p0 = s.mean;
         q.p1 = s.std;
         q.stats = s.stats;  // optional per-segment (mean, std) pairs
+        VOXAUG_EXPECTS(!(s.stats && s.per_sample),
+                       "rician_noise: give either the (mean, std) table (its std already relative) "
+                       "or the per-sample std multipliers, not both");
         if (s.sample_std) q.flags |= detail::kSampleStd;
         if (s.per_sample) q.flags |= detail::kPerSample;
         if (s.channel_wise) {

@@ -350,7 +350,7 @@ class RandRicianNoise(_Pointwise, _Randomizable):
         self.channel_wise, self.relative, self.sample_std = channel_wise, relative, sample_std
         self.dtype = _torch_dtype(dtype)
         self._needs_input_stats = relative
-        self._tables: dict = {}  # (device, C) -> (C, 2) float64 (mean, std) on that device
+        self._tables: dict = {}  # C -> (C, 2) float64 (mean, std) on the host
 
     def _channel_table(self, c: int, device: torch.device) -> Optional[torch.Tensor]:
         """(C, 2) float64 (mean, std) per channel on `device`, or None for scalar mean and std.
@@ -367,10 +367,10 @@ class RandRicianNoise(_Pointwise, _Randomizable):
                 raise ValueError(f"Sequence must have length {c}, got {len(v)}. ({name}: one value per channel "
                                  f"of the image)")
             cols.append(v if isinstance(v, tuple) else (v,) * c)
-        key = (device, c)
-        if key not in self._tables:
-            self._tables[key] = _host_to(torch.tensor(cols, dtype=torch.float64).T.contiguous(), device)
-        return self._tables[key]
+        if c not in self._tables:  # the host table; uploaded per call (a few bytes, pinned, non-blocking) so
+            # that no cached device copy is read from another stream before its upload ran
+            self._tables[c] = torch.tensor(cols, dtype=torch.float64).T.contiguous()
+        return _host_to(self._tables[c], device)
 
     def _plan(self, x, seed: Optional[int] = None):
         flags = (ops.SAMPLE_STD if self.sample_std else 0) | (ops.CHANNEL_WISE if self.channel_wise else 0)

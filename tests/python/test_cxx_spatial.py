@@ -240,6 +240,22 @@ def test_flip_bitwise_like_monai(inia, spatial_axis):
     assert torch.allclose(out_aff, ref.affine.double(), rtol=0, atol=1e-9)
 
 
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int8])
+def test_exact_maps_take_bool_and_int8(dtype):
+    """bool / int8 (no resample kernel of their own) go through as bytes: Flip, Rotate90 and
+    Orientation equal torch.flip / torch.rot90 / MONAI's Orientation in the input's dtype."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(-100, 100, (2, 2, 5, 6, 7), generator=g).to(dtype)
+    (f,), _, _, _ = cxx.flip([x], [0, 2], [], None)
+    assert f.dtype == dtype and torch.equal(f, torch.flip(x, (2, 4)))
+    (r,), _, _, _ = cxx.rotate90([x[:, :, :, :, :6]], 1, [1, 2])
+    assert r.dtype == dtype and torch.equal(r, torch.rot90(x[:, :, :, :, :6], 1, (3, 4)))
+    aff = torch.diag(torch.tensor([-1.0, 1.0, 1.0, 1.0], dtype=torch.float64))
+    (o,), _, _, _ = cxx.orientation([x[0]], "RAS", False, [], aff)
+    ref = mt.Orientation("RAS")(MetaTensor(x[0].to(torch.int16), affine=aff))
+    assert o.dtype == dtype and torch.equal(o.to(torch.int16), ref.as_tensor())
+
+
 @pytest.mark.parametrize("k", [-1, 1, 2, 3])
 @pytest.mark.parametrize("axes", [[0, 1], [1, 2], [2, 0]])
 def test_rotate90_bitwise_like_monai(inia, k, axes):

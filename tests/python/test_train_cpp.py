@@ -435,19 +435,33 @@ def write_unreadable(kind: str, path: Path) -> str:
     if kind == "not_a_state_dict":
         torch.save({"w": torch.randn(3), "epoch": 3}, path)
         return "'epoch' holds an int, not a tensor"
+    if kind in ("deep_nesting", "tuple_below_mark"):
+        # A real checkpoint whose data.pkl is replaced: 200000 nested 1-tuples (freed
+        # recursively they would overflow the stack), or TUPLE3 reaching below a MARK.
+        import zipfile
+
+        torch.save(sd, path)
+        with zipfile.ZipFile(path) as z:
+            entries = [(i, z.read(i)) for i in z.infolist()]
+        pkl = (b"\x80\x02N" + b"\x85" * 200000 + b".") if kind == "deep_nesting" else b"\x80\x02NN(N\x87t."
+        with zipfile.ZipFile(path, "w") as z:
+            for info, data in entries:
+                z.writestr(info, pkl if info.filename.endswith("/data.pkl") else data)
+        return "holds a tuple, not a state dict" if kind == "deep_nesting" else "stack underflow"
     assert kind == "a_tensor"
     torch.save(torch.randn(3), path)
     return "holds a tensor, not a state dict"
 
 
 @pytest.mark.parametrize("kind", ["random_bytes", "truncated", "other_zip", "legacy_format", "pickle_protocol_4",
-                                  "parameters", "not_a_state_dict", "a_tensor"])
+                                  "parameters", "not_a_state_dict", "a_tensor", "deep_nesting",
+                                  "tuple_below_mark"])
 def test_init_refuses_unreadable_files(tmp_path, kind):
     # Each file is refused before training with an error naming --init, the file and what could
     # not be read (the premise: torch.load reads all but the first three).
     path = tmp_path / f"{kind}.pt"
     needle = write_unreadable(kind, path)
-    if kind not in ("random_bytes", "truncated", "other_zip"):
+    if kind not in ("random_bytes", "truncated", "other_zip", "deep_nesting", "tuple_below_mark"):
         torch.load(path, weights_only=False)
     out = tmp_path / "out"
     r = run([*TINY, "--dataset", "phantom", "--steps", "1", "--init", str(path), "--out", str(out)])

@@ -608,8 +608,8 @@ std::vector<OptionCase> option_cases() {
 TEST(SlidingWindowTorch, SlidingWindowCvalOnlyWithConstantPadding) {
   torch::NoGradGuard no_grad;
   const Fn f = [](const torch::Tensor& t) { return t * 2.0; };
-  for (auto pad : {voxaug::WindowPad::Reflect, voxaug::WindowPad::Replicate,
-                   voxaug::WindowPad::Circular}) {
+  for (auto pad :
+       {voxaug::WindowPad::Reflect, voxaug::WindowPad::Replicate, voxaug::WindowPad::Circular}) {
     voxaug::SlidingWindowOptions o;
     o.padding_mode = pad;
     o.cval = 0.75;
@@ -792,6 +792,42 @@ TEST(SlidingWindowTorch, ProcessFnMatchesReference) {
         EXPECT_LE(excess(inferer(x, f), want, size, 1e-5, 1e-6), 0.0) << call;
       }
     }
+  }
+}
+
+// A process_fn that hands back one buffer of its own, rewritten every batch, gives the result of
+// one returning a fresh tensor with the same values: the count map is MONAI's (batch 0's
+// values), not the buffer's last contents.
+TEST(SlidingWindowTorch, ProcessFnReusedWeightBufferKeepsTheFirstBatchCountMap) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(23);
+  const std::vector<int64_t> roi = {6, 5, 7};
+  const torch::Tensor x = torch::randn({2, 1, 13, 11, 14});
+  const Fn f = [](const torch::Tensor& t) { return t.sigmoid(); };
+  for (auto mode : {voxaug::BlendMode::Constant, voxaug::BlendMode::Gaussian}) {
+    voxaug::SlidingWindowOptions o;
+    o.overlap = {0.5};
+    o.mode = mode;
+    int fresh_calls = 0, reused_calls = 0;
+    torch::Tensor buffer;
+    o.process_fn = [&](const std::vector<at::Tensor>& outs, const at::Tensor&,
+                       const at::Tensor& map) {
+      ++fresh_calls;
+      return std::make_pair(outs, map * (1.0 + 0.25 * fresh_calls));
+    };
+    const torch::Tensor fresh = voxaug::sliding_window_inference(x, roi, 3, f, o);
+    o.process_fn = [&](const std::vector<at::Tensor>& outs, const at::Tensor&,
+                       const at::Tensor& map) {
+      ++reused_calls;
+      if (!buffer.defined()) buffer = torch::empty_like(map);
+      buffer.copy_(map * (1.0 + 0.25 * reused_calls));
+      return std::make_pair(outs, buffer);
+    };
+    const torch::Tensor reused = voxaug::sliding_window_inference(x, roi, 3, f, o);
+    ASSERT_GT(fresh_calls, 2);
+    ASSERT_EQ(reused_calls, fresh_calls);
+    EXPECT_TRUE(torch::equal(fresh, reused))
+        << "max |diff| = " << (fresh - reused).abs().max().item<double>();
   }
 }
 

@@ -162,7 +162,9 @@ class RandRotate90 : public RandomTransform {
 // MONAI Affine: A = R @ Sh @ T @ Sc about the image centre (each factor only when its
 // parameters are non-empty; radians, MONAI's create_rotate / create_shear / create_scale),
 // output spatial_size (empty or non-positive entries: the input's). Result::meta is MONAI's
-// returned voxel-index map (compute_w_affine).
+// returned voxel-index map (compute_w_affine). rotate_params are per axis as MONAI's sequences:
+// {a} rotates about the first axis only (unlike Rotate, whose single angle means all three axes,
+// MONAI's ensure_tuple_rep for a number).
 class Affine {
  public:
   Affine(std::vector<double> rotate_params = {}, std::vector<double> shear_params = {},
