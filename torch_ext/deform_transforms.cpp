@@ -341,17 +341,6 @@ int64_t num_ranges(const Rand3DElasticOptions& o) {
                               o.translate_range.size() + o.scale_range.size());
 }
 
-std::array<int64_t, 3> fall_back_size(const std::vector<int64_t>& spatial_size,
-                                      const std::array<int64_t, 3>& in_size) {
-  if (spatial_size.empty()) return in_size;
-  std::array<int64_t, 3> out{};
-  for (int a = 0; a < 3; ++a) {
-    const int64_t v = spatial_size.size() == 1 ? spatial_size[0] : spatial_size[a];
-    out[a] = v <= 0 ? in_size[a] : v;
-  }
-  return out;
-}
-
 std::vector<double> triple(const std::vector<double>& v) {
   return v.size() == 1 ? std::vector<double>(3, v[0]) : v;
 }

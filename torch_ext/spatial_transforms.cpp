@@ -102,16 +102,6 @@ void check_size_arg(const std::vector<int64_t>& s, const char* name) {
   TORCH_CHECK_VALUE(s.empty() || s.size() == 1 || s.size() == 3, name,
                     " must be empty (the input size), 1 or 3 ints (D, H, W), got ", join(s));
 }
-// _fall_back_size: empty -> the input size; non-positive entries -> the input's.
-Size3 fall_back_size(const std::vector<int64_t>& s, const Size3& in) {
-  if (s.empty()) return in;
-  Size3 out;
-  for (int i = 0; i < 3; ++i) {
-    const int64_t v = s.size() == 1 ? s[0] : s[i];
-    out[i] = v <= 0 ? in[i] : v;
-  }
-  return out;
-}
 std::array<double, 3> rep3(const std::vector<double>& v, const char* name) {
   TORCH_CHECK_VALUE(v.size() == 1 || v.size() == 3, name,
                     " must be 1 value (all three axes) or 3 (one per spatial axis), got ", join(v));

@@ -115,6 +115,18 @@ inline std::pair<M4, M4> grid_index_map(const M4& a, const Size3& in, const Size
   return {k, meta};
 }
 
+// _fall_back_size (MONAI fall_back_tuple): empty -> the input size; one value for every axis;
+// non-positive entries -> the input's. The callers check the length (empty, 1 or 3).
+inline Size3 fall_back_size(const std::vector<int64_t>& s, const Size3& in) {
+  if (s.empty()) return in;
+  Size3 out;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t v = s.size() == 1 ? s[0] : s[i];
+    out[i] = v <= 0 ? in[i] : v;
+  }
+  return out;
+}
+
 // ---------------- argument checks ----------------
 // _grid_mode: grid_sample's names -> resample's codes (0 nearest, 1 linear, 2 cubic B-spline).
 inline int64_t grid_mode(const std::string& m, const std::string& arg) {

@@ -49,9 +49,9 @@ import torch
 
 from . import ops
 from .spatial import (_MASK64, _MAX_TARGETS, _centred_affine, _fall_back_size, _grid_index_map, _grid_opts,
-                      _grid_padding, _inner, _Opts, _per_key, _rand_ranges, _RandomSpatial, _stack, _to_device,
+                      _grid_padding, _inner, _Opts, _per_key, _rand_ranges, _RandomSpatial, _stack,
                       SpatialCrop)
-from .transforms import _as_batch, _is_meta_tensor
+from .transforms import _as_batch, _host_to, _is_meta_tensor
 
 __all__ = ["Rand3DElastic", "Rand3DElasticd", "GridDistortion", "GridDistortiond", "RandGridDistortion",
            "RandGridDistortiond", "RandomElasticDeformation", "gaussian_kernel_sum_sq", "fast_field_layout",
@@ -126,9 +126,9 @@ def _launch(xs: Sequence[torch.Tensor], plan: _Plan, modes: Sequence[str], paddi
     """One gather per up to 4 inputs through the plan's field."""
     inputs = [x if m == "nearest" or x.is_floating_point() else x.float() for x, m in zip(xs, modes)]
     pad_values = [0.0] * len(inputs) if pad_values is None else list(pad_values)
-    mats = _to_device(plan.mats, inputs[0].device)
-    field = _to_device(plan.field, inputs[0].device)
-    fmap = None if plan.field_map is None else _to_device(plan.field_map, inputs[0].device)
+    mats = _host_to(plan.mats, inputs[0].device)
+    field = _host_to(plan.field, inputs[0].device)
+    fmap = None if plan.field_map is None else _host_to(plan.field_map, inputs[0].device)
     outs: list[torch.Tensor] = []
     for s in range(0, len(inputs), _MAX_TARGETS):
         sl = slice(s, s + _MAX_TARGETS)
@@ -198,7 +198,7 @@ class _FieldOutput:
         else:
             source = self._fields[key]
         plan = self._field_plan(source)
-        fmap = None if plan.field_map is None else _to_device(plan.field_map, plan.field.device)
+        fmap = None if plan.field_map is None else _host_to(plan.field_map, plan.field.device)
         return ops.deform_field_dense(plan.field, plan.kind, plan.out_size, plan.scale, plan.offset, dtype, fmap)
 
 
@@ -243,7 +243,7 @@ class _RandomDeform(_FieldOutput, _RandomSpatial):
         return ops.uniform_fill_(torch.empty(tuple(shape), dtype=dtype, device=device), -1.0, 1.0, key, first)
 
     def _per_sample(self, values: Sequence[float], device) -> torch.Tensor:
-        return _to_device(torch.tensor(values, dtype=torch.float32).view(-1, 1, 1, 1, 1), device)
+        return _host_to(torch.tensor(values, dtype=torch.float32).view(-1, 1, 1, 1, 1), device)
 
 
 def _keys(keys) -> list:
@@ -451,7 +451,7 @@ def _separable_plan(in_size, steps_per_sample: Sequence[Optional[Sequence[Sequen
             r = _distortion_ranges(in_size[a], cells[a], steps[a]).double()
             table[i, a, :in_size[a], 0, 0] = r - torch.arange(in_size[a], dtype=torch.float64)
     mats = _stack([_grid_index_map(np.eye(4), in_size, in_size, False)[0]] * n, 3)
-    return _Plan(mats, tuple(in_size), _to_device(table, device), ops.SEPARABLE_FIELD)
+    return _Plan(mats, tuple(in_size), _host_to(table, device), ops.SEPARABLE_FIELD)
 
 
 class GridDistortion(_FieldOutput):
@@ -645,7 +645,7 @@ class RandomElasticDeformation(_RandomDeform):
         coeff = self._noise(params, (n, 3, *self.num_control_points), device)
         gate = torch.from_numpy(self._gates(params).astype(np.float32))
         scale = torch.tensor([m / s for m, s in zip(self.max_displacement, spacing)], dtype=torch.float32)
-        coeff.mul_(_to_device(gate.view(n, 1, 1, 1, 1) * scale.view(1, 3, 1, 1, 1), device))
+        coeff.mul_(_host_to(gate.view(n, 1, 1, 1, 1) * scale.view(1, 3, 1, 1, 1), device))
         for i in range(self.locked_borders):
             coeff[:, :, i] = 0
             coeff[:, :, -1 - i] = 0

@@ -149,8 +149,7 @@ class RandGaussianSmooth(_Filter, _Randomizable):
 def _sharpen(x: torch.Tensor, sigma1: torch.Tensor, sigma2: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
     blurred = _smooth(x, sigma1)
     filter_blurred = _smooth(blurred, sigma2)
-    a = alpha.to(torch.float32)
-    a = (a if a.device == x.device else _host_to(a, x.device)).view(-1, 1, 1, 1, 1)  # pinned: no sync
+    a = _host_to(alpha.to(torch.float32), x.device).view(-1, 1, 1, 1, 1)  # pinned: no sync
     return blurred + a * (blurred - filter_blurred)  # MONAI's expression, alpha per sample
 
 

@@ -3,7 +3,7 @@
 Every transform here is a per-sample 3x4 index map (output voxel index -> input voxel index,
 voxel centres at integers) plus an output size. The maps are built in float64 on the CPU
 (parameter plumbing only), copied to the data's device from pinned memory with
-``non_blocking=True`` (:func:`_to_device`; so are padding index tables and the deformations'
+``non_blocking=True`` (:func:`voxaug.transforms._host_to`; so are padding index tables and the deformations'
 per-sample factors), and one ``voxaug.ops.resample`` launch gathers the whole batch; in the
 dictionary forms the keys that share a map (image and label of a RandAffined, say) share that
 one launch, each with its own interpolation and padding mode. A Compose that fuses a crop
@@ -557,7 +557,7 @@ def _apply_pad(x: torch.Tensor, pad: tuple) -> torch.Tensor:
         return out
     for a, (b, e) in enumerate(widths):
         if b or e:
-            idx = _to_device(torch.from_numpy(_pad_index(x.shape[2 + a], b, e, mode)), x.device)
+            idx = _host_to(torch.from_numpy(_pad_index(x.shape[2 + a], b, e, mode)), x.device)
             x = x.index_select(2 + a, idx)
     return x
 
@@ -599,17 +599,6 @@ def _anti_alias_sigma(in_size: Sequence[int], out_size: Sequence[int], sigma: An
 
 
 # ---------------- execution ----------------
-def _to_device(t: torch.Tensor, device: Any) -> torch.Tensor:
-    """A host-built parameter tensor (maps, index tables, per-sample factors) onto the data's
-    device. To a CUDA device from the host: through pinned memory, non-blocking
-    (transforms._host_to; a non-blocking copy from pageable memory may be staged synchronously
-    by the driver). The same dtype, shape and values; on the CPU (or meta) the tensor itself."""
-    device = torch.device(device)
-    if device.type == "cuda" and t.device.type == "cpu":
-        return _host_to(t, device)
-    return t.to(device, non_blocking=True)
-
-
 def _for_input(opts: _Opts, x: torch.Tensor) -> _Opts:
     if opts.table_dtype is None:
         return dataclasses.replace(opts, table_dtype=_table_dtype(None, x.dtype))
@@ -653,7 +642,7 @@ def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts],
         # Per-axis scalar offsets: no host-to-device copy (a tensor of the halves would be one).
         centers = srcs[0].centers
         starts = torch.stack([centers[..., a] - z // 2 for a, z in enumerate(srcs[0].size)], -1)
-        mats = _to_device(geom.mats, vols[0].device)
+        mats = _host_to(geom.mats, vols[0].device)
         outs = []
         for s in range(0, len(vols), _MAX_TARGETS):
             part, popts = vols[s:s + _MAX_TARGETS], opts[s:s + _MAX_TARGETS]
@@ -679,10 +668,10 @@ def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts],
     inputs = [x if o.mode == "nearest" or x.is_floating_point() else x.float() for x, o in zip(xs, opts)]
     outs: list[torch.Tensor] = []
     if geom.tables is not None:  # interpolate's nearest where no affine map reproduces it
-        idx = [_to_device(torch.tensor(t, dtype=torch.int64), inputs[0].device) for t in geom.tables]
+        idx = [_host_to(torch.tensor(t, dtype=torch.int64), inputs[0].device) for t in geom.tables]
         outs = [x.index_select(2, idx[0]).index_select(3, idx[1]).index_select(4, idx[2]) for x in inputs]
         return [_apply_pad(o, geom.pad) for o in outs] if geom.pad is not None else outs
-    mats = _to_device(geom.mats, inputs[0].device)
+    mats = _host_to(geom.mats, inputs[0].device)
     for s in range(0, len(inputs), _MAX_TARGETS):
         part, popts = inputs[s:s + _MAX_TARGETS], opts[s:s + _MAX_TARGETS]
         outs += ops.resample(part, mats, geom.out_size, [o.mode for o in popts], [geom.kernel_padding] * len(part),
@@ -1509,7 +1498,7 @@ def _sample_pad(out: torch.Tensor, geoms: Sequence[_Geometry]) -> torch.Tensor:
             rows.append(_pad_index(size[a] - b - e, b, e, mode) if (b or e) else np.arange(size[a]))
         if all(np.array_equal(r, np.arange(size[a])) for r in rows):
             continue
-        idx = _to_device(torch.from_numpy(np.stack(rows).astype(np.int64)), out.device)
+        idx = _host_to(torch.from_numpy(np.stack(rows).astype(np.int64)), out.device)
         shape = [n, 1, 1, 1, 1]
         shape[2 + a] = size[a]
         idx = idx.view(shape)

@@ -144,7 +144,7 @@ class NormalizeIntensity:
                 raise ValueError(f"{name} of shape {tuple(t.shape)} does not broadcast against one sample's "
                                  f"(C, D, H, W) = {sample}") from None
         if t.device != x.device:
-            t = _host_to(t.to(ct).contiguous(), x.device) if t.device.type == "cpu" else t.to(x.device)
+            t = _host_to(t.to(ct).contiguous(), x.device)
         t = t.to(ct)
         if is_div:
             t = torch.where(t == 0, torch.ones((), dtype=ct, device=t.device), t)

@@ -391,10 +391,14 @@ class RandRicianNoise(_Pointwise, _Randomizable):
         return [Step(ops.RICIAN_NOISE, flags, (0.0, 0.0), self.prob, seed, values=values)]
 
 
-def _host_to(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A small host-made parameter tensor onto the data's device without a blocking copy."""
-    if device.type == "cpu":
-        return t
+def _host_to(t: torch.Tensor, device: Any) -> torch.Tensor:
+    """A small host-made parameter tensor onto the data's device without a blocking copy: to a
+    CUDA device from the host through pinned memory (a non-blocking copy from pageable memory
+    may be staged synchronously by the driver); anything else a plain non-blocking ``.to`` (the
+    tensor itself when it is already there)."""
+    device = torch.device(device)
+    if device.type != "cuda" or t.device.type != "cpu":
+        return t.to(device, non_blocking=True)
     return t.pin_memory().to(device, non_blocking=True)
 
 

@@ -17,7 +17,7 @@ these families have no cudaMemcpy, stream or device synchronisation, item() or c
 is checked here with a torch function mode that records every host -> device copy from pageable
 memory made from Python (PageableCopies): the crop and window families make none; the spatial and
 deformation families copy their per-call maps, index tables and per-sample factors from pinned
-memory (spatial._to_device, transforms._host_to), and so does sliding_window_inference a host
+memory (transforms._host_to), and so does sliding_window_inference a host
 roi_weight_map or a host weight returned by process_fn.
 
 Synchronisations that the transforms document, checked to happen exactly there (the test fails if
