@@ -1,7 +1,8 @@
 // voxaug: the host's instruction-set clones. A hot loop is written once (an inline body) and
-// instantiated in functions compiled for AVX-512 and AVX2 as well as the baseline; cpu_isa()
-// picks one per process. The clones run the same operations in the same order (no FMA
-// contraction: -ffp-contract=off), so their results are bit-identical to the baseline's.
+// instantiated in functions compiled for AVX-512 and AVX2 (each with FMA) as well as the
+// baseline; cpu_isa() picks one per process. The clones run the same operations in the same
+// order (no FMA contraction: -ffp-contract=off; an explicit detail::ffma is one rounding
+// everywhere, the baseline's through libm), so their results are bit-identical to the baseline's.
 #pragma once
 
 namespace voxaug::detail {
@@ -13,9 +14,9 @@ namespace voxaug::detail {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define VOXAUG_TARGET_BASELINE __attribute__((optimize("no-tree-loop-distribute-patterns")))
 #define VOXAUG_TARGET_AVX2 \
-  __attribute__((target("avx2"), optimize("no-tree-loop-distribute-patterns")))
-#define VOXAUG_TARGET_AVX512                                   \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"), \
+  __attribute__((target("avx2,fma"), optimize("no-tree-loop-distribute-patterns")))
+#define VOXAUG_TARGET_AVX512                                       \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma"), \
                  optimize("no-tree-loop-distribute-patterns")))
 #define VOXAUG_CPU_CLONES 1
 #else
@@ -27,15 +28,16 @@ namespace voxaug::detail {
 
 enum class CpuIsa { Baseline, Avx2, Avx512 };
 
-// Chosen once per process: AVX-512 (F, BW, DQ, VL), else AVX2, else the baseline.
+// Chosen once per process: AVX-512 (F, BW, DQ, VL) + FMA, else AVX2 + FMA, else the baseline.
 inline CpuIsa cpu_isa() {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const CpuIsa isa =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")
+              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+              __builtin_cpu_supports("fma")
           ? CpuIsa::Avx512
-      : __builtin_cpu_supports("avx2") ? CpuIsa::Avx2
-                                       : CpuIsa::Baseline;
+      : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? CpuIsa::Avx2
+                                                                        : CpuIsa::Baseline;
   return isa;
 #else
   return CpuIsa::Baseline;
