@@ -6,6 +6,7 @@
 #include "voxaug/spatial_transforms.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -24,8 +25,23 @@ namespace {
 
 using namespace common;  // NOLINT(google-build-using-namespace): the shared map helpers
 
-constexpr int64_t kMaxTargets = 4;   // kMaxResampleTargets (include/voxaug/resample.h)
-constexpr double kAffineTol = 1e-3;  // monai.data.utils.AFFINE_TOL
+constexpr int64_t kMaxTargets = 4;           // kMaxResampleTargets (include/voxaug/resample.h)
+constexpr double kAffineTol = 1e-3;          // monai.data.utils.AFFINE_TOL
+constexpr double kAntiAliasTruncated = 4.0;  // MONAI GaussianSmooth's default truncation
+
+// voxaug::gaussian_smooth through the dispatcher (the op Python's Resize anti-aliasing calls,
+// spatial._anti_alias; torch_ops.h has no entry for it): sigma (N, 3) float64 CPU, output in
+// the image's floating dtype.
+at::Tensor gaussian_smooth(const at::Tensor& image, const std::array<double, 3>& sigma) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("voxaug::gaussian_smooth", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double,
+                                         std::optional<c10::ScalarType>)>();
+  const at::Tensor s = at::tensor(at::ArrayRef<double>(sigma.data(), 3), at::kDouble)
+                           .expand({image.size(0), 3})
+                           .contiguous();
+  return op.call(image, s, kAntiAliasTruncated, std::nullopt);
+}
 
 // ---------------- M4 <-> tensors, messages ----------------
 at::Tensor to_tensor(const M4& m) {
@@ -66,6 +82,14 @@ std::string interp_mode(const std::string& m, const std::string& arg) {
   TORCH_CHECK_VALUE(false, arg, " must be one of 'nearest', 'nearest-exact', 'linear', ",
                     "'bilinear', 'trilinear', 'area', got '", m, "'");
   return {};
+}
+// _interp_opts: interpolate takes align_corners with the linear modes only (MONAI passes it on).
+bool interp_align(const std::optional<bool>& align_corners, const std::string& mode) {
+  TORCH_CHECK_VALUE(!align_corners || interp_mode(mode, "mode") == "linear",
+                    "align_corners can only be set with the interpolating modes 'linear', ",
+                    "'bilinear', 'trilinear' (torch interpolate raises otherwise), got mode='",
+                    mode, "' with align_corners=", *align_corners ? "true" : "false");
+  return align_corners.value_or(false);
 }
 std::string pad_mode(const std::string& p) {
   static const std::map<std::string, std::string> modes = {
@@ -152,6 +176,7 @@ std::string mode_of(const Modes& modes, size_t i, const std::string& fallback, s
 struct Pad {
   std::array<std::pair<int64_t, int64_t>, 3> widths;
   std::string mode;
+  double value = 0.0;  // "constant"
 };
 struct Launch {
   std::vector<M4> maps;  // per sample: kernel map
@@ -162,6 +187,7 @@ struct Launch {
   std::optional<std::array<std::vector<int64_t>, 3>> tables;  // interpolate's nearest table
   std::optional<std::array<Size3, 3>> pool;                   // area: (zoomed, first, count)
   std::optional<Pad> pad;                                     // Zoom's keep_size padding
+  std::optional<std::array<double, 3>> smooth;  // Resize's anti-aliasing sigma, before all else
 };
 
 int64_t pymod(int64_t a, int64_t m) {
@@ -198,7 +224,7 @@ at::Tensor apply_pad(at::Tensor x, const Pad& pad) {
     std::vector<int64_t> shape{x.size(0), x.size(1)};
     for (int a = 0; a < 3; ++a)
       shape.push_back(x.size(2 + a) + pad.widths[a].first + pad.widths[a].second);
-    at::Tensor out = at::zeros(shape, x.options());
+    at::Tensor out = at::full(shape, pad.value, x.options());
     out.narrow(2, pad.widths[0].first, x.size(2))
         .narrow(3, pad.widths[1].first, x.size(3))
         .narrow(4, pad.widths[2].first, x.size(4))
@@ -214,20 +240,29 @@ at::Tensor apply_pad(at::Tensor x, const Pad& pad) {
 }
 
 // _run: kernel_modes per input (0 nearest, 1 linear, 2 cubic).
-std::vector<at::Tensor> run(const std::vector<at::Tensor>& xs, const Launch& g,
+std::vector<at::Tensor> run(std::vector<at::Tensor> xs, const Launch& g,
                             const std::vector<int64_t>& kernel_modes) {
   std::vector<at::Tensor> outs;
+  std::vector<at::ScalarType> out_dtypes;
+  if (g.smooth || g.pool) {
+    // MONAI converts to its dtype (float32) first: the smoothing and the pooling run in it.
+    for (at::Tensor& x : xs) {
+      out_dtypes.push_back(x.is_floating_point() ? x.scalar_type() : at::kFloat);
+      x = x.to(at::kFloat);
+      if (g.smooth) x = gaussian_smooth(x, *g.smooth);
+    }
+    if (!g.pool)
+      for (size_t i = 0; i < xs.size(); ++i) xs[i] = xs[i].to(out_dtypes[i]);
+  }
   if (g.pool) {  // interpolate's 'area' in MONAI's default dtype (float32), see Python's _area
     const auto& [zoomed, first, count] = *g.pool;
-    for (const at::Tensor& x : xs) {
-      const auto out_dtype = x.is_floating_point() ? x.scalar_type() : at::kFloat;
-      at::Tensor y =
-          at::adaptive_avg_pool3d(x.to(at::kFloat).contiguous(), {zoomed[0], zoomed[1], zoomed[2]});
+    for (size_t i = 0; i < xs.size(); ++i) {
+      at::Tensor y = at::adaptive_avg_pool3d(xs[i].contiguous(), {zoomed[0], zoomed[1], zoomed[2]});
       if (first != Size3{0, 0, 0} || count != zoomed)
         y = y.narrow(2, first[0], count[0])
                 .narrow(3, first[1], count[1])
                 .narrow(4, first[2], count[2]);
-      outs.push_back(y.to(out_dtype));
+      outs.push_back(y.to(out_dtypes[i]));
     }
   } else if (g.tables) {  // interpolate's nearest where no affine map reproduces it
     const auto device = xs[0].device();
@@ -428,11 +463,17 @@ Axis nearest_rule(int64_t in, int64_t zoomed, int64_t first, int64_t count, bool
     ax.table = std::vector<int64_t>(t.begin(), t.end());
   return ax;
 }
-// _interp_axis (align_corners=False: MONAI's default for these modes).
+// _interp_axis: output voxel o stands for zoomed voxel first + o; align only with "linear".
 Axis interp_axis(int64_t in, int64_t zoomed, int64_t first, int64_t count,
-                 const std::string& interp) {
-  const double s = static_cast<double>(in) / static_cast<double>(zoomed);
-  const double lm = s, lb = (s - 1) / 2;
+                 const std::string& interp, bool align) {
+  double lm, lb;
+  if (align) {
+    lm = zoomed == 1 ? 0.0 : static_cast<double>(in - 1) / static_cast<double>(zoomed - 1);
+    lb = 0.0;
+  } else {
+    lm = static_cast<double>(in) / static_cast<double>(zoomed);
+    lb = (lm - 1) / 2;  // (o + 0.5) * s - 0.5; interpolate clamps: border padding
+  }
   double meta_m = 1.0, meta_b = 0.0;
   if (in != zoomed) meta_m = lm, meta_b = lb;
   meta_b += meta_m * static_cast<double>(first);
@@ -464,16 +505,21 @@ void diag_launch(Launch& g, const std::array<Axis, 3>& axes, int64_t n) {
     g.tables = tables;
   }
 }
-// Inputs grouped by their interpolate rule: one launch per rule (Resize / Zoom).
-template <class Plan>
-Result finish_interp(const Batch& b, const Modes& modes, const std::string& mode, Plan plan,
-                     const Affine4& affine) {
+// Each input's interpolate rule (its mode, else the transform's).
+std::vector<std::string> input_rules(const Batch& b, const Modes& modes, const std::string& mode) {
   std::vector<std::string> rules;
   for (size_t i = 0; i < b.xs.size(); ++i)
     rules.push_back(
         interp_mode(mode_of(modes, i, mode, b.xs.size()), i < modes.size() && !modes[i].empty()
                                                               ? "modes[" + std::to_string(i) + "]"
                                                               : std::string("mode")));
+  return rules;
+}
+// Inputs grouped by their interpolate rule: one launch per rule (Resize / Zoom).
+template <class Plan>
+Result finish_interp(const Batch& b, const Modes& modes, const std::string& mode, Plan plan,
+                     const Affine4& affine) {
+  const std::vector<std::string> rules = input_rules(b, modes, mode);
   std::vector<at::Tensor> outs(b.xs.size());
   Result r;
   std::vector<bool> done(b.xs.size(), false);
@@ -646,9 +692,37 @@ std::optional<Ornt> io_orientation(const M4& affine) {
   }
   return ornt;
 }
-// nibabel axcodes2ornt with the default labels (L, R), (P, A), (I, S).
-Ornt axcodes2ornt(const std::string& axcodes) {
-  static const char labels[3][2] = {{'L', 'R'}, {'P', 'A'}, {'I', 'S'}};
+// Orientation's labels as characters: nibabel's (L, R), (P, A), (I, S) when none are given.
+using LabelChars = std::array<std::array<char, 2>, 3>;
+LabelChars label_chars(const Labels& labels) {
+  if (labels.empty()) return {{{'L', 'R'}, {'P', 'A'}, {'I', 'S'}}};
+  TORCH_CHECK_VALUE(labels.size() == 3, "labels must be 3 pairs of one-character axis codes such ",
+                    "as ((\"L\", \"R\"), (\"P\", \"A\"), (\"I\", \"S\")), got ", labels.size(),
+                    " pairs");
+  LabelChars out;
+  std::string seen;
+  for (int l = 0; l < 3; ++l)
+    for (int e = 0; e < 2; ++e) {
+      const std::string& c = labels[l][e];
+      TORCH_CHECK_VALUE(c.size() == 1, "labels must be one-character axis codes (the characters ",
+                        "of axcodes), got '", c, "' in pair ", l);
+      TORCH_CHECK_VALUE(seen.find(c[0]) == std::string::npos, "labels must not repeat a code ",
+                        "(nibabel: duplicate labels), got '", c, "' twice");
+      seen += c[0];
+      out[l][e] = c[0];
+    }
+  return out;
+}
+std::string describe(const LabelChars& labels) {
+  std::ostringstream s;
+  s << "(";
+  for (int l = 0; l < 3; ++l)
+    s << (l ? ", " : "") << "('" << labels[l][0] << "', '" << labels[l][1] << "')";
+  s << ")";
+  return s.str();
+}
+// nibabel axcodes2ornt: the label pair's index and -1 for its start code, +1 for its end code.
+Ornt axcodes2ornt(const std::string& axcodes, const LabelChars& labels) {
   TORCH_CHECK_VALUE(axcodes.size() >= 3, "axcodes must name the 3 spatial axes, got '", axcodes,
                     "'");
   Ornt ornt;
@@ -658,7 +732,7 @@ Ornt axcodes2ornt(const std::string& axcodes) {
     for (int l = 0; l < 3; ++l)
       if (axcodes[i] == labels[l][0] || axcodes[i] == labels[l][1]) found = l;
     TORCH_CHECK_VALUE(found >= 0, "axcodes '", axcodes, "' is not valid for labels ",
-                      "(('L', 'R'), ('P', 'A'), ('I', 'S')): '", axcodes[i], "' is not a label");
+                      describe(labels), ": '", axcodes[i], "' is not a label");
     TORCH_CHECK_VALUE(!used[found], "axcodes '", axcodes, "' must name each of the 3 axes once");
     used[found] = true;
     ornt[i] = {static_cast<double>(found), axcodes[i] == labels[found][0] ? -1.0 : 1.0};
@@ -975,98 +1049,369 @@ Result RandRotate::operator()(Inputs inputs, int64_t seed, int64_t first_sample,
   return apply(inputs, draw(as_batch(inputs).n, seed, first_sample), modes, affine);
 }
 
-// ---------------- Resize / Zoom ----------------
-Resize::Resize(std::vector<int64_t> spatial_size, std::string mode)
-    : spatial_size_(std::move(spatial_size)), mode_(std::move(mode)) {
-  TORCH_CHECK_VALUE(spatial_size_.size() == 3, "spatial_size must be 3 ints (D, H, W) (MONAI ",
-                    "needs one per spatial dim; non-positive: keep that axis), got ",
-                    join(spatial_size_));
+// ---------------- Resize / Zoom / RandZoom ----------------
+namespace {
+// Zoom._plan_axes: per axis (zoomed size, first zoomed voxel kept, voxels kept, keep_size
+// padding (before, after)).
+struct ZoomPlan {
+  Size3 zoomed{}, first{}, count{};
+  std::array<std::pair<int64_t, int64_t>, 3> widths{};
+  Size3 out_size() const {
+    Size3 o;
+    for (int a = 0; a < 3; ++a) o[a] = count[a] + widths[a].first + widths[a].second;
+    return o;
+  }
+  bool padded() const {
+    for (const auto& w : widths)
+      if (w.first || w.second) return true;
+    return false;
+  }
+};
+ZoomPlan plan_zoom(const Size3& size, const std::array<double, 3>& zoom, bool keep_size) {
+  ZoomPlan p;
+  for (int a = 0; a < 3; ++a) {
+    const int64_t s = size[a];
+    const double zd = std::floor(static_cast<double>(s) * zoom[a]);
+    TORCH_CHECK_VALUE(zd < 2147483648.0, "zoom (", zoom[0], ", ", zoom[1], ", ", zoom[2],
+                      ") of inputs with spatial size (", size[0], ", ", size[1], ", ", size[2],
+                      ") gives an output axis of ", zd, " voxels (at most 2^31 - 1)");
+    const int64_t z = static_cast<int64_t>(zd);
+    TORCH_CHECK_VALUE(z >= 1, "zoom (", zoom[0], ", ", zoom[1], ", ", zoom[2], ") of inputs ",
+                      "with spatial size (", size[0], ", ", size[1], ", ", size[2],
+                      ") gives an empty output");
+    p.zoomed[a] = z, p.first[a] = 0, p.count[a] = z, p.widths[a] = {0, 0};
+    if (keep_size && z > s) {  // CenterSpatialCrop: start = z // 2 - s // 2
+      p.first[a] = z / 2 - s / 2, p.count[a] = s;
+    } else if (keep_size && z < s) {  // SpatialPad, symmetric
+      p.widths[a] = {(s - z) / 2, s - z - (s - z) / 2};
+    }
+  }
+  return p;
+}
+// Zoom._geometry for one interpolate rule: the map onto the kept voxels, the keep_size padding,
+// the 'area' pooling.
+Launch zoom_launch(const Size3& in, const ZoomPlan& p, const std::string& rule, bool align,
+                   int64_t n, const std::string& pad_mode, double pad_value) {
+  Launch g;
+  g.out_size = p.count;
+  g.padding = 1;  // interpolate clamps: border
+  g.align_corners = align;
+  std::array<Axis, 3> axes;
+  for (int a = 0; a < 3; ++a)
+    axes[a] = interp_axis(in[a], p.zoomed[a], p.first[a], p.count[a], rule, align);
+  diag_launch(g, axes, n);
+  // Padding shifts the output: the metadata map sees padded voxel o as zoomed voxel o - before.
+  const M4 shift =
+      translate({-static_cast<double>(p.widths[0].first), -static_cast<double>(p.widths[1].first),
+                 -static_cast<double>(p.widths[2].first)});
+  for (auto& m : g.meta) m = mul(m, shift);
+  if (p.padded()) g.pad = Pad{p.widths, pad_mode, pad_value};
+  if (rule == "area") g.pool = std::array<Size3, 3>{p.zoomed, p.first, p.count};
+  return g;
+}
+// _sample_pad: keep_size padding with per-sample widths. `out` holds sample i's zoomed voxels at
+// 0 .. count - 1 of each axis (the rest of the launch's output is discarded); numpy.pad's source
+// index per padded position is one batched gather per padded axis (the values apply_pad gives
+// that sample alone).
+at::Tensor sample_pad(at::Tensor out, const std::vector<ZoomPlan>& plans, const std::string& mode,
+                      double value) {
+  if (std::none_of(plans.begin(), plans.end(), [](const ZoomPlan& p) { return p.padded(); }))
+    return out;
+  const int64_t n = out.size(0);
+  std::optional<at::Tensor> inside;
+  for (int a = 0; a < 3; ++a) {
+    const int64_t size = out.size(2 + a);
+    std::vector<int64_t> rows;
+    bool identity = true;
+    for (const ZoomPlan& p : plans) {
+      const auto [before, after] = p.widths[a];
+      std::vector<int64_t> row;
+      if (before || after) {
+        row = pad_index(size - before - after, before, after, mode);
+      } else {
+        for (int64_t j = 0; j < size; ++j) row.push_back(j);
+      }
+      for (int64_t j = 0; j < size; ++j) identity = identity && row[j] == j;
+      rows.insert(rows.end(), row.begin(), row.end());
+    }
+    if (identity) continue;
+    std::vector<int64_t> shape{n, 1, 1, 1, 1};
+    shape[2 + a] = size;
+    at::Tensor idx = index_tensor(rows, out.device()).view(shape);
+    if (mode == "constant") {  // -1: outside the zoomed voxels
+      const at::Tensor in = idx.ge(0);
+      inside = inside ? at::logical_and(*inside, in) : in;
+      idx = idx.clamp_min(0);
+    }
+    out = at::gather(out, 2 + a, idx.expand(out.sizes()));
+  }
+  return inside ? out.masked_fill(inside->logical_not(), value) : out;
+}
+// _anti_alias_sigma: MONAI's rule: only when some axis shrinks; no sigma given: skimage's
+// max(0, (in / out - 1) / 2) per axis (MONAI computes in / out in float32); a given sigma on the
+// shrinking axes only.
+std::optional<std::array<double, 3>> anti_alias_sigma(const Size3& in, const Size3& out,
+                                                      const std::vector<double>& sigma) {
+  bool shrinks = false;
+  for (int a = 0; a < 3; ++a) shrinks = shrinks || out[a] < in[a];
+  if (!shrinks) return std::nullopt;
+  std::array<double, 3> s;
+  for (int a = 0; a < 3; ++a) {
+    const float f = static_cast<float>(in[a]) / static_cast<float>(out[a]);
+    s[a] = sigma.empty() ? static_cast<double>(std::max(0.0f, (f - 1.0f) / 2.0f))
+                         : sigma[sigma.size() == 1 ? 0 : a] * (f > 1.0f ? 1.0 : 0.0);
+  }
+  return s;
+}
+}  // namespace
+
+Resize::Resize(std::vector<int64_t> spatial_size, std::string mode, std::string size_mode,
+               std::optional<bool> align_corners, bool anti_aliasing,
+               std::vector<double> anti_aliasing_sigma)
+    : spatial_size_(std::move(spatial_size)),
+      mode_(std::move(mode)),
+      longest_(size_mode == "longest"),
+      align_corners_(align_corners),
+      anti_aliasing_(anti_aliasing),
+      sigma_(std::move(anti_aliasing_sigma)) {
+  TORCH_CHECK_VALUE(size_mode == "all" || size_mode == "longest",
+                    "size_mode must be 'all' or 'longest', got '", size_mode, "'");
+  if (longest_) {
+    TORCH_CHECK_VALUE(spatial_size_.size() == 1 && spatial_size_[0] >= 1, "spatial_size must be ",
+                      "one int >= 1 (the longest side) with size_mode='longest', got ",
+                      join(spatial_size_));
+  } else {
+    TORCH_CHECK_VALUE(spatial_size_.size() == 3, "spatial_size must be 3 ints (D, H, W) (MONAI ",
+                      "needs one per spatial dim; non-positive: keep that axis), got ",
+                      join(spatial_size_));
+  }
   interp_mode(mode_, "mode");
+  interp_align(align_corners_, mode_);
+  TORCH_CHECK_VALUE(sigma_.empty() || sigma_.size() == 1 || sigma_.size() == 3,
+                    "anti_aliasing_sigma must be empty (MONAI's rule), 1 value (all axes) or 3 ",
+                    "(D, H, W), got ", join(sigma_));
+  for (double s : sigma_)
+    TORCH_CHECK_VALUE(std::isfinite(s) && s >= 0, "anti_aliasing_sigma must be finite and >= 0 ",
+                      "(voxels), got ", join(sigma_));
 }
 Result Resize::operator()(Inputs inputs, const Modes& modes, const Affine4& affine) const {
   const Batch b = as_batch(inputs);
-  const Size3 out = fall_back_size(spatial_size_, b.size);
+  Size3 out;
+  if (longest_) {  // MONAI: int(round(s * spatial_size / max(size))), round half to even
+    const double scale = static_cast<double>(spatial_size_[0]) /
+                         static_cast<double>(*std::max_element(b.size.begin(), b.size.end()));
+    for (int a = 0; a < 3; ++a)
+      out[a] = static_cast<int64_t>(std::nearbyint(static_cast<double>(b.size[a]) * scale));
+  } else {
+    out = fall_back_size(spatial_size_, b.size);
+  }
+  TORCH_CHECK_VALUE(out[0] >= 1 && out[1] >= 1 && out[2] >= 1, "spatial_size ", join(spatial_size_),
+                    " gives an empty output (", out[0], ", ", out[1], ", ", out[2],
+                    ") for inputs with spatial size (", b.size[0], ", ", b.size[1], ", ", b.size[2],
+                    ")");
   auto plan = [&](const std::string& rule) {
+    const bool align = rule == "linear" && align_corners_.value_or(false);
     Launch g;
     g.out_size = out;
     g.padding = 1;  // interpolate clamps: border
+    g.align_corners = align;
     std::array<Axis, 3> axes;
-    if (out == b.size) {  // MONAI returns the input as is: the identity map
+    if (out == b.size) {  // MONAI returns the input as is: the identity map, no smoothing
       for (auto& a : axes) a = Axis{1.0, 0.0, 1.0, 0.0, std::nullopt};
       diag_launch(g, axes, b.n);
       return g;
     }
-    for (int a = 0; a < 3; ++a) axes[a] = interp_axis(b.size[a], out[a], 0, out[a], rule);
+    for (int a = 0; a < 3; ++a) axes[a] = interp_axis(b.size[a], out[a], 0, out[a], rule, align);
     diag_launch(g, axes, b.n);
     if (rule == "area") g.pool = std::array<Size3, 3>{out, Size3{0, 0, 0}, out};
+    if (anti_aliasing_) g.smooth = anti_alias_sigma(b.size, out, sigma_);
     return g;
   };
   return finish_interp(b, modes, mode_, plan, affine);
 }
 
-Zoom::Zoom(std::vector<double> zoom, std::string mode, bool keep_size, std::string padding_mode)
+Zoom::Zoom(std::vector<double> zoom, std::string mode, bool keep_size, std::string padding_mode,
+           std::optional<bool> align_corners, double pad_value)
     : zoom_(rep3(zoom, "zoom")),
       mode_(std::move(mode)),
       keep_size_(keep_size),
-      padding_mode_(pad_mode(padding_mode)) {
+      padding_mode_(pad_mode(padding_mode)),
+      align_corners_(align_corners),
+      pad_value_(pad_value) {
   for (double z : zoom_) TORCH_CHECK_VALUE(z > 0, "zoom must be > 0, got ", join(zoom));
   interp_mode(mode_, "mode");
+  interp_align(align_corners_, mode_);
+  TORCH_CHECK_VALUE(std::isfinite(pad_value_), "pad_value must be finite, got ", pad_value_);
 }
 Result Zoom::operator()(Inputs inputs, const Modes& modes, const Affine4& affine) const {
   const Batch b = as_batch(inputs);
-  // Zoom._plan_axes: (zoomed size, first zoomed voxel kept, voxels kept, keep_size padding)
-  Size3 zoomed, first, count;
-  std::array<std::pair<int64_t, int64_t>, 3> widths;
-  for (int a = 0; a < 3; ++a) {
-    const int64_t s = b.size[a];
-    const double zd = std::floor(static_cast<double>(s) * zoom_[a]);
-    TORCH_CHECK_VALUE(zd < 2147483648.0, "zoom (", zoom_[0], ", ", zoom_[1], ", ", zoom_[2],
-                      ") of inputs with spatial size (", b.size[0], ", ", b.size[1], ", ",
-                      b.size[2], ") gives an output axis of ", zd, " voxels (at most 2^31 - 1)");
-    const int64_t z = static_cast<int64_t>(zd);
-    TORCH_CHECK_VALUE(z >= 1, "zoom (", zoom_[0], ", ", zoom_[1], ", ", zoom_[2], ") of inputs ",
-                      "with spatial size (", b.size[0], ", ", b.size[1], ", ", b.size[2],
-                      ") gives an empty output");
-    zoomed[a] = z, first[a] = 0, count[a] = z, widths[a] = {0, 0};
-    if (keep_size_ && z > s) {
-      first[a] = z / 2 - s / 2, count[a] = s;
-    } else if (keep_size_ && z < s) {
-      widths[a] = {(s - z) / 2, s - z - (s - z) / 2};
-    }
-  }
+  const ZoomPlan p = plan_zoom(b.size, zoom_, keep_size_);
   auto plan = [&](const std::string& rule) {
-    Launch g;
-    g.out_size = count;
-    g.padding = 1;
-    std::array<Axis, 3> axes;
-    for (int a = 0; a < 3; ++a)
-      axes[a] = interp_axis(b.size[a], zoomed[a], first[a], count[a], rule);
-    diag_launch(g, axes, b.n);
-    // Padding shifts the output: the metadata map sees padded voxel o as zoomed voxel o - before.
-    const M4 shift =
-        translate({-static_cast<double>(widths[0].first), -static_cast<double>(widths[1].first),
-                   -static_cast<double>(widths[2].first)});
-    for (auto& m : g.meta) m = mul(m, shift);
-    bool padded = false;
-    for (const auto& w : widths) padded = padded || w.first || w.second;
-    if (padded) g.pad = Pad{widths, padding_mode_};
-    if (rule == "area") g.pool = std::array<Size3, 3>{zoomed, first, count};
-    return g;
+    return zoom_launch(b.size, p, rule, rule == "linear" && align_corners_.value_or(false), b.n,
+                       padding_mode_, pad_value_);
   };
   return finish_interp(b, modes, mode_, plan, affine);
+}
+
+namespace {
+// _zoom_range: MONAI RandZoom's ensure_tuple(min_zoom) / ensure_tuple(max_zoom), paired.
+std::vector<std::pair<double, double>> zoom_ranges(const std::vector<double>& lo,
+                                                   const std::vector<double>& hi) {
+  TORCH_CHECK_VALUE(lo.size() == hi.size(), "min_zoom and max_zoom must have the same length, ",
+                    "got ", join(lo), " and ", join(hi));
+  TORCH_CHECK_VALUE(!lo.empty() && lo.size() <= 3, "min_zoom / max_zoom must be 1 number ",
+                    "(isotropic), 2 (first for the first two spatial axes, second for the last) ",
+                    "or 3 (one per spatial axis), got ", join(lo));
+  check_finite(lo, "min_zoom");
+  check_finite(hi, "max_zoom");
+  std::vector<std::pair<double, double>> out;
+  for (size_t i = 0; i < lo.size(); ++i) {
+    TORCH_CHECK_VALUE(lo[i] > 0 && hi[i] > 0, "min_zoom and max_zoom must be > 0, got ", join(lo),
+                      " and ", join(hi));
+    out.emplace_back(lo[i], hi[i]);
+  }
+  return out;
+}
+}  // namespace
+
+RandZoom::RandZoom(double prob, std::vector<double> min_zoom, std::vector<double> max_zoom,
+                   std::string mode, std::string padding_mode, std::optional<bool> align_corners,
+                   bool keep_size, double pad_value)
+    : RandomTransform(prob, 4),
+      ranges_(zoom_ranges(min_zoom, max_zoom)),
+      mode_(std::move(mode)),
+      padding_mode_(pad_mode(padding_mode)),
+      align_corners_(align_corners),
+      keep_size_(keep_size),
+      pad_value_(pad_value) {
+  interp_mode(mode_, "mode");
+  interp_align(align_corners_, mode_);
+  TORCH_CHECK_VALUE(std::isfinite(pad_value_), "pad_value must be finite, got ", pad_value_);
+}
+Draw RandZoom::draw(int64_t batch, int64_t seed, int64_t first_sample) const {
+  Draw d = uniforms(batch, seed, first_sample);
+  const double* u = d.uniforms.data_ptr<double>();
+  for (int64_t i = 0; i < batch; ++i) {  // RandZoom.zooms
+    if (!d.gates[i]) {
+      d.params[i] = {1.0, 1.0, 1.0};
+      continue;
+    }
+    std::vector<double> z;
+    for (size_t j = 0; j < ranges_.size(); ++j)
+      z.push_back(ranges_[j].first + (ranges_[j].second - ranges_[j].first) * u[i * k_ + 1 + j]);
+    d.params[i] = z.size() == 1   ? std::vector<double>{z[0], z[0], z[0]}
+                  : z.size() == 2 ? std::vector<double>{z[0], z[0], z[1]}
+                                  : z;
+  }
+  return d;
+}
+Result RandZoom::apply(Inputs inputs, const Draw& d, const Modes& modes,
+                       const Affine4& affine) const {
+  const Batch b = as_batch(inputs);
+  check_draw(d, b.n, k_);
+  std::vector<ZoomPlan> plans;
+  for (int64_t i = 0; i < b.n; ++i) {
+    const std::vector<double>& z = d.params[i];
+    TORCH_CHECK_VALUE(z.size() == 3, "draw: params[", i, "] must hold 3 zoom factors, got ",
+                      z.size());
+    plans.push_back(plan_zoom(b.size, {z[0], z[1], z[2]}, keep_size_));
+    TORCH_CHECK_VALUE(plans[i].out_size() == plans[0].out_size(), "inputs: keep_size=false ",
+                      "gives the samples of this batch different shapes; transform them one at a ",
+                      "time or use keep_size=true");
+  }
+  const Size3 out = b.n ? plans[0].out_size() : b.size;
+  const std::vector<std::string> rules = input_rules(b, modes, mode_);
+  std::vector<at::Tensor> outs(b.xs.size());
+  std::vector<M4> maps, meta;
+  std::vector<bool> done(b.xs.size(), false);
+  for (size_t i = 0; i < b.xs.size(); ++i) {
+    if (done[i]) continue;
+    const std::string& rule = rules[i];
+    const bool align = rule == "linear" && align_corners_.value_or(false);
+    std::vector<size_t> members;
+    for (size_t j = i; j < b.xs.size(); ++j)
+      if (!done[j] && rules[j] == rule) members.push_back(j), done[j] = true;
+    // Each sample's Zoom (one-sample launch: its map, table, padding, pooling).
+    std::vector<Launch> per;
+    for (const ZoomPlan& p : plans)
+      per.push_back(zoom_launch(b.size, p, rule, align, 1, padding_mode_, pad_value_));
+    if (i == 0)
+      for (const Launch& g : per) maps.push_back(g.maps[0]), meta.push_back(g.meta[0]);
+    const std::vector<int64_t> kmodes(members.size(), rule.rfind("nearest", 0) == 0 ? 0 : 1);
+    if (b.n == 0) {
+      for (size_t j : members) {
+        const at::Tensor& x = b.xs[j];
+        outs[j] = x.new_empty({0, x.size(1), out[0], out[1], out[2]});
+      }
+      continue;
+    }
+    const bool per_sample =
+        rule == "area" ||
+        std::any_of(per.begin(), per.end(), [](const Launch& g) { return g.tables.has_value(); });
+    if (per_sample) {  // each sample pools to its own size / gathers with its own table
+      std::vector<std::vector<at::Tensor>> parts(members.size());
+      for (int64_t s = 0; s < b.n; ++s) {
+        std::vector<at::Tensor> xs;
+        for (size_t j : members) xs.push_back(b.xs[j].narrow(0, s, 1));
+        auto o = run(xs, per[s], kmodes);
+        for (size_t k = 0; k < members.size(); ++k) parts[k].push_back(o[k]);
+      }
+      for (size_t k = 0; k < members.size(); ++k) outs[members[k]] = at::cat(parts[k]);
+      continue;
+    }
+    // One launch: each sample's map on the common output size, then its keep_size padding.
+    Launch g;
+    for (const Launch& p : per) g.maps.push_back(p.maps[0]), g.meta.push_back(p.meta[0]);
+    g.out_size = out;
+    g.padding = 1;
+    g.align_corners = align;
+    std::vector<at::Tensor> xs;
+    for (size_t j : members) xs.push_back(b.xs[j]);
+    auto o = run(xs, g, kmodes);
+    for (size_t k = 0; k < members.size(); ++k)
+      outs[members[k]] = sample_pad(o[k], plans, padding_mode_, pad_value_);
+  }
+  Result r;
+  r.outputs = restore(b, outs);
+  r.maps = maps.empty() ? at::empty({0, 4, 4}, at::kDouble) : stack(maps);
+  r.meta = meta.empty() ? at::empty({0, 4, 4}, at::kDouble) : stack(meta);
+  r.out_size = out;
+  r.affine = update_affine(affine, r.meta);
+  return r;
+}
+Result RandZoom::operator()(Inputs inputs, int64_t seed, int64_t first_sample, const Modes& modes,
+                            const Affine4& affine) const {
+  return apply(inputs, draw(as_batch(inputs).n, seed, first_sample), modes, affine);
 }
 
 // ---------------- Spacing / Orientation ----------------
 Spacing::Spacing(std::vector<double> pixdim, std::string mode, std::string padding_mode,
-                 bool align_corners, bool diagonal, bool scale_extent)
+                 bool align_corners, bool diagonal, bool scale_extent, bool recompute_affine,
+                 std::vector<double> min_pixdim, std::vector<double> max_pixdim)
     : pixdim_(std::move(pixdim)),
+      min_pixdim_(std::move(min_pixdim)),
+      max_pixdim_(std::move(max_pixdim)),
       mode_(std::move(mode)),
       padding_mode_(std::move(padding_mode)),
       align_corners_(align_corners),
       diagonal_(diagonal),
-      scale_extent_(scale_extent) {
+      scale_extent_(scale_extent),
+      recompute_affine_(recompute_affine) {
   TORCH_CHECK_VALUE(!pixdim_.empty(), "pixdim must be a non-empty sequence of numbers");
   check_finite(pixdim_, "pixdim");
+  for (double v : min_pixdim_)
+    TORCH_CHECK_VALUE(!std::isinf(v), "min_pixdim must be numbers (NaN: no bound on that axis), ",
+                      "got ", join(min_pixdim_));
+  for (double v : max_pixdim_)
+    TORCH_CHECK_VALUE(!std::isinf(v), "max_pixdim must be numbers (NaN: no bound on that axis), ",
+                      "got ", join(max_pixdim_));
+  // MONAI's check (zip of the two: only axes where both are given)
+  for (size_t i = 0; i < std::min(min_pixdim_.size(), max_pixdim_.size()); ++i) {
+    const double mn = min_pixdim_[i], mx = max_pixdim_[i];
+    TORCH_CHECK_VALUE(std::isnan(mn) || std::isnan(mx) || (mx >= mn && mn >= 0), "min_pixdim ",
+                      join(min_pixdim_), " must be positive, smaller than max_pixdim ",
+                      join(max_pixdim_));
+  }
   grid_mode(mode_, "mode");
   grid_padding(padding_mode_, "padding_mode");
 }
@@ -1085,9 +1430,13 @@ Result Spacing::operator()(Inputs inputs, const Modes& modes, const Affine4& aff
   std::array<double, 3> out_d;
   for (int i = 0; i < 3; ++i) out_d[i] = pixdim_[std::min<size_t>(i, pixdim_.size() - 1)];
   const auto orig_d = spacing_of(src);
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 3; ++i) {  // MONAI 1.5: keep an axis whose spacing is within the bounds
     const double t = out_d[i];
-    out_d[i] = (t - kAffineTol) <= orig_d[i] && orig_d[i] <= (t + kAffineTol) ? orig_d[i] : t;
+    const bool has_mn = i < static_cast<int>(min_pixdim_.size()) && !std::isnan(min_pixdim_[i]);
+    const bool has_mx = i < static_cast<int>(max_pixdim_.size()) && !std::isnan(max_pixdim_[i]);
+    const double mn = has_mn ? std::min(min_pixdim_[i], t) : t;
+    const double mx = has_mx ? std::max(max_pixdim_[i], t) : t;
+    out_d[i] = (mn - kAffineTol) <= orig_d[i] && orig_d[i] <= (mx + kAffineTol) ? orig_d[i] : t;
   }
   M4 dst = zoom_affine(src, out_d, diagonal_);
   const auto [shape, offset] = compute_shape_offset(b.size, src, dst, scale_extent_);
@@ -1106,18 +1455,33 @@ Result Spacing::operator()(Inputs inputs, const Modes& modes, const Affine4& aff
   at::Tensor base = affine && affine->defined()
                         ? affine->to(at::kDouble)
                         : at::eye(4, at::TensorOptions().dtype(at::kDouble));
+  if (recompute_affine_) {
+    // MONAI replaces the affine by scale_affine(input size, output size, align_corners) (its
+    // equal-size shortcut never fires there: it compares a tuple with a list).
+    M4 a = eye4();
+    for (int i = 0; i < 3; ++i) {
+      const double o = static_cast<double>(b.size[i]), n = static_cast<double>(shape[i]);
+      a[i * 5] = align_corners_ ? (n == 1 ? 0.0 : (o - 1) / (n - 1)) : o / std::max(n, 1.0);
+      if (!align_corners_) a[i * 4 + 3] = (a[i * 5] - 1) / 2.0;
+    }
+    at::Tensor m = to_tensor(a);
+    if (!base.is_cpu()) m = host_to(m, base.device());
+    r.affine = base.dim() == 3 ? m.expand({base.size(0), 4, 4}).clone() : m;
+    return r;
+  }
   at::Tensor m = to_tensor(k);
   if (!base.is_cpu()) m = host_to(m, base.device());
   r.affine = at::matmul(base, m);
   return r;
 }
 
-Orientation::Orientation(std::string axcodes, bool as_closest_canonical)
-    : axcodes_(std::move(axcodes)), canonical_(as_closest_canonical) {
+Orientation::Orientation(std::string axcodes, bool as_closest_canonical, Labels labels)
+    : axcodes_(std::move(axcodes)), canonical_(as_closest_canonical), labels_(std::move(labels)) {
+  const LabelChars chars = label_chars(labels_);  // validate now
   if (!canonical_) {
     TORCH_CHECK_VALUE(axcodes_.size() == 3, "axcodes must be 3 axis codes such as 'RAS' (one per ",
                       "spatial axis), got '", axcodes_, "'");
-    axcodes2ornt(axcodes_);  // validate now
+    axcodes2ornt(axcodes_, chars);
   }
 }
 Result Orientation::operator()(Inputs inputs, const Modes&, const Affine4& affine) const {
@@ -1126,7 +1490,8 @@ Result Orientation::operator()(Inputs inputs, const Modes&, const Affine4& affin
   const auto start = io_orientation(src);
   TORCH_CHECK_VALUE(start.has_value(), "affine: its 3x3 part is rank deficient; no orientation ",
                     "can be read from it");
-  const Ornt ornt = canonical_ ? *start : ornt_transform(*start, axcodes2ornt(axcodes_));
+  const Ornt ornt =
+      canonical_ ? *start : ornt_transform(*start, axcodes2ornt(axcodes_, label_chars(labels_)));
   const M4 xform = inv_ornt_aff(ornt, b.size);
   Size3 out;
   for (int i = 0; i < 3; ++i) out[static_cast<int>(ornt[i][0])] = b.size[i];  // size[argsort]

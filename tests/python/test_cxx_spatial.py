@@ -9,18 +9,24 @@ voxaug_cxx_spatial_shim target).
 What is compared, on the real volumes of mricron-data (the fixtures of test_spatial.py and
 test_spacing.py, their tolerances imported):
 - Spacing (ch2better + a label; several pixdims, an oblique affine with diagonal / scale_extent /
-  align_corners): shapes and affines as MONAI's within 1e-6, images within test_spacing's
-  IMG_TOL (MONAI resamples in float64, voxaug in float32), labels up to half-voxel ties.
-- Orientation (inia19 T1 + NeuroMaps labels; four axcodes, and as_closest_canonical on an oblique
-  permuted affine): data bit-identical, affines as MONAI's to the last bits of float64.
+  align_corners, min_pixdim / max_pixdim bounds, recompute_affine): shapes and affines as
+  MONAI's within 1e-6 (recompute_affine's 1e-12), images within test_spacing's IMG_TOL (MONAI
+  resamples in float64, voxaug in float32), labels up to half-voxel ties.
+- Orientation (inia19 T1 + NeuroMaps labels; four axcodes, LPS-style custom labels, and
+  as_closest_canonical on an oblique permuted affine): data bit-identical, affines as MONAI's to
+  the last bits of float64.
 - Affine, Rotate, Resize, Zoom, Flip, Rotate90 with fixed parameters, image + label in one call:
   images within test_spatial's IMG_TOL, labels within LABEL_TIES; Flip / Rotate90 and Resize /
   Zoom nearest and 'area' bit-identical (the same tolerances as the Python transforms get).
+  Resize size_mode 'longest' and align_corners, Zoom align_corners and the constant pad value
+  likewise; Resize anti_aliasing bit-identical to Python's Resize (the same gaussian_smooth op)
+  and within test_spatial's AA_TOL of MONAI.
 - Random transforms: for a seed, the C++ draw (uniforms, gates, parameters, centred matrices,
   maps) equals the Python transform's draw_params / parameters / angles / _ks for that seed;
   each sample's output equals MONAI's deterministic transform run with the drawn parameters;
   a sample's draw does not depend on the batch (first_sample), prob 0 / 1 gate every sample
-  off / on, share_batch_params gives every sample sample first_sample's draw.
+  off / on, share_batch_params gives every sample sample first_sample's draw. RandZoom's outputs
+  are also bit-identical to Python's RandZoom replaying the same draw.
 - Bad arguments raise ValueError (c10::ValueError) naming the argument.
 """
 
@@ -38,6 +44,7 @@ from monai.data import MetaTensor  # noqa: E402
 import test_spacing as ts  # noqa: E402  (fixtures' helpers and tolerances, not its tests)
 import test_spatial as tsp  # noqa: E402
 from conftest import load_test_shim  # noqa: E402
+import spatial_checks as checks  # noqa: E402
 from spatial_checks import assert_bitwise  # noqa: E402
 
 pytestmark, SHIM = load_test_shim("voxaug_cxx_spatial_shim")
@@ -382,9 +389,206 @@ def test_share_batch_params_like_python(ch2aal):
     assert torch.equal(out[2], one[0])
 
 
+# ---------------- RandZoom ----------------
+# Ranges that cross 1 on every axis: some samples crop (keep_size), some pad, per axis.
+RZ_MIN, RZ_MAX = [0.6, 0.75, 0.8], [1.4, 1.3, 1.25]
+
+
+@pytest.mark.parametrize("mode, align_corners, padding_mode", [("trilinear", None, "edge"), ("area", None, "constant"),
+                                                               ("trilinear", True, "reflect"),
+                                                               ("nearest", None, "wrap")])
+def test_rand_zoom_draws_and_outputs_equal_python_and_samples_match_monai(inia, mode, align_corners, padding_mode):
+    """A batch of 4 (T1 + labels, flipped copies), prob 0.7 (seed 0 gates sample 1 off): the C++
+    draw equals Python's RandZoom draw_params / zooms; image (mode) and label (nearest) are
+    bit-identical to Python's RandZoom replaying that draw (one launch + per-sample padding, or per
+    sample for 'area'); each sample matches MONAI's Zoom with its factors (linear within IMG_TOL,
+    'area' and nearest bit-identical) and its affine MONAI's."""
+    img, lab, aff = inia
+    x, y = torch.stack([img, img.flip(1), img.flip(2), img.flip(3)]), torch.stack([lab, lab.flip(1), lab.flip(2),
+                                                                                  lab.flip(3)])
+    (oi, ol), out_aff, maps, _, u, gates, params = cxx.rand_zoom(
+        [x, y], 0.7, RZ_MIN, RZ_MAX, mode, padding_mode, align_corners, True, 0.0, 0, 0, False, ["", "nearest"], aff)
+    kw = dict(prob=0.7, min_zoom=tuple(RZ_MIN), max_zoom=tuple(RZ_MAX), padding_mode=padding_mode)
+    py = vt.RandZoom(mode=mode, align_corners=align_corners, **kw)
+    pu = py.draw_params(4, 0, 0)
+    zooms = py.zooms(pu)
+    assert torch.equal(u, pu) and gates.tolist() == list(py._gates(pu)) == [True, False, True, True]
+    assert [p.tolist() for p in params] == zooms and zooms[1] == [1.0, 1.0, 1.0]
+    assert any(z[a] < 1 for z in zooms for a in range(3)) and any(z[a] > 1 for z in zooms for a in range(3))
+    assert oi.shape == x.shape and ol.dtype == torch.int16 and maps.shape == (4, 4, 4)
+    assert_bitwise(oi, plain(py.apply(x, params=pu)))
+    assert_bitwise(ol, plain(vt.RandZoom(mode="nearest", **kw).apply(y, params=pu)))
+    for i, z in enumerate(zooms):
+        ref = mt.Zoom(z, mode=mode, padding_mode=padding_mode, align_corners=align_corners)(MetaTensor(x[i],
+                                                                                                      affine=aff))
+        if mode in ("area", "nearest"):
+            assert_bitwise(oi[i], ref)
+        else:
+            tsp.assert_image_close(oi[i], ref)
+        assert_bitwise(ol[i].float(), mt.Zoom(z, mode="nearest", padding_mode=padding_mode)(y[i]))
+        assert torch.allclose(out_aff[i], ref.affine.double(), rtol=0, atol=1e-9)
+
+
+def test_rand_zoom_batch_options_and_table_fallback(inia):
+    """Sample first_sample + i draws the same in any batch; share_batch_params gives every sample
+    sample first_sample's factors; 2 values: (z0, z0, z1); keep_size=False with one shape for the
+    batch; constant padding with pad_value (MONAI's `value`); the nearest table fallback (6 -> 246
+    voxels, see test_zoom_nearest_table_fallback_like_monai) per sample, bit-identical to MONAI."""
+    img, lab, _ = inia
+    x = torch.stack([img, img.flip(1), img.flip(2), img.flip(3)])
+    args = (RZ_MIN, RZ_MAX, "trilinear", "edge", None, True, 0.0, 3)
+    (full,), _, _, _, u4, _, _ = cxx.rand_zoom([x], 1.0, *args, 0, False)
+    (part,), _, _, _, u2, _, _ = cxx.rand_zoom([x[2:]], 1.0, *args, 2, False)
+    assert torch.equal(u4[2:], u2) and torch.equal(full[2:], part) and not torch.equal(u4[0], u4[1])
+    (shared,), _, maps, _, u, _, _ = cxx.rand_zoom([x[:3]], 1.0, *args, 1, True)
+    assert torch.equal(u[0], u4[1]) and torch.equal(u[2], u4[1]) and torch.equal(maps[0], maps[2])
+    assert torch.equal(shared[0], cxx.rand_zoom([x[:3]], 1.0, *args, 1, False)[0][0][0])
+    _, _, _, _, u, _, params = cxx.rand_zoom([x[:2]], 1.0, [0.8, 1.1], [0.9, 1.2], "area", "edge", None, True, 0.0,
+                                             4, 0, False)
+    py = vt.RandZoom(prob=1.0, min_zoom=(0.8, 1.1), max_zoom=(0.9, 1.2))
+    z = py.zooms(py.draw_params(2, 0, 4))
+    assert [p.tolist() for p in params] == z and z[0][0] == z[0][1] != z[0][2]
+    (same,), _, _, _, _, _, params = cxx.rand_zoom([x[:2]], 1.0, [0.7], [0.7], "trilinear", "edge", None, False, 0.0,
+                                                   1, 0, False)
+    assert same.shape == (2, 1, 58, 72, 44)
+    for i in range(2):
+        tsp.assert_image_close(same[i], mt.Zoom(0.7, mode="trilinear", keep_size=False)(x[i]))
+    (padded,), _, _, _, _, _, params = cxx.rand_zoom([lab[None].expand(2, -1, -1, -1, -1)], 1.0, [0.6], [0.8],
+                                                     "nearest", "constant", None, True, -7.0, 2, 0, False)
+    assert (padded == -7).any()
+    for i in range(2):
+        assert_bitwise(padded[i].float(), mt.Zoom(params[i].tolist(), mode="nearest", padding_mode="constant",
+                                                  value=-7)(lab))
+    t = torch.randn(2, 1, 6, 9, 7, generator=torch.Generator().manual_seed(4))
+    (out,), _, _, _, _, _, _ = cxx.rand_zoom([t], 1.0, [41.0, 1.0, 1.0], [41.0, 1.0, 1.0], "nearest", "edge", None,
+                                             False, 0.0, 0, 0, False)
+    assert out.shape == (2, 1, 246, 9, 7)
+    for i in range(2):
+        assert_bitwise(out[i], mt.Zoom((41.0, 1.0, 1.0), mode="nearest", keep_size=False)(t[i]))
+
+
+# ---------------- Resize: size_mode "longest", align_corners, anti-aliasing; Zoom: pad value ----------------
+def test_resize_longest_and_align_corners_like_monai(ch2aal, inia):
+    img, lab, _ = ch2aal
+    (ol,), _, _, _ = cxx.resize([lab], [90], "nearest", size_mode="longest")
+    ref = mt.Resize(90, size_mode="longest", mode="nearest")(lab)
+    assert ol.shape == ref.shape and ol.dtype == torch.uint8
+    assert_bitwise(ol.float(), ref)
+    (oi,), _, _, _ = cxx.resize([img], [50], "trilinear", size_mode="longest")
+    tsp.assert_image_close(oi, mt.Resize(50, size_mode="longest", mode="trilinear")(img))
+    t1, t1_lab, _ = inia
+    for size in ((70, 90, 61), (100, 120, 80)):
+        (oi, ol), _, _, _ = cxx.resize([t1, t1_lab], list(size), "trilinear", ["", "nearest"], align_corners=True)
+        ref = mt.Resize(size, mode="trilinear", align_corners=True)(t1)
+        tsp.assert_image_close(oi, ref)
+        assert_bitwise(oi, plain(vt.Resize(size, mode="trilinear", align_corners=True)(t1)))
+        assert not torch.equal(oi, cxx.resize([t1], list(size), "trilinear")[0][0])
+        assert_bitwise(ol.float(), mt.Resize(size, mode="nearest")(t1_lab))  # nearest ignores align_corners
+
+
+@pytest.mark.parametrize("size", [(10, 40, 30), (46, 9, 7), (-1, 5, 60), (23, 19, 31)])
+@pytest.mark.parametrize("sigma", [[], [1.0], [0.5, 0.0, 2.0]])
+def test_resize_anti_aliasing_like_python_and_monai(size, sigma):
+    """MONAI's rule (test_spatial's test_resize_anti_aliasing_matches_monai): smoothing only when
+    some axis shrinks, sigma (in / out - 1) / 2 or the given one on shrinking axes; any mode.
+    The same gaussian_smooth op as Python's Resize: bit-identical to it; MONAI within AA_TOL."""
+    x = torch.randn(2, 1, 23, 19, 30, generator=torch.Generator().manual_seed(3))
+    lab = (x > 0.5).to(torch.int16)
+    out_size = [o if o > 0 else s for o, s in zip(size, x.shape[2:])]
+    sig = sigma * 3 if len(sigma) == 1 else sigma or [None] * 3
+    shrinks = any(o < s for o, s in zip(out_size, x.shape[2:]))
+    smoothed = any(o < s and (g is None or g > 0) for o, s, g in zip(out_size, x.shape[2:], sig))
+    py_sigma = None if not sigma else sigma[0] if len(sigma) == 1 else tuple(sigma)
+    for mode in ("area", "trilinear", "nearest"):
+        (ours, ol), _, _, _ = cxx.resize([x, lab], list(size), mode, ["", "nearest"], anti_aliasing=True,
+                                         anti_aliasing_sigma=sigma)
+        kw = dict(mode=mode, anti_aliasing=True, anti_aliasing_sigma=py_sigma)
+        assert_bitwise(ours, plain(vt.Resize(size, **kw)(x)))
+        for i in range(2):
+            checks.assert_image_close(ours[i], mt.Resize(size, **kw)(x[i]), tsp.AA_TOL)
+        assert torch.equal(ours, cxx.resize([x], list(size), mode)[0][0]) != smoothed, mode
+        # a label resized with nearest goes through the smoothing too (MONAI smooths whenever an
+        # axis shrinks, even with sigma 0 there): floating
+        assert ol.dtype == (torch.float32 if shrinks else torch.int16)
+        assert_bitwise(ol, plain(vt.Resize(size, mode="nearest", anti_aliasing=True,
+                                           anti_aliasing_sigma=py_sigma)(lab)))
+
+
+def test_zoom_pad_value_and_align_corners_like_monai(inia):
+    img, lab, aff = inia
+    for zoom in ([0.7], [0.55, 1.71, 0.9]):
+        z = zoom[0] if len(zoom) == 1 else zoom
+        (op,), _, _, _ = cxx.zoom([lab], zoom, "nearest", True, "constant", pad_value=-5.0)
+        assert (op == -5).any()
+        assert_bitwise(op.float(), mt.Zoom(z, mode="nearest", padding_mode="constant", value=-5)(lab))
+        (oi,), out_aff, _, _ = cxx.zoom([img], zoom, "trilinear", True, "edge", None, aff, align_corners=True)
+        ref = mt.Zoom(z, mode="trilinear", align_corners=True)(MetaTensor(img, affine=aff))
+        tsp.assert_image_close(oi, ref)
+        assert torch.allclose(out_aff, ref.affine.double(), rtol=0, atol=1e-6)
+        assert_bitwise(oi, plain(vt.Zoom(z, mode="trilinear", align_corners=True)(img)))
+
+
+# ---------------- Spacing min/max_pixdim, recompute_affine; Orientation labels ----------------
+@pytest.mark.parametrize("pixdim, mn, mx", [([1.0], [0.4], []), ([1.0], [0.6, 0.45], [1.2]),
+                                            ([0.4, 0.3, 1.0], [], [0.6]), ([1.2], [float("nan"), 0.4], [])])
+def test_spacing_min_max_pixdim_like_monai(ch2better, pixdim, mn, mx):
+    """MONAI 1.5's bounds: an axis whose 0.5 mm spacing lies in [min(min_pixdim, pixdim),
+    max(max_pixdim, pixdim)] keeps it (per axis from the first, NaN / missing: the target)."""
+    img, lab = ch2better
+    kw = dict(min_pixdim=[None if np.isnan(v) else v for v in mn] or None, max_pixdim=mx or None)
+    m = mt.Spacingd(["img", "lab"], pixdim=pixdim, mode=("bilinear", "nearest"), **kw)({"img": img, "lab": lab})
+    (oi, ol), aff, _, _ = cxx.spacing([plain(img), plain(lab)], pixdim, "bilinear", "border", False, False, False,
+                                      ["", "nearest"], img.affine, min_pixdim=mn, max_pixdim=mx)
+    ts._check_spacing(m["img"], MetaTensor(oi, affine=aff), m["lab"], MetaTensor(ol, affine=aff))
+    (plain_out,), _, _, _ = cxx.spacing([plain(img)], pixdim, "bilinear", "border", False, False, False, [],
+                                        img.affine)
+    assert oi.shape != plain_out.shape  # the bounds changed the result
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_spacing_recompute_affine_like_monai(ch2better, align_corners):
+    """recompute_affine: MONAI replaces the affine by scale_affine(in size, out size,
+    align_corners); the data as without it."""
+    img, _ = ch2better
+    m = mt.Spacing((1.5, 1.0, 0.7), recompute_affine=True, align_corners=align_corners)(img)
+    (out,), aff, _, _ = cxx.spacing([plain(img)], [1.5, 1.0, 0.7], "bilinear", "border", align_corners, False, False,
+                                    [], img.affine, recompute_affine=True)
+    (same,), plain_aff, _, _ = cxx.spacing([plain(img)], [1.5, 1.0, 0.7], "bilinear", "border", align_corners, False,
+                                           False, [], img.affine)
+    assert torch.equal(out, same) and not torch.allclose(aff, plain_aff)
+    assert out.shape == m.shape
+    np.testing.assert_allclose(aff.numpy(), m.affine.numpy(), rtol=0, atol=1e-12)
+    (_,), baff, _, _ = cxx.spacing([plain(img)[None].expand(2, -1, -1, -1, -1)], [1.5, 1.0, 0.7], "bilinear",
+                                   "border", align_corners, False, False, [], img.affine.expand(2, 4, 4),
+                                   recompute_affine=True)
+    assert baff.shape == (2, 4, 4) and torch.equal(baff[1], aff)
+
+
+LPS = ["R", "L", "A", "P", "I", "S"]
+
+
+@pytest.mark.parametrize("axcodes", ["RAS", "LPS", "PLI"])
+def test_orientation_custom_labels_like_monai(inia_meta, axcodes):
+    """MONAI's labels argument (LPS-style (("R", "L"), ("A", "P"), ("I", "S")): 'R' is now the
+    start of the first axis): data bit-identical, affine as MONAI's; differs from the default
+    labels' result."""
+    img, lab = inia_meta
+    labels = tuple(zip(LPS[::2], LPS[1::2]))
+    m = mt.Orientationd(["img", "lab"], axcodes=axcodes, labels=labels)({"img": img, "lab": lab})
+    (oi, ol), aff, _, _ = cxx.orientation([plain(img), plain(lab)], axcodes, False, [], img.affine, labels=LPS)
+    assert torch.equal(oi, m["img"].as_tensor()) and torch.equal(ol, m["lab"].as_tensor().to(torch.int16))
+    assert ts._affine_close(aff, m["img"].affine)
+    (default,), _, _, _ = cxx.orientation([plain(img)], axcodes, False, [], img.affine)
+    assert not torch.equal(default, oi)
+
+
 # ---------------- bad arguments ----------------
 def test_bad_arguments_name_the_argument():
     x = torch.zeros(1, 4, 5, 6)
+
+    def rz(mn, mx, mode="area", padding_mode="edge", align_corners=None):
+        return cxx.rand_zoom([x], 0.5, mn, mx, mode, padding_mode, align_corners, True, 0.0, 0, 0, False)
+
     cases = [
         (lambda: cxx.affine([x], [], [], [], [], [], "bogus", "zeros", False), "mode"),
         (lambda: cxx.affine([x], [], [], [], [], [], "bilinear", "edge", False), "padding_mode"),
@@ -412,6 +616,31 @@ def test_bad_arguments_name_the_argument():
         (lambda: cxx.rand_rotate90([x], 0.5, 0, [0, 1], 0, 0, False), "max_k"),
         (lambda: cxx.rand_rotate([x], [float("nan")], [0.0], [0.0], 0.5, True, "bilinear", "border", False, 0, 0,
                                  False), "range_x"),
+        (lambda: rz([0.9, 0.9, 0.9], [1.1, 1.1]), "min_zoom and max_zoom"),
+        (lambda: rz([0.9] * 4, [1.1] * 4), "min_zoom"),
+        (lambda: rz([0.0], [1.1]), "min_zoom"),
+        (lambda: rz([0.9], [float("inf")]), "max_zoom"),
+        (lambda: rz([0.9], [1.1], "cubic"), "mode"),
+        (lambda: rz([0.9], [1.1], "area", "mirror"), "padding_mode"),
+        (lambda: rz([0.9], [1.1], "area", "edge", True), "align_corners"),
+        (lambda: cxx.rand_zoom([torch.zeros(2, 1, 20, 20, 20)], 1.0, [0.5], [1.5], "trilinear", "edge", None, False,
+                               0.0, 0, 0, False), "keep_size"),
+        (lambda: cxx.zoom([x], [0.5], "nearest", True, "edge", align_corners=False), "align_corners"),
+        (lambda: cxx.zoom([x], [0.5], "nearest", True, "constant", pad_value=float("nan")), "pad_value"),
+        (lambda: cxx.resize([x], [3, 3, 3], "area", size_mode="bogus"), "size_mode"),
+        (lambda: cxx.resize([x], [3, 3, 3], "area", size_mode="longest"), "spatial_size"),
+        (lambda: cxx.resize([torch.zeros(1, 1, 1, 50)], [10], "area", size_mode="longest"), "spatial_size"),
+        (lambda: cxx.resize([x], [3, 3, 3], "area", anti_aliasing=True, anti_aliasing_sigma=[-1.0]),
+         "anti_aliasing_sigma"),
+        (lambda: cxx.resize([x], [3, 3, 3], "area", anti_aliasing_sigma=[1.0, 2.0]), "anti_aliasing_sigma"),
+        (lambda: cxx.spacing([x], [1.0], "bilinear", "border", False, False, False, min_pixdim=[1.2],
+                             max_pixdim=[0.8]), "min_pixdim"),
+        (lambda: cxx.spacing([x], [1.0], "bilinear", "border", False, False, False, min_pixdim=[float("inf")]),
+         "min_pixdim"),
+        (lambda: cxx.orientation([x], "RAS", False, labels=["R", "L", "A", "P"]), "labels"),
+        (lambda: cxx.orientation([x], "RAS", False, labels=["R", "L", "A", "R", "I", "S"]), "labels"),
+        (lambda: cxx.orientation([x], "RAS", False, labels=["RR", "L", "A", "P", "I", "S"]), "labels"),
+        (lambda: cxx.orientation([x], "RAS", False, labels=["X", "L", "A", "P", "I", "S"]), "axcodes"),
     ]
     for call, name in cases:
         with pytest.raises(ValueError, match=name):
@@ -438,6 +667,12 @@ def test_cuda_matches_cpu(inia):
         lambda xs, a: cxx.orientation(xs, "PLI", False, None, a),
         lambda xs, a: cxx.rand_affine(xs, 0.9, [0.3], [0.1], [3.0], [0.1], [0, 0, 0, 0], [], "bilinear",
                                       "border", 7, 0, False, ["", "nearest"], a)[:4],
+        lambda xs, a: cxx.rand_zoom([x.expand(3, -1, -1, -1, -1) for x in xs], 1.0, [0.6, 0.75, 0.8],
+                                    [1.4, 1.3, 1.25], "trilinear", "constant", None, True, -1.0, 3, 0, False,
+                                    ["", "nearest"], a)[:4],
+        lambda xs, a: cxx.rand_zoom([x.expand(3, -1, -1, -1, -1) for x in xs], 1.0, [0.6, 0.75, 0.8],
+                                    [1.4, 1.3, 1.25], "area", "edge", None, True, 0.0, 3, 0, False,
+                                    ["", "nearest"], a)[:4],
     ]
     for call in calls:
         (ci, cl), caff, _, _ = call([img, lab], aff)
@@ -446,3 +681,11 @@ def test_cuda_matches_cpu(inia):
         tsp.assert_image_close(gi.cpu(), ci)
         tsp.assert_labels_match(gl.cpu(), cl)
         assert torch.allclose(gaff.cpu(), caff, rtol=0, atol=1e-12)
+    # anti-aliasing smooths the nearest label too (floating): both compared as images
+    call = lambda xs, a: cxx.resize(xs, [40, 90, 33], "trilinear", ["", "nearest"], a, anti_aliasing=True)  # noqa: E731
+    (ci, cl), caff, _, _ = call([img, lab], aff)
+    (gi, gl), gaff, _, _ = call([img.cuda(), lab.cuda()], aff.cuda())
+    assert gi.is_cuda and gl.dtype == cl.dtype == torch.float32
+    tsp.assert_image_close(gi.cpu(), ci)
+    tsp.assert_image_close(gl.cpu(), cl)
+    assert torch.allclose(gaff.cpu(), caff, rtol=0, atol=1e-12)

@@ -1,9 +1,9 @@
 // torch.ops.voxaug_cxx_test_spatial: test-only ops that construct the C++ spatial transforms
 // (torch_ext/include/voxaug/spatial_transforms.h) and call them, so that
 // tests/python/test_cxx_spatial.py can compare them with MONAI and with python/voxaug/spatial.py.
-// Each op returns (outputs, affine, maps, meta); the random ones also return their draw
-// (uniforms, gates, per-sample parameters); rand_affine_matrices returns a draw's centred
-// matrices.
+// Each op returns (outputs, affine, maps, meta); the random ones (rand_flip, rand_rotate90,
+// rand_rotate, rand_affine, rand_zoom) also return their draw (uniforms, gates, per-sample
+// parameters); rand_affine_matrices returns a draw's centred matrices.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -89,27 +89,39 @@ Out rotate(at::TensorList inputs, c10::ArrayRef<double> angle, bool keep_size,
   return pack(t(inputs, modes.value_or(vt::Modes{}), affine));
 }
 Out resize(at::TensorList inputs, c10::IntArrayRef spatial_size, c10::string_view mode,
-           const OptModes& modes, const std::optional<at::Tensor>& affine) {
-  return pack(vt::Resize(ints(spatial_size), std::string(mode))(inputs, modes.value_or(vt::Modes{}),
-                                                                affine));
+           const OptModes& modes, const std::optional<at::Tensor>& affine,
+           c10::string_view size_mode, std::optional<bool> align_corners, bool anti_aliasing,
+           c10::ArrayRef<double> anti_aliasing_sigma) {
+  vt::Resize t(ints(spatial_size), std::string(mode), std::string(size_mode), align_corners,
+               anti_aliasing, floats(anti_aliasing_sigma));
+  return pack(t(inputs, modes.value_or(vt::Modes{}), affine));
 }
 Out zoom(at::TensorList inputs, c10::ArrayRef<double> factors, c10::string_view mode,
          bool keep_size, c10::string_view padding, const OptModes& modes,
-         const std::optional<at::Tensor>& affine) {
-  vt::Zoom t(floats(factors), std::string(mode), keep_size, std::string(padding));
+         const std::optional<at::Tensor>& affine, std::optional<bool> align_corners,
+         double pad_value) {
+  vt::Zoom t(floats(factors), std::string(mode), keep_size, std::string(padding), align_corners,
+             pad_value);
   return pack(t(inputs, modes.value_or(vt::Modes{}), affine));
 }
 Out spacing(at::TensorList inputs, c10::ArrayRef<double> pixdim, c10::string_view mode,
             c10::string_view padding, bool align_corners, bool diagonal, bool scale_extent,
-            const OptModes& modes, const std::optional<at::Tensor>& affine) {
+            const OptModes& modes, const std::optional<at::Tensor>& affine, bool recompute_affine,
+            c10::ArrayRef<double> min_pixdim, c10::ArrayRef<double> max_pixdim) {
   vt::Spacing t(floats(pixdim), std::string(mode), std::string(padding), align_corners, diagonal,
-                scale_extent);
+                scale_extent, recompute_affine, floats(min_pixdim), floats(max_pixdim));
   return pack(t(inputs, modes.value_or(vt::Modes{}), affine));
 }
+// labels: flattened pairs (start, end, start, end, ...); None: nibabel's default labels.
 Out orientation(at::TensorList inputs, c10::string_view axcodes, bool canonical,
-                const OptModes& modes, const std::optional<at::Tensor>& affine) {
-  return pack(vt::Orientation(std::string(axcodes), canonical)(inputs, modes.value_or(vt::Modes{}),
-                                                               affine));
+                const OptModes& modes, const std::optional<at::Tensor>& affine,
+                const std::optional<std::vector<std::string>>& flat_labels) {
+  const std::vector<std::string> labels = flat_labels.value_or(std::vector<std::string>{});
+  TORCH_CHECK_VALUE(labels.size() % 2 == 0, "labels must be flattened pairs, got ", labels.size());
+  vt::Labels pairs;
+  for (size_t i = 0; i < labels.size(); i += 2) pairs.push_back({labels[i], labels[i + 1]});
+  return pack(vt::Orientation(std::string(axcodes), canonical, pairs)(
+      inputs, modes.value_or(vt::Modes{}), affine));
 }
 
 RandOut rand_flip(at::TensorList inputs, double prob, c10::IntArrayRef axis, int64_t seed,
@@ -145,6 +157,15 @@ RandOut rand_affine(at::TensorList inputs, double prob, c10::ArrayRef<double> ro
                    ints(spatial_size), std::string(mode), std::string(padding));
   return call_random(t, inputs, seed, first_sample, share, modes, affine);
 }
+RandOut rand_zoom(at::TensorList inputs, double prob, c10::ArrayRef<double> min_zoom,
+                  c10::ArrayRef<double> max_zoom, c10::string_view mode, c10::string_view padding,
+                  std::optional<bool> align_corners, bool keep_size, double pad_value, int64_t seed,
+                  int64_t first_sample, bool share, const OptModes& modes,
+                  const std::optional<at::Tensor>& affine) {
+  vt::RandZoom t(prob, floats(min_zoom), floats(max_zoom), std::string(mode), std::string(padding),
+                 align_corners, keep_size, pad_value);
+  return call_random(t, inputs, seed, first_sample, share, modes, affine);
+}
 at::Tensor rand_affine_matrices(int64_t batch, double prob, c10::ArrayRef<double> rotate_range,
                                 c10::ArrayRef<double> shear_range,
                                 c10::ArrayRef<double> translate_range,
@@ -174,15 +195,23 @@ TORCH_LIBRARY(voxaug_cxx_test_spatial, m) {
       "bool align_corners, " +
           tail + out,
       &rotate);
-  def("resize(Tensor[] inputs, int[] spatial_size, str mode, " + tail + out, &resize);
-  def("zoom(Tensor[] inputs, float[] zoom, str mode, bool keep_size, str padding_mode, " + tail +
+  // The arguments added after `affine` keep the earlier calls' positions.
+  const std::string open_tail = "str[]? modes=None, Tensor? affine=None, ";
+  def("resize(Tensor[] inputs, int[] spatial_size, str mode, " + open_tail +
+          "str size_mode=\"all\", bool? align_corners=None, bool anti_aliasing=False, "
+          "float[] anti_aliasing_sigma=[])" +
           out,
+      &resize);
+  def("zoom(Tensor[] inputs, float[] zoom, str mode, bool keep_size, str padding_mode, " +
+          open_tail + "bool? align_corners=None, float pad_value=0.0)" + out,
       &zoom);
   def("spacing(Tensor[] inputs, float[] pixdim, str mode, str padding_mode, bool align_corners, "
       "bool diagonal, bool scale_extent, " +
-          tail + out,
+          open_tail + "bool recompute_affine=False, float[] min_pixdim=[], float[] max_pixdim=[])" +
+          out,
       &spacing);
-  def("orientation(Tensor[] inputs, str axcodes, bool as_closest_canonical, " + tail + out,
+  def("orientation(Tensor[] inputs, str axcodes, bool as_closest_canonical, " + open_tail +
+          "str[]? labels=None)" + out,
       &orientation);
   def("rand_flip(Tensor[] inputs, float prob, int[] spatial_axis, int seed, int first_sample, "
       "bool share, " +
@@ -202,6 +231,11 @@ TORCH_LIBRARY(voxaug_cxx_test_spatial, m) {
       "str mode, str padding_mode, int seed, int first_sample, bool share, " +
           tail + rand_out,
       &rand_affine);
+  def("rand_zoom(Tensor[] inputs, float prob, float[] min_zoom, float[] max_zoom, str mode, "
+      "str padding_mode, bool? align_corners, bool keep_size, float pad_value, int seed, "
+      "int first_sample, bool share, " +
+          tail + rand_out,
+      &rand_zoom);
   def("rand_affine_matrices(int batch, float prob, float[] rotate_range, float[] shear_range, "
       "float[] translate_range, float[] scale_range, int[] paired, int seed, int first_sample) "
       "-> Tensor",

@@ -29,12 +29,17 @@
 // - grid transforms (Spacing, Affine, RandAffine, Rotate, RandRotate): mode "nearest" |
 //   "bilinear" | "bicubic" (voxaug's cubic B-spline, scipy's spline order 3, as Python maps it),
 //   padding_mode "zeros" | "border" | "reflection".
-// - Resize / Zoom (torch interpolate, as MONAI calls it): mode "area" (adaptive average pooling,
-//   MONAI's default; computed in float32 as MONAI's default dtype) | "nearest" | "nearest-exact"
-//   (interpolate's floor rules, bit-identical) | "linear" | "bilinear" | "trilinear". Zoom's
-//   keep_size padding: numpy.pad's "edge" | "constant" | "reflect" | "symmetric" | "wrap" (or
-//   torch's "replicate" | "circular"), applied after the resample as MONAI pads.
+// - Resize / Zoom / RandZoom (torch interpolate, as MONAI calls it): mode "area" (adaptive
+//   average pooling, MONAI's default; computed in float32 as MONAI's default dtype) | "nearest" |
+//   "nearest-exact" (interpolate's floor rules, bit-identical) | "linear" | "bilinear" |
+//   "trilinear". align_corners (std::optional, MONAI's None = torch's default): only with a
+//   linear constructor mode (c10::ValueError otherwise, as interpolate). Zoom's keep_size
+//   padding: numpy.pad's "edge" | "constant" | "reflect" | "symmetric" | "wrap" (or torch's
+//   "replicate" | "circular"), applied after the resample as MONAI pads.
 // - Flip, Rotate90, Orientation: exact signed permutations (nearest, any dtype); modes ignored.
+// Constructor arguments are MONAI's; those added later (Resize's size_mode .., Zoom's
+// align_corners / pad_value, Spacing's recompute_affine / min_pixdim / max_pixdim, Orientation's
+// labels) come after the earlier ones, so earlier positional calls keep their meaning.
 //
 // Random transforms draw per sample from Philox exactly as Python's `draw_params`:
 // torch.ops.voxaug.philox_uniform(seed, first_sample, N, k) (row i: global sample
@@ -44,12 +49,11 @@
 // `apply(inputs, draw, ...)` replays a draw. The same seed gives the same draws as the Python
 // transform called with `draw_params(N, first_sample, seed)`.
 //
-// Not in this API (the Python transforms have them): interpolate's "bicubic" for Resize / Zoom
-// (c10::NotImplementedError, as in Python), Resize's anti_aliasing, size_mode "longest" and
-// dtype, Zoom / Resize align_corners (their nearest tables and 'area' pooling run in float32,
-// MONAI's default dtype), Zoom's constant pad value (0 here), Spacing's min/max_pixdim and
-// recompute_affine, Orientation's custom / LPS labels, rotate_order other than MONAI's "XYZ",
-// Affine's explicit `affine` and `normalized`, RandZoom, the invertibility records, lazy fusion.
+// Not in this API (the Python transforms have them): interpolate's "bicubic" for Resize / Zoom /
+// RandZoom (c10::NotImplementedError, as in Python), their `dtype` (nearest tables, 'area'
+// pooling and anti-aliasing run in float32, MONAI's default dtype), Spacing's
+// output_spatial_shape, rotate_order other than MONAI's "XYZ", Affine's explicit `affine` and
+// `normalized`, the invertibility records, lazy fusion.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -58,6 +62,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace voxaug::transforms {
@@ -241,25 +246,42 @@ class RandRotate : public RandomTransform {
   bool align_corners_;
 };
 
-// MONAI Resize: interpolate to spatial_size (3 entries; non-positive: the input's). Returning
-// the input size leaves the inputs as they are (MONAI's shortcut).
+// MONAI Resize: interpolate to spatial_size. size_mode "all": 3 entries (non-positive: the
+// input's); "longest": 1 entry L >= 1, the longest side becomes L and every axis
+// round_half_even(size * L / max(size)) (MONAI's int(round(...))). align_corners: interpolate's,
+// for a linear mode only (std::nullopt: torch's default, false); a per-input nearest / area mode
+// ignores it (as MONAI's dict form with align_corners=None for that key). anti_aliasing: as
+// MONAI, when some axis shrinks, a Gaussian (MONAI's GaussianSmooth: erf taps truncated at 4
+// sigma, zero padding; voxaug's gaussian_smooth op, as Python's Resize) with sigma
+// max(0, (in / out - 1) / 2) per axis (in / out in float32) or, given anti_aliasing_sigma (1 or
+// 3 values >= 0, voxels), that sigma on the shrinking axes only, runs before the interpolation
+// (any mode) in float32 (MONAI's default dtype); a smoothed input comes back floating, also for
+// mode "nearest". Returning the input size leaves the inputs as they are (MONAI's shortcut: no
+// smoothing either).
 class Resize {
  public:
-  explicit Resize(std::vector<int64_t> spatial_size, std::string mode = "area");
+  explicit Resize(std::vector<int64_t> spatial_size, std::string mode = "area",
+                  std::string size_mode = "all", std::optional<bool> align_corners = std::nullopt,
+                  bool anti_aliasing = false, std::vector<double> anti_aliasing_sigma = {});
   Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
 
  private:
   std::vector<int64_t> spatial_size_;
   std::string mode_;
+  bool longest_;
+  std::optional<bool> align_corners_;
+  bool anti_aliasing_;
+  std::vector<double> sigma_;
 };
 
 // MONAI Zoom: interpolate by zoom (one value: all axes; size floor(size * zoom)); keep_size
-// centre-crops or pads (padding_mode, numpy.pad names; "constant" pads with 0) back to the
-// input size.
+// centre-crops or pads (padding_mode, numpy.pad names; "constant" pads with pad_value, MONAI's
+// `value`) back to the input size. align_corners as Resize's.
 class Zoom {
  public:
   explicit Zoom(std::vector<double> zoom, std::string mode = "area", bool keep_size = true,
-                std::string padding_mode = "edge");
+                std::string padding_mode = "edge", std::optional<bool> align_corners = std::nullopt,
+                double pad_value = 0.0);
   Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
 
  private:
@@ -267,38 +289,83 @@ class Zoom {
   std::string mode_;
   bool keep_size_;
   std::string padding_mode_;
+  std::optional<bool> align_corners_;
+  double pad_value_;
+};
+
+// MONAI RandZoom: with probability prob per sample, Zoom by factors drawn from
+// U(min_zoom, max_zoom) (MONAI's rule: 1 value: one factor for all three axes; 2: the first for
+// the first two spatial axes, the second for the last; 3: one per axis; min_zoom and max_zoom of
+// one length, > 0). Draw: 4 uniforms (gate, up to three factors, Python's RandZoom); params[i] =
+// the (D, H, W) factors (1.0 where gated off). Each sample is exactly Zoom with its factors (same
+// maps, crop / padding, affine update). Interpolating modes: one launch for the batch with
+// per-sample maps, then the per-sample keep_size padding as one gather per padded axis; "area"
+// (each sample pools to its own size) and nearest size pairs that need interpolate's index table
+// run per sample, as in Python. keep_size=false needs every sample of the batch to zoom to the
+// same shape (c10::ValueError otherwise).
+class RandZoom : public RandomTransform {
+ public:
+  explicit RandZoom(double prob = 0.1, std::vector<double> min_zoom = {0.9},
+                    std::vector<double> max_zoom = {1.1}, std::string mode = "area",
+                    std::string padding_mode = "edge",
+                    std::optional<bool> align_corners = std::nullopt, bool keep_size = true,
+                    double pad_value = 0.0);
+  Draw draw(int64_t batch, int64_t seed, int64_t first_sample = 0) const;
+  Result apply(Inputs inputs, const Draw& draw, const Modes& modes = {},
+               const Affine4& affine = {}) const;
+  Result operator()(Inputs inputs, int64_t seed, int64_t first_sample = 0, const Modes& modes = {},
+                    const Affine4& affine = {}) const;
+
+ private:
+  std::vector<std::pair<double, double>> ranges_;
+  std::string mode_;
+  std::string padding_mode_;
+  std::optional<bool> align_corners_;
+  bool keep_size_;
+  double pad_value_;
 };
 
 // MONAI Spacing: resample to voxel spacing pixdim (fewer than 3 values: the last repeats;
-// non-positive: keep that axis's spacing; an axis already within 1e-3 of its target keeps its
-// spacing), keeping the affine's orientation (diagonal=true: a diagonal affine). MONAI's
-// geometry in float64; no resampling when the affine is unchanged (MONAI's shortcut).
-// Result::affine is the new affine; the batch shares one affine (an (N, 4, 4) affine must hold
-// N equal matrices).
+// non-positive: keep that axis's spacing), keeping the affine's orientation (diagonal=true: a
+// diagonal affine). An axis keeps its spacing when it lies within 1e-3 of
+// [min(min_pixdim, pixdim), max(max_pixdim, pixdim)] (MONAI 1.5: min_pixdim / max_pixdim per
+// axis from the first, missing or NaN entries: pixdim; empty: none; so the target alone when
+// neither is given). MONAI's geometry in float64; no resampling when the affine is unchanged
+// (MONAI's shortcut). Result::affine is the new affine, or with recompute_affine MONAI's
+// scale_affine(input size, output size, align_corners) outright (MONAI replaces the affine by
+// that scaling); the batch shares one affine (an (N, 4, 4) affine must hold N equal matrices).
 class Spacing {
  public:
   explicit Spacing(std::vector<double> pixdim, std::string mode = "bilinear",
                    std::string padding_mode = "border", bool align_corners = false,
-                   bool diagonal = false, bool scale_extent = false);
+                   bool diagonal = false, bool scale_extent = false, bool recompute_affine = false,
+                   std::vector<double> min_pixdim = {}, std::vector<double> max_pixdim = {});
   Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
 
  private:
-  std::vector<double> pixdim_;
+  std::vector<double> pixdim_, min_pixdim_, max_pixdim_;
   std::string mode_, padding_mode_;
-  bool align_corners_, diagonal_, scale_extent_;
+  bool align_corners_, diagonal_, scale_extent_, recompute_affine_;
 };
 
+// Orientation's axis labels: 3 pairs of one-character (start, end) codes per output axis
+// (MONAI / nibabel `labels`); empty: nibabel's (("L", "R"), ("P", "A"), ("I", "S")). MONAI
+// uses LPS-style (("R", "L"), ("A", "P"), ("I", "S")) for a MetaTensor whose space is LPS: pass
+// those here (a C++ tensor carries no space).
+using Labels = std::vector<std::array<std::string, 2>>;
+
 // MONAI Orientation: reorders / flips the axes so that the affine's axis codes become axcodes
-// (nibabel's labels L/R, P/A, I/S; as_closest_canonical: nibabel's io_orientation). A signed
+// (under `labels`; as_closest_canonical: nibabel's io_orientation, labels unused). A signed
 // permutation (bit-identical copies, any dtype); Result::affine = affine @ inv_ornt_aff.
 class Orientation {
  public:
-  explicit Orientation(std::string axcodes, bool as_closest_canonical = false);
+  explicit Orientation(std::string axcodes, bool as_closest_canonical = false, Labels labels = {});
   Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
 
  private:
   std::string axcodes_;
   bool canonical_;
+  Labels labels_;
 };
 
 }  // namespace voxaug::transforms
