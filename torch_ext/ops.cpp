@@ -288,6 +288,12 @@ at::Tensor scale_intensity(const at::Tensor& image, const at::Tensor& factors,
           "voxaug::scale_intensity");
   return op.call(image, factors, dtype);
 }
+at::Tensor gaussian_smooth(const at::Tensor& image, const at::Tensor& sigma, double truncated,
+                           std::optional<c10::ScalarType> dtype) {
+  static auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&, double,
+                                     std::optional<c10::ScalarType>)>("voxaug::gaussian_smooth");
+  return op.call(image, sigma, truncated, dtype);
+}
 at::Tensor rand_shift_intensity(const at::Tensor& image, double low, double high, double prob,
                                 int64_t seed, bool channel_wise, int64_t first_sample) {
   static auto op =

@@ -29,18 +29,13 @@ constexpr int64_t kMaxTargets = 4;           // kMaxResampleTargets (include/vox
 constexpr double kAffineTol = 1e-3;          // monai.data.utils.AFFINE_TOL
 constexpr double kAntiAliasTruncated = 4.0;  // MONAI GaussianSmooth's default truncation
 
-// voxaug::gaussian_smooth through the dispatcher (the op Python's Resize anti-aliasing calls,
-// spatial._anti_alias; torch_ops.h has no entry for it): sigma (N, 3) float64 CPU, output in
-// the image's floating dtype.
+// Resize's anti-aliasing (Python's spatial._anti_alias): voxaug::gaussian_smooth with one sigma
+// for the batch, output in the image's floating dtype.
 at::Tensor gaussian_smooth(const at::Tensor& image, const std::array<double, 3>& sigma) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("voxaug::gaussian_smooth", "")
-                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double,
-                                         std::optional<c10::ScalarType>)>();
   const at::Tensor s = at::tensor(at::ArrayRef<double>(sigma.data(), 3), at::kDouble)
                            .expand({image.size(0), 3})
                            .contiguous();
-  return op.call(image, s, kAntiAliasTruncated, std::nullopt);
+  return ops::gaussian_smooth(image, s, kAntiAliasTruncated);
 }
 
 // ---------------- M4 <-> tensors, messages ----------------

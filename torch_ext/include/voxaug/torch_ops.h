@@ -28,6 +28,14 @@ at::Tensor rand_gaussian_noise(const at::Tensor& image, double mean, double std,
                                double prob, int64_t seed, int64_t first_sample = 0,
                                std::optional<c10::ScalarType> dtype = std::nullopt);
 
+// Separable Gaussian smoothing, MONAI's GaussianFilter (erf taps truncated at `truncated`
+// sigma, zero padding): sigma (N, 3) floating CPU tensor, per sample and spatial axis (D, H, W),
+// in voxels; output dtype `dtype`, else the image's (float32 for integer images).
+// Differentiable w.r.t. image.
+at::Tensor gaussian_smooth(const at::Tensor& image, const at::Tensor& sigma,
+                           double truncated = 4.0,
+                           std::optional<c10::ScalarType> dtype = std::nullopt);
+
 // (batch, count) float64 uniforms in [0, 1) on the CPU: Philox keyed by `seed`, row i is global
 // sample first_sample + i. The host-side parameter draws of the spatial and deformation
 // transforms (voxaug.ops.philox_uniform in Python; the same numbers).
