@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <optional>
 #include <sstream>
@@ -43,12 +44,6 @@ void uniform_fill_(const at::Tensor& out, double low, double high, int64_t seed,
   static auto op =
       handle<void(const at::Tensor&, double, double, int64_t, int64_t)>("voxaug::uniform_fill_");
   op.call(out, low, high, seed, first_sample);
-}
-
-at::Tensor gaussian_smooth(const at::Tensor& image, const at::Tensor& sigma, double truncated) {
-  static auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&, double,
-                                     std::optional<c10::ScalarType>)>("voxaug::gaussian_smooth");
-  return op.call(image, sigma, truncated, std::nullopt);
 }
 
 std::vector<at::Tensor> resample_deformed(at::TensorList inputs, const at::Tensor& matrices,
@@ -438,7 +433,7 @@ DeformResult Rand3DElastic::apply(const at::Tensor& image, const at::Tensor& par
     for (int64_t i = 0; i < b.n; ++i)
       if (on[i]) sig[i].fill_(sigmas[i]);
     const at::Tensor nz = noise(params, {b.n, 3, out_size[0], out_size[1], out_size[2]}, device);
-    plan.field = gaussian_smooth(nz, sig, 3.0).mul_(per_sample(mags, device));
+    plan.field = ops::gaussian_smooth(nz, sig, 3.0).mul_(per_sample(mags, device));
     plan.kind = kDenseField;
   } else {
     // One control grid per call, a control spacing per sample (deform.py fast_field_layout:
@@ -625,12 +620,25 @@ DeformResult RandomElasticDeformation::apply(const at::Tensor& image, const at::
   }
   // TorchIO's folding check: the displacement exceeds half the control spacing.
   std::vector<int64_t> conflicts;
+  unsigned axes = 0;  // bit a: axis a conflicts
   for (int a = 0; a < 3; ++a) {
     const double grid =
         (static_cast<double>(b.size[a]) + 0.25) * spacing_[a] / static_cast<double>(k_[a] - 3);
-    if (max_disp_[a] > grid / 2) conflicts.push_back(a);
+    if (max_disp_[a] > grid / 2) {
+      conflicts.push_back(a);
+      axes |= 1u << a;
+    }
   }
-  if (!conflicts.empty()) {
+  // Shown once per process for each message (the axes it names: 7 possible), as Python's default
+  // filter shows TorchIO's warnings.warn once per text and location; c10's handler would print it
+  // on every call of a training loop. Not per instance: apply() is const and the class holds no
+  // state for it (deform_transforms.h).
+  // torch.set_warn_always(True) (c10::WarningUtils::set_warnAlways) shows every one, as for
+  // TORCH_WARN_ONCE.
+  static std::atomic<unsigned> warned{0};
+  const unsigned bit = 1u << axes;
+  if (!conflicts.empty() && ((warned.fetch_or(bit, std::memory_order_relaxed) & bit) == 0 ||
+                             c10::WarningUtils::get_warnAlways())) {
     std::ostringstream dims;
     for (size_t i = 0; i < conflicts.size(); ++i) dims << (i ? ", " : "[") << conflicts[i];
     dims << "]";

@@ -27,6 +27,15 @@ namespace voxaug::train {
 // Throws std::runtime_error naming `path` on any failure.
 std::map<std::string, at::Tensor> read_state_dict(const std::string& path);
 
+// torch.nn.DataParallel and DistributedDataParallel hold the model as their attribute `module`,
+// so torch.save(wrapped.state_dict()) names every tensor "module.<name>". When every key of
+// `tensors` starts with "module." and no key of `model` (the state dict to load into) does, the
+// prefix is removed from every key (torch.nn.modules.utils.consume_prefix_in_state_dict_if_present
+// does this in Python) and the number of keys renamed is returned; otherwise nothing changes and
+// 0 is returned (a partly prefixed dict is left for the strict load to report).
+size_t strip_data_parallel_prefix(std::map<std::string, at::Tensor>& tensors,
+                                  const std::map<std::string, at::Tensor>& model);
+
 // Writes {name: tensor} as a plain dict in torch.save's zip format, loadable with torch.load's
 // default weights_only=True (and by read_state_dict). Tensors are moved to the CPU and made
 // contiguous. The file is written to `path`.tmp and renamed, so a reader never sees half a file.

@@ -119,7 +119,8 @@ void print_help(const char* argv0) {
       "  --dump-preprocessed DIR  write each subject's preprocessed volumes to DIR/<name>.pt\n"
       "                        (torch.load-able dict: image (1, 1, D, H, W) float32, label\n"
       "                        (1, 1, D, H, W) uint8, affine (4, 4) float64 voxel -> world\n"
-      "                        mm RAS, raw_shape (3,) int64) and exit without training\n"
+      "                        mm RAS, raw_shape (3,) int64, raw_affine (4, 4) float64: the\n"
+      "                        file's affine as nibabel reads it) and exit without training\n"
       "augmentation (every step, on the device)\n"
       "  --roi N or D,H,W      patch / window size, multiples of 32 (cpu 32, cuda 96); at 32 the\n"
       "                        deepest hidden state is 1 voxel and its instance norm outputs 0\n"
@@ -150,7 +151,8 @@ void print_help(const char* argv0) {
       "                        a \"state_dict\", \"model\", \"network\" or \"net\" key next\n"
       "                        to other entries (epoch, optimizer state); float32 / float64 /\n"
       "                        float16 / bfloat16 tensors; strict: every key and shape must\n"
-      "                        match --feature-size and the classes\n"
+      "                        match --feature-size and the classes; a DataParallel / DDP\n"
+      "                        checkpoint (every key \"module.<name>\") loads without the prefix\n"
       "  --resume DIR          continue an earlier run from DIR/checkpoint.pt and\n"
       "                        DIR/train_state.pt (written at every validation and at the end:\n"
       "                        AdamW moments and steps, the gradient scaler, the step, the\n"
@@ -864,14 +866,18 @@ int run(const Args& args) {
           fail("--dump-preprocessed: two subjects are named " + s.name +
                " (file names must differ)");
         }
-        at::Tensor affine = at::empty({4, 4}, at::TensorOptions().dtype(at::kDouble));
-        for (int r = 0; r < 4; ++r)
-          for (int c = 0; c < 4; ++c) affine[r][c] = s.affine[r][c];
+        auto matrix = [](const std::array<std::array<double, 4>, 4>& m) {
+          at::Tensor t = at::empty({4, 4}, at::TensorOptions().dtype(at::kDouble));
+          for (int r = 0; r < 4; ++r)
+            for (int c = 0; c < 4; ++c) t[r][c] = m[r][c];
+          return t;
+        };
         const fs::path path = fs::path(args.dump_dir) / (s.name + ".pt");
         save_tensor_dict(path.string(),
                          {{"image", s.image},
                           {"label", s.label},
-                          {"affine", affine},
+                          {"affine", matrix(s.affine)},
+                          {"raw_affine", matrix(s.raw_affine)},
                           {"raw_shape", at::tensor(at::ArrayRef<int64_t>(s.raw_shape.data(), 3))}});
         std::printf("dump: %s\n", path.string().c_str());
       }
@@ -890,8 +896,15 @@ int run(const Args& args) {
   voxaug::models::SwinUNETR model(mo);
   if (!args.init.empty()) {
     torch::NoGradGuard ng;
-    const size_t n = voxaug::models::load_state_dict(*model, load_tensor_dict(args.init));
-    std::printf("init: %zu tensors from %s\n", n, args.init.c_str());
+    const auto t_read = clock::now();
+    std::map<std::string, at::Tensor> init = load_tensor_dict(args.init);
+    const double read_s = seconds(t_read, clock::now());
+    // A checkpoint of the model wrapped in DataParallel / DDP: "module.<name>" keys.
+    if (const size_t renamed =
+            voxaug::train::strip_data_parallel_prefix(init, voxaug::models::state_dict(*model)))
+      std::printf("init: removed the DataParallel / DDP prefix 'module.' from %zu keys\n", renamed);
+    const size_t n = voxaug::models::load_state_dict(*model, init);
+    std::printf("init: %zu tensors from %s (read in %.3f s)\n", n, args.init.c_str(), read_s);
   }
   std::map<std::string, at::Tensor> resumed;  // train_state.pt of --resume
   if (!args.resume.empty()) {

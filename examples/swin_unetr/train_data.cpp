@@ -82,9 +82,29 @@ RawVolume read_nifti(const std::string& path) {
   RawVolume v;
   // The file stores i fastest: (k, j, i) in C order -> (i, j, k).
   v.data = flat.reshape({nz, ny, nx}).permute({2, 1, 0}).contiguous();
-  const nifti_dmat44& m = nim->sform_code > 0 ? nim->sto_xyz : nim->qto_xyz;
-  for (int r = 0; r < 4; ++r)
-    for (int c = 0; c < 4; ++c) v.affine[r][c] = m.m[r][c];
+  // nibabel's choice (Nifti1Header.get_best_affine), so that MONAI's NibabelReader and this reader
+  // agree: the sform when sform_code > 0, else the qform when qform_code > 0, else Analyze's
+  // default (get_base_affine = shape_zoom_affine(shape, pixdim, x_flip=True)): diag(-dx, dy, dz)
+  // with the volume's centre at the origin. nifticlib's qto_xyz for qform_code 0 is diag(dx, dy,
+  // dz) at the origin instead: not what MONAI sees, so that case is built here. (A negative code
+  // is invalid: nibabel still uses that transform, nifticlib drops it and so does this reader.
+  // MONAI's LoadImage also swaps in the other transform when the chosen one's column norms
+  // disagree with pixdim, rectify_header_sform_qform; that repair of broken headers is not done.)
+  if (nim->sform_code > 0 || nim->qform_code > 0) {
+    const nifti_dmat44& m = nim->sform_code > 0 ? nim->sto_xyz : nim->qto_xyz;
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 4; ++c) v.affine[r][c] = m.m[r][c];
+  } else {
+    // nibabel: the first min(ndim, 3) of dim[1..] / pixdim[1..], 1 for the missing axes.
+    const int64_t ndim = std::clamp<int64_t>(nim->dim[0], 0, 7);
+    for (int a = 0; a < 3; ++a) {
+      const double n = a < ndim ? static_cast<double>(nim->dim[a + 1]) : 1.0;
+      const double zoom = (a < ndim ? nim->pixdim[a + 1] : 1.0) * (a == 0 ? -1.0 : 1.0);
+      v.affine[a][a] = zoom;
+      v.affine[a][3] = -(n - 1.0) / 2.0 * zoom;
+    }
+    v.affine[3][3] = 1.0;
+  }
   return v;
 }
 #else
@@ -104,6 +124,7 @@ Subject preprocess(const std::string& name, const at::Tensor& image, const at::T
   s.name = name;
   std::array<int64_t, 3> n{image.size(0), image.size(1), image.size(2)};
   s.raw_shape = n;
+  s.raw_affine = A;
 
   // Orientation("RAS") then Spacing(pixdim) with MONAI Spacingd's defaults (padding "border",
   // align_corners false, diagonal false, scale_extent false): voxaug::transforms, MONAI's

@@ -17,7 +17,9 @@
 namespace voxaug::train {
 
 // A raw volume as read from disk: (X, Y, Z) in the file's voxel order (NIfTI i, j, k), float32 on
-// the CPU, and the voxel -> world (mm, RAS+) affine (sform when sform_code > 0, else qform).
+// the CPU, and the voxel -> world (mm, RAS+) affine as nibabel.load(path).affine gives it (so as
+// MONAI's NibabelReader): the sform when sform_code > 0, else the qform when qform_code > 0, else
+// diag(-dx, dy, dz) centred on the volume (nibabel's default for a file with neither).
 struct RawVolume {
   at::Tensor data;
   std::array<std::array<double, 4>, 4> affine{};
@@ -34,8 +36,9 @@ struct Subject {
   std::string name;
   at::Tensor image;
   at::Tensor label;
-  std::array<int64_t, 3> raw_shape{};  // as read (file voxel order)
-  std::array<int64_t, 3> shape{};      // after preprocessing
+  std::array<int64_t, 3> raw_shape{};                 // as read (file voxel order)
+  std::array<std::array<double, 4>, 4> raw_affine{};  // as read (RawVolume::affine)
+  std::array<int64_t, 3> shape{};                     // after preprocessing
   // Voxel -> world (mm, RAS+) of the preprocessed grid: MONAI's MetaTensor.affine after the
   // chain (Orientation, Spacing, then the crop's and the pad's shifts of the origin).
   std::array<std::array<double, 4>, 4> affine{};

@@ -11,7 +11,8 @@ Builds nothing: loads libvoxaug_cxx_deform_shim.so from the build dir named by V
   Rand3DElastic with the same noise and parameters, MONAI's Warp (the ddf convention) through
   the returned displacement, SimpleITK's BSplineTransform at a few points for
   RandomElasticDeformation's control-point field, grid_sample (float64) for the labels.
-- TorchIO's folding warning, bad arguments naming the argument, same rank back for (C, D, H, W).
+- TorchIO's folding warning (shown once per process and message), bad arguments naming the argument,
+  same rank back for (C, D, H, W).
 """
 from __future__ import annotations
 
@@ -344,7 +345,17 @@ def _warned(capfd, record) -> str:
     return " ".join(str(w.message) for w in record) + capfd.readouterr().err
 
 
-def test_folding_warning(cxx, capfd):
+@pytest.fixture
+def warn_always():
+    """torch.set_warn_always(True) for one test: the folding warning is shown once per process
+    and message otherwise, and earlier tests may have shown it already."""
+    before = torch.is_warn_always_enabled()
+    torch.set_warn_always(True)
+    yield
+    torch.set_warn_always(before)
+
+
+def test_folding_warning(cxx, capfd, warn_always):
     """TorchIO's check: max_displacement above half the control spacing ((S + 0.25) * spacing /
     (K - 3) per axis) warns and names the axes; below it, nothing."""
     x = torch.rand(1, 20, 20, 20)
@@ -365,6 +376,55 @@ def test_folding_warning(cxx, capfd):
         warnings.simplefilter("always")
         _torchio(cxx, x, num_control_points=5, max_displacement=2.0, seed=1)
     assert "folding" not in _warned(capfd, record)
+
+
+# A fresh process (the warning's once-per-process state is global). TORCH_WARN reaches Python as
+# a warning where torch converts it (recorded under the "always" filter, so only the C++ side can
+# drop a repeat) and otherwise as a line on stderr from c10's handler: every call is preceded by
+# a marker line on stderr, and the parent reads both.
+_ONCE_SCRIPT = r"""
+import sys, warnings
+import torch
+import voxaug
+torch.ops.load_library(sys.argv[1])
+cxx = torch.ops.voxaug_cxx_test_deform
+x = torch.rand(1, 1, 20, 20, 20)
+
+def call(k, d, s=(1.0,)):
+    print("@@call", file=sys.stderr, flush=True)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        cxx.random_elastic_deformation(x, [], k, d, 2, "linear", "nearest", 1.0, list(s), "border", 1, 0, False)
+    for w in record:
+        print(str(w.message), file=sys.stderr, flush=True)
+
+for _ in range(3):
+    call([12], [20.0])                             # every axis
+call([7, 7, 7], [2.0, 2.0, 3.0], [2.0, 2.0, 1.0])  # axis 2: another message
+call([7, 7, 7], [2.0, 2.0, 3.0], [2.0, 2.0, 1.0])
+call([12], [20.0])
+torch.set_warn_always(True)                        # TORCH_WARN_ONCE's escape hatch
+call([12], [20.0])
+call([12], [20.0])
+"""
+
+
+def test_folding_warning_once_per_process_and_message(tmp_path):
+    """The C++ warning is shown once per process for each message (the axes it names), as
+    Python's default filter shows TorchIO's warnings.warn once per text and location, instead of
+    on every call (c10's handler printed it at every step of a C++ training loop);
+    torch.set_warn_always(True) shows every one, as for TORCH_WARN_ONCE."""
+    import re
+    import subprocess
+    import sys
+
+    script = tmp_path / "once.py"
+    script.write_text(_ONCE_SCRIPT)
+    r = subprocess.run([sys.executable, str(script), str(SHIM)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    calls = r.stderr.split("@@call\n")[1:]
+    seen = [re.findall(r"dimensions: (\[[^\]]*\]), so folding may occur", c) for c in calls]
+    assert seen == [["[0, 1, 2]"], [], [], ["[2]"], [], [], ["[0, 1, 2]"], ["[0, 1, 2]"]], r.stderr
 
 
 def test_zero_max_displacement_returns_the_input(cxx):

@@ -40,6 +40,8 @@ Tolerances:
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -235,3 +237,91 @@ def test_dump_preprocessed_bad_directory(tmp_path):
     r = run(["--device", "cpu", "--dataset", "phantom", "--phantom-size", "32", "--phantom-train", "1",
              "--phantom-val", "1", "--roi", "32", "--dump-preprocessed", str(blocker)])
     assert r.returncode != 0 and "--dump-preprocessed" in r.stderr, r.stderr
+
+
+# The transform codes of a NIfTI-1 header (nibabel's choice, Nifti1Header.get_best_affine: sform
+# when sform_code != 0, else qform when qform_code != 0, else get_base_affine: diag(-dx, dy, dz)
+# centred on the volume). Each MSD subject of write_msd is re-saved with one combination.
+def _codes_rot(deg):
+    rx, ry, rz = np.deg2rad(deg)
+    cx, sx, cy, sy, cz, sz = np.cos(rx), np.sin(rx), np.cos(ry), np.sin(ry), np.cos(rz), np.sin(rz)
+    m = np.eye(4)
+    m[:3, :3] = (np.array([[cz, -sz, 0], [sz, cz, 0], [0, 0, 1]]) @ np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
+                 @ np.array([[1, 0, 0], [0, cx, -sx], [0, sx, cx]]))
+    return m
+
+
+@pytest.fixture(scope="module")
+def codes_dump(tmp_path_factory):
+    """case0: neither transform (sform_code = qform_code = 0; both still hold write_msd's affine,
+    which must be ignored); case1: qform only (rotated, k flipped: qfac -1); case2: sform only
+    (rotated + sheared), the qform holding another affine under code 0; case3 (a copy of case0's
+    data): both, sform and qform different (the sform wins). Returns (root, dump)."""
+    nib = pytest.importorskip("nibabel")
+    root = tmp_path_factory.mktemp("codes")
+    write_msd(root)
+    flip_k = np.diag([1.0, 1.0, -1.0, 1.0])
+    shear = np.eye(4)
+    shear[0, 2] = 0.15
+    for sub in ("imagesTr", "labelsTr"):
+        shutil.copy(root / sub / "case0.nii.gz", root / sub / "case3.nii.gz")
+    for sub in ("imagesTr", "labelsTr"):
+        for name in ("case0", "case1", "case2", "case3"):
+            p = root / sub / f"{name}.nii.gz"
+            v = nib.load(p)
+            a = v.affine
+            img = nib.Nifti1Image(np.asarray(v.dataobj), a)
+            if name == "case0":
+                img.set_sform(a, code=0)
+                img.set_qform(a, code=0)
+            elif name == "case1":
+                img.set_sform(a, code=0)
+                img.set_qform(_codes_rot((7.0, -4.0, 11.0)) @ a @ flip_k, code=1)
+            elif name == "case2":
+                sform = _codes_rot((0.0, 0.0, 25.0)) @ shear @ a
+                img.set_qform(a, code=0)
+                img.set_sform(sform, code=2)
+                # pixdim = the sform's column norms, as nibabel writes a sheared affine: MONAI's
+                # LoadImage would otherwise put the code-0 qform in place of a sform whose norms
+                # disagree with pixdim (monai.data.utils.rectify_header_sform_qform), unlike nibabel.
+                img.header.set_zooms(tuple(np.linalg.norm(sform[:3, :3], axis=0)))
+            else:
+                img.set_sform(_codes_rot((0.0, 0.0, 25.0)) @ a, code=4)
+                img.set_qform(a, code=1)
+            nib.save(img, p)
+    meta = json.loads((root / "dataset.json").read_text())
+    meta["training"].append({"image": "./imagesTr/case3.nii.gz", "label": "./labelsTr/case3.nii.gz"})
+    (root / "dataset.json").write_text(json.dumps(meta))
+    dump = tmp_path_factory.mktemp("codes_dump")
+    r = run(["--device", "cpu", "--threads", "2", "--dataset", "msd", "--data-dir", str(root), "--roi", str(MSD_ROI),
+             "--dump-preprocessed", str(dump)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    return root, dump
+
+
+@pytest.mark.parametrize("case,codes", [("case0", (0, 0)), ("case1", (0, 1)), ("case2", (2, 0)), ("case3", (4, 1))])
+def test_nifti_affine_codes_match_nibabel(codes_dump, case, codes):
+    # The reader's affine (dumped as raw_affine) equals nibabel.load(f).affine within 1e-6 mm for
+    # every combination of codes (nifticlib alone gives diag(dx, dy, dz) at the origin for case0,
+    # off by the x flip and up to 30 mm here), and the whole preprocessing then matches MONAI's.
+    nib = pytest.importorskip("nibabel")
+    root, dump = codes_dump
+    image = root / "imagesTr" / f"{case}.nii.gz"
+    v = nib.load(image)
+    hdr = v.header
+    assert (int(hdr["sform_code"]), int(hdr["qform_code"])) == codes  # the premise
+    if case == "case2":  # a qform stored under code 0 that differs from the sform
+        assert np.abs(hdr.get_qform() - v.affine).max() > 1.0
+    if case == "case3":  # the codes' transforms differ: the sform must win
+        assert np.abs(hdr.get_qform() - hdr.get_sform()).max() > 1.0
+    dumped = torch.load(dump / f"{case}.nii.gz.pt")
+    assert dumped["raw_affine"].dtype == torch.float64
+    np.testing.assert_allclose(dumped["raw_affine"].numpy(), v.affine, rtol=0, atol=1e-6, err_msg=case)
+    if case == "case0":
+        zooms = np.array(hdr.get_zooms()[:3], np.float64)
+        shape = np.array(v.shape[:3])
+        expect = np.diag([-zooms[0], zooms[1], zooms[2], 1.0])
+        expect[:3, 3] = -(shape - 1) / 2 * expect.diagonal()[:3]
+        np.testing.assert_allclose(v.affine, expect, rtol=0, atol=1e-12)  # nibabel's default, as documented
+    ref = monai_chain(str(image), str(root / "labelsTr" / f"{case}.nii.gz"), (1.5, 1.5, 2.0), -175.0, 250.0, MSD_ROI)
+    compare(dumped, ref, case)
