@@ -213,9 +213,18 @@ std::vector<int64_t> pad_index(int64_t size, int64_t before, int64_t after,
 at::Tensor index_tensor(const std::vector<int64_t>& v, const at::Device& device) {
   return host_to(at::tensor(v, at::kLong), device);
 }
+// A constant pad value must be exact in an integer / bool output (nearest keeps the input's
+// dtype; MONAI's float32 output has no such limit): refuse what would be truncated or wrap.
+void check_pad_value(double value, const at::Tensor& out) {
+  if (out.is_floating_point() || out.is_complex()) return;
+  const double back = at::scalar_tensor(value, at::kDouble).to(out.scalar_type()).item<double>();
+  TORCH_CHECK_VALUE(back == value, "pad_value ", value, " is not representable in the output's ",
+                    out.scalar_type(), " (mode nearest keeps the input dtype)");
+}
 // _apply_pad
 at::Tensor apply_pad(at::Tensor x, const Pad& pad) {
   if (pad.mode == "constant") {
+    check_pad_value(pad.value, x);
     std::vector<int64_t> shape{x.size(0), x.size(1)};
     for (int a = 0; a < 3; ++a)
       shape.push_back(x.size(2 + a) + pad.widths[a].first + pad.widths[a].second);
@@ -240,14 +249,13 @@ std::vector<at::Tensor> run(std::vector<at::Tensor> xs, const Launch& g,
   std::vector<at::Tensor> outs;
   std::vector<at::ScalarType> out_dtypes;
   if (g.smooth || g.pool) {
-    // MONAI converts to its dtype (float32) first: the smoothing and the pooling run in it.
+    // MONAI converts to its dtype (float32) first: the smoothing, the pooling and the
+    // interpolation after smoothing run in it (a float16 image rounds once, at the end).
     for (at::Tensor& x : xs) {
       out_dtypes.push_back(x.is_floating_point() ? x.scalar_type() : at::kFloat);
       x = x.to(at::kFloat);
       if (g.smooth) x = gaussian_smooth(x, *g.smooth);
     }
-    if (!g.pool)
-      for (size_t i = 0; i < xs.size(); ++i) xs[i] = xs[i].to(out_dtypes[i]);
   }
   if (g.pool) {  // interpolate's 'area' in MONAI's default dtype (float32), see Python's _area
     const auto& [zoomed, first, count] = *g.pool;
@@ -264,8 +272,10 @@ std::vector<at::Tensor> run(std::vector<at::Tensor> xs, const Launch& g,
     const at::Tensor i0 = index_tensor((*g.tables)[0], device);
     const at::Tensor i1 = index_tensor((*g.tables)[1], device);
     const at::Tensor i2 = index_tensor((*g.tables)[2], device);
-    for (const at::Tensor& x : xs)
-      outs.push_back(x.index_select(2, i0).index_select(3, i1).index_select(4, i2));
+    for (size_t i = 0; i < xs.size(); ++i) {
+      at::Tensor y = xs[i].index_select(2, i0).index_select(3, i1).index_select(4, i2);
+      outs.push_back(out_dtypes.empty() ? y : y.to(out_dtypes[i]));
+    }
   } else {
     std::vector<at::Tensor> inputs;
     // bool / int8 have no resample kernel: nearest copies (and zero padding) are byte moves, so
@@ -294,8 +304,10 @@ std::vector<at::Tensor> run(std::vector<at::Tensor> xs, const Launch& g,
                                      modes, paddings, values, g.align_corners);
       outs.insert(outs.end(), o.begin(), o.end());
     }
-    for (size_t i = 0; i < outs.size(); ++i)
+    for (size_t i = 0; i < outs.size(); ++i) {
       if (as_bytes[i]) outs[i] = outs[i].view(*as_bytes[i]);
+      if (!out_dtypes.empty()) outs[i] = outs[i].to(out_dtypes[i]);
+    }
   }
   if (g.pad)
     for (auto& o : outs) o = apply_pad(o, *g.pad);
@@ -1140,7 +1152,9 @@ at::Tensor sample_pad(at::Tensor out, const std::vector<ZoomPlan>& plans, const 
     }
     out = at::gather(out, 2 + a, idx.expand(out.sizes()));
   }
-  return inside ? out.masked_fill(inside->logical_not(), value) : out;
+  if (!inside) return out;
+  check_pad_value(value, out);
+  return out.masked_fill(inside->logical_not(), value);
 }
 // _anti_alias_sigma: MONAI's rule: only when some axis shrinks; no sigma given: skimage's
 // max(0, (in / out - 1) / 2) per axis (MONAI computes in / out in float32); a given sigma on the
@@ -1195,11 +1209,19 @@ Result Resize::operator()(Inputs inputs, const Modes& modes, const Affine4& affi
   if (longest_) {  // MONAI: int(round(s * spatial_size / max(size))), round half to even
     const double scale = static_cast<double>(spatial_size_[0]) /
                          static_cast<double>(*std::max_element(b.size.begin(), b.size.end()));
-    for (int a = 0; a < 3; ++a)
-      out[a] = static_cast<int64_t>(std::nearbyint(static_cast<double>(b.size[a]) * scale));
+    for (int a = 0; a < 3; ++a) {
+      const double o = std::nearbyint(static_cast<double>(b.size[a]) * scale);
+      TORCH_CHECK_VALUE(o < 2147483648.0, "spatial_size ", join(spatial_size_),
+                        " (size_mode 'longest') gives an output axis of ", o,
+                        " voxels (at most 2^31 - 1)");
+      out[a] = static_cast<int64_t>(o);
+    }
   } else {
     out = fall_back_size(spatial_size_, b.size);
   }
+  for (int a = 0; a < 3; ++a)
+    TORCH_CHECK_VALUE(out[a] < 2147483648LL, "spatial_size ", join(spatial_size_),
+                      " gives an output axis of ", out[a], " voxels (at most 2^31 - 1)");
   TORCH_CHECK_VALUE(out[0] >= 1 && out[1] >= 1 && out[2] >= 1, "spatial_size ", join(spatial_size_),
                     " gives an empty output (", out[0], ", ", out[1], ", ", out[2],
                     ") for inputs with spatial size (", b.size[0], ", ", b.size[1], ", ", b.size[2],
@@ -1398,8 +1420,8 @@ Spacing::Spacing(std::vector<double> pixdim, std::string mode, std::string paddi
     TORCH_CHECK_VALUE(!std::isinf(v), "min_pixdim must be numbers (NaN: no bound on that axis), ",
                       "got ", join(min_pixdim_));
   for (double v : max_pixdim_)
-    TORCH_CHECK_VALUE(!std::isinf(v), "max_pixdim must be numbers (NaN: no bound on that axis), ",
-                      "got ", join(max_pixdim_));
+    TORCH_CHECK_VALUE(v != -INFINITY, "max_pixdim must be numbers (NaN or inf: no bound on that ",
+                      "axis), got ", join(max_pixdim_));
   // MONAI's check (zip of the two: only axes where both are given)
   for (size_t i = 0; i < std::min(min_pixdim_.size(), max_pixdim_.size()); ++i) {
     const double mn = min_pixdim_[i], mx = max_pixdim_[i];

@@ -503,6 +503,10 @@ void validate_pointwise_steps(const PointwiseStep* steps, int num_steps) {
           VOXAUG_EXPECTS(log_range || s.low > 0.0, where + ": gamma must be > 0, got the range [" +
                                                        std::to_string(s.low) + ", " +
                                                        std::to_string(s.high) + ")");
+          // exp(log_gamma) must stay a finite float32 (the power takes finite exponents only).
+          VOXAUG_EXPECTS(!log_range || (s.low >= -88.0 && s.high <= 88.0),
+                         where + ": log_gamma must be in [-88, 88], got the range [" +
+                             std::to_string(s.low) + ", " + std::to_string(s.high) + ")");
         } else {
           expect_finite(s.value, where, "gamma");
           VOXAUG_EXPECTS(s.value > 0.0,

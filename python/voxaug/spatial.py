@@ -655,8 +655,10 @@ def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts],
             if fuse:
                 post["done"] = True
         return [_apply_pad(o, geom.pad) for o in outs] if geom.pad is not None else outs
+    out_dtypes: Optional[list] = None  # set when the data run in MONAI's dtype: cast once at the end
     if geom.smooth is not None or geom.pool is not None:
-        # MONAI converts to its `dtype` first: the smoothing and the pooling run in that dtype.
+        # MONAI converts to its `dtype` first: the smoothing, the pooling and the interpolation
+        # after smoothing run in that dtype (a float16 image rounds once, at the end).
         out_dtypes = [x.dtype if x.is_floating_point() else torch.float32 for x in xs]
         xs = [x.to(o.table_dtype) for x, o in zip(xs, opts)]
         if geom.smooth is not None:
@@ -664,12 +666,13 @@ def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts],
         if geom.pool is not None:
             outs = [_area(x, geom.pool).to(d) for x, d in zip(xs, out_dtypes)]
             return [_apply_pad(o, geom.pad) for o in outs] if geom.pad is not None else outs
-        xs = [x.to(d) for x, d in zip(xs, out_dtypes)]
     inputs = [x if o.mode == "nearest" or x.is_floating_point() else x.float() for x, o in zip(xs, opts)]
     outs: list[torch.Tensor] = []
     if geom.tables is not None:  # interpolate's nearest where no affine map reproduces it
         idx = [_host_to(torch.tensor(t, dtype=torch.int64), inputs[0].device) for t in geom.tables]
         outs = [x.index_select(2, idx[0]).index_select(3, idx[1]).index_select(4, idx[2]) for x in inputs]
+        if out_dtypes is not None:
+            outs = [o.to(d) for o, d in zip(outs, out_dtypes)]
         return [_apply_pad(o, geom.pad) for o in outs] if geom.pad is not None else outs
     mats = _host_to(geom.mats, inputs[0].device)
     for s in range(0, len(inputs), _MAX_TARGETS):
@@ -677,6 +680,8 @@ def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts],
         outs += ops.resample(part, mats, geom.out_size, [o.mode for o in popts], [geom.kernel_padding] * len(part),
                              [o.pad_value for o in popts],
                              align_corners=align)
+    if out_dtypes is not None:
+        outs = [o.to(d) for o, d in zip(outs, out_dtypes)]
     if geom.pad is not None:
         outs = [_apply_pad(o, geom.pad) for o in outs]
     return outs

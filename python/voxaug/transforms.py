@@ -572,6 +572,9 @@ class RandomGamma(_Pointwise, _Randomizable):
                  seed: Optional[int] = None):
         _Randomizable.__init__(self, seed)
         self.log_gamma = _range(log_gamma, "log_gamma")
+        if not -88.0 <= self.log_gamma[0] <= self.log_gamma[1] <= 88.0:
+            # gamma = exp(beta) must be a finite float32 (the kernels' power takes finite exponents)
+            raise ValueError(f"log_gamma must lie in [-88, 88], got {log_gamma!r}")
         self.p = _check_prob(p)
 
     def _plan(self, x):

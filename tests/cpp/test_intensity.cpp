@@ -417,6 +417,23 @@ TEST(IntensityMath, PowFloatWithin5UlpOfExactPow) {
       5.0);  // subnormal base
   EXPECT_TRUE(std::isnan(detail::fpow_nonneg(-2.0f, 0.5f)));
   EXPECT_TRUE(std::isnan(detail::fpow_nonneg(std::nanf(""), 2.0f)));
+  EXPECT_TRUE(std::isnan(detail::fpow_nonneg(0.5f, std::nanf(""))));
+  EXPECT_EQ(detail::fpow_nonneg(1.0f, std::nanf("")), 1.0f);
+  // y log2(b) rounds to >= 128 while the exact power is finite (just below FLT_MAX): the
+  // overflow cut must not catch it (the session-8 review's case).
+  const float big_b = std::ldexp(0x1.906586p0f, 126), big_y = 0x1.02bd08p0f;
+  const long double big =
+      std::pow(static_cast<long double>(big_b), static_cast<long double>(big_y));
+  ASSERT_LT(big, static_cast<long double>(std::numeric_limits<float>::max()));
+  EXPECT_LE(ulp_distance(detail::fpow_nonneg(big_b, big_y), static_cast<double>(big)), 5.0);
+  // and the same near the top for a range of exponents: finite where the exact value is
+  for (float yy = 1.0f; yy <= 5.0f; yy += 0.0371f) {
+    const float bb = static_cast<float>(std::pow(3.0e38, 1.0 / yy));
+    const long double ref = std::pow(static_cast<long double>(bb), static_cast<long double>(yy));
+    if (ref < static_cast<long double>(std::numeric_limits<float>::max())) {
+      EXPECT_LE(ulp_distance(detail::fpow_nonneg(bb, yy), static_cast<double>(ref)), 5.0) << yy;
+    }
+  }
 }
 
 TEST(IntensityMath, LogWithin2UlpOfStdLog) {

@@ -401,6 +401,9 @@ def test_bad_inputs_give_clear_errors():
             vt.AdjustContrast(bad)
         with pytest.raises(ValueError, match="gamma must be"):
             vt.Gamma(bad)
+    for bad in ((0.0, 100.0), -90.0):
+        with pytest.raises(ValueError, match=r"log_gamma must lie in \[-88, 88\]"):
+            vt.RandomGamma(bad)
     with pytest.raises(ValueError, match="num_control_points must be <="):
         vt.RandHistogramShift(5000)
     with pytest.raises(ValueError, match="prob must be in"):

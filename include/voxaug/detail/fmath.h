@@ -352,9 +352,11 @@ VOXAUG_HD VOXAUG_FORCEINLINE T fpow_nonneg(T b, T y) {
 // y e; 2^r by its Taylor series to r^7 (|r| <= 1/2, truncation 5e-9); * 2^k in two exact
 // power-of-two steps (subnormal results round once). Within 5 ulp of the exact power for any
 // b and |y| <= 5 (tests/cpp/test_intensity.cpp), where exp(y log b) in float32 lost up to
-// ~150 ulp for tiny b. No division; a third fewer operations than fexp(fmul(y, flog(b))).
-// Special cases as the template: b = 0 -> 0 / 1 / inf for y > / == / < 0, b = inf -> inf / 1 / 0,
-// b = 1 -> 1 (exactly, from the arithmetic), negative b or NaN -> NaN.
+// ~150 ulp for tiny b; beyond, y log2(m) and the log polynomial's error grow with |y| (about
+// 15 ulp at |y| = 20, 60 at 100). No division; fewer operations than fexp(fmul(y, flog(b))).
+// Special cases: b = 0 -> 0 / 1 / inf for y > / == / < 0, b = inf -> inf / 1 / 0, b = 1 -> 1
+// (any y), negative b, NaN b or NaN y -> NaN. y = +-inf is not supported (NaN for b in
+// (0, 1) u (1, inf)): the ops refuse non-finite exponents.
 VOXAUG_HD VOXAUG_FORCEINLINE float fpow_nonneg(float b, float y) {
   const bool sub = b < 1.17549435e-38f;  // subnormal (0 and negative b are replaced at the end)
   const float bs = fsel(sub, fmul(b, 16777216.0f), b);  // * 2^24: a normal float
@@ -378,9 +380,12 @@ VOXAUG_HD VOXAUG_FORCEINLINE float fpow_nonneg(float b, float y) {
   const float fe = static_cast<float>(e);
   const float a = fmul(y, fmul(p, f));  // y log2(m)
   const float t = ffma(y, fe, a);
-  const bool over = t >= 128.0f, under = t < -150.0f;
+  // Past 129 / below -151 the result is inf / 0 whatever r is; inside, the final scaling
+  // overflows or underflows with one rounding (t is rounded: a cut at 128 would send finite
+  // powers just below FLT_MAX to inf). NaN t (a NaN y) takes the NaN path, no undefined cast.
+  const bool over = t >= 129.0f, under = t < -151.0f, bad = t != t;
   // Round to nearest with the 1.5 * 2^23 shifter (|t| < 2^22 here), as fexp.
-  const float fk = fsub(fadd(fsel(over | under, 0.0f, t), 12582912.0f), 12582912.0f);
+  const float fk = fsub(fadd(fsel(over | under | bad, 0.0f, t), 12582912.0f), 12582912.0f);
   const int k = static_cast<int>(fk);
   const float r = fadd(ffma(y, fe, -fk), a);
   float q = 1.5252733804059841e-05f;  // ln2^7 / 7!
@@ -391,7 +396,7 @@ VOXAUG_HD VOXAUG_FORCEINLINE float fpow_nonneg(float b, float y) {
   q = ffma(q, r, 2.4022650695910071e-01f);
   q = ffma(q, r, 6.9314718055994531e-01f);
   q = ffma(q, r, 1.0f);
-  const int k1 = k / 2, k2 = k - k1;  // k in [-150, 128]: both 2^k are normal floats
+  const int k1 = k / 2, k2 = k - k1;  // k in [-151, 129]: both 2^k are normal floats
   const float s1 = bits_float(static_cast<uint32_t>(k1 + 127) << 23);
   const float s2 = bits_float(static_cast<uint32_t>(k2 + 127) << 23);
   float v = fmul(fmul(q, s1), s2);
@@ -401,6 +406,7 @@ VOXAUG_HD VOXAUG_FORCEINLINE float fpow_nonneg(float b, float y) {
   const float atinf = fsel(y > 0.0f, __builtin_inff(), fsel(y == 0.0f, 1.0f, 0.0f));
   v = fsel(b == 0.0f, at0, v);
   v = fsel(b == __builtin_inff(), atinf, v);
-  return fsel((b < 0.0f) | (b != b), __builtin_nanf(""), v);
+  v = fsel((b < 0.0f) | (b != b) | bad, __builtin_nanf(""), v);
+  return fsel(b == 1.0f, 1.0f, v);  // pow(1, y) = 1 for every y, NaN included (C, torch)
 }
 }  // namespace voxaug::detail
