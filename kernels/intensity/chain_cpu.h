@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "../common/cpu_isa.h"
@@ -75,6 +76,21 @@ VOXAUG_FORCEINLINE void cpu_histogram_shift(const Resolved<Acc>& r, std::vector<
     hist_segment_value<Deriv>(x[j], d[j], m[j], b[j], xs[0], fs[0], xs[K - 1], fs[K - 1]);
 }
 
+// b^y over one tile into out: fpow_nonneg for every element. float32 runs the common-case form
+// (pow_nonneg_f32<false>: no special-case selects, about 1.5x faster) and recomputes the tile
+// with the full function when any element needs a special case (subnormal, inf, NaN or
+// negative b, results beyond float32): the same operations per common element, so the same
+// bits as the device's per-element fpow_nonneg (tests/cpp/test_intensity.cpp checks).
+template <class Acc>
+VOXAUG_FORCEINLINE void cpu_pow_tile(int cnt, const Acc* b, Acc y, Acc* out) {
+  if constexpr (std::is_same_v<Acc, float>) {
+    int32_t special = 0;  // an int reduction: GCC does not vectorise a bool one
+    for (int j = 0; j < cnt; ++j) out[j] = pow_nonneg_f32<false>(b[j], y, special);
+    if (special == 0) return;
+  }
+  for (int j = 0; j < cnt; ++j) out[j] = fpow_nonneg(b[j], y);
+}
+
 // An adjust-contrast step over one tile, forward: op_adjust_contrast split into one loop per
 // stage (base, power, scale back). Every element sees exactly the operations of the fused
 // per-element function (the device's), but each loop is short, so the out-of-order core
@@ -91,11 +107,24 @@ VOXAUG_FORCEINLINE void cpu_adjust_contrast(uint32_t flags, const Resolved<Acc>&
   const bool inv = flags & kInvert;
   alignas(64) Acc b[kCpuTile], t[kCpuTile];
   for (int j = 0; j < cnt; ++j) b[j] = fdiv(fsub(fsel(inv, -x[j], x[j]), r.p0), r.p2);
-  for (int j = 0; j < cnt; ++j) t[j] = fpow_nonneg(b[j], r.p3);
+  cpu_pow_tile(cnt, b, r.p3, t);
   for (int j = 0; j < cnt; ++j) {
     const Acc y = fadd(fmul(t[j], r.p1), r.p0);
     x[j] = fsel(inv, -y, y);
   }
+}
+
+// A gamma step (TorchIO's sign(x) |x|^gamma) over one tile, forward: op_gamma in stages.
+template <bool Deriv, class Acc>
+VOXAUG_FORCEINLINE void cpu_gamma(const Resolved<Acc>& r, int cnt, Acc* x, Acc* d) {
+  if (Deriv) {
+    for (int j = 0; j < cnt; ++j) op_gamma<Deriv>(r, x[j], d[j]);
+    return;
+  }
+  alignas(64) Acc ax[kCpuTile], p[kCpuTile];
+  for (int j = 0; j < cnt; ++j) ax[j] = fsel(x[j] < Acc(0), -x[j], x[j]);
+  cpu_pow_tile(cnt, ax, r.p0, p);
+  for (int j = 0; j < cnt; ++j) x[j] = fsel(x[j] < Acc(0), -p[j], p[j]);
 }
 
 // A bias field step over one tile, vectorised across the tile: the basis values are
@@ -224,9 +253,7 @@ VOXAUG_FORCEINLINE void cpu_apply_steps(const ChainParams& p, ChainState<Acc>& s
       case PointwiseOp::AdjustContrast:
         cpu_adjust_contrast<Deriv, Acc>(s.flags, r, cnt, x, d);
         break;
-      case PointwiseOp::Gamma:
-        for (int j = 0; j < cnt; ++j) op_gamma<Deriv>(r, x[j], d[j]);
-        break;
+      case PointwiseOp::Gamma: cpu_gamma<Deriv, Acc>(r, cnt, x, d); break;
       case PointwiseOp::HistogramShift:
         cpu_histogram_shift<Deriv, Acc>(r, scratch.hist[k], scratch.hist_sample[k], n, cnt, x, d);
         break;

@@ -871,6 +871,59 @@ TEST(IntensityCpu, HistogramStdShiftFixedMeanBadArgumentsGiveNamedErrors) {
             std::string::npos);
 }
 
+// The host tiles run the power's common-case form and recompute a tile with the full function
+// when any element needs a special case (kernels/intensity/chain_cpu.h cpu_pow_tile): the
+// results must be the per-element fpow_nonneg's (the device's) bit for bit, for tiles with no
+// special element, with a few, and with many (zeros, subnormals, inf, NaN, negatives, results
+// past float32), for the fixed gamma step and the contrast step.
+TEST(IntensityCpu, PowerTilesEqualPerElementPower) {
+  using namespace voxaug::detail;
+  const Shape s{2, 1, 9, 16, 40};  // several 256-element tiles per sample
+  auto src = random_values(s.numel(), 131, -50, 400);
+  std::vector<float> in(src.begin(), src.end());
+  const float specials[] = {
+      0.0f,          -0.0f, 1e-41f, -3e-39f, 1e30f, -2e35f, std::numeric_limits<float>::infinity(),
+      std::nanf(""), 1.0f,  -1.0f};
+  for (size_t i = 0; i < 10; ++i) in[300 + 97 * i] = specials[i];  // a few, in the first sample
+  for (size_t i = 5760; i < 5760 + 256; i += 2) in[i] = specials[(i / 2) % 10];  // many: one tile
+  for (double g : {0.37, 1.0, 2.6, 4.5}) {
+    std::vector<float> out(in.size());
+    const PointwiseStep step = PointwiseStep::gamma(g);
+    pointwise_chain(host_view(in.data(), DType::Float32, s),
+                    host_view(out.data(), DType::Float32, s), &step, 1);
+    for (size_t i = 0; i < in.size(); ++i) {
+      const float ax = in[i] < 0.0f ? -in[i] : in[i];
+      const float pw = fpow_nonneg(ax, static_cast<float>(g));
+      const float want = in[i] < 0.0f ? -pw : pw;
+      ASSERT_EQ(float_bits(out[i]), float_bits(want))
+          << "gamma " << g << " at " << i << ": x = " << in[i];
+    }
+  }
+  // Contrast: b = (x - min) / (range + 1e-7) in [0, 1]; sample 0 has minimum 0 (b = 0 there)
+  // and values of 1e-30 and 1e-42 (b below 2^-151 / gamma, a subnormal b: special lanes).
+  std::vector<float> in2(src.begin(), src.end());
+  for (int64_t i = 0; i < s.numel() / s.n; ++i) in2[i] = std::fabs(in2[i]);
+  in2[700] = 0.0f, in2[701] = 1e-30f, in2[702] = 1e-42f;
+  const NaiveStats whole = naive_stats(in2, s, false, false);
+  for (double g : {0.5, 4.5}) {
+    std::vector<float> out(in2.size());
+    const PointwiseStep step = PointwiseStep::adjust_contrast(whole.minmax.data(), g, false);
+    pointwise_chain(host_view(in2.data(), DType::Float32, s),
+                    host_view(out.data(), DType::Float32, s), &step, 1);
+    for (int64_t n = 0; n < s.n; ++n) {
+      const float mn = static_cast<float>(whole.minmax[2 * n]);
+      const float mx = static_cast<float>(whole.minmax[2 * n + 1]);
+      const float range = mx - mn, den = range + 1e-7f;
+      const int64_t per = s.numel() / s.n;
+      for (int64_t i = n * per; i < (n + 1) * per; ++i) {
+        const float b = (in2[i] - mn) / den;
+        const float want = fpow_nonneg(b, static_cast<float>(g)) * range + mn;
+        ASSERT_EQ(float_bits(out[i]), float_bits(want)) << "gamma " << g << " at " << i;
+      }
+    }
+  }
+}
+
 TEST(IntensityCpu, DeviceItemBodyOnHostEqualsTiledCpuPath) {
   // The CUDA launcher runs ChainForward::operator() per item (op_adjust_contrast's fused
   // power, op_histogram_shift's per-voxel scan and slope, the per-element std shift /

@@ -357,9 +357,14 @@ VOXAUG_HD VOXAUG_FORCEINLINE T fpow_nonneg(T b, T y) {
 // Special cases: b = 0 -> 0 / 1 / inf for y > / == / < 0, b = inf -> inf / 1 / 0, b = 1 -> 1
 // (any y), negative b, NaN b or NaN y -> NaN. y = +-inf is not supported (NaN for b in
 // (0, 1) u (1, inf)): the ops refuse non-finite exponents.
-VOXAUG_HD VOXAUG_FORCEINLINE float fpow_nonneg(float b, float y) {
-  const bool sub = b < 1.17549435e-38f;  // subnormal (0 and negative b are replaced at the end)
-  const float bs = fsel(sub, fmul(b, 16777216.0f), b);  // * 2^24: a normal float
+// The power's arithmetic, shared by fpow_nonneg(float) (Full: every case) and the host tiles'
+// common case (Full = false: b = 0 and b positive, normal, finite with y log2 b in [-151, 129);
+// `special` gets 1 where another case applies and the lane must be recomputed with Full). The
+// operations on a common-case lane are the same in both, so the bits are too.
+template <bool Full>
+VOXAUG_HD VOXAUG_FORCEINLINE float pow_nonneg_f32(float b, float y, int32_t& special) {
+  const bool sub = Full && b < 1.17549435e-38f;  // subnormal (0, negative b: replaced at the end)
+  const float bs = Full ? fsel(sub, fmul(b, 16777216.0f), b) : b;  // * 2^24: a normal float
   uint32_t u = float_bits(bs);
   int e = static_cast<int>((u >> 23) & 0xffu) - 127 - (sub ? 24 : 0);
   u = (u & 0x007fffffu) | 0x3f800000u;  // m in [1, 2)
@@ -400,13 +405,24 @@ VOXAUG_HD VOXAUG_FORCEINLINE float fpow_nonneg(float b, float y) {
   const float s1 = bits_float(static_cast<uint32_t>(k1 + 127) << 23);
   const float s2 = bits_float(static_cast<uint32_t>(k2 + 127) << 23);
   float v = fmul(fmul(q, s1), s2);
+  const float at0 = fsel(y > 0.0f, 0.0f, fsel(y == 0.0f, 1.0f, __builtin_inff()));
+  if (!Full) {
+    const bool zero = b == 0.0f;
+    const bool common = (b >= 1.17549435e-38f) & (b < __builtin_inff()) & !(over | under | bad);
+    special |= static_cast<int32_t>(!(zero | common));
+    return fsel(zero, at0, v);
+  }
   v = fsel(under, 0.0f, v);
   v = fsel(over, __builtin_inff(), v);
-  const float at0 = fsel(y > 0.0f, 0.0f, fsel(y == 0.0f, 1.0f, __builtin_inff()));
   const float atinf = fsel(y > 0.0f, __builtin_inff(), fsel(y == 0.0f, 1.0f, 0.0f));
   v = fsel(b == 0.0f, at0, v);
   v = fsel(b == __builtin_inff(), atinf, v);
   v = fsel((b < 0.0f) | (b != b) | bad, __builtin_nanf(""), v);
   return fsel(b == 1.0f, 1.0f, v);  // pow(1, y) = 1 for every y, NaN included (C, torch)
+}
+
+VOXAUG_HD VOXAUG_FORCEINLINE float fpow_nonneg(float b, float y) {
+  int32_t unused = 0;
+  return pow_nonneg_f32<true>(b, y, unused);
 }
 }  // namespace voxaug::detail
