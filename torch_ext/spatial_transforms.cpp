@@ -1218,10 +1218,10 @@ Result Resize::operator()(Inputs inputs, const Modes& modes, const Affine4& affi
     }
   } else {
     out = fall_back_size(spatial_size_, b.size);
+    for (int a = 0; a < 3; ++a)
+      TORCH_CHECK_VALUE(out[a] < 2147483648LL, "spatial_size ", join(spatial_size_),
+                        " gives an output axis of ", out[a], " voxels (at most 2^31 - 1)");
   }
-  for (int a = 0; a < 3; ++a)
-    TORCH_CHECK_VALUE(out[a] < 2147483648LL, "spatial_size ", join(spatial_size_),
-                      " gives an output axis of ", out[a], " voxels (at most 2^31 - 1)");
   TORCH_CHECK_VALUE(out[0] >= 1 && out[1] >= 1 && out[2] >= 1, "spatial_size ", join(spatial_size_),
                     " gives an empty output (", out[0], ", ", out[1], ", ", out[2],
                     ") for inputs with spatial size (", b.size[0], ", ", b.size[1], ", ", b.size[2],

@@ -541,6 +541,8 @@ def test_resize_and_zoom_bounds_and_pad_value_dtype():
     for size in ([2 ** 31], [2 ** 62]):
         with pytest.raises(ValueError, match="spatial_size"):
             cxx.resize([x], size, "area", size_mode="longest")
+    with pytest.raises(ValueError, match="spatial_size"):
+        cxx.resize([x], [2 ** 31, 3, 3], "area")
     lab = torch.ones(1, 1, 10, 10, 10, dtype=torch.int16)
     for bad in (0.5, 40000.0):
         with pytest.raises(ValueError, match="pad_value"):

@@ -176,6 +176,17 @@ def test_mricron_preprocessing_matches_monai(tmp_path, pixdim):
     assert ref["residues"] > 0  # the premise of the residue handling (observed: thousands)
 
 
+
+def _rot(deg):
+    """A homogeneous rotation: Rz @ Ry @ Rx of the (x, y, z) angles in degrees."""
+    rx, ry, rz = np.deg2rad(deg)
+    cx, sx, cy, sy, cz, sz = np.cos(rx), np.sin(rx), np.cos(ry), np.sin(ry), np.cos(rz), np.sin(rz)
+    m = np.eye(4)
+    m[:3, :3] = (np.array([[cz, -sz, 0], [sz, cz, 0], [0, 0, 1]]) @ np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
+                 @ np.array([[1, 0, 0], [0, cx, -sx], [0, sx, cx]]))
+    return m
+
+
 @pytest.fixture(scope="module")
 def msd_dump(tmp_path_factory):
     """write_msd's three subjects (i -> A, j -> -R, k -> S); case1 re-saved rotated (7, -4, 11
@@ -185,17 +196,9 @@ def msd_dump(tmp_path_factory):
     root = tmp_path_factory.mktemp("msd")
     write_msd(root)
 
-    def rot(deg):
-        rx, ry, rz = np.deg2rad(deg)
-        cx, sx, cy, sy, cz, sz = np.cos(rx), np.sin(rx), np.cos(ry), np.sin(ry), np.cos(rz), np.sin(rz)
-        m = np.eye(4)
-        m[:3, :3] = (np.array([[cz, -sz, 0], [sz, cz, 0], [0, 0, 1]]) @ np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
-                     @ np.array([[1, 0, 0], [0, cx, -sx], [0, sx, cx]]))
-        return m
-
     shear = np.eye(4)
     shear[0, 2] = 0.15
-    changes = {"case1": rot((7.0, -4.0, 11.0)), "case2": rot((0.0, 0.0, 25.0)) @ shear}
+    changes = {"case1": _rot((7.0, -4.0, 11.0)), "case2": _rot((0.0, 0.0, 25.0)) @ shear}
     for name, m in changes.items():
         for sub in ("imagesTr", "labelsTr"):
             p = root / sub / f"{name}.nii.gz"
@@ -242,15 +245,6 @@ def test_dump_preprocessed_bad_directory(tmp_path):
 # The transform codes of a NIfTI-1 header (nibabel's choice, Nifti1Header.get_best_affine: sform
 # when sform_code != 0, else qform when qform_code != 0, else get_base_affine: diag(-dx, dy, dz)
 # centred on the volume). Each MSD subject of write_msd is re-saved with one combination.
-def _codes_rot(deg):
-    rx, ry, rz = np.deg2rad(deg)
-    cx, sx, cy, sy, cz, sz = np.cos(rx), np.sin(rx), np.cos(ry), np.sin(ry), np.cos(rz), np.sin(rz)
-    m = np.eye(4)
-    m[:3, :3] = (np.array([[cz, -sz, 0], [sz, cz, 0], [0, 0, 1]]) @ np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
-                 @ np.array([[1, 0, 0], [0, cx, -sx], [0, sx, cx]]))
-    return m
-
-
 @pytest.fixture(scope="module")
 def codes_dump(tmp_path_factory):
     """case0: neither transform (sform_code = qform_code = 0; both still hold write_msd's affine,
@@ -276,9 +270,9 @@ def codes_dump(tmp_path_factory):
                 img.set_qform(a, code=0)
             elif name == "case1":
                 img.set_sform(a, code=0)
-                img.set_qform(_codes_rot((7.0, -4.0, 11.0)) @ a @ flip_k, code=1)
+                img.set_qform(_rot((7.0, -4.0, 11.0)) @ a @ flip_k, code=1)
             elif name == "case2":
-                sform = _codes_rot((0.0, 0.0, 25.0)) @ shear @ a
+                sform = _rot((0.0, 0.0, 25.0)) @ shear @ a
                 img.set_qform(a, code=0)
                 img.set_sform(sform, code=2)
                 # pixdim = the sform's column norms, as nibabel writes a sheared affine: MONAI's
@@ -286,7 +280,7 @@ def codes_dump(tmp_path_factory):
                 # disagree with pixdim (monai.data.utils.rectify_header_sform_qform), unlike nibabel.
                 img.header.set_zooms(tuple(np.linalg.norm(sform[:3, :3], axis=0)))
             else:
-                img.set_sform(_codes_rot((0.0, 0.0, 25.0)) @ a, code=4)
+                img.set_sform(_rot((0.0, 0.0, 25.0)) @ a, code=4)
                 img.set_qform(a, code=1)
             nib.save(img, p)
     meta = json.loads((root / "dataset.json").read_text())
