@@ -435,7 +435,8 @@ class _Geometry:
     def same_launch(self, other: "_Geometry") -> bool:
         return (self.out_size == other.out_size and self.pad == other.pad and self.tables == other.tables
                 and self.pool == other.pool and self.smooth == other.smooth
-                and self.mats.shape == other.mats.shape and torch.equal(self.mats, other.mats))
+                and (self.mats is other.mats or (self.mats.shape == other.mats.shape
+                                                 and torch.equal(self.mats, other.mats))))
 
 
 def _stack(maps: Sequence[np.ndarray], rows: int = 4) -> torch.Tensor:
@@ -443,6 +444,16 @@ def _stack(maps: Sequence[np.ndarray], rows: int = 4) -> torch.Tensor:
     if len(maps) == 0:
         return torch.zeros(0, rows, 4, dtype=torch.float64)
     return torch.from_numpy(np.ascontiguousarray(np.stack([m[:rows] for m in maps]).astype(np.float64)))
+
+
+def _map_geometry(maps: np.ndarray, n: int, out_size, padding: str) -> _Geometry:
+    """The geometry of a step whose affine update is its index map (flips, quarter turns,
+    crops): `maps` (4, 4) for every sample or (n, 4, 4) per sample; one float64 array serves
+    as both (``mats`` is its first three rows)."""
+    full = np.empty((n, 4, 4))
+    full[...] = maps
+    meta = torch.from_numpy(full)
+    return _Geometry(meta[:, :3].contiguous(), tuple(out_size), meta, padding)
 
 
 # ---------------- interpolate's index rules (Resize, Zoom) ----------------
@@ -639,9 +650,11 @@ def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts],
             return _run([s.extract() for s in srcs], geom, opts)
         vols = [s.volume if o.mode == "nearest" or s.volume.is_floating_point() else s.volume.float()
                 for s, o in zip(srcs, opts)]
-        # Per-axis scalar offsets: no host-to-device copy (a tensor of the halves would be one).
-        centers = srcs[0].centers
-        starts = torch.stack([centers[..., a] - z // 2 for a, z in enumerate(srcs[0].size)], -1)
+        centers, halves = srcs[0].centers, [z // 2 for z in srcs[0].size]
+        if centers.device.type == "cpu":
+            starts = centers - torch.tensor(halves, dtype=centers.dtype)
+        else:  # per-axis scalar offsets: no host-to-device copy (a tensor of the halves would be one)
+            starts = torch.stack([centers[..., a] - h for a, h in enumerate(halves)], -1)
         mats = _host_to(geom.mats, vols[0].device)
         outs = []
         for s in range(0, len(vols), _MAX_TARGETS):
@@ -994,7 +1007,10 @@ def _flip_map(in_size, axes) -> np.ndarray:
 
 
 def _exact_opts() -> _Opts:
-    return _Opts("nearest", "nearest", "zeros", False)
+    return _EXACT_OPTS
+
+
+_EXACT_OPTS = _Opts("nearest", "nearest", "zeros", False)  # frozen: one instance serves every call
 
 
 class Flip(_Spatial):
@@ -1009,8 +1025,7 @@ class Flip(_Spatial):
         return _exact_opts()
 
     def _geometry(self, in_size, n, params, opts):
-        m = _flip_map(in_size, self._axes)
-        return _Geometry(_stack([m] * n, 3), in_size, _stack([m] * n), "zeros")
+        return _map_geometry(_flip_map(in_size, self._axes), n, in_size, "zeros")
 
     def __call__(self, img, lazy: Optional[bool] = None):
         _not_lazy(lazy)
@@ -1033,8 +1048,8 @@ class RandFlip(_RandomSpatial):
         return _exact_opts()
 
     def _geometry(self, in_size, n, params, opts):
-        maps = [_flip_map(in_size, self._axes) if g else np.eye(4) for g in self._gates(params)]
-        return _Geometry(_stack(maps, 3), in_size, _stack(maps), "zeros")
+        gates = self._gates(params)[:, None, None]
+        return _map_geometry(np.where(gates, _flip_map(in_size, self._axes), np.eye(4)), n, in_size, "zeros")
 
     def __call__(self, img, randomize: bool = True, lazy: Optional[bool] = None):
         _not_lazy(lazy)
@@ -1084,7 +1099,7 @@ class Rotate90(_Spatial):
 
     def _geometry(self, in_size, n, params, opts):
         m, out_size = _rot90_map(in_size, self.k, self.spatial_axes)
-        return _Geometry(_stack([m] * n, 3), out_size, _stack([m] * n), "zeros")
+        return _map_geometry(m, n, out_size, "zeros")
 
     def __call__(self, img, lazy: Optional[bool] = None):
         _not_lazy(lazy)
@@ -1122,10 +1137,10 @@ class RandRotate90(_RandomSpatial):
             raise ValueError(f"img: RandRotate90 on a batch needs equal sizes along spatial_axes {self.spatial_axes}, "
                              f"got {in_size[a]} and {in_size[b]} (a quarter turn changes a sample's shape); "
                              "transform the samples one at a time")
-        maps = [_rot90_map(in_size, k, self.spatial_axes) for k in self._ks(params)]
-        out_size = maps[0][1] if maps else in_size
-        return _Geometry(_stack([m for m, _ in maps], 3), out_size, _stack([m for m, _ in maps]),
-                         "zeros")
+        ks = self._ks(params)
+        turns = {k: _rot90_map(in_size, k, self.spatial_axes) for k in set(ks)}  # at most 4 distinct maps
+        out_size = turns[ks[0]][1] if ks else in_size
+        return _map_geometry(np.stack([turns[k][0] for k in ks]) if ks else np.eye(4), n, out_size, "zeros")
 
     def __call__(self, img, randomize: bool = True, lazy: Optional[bool] = None):
         _not_lazy(lazy)
@@ -1796,8 +1811,7 @@ def _crop_geometry(slices: Sequence[slice], in_size, n: int) -> _Geometry:
     if min(out_size) < 1:
         raise ValueError(f"the crop {tuple(slices)} of img with spatial size {tuple(in_size)} is empty "
                          f"({tuple(out_size)}); voxaug refuses empty outputs")
-    m = _translate(starts)
-    return _Geometry(_stack([m] * n, 3), tuple(out_size), _stack([m] * n), "zeros")
+    return _map_geometry(_translate(starts), n, out_size, "zeros")
 
 
 class SpatialCrop(_Spatial):
@@ -2857,14 +2871,23 @@ class _LazyChain:
         if step.opts.mode != "nearest" and not self.dtype.is_floating_point:
             self.dtype = torch.float32
 
-    def job(self, key: Any, img: Any):
+    def job(self, key: Any, img: Any, products: Optional[dict] = None):
+        """`products` (one dict per flush): chains whose steps are the same objects (keys that
+        shared their plans) share the product map."""
         x, restore = _as_batch(img)
-        total = self.steps[0].mats
-        for s in self.steps[1:]:
-            total = total @ s.mats  # out -> in maps compose first-to-last
+        ids = tuple(id(s) for s in self.steps)
+        pair = None if products is None else products.get(ids)
+        if pair is None:
+            total = self.steps[0].mats
+            for s in self.steps[1:]:
+                total = total @ s.mats  # out -> in maps compose first-to-last
+            pair = total, total[:, :3].contiguous()
+            if products is not None:
+                products[ids] = pair
+        total = pair[0]
         lead = next((s for s in self.steps if not s.exact), None)
         opts = lead.opts if lead is not None else _exact_opts()
-        geom = _Geometry(total[:, :3].contiguous(), self.size, total, lead.padding if lead is not None else "zeros")
+        geom = _Geometry(pair[1], self.size, total, lead.padding if lead is not None else "zeros")
         affine = self.affine
         record = self.record(geom, opts) if self.track else None
 
@@ -2958,9 +2981,13 @@ def _plan_lazy(t: Any, ch: _LazyChain, over: dict, params: Optional[torch.Tensor
     if new_affine is not None:  # as _with_affine
         m = geom.meta.to(new_affine.device, new_affine.dtype)
         new_affine = new_affine @ m[0] if m.shape[0] == 1 or bool((m == m[:1]).all()) else new_affine @ m
-    planned = (_LazyStep(_square(geom.mats), geom.out_size, opts, geom.kernel_padding, isinstance(t, _EXACT_TYPES),
-                         geom.meta.to(torch.float64).expand(ch.n, 4, 4).clone(), owner if owner is not None else t,
-                         record), new_affine)
+    exact = isinstance(t, _EXACT_TYPES)
+    if exact and geom.meta.dtype == torch.float64 and geom.meta.shape == (ch.n, 4, 4):
+        kmap = meta = geom.meta  # _map_geometry: the index map is the affine update (a fresh tensor)
+    else:
+        kmap, meta = _square(geom.mats), geom.meta.to(torch.float64).expand(ch.n, 4, 4).clone()
+    planned = (_LazyStep(kmap, geom.out_size, opts, geom.kernel_padding, exact, meta,
+                         owner if owner is not None else t, record), new_affine)
     if shared:
         memo[(tuple(ch.size), ch.n, opts)] = planned
     return planned
@@ -3136,12 +3163,12 @@ def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None,
                 d[key] = patches[id(v)].extract()
 
     def flush(last: bool = False):
-        jobs = []
+        jobs, products = [], {}
         for key, ch in chains.items():
             if len(ch.steps) == 1 and ch.steps[0].alone is not None and id(d[key]) not in patches:
                 d[key] = ch.run_alone(d[key])  # nothing to fuse with: exactly the step's own call
             elif ch.steps:
-                jobs.append(ch.job(key, d[key]))
+                jobs.append(ch.job(key, d[key], products))
         chains.clear()
         _run_grouped(d, jobs, patches, post if last else None)
 
