@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../common/cpu_isa.h"
+#include "../common/stream_store.h"
 #include "voxaug/detail/pointwise.h"
 
 namespace voxaug::detail {
@@ -316,12 +317,17 @@ VOXAUG_FORCEINLINE void cpu_forward_items(const ChainForward<TIn, TOut, Acc>& f,
         }
       },
       [&](int64_t t0, int cnt, const Acc* x, const Acc*) {
-        if (dense) {
+        if (dense && f.stream) {  // converted in L1, then streamed (no read for ownership)
+          alignas(64) TOut o[kCpuTile];
+          for (int j = 0; j < cnt; ++j) o[j] = store_as<TOut>(x[j]);
+          stream_copy(out + t0, o, int64_t(cnt) * int64_t(sizeof(TOut)));
+        } else if (dense) {
           for (int j = 0; j < cnt; ++j) out[t0 + j] = store_as<TOut>(x[j]);
         } else {
           for (int j = 0; j < cnt; ++j) f.out[f.out_ix.offset(n, t0 + j)] = store_as<TOut>(x[j]);
         }
       });
+  if (f.stream) stream_fence();
 }
 
 template <class T, class Acc>

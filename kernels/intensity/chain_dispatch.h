@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "../common/stream_store.h"
 #include "voxaug/detail/pointwise.h"
 #include "voxaug/error.h"
 #include "voxaug/types.h"
@@ -48,6 +49,13 @@ void visit_image_dtype(DType t, const char* arg, Fn&& fn) {
   }
 }
 
+// CPU chains stream their output (stream_store.h) when it is a separate, dense buffer of at
+// least kStreamOutputBytes; in place, the lines are in the cache already.
+inline bool stream_output(const VolumeView& in, const VolumeView& out, size_t elem_size) {
+  return out.device == Device::CPU && out.data != in.data && make_indexer(out).dense &&
+         out.numel() * int64_t(elem_size) >= kStreamOutputBytes;
+}
+
 template <class Launcher>
 void chain_forward(const VolumeView& in, const VolumeView& out, const ChainParams& p,
                    cudaStream_t stream) {
@@ -65,6 +73,7 @@ void chain_forward(const VolumeView& in, const VolumeView& out, const ChainParam
                                              in.sample_numel(),
                                              spatial,
                                              p};
+      f.stream = stream_output(in, out, sizeof(double));
       Launcher::launch(f, in.batch(), stream);
     } else {
       VOXAUG_EXPECTS(
@@ -80,6 +89,7 @@ void chain_forward(const VolumeView& in, const VolumeView& out, const ChainParam
                                            in.sample_numel(),
                                            spatial,
                                            p};
+          f.stream = stream_output(in, out, sizeof(TOut));
           Launcher::launch(f, in.batch(), stream);
         }
       });

@@ -16,6 +16,7 @@
 #include "voxaug/detail/bspline.h"
 #include "voxaug/detail/deform.h"
 #include "voxaug/detail/resample.h"
+#include "../common/stream_store.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
@@ -680,37 +681,6 @@ VOXAUG_FORCEINLINE void exact_row_int(const ResampleParams& p, const KTarget& t,
   for (int64_t j = hi; j < cnt; ++j) general(j);
 }
 
-// Exact maps whose output samples (all targets together) reach this many bytes write their
-// inside rows with non-temporal stores: a batch of them would not stay in cache anyway, and
-// streaming skips the read-for-ownership of every line (a crop of 4 x 96^3 float32 + uint8
-// patches from cold volumes: about 30% less time on a 2-core Xeon VM).
-constexpr int64_t kStreamSampleBytes = int64_t(2) << 20;
-
-// Contiguous copy of `bytes` bytes with non-temporal stores where x86-64 has them (plain
-// memcpy elsewhere). Bit-exact either way; the caller fences (stream_fence) before the
-// results are used.
-VOXAUG_FORCEINLINE void stream_copy(void* dst, const void* src, int64_t bytes) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  char* d = static_cast<char*>(dst);
-  const char* s = static_cast<const char*>(src);
-  const int64_t head = std::min<int64_t>(bytes, (16 - (reinterpret_cast<uintptr_t>(d) & 15)) & 15);
-  if (head > 0) std::memcpy(d, s, static_cast<size_t>(head));
-  int64_t j = head;
-  for (; j + 16 <= bytes; j += 16)
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + j),
-                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + j)));
-  if (j < bytes) std::memcpy(d + j, s + j, static_cast<size_t>(bytes - j));
-#else
-  if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
-#endif
-}
-
-VOXAUG_FORCEINLINE void stream_fence() {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  _mm_sfence();
-#endif
-}
-
 // The post steps (ResampleTarget::post) over `cnt` stored values of their target at `o`
 // (the output dtype is Acc's, contiguous), step by step while they are in L1: each step the
 // chain's per-element function, one loop per op so that each vectorises.
@@ -840,7 +810,7 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
   int64_t sample_bytes = 0;
   for (int k = 0; k < p.num_targets; ++k)
     sample_bytes += p.t[k].channels * p.out_size[0] * H * W * dtype_size(p.t[k].out_dtype);
-  const bool stream = sample_bytes >= kStreamSampleBytes;
+  const bool stream = sample_bytes >= kStreamOutputBytes;
   const int post = p.post_target;
   const DType native = native_dtype<Acc>();
   const int64_t plane = H * W;

@@ -294,6 +294,29 @@ def test_in_place_equals_out_of_place():
         assert torch.equal(y, getattr(torch.ops.voxaug, name)(x, *args)), name
 
 
+# Outputs of 2 MiB and more are written with streaming stores on the CPU (kernels/common/
+# stream_store.h); in place never streams. Odd spatial sizes put sample and tile starts off the
+# 16-byte grid (the head and tail of each streamed row go through memcpy).
+@pytest.mark.parametrize("out_dtype", [None, torch.float16, torch.bfloat16])
+def test_large_streamed_outputs_equal_in_place_and_torch(out_dtype):
+    x = rand_volume((3, 1, 61, 97, 93))  # 6.6 MB float32, 3.3 MB as 16-bit
+    chain = [ops.Step(ops.SCALE_INTENSITY_RANGE, ops.HAS_B_MIN | ops.HAS_B_MAX | ops.CLIP, (-175, 250, 0, 1)),
+             ops.Step(ops.SHIFT_INTENSITY, ops.RANDOM, (0, -0.1, 0.1), 0.7, 11),
+             ops.Step(ops.GAUSSIAN_NOISE, ops.SAMPLE_STD, (0, 0.1), 0.9, 12)]
+    streamed = ops.pointwise_chain(x, chain, dtype=out_dtype)
+    in_place = ops.pointwise_chain_(x.clone(), chain)
+    want = in_place if out_dtype is None else in_place.to(out_dtype)  # one rounding from float32
+    assert streamed.dtype == want.dtype and torch.equal(streamed, want)
+    for i in range(3):  # a sample alone (below the threshold: not streamed) gives the same bytes
+        assert torch.equal(ops.pointwise_chain(x[i:i + 1], chain, first_sample=i, dtype=out_dtype), streamed[i:i + 1])
+    # Deterministic steps vs torch's own ops.
+    det = ops.pointwise_chain(x, chain[:1], dtype=out_dtype)
+    assert torch.equal(det, ((x + 175.0) / 425.0 * 1.0 + 0.0).clamp(0, 1).to(det.dtype))
+    x64 = x.double()
+    torch.testing.assert_close(ops.pointwise_chain(x64, [ops.Step(ops.SHIFT_INTENSITY, 0, (1.25,))]), x64 + 1.25,
+                               rtol=0, atol=0)
+
+
 def test_meta_tensor_metadata_preserved():
     affine = torch.diag(torch.tensor([1.5, 1.5, 2.0, 1.0], dtype=torch.float64))
     img = MetaTensor(rand_volume((1, 5, 6, 7)), affine=affine, meta={"filename_or_obj": "x.nii.gz"})

@@ -20,42 +20,38 @@ struct bfloat16_t {
 
 VOXAUG_HD VOXAUG_FORCEINLINE float half_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1fu) return bits_float(sign | 0x7f800000u | (mant << 13));  // inf / nan
-  if (exp == 0) {
-    if (mant == 0) return bits_float(sign);
-    // Subnormal: value = mant * 2^-24, exact in float.
-    const float v = fmul(static_cast<float>(mant), 5.9604644775390625e-8f);
-    return sign ? -v : v;
-  }
-  return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x3ffu;
+  // Masks instead of branches or selects, so that host loops of it vectorise. Subnormal or
+  // zero: value = mant * 2^-24, exact. Exponent 31 (inf / nan, payload kept) rebiases to 255.
+  const uint32_t special = 0u - static_cast<uint32_t>(exp == 0x1fu);
+  const uint32_t subnormal = 0u - static_cast<uint32_t>(exp == 0u);
+  const uint32_t sub = float_bits(fmul(static_cast<float>(static_cast<int32_t>(mant)),
+                                       5.9604644775390625e-8f));
+  const uint32_t normal = ((exp + 112u + (special & 112u)) << 23) | (mant << 13);
+  return bits_float(sign | (normal & ~subnormal) | (sub & subnormal));
 }
 
+// Branch-free (selects only), so that loops of it vectorise on the host: the normal and the
+// subnormal roundings are both computed in integers and the range picks one.
 VOXAUG_HD VOXAUG_FORCEINLINE uint16_t float_to_half(float f) {
   const uint32_t u = float_bits(f);
-  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t a = u & 0x7fffffffu;
-  if (a >= 0x7f800000u) {  // inf or nan (keep nan quiet and non-zero)
-    return static_cast<uint16_t>(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u));
-  }
-  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
-  if (a < 0x38800000u) {               // below the smallest normal half (2^-14): subnormal or zero
-    if (a < 0x33000000u) return sign;  // < 2^-25 rounds to zero (ties to even: 0)
-    const uint32_t e = a >> 23;
-    const uint32_t m = (a & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126u - e;  // 14..24 for e in [102, 112]
-    uint32_t r = m >> shift;
-    const uint32_t rem = m & ((1u << shift) - 1u);
-    const uint32_t halfway = 1u << (shift - 1u);
-    if (rem > halfway || (rem == halfway && (r & 1u))) ++r;
-    return static_cast<uint16_t>(sign | r);
-  }
-  uint32_t r = a - 0x38000000u;  // rebias exponent 127 -> 15
-  const uint32_t rem = r & 0x1fffu;
-  r >>= 13;
-  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;  // carry into exponent is correct
-  return static_cast<uint16_t>(sign | r);
+  // Normal half range: rebias the exponent (127 -> 15), round the 13 dropped bits to nearest
+  // even (a carry into the exponent is correct); anything from 65520 up rounds to inf (0x7c00).
+  const uint32_t r = a - 0x38000000u;
+  const uint32_t normal = (r + 0x0fffu + ((r >> 13) & 1u)) >> 13;
+  // Below 2^-14: value = m * 2^(e - 150) with the implicit bit, i.e. m >> (126 - e) half
+  // subnormal steps of 2^-24, rounded to nearest even; shifts past 25 give 0 (m < 2^24).
+  const uint32_t e = a >> 23;
+  const uint32_t m = (a & 0x7fffffu) | 0x800000u;
+  const uint32_t ec = e < 101u ? 101u : (e > 112u ? 112u : e);  // clamped: no shift past 25
+  const uint32_t shift = 126u - ec;
+  const uint32_t sub = (m + ((1u << (shift - 1u)) - 1u) + ((m >> shift) & 1u)) >> shift;
+  uint32_t h = a < 0x38800000u ? sub : (a < 0x477ff000u ? normal : 0x7c00u);
+  h = a > 0x7f800000u ? 0x7e00u : h;  // nan: quiet, non-zero payload
+  return static_cast<uint16_t>(sign | h);
 }
 
 VOXAUG_HD VOXAUG_FORCEINLINE float bf16_to_float(uint16_t b) {

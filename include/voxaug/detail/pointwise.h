@@ -595,6 +595,7 @@ struct ChainForward {
   Indexer in_ix, out_ix;
   int64_t sample_numel, spatial;
   ChainParams params;
+  bool stream = false;  // CPU: dense output rows written with streaming stores (chain_cpu.h)
 
   using State = ChainState<Acc>;
   VOXAUG_HD VOXAUG_FORCEINLINE int64_t items() const { return (sample_numel + 3) / 4; }
