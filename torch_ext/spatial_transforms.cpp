@@ -10,6 +10,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cfloat>
 #include <cmath>
 #include <limits>
@@ -121,6 +122,78 @@ void check_size_arg(const std::vector<int64_t>& s, const char* name) {
   TORCH_CHECK_VALUE(s.empty() || s.size() == 1 || s.size() == 3, name,
                     " must be empty (the input size), 1 or 3 ints (D, H, W), got ", join(s));
 }
+// MONAI's _validate_euler_order (create_rotate's rotate_order): 1-3 axes from "xyz", one case
+// (lower: extrinsic, upper: intrinsic), no axis twice in a row; n_angles > 0: at least one axis
+// per angle.
+void check_rotate_order(const std::string& order, size_t n_angles) {
+  const bool lower = std::all_of(order.begin(), order.end(),
+                                 [](char c) { return c == 'x' || c == 'y' || c == 'z'; });
+  const bool upper = std::all_of(order.begin(), order.end(),
+                                 [](char c) { return c == 'X' || c == 'Y' || c == 'Z'; });
+  TORCH_CHECK_VALUE(!order.empty() && order.size() <= 3 && (lower || upper), "rotate_order must ",
+                    "be 1 to 3 axes from 'xyz', all lower case (extrinsic) or all upper case ",
+                    "(intrinsic), got '", order, "'");
+  for (size_t i = 0; i + 1 < order.size(); ++i)
+    TORCH_CHECK_VALUE(order[i] != order[i + 1], "rotate_order must not name the same axis twice ",
+                      "in a row, got '", order, "'");
+  TORCH_CHECK_VALUE(order.size() >= n_angles, "rotate_order '", order, "' is too short for ",
+                    n_angles, " rotation angle(s) (one axis per angle)");
+}
+// _rotation (MONAI create_rotate) in rotate_order: angle i about axis order[i]; intrinsic
+// (upper case) right-multiplies, extrinsic (lower case) left-multiplies. "XYZ" is
+// common::rotation, operation for operation.
+M4 ordered_rotation(const std::vector<double>& radians, const std::string& order) {
+  check_rotate_order(order, radians.size());
+  const bool intrinsic = std::isupper(static_cast<unsigned char>(order[0])) != 0;
+  M4 a = eye4();
+  for (size_t i = 0; i < radians.size(); ++i) {
+    const double s = std::sin(radians[i]), c = std::cos(radians[i]);
+    M4 r = eye4();
+    const char axis = static_cast<char>(std::tolower(static_cast<unsigned char>(order[i])));
+    if (axis == 'x') {
+      r[1 * 4 + 1] = c, r[1 * 4 + 2] = -s, r[2 * 4 + 1] = s, r[2 * 4 + 2] = c;
+    } else if (axis == 'y') {
+      r[0 * 4 + 0] = c, r[0 * 4 + 2] = s, r[2 * 4 + 0] = -s, r[2 * 4 + 2] = c;
+    } else {
+      r[0 * 4 + 0] = c, r[0 * 4 + 1] = -s, r[1 * 4 + 0] = s, r[1 * 4 + 1] = c;
+    }
+    a = intrinsic ? mul(a, r) : mul(r, a);
+  }
+  return a;
+}
+// _centred_affine with rotate_order (MONAI AffineGrid): eye @ rotate @ shear @ translate @ scale,
+// each when given, multiplied left to right as numpy does ("XYZ": common::centred_affine).
+M4 ordered_centred_affine(const std::vector<double>& rot, const std::vector<double>& sh,
+                          const std::vector<double>& tr, const std::vector<double>& sc,
+                          const std::string& order) {
+  M4 a = eye4();
+  if (!rot.empty()) a = mul(a, ordered_rotation(rot, order));
+  if (!sh.empty()) a = mul(a, shear(sh));
+  if (!tr.empty()) {
+    std::array<double, 3> t{0.0, 0.0, 0.0};
+    for (size_t i = 0; i < std::min<size_t>(3, tr.size()); ++i) t[i] = tr[i];
+    a = mul(a, translate(t));
+  }
+  if (!sc.empty()) {
+    std::array<double, 3> f{1.0, 1.0, 1.0};
+    for (size_t i = 0; i < std::min<size_t>(3, sc.size()); ++i) f[i] = sc[i];
+    a = mul(a, diag4(f));
+  }
+  return a;
+}
+// _table_dtype: the precision MONAI interpolates in (Resize / Zoom / RandZoom `dtype`): float64
+// for float64, float32 for the other floating dtypes; nullopt: the input's (float64 input:
+// float64, else float32).
+std::optional<at::ScalarType> check_dtype(std::optional<at::ScalarType> dtype) {
+  if (!dtype) return dtype;
+  TORCH_CHECK_VALUE(at::isFloatingType(*dtype), "dtype must be a floating dtype (float32: MONAI's ",
+                    "default, float64) or nullopt (MONAI's None: the input's), got ", *dtype);
+  return *dtype == at::kDouble ? at::kDouble : at::kFloat;
+}
+at::ScalarType table_dtype(const std::optional<at::ScalarType>& dtype, const at::Tensor& x) {
+  if (dtype) return *dtype;
+  return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
 std::array<double, 3> rep3(const std::vector<double>& v, const char* name) {
   TORCH_CHECK_VALUE(v.size() == 1 || v.size() == 3, name,
                     " must be 1 value (all three axes) or 3 (one per spatial axis), got ", join(v));
@@ -183,6 +256,7 @@ struct Launch {
   std::optional<std::array<Size3, 3>> pool;                   // area: (zoomed, first, count)
   std::optional<Pad> pad;                                     // Zoom's keep_size padding
   std::optional<std::array<double, 3>> smooth;  // Resize's anti-aliasing sigma, before all else
+  at::ScalarType compute = at::kFloat;          // MONAI's dtype: smoothing and pooling run in it
 };
 
 int64_t pymod(int64_t a, int64_t m) {
@@ -249,15 +323,15 @@ std::vector<at::Tensor> run(std::vector<at::Tensor> xs, const Launch& g,
   std::vector<at::Tensor> outs;
   std::vector<at::ScalarType> out_dtypes;
   if (g.smooth || g.pool) {
-    // MONAI converts to its dtype (float32) first: the smoothing, the pooling and the
+    // MONAI converts to its dtype (float32 by default) first: the smoothing, the pooling and the
     // interpolation after smoothing run in it (a float16 image rounds once, at the end).
     for (at::Tensor& x : xs) {
       out_dtypes.push_back(x.is_floating_point() ? x.scalar_type() : at::kFloat);
-      x = x.to(at::kFloat);
+      x = x.to(g.compute);
       if (g.smooth) x = gaussian_smooth(x, *g.smooth);
     }
   }
-  if (g.pool) {  // interpolate's 'area' in MONAI's default dtype (float32), see Python's _area
+  if (g.pool) {  // interpolate's 'area' in MONAI's dtype, see Python's _area
     const auto& [zoomed, first, count] = *g.pool;
     for (size_t i = 0; i < xs.size(); ++i) {
       at::Tensor y = at::adaptive_avg_pool3d(xs[i].contiguous(), {zoomed[0], zoomed[1], zoomed[2]});
@@ -405,8 +479,8 @@ std::pair<M4, Size3> rot90_map(const Size3& in, int64_t k, const std::array<int6
 // ---------------- Rotate ----------------
 // _rotate_geometry for one sample: shift(in) @ R @ shift(-(out - 1) / 2), MONAI's corner rule.
 std::pair<M4, Size3> rotate_map(const Size3& in, const std::array<double, 3>& angles,
-                                bool keep_size) {
-  const M4 r = rotation({angles[0], angles[1], angles[2]});
+                                bool keep_size, const std::string& order = "XYZ") {
+  const M4 r = ordered_rotation({angles[0], angles[1], angles[2]}, order);
   Size3 out = in;
   if (!keep_size) {
     for (int i = 0; i < 3; ++i) {
@@ -432,9 +506,10 @@ struct Axis {
   double m, b, meta_m, meta_b;
   std::optional<std::vector<int64_t>> table;
 };
-// _nearest_table: interpolate's source index per output voxel on float32 data.
-std::vector<double> nearest_table(int64_t in, int64_t out, bool exact) {
-  at::Tensor x = at::arange(in, at::TensorOptions().dtype(at::kFloat)).view({1, 1, in});
+// _nearest_table: interpolate's source index per output voxel on `dtype` data (o * scale rounds
+// in that precision).
+std::vector<double> nearest_table(int64_t in, int64_t out, bool exact, at::ScalarType dtype) {
+  at::Tensor x = at::arange(in, at::TensorOptions().dtype(dtype)).view({1, 1, in});
   at::Tensor y = exact ? at::_upsample_nearest_exact1d(x, {out}) : at::upsample_nearest1d(x, {out});
   y = y.reshape({-1}).to(at::kDouble).contiguous();
   return std::vector<double>(y.data_ptr<double>(), y.data_ptr<double>() + out);
@@ -450,8 +525,9 @@ std::pair<double, double> margin(const std::vector<double>& t, double m) {
 }
 // _nearest_rule: the widest (m, b) with round_half_even(m * o + b) == interpolate's index, or
 // the table itself when no line reproduces it.
-Axis nearest_rule(int64_t in, int64_t zoomed, int64_t first, int64_t count, bool exact) {
-  const std::vector<double> full = nearest_table(in, zoomed, exact);
+Axis nearest_rule(int64_t in, int64_t zoomed, int64_t first, int64_t count, bool exact,
+                  at::ScalarType dtype) {
+  const std::vector<double> full = nearest_table(in, zoomed, exact, dtype);
   const std::vector<double> t(full.begin() + first, full.begin() + first + count);
   const double s = static_cast<double>(in) / static_cast<double>(zoomed);
   double lo = s - 2.0 / static_cast<double>(zoomed), hi = s + 2.0 / static_cast<double>(zoomed);
@@ -472,7 +548,7 @@ Axis nearest_rule(int64_t in, int64_t zoomed, int64_t first, int64_t count, bool
 }
 // _interp_axis: output voxel o stands for zoomed voxel first + o; align only with "linear".
 Axis interp_axis(int64_t in, int64_t zoomed, int64_t first, int64_t count,
-                 const std::string& interp, bool align) {
+                 const std::string& interp, bool align, at::ScalarType dtype) {
   double lm, lb;
   if (align) {
     lm = zoomed == 1 ? 0.0 : static_cast<double>(in - 1) / static_cast<double>(zoomed - 1);
@@ -486,7 +562,7 @@ Axis interp_axis(int64_t in, int64_t zoomed, int64_t first, int64_t count,
   meta_b += meta_m * static_cast<double>(first);
   if (interp == "linear" || interp == "area")
     return {lm, lb + lm * static_cast<double>(first), meta_m, meta_b, std::nullopt};
-  Axis ax = nearest_rule(in, zoomed, first, count, interp == "nearest-exact");
+  Axis ax = nearest_rule(in, zoomed, first, count, interp == "nearest-exact", dtype);
   ax.meta_m = meta_m, ax.meta_b = meta_b;
   return ax;
 }
@@ -522,20 +598,24 @@ std::vector<std::string> input_rules(const Batch& b, const Modes& modes, const s
                                                               : std::string("mode")));
   return rules;
 }
-// Inputs grouped by their interpolate rule: one launch per rule (Resize / Zoom).
+// Inputs grouped by their interpolate rule and MONAI dtype (`dtype`'s table_dtype per input):
+// one launch per group (Resize / Zoom).
 template <class Plan>
-Result finish_interp(const Batch& b, const Modes& modes, const std::string& mode, Plan plan,
-                     const Affine4& affine) {
+Result finish_interp(const Batch& b, const Modes& modes, const std::string& mode,
+                     const std::optional<at::ScalarType>& dtype, Plan plan, const Affine4& affine) {
   const std::vector<std::string> rules = input_rules(b, modes, mode);
+  std::vector<at::ScalarType> dtypes;
+  for (const at::Tensor& x : b.xs) dtypes.push_back(table_dtype(dtype, x));
   std::vector<at::Tensor> outs(b.xs.size());
   Result r;
   std::vector<bool> done(b.xs.size(), false);
   for (size_t i = 0; i < b.xs.size(); ++i) {
     if (done[i]) continue;
-    const Launch g = plan(rules[i]);
+    const Launch g = plan(rules[i], dtypes[i]);
     std::vector<size_t> members;
     for (size_t j = i; j < b.xs.size(); ++j)
-      if (!done[j] && rules[j] == rules[i]) members.push_back(j), done[j] = true;
+      if (!done[j] && rules[j] == rules[i] && dtypes[j] == dtypes[i])
+        members.push_back(j), done[j] = true;
     std::vector<at::Tensor> xs;
     for (size_t j : members) xs.push_back(b.xs[j]);
     const int64_t kmode = rules[i].rfind("nearest", 0) == 0 ? 0 : 1;
@@ -878,11 +958,12 @@ Result RandRotate90::operator()(Inputs inputs, int64_t seed, int64_t first_sampl
 Affine::Affine(std::vector<double> rotate_params, std::vector<double> shear_params,
                std::vector<double> translate_params, std::vector<double> scale_params,
                std::vector<int64_t> spatial_size, std::string mode, std::string padding_mode,
-               bool align_corners)
+               bool align_corners, const Affine4& affine, bool normalized, std::string rotate_order)
     : spatial_size_(std::move(spatial_size)),
       mode_(std::move(mode)),
       padding_mode_(std::move(padding_mode)),
-      align_corners_(align_corners) {
+      align_corners_(align_corners),
+      normalized_(normalized) {
   check_finite(rotate_params, "rotate_params");
   check_finite(shear_params, "shear_params");
   check_finite(translate_params, "translate_params");
@@ -892,7 +973,21 @@ Affine::Affine(std::vector<double> rotate_params, std::vector<double> shear_para
   check_size_arg(spatial_size_, "spatial_size");
   grid_mode(mode_, "mode");
   grid_padding(padding_mode_, "padding_mode");
-  a_ = centred_affine(rotate_params, shear_params, translate_params, scale_params);
+  check_rotate_order(rotate_order, 0);
+  if (affine && affine->defined()) {  // MONAI: the given matrix, the parameters ignored
+    TORCH_CHECK_VALUE(affine->dim() == 2 && affine->size(0) == 4 && affine->size(1) == 4,
+                      "affine must be a (4, 4) matrix (MONAI's 3-D affine; the centred map from ",
+                      "output to input coordinates), got ", affine->sizes());
+    TORCH_CHECK_VALUE(!affine->is_complex() && affine->scalar_type() != at::kBool,
+                      "affine must be a real (4, 4) matrix, got dtype ", affine->scalar_type());
+    const at::Tensor a = affine->to(at::kCPU, at::kDouble);
+    TORCH_CHECK_VALUE(a.isfinite().all().item<bool>(), "affine must be finite (it has NaN or inf ",
+                      "entries)");
+    a_ = from_tensor(a);
+  } else {
+    a_ = ordered_centred_affine(rotate_params, shear_params, translate_params, scale_params,
+                                rotate_order);
+  }
 }
 at::Tensor Affine::centred_matrix() const {
   return to_tensor(a_);
@@ -901,7 +996,21 @@ at::Tensor Affine::centred_matrix() const {
 Result Affine::operator()(Inputs inputs, const Modes& modes, const Affine4& affine) const {
   const Batch b = as_batch(inputs);
   const Size3 out = fall_back_size(spatial_size_, b.size);
-  const auto [k, meta] = grid_index_map(a_, b.size, out, align_corners_);
+  auto [k, meta] = grid_index_map(a_, b.size, out, align_corners_);
+  if (normalized_) {
+    // MONAI's Resample(norm_coords=False): A's result goes to grid_sample as is (no
+    // 2 / max(2, S)): index = t_in @ diag(S / 2, or (S - 1) / 2 with align_corners) @ A @
+    // (AffineGrid's align_corners scale) @ t_out. meta stays MONAI's compute_w_affine.
+    std::array<double, 3> ti, to, fi, go;
+    for (int i = 0; i < 3; ++i) {
+      const double si = static_cast<double>(b.size[i]), so = static_cast<double>(out[i]);
+      const double mo = std::max(2.0, so);
+      ti[i] = (si - 1) / 2, to[i] = -(so - 1) / 2;
+      fi[i] = align_corners_ ? (si - 1) / 2 : si / 2;
+      go[i] = align_corners_ ? mo / (mo - 1) : 1.0;
+    }
+    k = mul(mul(mul(mul(translate(ti), diag4(fi)), a_), diag4(go)), translate(to));
+  }
   return finish_one(b,
                     uniform_launch(k, meta, b.n, out, grid_padding(padding_mode_, "padding_mode"),
                                    align_corners_),
@@ -983,18 +1092,20 @@ Result RandAffine::operator()(Inputs inputs, int64_t seed, int64_t first_sample,
 
 // ---------------- Rotate / RandRotate ----------------
 Rotate::Rotate(std::vector<double> angle, bool keep_size, std::string mode,
-               std::string padding_mode, bool align_corners)
+               std::string padding_mode, bool align_corners, std::string rotate_order)
     : angle_(rep3(angle, "angle")),
       keep_size_(keep_size),
       mode_(std::move(mode)),
       padding_mode_(std::move(padding_mode)),
-      align_corners_(align_corners) {
+      align_corners_(align_corners),
+      rotate_order_(std::move(rotate_order)) {
   grid_mode(mode_, "mode");
   grid_padding(padding_mode_, "padding_mode");
+  check_rotate_order(rotate_order_, 3);  // MONAI's ensure_tuple_rep(angle, 3): three angles
 }
 Result Rotate::operator()(Inputs inputs, const Modes& modes, const Affine4& affine) const {
   const Batch b = as_batch(inputs);
-  const auto [k, out] = rotate_map(b.size, angle_, keep_size_);
+  const auto [k, out] = rotate_map(b.size, angle_, keep_size_, rotate_order_);
   return finish_one(
       b,
       uniform_launch(k, k, b.n, out, grid_padding(padding_mode_, "padding_mode"), align_corners_),
@@ -1095,17 +1206,18 @@ ZoomPlan plan_zoom(const Size3& size, const std::array<double, 3>& zoom, bool ke
   }
   return p;
 }
-// Zoom._geometry for one interpolate rule: the map onto the kept voxels, the keep_size padding,
-// the 'area' pooling.
+// Zoom._geometry for one interpolate rule and MONAI dtype: the map onto the kept voxels, the
+// keep_size padding, the 'area' pooling.
 Launch zoom_launch(const Size3& in, const ZoomPlan& p, const std::string& rule, bool align,
-                   int64_t n, const std::string& pad_mode, double pad_value) {
+                   int64_t n, const std::string& pad_mode, double pad_value, at::ScalarType dtype) {
   Launch g;
   g.out_size = p.count;
   g.padding = 1;  // interpolate clamps: border
   g.align_corners = align;
+  g.compute = dtype;
   std::array<Axis, 3> axes;
   for (int a = 0; a < 3; ++a)
-    axes[a] = interp_axis(in[a], p.zoomed[a], p.first[a], p.count[a], rule, align);
+    axes[a] = interp_axis(in[a], p.zoomed[a], p.first[a], p.count[a], rule, align, dtype);
   diag_launch(g, axes, n);
   // Padding shifts the output: the metadata map sees padded voxel o as zoomed voxel o - before.
   const M4 shift =
@@ -1176,13 +1288,14 @@ std::optional<std::array<double, 3>> anti_alias_sigma(const Size3& in, const Siz
 
 Resize::Resize(std::vector<int64_t> spatial_size, std::string mode, std::string size_mode,
                std::optional<bool> align_corners, bool anti_aliasing,
-               std::vector<double> anti_aliasing_sigma)
+               std::vector<double> anti_aliasing_sigma, std::optional<at::ScalarType> dtype)
     : spatial_size_(std::move(spatial_size)),
       mode_(std::move(mode)),
       longest_(size_mode == "longest"),
       align_corners_(align_corners),
       anti_aliasing_(anti_aliasing),
-      sigma_(std::move(anti_aliasing_sigma)) {
+      sigma_(std::move(anti_aliasing_sigma)),
+      dtype_(check_dtype(dtype)) {
   TORCH_CHECK_VALUE(size_mode == "all" || size_mode == "longest",
                     "size_mode must be 'all' or 'longest', got '", size_mode, "'");
   if (longest_) {
@@ -1226,35 +1339,38 @@ Result Resize::operator()(Inputs inputs, const Modes& modes, const Affine4& affi
                     " gives an empty output (", out[0], ", ", out[1], ", ", out[2],
                     ") for inputs with spatial size (", b.size[0], ", ", b.size[1], ", ", b.size[2],
                     ")");
-  auto plan = [&](const std::string& rule) {
+  auto plan = [&](const std::string& rule, at::ScalarType dtype) {
     const bool align = rule == "linear" && align_corners_.value_or(false);
     Launch g;
     g.out_size = out;
     g.padding = 1;  // interpolate clamps: border
     g.align_corners = align;
+    g.compute = dtype;
     std::array<Axis, 3> axes;
     if (out == b.size) {  // MONAI returns the input as is: the identity map, no smoothing
       for (auto& a : axes) a = Axis{1.0, 0.0, 1.0, 0.0, std::nullopt};
       diag_launch(g, axes, b.n);
       return g;
     }
-    for (int a = 0; a < 3; ++a) axes[a] = interp_axis(b.size[a], out[a], 0, out[a], rule, align);
+    for (int a = 0; a < 3; ++a)
+      axes[a] = interp_axis(b.size[a], out[a], 0, out[a], rule, align, dtype);
     diag_launch(g, axes, b.n);
     if (rule == "area") g.pool = std::array<Size3, 3>{out, Size3{0, 0, 0}, out};
     if (anti_aliasing_) g.smooth = anti_alias_sigma(b.size, out, sigma_);
     return g;
   };
-  return finish_interp(b, modes, mode_, plan, affine);
+  return finish_interp(b, modes, mode_, dtype_, plan, affine);
 }
 
 Zoom::Zoom(std::vector<double> zoom, std::string mode, bool keep_size, std::string padding_mode,
-           std::optional<bool> align_corners, double pad_value)
+           std::optional<bool> align_corners, double pad_value, std::optional<at::ScalarType> dtype)
     : zoom_(rep3(zoom, "zoom")),
       mode_(std::move(mode)),
       keep_size_(keep_size),
       padding_mode_(pad_mode(padding_mode)),
       align_corners_(align_corners),
-      pad_value_(pad_value) {
+      pad_value_(pad_value),
+      dtype_(check_dtype(dtype)) {
   for (double z : zoom_) TORCH_CHECK_VALUE(z > 0, "zoom must be > 0, got ", join(zoom));
   interp_mode(mode_, "mode");
   interp_align(align_corners_, mode_);
@@ -1263,11 +1379,11 @@ Zoom::Zoom(std::vector<double> zoom, std::string mode, bool keep_size, std::stri
 Result Zoom::operator()(Inputs inputs, const Modes& modes, const Affine4& affine) const {
   const Batch b = as_batch(inputs);
   const ZoomPlan p = plan_zoom(b.size, zoom_, keep_size_);
-  auto plan = [&](const std::string& rule) {
+  auto plan = [&](const std::string& rule, at::ScalarType dtype) {
     return zoom_launch(b.size, p, rule, rule == "linear" && align_corners_.value_or(false), b.n,
-                       padding_mode_, pad_value_);
+                       padding_mode_, pad_value_, dtype);
   };
-  return finish_interp(b, modes, mode_, plan, affine);
+  return finish_interp(b, modes, mode_, dtype_, plan, affine);
 }
 
 namespace {
@@ -1293,14 +1409,15 @@ std::vector<std::pair<double, double>> zoom_ranges(const std::vector<double>& lo
 
 RandZoom::RandZoom(double prob, std::vector<double> min_zoom, std::vector<double> max_zoom,
                    std::string mode, std::string padding_mode, std::optional<bool> align_corners,
-                   bool keep_size, double pad_value)
+                   bool keep_size, double pad_value, std::optional<at::ScalarType> dtype)
     : RandomTransform(prob, 4),
       ranges_(zoom_ranges(min_zoom, max_zoom)),
       mode_(std::move(mode)),
       padding_mode_(pad_mode(padding_mode)),
       align_corners_(align_corners),
       keep_size_(keep_size),
-      pad_value_(pad_value) {
+      pad_value_(pad_value),
+      dtype_(check_dtype(dtype)) {
   interp_mode(mode_, "mode");
   interp_align(align_corners_, mode_);
   TORCH_CHECK_VALUE(std::isfinite(pad_value_), "pad_value must be finite, got ", pad_value_);
@@ -1338,6 +1455,8 @@ Result RandZoom::apply(Inputs inputs, const Draw& d, const Modes& modes,
   }
   const Size3 out = b.n ? plans[0].out_size() : b.size;
   const std::vector<std::string> rules = input_rules(b, modes, mode_);
+  std::vector<at::ScalarType> dtypes;
+  for (const at::Tensor& x : b.xs) dtypes.push_back(table_dtype(dtype_, x));
   std::vector<at::Tensor> outs(b.xs.size());
   std::vector<M4> maps, meta;
   std::vector<bool> done(b.xs.size(), false);
@@ -1347,11 +1466,12 @@ Result RandZoom::apply(Inputs inputs, const Draw& d, const Modes& modes,
     const bool align = rule == "linear" && align_corners_.value_or(false);
     std::vector<size_t> members;
     for (size_t j = i; j < b.xs.size(); ++j)
-      if (!done[j] && rules[j] == rule) members.push_back(j), done[j] = true;
+      if (!done[j] && rules[j] == rule && dtypes[j] == dtypes[i])
+        members.push_back(j), done[j] = true;
     // Each sample's Zoom (one-sample launch: its map, table, padding, pooling).
     std::vector<Launch> per;
     for (const ZoomPlan& p : plans)
-      per.push_back(zoom_launch(b.size, p, rule, align, 1, padding_mode_, pad_value_));
+      per.push_back(zoom_launch(b.size, p, rule, align, 1, padding_mode_, pad_value_, dtypes[i]));
     if (i == 0)
       for (const Launch& g : per) maps.push_back(g.maps[0]), meta.push_back(g.meta[0]);
     const std::vector<int64_t> kmodes(members.size(), rule.rfind("nearest", 0) == 0 ? 0 : 1);
@@ -1380,6 +1500,7 @@ Result RandZoom::apply(Inputs inputs, const Draw& d, const Modes& modes,
     Launch g;
     for (const Launch& p : per) g.maps.push_back(p.maps[0]), g.meta.push_back(p.meta[0]);
     g.out_size = out;
+    g.compute = dtypes[i];
     g.padding = 1;
     g.align_corners = align;
     std::vector<at::Tensor> xs;
@@ -1404,10 +1525,12 @@ Result RandZoom::operator()(Inputs inputs, int64_t seed, int64_t first_sample, c
 // ---------------- Spacing / Orientation ----------------
 Spacing::Spacing(std::vector<double> pixdim, std::string mode, std::string padding_mode,
                  bool align_corners, bool diagonal, bool scale_extent, bool recompute_affine,
-                 std::vector<double> min_pixdim, std::vector<double> max_pixdim)
+                 std::vector<double> min_pixdim, std::vector<double> max_pixdim,
+                 std::vector<int64_t> output_spatial_shape)
     : pixdim_(std::move(pixdim)),
       min_pixdim_(std::move(min_pixdim)),
       max_pixdim_(std::move(max_pixdim)),
+      output_spatial_shape_(std::move(output_spatial_shape)),
       mode_(std::move(mode)),
       padding_mode_(std::move(padding_mode)),
       align_corners_(align_corners),
@@ -1431,6 +1554,11 @@ Spacing::Spacing(std::vector<double> pixdim, std::string mode, std::string paddi
   }
   grid_mode(mode_, "mode");
   grid_padding(padding_mode_, "padding_mode");
+  check_size_arg(output_spatial_shape_, "output_spatial_shape");
+  for (int64_t v : output_spatial_shape_)
+    TORCH_CHECK_VALUE(v != 0 && v < 2147483648LL, "output_spatial_shape must be sizes >= 1 (at ",
+                      "most 2^31 - 1) or negative (the input's size on that axis), got ",
+                      join(output_spatial_shape_));
 }
 Result Spacing::operator()(Inputs inputs, const Modes& modes, const Affine4& affine) const {
   const Batch b = as_batch(inputs);
@@ -1456,8 +1584,15 @@ Result Spacing::operator()(Inputs inputs, const Modes& modes, const Affine4& aff
     out_d[i] = (mn - kAffineTol) <= orig_d[i] && orig_d[i] <= (mx + kAffineTol) ? orig_d[i] : t;
   }
   M4 dst = zoom_affine(src, out_d, diagonal_);
-  const auto [shape, offset] = compute_shape_offset(b.size, src, dst, scale_extent_);
+  const auto [computed, offset] = compute_shape_offset(b.size, src, dst, scale_extent_);
   for (int i = 0; i < 3; ++i) dst[i * 4 + 3] = offset[i];
+  Size3 shape = computed;
+  if (!output_spatial_shape_.empty()) {  // MONAI's fall_back_tuple(.., lambda x: x >= 0)
+    for (int i = 0; i < 3; ++i) {
+      const int64_t v = output_spatial_shape_[output_spatial_shape_.size() == 1 ? 0 : i];
+      shape[i] = v >= 0 ? v : b.size[i];
+    }
+  }
   TORCH_CHECK_VALUE(shape[0] >= 1 && shape[1] >= 1 && shape[2] >= 1, "pixdim: the output shape (",
                     shape[0], ", ", shape[1], ", ", shape[2], ") is empty");
   const M4 xform = solve(src, dst, "affine: the source affine");

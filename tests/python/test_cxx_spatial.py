@@ -27,6 +27,12 @@ test_spacing.py, their tolerances imported):
   a sample's draw does not depend on the batch (first_sample), prob 0 / 1 gate every sample
   off / on, share_batch_params gives every sample sample first_sample's draw. RandZoom's outputs
   are also bit-identical to Python's RandZoom replaying the same draw.
+- The constructor arguments of issue 3: rotate_order (Affine, Rotate: MONAI's create_rotate
+  orders, extrinsic and intrinsic), Affine's explicit `affine` (vs MONAI and Python) and
+  `normalized` (vs MONAI; Python's Affine refuses it), Resize / Zoom / RandZoom `dtype` (the
+  precision of interpolate's nearest table, 'area' and anti-aliasing; float64 picks other
+  source voxels than float32 for 84 -> 100: bit-identical to MONAI's and Python's with that
+  dtype, None = each input's own), Spacing's output_spatial_shape (vs MONAI and Python).
 - Bad arguments raise ValueError (c10::ValueError) naming the argument.
 """
 
@@ -627,6 +633,237 @@ def test_orientation_custom_labels_like_monai(inia_meta, axcodes):
     assert not torch.equal(default, oi)
 
 
+# ---------------- issue 3: rotate_order, Affine's affine / normalized, dtype, output_spatial_shape --------
+@pytest.mark.parametrize("order", ["zyx", "ZXY", "xy", "Z"])
+def test_affine_rotate_order_like_monai_and_python(inia, order):
+    """MONAI's create_rotate in rotate_order (lower case: extrinsic, upper: intrinsic; angle i about
+    order[i]): image / label as MONAI's, bit-identical to Python's Affine, metadata map as Python's."""
+    img, lab, aff = inia
+    rot = [0.3, -0.2, 0.25][:len(order)]
+    kw = dict(rotate_params=rot, scale_params=(1.1, 0.9, 1.05), padding_mode="zeros", rotate_order=order)
+    (oi, ol), out_aff, _, meta = cxx.affine([img, lab], rot, [], [], [1.1, 0.9, 1.05], [], "bilinear", "zeros", False,
+                                            ["", "nearest"], aff, rotate_order=order)
+    ref = mt.Affine(**kw, image_only=True)(MetaTensor(img, affine=aff))
+    tsp.assert_image_close(oi, ref)
+    tsp.assert_labels_match(ol, mt.Affine(**kw, mode="nearest", image_only=True)(lab))
+    np.testing.assert_allclose(out_aff.numpy(), ref.affine.numpy(), atol=2e-6 * ref.affine.abs().max().item())
+    py, py_meta = vt.Affine(**kw)(img)
+    assert_bitwise(oi, py)
+    np.testing.assert_allclose(meta[0].numpy(), py_meta.numpy(), rtol=0, atol=1e-12)
+    (xyz,), _, _, _ = cxx.affine([img], rot, [], [], [1.1, 0.9, 1.05], [], "bilinear", "zeros", False)
+    if order not in ("xy", "Z"):  # three angles: the order changes the rotation
+        assert not torch.equal(oi, xyz)
+    (default,), _, _, _ = cxx.affine([img], rot, [], [], [1.1, 0.9, 1.05], [], "bilinear", "zeros", False,
+                                     rotate_order="XYZ")
+    assert torch.equal(default, xyz)
+
+
+@pytest.mark.parametrize("order", ["zyx", "ZXY", "yzx"])
+@pytest.mark.parametrize("keep_size", [True, False])
+def test_rotate_rotate_order_like_monai_and_python(inia, order, keep_size):
+    img, lab, aff = inia
+    angle = [0.3, -0.2, 0.1]
+    kw = dict(angle=angle, keep_size=keep_size, padding_mode="zeros", rotate_order=order)
+    (oi, ol), out_aff, _, _ = cxx.rotate([img, lab], angle, keep_size, "bilinear", "zeros", False, ["", "nearest"],
+                                         aff, rotate_order=order)
+    ref = mt.Rotate(**kw)(MetaTensor(img, affine=aff))
+    tsp.assert_image_close(oi, ref)  # keep_size=False: MONAI's output shape for this order
+    tsp.assert_labels_match(ol, mt.Rotate(**kw, mode="nearest")(lab))
+    assert torch.allclose(out_aff, ref.affine.double(), rtol=0, atol=1e-6)
+    assert_bitwise(oi, plain(vt.Rotate(**kw)(img)))
+    (xyz,), _, _, _ = cxx.rotate([img], angle, keep_size, "bilinear", "zeros", False)
+    assert xyz.shape != oi.shape or not torch.equal(xyz, oi)
+
+
+def _random_matrix(seed, scale, shift):
+    """A centred matrix with random float64 entries: decimal ones (0.93, 2.13, ...) put whole
+    planes of voxels on exact half-voxel ties, where MONAI's grid and voxaug's map may round
+    either way; random entries put none there."""
+    g = torch.Generator().manual_seed(seed)
+    m = torch.eye(4, dtype=torch.float64)
+    m[:3, :3] += 0.08 * torch.randn(3, 3, generator=g, dtype=torch.float64)
+    m[:3, :3] = torch.diag(torch.tensor(scale, dtype=torch.float64)) @ m[:3, :3]
+    m[:3, 3] = shift * torch.randn(3, generator=g, dtype=torch.float64)
+    return m
+
+
+AFFINE_MATRIX = _random_matrix(7, (1.0, 1.0, 1.0), 3.0)
+# in normalised units: about 2 / size per voxel (inia's 84 x 103 x 64)
+NORMALIZED_MATRIX = _random_matrix(8, (2.07 / 84, 2.03 / 103, 1.97 / 64), 0.05)
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("spatial_size", [None, (70, 90, 61)])
+def test_affine_explicit_matrix_like_monai_and_python(inia, align_corners, spatial_size):
+    """MONAI's `affine`: the given centred matrix, the parameters ignored; images / labels / the
+    affine update as MONAI's, bit-identical to Python's Affine(affine=...)."""
+    img, lab, aff = inia
+    kw = dict(affine=AFFINE_MATRIX.numpy(), padding_mode="zeros", align_corners=align_corners,
+              spatial_size=spatial_size)
+    size = list(spatial_size or [])
+    (oi, ol), out_aff, _, meta = cxx.affine([img, lab], [0.5], [0.1], [3.0], [1.2], size, "bilinear", "zeros",
+                                            align_corners, ["", "nearest"], aff, affine_matrix=AFFINE_MATRIX)
+    ref = mt.Affine(**kw, image_only=True)(MetaTensor(img, affine=aff))
+    tsp.assert_image_close(oi, ref)
+    tsp.assert_labels_match(ol, mt.Affine(**kw, mode="nearest", image_only=True)(lab))
+    # MONAI takes the matrix into its float32 grid dtype
+    np.testing.assert_allclose(out_aff.numpy(), ref.affine.numpy(), atol=2e-6 * ref.affine.abs().max().item())
+    py, py_meta = vt.Affine(**kw)(img)
+    assert_bitwise(oi, py)
+    np.testing.assert_allclose(meta[0].numpy(), py_meta.numpy(), rtol=0, atol=1e-12)
+    (no_params,), _, _, _ = cxx.affine([img], [], [], [], [], size, "bilinear", "zeros", align_corners,
+                                       affine_matrix=AFFINE_MATRIX)
+    assert torch.equal(no_params, oi)
+    (f32,), _, _, _ = cxx.affine([img], [], [], [], [], size, "bilinear", "zeros", align_corners,
+                                 affine_matrix=AFFINE_MATRIX.float())  # any real dtype, read as float64
+    (f64,), _, _, _ = cxx.affine([img], [], [], [], [], size, "bilinear", "zeros", align_corners,
+                                 affine_matrix=AFFINE_MATRIX.float().double())
+    assert torch.equal(f32, f64)
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("spatial_size", [None, (70, 90, 61)])
+@pytest.mark.parametrize("built", [False, True])
+def test_affine_normalized_like_monai(inia, align_corners, spatial_size, built):
+    """normalized=True (MONAI's Resample(norm_coords=False)): the matrix maps centred output voxels
+    to grid_sample's [-1, 1] input coordinates; given explicitly or built from parameters (a
+    rotation scaled into normalised units). Images / labels / the returned affine (MONAI's
+    compute_w_affine of the matrix) as MONAI's. Python's Affine refuses normalized=True."""
+    img, lab, aff = inia
+    size = list(spatial_size or [])
+    if built:
+        params = dict(rotate_params=[0.3, 0.0, -0.2], scale_params=[2.07 / 84, 2.03 / 103, 1.97 / 64])
+        args = ([0.3, 0.0, -0.2], [], [], params["scale_params"])
+        extra = {}
+    else:
+        params = dict(affine=NORMALIZED_MATRIX.numpy())
+        args = ([], [], [], [])
+        extra = dict(affine_matrix=NORMALIZED_MATRIX)
+    kw = dict(params, padding_mode="zeros", align_corners=align_corners, spatial_size=spatial_size, normalized=True)
+    (oi, ol), out_aff, _, _ = cxx.affine([img, lab], *args, size, "bilinear", "zeros", align_corners,
+                                         ["", "nearest"], aff, normalized=True, **extra)
+    ref = mt.Affine(**kw, image_only=True)(MetaTensor(img, affine=aff))
+    tsp.assert_image_close(oi, ref)
+    tsp.assert_labels_match(ol, mt.Affine(**kw, mode="nearest", image_only=True)(lab))
+    np.testing.assert_allclose(out_aff.numpy(), ref.affine.numpy(), rtol=0, atol=2e-6 * ref.affine.abs().max().item())
+    (voxel,), _, _, _ = cxx.affine([img], *args, size, "bilinear", "zeros", align_corners, **extra)
+    assert not torch.equal(voxel, oi)  # the same matrix read in voxel units
+    with pytest.raises(NotImplementedError, match="normalized"):
+        vt.Affine(**kw)
+
+
+def test_resize_dtype_like_monai_and_python(inia):
+    """dtype decides interpolate's nearest table: 84 -> 100 picks source 62 for output 75 in
+    float32 and 63 in float64 (test_spatial's test_resize_nearest_follows_monai_dtype); None:
+    each input's own (two groups for a float64 image + an int16 label); 'area' and anti-aliasing
+    run in it. Bit-identical to MONAI's and Python's Resize with that dtype."""
+    img, lab, _ = inia
+    size = [100, 103, 64]
+    (f32,), _, _, _ = cxx.resize([lab], size, "nearest")
+    (f64,), _, _, _ = cxx.resize([lab], size, "nearest", dtype=torch.float64)
+    assert f64.dtype == torch.int16 and not torch.equal(f32, f64)
+    assert_bitwise(f32.float(), mt.Resize(size, mode="nearest")(lab))
+    assert_bitwise(f64.float(), mt.Resize(size, mode="nearest", dtype=torch.float64)(lab).float())
+    assert_bitwise(f64, plain(vt.Resize(size, mode="nearest", dtype=torch.float64)(lab)))
+    (f16,), _, _, _ = cxx.resize([lab], size, "nearest", dtype=torch.float16)  # float32, as Python
+    assert torch.equal(f16, f32)
+    (mixed_img, mixed_lab), _, _, _ = cxx.resize([lab.double(), lab], size, "nearest", dtype_of_input=True)
+    assert mixed_img.dtype == torch.float64 and torch.equal(mixed_img, f64.double())
+    assert torch.equal(mixed_lab, f32)
+    x = img[:, 5:52, 8:70, 3:58]
+    (a64,), _, _, _ = cxx.resize([x], [30, 80, 41], "area", dtype=torch.float64)
+    (a32,), _, _, _ = cxx.resize([x], [30, 80, 41], "area")
+    assert a64.dtype == torch.float32 and not torch.equal(a64, a32)
+    assert_bitwise(a64, mt.Resize((30, 80, 41), dtype=torch.float64)(x))
+    assert_bitwise(a64, plain(vt.Resize((30, 80, 41), dtype=torch.float64)(x)))
+    (d64,), _, _, _ = cxx.resize([x.double()], [30, 80, 41], "area", dtype_of_input=True)
+    assert d64.dtype == torch.float64
+    assert_bitwise(d64, torch.nn.functional.adaptive_avg_pool3d(x.double()[None], (30, 80, 41))[0])
+    assert_bitwise(d64.float(), mt.Resize((30, 80, 41), dtype=None)(x.double()))
+    y = torch.randn(1, 23, 19, 30, generator=torch.Generator().manual_seed(3))
+    for mode in ("trilinear", "area"):
+        (aa,), _, _, _ = cxx.resize([y], [10, 40, 30], mode, anti_aliasing=True, dtype=torch.float64)
+        kw = dict(mode=mode, anti_aliasing=True, dtype=torch.float64)
+        assert aa.dtype == torch.float32
+        assert_bitwise(aa, plain(vt.Resize((10, 40, 30), **kw)(y)))
+        checks.assert_image_close(aa, mt.Resize((10, 40, 30), **kw)(y), tsp.AA_TOL)
+
+
+def test_zoom_and_rand_zoom_dtype_like_monai_and_python(inia):
+    """Zoom 1.195 on the first axis is 84 -> 100 voxels: float64 picks other source voxels than
+    float32, as MONAI's Zoom with that dtype; RandZoom's samples likewise, each as MONAI's Zoom
+    with its factors and the whole batch as Python's RandZoom replaying the draw."""
+    img, lab, aff = inia
+    z = [1.195, 1.0, 1.0]
+    (o64, i64), out_aff, _, _ = cxx.zoom([lab, img], z, "nearest", False, "edge", None, aff, dtype=torch.float64)
+    (o32,), _, _, _ = cxx.zoom([lab], z, "nearest", False, "edge")
+    assert o64.shape == (1, 100, 103, 64) and not torch.equal(o64, o32)
+    ref = mt.Zoom(z, mode="nearest", keep_size=False, dtype=torch.float64)(MetaTensor(lab, affine=aff))
+    assert_bitwise(o64.float(), ref.float())
+    assert torch.allclose(out_aff, ref.affine.double(), rtol=0, atol=1e-9)
+    assert_bitwise(i64, mt.Zoom(z, mode="nearest", keep_size=False, dtype=torch.float64)(img).float())
+    assert_bitwise(o64, plain(vt.Zoom(z, mode="nearest", keep_size=False, dtype=torch.float64)(lab)))
+    (area,), _, _, _ = cxx.zoom([img], [0.7, 1.3, 0.9], "area", True, "edge", dtype=torch.float64)
+    assert_bitwise(area, mt.Zoom((0.7, 1.3, 0.9), dtype=torch.float64)(img))
+    y = torch.stack([lab, lab.flip(1), lab.flip(3)])
+    t1 = torch.stack([img, img.flip(1), img.flip(3)])
+    lo, hi = [1.191, 0.9, 0.95], [1.2, 1.1, 1.05]  # 84 * [1.191, 1.2) = 100.04 .. 100.8: nearest tables differ
+    shrink_lo, shrink_hi = [0.6, 0.7, 0.75], [0.8, 0.85, 0.9]  # 'area' averages several voxels: roundings differ
+    cases = [("nearest", torch.float64, y, lo, hi), ("nearest", None, y.double(), lo, hi),
+             ("area", torch.float64, t1, shrink_lo, shrink_hi), ("area", None, t1.double(), shrink_lo, shrink_hi)]
+    for mode, dt, x, mn, mx in cases:
+        dkw = dict(dtype_of_input=True) if dt is None else dict(dtype=dt)
+        (out,), _, _, _, u, _, params = cxx.rand_zoom([x], 1.0, mn, mx, mode, "edge", None, True, 0.0, 5, 0, False,
+                                                      **dkw)
+        (out32,), _, _, _, _, _, _ = cxx.rand_zoom([x], 1.0, mn, mx, mode, "edge", None, True, 0.0, 5, 0, False)
+        assert out.dtype == x.dtype if mode == "nearest" or dt is None else out.dtype == torch.float32
+        assert not torch.equal(out.float(), out32.float())
+        py = vt.RandZoom(prob=1.0, min_zoom=tuple(mn), max_zoom=tuple(mx), mode=mode, dtype=dt)
+        assert_bitwise(out, plain(py.apply(x, params=u)))
+        for i, p in enumerate(params):
+            # MONAI returns float32 (its float64 result rounded once, as ours for a float64 input)
+            assert_bitwise(out[i].float(), mt.Zoom(p.tolist(), mode=mode, dtype=dt)(x[i]).float())
+
+
+@pytest.mark.parametrize("shape", [[100, 90, 80], [-1, 60, -1], [120, 120, 120]])
+@pytest.mark.parametrize("pixdim", [(1.0, 1.1, 0.9), (0.5,)])
+def test_spacing_output_spatial_shape_like_monai_and_python(ch2better, shape, pixdim):
+    """MONAI's output_spatial_shape: the computed affine, the given grid extent (negative: the
+    input's size); the input's own size and spacing is MONAI's unchanged shortcut. Image + label
+    as MONAI's, bit-identical to Python's Spacing; recompute_affine scales to the given shape."""
+    img, lab = ch2better
+    (oi, ol), aff, _, _ = cxx.spacing([plain(img), plain(lab)], list(pixdim), "bilinear", "border", False, False,
+                                      False, ["", "nearest"], img.affine, output_spatial_shape=shape)
+    m = mt.Spacing(pixdim)(img, output_spatial_shape=shape)
+    ml = mt.Spacing(pixdim, mode="nearest")(lab, output_spatial_shape=shape)
+    assert oi.shape[1:] == tuple(s if s > 0 else 120 for s in shape)
+    ts._check_spacing(m, MetaTensor(oi, affine=aff), ml, MetaTensor(ol, affine=aff))
+    py = vt.Spacing(pixdim)(img, output_spatial_shape=shape)
+    assert_bitwise(oi, py)
+    assert torch.equal(aff, py.affine)
+    (computed,), _, _, _ = cxx.spacing([plain(img)], list(pixdim), "bilinear", "border", False, False, False, [],
+                                       img.affine)
+    assert computed.shape != oi.shape or pixdim == (0.5,)
+    (_,), raff, _, _ = cxx.spacing([plain(img)], list(pixdim), "bilinear", "border", False, False, False, [],
+                                   img.affine, recompute_affine=True, output_spatial_shape=shape)
+    pr = vt.Spacing(pixdim, recompute_affine=True)(img, output_spatial_shape=shape)
+    assert torch.equal(raff, pr.affine)
+    if min(shape) > 0:  # MONAI scales to the requested shape as given, -1 entries included
+        mr = mt.Spacing(pixdim, recompute_affine=True)(img, output_spatial_shape=shape)
+        np.testing.assert_allclose(raff.numpy(), mr.affine.numpy(), rtol=0, atol=1e-12)
+
+
+def test_spacing_output_spatial_shape_one_value_like_python(ch2better):
+    """One value for all three axes, as Python's Spacing (MONAI reads an int as a 1-D shape)."""
+    img, _ = ch2better
+    (out,), aff, _, _ = cxx.spacing([plain(img)], [1.0, 1.1, 0.9], "bilinear", "border", False, False, False, [],
+                                    img.affine, output_spatial_shape=[70])
+    py = vt.Spacing((1.0, 1.1, 0.9))(img, output_spatial_shape=70)
+    assert out.shape == (1, 70, 70, 70)
+    assert_bitwise(out, py)
+    assert torch.equal(aff, py.affine)
+
+
 # ---------------- bad arguments ----------------
 def test_bad_arguments_name_the_argument():
     x = torch.zeros(1, 4, 5, 6)
@@ -686,6 +923,28 @@ def test_bad_arguments_name_the_argument():
         (lambda: cxx.orientation([x], "RAS", False, labels=["R", "L", "A", "R", "I", "S"]), "labels"),
         (lambda: cxx.orientation([x], "RAS", False, labels=["RR", "L", "A", "P", "I", "S"]), "labels"),
         (lambda: cxx.orientation([x], "RAS", False, labels=["X", "L", "A", "P", "I", "S"]), "axcodes"),
+        # issue 3's arguments
+        (lambda: cxx.rotate([x], [0.1], True, "bilinear", "border", False, rotate_order="XXY"), "rotate_order"),
+        (lambda: cxx.rotate([x], [0.1], True, "bilinear", "border", False, rotate_order="xY"), "rotate_order"),
+        (lambda: cxx.rotate([x], [0.1], True, "bilinear", "border", False, rotate_order="XYW"), "rotate_order"),
+        (lambda: cxx.rotate([x], [0.1], True, "bilinear", "border", False, rotate_order="XYZX"), "rotate_order"),
+        (lambda: cxx.rotate([x], [0.1], True, "bilinear", "border", False, rotate_order="XY"), "rotate_order"),
+        (lambda: cxx.affine([x], [0.1, 0.2, 0.3], [], [], [], [], "bilinear", "zeros", False, rotate_order="zy"),
+         "rotate_order"),
+        (lambda: cxx.affine([x], [], [], [], [], [], "bilinear", "zeros", False, rotate_order=""), "rotate_order"),
+        (lambda: cxx.affine([x], [], [], [], [], [], "bilinear", "zeros", False, affine_matrix=torch.eye(3)),
+         r"affine must be a \(4, 4\)"),
+        (lambda: cxx.affine([x], [], [], [], [], [], "bilinear", "zeros", False,
+                            affine_matrix=torch.eye(4).index_fill(0, torch.tensor([1]), float("nan"))),
+         "affine must be finite"),
+        (lambda: cxx.resize([x], [3, 3, 3], "nearest", dtype=torch.int32), "dtype"),
+        (lambda: cxx.zoom([x], [0.5], "nearest", True, "edge", dtype=torch.int64), "dtype"),
+        (lambda: cxx.rand_zoom([x], 0.5, [0.9], [1.1], "area", "edge", None, True, 0.0, 0, 0, False,
+                               dtype=torch.bool), "dtype"),
+        (lambda: cxx.spacing([x], [1.0], "bilinear", "border", False, False, False, output_spatial_shape=[4, 5]),
+         "output_spatial_shape"),
+        (lambda: cxx.spacing([x], [1.0], "bilinear", "border", False, False, False, output_spatial_shape=[4, 0, 5]),
+         "output_spatial_shape"),
     ]
     for call, name in cases:
         with pytest.raises(ValueError, match=name):
@@ -718,6 +977,14 @@ def test_cuda_matches_cpu(inia):
         lambda xs, a: cxx.rand_zoom([x.expand(3, -1, -1, -1, -1) for x in xs], 1.0, [0.6, 0.75, 0.8],
                                     [1.4, 1.3, 1.25], "area", "edge", None, True, 0.0, 3, 0, False,
                                     ["", "nearest"], a)[:4],
+        # issue 3's arguments: host-side maps / tables, the same launches
+        lambda xs, a: cxx.affine(xs, [], [], [], [], [70, 90, 61], "bilinear", "zeros", True, ["", "nearest"], a,
+                                 affine_matrix=NORMALIZED_MATRIX, normalized=True),
+        lambda xs, a: cxx.rotate(xs, [0.3, -0.2, 0.1], False, "bilinear", "zeros", False, ["", "nearest"], a,
+                                 rotate_order="zyx"),
+        lambda xs, a: cxx.zoom(xs, [1.195, 0.8, 1.0], "area", True, "edge", ["", "nearest"], a, dtype=torch.float64),
+        lambda xs, a: cxx.spacing(xs, [1.3, 1.1, 1.7], "bilinear", "border", False, False, False, ["", "nearest"], a,
+                                  output_spatial_shape=[50, -1, 40]),
     ]
     for call in calls:
         (ci, cl), caff, _, _ = call([img, lab], aff)

@@ -3,7 +3,11 @@
 // tests/python/test_cxx_spatial.py can compare them with MONAI and with python/voxaug/spatial.py.
 // Each op returns (outputs, affine, maps, meta); the random ones (rand_flip, rand_rotate90,
 // rand_rotate, rand_affine, rand_zoom) also return their draw (uniforms, gates, per-sample
-// parameters); rand_affine_matrices returns a draw's centred matrices.
+// parameters); rand_affine_matrices returns a draw's centred matrices. Constructor arguments added
+// later are keyword arguments at the end of each schema (earlier positional calls unchanged);
+// Affine's own matrix is `affine_matrix` (`affine` is the inputs' affine), and the interpolate
+// transforms' MONAI dtype is `dtype` (None: float32, MONAI's default) with `dtype_of_input`
+// (MONAI's dtype=None: each input's own).
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -26,6 +30,10 @@ std::vector<int64_t> ints(c10::IntArrayRef v) {
 }
 std::vector<double> floats(c10::ArrayRef<double> v) {
   return {v.begin(), v.end()};
+}
+std::optional<at::ScalarType> monai_dtype(std::optional<at::ScalarType> dtype, bool of_input) {
+  if (of_input) return std::nullopt;
+  return dtype.value_or(at::kFloat);
 }
 std::array<int64_t, 2> pair(c10::IntArrayRef v) {
   TORCH_CHECK_VALUE(v.size() == 2, "spatial_axes must be 2 axes, got ", v.size());
@@ -77,39 +85,47 @@ Out rotate90(at::TensorList inputs, int64_t k, c10::IntArrayRef axes, const OptM
 Out affine_op(at::TensorList inputs, c10::ArrayRef<double> rotate, c10::ArrayRef<double> shear,
               c10::ArrayRef<double> translate, c10::ArrayRef<double> scale,
               c10::IntArrayRef spatial_size, c10::string_view mode, c10::string_view padding,
-              bool align_corners, const OptModes& modes, const std::optional<at::Tensor>& affine) {
+              bool align_corners, const OptModes& modes, const std::optional<at::Tensor>& affine,
+              const std::optional<at::Tensor>& affine_matrix, bool normalized,
+              c10::string_view rotate_order) {
   vt::Affine t(floats(rotate), floats(shear), floats(translate), floats(scale), ints(spatial_size),
-               std::string(mode), std::string(padding), align_corners);
+               std::string(mode), std::string(padding), align_corners, affine_matrix, normalized,
+               std::string(rotate_order));
   return pack(t(inputs, modes.value_or(vt::Modes{}), affine));
 }
 Out rotate(at::TensorList inputs, c10::ArrayRef<double> angle, bool keep_size,
            c10::string_view mode, c10::string_view padding, bool align_corners,
-           const OptModes& modes, const std::optional<at::Tensor>& affine) {
-  vt::Rotate t(floats(angle), keep_size, std::string(mode), std::string(padding), align_corners);
+           const OptModes& modes, const std::optional<at::Tensor>& affine,
+           c10::string_view rotate_order) {
+  vt::Rotate t(floats(angle), keep_size, std::string(mode), std::string(padding), align_corners,
+               std::string(rotate_order));
   return pack(t(inputs, modes.value_or(vt::Modes{}), affine));
 }
 Out resize(at::TensorList inputs, c10::IntArrayRef spatial_size, c10::string_view mode,
            const OptModes& modes, const std::optional<at::Tensor>& affine,
            c10::string_view size_mode, std::optional<bool> align_corners, bool anti_aliasing,
-           c10::ArrayRef<double> anti_aliasing_sigma) {
+           c10::ArrayRef<double> anti_aliasing_sigma, std::optional<at::ScalarType> dtype,
+           bool dtype_of_input) {
   vt::Resize t(ints(spatial_size), std::string(mode), std::string(size_mode), align_corners,
-               anti_aliasing, floats(anti_aliasing_sigma));
+               anti_aliasing, floats(anti_aliasing_sigma), monai_dtype(dtype, dtype_of_input));
   return pack(t(inputs, modes.value_or(vt::Modes{}), affine));
 }
 Out zoom(at::TensorList inputs, c10::ArrayRef<double> factors, c10::string_view mode,
          bool keep_size, c10::string_view padding, const OptModes& modes,
          const std::optional<at::Tensor>& affine, std::optional<bool> align_corners,
-         double pad_value) {
+         double pad_value, std::optional<at::ScalarType> dtype, bool dtype_of_input) {
   vt::Zoom t(floats(factors), std::string(mode), keep_size, std::string(padding), align_corners,
-             pad_value);
+             pad_value, monai_dtype(dtype, dtype_of_input));
   return pack(t(inputs, modes.value_or(vt::Modes{}), affine));
 }
 Out spacing(at::TensorList inputs, c10::ArrayRef<double> pixdim, c10::string_view mode,
             c10::string_view padding, bool align_corners, bool diagonal, bool scale_extent,
             const OptModes& modes, const std::optional<at::Tensor>& affine, bool recompute_affine,
-            c10::ArrayRef<double> min_pixdim, c10::ArrayRef<double> max_pixdim) {
+            c10::ArrayRef<double> min_pixdim, c10::ArrayRef<double> max_pixdim,
+            c10::IntArrayRef output_spatial_shape) {
   vt::Spacing t(floats(pixdim), std::string(mode), std::string(padding), align_corners, diagonal,
-                scale_extent, recompute_affine, floats(min_pixdim), floats(max_pixdim));
+                scale_extent, recompute_affine, floats(min_pixdim), floats(max_pixdim),
+                ints(output_spatial_shape));
   return pack(t(inputs, modes.value_or(vt::Modes{}), affine));
 }
 // labels: flattened pairs (start, end, start, end, ...); None: nibabel's default labels.
@@ -161,9 +177,10 @@ RandOut rand_zoom(at::TensorList inputs, double prob, c10::ArrayRef<double> min_
                   c10::ArrayRef<double> max_zoom, c10::string_view mode, c10::string_view padding,
                   std::optional<bool> align_corners, bool keep_size, double pad_value, int64_t seed,
                   int64_t first_sample, bool share, const OptModes& modes,
-                  const std::optional<at::Tensor>& affine) {
+                  const std::optional<at::Tensor>& affine, std::optional<at::ScalarType> dtype,
+                  bool dtype_of_input) {
   vt::RandZoom t(prob, floats(min_zoom), floats(max_zoom), std::string(mode), std::string(padding),
-                 align_corners, keep_size, pad_value);
+                 align_corners, keep_size, pad_value, monai_dtype(dtype, dtype_of_input));
   return call_random(t, inputs, seed, first_sample, share, modes, affine);
 }
 at::Tensor rand_affine_matrices(int64_t batch, double prob, c10::ArrayRef<double> rotate_range,
@@ -184,30 +201,34 @@ TORCH_LIBRARY(voxaug_cxx_test_spatial, m) {
   const std::string rand_out = " -> (Tensor[], Tensor, Tensor, Tensor, Tensor, Tensor, Tensor[])";
   const std::string tail = "str[]? modes=None, Tensor? affine=None)";
   auto def = [&m](const std::string& schema, auto fn) { m.def(schema.c_str(), fn); };
+  // The arguments added after `affine` keep the earlier calls' positions.
+  const std::string open_tail = "str[]? modes=None, Tensor? affine=None, ";
+  const std::string dtype_args = "ScalarType? dtype=None, bool dtype_of_input=False";
   def("flip(Tensor[] inputs, int[] spatial_axis, " + tail + out, &flip);
   def("rotate90(Tensor[] inputs, int k, int[] spatial_axes, " + tail + out, &rotate90);
   def("affine(Tensor[] inputs, float[] rotate_params, float[] shear_params, "
       "float[] translate_params, float[] scale_params, int[] spatial_size, str mode, "
       "str padding_mode, bool align_corners, " +
-          tail + out,
+          open_tail +
+          "Tensor? affine_matrix=None, bool normalized=False, str rotate_order=\"XYZ\")" + out,
       &affine_op);
   def("rotate(Tensor[] inputs, float[] angle, bool keep_size, str mode, str padding_mode, "
       "bool align_corners, " +
-          tail + out,
+          open_tail + "str rotate_order=\"XYZ\")" + out,
       &rotate);
-  // The arguments added after `affine` keep the earlier calls' positions.
-  const std::string open_tail = "str[]? modes=None, Tensor? affine=None, ";
   def("resize(Tensor[] inputs, int[] spatial_size, str mode, " + open_tail +
           "str size_mode=\"all\", bool? align_corners=None, bool anti_aliasing=False, "
-          "float[] anti_aliasing_sigma=[])" +
-          out,
+          "float[] anti_aliasing_sigma=[], " +
+          dtype_args + ")" + out,
       &resize);
   def("zoom(Tensor[] inputs, float[] zoom, str mode, bool keep_size, str padding_mode, " +
-          open_tail + "bool? align_corners=None, float pad_value=0.0)" + out,
+          open_tail + "bool? align_corners=None, float pad_value=0.0, " + dtype_args + ")" + out,
       &zoom);
   def("spacing(Tensor[] inputs, float[] pixdim, str mode, str padding_mode, bool align_corners, "
       "bool diagonal, bool scale_extent, " +
-          open_tail + "bool recompute_affine=False, float[] min_pixdim=[], float[] max_pixdim=[])" +
+          open_tail +
+          "bool recompute_affine=False, float[] min_pixdim=[], float[] max_pixdim=[], "
+          "int[] output_spatial_shape=[])" +
           out,
       &spacing);
   def("orientation(Tensor[] inputs, str axcodes, bool as_closest_canonical, " + open_tail +
@@ -234,7 +255,7 @@ TORCH_LIBRARY(voxaug_cxx_test_spatial, m) {
   def("rand_zoom(Tensor[] inputs, float prob, float[] min_zoom, float[] max_zoom, str mode, "
       "str padding_mode, bool? align_corners, bool keep_size, float pad_value, int seed, "
       "int first_sample, bool share, " +
-          tail + rand_out,
+          open_tail + dtype_args + ")" + rand_out,
       &rand_zoom);
   def("rand_affine_matrices(int batch, float prob, float[] rotate_range, float[] shear_range, "
       "float[] translate_range, float[] scale_range, int[] paired, int seed, int first_sample) "

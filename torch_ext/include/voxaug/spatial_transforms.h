@@ -36,10 +36,26 @@
 //   linear constructor mode (c10::ValueError otherwise, as interpolate). Zoom's keep_size
 //   padding: numpy.pad's "edge" | "constant" | "reflect" | "symmetric" | "wrap" (or torch's
 //   "replicate" | "circular"), applied after the resample as MONAI pads.
+//   dtype (MONAI's `dtype`, the precision MONAI interpolates in): at::kFloat (MONAI's default) |
+//   at::kDouble | std::nullopt (MONAI's None: each input's own, float64 for a float64 input,
+//   else float32); float16 / bfloat16 compute in float32 (as Python's voxaug), any other dtype
+//   is a c10::ValueError. It decides interpolate's nearest index table (o * scale rounds in that
+//   precision: 84 -> 100 voxels picks source 62 for output 75 in float32, 63 in float64), and the
+//   precision of 'area' pooling and of anti-aliasing (and the interpolation after it); outputs
+//   keep the dtype rules above. Linear interpolation without smoothing is float32 (float64
+//   input: float64) whatever dtype says.
 // - Flip, Rotate90, Orientation: exact signed permutations (nearest, any dtype); modes ignored.
 // Constructor arguments are MONAI's; those added later (Resize's size_mode .., Zoom's
-// align_corners / pad_value, Spacing's recompute_affine / min_pixdim / max_pixdim, Orientation's
-// labels) come after the earlier ones, so earlier positional calls keep their meaning.
+// align_corners / pad_value, Spacing's recompute_affine / min_pixdim / max_pixdim /
+// output_spatial_shape, Orientation's labels, Resize / Zoom / RandZoom's dtype, Affine's affine /
+// normalized / rotate_order, Rotate's rotate_order) come after the earlier ones, so earlier
+// positional calls keep their meaning.
+//
+// rotate_order (Affine, Rotate; MONAI's create_rotate, scipy's Rotation.from_euler convention):
+// 1 to 3 axes from "xyz", all lower case (extrinsic: each rotation about the fixed axes,
+// left-multiplied) or all upper case (intrinsic: about the moving axes, right-multiplied), no
+// axis twice in a row, at least one axis per angle (Rotate always has 3 angles); angle i turns
+// about rotate_order[i]. Default "XYZ": intrinsic x, then y, then z (MONAI's legacy order).
 //
 // Random transforms draw per sample from Philox exactly as Python's `draw_params`:
 // torch.ops.voxaug.philox_uniform(seed, first_sample, N, k) (row i: global sample
@@ -50,10 +66,12 @@
 // transform called with `draw_params(N, first_sample, seed)`.
 //
 // Not in this API (the Python transforms have them): interpolate's "bicubic" for Resize / Zoom /
-// RandZoom (c10::NotImplementedError, as in Python), their `dtype` (nearest tables, 'area'
-// pooling and anti-aliasing run in float32, MONAI's default dtype), Spacing's
-// output_spatial_shape, rotate_order other than MONAI's "XYZ", Affine's explicit `affine` and
-// `normalized`, the invertibility records, lazy fusion.
+// RandZoom (c10::NotImplementedError, as in Python), MONAI's integer spline-order modes (0 / 1 /
+// 3: use "nearest" / "bilinear" / "bicubic"), the invertibility records, lazy fusion, per-call
+// overrides of the constructor's options (MONAI's __call__ mode=, spatial_size=, ...; Spacing's
+// output_spatial_shape is a constructor argument here). MONAI's `dtype` of the grid transforms
+// (Affine, Rotate, Spacing, ..) and `device` / `cache_grid` are not taken: arithmetic follows
+// the input, as in Python's voxaug, where they are accepted and ignored.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -165,17 +183,29 @@ class RandRotate90 : public RandomTransform {
 };
 
 // MONAI Affine: A = R @ Sh @ T @ Sc about the image centre (each factor only when its
-// parameters are non-empty; radians, MONAI's create_rotate / create_shear / create_scale),
-// output spatial_size (empty or non-positive entries: the input's). Result::meta is MONAI's
-// returned voxel-index map (compute_w_affine). rotate_params are per axis as MONAI's sequences:
-// {a} rotates about the first axis only (unlike Rotate, whose single angle means all three axes,
-// MONAI's ensure_tuple_rep for a number).
+// parameters are non-empty; radians, MONAI's create_rotate (in rotate_order) / create_shear /
+// create_scale), output spatial_size (empty or non-positive entries: the input's). Result::meta
+// is MONAI's returned voxel-index map (compute_w_affine). rotate_params are per axis as MONAI's
+// sequences: {a} rotates about the first axis only (unlike Rotate, whose single angle means all
+// three axes, MONAI's ensure_tuple_rep for a number).
+// - affine (MONAI's `affine`; not the call's input affine): a finite (4, 4) matrix used as A
+//   itself, the parameters ignored (as MONAI); read to the host once, at construction.
+// - normalized (MONAI's `normalized`, Resample(norm_coords=false)): A maps the centred output
+//   voxel coordinates (times max(2, s) / (max(2, s) - 1) per output axis with align_corners, as
+//   MONAI's AffineGrid) straight to grid_sample's normalised input coordinates in [-1, 1]
+//   (input index = (x + 1) * S / 2 - 1 / 2, or (x + 1) * (S - 1) / 2 with align_corners),
+//   without MONAI's 2 / max(2, S) normalisation; for every mode (MONAI's spline-order backend
+//   reads normalized coordinates differently; not followed). Result::meta stays MONAI's
+//   compute_w_affine of A, which treats A as a voxel map even then: the returned affine is
+//   MONAI's, not the geometry of the resampling. Python's voxaug.Affine refuses normalized=True.
 class Affine {
  public:
   Affine(std::vector<double> rotate_params = {}, std::vector<double> shear_params = {},
          std::vector<double> translate_params = {}, std::vector<double> scale_params = {},
          std::vector<int64_t> spatial_size = {}, std::string mode = "bilinear",
-         std::string padding_mode = "reflection", bool align_corners = false);
+         std::string padding_mode = "reflection", bool align_corners = false,
+         const Affine4& affine = std::nullopt, bool normalized = false,
+         std::string rotate_order = "XYZ");
   Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
   // The centred 4x4 MONAI matrix (float64 CPU).
   at::Tensor centred_matrix() const;
@@ -185,6 +215,7 @@ class Affine {
   std::vector<int64_t> spatial_size_;
   std::string mode_, padding_mode_;
   bool align_corners_;
+  bool normalized_;
 };
 
 // MONAI RandAffine: per sample with probability prob, each range element drawn uniformly
@@ -211,11 +242,13 @@ class RandAffine : public RandomTransform {
 };
 
 // MONAI Rotate: angle (radians; one value: all three axes, as MONAI's ensure_tuple_rep) about
-// the image centre; keep_size=false enlarges the output to hold the rotated input (MONAI's rule).
+// the image centre, angle i about rotate_order[i] (3 axes); keep_size=false enlarges the output
+// to hold the rotated input (MONAI's rule).
 class Rotate {
  public:
   explicit Rotate(std::vector<double> angle, bool keep_size = true, std::string mode = "bilinear",
-                  std::string padding_mode = "border", bool align_corners = false);
+                  std::string padding_mode = "border", bool align_corners = false,
+                  std::string rotate_order = "XYZ");
   Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
 
  private:
@@ -223,6 +256,7 @@ class Rotate {
   bool keep_size_;
   std::string mode_, padding_mode_;
   bool align_corners_;
+  std::string rotate_order_;
 };
 
 // MONAI RandRotate: with probability prob, angles x ~ U(range_x), y ~ U(range_y), z ~ U(range_z)
@@ -262,7 +296,8 @@ class Resize {
  public:
   explicit Resize(std::vector<int64_t> spatial_size, std::string mode = "area",
                   std::string size_mode = "all", std::optional<bool> align_corners = std::nullopt,
-                  bool anti_aliasing = false, std::vector<double> anti_aliasing_sigma = {});
+                  bool anti_aliasing = false, std::vector<double> anti_aliasing_sigma = {},
+                  std::optional<at::ScalarType> dtype = at::kFloat);
   Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
 
  private:
@@ -272,16 +307,17 @@ class Resize {
   std::optional<bool> align_corners_;
   bool anti_aliasing_;
   std::vector<double> sigma_;
+  std::optional<at::ScalarType> dtype_;
 };
 
 // MONAI Zoom: interpolate by zoom (one value: all axes; size floor(size * zoom)); keep_size
 // centre-crops or pads (padding_mode, numpy.pad names; "constant" pads with pad_value, MONAI's
-// `value`) back to the input size. align_corners as Resize's.
+// `value`) back to the input size. align_corners and dtype as Resize's.
 class Zoom {
  public:
   explicit Zoom(std::vector<double> zoom, std::string mode = "area", bool keep_size = true,
                 std::string padding_mode = "edge", std::optional<bool> align_corners = std::nullopt,
-                double pad_value = 0.0);
+                double pad_value = 0.0, std::optional<at::ScalarType> dtype = at::kFloat);
   Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
 
  private:
@@ -291,6 +327,7 @@ class Zoom {
   std::string padding_mode_;
   std::optional<bool> align_corners_;
   double pad_value_;
+  std::optional<at::ScalarType> dtype_;
 };
 
 // MONAI RandZoom: with probability prob per sample, Zoom by factors drawn from
@@ -302,14 +339,14 @@ class Zoom {
 // per-sample maps, then the per-sample keep_size padding as one gather per padded axis; "area"
 // (each sample pools to its own size) and nearest size pairs that need interpolate's index table
 // run per sample, as in Python. keep_size=false needs every sample of the batch to zoom to the
-// same shape (c10::ValueError otherwise).
+// same shape (c10::ValueError otherwise). dtype as Resize's.
 class RandZoom : public RandomTransform {
  public:
   explicit RandZoom(double prob = 0.1, std::vector<double> min_zoom = {0.9},
                     std::vector<double> max_zoom = {1.1}, std::string mode = "area",
                     std::string padding_mode = "edge",
                     std::optional<bool> align_corners = std::nullopt, bool keep_size = true,
-                    double pad_value = 0.0);
+                    double pad_value = 0.0, std::optional<at::ScalarType> dtype = at::kFloat);
   Draw draw(int64_t batch, int64_t seed, int64_t first_sample = 0) const;
   Result apply(Inputs inputs, const Draw& draw, const Modes& modes = {},
                const Affine4& affine = {}) const;
@@ -323,6 +360,7 @@ class RandZoom : public RandomTransform {
   std::optional<bool> align_corners_;
   bool keep_size_;
   double pad_value_;
+  std::optional<at::ScalarType> dtype_;
 };
 
 // MONAI Spacing: resample to voxel spacing pixdim (fewer than 3 values: the last repeats;
@@ -334,16 +372,24 @@ class RandZoom : public RandomTransform {
 // (MONAI's shortcut). Result::affine is the new affine, or with recompute_affine MONAI's
 // scale_affine(input size, output size, align_corners) outright (MONAI replaces the affine by
 // that scaling); the batch shares one affine (an (N, 4, 4) affine must hold N equal matrices).
+// output_spatial_shape (MONAI's __call__ argument, a constructor argument here): empty: the
+// computed shape; 3 values (D, H, W) or 1 for all axes (as Python's voxaug; MONAI reads one
+// int as a 1-D shape), negative entries: the input's size on that axis (MONAI's
+// fall_back_tuple), 0: c10::ValueError; the new affine (its offset included) is the one computed for
+// pixdim either way, only the output grid's extent changes (recompute_affine then scales to the
+// given shape).
 class Spacing {
  public:
   explicit Spacing(std::vector<double> pixdim, std::string mode = "bilinear",
                    std::string padding_mode = "border", bool align_corners = false,
                    bool diagonal = false, bool scale_extent = false, bool recompute_affine = false,
-                   std::vector<double> min_pixdim = {}, std::vector<double> max_pixdim = {});
+                   std::vector<double> min_pixdim = {}, std::vector<double> max_pixdim = {},
+                   std::vector<int64_t> output_spatial_shape = {});
   Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
 
  private:
   std::vector<double> pixdim_, min_pixdim_, max_pixdim_;
+  std::vector<int64_t> output_spatial_shape_;
   std::string mode_, padding_mode_;
   bool align_corners_, diagonal_, scale_extent_, recompute_affine_;
 };
