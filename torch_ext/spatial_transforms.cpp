@@ -161,25 +161,13 @@ M4 ordered_rotation(const std::vector<double>& radians, const std::string& order
   }
   return a;
 }
-// _centred_affine with rotate_order (MONAI AffineGrid): eye @ rotate @ shear @ translate @ scale,
-// each when given, multiplied left to right as numpy does ("XYZ": common::centred_affine).
+// _centred_affine with rotate_order (MONAI AffineGrid; "XYZ": common::centred_affine).
 M4 ordered_centred_affine(const std::vector<double>& rot, const std::vector<double>& sh,
                           const std::vector<double>& tr, const std::vector<double>& sc,
                           const std::string& order) {
-  M4 a = eye4();
-  if (!rot.empty()) a = mul(a, ordered_rotation(rot, order));
-  if (!sh.empty()) a = mul(a, shear(sh));
-  if (!tr.empty()) {
-    std::array<double, 3> t{0.0, 0.0, 0.0};
-    for (size_t i = 0; i < std::min<size_t>(3, tr.size()); ++i) t[i] = tr[i];
-    a = mul(a, translate(t));
-  }
-  if (!sc.empty()) {
-    std::array<double, 3> f{1.0, 1.0, 1.0};
-    for (size_t i = 0; i < std::min<size_t>(3, sc.size()); ++i) f[i] = sc[i];
-    a = mul(a, diag4(f));
-  }
-  return a;
+  if (rot.empty()) return centred_affine_with(nullptr, sh, tr, sc);
+  const M4 r = ordered_rotation(rot, order);
+  return centred_affine_with(&r, sh, tr, sc);
 }
 // _table_dtype: the precision MONAI interpolates in (Resize / Zoom / RandZoom `dtype`): float64
 // for float64, float32 for the other floating dtypes; nullopt: the input's (float64 input:

@@ -78,11 +78,12 @@ inline M4 shear(const std::vector<double>& coefs) {
   }
   return out;
 }
-// _centred_affine (MONAI AffineGrid): eye @ rotate @ shear @ translate @ scale, each when given.
-inline M4 centred_affine(const std::vector<double>& rot, const std::vector<double>& sh,
-                         const std::vector<double>& tr, const std::vector<double>& sc) {
+// _centred_affine (MONAI AffineGrid): eye @ rotate @ shear @ translate @ scale, each when given;
+// `rot` is the rotation matrix already built (nullptr: no rotation).
+inline M4 centred_affine_with(const M4* rot, const std::vector<double>& sh,
+                              const std::vector<double>& tr, const std::vector<double>& sc) {
   M4 a = eye4();
-  if (!rot.empty()) a = mul(a, rotation(rot));
+  if (rot != nullptr) a = mul(a, *rot);
   if (!sh.empty()) a = mul(a, shear(sh));
   if (!tr.empty()) {
     std::array<double, 3> t{0.0, 0.0, 0.0};
@@ -95,6 +96,13 @@ inline M4 centred_affine(const std::vector<double>& rot, const std::vector<doubl
     a = mul(a, diag4(s));
   }
   return a;
+}
+// The same with MONAI's default rotate_order "XYZ" (rotation()).
+inline M4 centred_affine(const std::vector<double>& rot, const std::vector<double>& sh,
+                         const std::vector<double>& tr, const std::vector<double>& sc) {
+  if (rot.empty()) return centred_affine_with(nullptr, sh, tr, sc);
+  const M4 r = rotation(rot);
+  return centred_affine_with(&r, sh, tr, sc);
 }
 // _grid_index_map: MONAI's centred matrix -> (kernel index map: output index -> input index,
 // metadata map: MONAI's affine update).
