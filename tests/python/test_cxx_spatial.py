@@ -634,6 +634,18 @@ def test_orientation_custom_labels_like_monai(inia_meta, axcodes):
 
 
 # ---------------- issue 3: rotate_order, Affine's affine / normalized, dtype, output_spatial_shape --------
+def _check_affine_like_monai_and_python(img, lab, aff, kw, oi, ol, out_aff, meta):
+    """C++ Affine outputs vs MONAI's Affine(**kw) (image, labels, returned affine: MONAI takes
+    the matrix into its float32 grid dtype) and bit for bit vs Python's, metadata map too."""
+    ref = mt.Affine(**kw, image_only=True)(MetaTensor(img, affine=aff))
+    tsp.assert_image_close(oi, ref)
+    tsp.assert_labels_match(ol, mt.Affine(**kw, mode="nearest", image_only=True)(lab))
+    np.testing.assert_allclose(out_aff.numpy(), ref.affine.numpy(), atol=2e-6 * ref.affine.abs().max().item())
+    py, py_meta = vt.Affine(**kw)(img)
+    assert_bitwise(oi, py)
+    np.testing.assert_allclose(meta[0].numpy(), py_meta.numpy(), rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("order", ["zyx", "ZXY", "xy", "Z"])
 def test_affine_rotate_order_like_monai_and_python(inia, order):
     """MONAI's create_rotate in rotate_order (lower case: extrinsic, upper: intrinsic; angle i about
@@ -643,13 +655,7 @@ def test_affine_rotate_order_like_monai_and_python(inia, order):
     kw = dict(rotate_params=rot, scale_params=(1.1, 0.9, 1.05), padding_mode="zeros", rotate_order=order)
     (oi, ol), out_aff, _, meta = cxx.affine([img, lab], rot, [], [], [1.1, 0.9, 1.05], [], "bilinear", "zeros", False,
                                             ["", "nearest"], aff, rotate_order=order)
-    ref = mt.Affine(**kw, image_only=True)(MetaTensor(img, affine=aff))
-    tsp.assert_image_close(oi, ref)
-    tsp.assert_labels_match(ol, mt.Affine(**kw, mode="nearest", image_only=True)(lab))
-    np.testing.assert_allclose(out_aff.numpy(), ref.affine.numpy(), atol=2e-6 * ref.affine.abs().max().item())
-    py, py_meta = vt.Affine(**kw)(img)
-    assert_bitwise(oi, py)
-    np.testing.assert_allclose(meta[0].numpy(), py_meta.numpy(), rtol=0, atol=1e-12)
+    _check_affine_like_monai_and_python(img, lab, aff, kw, oi, ol, out_aff, meta)
     (xyz,), _, _, _ = cxx.affine([img], rot, [], [], [1.1, 0.9, 1.05], [], "bilinear", "zeros", False)
     if order not in ("xy", "Z"):  # three angles: the order changes the rotation
         assert not torch.equal(oi, xyz)
@@ -703,14 +709,7 @@ def test_affine_explicit_matrix_like_monai_and_python(inia, align_corners, spati
     size = list(spatial_size or [])
     (oi, ol), out_aff, _, meta = cxx.affine([img, lab], [0.5], [0.1], [3.0], [1.2], size, "bilinear", "zeros",
                                             align_corners, ["", "nearest"], aff, affine_matrix=AFFINE_MATRIX)
-    ref = mt.Affine(**kw, image_only=True)(MetaTensor(img, affine=aff))
-    tsp.assert_image_close(oi, ref)
-    tsp.assert_labels_match(ol, mt.Affine(**kw, mode="nearest", image_only=True)(lab))
-    # MONAI takes the matrix into its float32 grid dtype
-    np.testing.assert_allclose(out_aff.numpy(), ref.affine.numpy(), atol=2e-6 * ref.affine.abs().max().item())
-    py, py_meta = vt.Affine(**kw)(img)
-    assert_bitwise(oi, py)
-    np.testing.assert_allclose(meta[0].numpy(), py_meta.numpy(), rtol=0, atol=1e-12)
+    _check_affine_like_monai_and_python(img, lab, aff, kw, oi, ol, out_aff, meta)
     (no_params,), _, _, _ = cxx.affine([img], [], [], [], [], size, "bilinear", "zeros", align_corners,
                                        affine_matrix=AFFINE_MATRIX)
     assert torch.equal(no_params, oi)
