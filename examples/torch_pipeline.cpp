@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include <voxaug/sliding_window.h>
+#include <voxaug/spatial_transforms.h>
 #include <voxaug/torch_ops.h>
 
 int main() {
@@ -24,6 +25,18 @@ int main() {
               device.is_cuda() ? "cuda" : "cpu", c10::toString(x.scalar_type()),
               x.mean().item<double>(), leaf.grad().mean().item<double>(), 1.0 / 425.0);
 
+  // Spatial augmentation of image + label: RandAffine, RandFlip and a centre crop multiply into
+  // one per-sample map, gathered in one launch (image bilinear, label nearest).
+  namespace vt = voxaug::transforms;
+  const torch::Tensor label = (batch > 100).to(torch::kUInt8);
+  const vt::Compose aug({vt::RandAffine(/*prob=*/1.0, /*rotate_range=*/{0.3, 0.3, 0.3}),
+                         vt::RandFlip(/*prob=*/0.5, /*spatial_axis=*/{0}),
+                         vt::CenterSpatialCrop({48, 48, 48})});
+  const vt::ComposeResult c = aug({x, label}, /*seed=*/13, /*first_sample=*/0, {"", "nearest"});
+  std::printf("spatial compose: %zu launch(es) for %zu steps, image (%lld, %lld, %lld), label %s\n",
+              c.groups.size(), aug.steps().size(), static_cast<long long>(c.out_size[0]),
+              static_cast<long long>(c.out_size[1]), static_cast<long long>(c.out_size[2]),
+              c10::toString(c.outputs[1].scalar_type()));
   // Sliding-window inference of a (random) conv net over a whole volume, MONAI's numerics.
   torch::nn::Conv3d net(torch::nn::Conv3dOptions(1, 3, 3).padding(1));
   net->to(device);

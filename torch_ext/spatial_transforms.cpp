@@ -395,6 +395,14 @@ at::Tensor update_affine(const Affine4& affine, const at::Tensor& meta) {
   return at::matmul(base, m);
 }
 
+// Result's description of the launch (see spatial_transforms.h).
+void describe_launch(Result& r, const Launch& g, int64_t kernel_mode) {
+  r.single_map = !g.tables && !g.pool && !g.pad && !g.smooth;
+  r.kernel_mode = kernel_mode;
+  r.padding = g.padding;
+  r.align_corners = g.align_corners;
+}
+
 std::vector<at::Tensor> restore(const Batch& b, std::vector<at::Tensor> outs) {
   for (size_t i = 0; i < outs.size(); ++i)
     if (b.squeeze[i]) outs[i] = outs[i].squeeze(0);
@@ -410,6 +418,7 @@ Result finish_one(const Batch& b, const Launch& g, const std::vector<int64_t>& k
   r.meta = stack(g.meta);
   r.out_size = g.out_size;
   r.affine = update_affine(affine, r.meta);
+  describe_launch(r, g, kernel_modes.empty() ? 0 : kernel_modes[0]);
   return r;
 }
 Launch uniform_launch(const M4& k, const M4& meta, int64_t n, const Size3& out, int64_t padding,
@@ -427,7 +436,9 @@ Result exact(const std::vector<M4>& maps, const Size3& out, const Affine4& affin
   g.maps = maps;
   g.meta = maps;
   g.out_size = out;
-  return finish_one(b, g, std::vector<int64_t>(b.xs.size(), 0), affine);
+  Result r = finish_one(b, g, std::vector<int64_t>(b.xs.size(), 0), affine);
+  r.exact = true;
+  return r;
 }
 // Kernel modes of a grid transform's inputs.
 std::vector<int64_t> grid_modes(const Batch& b, const Modes& modes, const std::string& mode) {
@@ -613,6 +624,7 @@ Result finish_interp(const Batch& b, const Modes& modes, const std::string& mode
       r.maps = stack(g.maps);
       r.meta = stack(g.meta);
       r.out_size = g.out_size;
+      describe_launch(r, g, kmode);
       if (g.pad)
         for (int a = 0; a < 3; ++a)
           r.out_size[a] += g.pad->widths[a].first + g.pad->widths[a].second;
@@ -1442,6 +1454,7 @@ Result RandZoom::apply(Inputs inputs, const Draw& d, const Modes& modes,
                       "time or use keep_size=true");
   }
   const Size3 out = b.n ? plans[0].out_size() : b.size;
+  Result r;
   const std::vector<std::string> rules = input_rules(b, modes, mode_);
   std::vector<at::ScalarType> dtypes;
   for (const at::Tensor& x : b.xs) dtypes.push_back(table_dtype(dtype_, x));
@@ -1473,6 +1486,13 @@ Result RandZoom::apply(Inputs inputs, const Draw& d, const Modes& modes,
     const bool per_sample =
         rule == "area" ||
         std::any_of(per.begin(), per.end(), [](const Launch& g) { return g.tables.has_value(); });
+    if (i == 0) {
+      r.single_map = !per_sample && std::none_of(plans.begin(), plans.end(),
+                                                 [](const ZoomPlan& p) { return p.padded(); });
+      r.kernel_mode = kmodes[0];
+      r.padding = 1;
+      r.align_corners = align;
+    }
     if (per_sample) {  // each sample pools to its own size / gathers with its own table
       std::vector<std::vector<at::Tensor>> parts(members.size());
       for (int64_t s = 0; s < b.n; ++s) {
@@ -1497,7 +1517,6 @@ Result RandZoom::apply(Inputs inputs, const Draw& d, const Modes& modes,
     for (size_t k = 0; k < members.size(); ++k)
       outs[members[k]] = sample_pad(o[k], plans, padding_mode_, pad_value_);
   }
-  Result r;
   r.outputs = restore(b, outs);
   r.maps = maps.empty() ? at::empty({0, 4, 4}, at::kDouble) : stack(maps);
   r.meta = meta.empty() ? at::empty({0, 4, 4}, at::kDouble) : stack(meta);
@@ -1596,6 +1615,7 @@ Result Spacing::operator()(Inputs inputs, const Modes& modes, const Affine4& aff
                         ? affine->to(at::kDouble)
                         : at::eye(4, at::TensorOptions().dtype(at::kDouble));
   if (recompute_affine_) {
+    r.single_map = false;  // the affine is replaced, not updated by the map
     // MONAI replaces the affine by scale_affine(input size, output size, align_corners) (its
     // equal-size shortcut never fires there: it compares a tuple with a list).
     M4 a = eye4();
@@ -1643,6 +1663,72 @@ Result Orientation::operator()(Inputs inputs, const Modes&, const Affine4& affin
   if (!base.is_cpu()) m = host_to(m, base.device());
   r.affine = at::matmul(base, m);
   return r;
+}
+
+// ---------------- SpatialCrop / CenterSpatialCrop ----------------
+namespace {
+// MONAI's _broadcast_int_pair: 1 or 3 values each, a single value repeated.
+std::pair<std::array<int64_t, 3>, std::array<int64_t, 3>> int_pair(const std::vector<int64_t>& a,
+                                                                   const std::vector<int64_t>& b,
+                                                                   const char* na, const char* nb) {
+  TORCH_CHECK_VALUE((a.size() == 1 || a.size() == 3) && (b.size() == 1 || b.size() == 3), na,
+                    " and ", nb,
+                    " must have 1 value (every spatial axis) or 3 (D, H, W) each, got ", a.size(),
+                    " and ", b.size());
+  std::array<int64_t, 3> x{}, y{};
+  for (int i = 0; i < 3; ++i) x[i] = a[a.size() == 1 ? 0 : i], y[i] = b[b.size() == 1 ? 0 : i];
+  return {x, y};
+}
+int64_t floordiv2(int64_t v) {
+  return v >= 0 ? v / 2 : -((-v + 1) / 2);
+}
+// Python's slice(start, end).indices(size) for 0 <= start <= end: an integer translation.
+Result crop(Inputs inputs, const std::array<int64_t, 3>& start, const std::array<int64_t, 3>& end,
+            const Affine4& affine) {
+  const Batch b = as_batch(inputs);
+  Size3 first, out;
+  for (int a = 0; a < 3; ++a) {
+    first[a] = std::min(start[a], b.size[a]);
+    out[a] = std::min(end[a], b.size[a]) - first[a];
+  }
+  TORCH_CHECK_VALUE(out[0] >= 1 && out[1] >= 1 && out[2] >= 1, "the crop [", start[0], ", ", end[0],
+                    ") x [", start[1], ", ", end[1], ") x [", start[2], ", ", end[2],
+                    ") of inputs with spatial size (", b.size[0], ", ", b.size[1], ", ", b.size[2],
+                    ") is empty (", out[0], ", ", out[1], ", ", out[2],
+                    "); voxaug refuses empty outputs");
+  const M4 m = translate({static_cast<double>(first[0]), static_cast<double>(first[1]),
+                          static_cast<double>(first[2])});
+  return exact(std::vector<M4>(b.n, m), out, affine, b);
+}
+}  // namespace
+
+SpatialCrop::SpatialCrop(std::vector<int64_t> roi_start, std::vector<int64_t> roi_end) {
+  const auto [s, e] = int_pair(roi_start, roi_end, "roi_start", "roi_end");
+  for (int a = 0; a < 3; ++a)
+    start_[a] = std::max<int64_t>(s[a], 0), end_[a] = std::max(e[a], start_[a]);
+}
+SpatialCrop SpatialCrop::centered(std::vector<int64_t> roi_center, std::vector<int64_t> roi_size) {
+  const auto [c, z] = int_pair(roi_center, roi_size, "roi_center", "roi_size");
+  std::vector<int64_t> s(3), e(3);
+  for (int a = 0; a < 3; ++a)
+    s[a] = std::max<int64_t>(c[a] - floordiv2(z[a]), 0), e[a] = s[a] + z[a];
+  return SpatialCrop(s, e);
+}
+Result SpatialCrop::operator()(Inputs inputs, const Modes&, const Affine4& affine) const {
+  return crop(inputs, start_, end_, affine);
+}
+
+CenterSpatialCrop::CenterSpatialCrop(std::vector<int64_t> roi_size)
+    : roi_size_(std::move(roi_size)) {
+  TORCH_CHECK_VALUE(roi_size_.size() == 1 || roi_size_.size() == 3, "roi_size must be 1 value ",
+                    "(every spatial axis) or 3 (D, H, W), got ", join(roi_size_));
+}
+Result CenterSpatialCrop::operator()(Inputs inputs, const Modes& modes,
+                                     const Affine4& affine) const {
+  const Size3 in = as_batch(inputs).size;
+  const Size3 size = fall_back_size(roi_size_, in);
+  return SpatialCrop::centered({in[0] / 2, in[1] / 2, in[2] / 2}, {size[0], size[1], size[2]})(
+      inputs, modes, affine);
 }
 
 }  // namespace voxaug::transforms

@@ -156,9 +156,9 @@ inline int64_t grid_padding(const std::string& p, const std::string& arg) {
 // the host: to a CUDA device through pinned memory (a non-blocking copy from pageable memory may
 // be staged synchronously by the driver); the caching host allocator keeps the pinned buffer
 // until the copy has run. Python's transforms._host_to. Tensors already off the host, or bound
-// for the CPU: a plain non-blocking .to.
+// for the CPU or the meta device (Compose's planning): a plain non-blocking .to.
 inline at::Tensor host_to(const at::Tensor& t, const c10::Device& device) {
-  if (device.is_cpu() || !t.is_cpu()) return t.to(device, /*non_blocking=*/true);
+  if (!device.is_cuda() || !t.is_cpu()) return t.to(device, /*non_blocking=*/true);
   return t.pin_memory().to(device, /*non_blocking=*/true);
 }
 

@@ -11,8 +11,10 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "voxaug/spatial_transforms.h"
@@ -194,6 +196,119 @@ at::Tensor rand_affine_matrices(int64_t batch, double prob, c10::ArrayRef<double
   return t.centred_matrices(t.draw(batch, seed, first_sample));
 }
 
+// A Compose step from its spec: "name[:opt[:opt]]" and its numbers (see test_cxx_compose.py).
+std::vector<std::string> split(const std::string& spec) {
+  std::vector<std::string> out;
+  size_t s = 0;
+  for (size_t e; (e = spec.find(':', s)) != std::string::npos; s = e + 1)
+    out.push_back(spec.substr(s, e - s));
+  out.push_back(spec.substr(s));
+  return out;
+}
+std::vector<double> slice(const std::vector<double>& v, size_t b, size_t e) {
+  return {v.begin() + static_cast<std::ptrdiff_t>(std::min(b, v.size())),
+          v.begin() + static_cast<std::ptrdiff_t>(std::min(e, v.size()))};
+}
+std::vector<int64_t> as_ints(const std::vector<double>& v) {
+  return {v.begin(), v.end()};
+}
+std::vector<vt::Range> as_ranges(const std::vector<double>& v) {
+  return {v.begin(), v.end()};
+}
+vt::Step make_step(const std::string& spec, const std::vector<double>& a, bool share) {
+  const std::vector<std::string> p = split(spec);
+  const std::string& name = p[0];
+  const auto opt = [&](size_t i, const char* fallback) {
+    return i < p.size() ? p[i] : std::string(fallback);
+  };
+  const auto set_share = [share](auto t) {
+    t.share_batch_params(share);
+    return t;
+  };
+  if (name == "flip") return vt::Flip(as_ints(a));
+  if (name == "rand_flip") return set_share(vt::RandFlip(a.at(0), as_ints(slice(a, 1, a.size()))));
+  if (name == "rotate90")
+    return vt::Rotate90(static_cast<int64_t>(a.at(0)),
+                        {static_cast<int64_t>(a.at(1)), static_cast<int64_t>(a.at(2))});
+  if (name == "rand_rotate90")
+    return set_share(
+        vt::RandRotate90(a.at(0), static_cast<int64_t>(a.at(1)),
+                         {static_cast<int64_t>(a.at(2)), static_cast<int64_t>(a.at(3))}));
+  if (name == "affine")  // rotate 3, shear 6, translate 3, scale 3, [spatial_size 3]
+    return vt::Affine(slice(a, 0, 3), slice(a, 3, 9), slice(a, 9, 12), slice(a, 12, 15),
+                      as_ints(slice(a, 15, 18)), opt(1, "bilinear"), opt(2, "reflection"),
+                      opt(3, "") == "align");
+  if (name == "rand_affine")  // prob, then the same ranges (f: U(-f, f)), [spatial_size 3]
+    return set_share(vt::RandAffine(a.at(0), as_ranges(slice(a, 1, 4)), as_ranges(slice(a, 4, 10)),
+                                    as_ranges(slice(a, 10, 13)), as_ranges(slice(a, 13, 16)),
+                                    as_ints(slice(a, 16, 19)), opt(1, "bilinear"),
+                                    opt(2, "reflection")));
+  if (name == "rotate")  // 3 angles, keep_size
+    return vt::Rotate(slice(a, 0, 3), a.at(3) != 0, opt(1, "bilinear"), opt(2, "border"),
+                      opt(3, "") == "align");
+  if (name == "rand_rotate")  // range_x, range_y, range_z, prob, keep_size
+    return set_share(vt::RandRotate(a.at(0), a.at(1), a.at(2), a.at(3), a.at(4) != 0,
+                                    opt(1, "bilinear"), opt(2, "border"), opt(3, "") == "align"));
+  if (name == "resize") return vt::Resize(as_ints(a), opt(1, "area"));
+  if (name == "zoom")  // 3 factors, keep_size
+    return vt::Zoom(slice(a, 0, 3), opt(1, "area"), a.at(3) != 0, opt(2, "edge"));
+  if (name == "rand_zoom")  // prob, min, max, keep_size
+    return set_share(vt::RandZoom(a.at(0), {a.at(1)}, {a.at(2)}, opt(1, "area"), opt(2, "edge"),
+                                  std::nullopt, a.at(3) != 0));
+  if (name == "spacing")  // pixdim 3, [recompute_affine]
+    return vt::Spacing(slice(a, 0, 3), opt(1, "bilinear"), opt(2, "border"), false, false, false,
+                       a.size() > 3 && a[3] != 0);
+  if (name == "orientation") return vt::Orientation(opt(1, "RAS"));
+  if (name == "spatial_crop")
+    return vt::SpatialCrop(as_ints(slice(a, 0, 3)), as_ints(slice(a, 3, 6)));
+  if (name == "spatial_crop_centered")
+    return vt::SpatialCrop::centered(as_ints(slice(a, 0, 3)), as_ints(slice(a, 3, 6)));
+  if (name == "center_crop") return vt::CenterSpatialCrop(as_ints(a));
+  TORCH_CHECK_VALUE(false, "unknown step '", spec, "'");
+}
+// Compose: steps[j] with args[offsets[j]:offsets[j + 1]]. Returns (outputs, affine, maps, meta,
+// groups (G, 2), per-step seeds (step_seed), single_map).
+std::tuple<std::vector<at::Tensor>, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+           bool>
+compose(at::TensorList inputs, const std::vector<std::string>& steps, c10::ArrayRef<double> args,
+        c10::IntArrayRef offsets, int64_t seed, int64_t first_sample, bool lazy, bool share,
+        const OptModes& modes, const std::optional<at::Tensor>& affine) {
+  TORCH_CHECK_VALUE(offsets.size() == steps.size() + 1, "offsets must have steps + 1 entries");
+  std::vector<vt::Step> list;
+  for (size_t j = 0; j < steps.size(); ++j)
+    list.push_back(
+        make_step(steps[j], floats(args.slice(offsets[j], offsets[j + 1] - offsets[j])), share));
+  const vt::Compose c(std::move(list), lazy);
+  const vt::ComposeResult r = c(inputs, seed, first_sample, modes.value_or(vt::Modes{}), affine);
+  at::Tensor groups = at::empty({static_cast<int64_t>(r.groups.size()), 2}, at::kLong);
+  for (size_t g = 0; g < r.groups.size(); ++g)
+    groups[g][0] = r.groups[g].first, groups[g][1] = r.groups[g].second;
+  std::vector<int64_t> seeds;
+  for (size_t j = 0; j < steps.size(); ++j) seeds.push_back(vt::Compose::step_seed(seed, j));
+  return {r.outputs, r.affine, r.maps, r.meta, groups, at::tensor(seeds, at::kLong), r.single_map};
+}
+// A single transform's Result launch description (what Compose plans with).
+std::tuple<bool, bool, int64_t, int64_t, bool> describe(at::TensorList inputs,
+                                                        c10::string_view step,
+                                                        c10::ArrayRef<double> args, int64_t seed,
+                                                        const OptModes& modes,
+                                                        const std::optional<at::Tensor>& affine) {
+  const vt::Compose c({make_step(std::string(step), floats(args), false)});
+  const int64_t n = inputs.at(0).dim() == 5 ? inputs[0].size(0) : 1;
+  const vt::Draw d = c.draw(n, seed).at(0);
+  const vt::Result r = std::visit(
+      [&](const auto& t) -> vt::Result {
+        using T = std::decay_t<decltype(t)>;
+        if constexpr (std::is_base_of_v<vt::RandomTransform, T>) {
+          return t.apply(inputs, d, modes.value_or(vt::Modes{}), affine);
+        } else {
+          return t(inputs, modes.value_or(vt::Modes{}), affine);
+        }
+      },
+      c.steps()[0]);
+  return {r.single_map, r.exact, r.kernel_mode, r.padding, r.align_corners};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(voxaug_cxx_test_spatial, m) {
@@ -261,4 +376,11 @@ TORCH_LIBRARY(voxaug_cxx_test_spatial, m) {
       "float[] translate_range, float[] scale_range, int[] paired, int seed, int first_sample) "
       "-> Tensor",
       &rand_affine_matrices);
+  def("compose(Tensor[] inputs, str[] steps, float[] args, int[] offsets, int seed, "
+      "int first_sample, bool lazy, bool share, " +
+          tail + " -> (Tensor[], Tensor, Tensor, Tensor, Tensor, Tensor, bool)",
+      &compose);
+  def("describe(Tensor[] inputs, str step, float[] args, int seed, " + tail +
+          " -> (bool, bool, int, int, bool)",
+      &describe);
 }

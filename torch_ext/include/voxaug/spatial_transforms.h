@@ -67,7 +67,7 @@
 //
 // Not in this API (the Python transforms have them): interpolate's "bicubic" for Resize / Zoom /
 // RandZoom (c10::NotImplementedError, as in Python), MONAI's integer spline-order modes (0 / 1 /
-// 3: use "nearest" / "bilinear" / "bicubic"), the invertibility records, lazy fusion, per-call
+// 3: use "nearest" / "bilinear" / "bicubic"), the invertibility records, per-call
 // overrides of the constructor's options (MONAI's __call__ mode=, spatial_size=, ...; Spacing's
 // output_spatial_shape is a constructor argument here). MONAI's `dtype` of the grid transforms
 // (Affine, Rotate, Spacing, ..) and `device` / `cache_grid` are not taken: arithmetic follows
@@ -81,6 +81,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace voxaug::transforms {
@@ -92,6 +93,16 @@ struct Result {
   at::Tensor maps;                  // (N, 4, 4) float64 CPU: output index -> input index (kernel)
   at::Tensor meta;                  // (N, 4, 4) float64 CPU: MONAI's affine update (affine @ meta)
   std::array<int64_t, 3> out_size{};
+  // How the call resampled inputs[0] (what Compose's lazy planning reads). single_map: one
+  // resample launch of `maps` and nothing else (no interpolate index table, 'area' pooling,
+  // anti-aliasing or keep_size padding; `affine` is the input affine @ meta). exact: a signed
+  // permutation / integer shift (Flip, Rotate90, Orientation, crops: nearest, zero padding).
+  // kernel_mode: 0 nearest, 1 linear, 2 cubic; padding: 0 zeros, 1 border, 2 reflection.
+  bool single_map = false;
+  bool exact = false;
+  int64_t kernel_mode = 0;
+  int64_t padding = 0;
+  bool align_corners = false;
 };
 
 // A random transform's draw for a batch (host, float64).
@@ -375,8 +386,8 @@ class RandZoom : public RandomTransform {
 // output_spatial_shape (MONAI's __call__ argument, a constructor argument here): empty: the
 // computed shape; 3 values (D, H, W) or 1 for all axes (as Python's voxaug; MONAI reads one
 // int as a 1-D shape), negative entries: the input's size on that axis (MONAI's
-// fall_back_tuple), 0: c10::ValueError; the new affine (its offset included) is the one computed for
-// pixdim either way, only the output grid's extent changes (recompute_affine then scales to the
+// fall_back_tuple), 0: c10::ValueError; the new affine (its offset included) is the one computed
+// for pixdim either way, only the output grid's extent changes (recompute_affine then scales to the
 // given shape).
 class Spacing {
  public:
@@ -412,6 +423,89 @@ class Orientation {
   std::string axcodes_;
   bool canonical_;
   Labels labels_;
+};
+
+// MONAI SpatialCrop: the box [roi_start, roi_end) per spatial axis (MONAI's compute_slices:
+// starts clamped at 0, an end below its start gives an empty axis, ends clamped at the image
+// size), or `roi_size` about `roi_center` (start max(center - floor(size / 2), 0), end start +
+// size). 1 value (every axis) or 3 (D, H, W) each; the two of a pair broadcast as MONAI's
+// _broadcast_int_pair. An integer translation: the exact path, bit-identical to slicing, any
+// dtype. An empty crop is a c10::ValueError (voxaug refuses empty outputs, as in Python).
+class SpatialCrop {
+ public:
+  SpatialCrop(std::vector<int64_t> roi_start, std::vector<int64_t> roi_end);
+  // MONAI's roi_center / roi_size form.
+  static SpatialCrop centered(std::vector<int64_t> roi_center, std::vector<int64_t> roi_size);
+  Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
+
+ private:
+  std::array<int64_t, 3> start_{}, end_{};
+};
+
+// MONAI CenterSpatialCrop: a roi_size crop about the centre size // 2 (1 or 3 values;
+// non-positive entries keep the image's size), i.e. SpatialCrop::centered(size // 2, roi_size).
+class CenterSpatialCrop {
+ public:
+  explicit CenterSpatialCrop(std::vector<int64_t> roi_size);
+  Result operator()(Inputs inputs, const Modes& modes = {}, const Affine4& affine = {}) const;
+
+ private:
+  std::vector<int64_t> roi_size_;
+};
+
+// One step of a Compose: any transform above.
+using Step =
+    std::variant<Flip, RandFlip, Rotate90, RandRotate90, Affine, RandAffine, Rotate, RandRotate,
+                 Resize, Zoom, RandZoom, Spacing, Orientation, SpatialCrop, CenterSpatialCrop>;
+
+// What a Compose call returns: Result (outputs, the final affine, out_size) plus how it ran.
+// maps / meta: the product of every step's maps / affine updates for inputs[0] (first @ ... @
+// last, (N, 4, 4) float64 CPU; per-input modes can give Resize / Zoom steps other maps for the
+// other inputs). groups: for inputs[0], each resampling in order as [first step, end step):
+// one resample launch of the group's product map, or a single step that ran as itself.
+struct ComposeResult : Result {
+  std::vector<std::pair<int64_t, int64_t>> groups;
+};
+
+// MONAI Compose(lazy=True) for the spatial transforms above, going further: consecutive steps
+// that are index maps (Result::single_map: every transform here except Resize / Zoom /
+// RandZoom calls that pool ('area'), use interpolate's nearest index table, anti-alias or pad
+// after the resample (Zoom keep_size with a zoom < 1, a RandZoom draw that pads), and Spacing
+// with recompute_affine) are multiplied into one per-sample map, in = M_1 @ M_2 @ ... @ M_k @
+// out (float64), and gathered in one resample launch from the group's input, crops included, so
+// rotate + zoom + crop of a batch is one gather and the crop's neighbourhood is read from the
+// real input rather than from an earlier step's padding. Per input (inputs[i] with modes[i]):
+// the exact steps (Flip, RandFlip, Rotate90, RandRotate90, Orientation, SpatialCrop,
+// CenterSpatialCrop) adopt the group's interpolation; the others must agree on (kernel mode,
+// padding, align_corners), and a step that does not, for any input, starts the next group of
+// every input (as Python's voxaug.transforms.Compose). A group of exact steps only is bit-identical
+// to the step-by-step result; with interpolating steps the result is one interpolation instead of
+// several (equal to the step-by-step one where no step reads padding, to interpolation accuracy). A
+// step that is no index map flushes every input's group and runs as itself. Inputs whose groups
+// have equal maps and options share one launch (image + label: one gather, each with its own mode).
+//
+// Planning runs each step on meta tensors of the inputs' shapes and dtypes (the transforms' own
+// host code, checks and errors; no data touched, nothing synced). The affine follows every step
+// as when they run one by one (affine @ meta each time).
+//
+// Random steps: draw(batch, seed, first_sample) draws step j with seed step_seed(seed, j) (the
+// steps' own draw(); deterministic steps get an empty Draw), so a Compose call equals calling the
+// random steps with those seeds; apply(inputs, draws) replays a draw. lazy=false runs every step
+// as itself (MONAI's default; the reference the fused result is compared with).
+class Compose {
+ public:
+  explicit Compose(std::vector<Step> steps, bool lazy = true);
+  static int64_t step_seed(int64_t seed, size_t step);  // splitmix64 of (seed, step)
+  std::vector<Draw> draw(int64_t batch, int64_t seed, int64_t first_sample = 0) const;
+  ComposeResult apply(Inputs inputs, const std::vector<Draw>& draws, const Modes& modes = {},
+                      const Affine4& affine = {}) const;
+  ComposeResult operator()(Inputs inputs, int64_t seed, int64_t first_sample = 0,
+                           const Modes& modes = {}, const Affine4& affine = {}) const;
+  const std::vector<Step>& steps() const { return steps_; }
+
+ private:
+  std::vector<Step> steps_;
+  bool lazy_;
 };
 
 }  // namespace voxaug::transforms
