@@ -88,7 +88,9 @@ Differences from MONAI, by design:
   SpatialCrop / CenterSpatialCrop included, are multiplied into one map and gathered once
   (see :func:`compose_spatial` and the "lazy composition" notes at the end of this module).
 - Not supported yet (NotImplementedError): interpolate's ``bicubic`` (Resize, Zoom), MONAI's
-  integer spline orders other than 0, 1 and 3, Affine ``normalized=True``. Size-1 axes with
+  integer spline orders other than 0, 1 and 3, Affine ``normalized=True`` with an integer spline
+  order (MONAI's scipy backend reads the matrix differently there; with 'nearest', 'bilinear'
+  and 'bicubic' it follows MONAI's grid_sample reading). Size-1 axes with
   ``align_corners=True`` in Rotate: MONAI's normalisation degenerates there; voxaug keeps the
   plain index map.
 - Shapes that would differ between the samples of a batch are refused (ValueError):
@@ -351,6 +353,20 @@ def _grid_index_map(a: np.ndarray, in_size, out_size, align_corners: bool) -> tu
         f_in = np.diag([s / max(2, s) for s in in_size] + [1.0])
         g_out = np.eye(4)
     return t_in @ f_in @ a @ g_out @ t_out, t_in @ a @ t_out
+
+
+def _normalized_index_map(a: np.ndarray, in_size, out_size, align_corners: bool) -> np.ndarray:
+    """MONAI Affine(normalized=True), i.e. Resample(norm_coords=False) on grid_sample: `a` maps
+    the centred output grid (AffineGrid's, times max(2, s) / (max(2, s) - 1) per output axis with
+    align_corners) straight to grid_sample's normalised input coordinates x in [-1, 1], without the
+    2 / max(2, s_in) normalisation; input index i = (x + 1) * s_in / 2 - 1 / 2, or
+    (x + 1) * (s_in - 1) / 2 with align_corners. MONAI's returned affine is still compute_w_affine
+    of `a` (it reads `a` as a voxel map), so the metadata map of _grid_index_map is kept."""
+    t_in = _translate([(s - 1) / 2 for s in in_size])
+    t_out = _translate([-(s - 1) / 2 for s in out_size])
+    f_in = np.diag([((s - 1) if align_corners else s) / 2 for s in in_size] + [1.0])
+    g_out = np.diag([max(2, s) / (max(2, s) - 1) if align_corners else 1.0 for s in out_size] + [1.0])
+    return t_in @ f_in @ a @ g_out @ t_out
 
 
 # ---------------- modes ----------------
@@ -1167,9 +1183,7 @@ class Affine(_Spatial):
                  device=None, dtype=np.float32, align_corners: bool = False, image_only: bool = False,
                  lazy: bool = False, rotate_order: str = "XYZ"):
         _not_lazy(lazy)
-        if normalized:
-            raise NotImplementedError("normalized=True (an affine in grid_sample's normalised coordinates) is not "
-                                      "supported by voxaug; pass a voxel-space affine")
+        self.normalized = bool(normalized)
         if affine is not None:
             a = np.asarray(affine.detach().cpu() if isinstance(affine, torch.Tensor) else affine, dtype=np.float64)
             if a.shape != (4, 4) or not np.all(np.isfinite(a)):
@@ -1181,17 +1195,24 @@ class Affine(_Spatial):
         self.translate_params, self.scale_params = translate_params, scale_params
         self.spatial_size, self.mode, self.padding_mode = spatial_size, mode, padding_mode
         self.align_corners, self.image_only = bool(align_corners), image_only
-        _grid_opts(mode, padding_mode, align_corners)  # validate now
+        self._options(mode)  # validate now
         _fall_back_size(spatial_size, (1, 1, 1))
 
     def _options(self, mode=None, padding_mode=None, align_corners=None, spatial_size=None):
-        return _grid_opts(self.mode if mode is None else mode,
-                          self.padding_mode if padding_mode is None else padding_mode,
+        mode = self.mode if mode is None else mode
+        if self.normalized and isinstance(_name(mode), (int, np.integer)) and not isinstance(_name(mode), bool):
+            raise NotImplementedError(
+                f"normalized=True with the spline order mode={_name(mode)}: MONAI's scipy backend reads a "
+                "normalized matrix's result as voxel indices, not grid_sample's [-1, 1]; voxaug follows only the "
+                "grid_sample reading (modes 'nearest', 'bilinear', 'bicubic')")
+        return _grid_opts(mode, self.padding_mode if padding_mode is None else padding_mode,
                           self.align_corners if align_corners is None else align_corners)
 
     def _geometry(self, in_size, n, params, opts, spatial_size=None):
         out_size = _fall_back_size(self.spatial_size if spatial_size is None else spatial_size, in_size)
         k, meta = _grid_index_map(self._a, in_size, out_size, opts.align_corners)
+        if self.normalized:
+            k = _normalized_index_map(self._a, in_size, out_size, opts.align_corners)
         return _Geometry(_stack([k] * n, 3), out_size, _stack([meta] * n), opts.padding)
 
     def __call__(self, img, spatial_size=None, mode=None, padding_mode=None, lazy: Optional[bool] = None):

@@ -29,7 +29,7 @@ test_spacing.py, their tolerances imported):
   are also bit-identical to Python's RandZoom replaying the same draw.
 - The constructor arguments of issue 3: rotate_order (Affine, Rotate: MONAI's create_rotate
   orders, extrinsic and intrinsic), Affine's explicit `affine` (vs MONAI and Python) and
-  `normalized` (vs MONAI; Python's Affine refuses it), Resize / Zoom / RandZoom `dtype` (the
+  `normalized` (vs MONAI and Python), Resize / Zoom / RandZoom `dtype` (the
   precision of interpolate's nearest table, 'area' and anti-aliasing; float64 picks other
   source voxels than float32 for 84 -> 100: bit-identical to MONAI's and Python's with that
   dtype, None = each input's own), Spacing's output_spatial_shape (vs MONAI and Python).
@@ -727,7 +727,7 @@ def test_affine_normalized_like_monai(inia, align_corners, spatial_size, built):
     """normalized=True (MONAI's Resample(norm_coords=False)): the matrix maps centred output voxels
     to grid_sample's [-1, 1] input coordinates; given explicitly or built from parameters (a
     rotation scaled into normalised units). Images / labels / the returned affine (MONAI's
-    compute_w_affine of the matrix) as MONAI's. Python's Affine refuses normalized=True."""
+    compute_w_affine of the matrix) as MONAI's; Python's Affine bit-identical."""
     img, lab, aff = inia
     size = list(spatial_size or [])
     if built:
@@ -747,8 +747,19 @@ def test_affine_normalized_like_monai(inia, align_corners, spatial_size, built):
     np.testing.assert_allclose(out_aff.numpy(), ref.affine.numpy(), rtol=0, atol=2e-6 * ref.affine.abs().max().item())
     (voxel,), _, _, _ = cxx.affine([img], *args, size, "bilinear", "zeros", align_corners, **extra)
     assert not torch.equal(voxel, oi)  # the same matrix read in voxel units
-    with pytest.raises(NotImplementedError, match="normalized"):
-        vt.Affine(**kw)
+    # Python's Affine: the same maps (bit-identical outputs), MONAI's returned affine
+    py, py_aff = vt.Affine(**kw)(MetaTensor(img, affine=aff))
+    assert_bitwise(plain(py), oi)
+    assert torch.equal(py.affine.double(), out_aff)
+    assert_bitwise(vt.Affine(**kw, mode="nearest", image_only=True)(lab), ol)
+    np.testing.assert_allclose(np.asarray(py_aff, dtype=np.float64),
+                               np.asarray(mt.Affine(**kw)(MetaTensor(img, affine=aff))[1], dtype=np.float64), rtol=0,
+                               atol=1e-6)
+    # in a lazy Compose the normalized map fuses with the next step like any other
+    fused = vt.Compose([vt.Affine(**kw, image_only=True), vt.Flip(1)])(img)
+    tsp.assert_image_close(fused, torch.flip(oi, [2]))
+    with pytest.raises(NotImplementedError, match="spline order"):  # MONAI's scipy backend: voxel indices
+        vt.Affine(**dict(kw, mode=1))
 
 
 def test_resize_dtype_like_monai_and_python(inia):

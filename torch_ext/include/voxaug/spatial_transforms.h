@@ -208,7 +208,7 @@ class RandRotate90 : public RandomTransform {
 //   without MONAI's 2 / max(2, S) normalisation; for every mode (MONAI's spline-order backend
 //   reads normalized coordinates differently; not followed). Result::meta stays MONAI's
 //   compute_w_affine of A, which treats A as a voxel map even then: the returned affine is
-//   MONAI's, not the geometry of the resampling. Python's voxaug.Affine refuses normalized=True.
+//   MONAI's, not the geometry of the resampling (Python's voxaug.Affine: the same maps).
 class Affine {
  public:
   Affine(std::vector<double> rotate_params = {}, std::vector<double> shear_params = {},
