@@ -42,6 +42,12 @@ Cases
       RandAdjustContrast, RandGaussianSmooth, RandGaussianSharpen (MONAI's defaults, prob 1) vs
       MONAI, and RandomGamma, RandomBlur, RandomBiasField (TorchIO's defaults) vs TorchIO, on
       1x1x224x224x160 and 2x1x128^3; bar (issue 5): >= 3x on CPU
+  (m) lazy spatial composition (--only lazy): RandAffined (rotation, scale; bilinear / nearest,
+      zeros) -> RandFlipd -> Rotate90d -> CenterSpatialCropd(128^3) on the real ch2 + aal
+      (181x217x181 float32 image + int16 label, prob 1): voxaug's Compose (one gather of the
+      product map for image and label) vs MONAI's Compose step by step and with lazy=True
+      (MONAI resamples once per key; its lazy mode needs `overrides` to keep the label nearest,
+      else it interpolates the label bilinearly). Checked: shapes, image means, label values
   (k) nnU-Net chain (--only nnunet): noise, blur, brightness, contrast, low resolution, inverted
       gamma, gamma as one Compose, prob 1 (the bar, 5x on CPU) and nnU-Net's probabilities
 
@@ -1001,6 +1007,54 @@ def bandwidth(device, args):
             "chain_GBps": chain_gbs, "copy_GBps": copy_gbs, "ratio_to_copy": chain_gbs / copy_gbs}
 
 
+def check_lazy(label_values):
+    def check(x, m, v):
+        ok = m.shape == v.shape and bool(torch.isfinite(v).all())
+        rel = abs(v.mean().item() - m.mean().item()) / max(1e-6, abs(m.mean().item()))
+        ok = ok and rel < 0.1  # a mild random rotation / scale keeps the mean of the centre crop
+        labels = [set(torch.unique(plain(t)).tolist()) for t in label_outputs]
+        ok = ok and all(u <= label_values for u in labels)
+        return ok, f"mean {m.mean().item():.1f}/{v.mean().item():.1f}, labels " + \
+            ("ok" if all(u <= label_values for u in labels) else "NOT labels")
+    label_outputs: list = []
+    check.label_outputs = label_outputs
+    return check
+
+
+def lazy_rows(device, args):
+    """(m): a spatial chain on ch2 + aal, voxaug's fused Compose vs MONAI's, eager and lazy."""
+    img, lab = load_ch2_aal(device)
+    keys = ["image", "label"]
+    ranges = dict(rotate_range=(0.3, 0.3, 0.3), scale_range=(0.1, 0.1, 0.1))
+
+    def chain(lib, **kw):
+        return [lib.RandAffined(keys, prob=1.0, mode=("bilinear", "nearest"), padding_mode="zeros", **ranges, **kw),
+                lib.RandFlipd(keys, prob=1.0, spatial_axis=0, **kw), lib.Rotate90d(keys, k=1, spatial_axes=(0, 1)),
+                lib.CenterSpatialCropd(keys, (128, 128, 128))]
+    values = set(torch.unique(lab).tolist())
+    rows = []
+    v_c = vt.Compose(chain(vt, seed=SEED))
+    overrides = {k: {"mode": m, "padding_mode": "zeros"} for k, m in zip(keys, ("bilinear", "nearest"))}
+    for name, lazy in (("(m) lazy chain vs MONAI", False), ("(m) lazy chain vs MONAI lazy", True)):
+        m_c = mt.Compose(chain(mt), lazy=lazy, overrides=overrides if lazy else None)
+        m_c.set_random_state(SEED)
+        check = check_lazy(values)
+
+        def monai_call(x1, m_c=m_c, check=check):
+            out = m_c({"image": x1, "label": lab[0]})
+            if not check.label_outputs:
+                check.label_outputs.append(out["label"])  # the first (checked) call's label
+            return out["image"]
+
+        def voxaug_call(xb, check=check):
+            out = v_c({"image": xb, "label": lab})
+            if len(check.label_outputs) < 2:
+                check.label_outputs.append(out["label"])
+            return out["image"]
+        rows.append(run_case(name, img, monai_call, voxaug_call, check, device, args))
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1010,7 +1064,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=2, help="untimed calls first (default 2)")
     ap.add_argument("--only", default="intensity,spatial,deform,filter,crop",
                     help="comma-separated case groups: intensity (a-c, i), spatial (e), deform (f), filter (g), "
-                         "crop (h); intensity-new: only (i); intensity-more: (l); degrade (j), nnunet (k)")
+                         "crop (h); intensity-new: only (i); intensity-more: (l); degrade (j), nnunet (k), "
+                         "lazy (m)")
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:
         ap.error("--repeats must be >= 1 and --warmup >= 0")
@@ -1036,7 +1091,7 @@ def main(argv=None) -> int:
 
     groups = set(args.only.split(","))
     known = {"intensity", "intensity-new", "intensity-more", "spatial", "deform", "filter", "crop", "degrade",
-             "nnunet"}
+             "nnunet", "lazy"}
     if not groups <= known:
         ap.error(f"--only: unknown group(s) {sorted(groups - known)}")
     rows = []
@@ -1076,6 +1131,8 @@ def main(argv=None) -> int:
     if "nnunet" in groups:
         rows.extend(nnunet_rows(device, args))
     end_nnunet = len(rows)
+    if "lazy" in groups:
+        rows.extend(lazy_rows(device, args))
 
     head = (f"{'case':<27} {'shape':<15} {'device':<6} {'monai ms':>9} {'voxaug ms':>9} {'speedup':>8}"
             "  check (monai/voxaug)")
