@@ -179,6 +179,14 @@ ComposeResult Compose::apply(Inputs inputs, const std::vector<Draw>& draws, cons
                       x.defined() ? std::to_string(x.dim()) + "-D" : std::string("undefined"));
     Chain c;
     c.x = x.dim() == 4 ? x.unsqueeze(0) : x;
+    if (i > 0) {  // as every transform's call: one batch, one spatial size, one device
+      const at::Tensor& y = chains[0].x;
+      TORCH_CHECK_VALUE(c.x.size(0) == y.size(0) && c.x.sizes().slice(2) == y.sizes().slice(2),
+                        "inputs[", i, "] must have the batch size and spatial size of inputs[0] (",
+                        y.size(0), ", ", y.sizes().slice(2), "), got ", c.x.sizes());
+      TORCH_CHECK_VALUE(c.x.device() == y.device(), "inputs[", i,
+                        "] must be on inputs[0]'s device ", y.device(), ", got ", c.x.device());
+    }
     c.meta = meta_like(c.x);
     c.mode = i < modes.size() ? modes[i] : std::string();
     chains.push_back(std::move(c));

@@ -297,6 +297,18 @@ def test_draws_are_the_steps_own_with_step_seeds(ch2aal):
         assert_bitwise(sh[i], sh[0])
 
 
+def test_empty_batch_and_output_dtypes():
+    """N = 0: the shapes and dtypes of the step-by-step result, no launch needed to say so."""
+    x = torch.rand(0, 1, 10, 12, 14)
+    steps = [("rotate:bilinear:zeros", [0.1, 0, 0, 1]), ("flip", [0]), ("center_crop", [6, 7, 8])]
+    lazy = compose([x, x.long(), x.half()], steps)
+    ref = compose([x, x.long(), x.half()], steps, lazy=False)
+    for a, b in zip(lazy[0], ref[0]):
+        assert a.shape == b.shape == (0, 1, 6, 7, 8) and a.dtype == b.dtype
+    assert [o.dtype for o in lazy[0]] == [torch.float32, torch.float32, torch.float16]
+    assert lazy[2].shape == (0, 4, 4)
+
+
 # ---------------- launch descriptions ----------------
 @pytest.mark.parametrize("step,args,expect", [
     ("flip", [0], (True, True, 0, 0, False)),
@@ -326,6 +338,10 @@ def test_bad_arguments():
         compose([x], [("flip", [0])], modes=["", "nearest"])
     with pytest.raises(ValueError, match=r"inputs\[0\] must be 5-D"):
         compose([x[0, 0]], [("flip", [0])])
+    with pytest.raises(ValueError, match=r"inputs\[1\] must have the batch size and spatial size"):
+        compose([x, torch.rand(1, 1, 8, 8, 9)], [("flip", [0])])
+    with pytest.raises(ValueError, match=r"inputs\[1\] must have the batch size and spatial size"):
+        compose([x, torch.rand(2, 1, 8, 8, 8)], [("flip", [0])])
     with pytest.raises(ValueError, match="mode"):
         compose([x], [("rotate:cubic:zeros", [0.1, 0, 0, 1])])
 
