@@ -99,26 +99,32 @@ std::vector<at::Tensor> resample_deformed_impl(
     at::TensorList inputs, const at::Tensor& matrices, const at::Tensor& field, int64_t kind,
     at::ArrayRef<double> scale, at::ArrayRef<double> offset, at::IntArrayRef out_size,
     at::IntArrayRef modes, at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
-    bool align_corners, const std::optional<at::Tensor>& field_map) {
+    bool align_corners, const std::optional<at::Tensor>& field_map,
+    const std::optional<at::Tensor>& starts) {
   TORCH_CHECK_VALUE(!inputs.empty(), "inputs must hold at least one tensor");
   check_5d(inputs[0], "inputs[0]");
-  const BoundField b = bind_field(field, kind, scale, offset, out_size, inputs[0].size(0),
+  const int64_t group = starts ? patch_group(*starts) : 1;
+  const at::Tensor full = starts ? patch_matrices(inputs, matrices, *starts, false) : matrices;
+  const BoundField b = bind_field(field, kind, scale, offset, out_size, inputs[0].size(0) * group,
                                   inputs[0].device(), field_map);
   const c10::DeviceGuard guard(inputs[0].device());
-  return resample_forward(inputs, matrices, out_size, modes, paddings, pad_values, align_corners,
-                          &b.f);
+  return resample_forward(inputs, full, out_size, modes, paddings, pad_values, align_corners, &b.f,
+                          group);
 }
 
 std::vector<at::Tensor> resample_deformed_meta(
     at::TensorList inputs, const at::Tensor& matrices, const at::Tensor& field, int64_t kind,
     at::ArrayRef<double> scale, at::ArrayRef<double> offset, at::IntArrayRef out_size,
     at::IntArrayRef modes, at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
-    bool align_corners, const std::optional<at::Tensor>& field_map) {
+    bool /*align_corners*/, const std::optional<at::Tensor>& field_map,
+    const std::optional<at::Tensor>& starts) {
   TORCH_CHECK_VALUE(!inputs.empty(), "inputs must hold at least one tensor");
   check_5d(inputs[0], "inputs[0]", true);
-  field_descriptor(field, kind, scale, offset, out_size, inputs[0].size(0), inputs[0].device(),
-                   true, field_map);
-  return resample_meta(inputs, matrices, out_size, modes, paddings, pad_values, align_corners);
+  const int64_t group = starts ? patch_group(*starts) : 1;
+  const at::Tensor full = starts ? patch_matrices(inputs, matrices, *starts, true) : matrices;
+  field_descriptor(field, kind, scale, offset, out_size, inputs[0].size(0) * group,
+                   inputs[0].device(), true, field_map);
+  return resample_meta_grouped(inputs, full, out_size, modes, paddings, pad_values, group);
 }
 
 at::Tensor dense_output(const at::Tensor& field, at::IntArrayRef out_size,

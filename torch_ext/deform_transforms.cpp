@@ -55,9 +55,10 @@ std::vector<at::Tensor> resample_deformed(at::TensorList inputs, const at::Tenso
   static auto op = handle<std::vector<at::Tensor>(
       at::TensorList, const at::Tensor&, const at::Tensor&, int64_t, at::ArrayRef<double>,
       at::ArrayRef<double>, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, at::ArrayRef<double>,
-      bool, const std::optional<at::Tensor>&)>("voxaug::resample_deformed");
+      bool, const std::optional<at::Tensor>&, const std::optional<at::Tensor>&)>(
+      "voxaug::resample_deformed");
   return op.call(inputs, matrices, field, kind, scale, offset, out_size, modes, paddings,
-                 pad_values, false, field_map);
+                 pad_values, false, field_map, std::nullopt);
 }
 
 at::Tensor deform_field_dense(const at::Tensor& field, int64_t kind, at::ArrayRef<double> scale,

@@ -43,7 +43,7 @@ namespace voxaug {  // torch_ext/window.cpp: kernels of the window schemas witho
 std::vector<int64_t> window_layout_entry(at::IntArrayRef image_size, at::IntArrayRef roi_size,
                                          at::ArrayRef<double> overlap);
 at::Tensor window_accumulator_entry(at::IntArrayRef sizes, at::ScalarType dtype, at::Device device,
-                                   bool zero);
+                                    bool zero);
 at::Tensor window_importance_map_entry(at::IntArrayRef roi_size, c10::string_view mode,
                                        at::ArrayRef<double> sigma_scale, at::ScalarType dtype,
                                        at::Device device);
@@ -99,10 +99,14 @@ TORCH_LIBRARY(voxaug, m) {
   // g = field_scale * x + field_offset per axis; 2 dense (N, 3, D', H', W'); 3 separable
   // (N, 3, L, 1, 1). Displacements in output voxels. field_map (optional, B-spline): per-sample
   // (N, 6) float64 (scale d, h, w, offset d, h, w) replacing field_scale / field_offset.
+  // starts (optional): K patches per input volume as resample_patches (inputs (M, ...), starts
+  // (M, K, 3), matrices, field and field_map for the M * K patches): a crop, a spatial map and
+  // the deformation as one gather from the full volumes.
   m.def(
       "resample_deformed(Tensor[] inputs, Tensor matrices, Tensor field, int field_kind, "
       "float[] field_scale, float[] field_offset, int[] out_size, int[] modes, int[] paddings, "
-      "float[] pad_values, bool align_corners=False, Tensor? field_map=None) -> Tensor[]");
+      "float[] pad_values, bool align_corners=False, Tensor? field_map=None, "
+      "Tensor? starts=None) -> Tensor[]");
   m.def(
       "deform_field_dense(Tensor field, int field_kind, float[] field_scale, float[] field_offset, "
       "int[] out_size, ScalarType? dtype=None, Tensor? field_map=None) -> Tensor");
@@ -402,18 +406,16 @@ std::vector<at::Tensor> resample_patches(at::TensorList inputs, const at::Tensor
   return op.call(inputs, matrices, starts, out_size, modes, paddings, pad_values, align_corners);
 }
 
-std::tuple<at::Tensor, at::Tensor> phantom(int64_t batch, at::IntArrayRef size,
-                                           int64_t num_classes, int64_t seed,
-                                           int64_t first_sample, at::Device device) {
-  static auto op =
-      handle<std::tuple<at::Tensor, at::Tensor>(int64_t, at::IntArrayRef, int64_t, int64_t,
-                                                int64_t, at::Device)>("voxaug::phantom");
+std::tuple<at::Tensor, at::Tensor> phantom(int64_t batch, at::IntArrayRef size, int64_t num_classes,
+                                           int64_t seed, int64_t first_sample, at::Device device) {
+  static auto op = handle<std::tuple<at::Tensor, at::Tensor>(
+      int64_t, at::IntArrayRef, int64_t, int64_t, int64_t, at::Device)>("voxaug::phantom");
   return op.call(batch, size, num_classes, seed, first_sample, device);
 }
 at::Tensor phantom_params(int64_t batch, int64_t num_classes, int64_t seed, int64_t first_sample,
                           at::Device device) {
-  static auto op = handle<at::Tensor(int64_t, int64_t, int64_t, int64_t, at::Device)>(
-      "voxaug::phantom_params");
+  static auto op =
+      handle<at::Tensor(int64_t, int64_t, int64_t, int64_t, at::Device)>("voxaug::phantom_params");
   return op.call(batch, num_classes, seed, first_sample, device);
 }
 

@@ -65,9 +65,8 @@ Checked check_and_allocate(at::TensorList inputs, const at::Tensor& matrices,
   Checked c;
   c.matrices = matrices.to(at::kDouble).contiguous();
   for (size_t i = 0; i < k; ++i)
-    c.outputs.push_back(
-        at::empty({batch, inputs[i].size(1), out_size[0], out_size[1], out_size[2]},
-                  inputs[i].options()));
+    c.outputs.push_back(at::empty({batch, inputs[i].size(1), out_size[0], out_size[1], out_size[2]},
+                                  inputs[i].options()));
   return c;
 }
 
@@ -78,6 +77,14 @@ std::vector<at::Tensor> resample_meta(at::TensorList inputs, const at::Tensor& m
                                       at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
                                       bool) {
   return check_and_allocate(inputs, matrices, out_size, modes, paddings, pad_values, true).outputs;
+}
+
+std::vector<at::Tensor> resample_meta_grouped(at::TensorList inputs, const at::Tensor& matrices,
+                                              at::IntArrayRef out_size, at::IntArrayRef modes,
+                                              at::IntArrayRef paddings,
+                                              at::ArrayRef<double> pad_values, int64_t group) {
+  return check_and_allocate(inputs, matrices, out_size, modes, paddings, pad_values, true, group)
+      .outputs;
 }
 
 std::vector<at::Tensor> resample_forward(at::TensorList inputs, const at::Tensor& matrices,
@@ -130,8 +137,6 @@ std::vector<at::Tensor> resample_forward(at::TensorList inputs, const at::Tensor
   return c.outputs;
 }
 
-namespace {
-
 // resample_patches: K patches per input volume, each matrix in patch coordinates; the crop's
 // start is added to the matrix offsets on the inputs' device (no host sync), then one launch.
 at::Tensor patch_matrices(at::TensorList inputs, const at::Tensor& matrices,
@@ -161,7 +166,11 @@ at::Tensor patch_matrices(at::TensorList inputs, const at::Tensor& matrices,
   return full;
 }
 
-int64_t patch_group(const at::Tensor& starts) { return starts.dim() == 3 ? starts.size(1) : 1; }
+int64_t patch_group(const at::Tensor& starts) {
+  return starts.dim() == 3 ? starts.size(1) : 1;
+}
+
+namespace {
 
 // The post-step arguments of resample_patches: checked, decoded for input post_input's
 // output batch (M * K patches).
@@ -172,15 +181,17 @@ PostSteps post_steps(at::TensorList inputs, const at::Tensor& starts, int64_t po
   PostSteps ps;
   if (ops.empty()) return ps;
   TORCH_CHECK_VALUE(post_input >= 0 && post_input < static_cast<int64_t>(inputs.size()),
-                    "post_input must index inputs (0..", inputs.size() - 1, ") when post_ops are "
-                    "given, got ", post_input);
+                    "post_input must index inputs (0..", inputs.size() - 1,
+                    ") when post_ops are "
+                    "given, got ",
+                    post_input);
   TORCH_CHECK_VALUE(first_sample >= 0 && first_sample <= UINT32_MAX,
                     "post_first_sample must be in [0, 2^32), got ", first_sample);
   const at::Tensor& x = inputs[static_cast<size_t>(post_input)];
   // An empty stand-in for the output batch (N = M * K, C, dtype, device): what decode checks
   // the per-sample values against.
-  const at::Tensor batch = at::empty({x.size(0) * patch_group(starts), x.size(1), 0, 0, 0},
-                                     x.options());
+  const at::Tensor batch =
+      at::empty({x.size(0) * patch_group(starts), x.size(1), 0, 0, 0}, x.options());
   ps.input = post_input;
   ps.steps = decode_chain(batch, ops, flags, params, seeds, values, keep);
   ps.first_sample = static_cast<uint32_t>(first_sample);
@@ -205,8 +216,7 @@ std::vector<at::Tensor> resample_patches_post_impl(
 std::vector<at::Tensor> resample_patches_impl(at::TensorList inputs, const at::Tensor& matrices,
                                               const at::Tensor& starts, at::IntArrayRef out_size,
                                               at::IntArrayRef modes, at::IntArrayRef paddings,
-                                              at::ArrayRef<double> pad_values,
-                                              bool align_corners) {
+                                              at::ArrayRef<double> pad_values, bool align_corners) {
   const at::Tensor full = patch_matrices(inputs, matrices, starts, false);
   return resample_forward(inputs, full, out_size, modes, paddings, pad_values, align_corners,
                           nullptr, patch_group(starts));
@@ -225,9 +235,8 @@ std::vector<at::Tensor> resample_patches_meta(at::TensorList inputs, const at::T
 std::vector<at::Tensor> resample_patches_post_meta(
     at::TensorList inputs, const at::Tensor& matrices, const at::Tensor& starts,
     at::IntArrayRef out_size, at::IntArrayRef modes, at::IntArrayRef paddings,
-    at::ArrayRef<double> pad_values, bool align_corners, int64_t, at::IntArrayRef,
-    at::IntArrayRef, at::ArrayRef<double>, at::IntArrayRef,
-    const c10::List<std::optional<at::Tensor>>&, int64_t) {
+    at::ArrayRef<double> pad_values, bool align_corners, int64_t, at::IntArrayRef, at::IntArrayRef,
+    at::ArrayRef<double>, at::IntArrayRef, const c10::List<std::optional<at::Tensor>>&, int64_t) {
   return resample_patches_meta(inputs, matrices, starts, out_size, modes, paddings, pad_values,
                                align_corners);
 }

@@ -41,5 +41,18 @@ std::vector<at::Tensor> resample_meta(at::TensorList inputs, const at::Tensor& m
                                       at::IntArrayRef out_size, at::IntArrayRef modes,
                                       at::IntArrayRef paddings, at::ArrayRef<double> pad_values,
                                       bool align_corners);
+// The same for `group` output samples per input sample (include/voxaug/resample.h).
+std::vector<at::Tensor> resample_meta_grouped(at::TensorList inputs, const at::Tensor& matrices,
+                                              at::IntArrayRef out_size, at::IntArrayRef modes,
+                                              at::IntArrayRef paddings,
+                                              at::ArrayRef<double> pad_values, int64_t group);
+
+// K patches per input volume (resample_patches, resample_deformed with starts): starts (M, K,
+// 3) integer crop starts on the inputs' device, matrices (M * K, 3, 4) in patch coordinates;
+// returns the float64 matrices with each patch's start added to the offsets, on the device (no
+// host sync; `meta`: checks only). patch_group: K.
+at::Tensor patch_matrices(at::TensorList inputs, const at::Tensor& matrices,
+                          const at::Tensor& starts, bool meta);
+int64_t patch_group(const at::Tensor& starts);
 
 }  // namespace voxaug::torch_ext

@@ -626,8 +626,8 @@ struct Augmenter {
         static auto deformed_op = op_handle<std::vector<at::Tensor>(
             at::TensorList, const at::Tensor&, const at::Tensor&, int64_t, at::ArrayRef<double>,
             at::ArrayRef<double>, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef,
-            at::ArrayRef<double>, bool, const std::optional<at::Tensor>&)>(
-            "voxaug::resample_deformed");
+            at::ArrayRef<double>, bool, const std::optional<at::Tensor>&,
+            const std::optional<at::Tensor>&)>("voxaug::resample_deformed");
         at::Tensor mv = m.clone();
         mv.select(2, 3).add_((c - half).reshape({-1, 3}).to(at::kDouble));
         const std::vector<at::Tensor> in = {
@@ -640,7 +640,8 @@ struct Augmenter {
           offset[a] = 0.625 / spacing + 1.0;
         }
         out = deformed_op.call(in, mv, field.narrow(0, v * num_samples, num_samples), 1, scale,
-                               offset, size, {1, 0}, {0, 0}, {0.0, 0.0}, false, std::nullopt);
+                               offset, size, {1, 0}, {0, 0}, {0.0, 0.0}, false, std::nullopt,
+                               std::nullopt);
       }
       imgs.push_back(out[0]);
       lbls.push_back(out[1]);

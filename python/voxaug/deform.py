@@ -122,8 +122,9 @@ class _Plan:
 
 
 def _launch(xs: Sequence[torch.Tensor], plan: _Plan, modes: Sequence[str], paddings: Sequence[str],
-            pad_values: Optional[Sequence[float]] = None) -> list[torch.Tensor]:
-    """One gather per up to 4 inputs through the plan's field."""
+            pad_values: Optional[Sequence[float]] = None, starts: Optional[torch.Tensor] = None) -> list[torch.Tensor]:
+    """One gather per up to 4 inputs through the plan's field. `starts` ((M, K, 3) on the data's
+    device): the plan is for the M * K patches of the (M, ...) inputs, cropped in the gather."""
     inputs = [x if m == "nearest" or x.is_floating_point() else x.float() for x, m in zip(xs, modes)]
     pad_values = [0.0] * len(inputs) if pad_values is None else list(pad_values)
     mats = _host_to(plan.mats, inputs[0].device)
@@ -133,7 +134,7 @@ def _launch(xs: Sequence[torch.Tensor], plan: _Plan, modes: Sequence[str], paddi
     for s in range(0, len(inputs), _MAX_TARGETS):
         sl = slice(s, s + _MAX_TARGETS)
         outs += ops.resample_deformed(inputs[sl], mats, field, plan.kind, plan.out_size, modes[sl], paddings[sl],
-                                      pad_values[sl], False, plan.scale, plan.offset, fmap)
+                                      pad_values[sl], False, plan.scale, plan.offset, fmap, starts)
     return outs
 
 
@@ -714,7 +715,8 @@ class RandomElasticDeformation(_RandomDeform):
 # plan (map A, field u on the deformation's output grid), out(x) = in(M_before A (x + u(x))):
 # one resample_deformed launch instead of one resample and one resample_deformed. Only the
 # case "spatial steps, then the deformation" fuses; spatial steps after a deformation start
-# the next group (fusing them would need the field pulled back through their maps).
+# the next group (fusing them would need the field pulled back through their maps). Patches
+# of a crop sampler (as_batch) before: the crop joins the launch too (resample_deformed's starts).
 #
 # RandomElasticDeformation (TorchIO) fuses as it calls: every 4-D / 5-D tensor of a dictionary,
 # label_interpolation for label_keys and integer tensors (the dtype the preceding steps leave:
@@ -819,7 +821,9 @@ def _fused_plans(t: Any, entries: Sequence[tuple]) -> dict:
     return plans
 
 
-def _fused_launch(xs: Sequence[torch.Tensor], mats: torch.Tensor, plan: _Plan, opts: Sequence[Any]) -> list:
+def _fused_launch(xs: Sequence[torch.Tensor], mats: torch.Tensor, plan: _Plan, opts: Sequence[Any],
+                  starts: Optional[torch.Tensor] = None) -> list:
     """The deformation's gather for inputs `xs` through (N, 3, 4) maps `mats` (the spatial group's
-    map times the plan's): one launch per up to 4 inputs."""
-    return _launch(xs, dataclasses.replace(plan, mats=mats), [o.mode for o in opts], [o.padding for o in opts])
+    map times the plan's): one launch per up to 4 inputs. `starts`: patches of `xs` (see _launch)."""
+    return _launch(xs, dataclasses.replace(plan, mats=mats), [o.mode for o in opts], [o.padding for o in opts],
+                   starts=starts)

@@ -196,19 +196,24 @@ def _modes_paddings(inputs, modes, paddings, pad_values):
 
 def resample_deformed(inputs, matrices: torch.Tensor, field: torch.Tensor, field_kind: int, out_size, modes,
                       paddings, pad_values=None, align_corners: bool = False, field_scale=(1.0, 1.0, 1.0),
-                      field_offset=(0.0, 0.0, 0.0), field_map: Optional[torch.Tensor] = None):
+                      field_offset=(0.0, 0.0, 0.0), field_map: Optional[torch.Tensor] = None,
+                      starts: Optional[torch.Tensor] = None):
     """:func:`resample` through a displacement field: out(x) = in(M (x + u(x))), u in output voxels
     (include/voxaug/deform.h). `field_kind`: BSPLINE_FIELD (control grid (N, 3, Kd, Kh, Kw), control
     index g = field_scale * x + field_offset per axis), DENSE_FIELD ((N, 3, D', H', W')) or
     SEPARABLE_FIELD ((N, 3, L, 1, 1): u_a depends on x_a only). `field_map` (B-spline): per-sample
     (N, 6) float64 (scale d, h, w, offset d, h, w) on the data's device instead of the shared
-    scale / offset. One launch for all inputs."""
+    scale / offset. `starts` ((M, K, 3) integer crop starts on the data's device, as
+    :func:`resample_patches`): K patches per (M, C, D, H, W) input, `matrices`, the field and
+    `field_map` for the M * K patches (patch coordinates); patch (m, k) reads volume m, so the
+    crop, the map and the deformation are one gather from the full volumes. One launch for all
+    inputs."""
     inputs = list(inputs)
     modes, paddings, pad_values = _modes_paddings(inputs, modes, paddings, pad_values)
     return torch.ops.voxaug.resample_deformed(inputs, matrices, field, int(field_kind),
                                               [float(v) for v in field_scale], [float(v) for v in field_offset],
                                               list(out_size), modes, paddings, pad_values, align_corners,
-                                              field_map)
+                                              field_map, starts)
 
 
 def deform_field_dense(field: torch.Tensor, field_kind: int, out_size, field_scale=(1.0, 1.0, 1.0),

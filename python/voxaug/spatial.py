@@ -649,6 +649,21 @@ class _PatchSource:
         return extract_patches(self.volume, self.centers, self.size)
 
 
+def _patch_volumes(srcs: Sequence[_PatchSource], opts: Sequence[_Opts]) -> list[torch.Tensor]:
+    """The full volumes the patches are gathered from (integer data interpolated as float32)."""
+    return [s.volume if o.mode == "nearest" or s.volume.is_floating_point() else s.volume.float()
+            for s, o in zip(srcs, opts)]
+
+
+def _patch_starts(src: _PatchSource) -> torch.Tensor:
+    """(M, K, 3) crop starts (centre - size // 2) on the centres' device."""
+    centers, halves = src.centers, [z // 2 for z in src.size]
+    if centers.device.type == "cpu":
+        return centers - torch.tensor(halves, dtype=centers.dtype)
+    # per-axis scalar offsets: no host-to-device copy (a tensor of the halves would be one)
+    return torch.stack([centers[..., a] - h for a, h in enumerate(halves)], -1)
+
+
 def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts],
          patches: Optional[dict] = None, post: Optional[dict] = None) -> list[torch.Tensor]:
     """One resample launch (per 4 inputs) for inputs that share `geom`. Inputs that stand for
@@ -664,13 +679,8 @@ def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts],
         if geom.tables is not None or geom.pool is not None or geom.smooth is not None:
             # an index gather, pooling or smoothing: cut the patches, then as usual
             return _run([s.extract() for s in srcs], geom, opts)
-        vols = [s.volume if o.mode == "nearest" or s.volume.is_floating_point() else s.volume.float()
-                for s, o in zip(srcs, opts)]
-        centers, halves = srcs[0].centers, [z // 2 for z in srcs[0].size]
-        if centers.device.type == "cpu":
-            starts = centers - torch.tensor(halves, dtype=centers.dtype)
-        else:  # per-axis scalar offsets: no host-to-device copy (a tensor of the halves would be one)
-            starts = torch.stack([centers[..., a] - h for a, h in enumerate(halves)], -1)
+        vols = _patch_volumes(srcs, opts)
+        starts = _patch_starts(srcs[0])
         mats = _host_to(geom.mats, vols[0].device)
         outs = []
         for s in range(0, len(vols), _MAX_TARGETS):
@@ -3106,21 +3116,31 @@ def _close_with_deformation(t: Any, d: dict, is_dict: bool, chains: dict, chain:
     sizes that differ, the cases voxaug.deform._fusion_keys lists for RandomElasticDeformation).
     Keys the deformation does not touch keep their pending groups.
 
+    Keys that stand for patches not yet cut (a crop sampler with ``as_batch`` before: `patches`)
+    are gathered from the full volumes: crop, pending steps and deformation as one launch
+    (resample_deformed with the crops' starts), the field planned on the patch grid as the
+    call on the cut patches would; except for TorchIO's RandomElasticDeformation, which runs
+    on the cut patches (its call pads beyond the window, see voxaug.deform).
+
     Equal to the steps run one by one up to interpolation (one gather instead of two; after
     exact steps with nearest sampling, equal but where a sample point lies within float32
     rounding of a voxel boundary), except where the step-by-step result reads padding: outside
-    a SpatialCrop's window the fused gather reads the real voxels (as the other fused crops
-    do). Draws: the deformation draws once, as
+    a SpatialCrop's window or a patch the fused gather reads the real voxels (as the other
+    fused crops do). Draws: the deformation draws once, as
     its call, after the steps before it drew theirs. A tracked MetaTensor gets the record the
     group writes without the deformation (the deformations write none: they are not
     invertible) and the group's affine."""
     from . import deform
 
     keys = deform._fusion_keys(t, d, is_dict, chains)
-    if not keys or not any(k in chains and chains[k].steps for k, _ in keys):
+
+    def source(k):  # the _PatchSource a placeholder stands for, or None
+        return patches.get(id(d[k])) if isinstance(d[k], torch.Tensor) else None
+
+    if not keys or not any((k in chains and chains[k].steps) or source(k) is not None for k, _ in keys):
         return False
     for k, opts in keys:
-        if isinstance(d[k], torch.Tensor) and id(d[k]) in patches:
+        if source(k) is not None and isinstance(t, deform.RandomElasticDeformation):
             return False
         ch = chains.get(k)
         if ch is not None and ch.steps and ch.mode_key not in (None, (opts.mode, opts.padding, False)):
@@ -3128,13 +3148,17 @@ def _close_with_deformation(t: Any, d: dict, is_dict: bool, chains: dict, chain:
     entries = []
     for k, _ in keys:
         ch = chain(k)
-        where = d[k].device if isinstance(d[k], torch.Tensor) else torch.device("cpu")
+        src = source(k)
+        where = src.volume.device if src is not None else \
+            d[k].device if isinstance(d[k], torch.Tensor) else torch.device("cpu")
         entries.append((k, ch.n, ch.size, where, ch.affine))  # the affine: RandomElasticDeformation's spacing
     if len({e[1] for e in entries}) != 1:
         return False  # the transform raises its own error
     plans = deform._fused_plans(t, entries)
-    launches: list[tuple[Any, torch.Tensor, list]] = []  # (plan, maps, [(key, x, restore, finish, opts)])
+    # (plan, maps, centres of the patches or None, [(key, x, restore, finish, opts, patch source)])
+    launches: list[tuple[Any, torch.Tensor, Any, list]] = []
     for k, opts in keys:
+        src = source(k)
         ch = chains.pop(k)
         if ch.steps:
             _, x, restore, geom, _, finish = ch.job(k, d[k])
@@ -3144,15 +3168,22 @@ def _close_with_deformation(t: Any, d: dict, is_dict: bool, chains: dict, chain:
             before, finish = None, (lambda out: out)
         plan = plans[k]
         maps = plan.mats if before is None else (before @ _square(plan.mats))[:, :3].contiguous()
-        for p, m, members in launches:
-            if p is plan and torch.equal(m, maps):
-                members.append((k, x, restore, finish, opts))
+        centers = None if src is None else src.centers
+        member = (k, x, restore, finish, opts, src)
+        for p, m, c, members in launches:
+            if p is plan and c is centers and torch.equal(m, maps):
+                members.append(member)
                 break
         else:
-            launches.append((plan, maps, [(k, x, restore, finish, opts)]))
-    for plan, maps, members in launches:
-        outs = deform._fused_launch([m[1] for m in members], maps, plan, [m[4] for m in members])
-        for (k, _, restore, finish, _), out in zip(members, outs):
+            launches.append((plan, maps, centers, [member]))
+    for plan, maps, centers, members in launches:
+        opts = [m[4] for m in members]
+        if centers is None:
+            outs = deform._fused_launch([m[1] for m in members], maps, plan, opts)
+        else:  # the patches' crops, the steps and the deformation: one gather from the full volumes
+            srcs = [m[5] for m in members]
+            outs = deform._fused_launch(_patch_volumes(srcs, opts), maps, plan, opts, _patch_starts(srcs[0]))
+        for (k, _, restore, finish, _, _), out in zip(members, outs):
             d[k] = finish(restore(out))
     return True
 

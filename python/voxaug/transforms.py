@@ -792,7 +792,10 @@ class Compose:
     deformation's field are one ``resample_deformed`` launch (out(x) = in(M (x + u(x))), the same
     draws; RandomElasticDeformation's mm -> voxel scale from the spacing the group's output would
     have, and it runs unfused after a crop: see its docstring); steps after a deformation start a
-    new group.
+    new group. A crop sampler with ``as_batch=True`` before the deformation (directly or through
+    such steps) joins that launch too: each patch is gathered from the full volume through its
+    crop, the steps' map and the field planned on the patch grid (resample_deformed with the
+    crops' starts), so the deformed patch reads real data beyond its window, not padding.
 
     A step that returns a list (a crop sampler without ``as_batch``: one dictionary per crop)
     hands each item to the remaining transforms, as MONAI's Compose (``map_items``) does; the

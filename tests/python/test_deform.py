@@ -338,6 +338,17 @@ def test_bad_inputs():
                               ["zeros"])
     with pytest.raises(ValueError, match="low"):
         ops.uniform_fill_(torch.empty(1, 1, 2, 2, 2), 1.0, 0.0, 3)
+    # starts: (M, K, 3) integers; the field and matrices for the M * K patches
+    st = torch.zeros(2, 3, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"field must be \(N, 3, ...\) with N = 6"):
+        ops.resample_deformed([x], m.repeat(3, 1, 1), torch.zeros(2, 3, 5, 5, 5), ops.BSPLINE_FIELD, (4, 4, 4),
+                              ["linear"], ["zeros"], starts=st)
+    with pytest.raises(ValueError, match=r"matrices must be \(M \* K, 3, 4\)"):
+        ops.resample_deformed([x], m, torch.zeros(6, 3, 5, 5, 5), ops.BSPLINE_FIELD, (4, 4, 4), ["linear"],
+                              ["zeros"], starts=st)
+    with pytest.raises(ValueError, match="starts must be an integer tensor"):
+        ops.resample_deformed([x], m.repeat(3, 1, 1), torch.zeros(6, 3, 5, 5, 5), ops.BSPLINE_FIELD, (4, 4, 4),
+                              ["linear"], ["zeros"], starts=st.double())
 
 
 def test_opcheck():
@@ -348,6 +359,12 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.voxaug.resample_deformed,
                           ([x], m, coeff, 1, [0.5, 0.5, 0.5], [1.0, 1.0, 1.0], [6, 7, 5], [1], [0], [0.0], False,
                            fmap), test_utils=("test_schema", "test_faketensor"))
+    # starts: 3 patches per volume, the field and field_map for the 6 patches
+    starts = torch.tensor([[[0, 1, 0], [1, 0, 1], [2, 2, 0]]] * 2)
+    torch.library.opcheck(torch.ops.voxaug.resample_deformed,
+                          ([x, (x * 4).to(torch.uint8)], m.repeat(3, 1, 1), coeff.repeat(3, 1, 1, 1, 1), 1,
+                           [0.5, 0.5, 0.5], [1.0, 1.0, 1.0], [4, 5, 3], [1, 0], [0, 0], [0.0, 0.0], False,
+                           fmap.repeat(3, 1), starts), test_utils=("test_schema", "test_faketensor"))
     torch.library.opcheck(torch.ops.voxaug.deform_field_dense, (coeff, 1, [0.5] * 3, [1.0] * 3, [6, 7, 5], None, None),
                           test_utils=("test_schema", "test_faketensor"))
     torch.library.opcheck(torch.ops.voxaug.uniform_fill_, (torch.empty(2, 1, 3, 3, 3), -1.0, 1.0, 5, 0))

@@ -287,24 +287,79 @@ def test_tracked_metatensor_records_and_affine(monkeypatch):
         assert torch.allclose(back[k].affine.double(), aff, atol=1e-12)
 
 
-def test_crop_sampler_then_deformation(monkeypatch):
-    # Steps on patches not yet cut do not fuse with a deformation: the patches are cut, then
-    # deformed; the bytes are those of the Compose run step by step.
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("image_mode", ["nearest", "bilinear"])
+def test_crop_sampler_then_deformation_one_gather_from_the_volume(device, image_mode, monkeypatch):
+    # A crop sampler (as_batch) before a deformation: crop, flip and deformation are one gather
+    # from the full volume (resample_deformed with the crops' starts), the same draws and
+    # fields as step by step. Checked against float64 nearest sampling of the full volume at
+    # start + M (x + u(x)) (M: the flip times the deformation's map, u its field): equal bytes
+    # but at near-ties; inside the patch window also the step-by-step bytes (crop, flip, then
+    # the deformation of the cut patch); beyond it the fused gather reads the volume's real
+    # voxels where the step-by-step one reads the patch's reflection padding. A bilinear image:
+    # within float32 coordinate rounding of scipy's map_coordinates(order=1) at those points.
     g = torch.Generator().manual_seed(1)
-    img = torch.rand(1, 1, 40, 40, 36, generator=g) + 1.0
-    lab = torch.zeros(1, 1, 40, 40, 36, dtype=torch.uint8)
-    lab[:, :, 10:30, 12:28, 8:26] = 1
+    img = (torch.rand(1, 1, 40, 40, 36, generator=g) + 1.0).to(device)
+    lab = (torch.rand(1, 1, 40, 40, 36, generator=g) * 5).to(torch.uint8)
+    lab[:, :, 10:30, 12:28, 8:26] = 7
+    lab = lab.to(device)
+    launched = []
+    real_launch = D._fused_launch
+
+    def spy(xs, mats, plan, opts, starts=None):
+        launched.append((mats.clone(), starts))
+        return real_launch(xs, mats, plan, opts, starts)
+
+    monkeypatch.setattr(D, "_fused_launch", spy)
 
     def make():
-        return [C.RandCropByPosNegLabeld(KEYS, label_key="label", spatial_size=(16, 16, 16), num_samples=2,
+        return [C.RandCropByPosNegLabeld(KEYS, label_key="label", spatial_size=(16, 16, 16), num_samples=3,
                                          as_batch=True),
                 S.RandFlipd(KEYS, prob=0.5, spatial_axis=0),
-                D.Rand3DElasticd(KEYS, sigma_range=(3, 4), magnitude_range=(1, 2), prob=1.0, mode="nearest")]
+                D.Rand3DElasticd(KEYS, sigma_range=(3, 4), magnitude_range=(4, 6), prob=1.0,
+                                 mode=(image_mode, "nearest"), rotate_range=(0.4, 0.4, 0.4))]
 
-    ref, out, _, calls, same_draws, same_u = _run_both(make, {"image": img, "label": lab}, 3, monkeypatch)
-    assert same_draws and same_u and calls["resample_deformed"] == 1
-    for k in KEYS:
-        assert torch.equal(out[k], ref[k])
+    for seed in (3, 4):
+        launched.clear()
+        ref, out, ref_calls, calls, same_draws, same_u = _run_both(make, {"image": img, "label": lab}, seed,
+                                                                   monkeypatch)
+        assert same_draws and same_u
+        assert ref_calls["resample_deformed"] == 1 and calls == {"resample": 0, "resample_deformed": 1}
+        ((mats, starts),) = launched
+        assert starts is not None and starts.shape == (1, 3, 3)
+        u = _run_both.deformation.displacement_field("image").cpu().double()  # (3, 3, 16, 16, 16)
+        grid = torch.stack(torch.meshgrid(*[torch.arange(16, dtype=torch.float64)] * 3, indexing="ij"))
+        m = mats.cpu().double()
+        p = torch.einsum("nij,njdhw->nidhw", m[:, :, :3], grid[None] + u) + m[:, :, 3].reshape(-1, 3, 1, 1, 1)
+        y = p + starts.cpu().double().reshape(-1, 3, 1, 1, 1)  # volume coordinates
+        idx = torch.round(y).long()  # round half to even, as the kernel's nearest
+        size = torch.tensor(img.shape[2:]).reshape(1, 3, 1, 1, 1)
+        tie = ((y - y.floor() - 0.5).abs() < 1e-4).any(1)
+        inside_vol = ((idx >= 0) & (idx < size)).all(1) & ~tie
+        inside_win = ((p >= -0.5) & (p < 15.5)).all(1) & ~tie
+        assert inside_vol.float().mean() > 0.9 and (~inside_win & inside_vol).any()
+        if image_mode == "bilinear":
+            ndimage = pytest.importorskip("scipy.ndimage")
+            whole = ((y.floor() >= 0) & (y.floor() + 1 < size)).all(1)  # all 8 taps inside the volume
+            want = torch.from_numpy(np.stack([ndimage.map_coordinates(img[0, 0].cpu().double().numpy(),
+                                                                      yn.reshape(3, -1).numpy(), order=1)
+                                              for yn in y])).reshape(whole.shape)
+            got = out["image"][:, 0].cpu().double()
+            assert whole.float().mean() > 0.9
+            assert (got - want)[whole].abs().max() < 1e-4  # values in [1, 2], coordinates < 40
+        for k, vol in (("image", img), ("label", lab)) if image_mode == "nearest" else (("label", lab),):
+            v = vol[0, 0].cpu()
+            c = idx.clamp_min(0)
+            c = torch.minimum(c, size - 1)
+            want = v[c[:, 0], c[:, 1], c[:, 2]]
+            got = out[k][:, 0].cpu()
+            assert torch.equal(got[inside_vol], want[inside_vol]), (seed, k)
+            assert torch.equal(got[inside_win], ref[k][:, 0].cpu()[inside_win]), (seed, k)
+        outside = ~inside_win & inside_vol
+        assert not torch.equal(out["image"][:, 0].cpu()[outside], ref["image"][:, 0].cpu()[outside])
+        if image_mode == "bilinear":  # inside the window (and away from it): step by step's, one interpolation
+            deep = ((p >= 1) & (p < 14)).all(1)
+            assert (out["image"] - ref["image"])[:, 0].cpu()[deep].abs().max() < 1e-4
 
 
 # ---------------- TorchIO RandomElasticDeformation closing the group ----------------
