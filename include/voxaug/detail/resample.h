@@ -400,7 +400,10 @@ struct ResampleForward {
       }
       const Acc x = fadd(v, static_cast<Acc>(kBSplinePad));
       const Acc f = floor(x);
-      i0[a] = outside ? 0 : static_cast<int64_t>(f) - 1;
+      // A NaN coordinate (from a NaN / inf displacement field) survives Border and Reflection:
+      // taps from index 0 keep the reads inside the coefficients (the NaN weights still make
+      // the value NaN); converting NaN to an index is undefined and read outside them.
+      i0[a] = (outside || !(x == x)) ? 0 : static_cast<int64_t>(f) - 1;
       bspline_weights(fsub(x, f), w[a]);
     }
     if (outside) {
