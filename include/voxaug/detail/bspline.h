@@ -54,7 +54,11 @@ VOXAUG_HD VOXAUG_FORCEINLINE void bspline_filter_line(T* c, int64_t n, int64_t s
     }
   } else {  // exact mirror-symmetric initialisation for short lines
     T zk = z;
-    const T zn = static_cast<T>(pow(static_cast<double>(z), static_cast<double>(n - 1)));
+    // z^(n - 1) by repeated products in double: the same bits on the host and the device
+    // (pow's last bit is the library's: glibc and CUDA's differ).
+    double zd = 1.0;
+    for (int64_t k = 1; k < n; ++k) zd = fmul(zd, static_cast<double>(z));
+    const T zn = static_cast<T>(zd);
     T z2n = fmul(zn, zn);
     z2n = fdiv(z2n, z);
     sum = fadd(c[0], fmul(zn, c[(n - 1) * stride]));
