@@ -23,6 +23,8 @@ Cases
       Rand3DElasticd (sigma 5-8, magnitude 100-200, prob 1, the same affine ranges), and
       voxaug RandomElasticDeformation vs TorchIO's (its defaults: 7 control points, 7.5 mm,
       2 locked borders); at most 3 timed calls each (MONAI and TorchIO take seconds)
+      Also RandCropByPosNegLabeld (4 x 96^3 patches) then Rand3DElasticd: voxaug's Compose
+      gathers each deformed patch straight from the full volume (one launch)
   (g) filter: GaussianSmooth (sigma 1 and 3) on 1x1x128^3 and 1x1x224x224x160 vs MONAI's
   (i) RandStdShiftIntensity(0.5), RandScaleIntensityFixedMean(0.5), RandHistogramShift(10), prob 1, on
       1x1x224x224x160 and on 2x1x128^3 (voxaug in one call, MONAI looping over the samples); bar
@@ -599,7 +601,44 @@ def deform_rows(device, args):
                              device, sub))
     for r in rows:
         r["check_ok"] = r["check_ok"] and labels_ok.get("voxaug", True)
+    rows.append(patch_elastic_row(img, lab, values, ranges, device, sub))
     return rows
+
+
+def patch_elastic_row(img, lab, values, ranges, device, sub):
+    """(f) RandCropByPosNegLabeld (4 x 96^3, image + label) then Rand3DElasticd: voxaug's Compose
+    gathers each deformed patch from the full volume in one launch (crop, field and affine);
+    MONAI crops, then deforms each patch. The centres differ between the libraries (their own
+    draws): checked are shapes, finite images that were deformed, label values."""
+    import voxaug.crop as vc
+    import voxaug.deform as vd
+
+    keys = ["image", "label"]
+    el = dict(sigma_range=(5, 8), magnitude_range=(100, 200), prob=1.0, mode=("bilinear", "nearest"),
+              padding_mode="zeros", **ranges)
+    crop = dict(label_key="label", spatial_size=(96, 96, 96), pos=1.0, neg=1.0, num_samples=4)
+    m_c = mt.Compose([mt.RandCropByPosNegLabeld(keys, **crop), mt.Rand3DElasticd(keys, **el)])
+    m_c.set_random_state(SEED)
+    v_c = vt.Compose([vc.RandCropByPosNegLabeld(keys, **crop, as_batch=True, seed=SEED),
+                      vd.Rand3DElasticd(keys, **el, seed=SEED)])
+    seen = {}
+
+    def monai_call(x1):
+        outs = m_c({"image": x1, "label": lab[0]})
+        seen.setdefault("monai", torch.stack([plain(o["label"]) for o in outs]))
+        return torch.stack([plain(o["image"]) for o in outs])
+
+    def voxaug_call(xb):
+        out = v_c({"image": xb, "label": lab})
+        seen.setdefault("voxaug", out["label"])
+        return out["image"][None]
+
+    def check(x, m, v):
+        ok = m.shape == v.shape == (1, 4, 1, 96, 96, 96) and bool(torch.isfinite(v).all())
+        ok = ok and all(set(torch.unique(t).tolist()) <= values for t in seen.values())
+        return ok, f"patch std {m.std().item():.1f}/{v.std().item():.1f}, labels ok"
+
+    return run_case("(f) 4 crops + Rand3DElasticd", img, monai_call, voxaug_call, check, device, sub)
 
 
 def check_close(tol):
