@@ -22,6 +22,8 @@ import torch
 
 from voxaug import ops
 
+from test_resample import random_matrices as _matrices  # rotation + scale + shift per sample
+
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="no CUDA device: CUDA-vs-CPU twin comparison skipped")
 
@@ -43,24 +45,6 @@ def _assert_equal(cpu, gpu, what):
         assert torch.equal(c, g), f"{what} [{k}]: max |cpu - cuda| = {(c.double() - g.double()).abs().max()}"
         if c.is_floating_point():
             assert not torch.isnan(c).any(), (what, k)
-
-
-def _matrices(n, in_size, out_size, seed, strength=1.0):
-    """Rotation + anisotropic scale + shift about the centres, per sample, float64 (N, 3, 4)."""
-    g = torch.Generator().manual_seed(seed)
-    mats = []
-    for _ in range(n):
-        ang = (torch.rand(3, generator=g, dtype=torch.float64) - 0.5) * strength
-        c, s = torch.cos(ang), torch.sin(ang)
-        rx = torch.tensor([[1, 0, 0], [0, c[0], -s[0]], [0, s[0], c[0]]], dtype=torch.float64)
-        ry = torch.tensor([[c[1], 0, s[1]], [0, 1, 0], [-s[1], 0, c[1]]], dtype=torch.float64)
-        rz = torch.tensor([[c[2], -s[2], 0], [s[2], c[2], 0], [0, 0, 1]], dtype=torch.float64)
-        a = rx @ ry @ rz @ torch.diag(1 + (torch.rand(3, generator=g, dtype=torch.float64) - 0.5) * 0.6)
-        c_in = (torch.tensor(in_size, dtype=torch.float64) - 1) / 2
-        c_out = (torch.tensor(out_size, dtype=torch.float64) - 1) / 2
-        b = c_in - a @ c_out + (torch.rand(3, generator=g, dtype=torch.float64) - 0.5) * 4 * strength
-        mats.append(torch.cat([a, b[:, None]], 1))
-    return torch.stack(mats)
 
 
 IN_SIZE, OUT_SIZE = (9, 7, 11), (8, 10, 6)

@@ -42,18 +42,7 @@ pytestmark, SHIM = load_test_shim("voxaug_cxx_spatial_shim")
 cxx = torch.ops.voxaug_cxx_test_spatial
 
 
-@pytest.fixture(scope="module")
-def inia():
-    img, aff = tsp._load("inia19-t1-brain.nii.gz", 2)
-    lab, _ = tsp._load("inia19-NeuroMaps.nii.gz", 2)
-    return img, lab, aff
-
-
-@pytest.fixture(scope="module")
-def ch2aal():
-    img, aff = tsp._load("ch2.nii.gz", 3)
-    lab, _ = tsp._load("aal.nii.gz", 3)
-    return img, lab, aff
+from test_spatial import ch2aal, inia  # noqa: E402,F401  (fixtures: inia19 / ch2 + labels, every 2nd / 3rd voxel)
 
 
 def compose(inputs, steps, seed=0, first_sample=0, lazy=True, share=False, modes=None, affine=None):
