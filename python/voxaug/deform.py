@@ -713,10 +713,11 @@ class RandomElasticDeformation(_RandomDeform):
 # A deformation closes a lazy spatial group of voxaug.transforms.Compose: with M_before the
 # group's product map (output index -> index of the group's input) and the deformation's own
 # plan (map A, field u on the deformation's output grid), out(x) = in(M_before A (x + u(x))):
-# one resample_deformed launch instead of one resample and one resample_deformed. Only the
-# case "spatial steps, then the deformation" fuses; spatial steps after a deformation start
-# the next group (fusing them would need the field pulled back through their maps). Patches
-# of a crop sampler (as_batch) before: the crop joins the launch too (resample_deformed's starts).
+# one resample_deformed launch instead of one resample and one resample_deformed. Patches of a
+# crop sampler (as_batch) before: the crop joins the launch too (resample_deformed's starts).
+# After a B-spline deformation, flips and crops fold in as well (spatial._fold_after: the field
+# read through their map, flipped components negated); other steps after a deformation start
+# the next group (a quarter turn would need the field's axes permuted in the kernel).
 #
 # RandomElasticDeformation (TorchIO) fuses as it calls: every 4-D / 5-D tensor of a dictionary,
 # label_interpolation for label_keys and integer tensors (the dtype the preceding steps leave:

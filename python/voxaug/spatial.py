@@ -3105,7 +3105,7 @@ def _lazy_candidate(t: Any) -> bool:
 
 
 def _close_with_deformation(t: Any, d: dict, is_dict: bool, chains: dict, chain: Callable,
-                            patches: dict) -> bool:
+                            patches: dict, following: Sequence[Any] = ()) -> Union[bool, int]:
     """Applies deformation `t` fused with the pending spatial group of each key it deforms: one
     resample_deformed launch per set of keys sharing the map and the field, out(x) =
     in(M_before A (x + u(x))) (M_before: the group's product map; A, u: the deformation's map and
@@ -3122,6 +3122,13 @@ def _close_with_deformation(t: Any, d: dict, is_dict: bool, chains: dict, chain:
     call on the cut patches would; except for TorchIO's RandomElasticDeformation, which runs
     on the cut patches (its call pads beyond the window, see voxaug.deform).
 
+    Flips and crops right after a B-spline deformation (`following`: Flip(d), RandFlip(d),
+    SpatialCrop(d), CenterSpatialCrop(d) on exactly the deformed keys, plain tensors) fold into
+    the same launch (_fold_after): out(y) = D(F y) = in(M F (y + S u(F y))), F the steps' map
+    (signs S, integer offset c), i.e. the map times F, the control index scale * S y +
+    (scale * c + offset) per sample, and the flipped components of the control points negated.
+    Returns the number of folded steps (0 or more), or False, having done nothing, as above.
+
     Equal to the steps run one by one up to interpolation (one gather instead of two; after
     exact steps with nearest sampling, equal but where a sample point lies within float32
     rounding of a voxel boundary), except where the step-by-step result reads padding: outside
@@ -3137,8 +3144,11 @@ def _close_with_deformation(t: Any, d: dict, is_dict: bool, chains: dict, chain:
     def source(k):  # the _PatchSource a placeholder stands for, or None
         return patches.get(id(d[k])) if isinstance(d[k], torch.Tensor) else None
 
-    if not keys or not any((k in chains and chains[k].steps) or source(k) is not None for k, _ in keys):
+    if not keys:
         return False
+    if not any((k in chains and chains[k].steps) or source(k) is not None for k, _ in keys) and \
+            not _folds_first(following, t, keys, d, is_dict):
+        return False  # nothing before it and nothing after it to fuse: the call itself
     for k, opts in keys:
         if source(k) is not None and isinstance(t, deform.RandomElasticDeformation):
             return False
@@ -3176,6 +3186,13 @@ def _close_with_deformation(t: Any, d: dict, is_dict: bool, chains: dict, chain:
                 break
         else:
             launches.append((plan, maps, centers, [member]))
+    folded = 0
+    if following and len({id(plan) for plan, _, _, _ in launches}) == 1:
+        fold = _fold_after(following, [k for k, _ in keys], d, is_dict, launches[0][0], chain)
+        if fold is not None:
+            folded, plan, flip_map = fold
+            launches = [(plan, (_square(maps) @ flip_map)[:, :3].contiguous(), centers, members)
+                        for _, maps, centers, members in launches]
     for plan, maps, centers, members in launches:
         opts = [m[4] for m in members]
         if centers is None:
@@ -3185,7 +3202,81 @@ def _close_with_deformation(t: Any, d: dict, is_dict: bool, chains: dict, chain:
             outs = deform._fused_launch(_patch_volumes(srcs, opts), maps, plan, opts, _patch_starts(srcs[0]))
         for (k, _, restore, finish, _, _), out in zip(members, outs):
             d[k] = finish(restore(out))
-    return True
+    return folded
+
+
+_FOLDABLE_AFTER_DEFORMATION: tuple = ()  # set below: Flip, RandFlip, SpatialCrop (CenterSpatialCrop)
+
+
+def _folds_first(following: Sequence[Any], t: Any, keys: list, d: dict, is_dict: bool) -> bool:
+    """Whether _fold_after will fold the first of `following` after deformation `t` (checked
+    before `t` draws): a B-spline deformation (Rand3DElastic(d) field 'fast', TorchIO's), plain
+    tensors, a flip / crop on exactly the deformed keys next."""
+    from . import deform
+
+    inner = t.transform if isinstance(t, deform._DeformDict) else t
+    bspline = isinstance(inner, deform.RandomElasticDeformation) or \
+        (isinstance(inner, deform.Rand3DElastic) and inner.field == "fast")
+    if not following or not bspline:
+        return False
+    names = [k for k, _ in keys]
+    if any(not isinstance(d[k], torch.Tensor) or _is_meta_tensor(d[k]) for k in names):
+        return False
+    nxt = following[0]
+    return (_is_dict_transform(nxt) == is_dict and isinstance(_inner(nxt), _FOLDABLE_AFTER_DEFORMATION)
+            and (not is_dict or (list(nxt.keys) == names and all(k in d for k in nxt.keys))))
+
+
+def _fold_after(following: Sequence[Any], keys: list, d: dict, is_dict: bool, plan: Any,
+                chain: Callable) -> Optional[tuple]:
+    """(number of steps, plan of the folded launch, (N, 4, 4) map F of those steps) for the flips
+    and crops at the start of `following` that act on exactly the deformed `keys` (plain
+    tensors), planned on the deformation's output grid (their draws made as their calls make
+    them); None when none folds. B-spline fields only (a dense or separable field would have to
+    be rewritten)."""
+    from . import deform
+
+    if plan.kind != ops.BSPLINE_FIELD or any(_is_meta_tensor(d[k]) or not isinstance(d[k], torch.Tensor)
+                                             for k in keys):
+        return None
+    n = int(plan.mats.shape[0])
+    size = tuple(plan.out_size)
+    total, count = None, 0
+    for t in following:
+        tr = _inner(t)
+        if _is_dict_transform(t) != is_dict or not isinstance(tr, _FOLDABLE_AFTER_DEFORMATION):
+            break
+        if is_dict and (list(t.keys) != keys or any(k not in d for k in t.keys)):
+            break
+        # the step on a stand-in of the deformation's output (shape only)
+        ch = _LazyChain(torch.empty((n, 1) + size, device="meta"))
+        params = tr._params_for(n, True) if isinstance(tr, _RandomSpatial) else None
+        planned = _plan_lazy(tr, ch, {}, params)
+        if planned is None:
+            break
+        step = planned[0]
+        m = step.mats
+        lin = m[:, :3, :3]
+        if not bool((lin == torch.diag_embed(torch.diagonal(lin, dim1=1, dim2=2))).all()):
+            break  # not a sign flip (defensive: the foldable types are)
+        total = m if total is None else total @ m
+        size = tuple(step.out_size)
+        count += 1
+    if not count:
+        return None
+    signs = torch.diagonal(total[:, :3, :3], dim1=1, dim2=2)  # (N, 3) +-1
+    shift = total[:, :3, 3]
+    if plan.field_map is not None:
+        fm = plan.field_map.to(torch.float64).cpu()
+        scale, offset = fm[:, :3], fm[:, 3:]
+    else:
+        scale = torch.tensor(plan.scale, dtype=torch.float64).expand(n, 3)
+        offset = torch.tensor(plan.offset, dtype=torch.float64).expand(n, 3)
+    field_map = torch.cat([scale * signs, scale * shift + offset], 1).contiguous()
+    neg = signs.to(plan.field.dtype).reshape(n, 3, 1, 1, 1)
+    field = plan.field * _host_to(neg, plan.field.device) if bool((signs < 0).any()) else plan.field
+    folded = dataclasses.replace(plan, field=field, field_map=field_map, out_size=size)
+    return count, folded, total
 
 
 def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None,
@@ -3240,10 +3331,17 @@ def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None,
         else:
             d[None] = out
 
-    for t in transforms:
+    transforms = list(transforms)
+    at = -1
+    while at + 1 < len(transforms):
+        at += 1
+        t = transforms[at]
         if _is_deformation(t):
-            if not _close_with_deformation(t, d, is_dict, chains, chain, patches):
+            folded = _close_with_deformation(t, d, is_dict, chains, chain, patches, transforms[at + 1:])
+            if folded is False:
                 direct(t)
+            else:
+                at += folded  # flips / crops after the deformation, folded into its launch
             continue
         if is_dict != _is_dict_transform(t) or not _lazy_candidate(t):
             direct(t)
@@ -3375,5 +3473,6 @@ def inverse_compose(compose: Any, data: Any) -> Any:
 
 
 _EXACT_TYPES = (Flip, RandFlip, Rotate90, RandRotate90, SpatialCrop)
+_FOLDABLE_AFTER_DEFORMATION = (Flip, RandFlip, SpatialCrop)
 _FUSABLE_TYPES = (Flip, RandFlip, Rotate90, RandRotate90, SpatialCrop, Affine, RandAffine, Rotate, RandRotate,
                   Zoom, RandZoom, Resize, Spacing, Orientation)

@@ -791,8 +791,10 @@ class Compose:
     RandomElasticDeformation) closes the spatial group before it: the group's map and the
     deformation's field are one ``resample_deformed`` launch (out(x) = in(M (x + u(x))), the same
     draws; RandomElasticDeformation's mm -> voxel scale from the spacing the group's output would
-    have, and it runs unfused after a crop: see its docstring); steps after a deformation start a
-    new group. A crop sampler with ``as_batch=True`` before the deformation (directly or through
+    have, and it runs unfused after a crop: see its docstring). Flips and crops right after a
+    B-spline deformation (Rand3DElastic(d) with field 'fast', RandomElasticDeformation; plain
+    tensors) fold into its launch too (the field is read through their map); other steps after a
+    deformation start a new group. A crop sampler with ``as_batch=True`` before the deformation (directly or through
     such steps) joins that launch too: each patch is gathered from the full volume through its
     crop, the steps' map and the field planned on the patch grid (resample_deformed with the
     crops' starts), so the deformed patch reads real data beyond its window, not padding.

@@ -36,7 +36,8 @@ def _log_draws(compose) -> list:
 
         def logged(*args, _real=real, _i=i, **kwargs):
             p = _real(*args, **kwargs)
-            log.append((_i, None if p is None else p.clone()))
+            if p is not None:  # a deterministic step's call asks too and gets None: no draw
+                log.append((_i, p.clone()))
             return p
 
         inner._params_for = logged
@@ -216,10 +217,12 @@ def test_other_deformations_fused_exact(device, kind, monkeypatch):
         assert not torch.equal(moved, lab)
 
 
-@pytest.mark.parametrize("case", ["mode_differs", "deformation_first", "steps_after", "key_not_in_group"])
+@pytest.mark.parametrize("case", ["mode_differs", "deformation_first", "exact_field", "steps_after",
+                                  "key_not_in_group"])
 def test_unfused_cases_and_steps_after(case, monkeypatch):
-    # What does not fuse runs as the transforms themselves (same bytes, their launches); steps
-    # after the deformation start the next group.
+    # What does not fuse runs as the transforms themselves (same bytes, their launches); flips
+    # and crops right after a B-spline deformation fold into its launch, other steps after it
+    # start the next group (a quarter turn here).
     g = torch.Generator().manual_seed(5)
     img = torch.rand(2, 1, 20, 24, 20, generator=g)
     data = {"image": img, "label": (img * 5).to(torch.uint8)}
@@ -229,8 +232,11 @@ def test_unfused_cases_and_steps_after(case, monkeypatch):
         steps = [S.RandAffined(KEYS, prob=1.0, rotate_range=0.2, padding_mode="border"),
                  D.Rand3DElasticd(KEYS, mode=("bilinear", "nearest"), **elastic)]
         expect = ({"resample": 1, "resample_deformed": 1}, {"resample": 1, "resample_deformed": 1})
-    elif case == "deformation_first":
+    elif case == "deformation_first":  # the flip after it folds into its launch
         steps = [D.Rand3DElasticd(KEYS, mode="nearest", **elastic)] + flip
+        expect = ({"resample": 1, "resample_deformed": 1}, {"resample": 0, "resample_deformed": 1})
+    elif case == "exact_field":  # a dense field (MONAI's exact mode) is not rewritten: the flip runs after
+        steps = [D.Rand3DElasticd(KEYS, mode="nearest", field="exact", **elastic)] + flip
         expect = ({"resample": 1, "resample_deformed": 1}, {"resample": 1, "resample_deformed": 1})
     elif case == "steps_after":
         steps = flip + [D.Rand3DElasticd(KEYS, mode="nearest", **elastic)] + flip + \
@@ -360,6 +366,75 @@ def test_crop_sampler_then_deformation_one_gather_from_the_volume(device, image_
         if image_mode == "bilinear":  # inside the window (and away from it): step by step's, one interpolation
             deep = ((p >= 1) & (p < 14)).all(1)
             assert (out["image"] - ref["image"])[:, 0].cpu()[deep].abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("form", ["dict", "array", "torchio", "after_exact", "patches"])
+def test_flips_and_crops_after_a_deformation_fold_into_its_launch(device, form, monkeypatch):
+    # Flips and crops right after a B-spline deformation are folded into its gather: the map
+    # times the flips' / crop's map F, the control index through F, the flipped displacement
+    # components negated. Against the steps run one by one (the deformation's gather, then exact
+    # copies): nearest bytes equal but at float32 near-ties (the fused coordinates are the same
+    # numbers computed from other matrix entries), bilinear within coordinate rounding. Per-sample
+    # random flips (batch of 4), a crop, and a quarter turn after them that starts the next group.
+    g = torch.Generator().manual_seed(7)
+    img = _smooth_volume(4, (30, 34, 28))[0][:, 1:].contiguous()
+    lab = (img / 20).to(torch.uint8)
+    data = {"image": img.to(device), "label": lab.to(device)}
+    elastic = dict(sigma_range=(3, 4), magnitude_range=(3, 5), prob=1.0, rotate_range=(0.2, 0.2, 0.2),
+                   padding_mode="border")
+    after = [S.RandFlipd(KEYS, prob=0.5, spatial_axis=0), S.RandFlipd(KEYS, prob=0.5, spatial_axis=2),
+             S.CenterSpatialCropd(KEYS, (20, 20, 19)), S.RandFlipd(KEYS, prob=0.5, spatial_axis=1),
+             S.RandRotate90d(KEYS, prob=1.0, spatial_axes=(0, 1))]
+    if form == "array":
+        data = data["image"]
+        steps = [D.Rand3DElastic(mode="bilinear", **elastic), S.RandFlip(prob=0.5, spatial_axis=0),
+                 S.SpatialCrop(roi_start=(2, 3, 4), roi_end=(25, 30, 26)), S.RandFlip(prob=0.5, spatial_axis=(1, 2))]
+    elif form == "torchio":
+        steps = [D.RandomElasticDeformation(num_control_points=6, max_displacement=3.0, label_keys=("label",))] + after
+    elif form == "after_exact":  # exact steps before join the launch too (nearest: no second interpolation)
+        steps = [S.Rotate90d(KEYS, k=2, spatial_axes=(0, 1)), S.RandFlipd(KEYS, prob=0.5, spatial_axis=1),
+                 D.Rand3DElasticd(KEYS, mode="nearest", **elastic)] + after
+    elif form == "patches":
+        data["label"][:, :, 8:20, 10:22, 8:20] = 9
+        steps = [C.RandCropByPosNegLabeld(KEYS, label_key="label", spatial_size=(18, 18, 18), num_samples=2,
+                                          as_batch=True),
+                 D.Rand3DElasticd(KEYS, mode=("bilinear", "nearest"), **elastic)] + after[:2]
+    else:
+        steps = [D.Rand3DElasticd(KEYS, mode=("bilinear", "nearest"), **elastic)] + after
+
+    def make():
+        return [copy.deepcopy(t) for t in steps]
+
+    folds = []
+    real_fold = S._fold_after
+
+    def spy(*args, **kwargs):
+        r = real_fold(*args, **kwargs)
+        folds.append(0 if r is None else r[0])
+        return r
+
+    monkeypatch.setattr(S, "_fold_after", spy)
+    for seed in (1, 2):
+        folds.clear()
+        ref, out, ref_calls, calls, same_draws, same_u = _run_both(make, data, seed, monkeypatch)
+        assert folds == [3 if form == "array" else 2 if form == "patches" else 4], folds  # all but the turn
+        # one gather for the deformation and everything folded; the quarter turn after it, one more
+        expect = {"resample": 0 if form in ("array", "patches") else 1, "resample_deformed": 1}
+        assert calls == expect and same_draws and same_u, (seed, calls)
+        pairs = [(out, ref, "image")] if form == "array" else [(out[k], ref[k], k) for k in KEYS]
+        for o, r, k in pairs:
+            assert o.shape == r.shape and o.dtype == r.dtype, (seed, k)
+            if form == "patches":  # the step-by-step deformation pads at the patch's faces, the fused reads on
+                o, r = o[..., 6:-6, 6:-6, 6:-6], r[..., 6:-6, 6:-6, 6:-6]
+            if k == "label" or form == "after_exact":
+                differ = (o != r).float().mean().item()
+                assert differ <= 1e-4, (seed, differ)
+            else:
+                bound = _coordinate_rounding_bound(img, img.shape[2:])
+                assert (o - r).abs().max().item() <= bound, (seed, (o - r).abs().max().item(), bound)
+        o0 = out if form == "array" else out["image"]
+        assert not torch.equal(o0[0], o0[1])  # per-sample draws
 
 
 # ---------------- TorchIO RandomElasticDeformation closing the group ----------------
