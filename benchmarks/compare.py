@@ -24,7 +24,8 @@ Cases
       voxaug RandomElasticDeformation vs TorchIO's (its defaults: 7 control points, 7.5 mm,
       2 locked borders); at most 3 timed calls each (MONAI and TorchIO take seconds)
       Also RandCropByPosNegLabeld (4 x 96^3 patches) then Rand3DElasticd: voxaug's Compose
-      gathers each deformed patch straight from the full volume (one launch)
+      gathers each deformed patch straight from the full volume (one launch); and
+      Rand3DElasticd then RandFlipd x 3 (nnU-Net's order): voxaug folds the flips into the gather
   (g) filter: GaussianSmooth (sigma 1 and 3) on 1x1x128^3 and 1x1x224x224x160 vs MONAI's
   (i) RandStdShiftIntensity(0.5), RandScaleIntensityFixedMean(0.5), RandHistogramShift(10), prob 1, on
       1x1x224x224x160 and on 2x1x128^3 (voxaug in one call, MONAI looping over the samples); bar
@@ -567,6 +568,7 @@ def check_elastic(label_values):
 def deform_rows(device, args):
     """(f): elastic deformation of image + label on ch2 + aal."""
     import voxaug.deform as vd
+    import voxaug.spatial as vs
 
     img, lab = load_ch2_aal(device)
     values = set(torch.unique(lab).tolist())
@@ -602,6 +604,17 @@ def deform_rows(device, args):
     for r in rows:
         r["check_ok"] = r["check_ok"] and labels_ok.get("voxaug", True)
     rows.append(patch_elastic_row(img, lab, values, ranges, device, sub))
+    # nnU-Net's order: the deformation, then mirroring: voxaug folds the flips into the gather
+    flips = [lambda lib, a=a: lib.RandFlipd(["image", "label"], prob=0.5, spatial_axis=a) for a in range(3)]
+    m_f = mt.Compose([mt.Rand3DElasticd(["image", "label"], sigma_range=(5, 8), magnitude_range=(100, 200),
+                                        prob=1.0, mode=("bilinear", "nearest"), padding_mode="zeros", **ranges)]
+                     + [f(mt) for f in flips])
+    m_f.set_random_state(SEED)
+    v_f = vt.Compose([vd.Rand3DElasticd(["image", "label"], (5, 8), (100, 200), prob=1.0,
+                                        mode=("bilinear", "nearest"), padding_mode="zeros", seed=SEED, **ranges)]
+                     + [f(vs) for f in flips])
+    rows.append(run_case("(f) Rand3DElasticd + flips", img, lambda x1: m_f({"image": x1, "label": lab[0]})["image"],
+                         lambda xb: v_f({"image": xb, "label": lab})["image"], check_elastic(values), device, sub))
     return rows
 
 
