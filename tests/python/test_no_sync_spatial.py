@@ -468,6 +468,18 @@ def _composes(p):
         "RandGridDistortiond+Zoomd": [
             vs.Zoomd(KEYS, 1.2, mode=["trilinear", "nearest"]),
             vd.RandGridDistortiond(KEYS, 3, p, 0.1, mode=["bilinear", "nearest"], seed=11)],
+        # a crop sampler's patches, the deformation and the flips after it: one launch from the
+        # full volume (resample_deformed with the crops' starts, the flips folded into the field)
+        "RandCropByPosNegLabeld[as_batch]+Rand3DElasticd+flips": [
+            vc.RandCropByPosNegLabeld(KEYS, "seg", PATCH, num_samples=2, image_key="img", as_batch=True, seed=15),
+            vd.Rand3DElasticd(KEYS, (2.0, 3.0), (1.0, 2.0), prob=p, mode=["bilinear", "nearest"],
+                              padding_mode="zeros", seed=16),
+            vs.RandFlipd(KEYS, p, spatial_axis=0, seed=17), vs.RandFlipd(KEYS, p, spatial_axis=2, seed=18)],
+        # the deformation first, then a flip and a crop folded into its launch
+        "Rand3DElasticd+flip+crop": [
+            vd.Rand3DElasticd(KEYS, (2.0, 3.0), (1.0, 2.0), prob=p, mode=["bilinear", "nearest"],
+                              padding_mode="border", seed=19),
+            vs.RandFlipd(KEYS, p, spatial_axis=1, seed=20), vs.CenterSpatialCropd(KEYS, (10, 10, 10))],
         # TorchIO's deformation closing a group of exact steps (one resample_deformed launch)
         "group+RandomElasticDeformation": [
             vs.RandFlipd(KEYS, p, seed=12), vs.RandRotate90d(KEYS, p, seed=13),
@@ -479,7 +491,8 @@ def _composes(p):
 @pytest.mark.parametrize("prob", [1.0, 0.5])
 @pytest.mark.parametrize("name", ["group+Rand3DElasticd+shift", "RandCropByPosNegLabeld+group",
                                   "RandZoomd[area]+RandRotated+pad+crop", "RandGridDistortiond+Zoomd",
-                                  "group+RandomElasticDeformation"])
+                                  "RandCropByPosNegLabeld[as_batch]+Rand3DElasticd+flips",
+                                  "Rand3DElasticd+flip+crop", "group+RandomElasticDeformation"])
 def test_compose_dictionary_cuda_does_not_sync(name, prob):
     check_case(lambda d: _call(vt.Compose(_composes(prob)[name]), dict(d)))
 
