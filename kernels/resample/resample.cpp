@@ -82,6 +82,21 @@ Packed pack_targets(const ResampleTarget* targets, int num_targets, const double
     VOXAUG_EXPECTS(static_cast<int>(t.padding) >= 0 && static_cast<int>(t.padding) <= 3,
                    name + ": unknown padding mode");
     VOXAUG_EXPECTS(std::isfinite(t.pad_value), name + ": pad_value must be finite");
+    if (t.padding == Padding::Constant && !is_floating(t.out.dtype)) {
+      // The value an integer output can hold (torch's fill refuses the others); converting one
+      // out of range is undefined, and the host and the device would store different values.
+      const double lo = t.out.dtype == DType::UInt8   ? 0.0
+                        : t.out.dtype == DType::Int16 ? -32768.0
+                        : t.out.dtype == DType::Int32 ? -2147483648.0
+                                                      : -9223372036854775808.0;
+      const double hi = t.out.dtype == DType::UInt8   ? 256.0
+                        : t.out.dtype == DType::Int16 ? 32768.0
+                        : t.out.dtype == DType::Int32 ? 2147483648.0
+                                                      : 9223372036854775808.0;
+      VOXAUG_EXPECTS(t.pad_value > lo - 1.0 && t.pad_value < hi,
+                     name + ": pad_value " + std::to_string(t.pad_value) + " does not fit the " +
+                         "output dtype " + dtype_name(t.out.dtype));
+    }
     if (t.mode != Interp::Nearest) {
       VOXAUG_EXPECTS(is_floating(t.in.dtype) && is_floating(t.out.dtype),
                      name + ": " + (t.mode == Interp::Linear ? "linear" : "cubic") +

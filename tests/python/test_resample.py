@@ -290,6 +290,30 @@ def test_non_contiguous_and_half_precision():
     torch.testing.assert_close(h.float(), a, rtol=2e-3, atol=2e-3)
 
 
+def test_constant_pad_value_must_fit_an_integer_output():
+    """An out-of-range pad value would be an undefined conversion (the host and the device stored
+    different numbers): refused, as torch's fill refuses it; values that fit are truncated."""
+    lab = (torch.rand(1, 1, 5, 5, 5) * 9).to(torch.uint8)
+    m = torch.eye(3, 4, dtype=torch.float64)[None].clone()
+    m[0, 0, 3] = 3.0  # rows 2..4 of the output read outside: padding
+    for dtype, ok, bad in ((torch.uint8, (0.0, 255.9, -0.5), (-1.0, 256.0)),
+                           (torch.int16, (-32768.0, 32767.0), (-32769.0, 32768.0)),
+                           (torch.int32, (-2147483648.0, 2147483647.0), (2147483648.0, -2147483649.0)),
+                           (torch.int64, (-9.2e18, 9.2e18), (9.3e18, -9.3e18))):
+        x = lab.to(dtype)
+        for v in ok:
+            (out,) = ops.resample([x], m, (5, 5, 5), ["nearest"], ["constant"], [v])
+            assert out.dtype == dtype and int(out[0, 0, 4, 0, 0]) == int(v)  # truncated toward zero
+            assert torch.equal(out[:, :, :2], x[:, :, 3:])
+        for v in bad:
+            with pytest.raises(ValueError, match="pad_value .* does not fit the output dtype"):
+                ops.resample([x], m, (5, 5, 5), ["nearest"], ["constant"], [v])
+    # a floating output takes any finite value; other paddings ignore it
+    (out,) = ops.resample([lab.float()], m, (5, 5, 5), ["nearest"], ["constant"], [-1e30])
+    assert out[0, 0, 4, 0, 0].item() == float(torch.tensor(-1e30, dtype=torch.float32))
+    assert ops.resample([lab], m, (5, 5, 5), ["nearest"], ["zeros"], [-1.0])[0].dtype == torch.uint8
+
+
 def test_bad_inputs_give_named_errors():
     x = torch.randn(2, 1, 4, 4, 4)
     m = random_matrices(2, (4, 4, 4), (4, 4, 4), seed=1)
