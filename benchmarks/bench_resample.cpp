@@ -17,6 +17,14 @@
 //   image_label_elastic image_label through the same affine plus a B-spline displacement
 //                       (voxaug::resample_deformed; 14^3 control points per sample, U(-3, 3)
 //                       voxels): the deform issue's bar is its time <= 1.5x image_label's
+//   exact_crop, exact_flip_w, exact_rot90_hw, exact_rot90_dw
+//                       image_label's targets through signed-permutation maps (the exact path:
+//                       bit copies, rows streamed): 96^3 patches cut from 4 x 1 x 160 x 160 x
+//                       128 volumes at per-sample offsets, as a crop sampler's batch, then
+//                       no further map (crop), a flip of w (flip_w: rows read backwards), a
+//                       quarter turn in (h, w) (rows step one input row per voxel) or in
+//                       (d, w) (one input plane per voxel); on 4 x 96^3 only. The crop's
+//                       time is the bar for the others
 //   backward_input      d loss / d image of `linear` (grad_out float32 -> grad_in float32)
 //   backward_matrix     d loss / d matrices of `linear` (N x 12 float64)
 //   copy_image (CUDA)        one cudaMemcpyAsync of a float32 volume of the shape (4 B/voxel)
@@ -104,6 +112,10 @@ enum class Op {
   Cubic,
   CubicImageLabel,
   ImageLabelElastic,
+  ExactCrop,
+  ExactFlipW,
+  ExactRot90HW,
+  ExactRot90DW,
   BackwardInput,
   BackwardMatrix,
   CopyImage,
@@ -119,6 +131,10 @@ const char* op_name(Op op) {
     case Op::Cubic: return "cubic";
     case Op::CubicImageLabel: return "cubic_image_label";
     case Op::ImageLabelElastic: return "image_label_elastic";
+    case Op::ExactCrop: return "exact_crop";
+    case Op::ExactFlipW: return "exact_flip_w";
+    case Op::ExactRot90HW: return "exact_rot90_hw";
+    case Op::ExactRot90DW: return "exact_rot90_dw";
     case Op::BackwardInput: return "backward_input";
     case Op::BackwardMatrix: return "backward_matrix";
     case Op::CopyImage: return "copy_image";
@@ -130,7 +146,8 @@ const char* op_name(Op op) {
 // Bytes per output voxel by the count above.
 int64_t bytes_per_voxel(Op op) {
   return op == Op::ImageLabel || op == Op::CubicImageLabel || op == Op::ImageLabelElastic ||
-                 op == Op::CopyImageLabel
+                 op == Op::CopyImageLabel || op == Op::ExactCrop || op == Op::ExactFlipW ||
+                 op == Op::ExactRot90HW || op == Op::ExactRot90DW
              ? 2 * (4 + 1)
              : 2 * 4;
 }
@@ -403,6 +420,57 @@ void bm_cpu(benchmark::State& state, const Shape& s, Op op) {
   }
 }
 
+// The exact cases (see the top of the file): sample k's patch starts at (10 + 7k, 20 + 5k,
+// 5 + 3k) of a 160 x 160 x 128 volume; out -> patch is a signed permutation.
+constexpr int64_t kExactIn[3] = {160, 160, 128};
+std::vector<double> exact_matrices(Op op, const Shape& s) {
+  std::vector<double> m(static_cast<size_t>(12 * s.n), 0.0);
+  const double last = static_cast<double>(s.size - 1);
+  for (int64_t k = 0; k < s.n; ++k) {
+    double* r = m.data() + 12 * k;  // row a: input axis a = sum_c r[4a + c] out_c + r[4a + 3]
+    const double start[3] = {10.0 + 7 * k, 20.0 + 5 * k, 5.0 + 3 * k};
+    int src_of[3] = {0, 1, 2};  // input axis read along output axis c
+    bool flip[3] = {false, false, false};
+    if (op == Op::ExactFlipW) flip[2] = true;
+    if (op == Op::ExactRot90HW) src_of[1] = 2, src_of[2] = 1, flip[2] = true;
+    if (op == Op::ExactRot90DW) src_of[0] = 2, src_of[2] = 0, flip[0] = true;
+    for (int c = 0; c < 3; ++c) {
+      const int a = src_of[c];
+      r[4 * a + c] = flip[c] ? -1.0 : 1.0;
+      r[4 * a + 3] = start[a] + (flip[c] ? last : 0.0);
+    }
+  }
+  return m;
+}
+
+void bm_cpu_exact(benchmark::State& state, const Shape& s, Op op) {
+  try {
+    const int64_t in_numel = s.n * kExactIn[0] * kExactIn[1] * kExactIn[2];
+    const voxaug::Device cpu = voxaug::Device::CPU;
+    ResampleTarget t[2];
+    t[0].in = voxaug::contiguous_view(host_image_in(in_numel), DType::Float32, cpu, s.n, 1,
+                                      kExactIn[0], kExactIn[1], kExactIn[2]);
+    t[0].out = voxaug::contiguous_view(host_image_out(s.numel()), DType::Float32, cpu, s.n, 1,
+                                       s.size, s.size, s.size);
+    t[0].mode = Interp::Linear;
+    t[0].padding = Padding::Zeros;
+    t[1].in = voxaug::contiguous_view(host_label_in(in_numel), DType::UInt8, cpu, s.n, 1,
+                                      kExactIn[0], kExactIn[1], kExactIn[2]);
+    t[1].out = voxaug::contiguous_view(host_label_out(s.numel()), DType::UInt8, cpu, s.n, 1, s.size,
+                                       s.size, s.size);
+    t[1].mode = Interp::Nearest;
+    t[1].padding = Padding::Constant;
+    const std::vector<double> m = exact_matrices(op, s);
+    for (auto _ : state) {
+      voxaug::resample(t, 2, m.data(), kAlignCorners);
+      benchmark::ClobberMemory();
+    }
+    set_throughput(state, s, op);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 void register_cpu_cases() {
   auto add = [](Op op, const Shape& s) {
     benchmark::RegisterBenchmark((std::string("cpu/") + op_name(op) + "/" + s.str()).c_str(),
@@ -412,6 +480,12 @@ void register_cpu_cases() {
   };
   add(Op::ImageLabel, kBarShape);
   add(Op::ImageLabelElastic, kBarShape);
+  for (Op op : {Op::ExactCrop, Op::ExactFlipW, Op::ExactRot90HW, Op::ExactRot90DW})
+    benchmark::RegisterBenchmark(
+        (std::string("cpu/") + op_name(op) + "/" + kBarShape.str()).c_str(), bm_cpu_exact,
+        kBarShape, op)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   for (Op op : forward_ops())
     for (const Shape& s : grid_shapes())
       if (!(s.size == 256 && s.n == 16)) add(op, s);

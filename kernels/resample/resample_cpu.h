@@ -33,6 +33,24 @@ inline bool cpu_has_avx512() {
 #endif
 }
 
+// AVX-512 with byte / word permutes (the reversed-row copies), and AVX2.
+inline bool cpu_has_avx512bw() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return yes;
+#else
+  return false;
+#endif
+}
+inline bool cpu_has_avx2() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+#else
+  return false;
+#endif
+}
+
 constexpr int64_t kResampleRow = 256;
 
 // Per-axis row tables of the linear row path: for corner bit b of axis a, the voxel offset
@@ -544,6 +562,245 @@ VOXAUG_FORCEINLINE int64_t exact_index(int64_t i, int64_t size, Padding pad, boo
   }
 }
 
+// Reversed rows (a flip along the row's axis): dst[j] = src[-j] for j in [0, n), bit for bit.
+// Whole vectors are loaded forwards and their elements permuted into reverse order.
+template <class U>
+VOXAUG_FORCEINLINE void reverse_copy_scalar(U* dst, const U* src, int64_t n) {
+  const U* base = src - (n - 1);  // ascending loads (see reverse_copy_avx512)
+  for (int64_t i = 0; i < n; ++i) dst[n - 1 - i] = base[i];
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// The elements of v in reverse order. The AVX-512 permutes and extracts here take an all-ones
+// zero mask: GCC 12 warns about the unmasked forms' undefined pass-through operand.
+template <class U>
+__attribute__((target("avx512f,avx512bw"))) inline __m512i reverse_lanes_avx512(__m512i v) {
+  if constexpr (sizeof(U) == 8) {
+    return _mm512_maskz_permutexvar_epi64(__mmask8(0xff), _mm512_setr_epi64(7, 6, 5, 4, 3, 2, 1, 0),
+                                          v);
+  } else if constexpr (sizeof(U) == 4) {
+    return _mm512_maskz_permutexvar_epi32(
+        __mmask16(0xffff), _mm512_setr_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        v);
+  } else if constexpr (sizeof(U) == 2) {
+    return _mm512_maskz_permutexvar_epi16(
+        ~__mmask32(0),
+        _mm512_set_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+                         21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31),
+        v);
+  } else {  // bytes reversed within each 128-bit lane, then the lanes (no VBMI needed)
+    const __m512i bytes = _mm512_maskz_broadcast_i32x4(
+        __mmask16(0xffff), _mm_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
+    const __m512i within = _mm512_maskz_shuffle_epi8(~__mmask64(0), v, bytes);
+    return _mm512_maskz_shuffle_i64x2(__mmask8(0xff), within, within, 0x1B);
+  }
+}
+
+template <class U>
+__attribute__((target("avx2"))) inline __m256i reverse_lanes_avx2(__m256i v) {
+  if constexpr (sizeof(U) == 8) {
+    return _mm256_permute4x64_epi64(v, 0x1B);
+  } else if constexpr (sizeof(U) == 4) {
+    return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0));
+  } else {  // reversed within each 128-bit lane, then the two lanes swapped
+    const __m256i within =
+        sizeof(U) == 2 ? _mm256_setr_epi8(14, 15, 12, 13, 10, 11, 8, 9, 6, 7, 4, 5, 2, 3, 0, 1, 14,
+                                          15, 12, 13, 10, 11, 8, 9, 6, 7, 4, 5, 2, 3, 0, 1)
+                       : _mm256_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 15,
+                                          14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, within), 0x4E);
+  }
+}
+
+template <class U>
+__attribute__((target("avx2"))) inline __m128i reverse_lanes_128(__m128i v) {
+  if constexpr (sizeof(U) == 8) {
+    return _mm_shuffle_epi32(v, 0x4E);
+  } else if constexpr (sizeof(U) == 4) {
+    return _mm_shuffle_epi32(v, 0x1B);
+  } else if constexpr (sizeof(U) == 2) {
+    return _mm_shuffle_epi8(v, _mm_setr_epi8(14, 15, 12, 13, 10, 11, 8, 9, 6, 7, 4, 5, 2, 3, 0, 1));
+  } else {
+    return _mm_shuffle_epi8(v, _mm_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
+  }
+}
+
+// The source is read in ascending address order (vector i of the row's memory becomes the
+// i-th vector from the end of dst): the hardware prefetchers follow an ascending walk better
+// than a descending one. What is left after the whole vectors takes one 16-byte step and
+// scalar elements (Zen 4: masked AVX-512 loads / stores for that tail made a 96-byte row
+// 2.5x slower than its forward copy).
+template <class U>
+__attribute__((target("avx2"), noinline)) inline void reverse_copy_avx2(U* dst, const U* src,
+                                                                        int64_t n) {
+  constexpr int64_t V = 32 / sizeof(U), V16 = 16 / sizeof(U);
+  const U* base = src - (n - 1);  // the row's lowest address: base[i] -> dst[n - 1 - i]
+  int64_t i = 0;
+  for (; i + V <= n; i += V) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (n - i - V)), reverse_lanes_avx2<U>(v));
+  }
+  if (i + V16 <= n) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (n - i - V16)), reverse_lanes_128<U>(v));
+    i += V16;
+  }
+  for (; i < n; ++i) dst[n - 1 - i] = base[i];
+}
+
+template <class U>
+__attribute__((target("avx512f,avx512bw"), noinline)) inline void reverse_copy_avx512(U* dst,
+                                                                                      const U* src,
+                                                                                      int64_t n) {
+  constexpr int64_t V = 64 / sizeof(U), V32 = 32 / sizeof(U);
+  const U* base = src - (n - 1);
+  int64_t i = 0;
+  for (; i + V <= n; i += V) {
+    const __m512i v = _mm512_loadu_si512(base + i);
+    _mm512_storeu_si512(dst + (n - i - V), reverse_lanes_avx512<U>(v));
+  }
+  if (i + V32 <= n) {  // then at most 31 bytes: reverse_copy_avx2's tail
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (n - i - V32)), reverse_lanes_avx2<U>(v));
+    i += V32;
+  }
+  reverse_copy_avx2(dst, base + (n - 1), n - i);
+}
+
+// reverse_copy with non-temporal stores (the streamed rows of exact_items), straight from the
+// vector registers. dst's 16-byte-aligned middle is written from its end down (the source read
+// upwards): 64-byte vectors, each one 64-byte streaming store where aligned, else four 16-byte
+// ones, then 16-byte vectors; the unaligned edges (< 16 bytes each) take plain stores, as in
+// stream_copy. The caller fences.
+template <class U>
+__attribute__((target("avx512f,avx512bw"), noinline)) inline void reverse_stream_avx512(
+    U* dst, const U* src, int64_t n) {
+  constexpr int64_t V = 64 / sizeof(U), V16 = 16 / sizeof(U);
+  const int64_t a0 = std::min<int64_t>(
+      n, static_cast<int64_t>((16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15) /
+             static_cast<int64_t>(sizeof(U)));
+  const int64_t a1 = a0 + (n - a0) / V16 * V16;  // [a0, a1): whole 16-byte chunks of dst
+  const U* base = src - (n - 1);                 // base[i] -> dst[n - 1 - i]
+  int64_t a = a1;
+  for (; a - a0 >= V; a -= V) {  // dst[a - V, a) = base[n - a, n - a + V) reversed
+    const __m512i v = reverse_lanes_avx512<U>(_mm512_loadu_si512(base + (n - a)));
+    U* to = dst + (a - V);
+    if ((reinterpret_cast<uintptr_t>(to) & 63) == 0) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(to), v);
+    } else {
+      __m128i* q = reinterpret_cast<__m128i*>(to);
+      _mm_stream_si128(q, _mm512_maskz_extracti32x4_epi32(__mmask8(0xf), v, 0));
+      _mm_stream_si128(q + 1, _mm512_maskz_extracti32x4_epi32(__mmask8(0xf), v, 1));
+      _mm_stream_si128(q + 2, _mm512_maskz_extracti32x4_epi32(__mmask8(0xf), v, 2));
+      _mm_stream_si128(q + 3, _mm512_maskz_extracti32x4_epi32(__mmask8(0xf), v, 3));
+    }
+  }
+  for (; a > a0; a -= V16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + (n - a)));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + (a - V16)), reverse_lanes_128<U>(v));
+  }
+  reverse_copy_scalar(dst, src, a0);
+  reverse_copy_scalar(dst + a1, src - a1, n - a1);
+}
+#endif
+
+template <class U>
+VOXAUG_FORCEINLINE void reverse_copy(U* dst, const U* src, int64_t n) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  if (cpu_has_avx512bw()) return reverse_copy_avx512(dst, src, n);
+  if (cpu_has_avx2()) return reverse_copy_avx2(dst, src, n);
+#endif
+  reverse_copy_scalar(dst, src, n);
+}
+
+// reverse_copy of elements of `elem_size` bytes (1, 2, 4 or 8).
+VOXAUG_FORCEINLINE void reverse_copy_bytes(void* dst, const void* src, int64_t n, int elem_size) {
+  switch (elem_size) {
+    case 1: reverse_copy(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n); break;
+    case 2: reverse_copy(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n); break;
+    case 4: reverse_copy(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), n); break;
+    default: reverse_copy(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(src), n); break;
+  }
+}
+
+// reverse_copy with streaming stores (elements of `elem_size` bytes) without AVX-512:
+// reversed into an L1 buffer, then stream_copy'd out.
+VOXAUG_FORCEINLINE void reverse_stream_buffered(void* dst, const void* src, int64_t n,
+                                                int elem_size) {
+  alignas(64) char buf[2048];
+  const int64_t per = 2048 / elem_size;
+  const char* in = static_cast<const char*>(src);
+  char* out = static_cast<char*>(dst);
+  for (int64_t j0 = 0; j0 < n; j0 += per) {
+    const int64_t m = std::min<int64_t>(per, n - j0);
+    reverse_copy_bytes(buf, in - j0 * elem_size, m, elem_size);
+    stream_copy(out + j0 * elem_size, buf, m * elem_size);
+  }
+}
+
+// reverse_copy with streaming stores (elements of `elem_size` bytes): straight from the vector
+// registers with AVX-512, else through an L1 buffer.
+__attribute__((noinline)) inline void reverse_stream_bytes(void* dst, const void* src, int64_t n,
+                                                           int elem_size) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  if (cpu_has_avx512bw()) {
+    switch (elem_size) {
+      case 1:
+        reverse_stream_avx512(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n);
+        break;
+      case 2:
+        reverse_stream_avx512(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n);
+        break;
+      case 4:
+        reverse_stream_avx512(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), n);
+        break;
+      default:
+        reverse_stream_avx512(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(src), n);
+        break;
+    }
+    return;
+  }
+#endif
+  reverse_stream_buffered(dst, src, n, elem_size);
+}
+
+// stream_copy out of line for exact_items' forward rows: its loop keeps its registers there.
+__attribute__((noinline)) inline void stream_copy_row(void* dst, const void* src, int64_t bytes) {
+  stream_copy(dst, src, bytes);
+}
+
+// Rows whose source walks across lines (quarter turns: the step is a whole input row or plane)
+// with streaming stores: gathered into an L1 buffer, then stream_copy'd out.
+template <class U>
+VOXAUG_FORCEINLINE void gather_stream(U* dst, const U* src, int64_t step, int64_t n) {
+  constexpr int64_t per = 2048 / sizeof(U);
+  alignas(64) U buf[per];
+  for (int64_t j0 = 0; j0 < n; j0 += per) {
+    const int64_t m = std::min<int64_t>(per, n - j0);
+    const U* s = src + j0 * step;
+    for (int64_t j = 0; j < m; ++j) buf[j] = s[j * step];
+    stream_copy(dst + j0, buf, m * static_cast<int64_t>(sizeof(U)));
+  }
+}
+
+__attribute__((noinline)) inline void gather_stream_bytes(void* dst, const void* src, int64_t step,
+                                                          int64_t n, int elem_size) {
+  switch (elem_size) {
+    case 1:
+      gather_stream(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), step, n);
+      break;
+    case 2:
+      gather_stream(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), step, n);
+      break;
+    case 4:
+      gather_stream(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), step, n);
+      break;
+    default:
+      gather_stream(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(src), step, n);
+      break;
+  }
+}
+
 template <class U>
 VOXAUG_FORCEINLINE void strided_copy(const void* in, int64_t src0, int64_t src_step, void* out,
                                      int64_t dst0, int64_t dst_step, int64_t lo, int64_t hi) {
@@ -553,10 +810,8 @@ VOXAUG_FORCEINLINE void strided_copy(const void* in, int64_t src0, int64_t src_s
     if (hi > lo) std::memcpy(d + dst0 + lo, s + src0 + lo, static_cast<size_t>(hi - lo) * sizeof(U));
     return;
   }
-  if (dst_step == 1 && src_step == -1) {  // flipped rows: a constant stride the compiler vectorises
-    const U* sp = s + src0;
-    U* dp = d + dst0;
-    for (int64_t j = lo; j < hi; ++j) dp[j] = sp[-j];
+  if (dst_step == 1 && src_step == -1) {  // flipped rows
+    if (hi > lo) reverse_copy(d + dst0 + lo, s + src0 - lo, hi - lo);
     return;
   }
   for (int64_t j = lo; j < hi; ++j) d[dst0 + j * dst_step] = s[src0 + j * src_step];
@@ -771,8 +1026,63 @@ VOXAUG_FORCEINLINE void post_items(const ResampleForward<Acc>& f,
   }
 }
 
-// Items [begin, end) of an exact sample, rows in plain (d, h) order with no per-row division
-// or float math: the map's integer coefficients give each row's first source index and step.
+// A streamed row of the post target read backwards or across lines (`step` != 1): gathered
+// into an L1 buffer, stepped, streamed out. Out of line, as are the other reversed / gathered
+// row copies: inlined, they cost the forward rows of exact_items ~20% (register pressure).
+template <class Acc>
+VOXAUG_FORCEINLINE void stream_row_post_body(const ResampleForward<Acc>& f,
+                                             const typename ResampleForward<Acc>::State& st,
+                                             const Acc* in, int64_t step, Acc* out, int64_t cnt) {
+  alignas(64) Acc buf[256];
+  for (int64_t j0 = 0; j0 < cnt; j0 += 256) {
+    const int64_t m = std::min<int64_t>(256, cnt - j0);
+    if (step == -1) {
+      reverse_copy(buf, in - j0, m);
+    } else {
+      for (int64_t j = 0; j < m; ++j) buf[j] = in[(j0 + j) * step];
+    }
+    post_span(f, st, buf, m);
+    stream_copy(out + j0, buf, m * static_cast<int64_t>(sizeof(Acc)));
+  }
+}
+
+// The out-of-line copies of stream_row_post_body, one per instruction set (post_span
+// vectorises with the widest).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+template <class Acc>
+__attribute__((target("avx512f,avx512bw"), noinline)) void stream_row_post_avx512(
+    const ResampleForward<Acc>& f, const typename ResampleForward<Acc>::State& st, const Acc* in,
+    int64_t step, Acc* out, int64_t cnt) {
+  stream_row_post_body(f, st, in, step, out, cnt);
+}
+template <class Acc>
+__attribute__((target("avx2"), noinline)) void stream_row_post_avx2(
+    const ResampleForward<Acc>& f, const typename ResampleForward<Acc>::State& st, const Acc* in,
+    int64_t step, Acc* out, int64_t cnt) {
+  stream_row_post_body(f, st, in, step, out, cnt);
+}
+#endif
+template <class Acc>
+__attribute__((noinline)) void stream_row_post_plain(const ResampleForward<Acc>& f,
+                                                     const typename ResampleForward<Acc>::State& st,
+                                                     const Acc* in, int64_t step, Acc* out,
+                                                     int64_t cnt) {
+  stream_row_post_body(f, st, in, step, out, cnt);
+}
+template <class Acc>
+VOXAUG_FORCEINLINE void stream_row_post(const ResampleForward<Acc>& f,
+                                        const typename ResampleForward<Acc>::State& st,
+                                        const Acc* in, int64_t step, Acc* out, int64_t cnt) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  if (cpu_has_avx512bw()) return stream_row_post_avx512(f, st, in, step, out, cnt);
+  if (cpu_has_avx2()) return stream_row_post_avx2(f, st, in, step, out, cnt);
+#endif
+  stream_row_post_plain(f, st, in, step, out, cnt);
+}
+
+// Items [begin, end) of an exact sample, rows in (d, h) order (or (h, d): see below) with no
+// per-row division or float math: the map's integer coefficients give each row's first source
+// index and step.
 // Returns false (nothing written) when some coordinate of the output box would reach 2^22,
 // where the per-row path decides row by row. The rows are those exact_row copies.
 template <class Acc>
@@ -813,11 +1123,19 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
   const bool stream = sample_bytes >= kStreamOutputBytes;
   const int post = p.post_target;
   const DType native = native_dtype<Acc>();
-  const int64_t plane = H * W;
-  int64_t od = begin / plane;
-  int64_t oh = (begin - od * plane) / W;
-  int64_t ow = begin - od * plane - oh * W;
+  // Row order. Plain (d, h) order unless the output's d axis walks the input's w axis (a
+  // quarter turn in the (d, w) plane): then consecutive planes read neighbouring elements of
+  // the same input lines, a plane's rows touch one line per voxel (far more than L2 holds),
+  // and items run h-major ((h, d) order: item (oh D + od) W + ow), so the rows that share
+  // those lines follow each other. Each output row is still written whole and once.
+  const int64_t D = p.out_size[0];
+  const bool h_major = coef[2][0] != 0;
+  const int64_t inner_rows = h_major ? D : H;  // rows per step of the outer axis
+  int64_t outer = begin / (inner_rows * W);
+  int64_t inner = (begin - outer * inner_rows * W) / W;
+  int64_t ow = begin - (outer * inner_rows + inner) * W;
   for (int64_t i = begin; i < end;) {
+    const int64_t od = h_major ? inner : outer, oh = h_major ? outer : inner;
     const int64_t cnt = std::min(W - ow, end - i);
     int64_t first[3], step[3];
     for (int a = 0; a < 3; ++a) {
@@ -841,12 +1159,28 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
       row_source(t, n, first, step, &off0, &doff);
       const int64_t dst0 = n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3] +
                            ow * t.out_stride[4];
-      const bool contiguous = doff == 1 && t.out_stride[4] == 1;
+      // Rows into a contiguous output row are streamed: along the source (contiguous), against
+      // it (reversed: a flip of that axis) or across its lines (a quarter turn: gathered).
+      const bool dense = t.out_stride[4] == 1;
+      const bool contiguous = doff == 1 && dense;
+      const bool reversed = doff == -1 && dense;
       for (int64_t c = 0; c < t.channels; ++c) {
         const int64_t src = off0 + c * t.in_stride[1], dst = dst0 + c * t.out_stride[1];
         if (stream && contiguous && k != post) {
-          stream_copy(static_cast<char*>(t.out) + dst * t.elem_size,
-                      static_cast<const char*>(t.in) + src * t.elem_size, cnt * t.elem_size);
+          stream_copy_row(static_cast<char*>(t.out) + dst * t.elem_size,
+                          static_cast<const char*>(t.in) + src * t.elem_size, cnt * t.elem_size);
+          continue;
+        }
+        if (stream && reversed && k != post) {
+          reverse_stream_bytes(static_cast<char*>(t.out) + dst * t.elem_size,
+                               static_cast<const char*>(t.in) + src * t.elem_size, cnt,
+                               t.elem_size);
+          continue;
+        }
+        if (stream && dense && k != post) {
+          gather_stream_bytes(static_cast<char*>(t.out) + dst * t.elem_size,
+                              static_cast<const char*>(t.in) + src * t.elem_size, doff, cnt,
+                              t.elem_size);
           continue;
         }
         if (stream && contiguous && t.out_dtype == native) {
@@ -862,25 +1196,32 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
           }
           continue;
         }
+        if (stream && dense && t.out_dtype == native) {  // reversed or gathered, then as above
+          stream_row_post(f, st, static_cast<const Acc*>(t.in) + src, doff,
+                          static_cast<Acc*>(t.out) + dst, cnt);
+          continue;
+        }
         copy_elements(t, src, doff, dst, 0, cnt);
         if (stream && k == post) post_row_channel(f, st, n, c, od, oh, ow, cnt);
       }
     }
-    // Streaming: rows the fast copy did not take get their post steps here, row by row.
-    if (stream && post >= 0 && !(inside && plain_copy[post])) post_row(f, st, n, od, oh, ow, cnt);
+    // Streaming: rows the fast copy did not take get their post steps here, row by row; in
+    // h-major order every row does (post_items walks plain order).
+    if (post >= 0 && (stream ? !(inside && plain_copy[post]) : h_major))
+      post_row(f, st, n, od, oh, ow, cnt);
     i += cnt;
     ow += cnt;
     if (ow == W) {
       ow = 0;
-      if (++oh == H) {
-        oh = 0;
-        ++od;
+      if (++inner == inner_rows) {
+        inner = 0;
+        ++outer;
       }
     }
   }
   if (stream) {
     stream_fence();
-  } else if (post >= 0) {
+  } else if (post >= 0 && !h_major) {
     post_items(f, st, n, begin, end);
   }
   return true;

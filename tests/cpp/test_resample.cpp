@@ -940,3 +940,201 @@ TEST(ResampleCpu, StreamedExactRowsEqualDeviceBody) {
   EXPECT_EQ(0, std::memcmp(out.data(), body.data(), out.size() * 4));
   EXPECT_EQ(lout, lbody);
 }
+
+// Cubic gathers at NaN source coordinates (a NaN in a deformation field): Border and Reflection
+// keep the coordinate NaN, and converting it to a tap index is undefined (x86: INT64_MIN; CUDA:
+// 0), which read before the coefficients. Here they start right after 1 MiB of inaccessible
+// pages, so such a read faults. Values: NaN where the field is NaN (Border, Reflection), the
+// fill there for Zeros / Constant (outside), the NaN-free result everywhere else, bit for bit.
+#if defined(__unix__)
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace {
+// `bytes` of read-write memory between two 1 MiB runs of inaccessible pages.
+class GuardedBuffer {
+ public:
+  explicit GuardedBuffer(size_t bytes) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    guard_ = ((size_t(1) << 20) + page - 1) / page * page;
+    body_ = (bytes + page - 1) / page * page;
+    total_ = 2 * guard_ + body_;
+    void* m = mmap(nullptr, total_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return;
+    base_ = static_cast<char*>(m);
+    if (mprotect(base_ + guard_, body_, PROT_READ | PROT_WRITE) != 0) {
+      munmap(base_, total_);
+      base_ = nullptr;
+    }
+  }
+  ~GuardedBuffer() {
+    if (base_ != nullptr) munmap(base_, total_);
+  }
+  GuardedBuffer(const GuardedBuffer&) = delete;
+  GuardedBuffer& operator=(const GuardedBuffer&) = delete;
+  void* data() const { return base_ == nullptr ? nullptr : base_ + guard_; }
+
+ private:
+  char* base_ = nullptr;
+  size_t guard_ = 0, body_ = 0, total_ = 0;
+};
+}  // namespace
+
+TEST(ResampleCpu, CubicAtNanCoordinatesReadsInsideTheCoefficients) {
+  const int64_t P = kBSplinePad;
+  const Vol iv{1, 2, 8, 9, 10}, ov{1, 2, 6, 7, 5}, fv{1, 3, 6, 7, 5};
+  const Vol cv{1, 2, iv.d + 2 * P, iv.h + 2 * P, iv.w + 2 * P};
+  std::mt19937 rng(61);
+  std::normal_distribution<float> nd;
+  std::vector<float> img(iv.numel()), clean(fv.numel());
+  for (auto& v : img) v = nd(rng);
+  for (auto& v : clean) v = 0.4f * nd(rng);
+  // Voxel (2, 3, 1): all three components NaN; voxel (4, 0, 3): the h component only.
+  const int64_t vox = fv.d * fv.h * fv.w, a = (2 * fv.h + 3) * fv.w + 1, b = (4 * fv.h + 0) * fv.w + 3;
+  std::vector<float> dirty = clean;
+  for (int c = 0; c < 3; ++c) dirty[c * vox + a] = NAN;
+  dirty[1 * vox + b] = NAN;
+  const std::vector<double> m = {1, 0, 0, 0.25, 0, 1, 0, -0.5, 0, 0, 1, 0.75};
+  GuardedBuffer coeff_mem(static_cast<size_t>(cv.numel()) * sizeof(float));
+  ASSERT_NE(coeff_mem.data(), nullptr) << "mmap / mprotect failed";
+  const VolumeView coeff = view(coeff_mem.data(), DType::Float32, cv);
+  for (Padding pad : {Padding::Border, Padding::Reflection, Padding::Zeros, Padding::Constant}) {
+    const double pad_value = 1.5;
+    bspline_prefilter(view(img.data(), DType::Float32, iv), coeff, pad, pad_value, false);
+    std::vector<float> ref(ov.numel()), out(ov.numel());
+    ResampleTarget t{view(img.data(), DType::Float32, iv), view(ref.data(), DType::Float32, ov),
+                     Interp::Cubic, pad, pad_value, coeff};
+    DeformField f;
+    f.kind = FieldKind::Dense;
+    f.field = view(clean.data(), DType::Float32, fv);
+    resample_deformed(&t, 1, m.data(), f, false);
+    t.out = view(out.data(), DType::Float32, ov);
+    f.field = view(dirty.data(), DType::Float32, fv);
+    resample_deformed(&t, 1, m.data(), f, false);
+    const bool keeps_nan = pad == Padding::Border || pad == Padding::Reflection;
+    const float fill = pad == Padding::Constant ? 1.5f : 0.0f;
+    double ref_abs = 0.0;
+    for (int64_t c = 0; c < ov.c; ++c)
+      for (int64_t v = 0; v < vox; ++v) {
+        const float r = ref[c * vox + v], o = out[c * vox + v];
+        ASSERT_TRUE(std::isfinite(r)) << static_cast<int>(pad) << " " << c << " " << v;
+        ref_abs += std::fabs(r);
+        if (v == a || v == b) {
+          if (keeps_nan)
+            EXPECT_TRUE(std::isnan(o)) << static_cast<int>(pad) << " " << c << " " << v;
+          else
+            EXPECT_EQ(o, fill) << static_cast<int>(pad) << " " << c << " " << v;
+        } else {
+          EXPECT_EQ(0, std::memcmp(&r, &o, sizeof r)) << static_cast<int>(pad) << " " << c << " " << v;
+        }
+      }
+    EXPECT_GT(ref_abs, 1.0) << static_cast<int>(pad);
+  }
+}
+#endif
+
+// ---- reversed rows (kernels/resample/resample_cpu.h reverse_copy) ----
+#if defined(__unix__)
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../../kernels/resample/resample_cpu.h"
+
+namespace {
+// Read-write pages after one inaccessible page: an access just before data() faults.
+struct AfterGuardPage {
+  size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE)), total = 0;
+  void* map = MAP_FAILED;
+  explicit AfterGuardPage(size_t bytes) {
+    total = page + (bytes + page - 1) / page * page;
+    map = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map != MAP_FAILED && mprotect(map, page, PROT_NONE) != 0) {
+      munmap(map, total);
+      map = MAP_FAILED;
+    }
+  }
+  ~AfterGuardPage() {
+    if (map != MAP_FAILED) munmap(map, total);
+  }
+  void* data() const { return map == MAP_FAILED ? nullptr : static_cast<char*>(map) + page; }
+};
+
+// dst[j] = src[-j], j < n, through `copy` for every n up to 300 (not multiples of any vector
+// width, tails of every length) and dst at several alignments: the row's first element in
+// memory (src[-(n-1)]) and the output buffer each start a page whose predecessor is
+// inaccessible, so a vector load or store that reached before the row or before dst at
+// offset 0 would fault; every element of the buffer outside dst[0, n) keeps its sentinel.
+template <class U, class Copy>
+void check_reverse(Copy copy, const char* path) {
+  constexpr int64_t kMax = 300, kSlack = 80;
+  AfterGuardPage in(kMax * sizeof(U)), out((kMax + kSlack) * sizeof(U));
+  ASSERT_NE(in.data(), nullptr);
+  ASSERT_NE(out.data(), nullptr);
+  U* row = static_cast<U*>(in.data());
+  U* dst = static_cast<U*>(out.data());
+  for (int64_t i = 0; i < kMax; ++i) row[i] = static_cast<U>(0x9E3779B97F4A7C15ull * (i + 1) >> 7);
+  const U sentinel = static_cast<U>(0xA5A5A5A5A5A5A5A5ull);
+  for (int64_t at : {0, 1, 3, 8, 37, 64}) {  // dst's alignment (the streamed copy's cases)
+    for (int64_t n = 0; n <= kMax; ++n) {
+      std::fill(dst, dst + kMax + kSlack, sentinel);
+      copy(dst + at, row + (n - 1), n);
+      for (int64_t j = 0; j < kMax + kSlack; ++j) {
+        const bool in_row = j >= at && j < at + n;
+        ASSERT_EQ(dst[j], in_row ? row[n - 1 - (j - at)] : sentinel)
+            << path << " elem " << sizeof(U) << " at " << at << " n " << n << " j " << j;
+      }
+    }
+  }
+}
+
+template <class U>
+void check_reverse_paths() {
+  check_reverse<U>([](U* d, const U* s, int64_t n) { detail::reverse_copy_scalar(d, s, n); },
+                   "scalar");
+  check_reverse<U>([](U* d, const U* s, int64_t n) { detail::reverse_copy(d, s, n); },
+                   "dispatched");
+  check_reverse<U>(
+      [](U* d, const U* s, int64_t n) {
+        detail::reverse_stream_bytes(d, s, n, sizeof(U));
+        detail::stream_fence();
+      },
+      "dispatched streamed");
+  check_reverse<U>(
+      [](U* d, const U* s, int64_t n) {
+        detail::reverse_stream_buffered(d, s, n, sizeof(U));
+        detail::stream_fence();
+      },
+      "buffered streamed");
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  if (detail::cpu_has_avx2())
+    check_reverse<U>([](U* d, const U* s, int64_t n) { detail::reverse_copy_avx2(d, s, n); },
+                     "avx2");
+  if (detail::cpu_has_avx512bw()) {
+    check_reverse<U>([](U* d, const U* s, int64_t n) { detail::reverse_copy_avx512(d, s, n); },
+                     "avx512");
+    check_reverse<U>(
+        [](U* d, const U* s, int64_t n) {
+          detail::reverse_stream_avx512(d, s, n);
+          detail::stream_fence();
+        },
+        "avx512 streamed");
+  }
+#endif
+}
+}  // namespace
+
+TEST(ResampleCpu, ReverseCopyEveryPathElementSizeAndLength) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  if (!detail::cpu_has_avx512bw())
+    std::printf("no AVX-512BW on this CPU: its reversed-row path is not checked here\n");
+  if (!detail::cpu_has_avx2())
+    std::printf("no AVX2 on this CPU: its reversed-row path is not checked here\n");
+#endif
+  check_reverse_paths<uint8_t>();
+  check_reverse_paths<uint16_t>();
+  check_reverse_paths<uint32_t>();
+  check_reverse_paths<uint64_t>();
+  check_reverse_paths<float>();
+  check_reverse_paths<double>();
+}
+#endif  // __unix__
