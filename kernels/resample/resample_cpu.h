@@ -16,6 +16,7 @@
 #include "voxaug/detail/bspline.h"
 #include "voxaug/detail/deform.h"
 #include "voxaug/detail/resample.h"
+#include "../common/cpu_isa.h"
 #include "../common/stream_store.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -33,23 +34,10 @@ inline bool cpu_has_avx512() {
 #endif
 }
 
-// AVX-512 with byte / word permutes (the reversed-row copies), and AVX2.
-inline bool cpu_has_avx512bw() {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-  return yes;
-#else
-  return false;
-#endif
-}
-inline bool cpu_has_avx2() {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  static const bool yes = __builtin_cpu_supports("avx2");
-  return yes;
-#else
-  return false;
-#endif
-}
+// The reversed-row copies' levels: AVX-512 with byte / word permutes, and AVX2 (cpu_isa()'s,
+// which also ask for DQ / VL / FMA: the clones' one choice per process).
+inline bool cpu_has_avx512bw() { return cpu_isa() == CpuIsa::Avx512; }
+inline bool cpu_has_avx2() { return cpu_isa() != CpuIsa::Baseline; }
 
 constexpr int64_t kResampleRow = 256;
 
