@@ -298,8 +298,9 @@ TEST(IntensityCuda, HistogramStdShiftFixedMeanTwinBitIdentical) {
 // device and ~11 GB on the host; it skips where the device has less than 12 GB.
 TEST(IntensityCuda, GridLimitsAnd64BitIndexingTwinBitIdentical) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const std::vector<NamedChain> chains = reference_chains();  // alive while `noise` points in
   const NamedChain* noise = nullptr;
-  for (const auto& chain : reference_chains())
+  for (const auto& chain : chains)
     if (chain.name == "noise_sample_std") noise = &chain;
   ASSERT_NE(noise, nullptr);
   const Shape many{70000, 1, 2, 2, 3};

@@ -253,7 +253,10 @@ void check_patches_line_up(torch::Device device) {
     PatchQueue q(subjects, 6, 2, samplers[k], o);
     int64_t n = 0;
     for (const Batch& b : q.epoch()) {
-      for (const auto& [name, t] : b.tensors) EXPECT_EQ(t.device(), device) << name;
+      for (const auto& [name, t] : b.tensors)  // an index-less CUDA device: the current one
+        EXPECT_TRUE(t.device().type() == device.type() &&
+                    (!device.has_index() || t.device().index() == device.index()))
+            << name << " is on " << t.device() << ", asked for " << device;
       for (int64_t i = 0; i < b.location.size(0); ++i, ++n) {
         const torch::Tensor loc = b.location[i].cpu();
         const Subject& s = subjects[b.subjects[i]];
