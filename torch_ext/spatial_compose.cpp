@@ -14,13 +14,14 @@
 #include <vector>
 
 #include "transform_common.h"
+#include "voxaug/resample.h"
 #include "voxaug/spatial_transforms.h"
 #include "voxaug/torch_ops.h"
 
 namespace voxaug::transforms {
 namespace {
 
-constexpr size_t kMaxTargets = 4;  // kMaxResampleTargets (include/voxaug/resample.h)
+constexpr size_t kMaxTargets = static_cast<size_t>(kMaxResampleTargets);
 
 template <class T>
 constexpr bool kRandom = std::is_base_of_v<RandomTransform, T>;

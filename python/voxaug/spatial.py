@@ -3188,7 +3188,7 @@ def _close_with_deformation(t: Any, d: dict, is_dict: bool, chains: dict, chain:
             launches.append((plan, maps, centers, [member]))
     folded = 0
     if following and len({id(plan) for plan, _, _, _ in launches}) == 1:
-        fold = _fold_after(following, [k for k, _ in keys], d, is_dict, launches[0][0], chain)
+        fold = _fold_after(following, [k for k, _ in keys], d, is_dict, launches[0][0])
         if fold is not None:
             folded, plan, flip_map = fold
             launches = [(plan, (_square(maps) @ flip_map)[:, :3].contiguous(), centers, members)
@@ -3220,34 +3220,34 @@ def _folds_first(following: Sequence[Any], t: Any, keys: list, d: dict, is_dict:
     if not following or not bspline:
         return False
     names = [k for k, _ in keys]
-    if any(not isinstance(d[k], torch.Tensor) or _is_meta_tensor(d[k]) for k in names):
-        return False
-    nxt = following[0]
-    return (_is_dict_transform(nxt) == is_dict and isinstance(_inner(nxt), _FOLDABLE_AFTER_DEFORMATION)
-            and (not is_dict or (list(nxt.keys) == names and all(k in d for k in nxt.keys))))
+    return _plain_tensors(d, names) and _folds(following[0], names, d, is_dict)
 
 
-def _fold_after(following: Sequence[Any], keys: list, d: dict, is_dict: bool, plan: Any,
-                chain: Callable) -> Optional[tuple]:
+def _plain_tensors(d: dict, keys: list) -> bool:
+    return all(isinstance(d[k], torch.Tensor) and not _is_meta_tensor(d[k]) for k in keys)
+
+
+def _folds(t: Any, keys: list, d: dict, is_dict: bool) -> bool:
+    """Whether step `t` may fold into the launch of a deformation of exactly `keys`."""
+    return (_is_dict_transform(t) == is_dict and isinstance(_inner(t), _FOLDABLE_AFTER_DEFORMATION)
+            and (not is_dict or (list(t.keys) == keys and all(k in d for k in t.keys))))
+
+
+def _fold_after(following: Sequence[Any], keys: list, d: dict, is_dict: bool, plan: Any) -> Optional[tuple]:
     """(number of steps, plan of the folded launch, (N, 4, 4) map F of those steps) for the flips
     and crops at the start of `following` that act on exactly the deformed `keys` (plain
     tensors), planned on the deformation's output grid (their draws made as their calls make
     them); None when none folds. B-spline fields only (a dense or separable field would have to
     be rewritten)."""
-    from . import deform
-
-    if plan.kind != ops.BSPLINE_FIELD or any(_is_meta_tensor(d[k]) or not isinstance(d[k], torch.Tensor)
-                                             for k in keys):
+    if plan.kind != ops.BSPLINE_FIELD or not _plain_tensors(d, keys):
         return None
     n = int(plan.mats.shape[0])
     size = tuple(plan.out_size)
     total, count = None, 0
     for t in following:
+        if not _folds(t, keys, d, is_dict):
+            break
         tr = _inner(t)
-        if _is_dict_transform(t) != is_dict or not isinstance(tr, _FOLDABLE_AFTER_DEFORMATION):
-            break
-        if is_dict and (list(t.keys) != keys or any(k not in d for k in t.keys)):
-            break
         # the step on a stand-in of the deformation's output (shape only)
         ch = _LazyChain(torch.empty((n, 1) + size, device="meta"))
         params = tr._params_for(n, True) if isinstance(tr, _RandomSpatial) else None
