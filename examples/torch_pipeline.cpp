@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include <voxaug/sliding_window.h>
-#include <voxaug/spatial_transforms.h>
+#include <voxaug/compose.h>
 #include <voxaug/torch_ops.h>
 
 int main() {
@@ -26,12 +26,17 @@ int main() {
               x.mean().item<double>(), leaf.grad().mean().item<double>(), 1.0 / 425.0);
 
   // Spatial augmentation of image + label: RandAffine, RandFlip and a centre crop multiply into
-  // one per-sample map, gathered in one launch (image bilinear, label nearest).
+  // one per-sample map, and the elastic deformation gathers through it: one launch for the four
+  // steps (image bilinear, label nearest).
   namespace vt = voxaug::transforms;
   const torch::Tensor label = (batch > 100).to(torch::kUInt8);
+  vt::Rand3DElasticOptions elastic;
+  elastic.prob = 1.0;
   const vt::Compose aug({vt::RandAffine(/*prob=*/1.0, /*rotate_range=*/{0.3, 0.3, 0.3}),
                          vt::RandFlip(/*prob=*/0.5, /*spatial_axis=*/{0}),
-                         vt::CenterSpatialCrop({48, 48, 48})});
+                         vt::CenterSpatialCrop({48, 48, 48}),
+                         vt::Rand3DElastic(/*sigma_range=*/{5, 7}, /*magnitude_range=*/{50, 100},
+                                           elastic)});
   const vt::ComposeResult c = aug({x, label}, /*seed=*/13, /*first_sample=*/0, {"", "nearest"});
   std::printf("spatial compose: %zu launch(es) for %zu steps, image (%lld, %lld, %lld), label %s\n",
               c.groups.size(), aug.steps().size(), static_cast<long long>(c.out_size[0]),

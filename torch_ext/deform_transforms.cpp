@@ -163,15 +163,6 @@ at::Tensor per_sample(const std::vector<double>& values, const at::Device& devic
 }
 
 // ---------------- one gather through a planned field (deform.py _Plan / _launch) ----------------
-struct Plan {
-  at::Tensor mats;  // (N, 3, 4) float64 CPU
-  std::array<int64_t, 3> out_size{};
-  at::Tensor field;  // on the data's device
-  int64_t kind = kBSplineField;
-  std::array<double, 3> scale{1.0, 1.0, 1.0}, offset{0.0, 0.0, 0.0};
-  std::optional<at::Tensor> field_map;  // (N, 6) float64 CPU
-};
-
 // The image and extras as 5-D tensors, checked.
 struct Batch {
   at::Tensor x;
@@ -209,39 +200,34 @@ Batch as_batch(const at::Tensor& image, at::TensorList extras) {
   return b;
 }
 
-DeformResult launch(const Batch& b, const Plan& plan, int64_t image_mode, int64_t extra_mode,
-                    int64_t padding, bool return_displacement) {
-  std::vector<at::Tensor> inputs;
-  std::vector<int64_t> modes;
-  auto add = [&](const at::Tensor& t, int64_t mode) {
-    inputs.push_back(mode == kNearest || t.is_floating_point() ? t : t.to(at::kFloat));
-    modes.push_back(mode);
-  };
-  add(b.x, image_mode);
-  for (const at::Tensor& e : b.extras) add(e, extra_mode);
-  const at::Device device = b.x.device();
-  const at::Tensor mats = host_to(plan.mats, device);
-  const at::Tensor field = host_to(plan.field, device);
-  std::optional<at::Tensor> fmap;
-  if (plan.field_map) fmap = host_to(*plan.field_map, device);
-  std::vector<at::Tensor> outs;
-  for (size_t s = 0; s < inputs.size(); s += kMaxTargets) {
-    const size_t e = std::min(inputs.size(), s + kMaxTargets);
-    const std::vector<at::Tensor> part(inputs.begin() + s, inputs.begin() + e);
-    const std::vector<int64_t> m(modes.begin() + s, modes.begin() + e);
-    const std::vector<int64_t> pads(e - s, padding);
-    const std::vector<double> values(e - s, 0.0);
-    auto r = resample_deformed(part, mats, field, plan.kind, plan.scale, plan.offset, plan.out_size,
-                               m, pads, values, fmap);
-    outs.insert(outs.end(), r.begin(), r.end());
-  }
+DeformResult launch(const Batch& b, const DeformPlan& plan, bool return_displacement) {
   DeformResult res;
+  const at::Device device = b.x.device();
+  if (plan.identity) {
+    res.image = b.batched ? b.x : b.x.squeeze(0);
+    for (const at::Tensor& e : b.extras) res.extras.push_back(b.batched ? e : e.squeeze(0));
+    if (return_displacement)
+      res.displacement =
+          at::zeros({b.n, 3, b.size[0], b.size[1], b.size[2]},
+                    at::TensorOptions().dtype(at::kFloat).device(device));
+    return res;
+  }
+  std::vector<at::Tensor> inputs{b.x};
+  std::vector<int64_t> modes{plan.image_mode};
+  for (const at::Tensor& e : b.extras) {
+    inputs.push_back(e);
+    modes.push_back(plan.label_mode);
+  }
+  const std::vector<at::Tensor> outs = deform_gather(plan, inputs, modes);
   auto restore = [&](const at::Tensor& t) { return b.batched ? t : t.squeeze(0); };
   res.image = restore(outs[0]);
   for (size_t i = 1; i < outs.size(); ++i) res.extras.push_back(restore(outs[i]));
-  if (return_displacement)
-    res.displacement =
-        deform_field_dense(field, plan.kind, plan.scale, plan.offset, plan.out_size, fmap);
+  if (return_displacement) {
+    std::optional<at::Tensor> fmap;
+    if (plan.field_map) fmap = host_to(*plan.field_map, device);
+    res.displacement = deform_field_dense(host_to(plan.field, device), plan.kind, plan.scale,
+                                          plan.offset, plan.out_size, fmap);
+  }
   return res;
 }
 
@@ -268,7 +254,7 @@ at::Tensor distortion_ranges(int64_t size, int64_t cells, const std::vector<doub
 }
 
 // Steps per sample (empty: not selected, zero field) -> the separable plan on `device`.
-Plan separable_plan(const std::array<int64_t, 3>& in_size,
+DeformPlan separable_plan(const std::array<int64_t, 3>& in_size,
                     const std::vector<std::vector<std::vector<double>>>& steps,
                     const std::vector<int64_t>& cells, const at::Device& device) {
   const int64_t n = static_cast<int64_t>(steps.size());
@@ -287,7 +273,7 @@ Plan separable_plan(const std::array<int64_t, 3>& in_size,
           .copy_(r - at::arange(in_size[a], f64));
     }
   }
-  Plan plan;
+  DeformPlan plan;
   plan.mats = stack_maps(std::vector<M4>(n, grid_index_map(eye4(), in_size, in_size, false).first));
   plan.out_size = in_size;
   plan.field = host_to(table, device);
@@ -343,6 +329,33 @@ std::vector<double> triple(const std::vector<double>& v) {
 
 }  // namespace
 
+std::vector<at::Tensor> deform_gather(const DeformPlan& plan, at::TensorList inputs,
+                                      at::IntArrayRef modes, const std::optional<at::Tensor>& mats) {
+  TORCH_CHECK_VALUE(!inputs.empty() && modes.size() == inputs.size(),
+                    "deform_gather needs one mode per input, got ", modes.size(), " modes for ",
+                    inputs.size(), " inputs");
+  const at::Device device = inputs[0].device();
+  std::vector<at::Tensor> xs;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    xs.push_back(modes[i] == kNearest || inputs[i].is_floating_point() ? inputs[i]
+                                                                       : inputs[i].to(at::kFloat));
+  const at::Tensor m = host_to(mats ? *mats : plan.mats, device);
+  const at::Tensor field = host_to(plan.field, device);
+  std::optional<at::Tensor> fmap;
+  if (plan.field_map) fmap = host_to(*plan.field_map, device);
+  std::vector<at::Tensor> outs;
+  for (size_t s = 0; s < xs.size(); s += kMaxTargets) {
+    const size_t e = std::min(xs.size(), s + kMaxTargets);
+    const std::vector<at::Tensor> part(xs.begin() + s, xs.begin() + e);
+    const std::vector<int64_t> pads(e - s, plan.padding);
+    const std::vector<double> values(e - s, 0.0);
+    auto r = resample_deformed(part, m, field, plan.kind, plan.scale, plan.offset, plan.out_size,
+                               modes.slice(s, e - s), pads, values, fmap);
+    outs.insert(outs.end(), r.begin(), r.end());
+  }
+  return outs;
+}
+
 // ---------------- Rand3DElastic ----------------
 Rand3DElastic::Rand3DElastic(std::pair<double, double> sigma_range,
                              std::pair<double, double> magnitude_range,
@@ -393,21 +406,29 @@ DeformResult Rand3DElastic::operator()(const at::Tensor& image, int64_t seed, in
   return apply(image, draw_params(n, first_sample, seed), extras, return_displacement);
 }
 
-DeformResult Rand3DElastic::apply(const at::Tensor& image, const at::Tensor& params_in,
+DeformResult Rand3DElastic::apply(const at::Tensor& image, const at::Tensor& params,
                                   at::TensorList extras, bool return_displacement) const {
   const Batch b = as_batch(image, extras);
-  const at::Tensor params = checked_params(params_in, b.n, n_uniforms_);
+  return launch(b, plan(b.n, b.size, params, b.x.device()), return_displacement);
+}
+
+int64_t Rand3DElastic::mode_code(const std::string& name, const char* arg) {
+  return grid_mode(name, arg);
+}
+
+DeformPlan Rand3DElastic::plan(int64_t n, const std::array<int64_t, 3>& size,
+                               const at::Tensor& params_in, const c10::Device& device) const {
+  const at::Tensor params = checked_params(params_in, n, n_uniforms_);
   const std::vector<bool> on = gates(params, options_.prob);
   const auto p = params.accessor<double, 2>();
-  const std::array<int64_t, 3> out_size = fall_back_size(options_.spatial_size, b.size);
-  const at::Device device = b.x.device();
+  const std::array<int64_t, 3> out_size = fall_back_size(options_.spatial_size, size);
 
   // Per sample (deform.py Rand3DElastic.parameters): magnitude, sigma, MONAI's affine params.
-  std::vector<double> mags(b.n, 0.0), sigmas(b.n, sigma_range_.first);
+  std::vector<double> mags(n, 0.0), sigmas(n, sigma_range_.first);
   std::vector<M4> mats;
-  for (int64_t i = 0; i < b.n; ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     if (!on[i]) {
-      mats.push_back(grid_index_map(eye4(), b.size, out_size, false).first);
+      mats.push_back(grid_index_map(eye4(), size, out_size, false).first);
       continue;
     }
     double lo = magnitude_range_.first, hi = magnitude_range_.second;
@@ -423,19 +444,19 @@ DeformResult Rand3DElastic::apply(const at::Tensor& image, const at::Tensor& par
       for (const Range& e : *ranges[r]) vals[r].push_back(e.lo + (e.hi - e.lo) * p[i][j++] + add);
     }
     mats.push_back(
-        grid_index_map(centred_affine(vals[0], vals[1], vals[2], vals[3]), b.size, out_size, false)
+        grid_index_map(centred_affine(vals[0], vals[1], vals[2], vals[3]), size, out_size, false)
             .first);
   }
-  Plan plan;
-  plan.mats = stack_maps(mats);
-  plan.out_size = out_size;
+  DeformPlan out;
+  out.mats = stack_maps(mats);
+  out.out_size = out_size;
   if (options_.field == "exact") {
-    at::Tensor sig = at::zeros({b.n, 3}, at::TensorOptions().dtype(at::kDouble));
-    for (int64_t i = 0; i < b.n; ++i)
+    at::Tensor sig = at::zeros({n, 3}, at::TensorOptions().dtype(at::kDouble));
+    for (int64_t i = 0; i < n; ++i)
       if (on[i]) sig[i].fill_(sigmas[i]);
-    const at::Tensor nz = noise(params, {b.n, 3, out_size[0], out_size[1], out_size[2]}, device);
-    plan.field = ops::gaussian_smooth(nz, sig, 3.0).mul_(per_sample(mags, device));
-    plan.kind = kDenseField;
+    const at::Tensor nz = noise(params, {n, 3, out_size[0], out_size[1], out_size[2]}, device);
+    out.field = ops::gaussian_smooth(nz, sig, 3.0).mul_(per_sample(mags, device));
+    out.kind = kDenseField;
   } else {
     // One control grid per call, a control spacing per sample (deform.py fast_field_layout:
     // spacing h = sqrt(3) sigma, index g = x / h + 1). The grid is that of sigma_range's minimum
@@ -446,10 +467,10 @@ DeformResult Rand3DElastic::apply(const at::Tensor& image, const at::Tensor& par
       kmax[a] = static_cast<int64_t>(std::floor(static_cast<double>(out_size[a] - 1) /
                                                 (std::sqrt(3.0) * sigma_range_.first))) +
                 4;
-    at::Tensor fmap = at::empty({b.n, 6}, at::TensorOptions().dtype(at::kDouble));
+    at::Tensor fmap = at::empty({n, 6}, at::TensorOptions().dtype(at::kDouble));
     double* fm = fmap.data_ptr<double>();
-    std::vector<double> amps(b.n);
-    for (int64_t i = 0; i < b.n; ++i) {
+    std::vector<double> amps(n);
+    for (int64_t i = 0; i < n; ++i) {
       const double h = std::sqrt(3.0) * sigmas[i];
       for (int a = 0; a < 3; ++a) {
         fm[6 * i + a] = 1.0 / h;
@@ -457,14 +478,15 @@ DeformResult Rand3DElastic::apply(const at::Tensor& image, const at::Tensor& par
       }
       amps[i] = mags[i] * fast_amplitude(sigmas[i]);
     }
-    plan.field =
-        noise(params, {b.n, 3, kmax[0], kmax[1], kmax[2]}, device).mul_(per_sample(amps, device));
-    plan.kind = kBSplineField;
-    plan.field_map = fmap;
+    out.field =
+        noise(params, {n, 3, kmax[0], kmax[1], kmax[2]}, device).mul_(per_sample(amps, device));
+    out.kind = kBSplineField;
+    out.field_map = fmap;
   }
-  return launch(b, plan, grid_mode(options_.mode, "mode"),
-                grid_mode(options_.label_mode, "label_mode"),
-                grid_padding(options_.padding_mode, "padding_mode"), return_displacement);
+  out.image_mode = grid_mode(options_.mode, "mode");
+  out.label_mode = grid_mode(options_.label_mode, "label_mode");
+  out.padding = grid_padding(options_.padding_mode, "padding_mode");
+  return out;
 }
 
 // ---------------- GridDistortion ----------------
@@ -483,12 +505,22 @@ GridDistortion::GridDistortion(std::vector<int64_t> num_cells,
 DeformResult GridDistortion::operator()(const at::Tensor& image, at::TensorList extras,
                                         bool return_displacement) const {
   const Batch b = as_batch(image, extras);
-  const Plan plan =
-      separable_plan(b.size, std::vector<std::vector<std::vector<double>>>(b.n, distort_steps_),
-                     num_cells_, b.x.device());
-  return launch(b, plan, grid_mode(options_.mode, "mode"),
-                grid_mode(options_.label_mode, "label_mode"),
-                grid_padding(options_.padding_mode, "padding_mode"), return_displacement);
+  return launch(b, plan(b.n, b.size, b.x.device()), return_displacement);
+}
+
+DeformPlan GridDistortion::plan(int64_t n, const std::array<int64_t, 3>& size,
+                                const c10::Device& device) const {
+  TORCH_CHECK_VALUE(n >= 0, "batch must be >= 0, got ", n);
+  DeformPlan out = separable_plan(
+      size, std::vector<std::vector<std::vector<double>>>(n, distort_steps_), num_cells_, device);
+  out.image_mode = grid_mode(options_.mode, "mode");
+  out.label_mode = grid_mode(options_.label_mode, "label_mode");
+  out.padding = grid_padding(options_.padding_mode, "padding_mode");
+  return out;
+}
+
+int64_t GridDistortion::mode_code(const std::string& name, const char* arg) {
+  return grid_mode(name, arg);
 }
 
 // ---------------- RandGridDistortion ----------------
@@ -547,14 +579,24 @@ DeformResult RandGridDistortion::operator()(const at::Tensor& image, int64_t see
   return apply(image, draw_params(n, first_sample, seed), extras, return_displacement);
 }
 
-DeformResult RandGridDistortion::apply(const at::Tensor& image, const at::Tensor& params_in,
+DeformResult RandGridDistortion::apply(const at::Tensor& image, const at::Tensor& params,
                                        at::TensorList extras, bool return_displacement) const {
   const Batch b = as_batch(image, extras);
-  const at::Tensor params = checked_params(params_in, b.n, n_uniforms_);
-  const Plan plan = separable_plan(b.size, steps(params), num_cells_, b.x.device());
-  return launch(b, plan, grid_mode(options_.mode, "mode"),
-                grid_mode(options_.label_mode, "label_mode"),
-                grid_padding(options_.padding_mode, "padding_mode"), return_displacement);
+  return launch(b, plan(b.n, b.size, params, b.x.device()), return_displacement);
+}
+
+DeformPlan RandGridDistortion::plan(int64_t n, const std::array<int64_t, 3>& size,
+                                    const at::Tensor& params_in, const c10::Device& device) const {
+  const at::Tensor params = checked_params(params_in, n, n_uniforms_);
+  DeformPlan out = separable_plan(size, steps(params), num_cells_, device);
+  out.image_mode = grid_mode(options_.mode, "mode");
+  out.label_mode = grid_mode(options_.label_mode, "label_mode");
+  out.padding = grid_padding(options_.padding_mode, "padding_mode");
+  return out;
+}
+
+int64_t RandGridDistortion::mode_code(const std::string& name, const char* arg) {
+  return grid_mode(name, arg);
 }
 
 // ---------------- RandomElasticDeformation ----------------
@@ -605,26 +647,35 @@ DeformResult RandomElasticDeformation::operator()(const at::Tensor& image, int64
   return apply(image, draw_params(n, first_sample, seed), extras, return_displacement);
 }
 
-DeformResult RandomElasticDeformation::apply(const at::Tensor& image, const at::Tensor& params_in,
+DeformResult RandomElasticDeformation::apply(const at::Tensor& image, const at::Tensor& params,
                                              at::TensorList extras,
                                              bool return_displacement) const {
   const Batch b = as_batch(image, extras);
-  const at::Tensor params = checked_params(params_in, b.n, 1);
-  const at::Device device = b.x.device();
+  return launch(b, plan(b.n, b.size, params, b.x.device()), return_displacement);
+}
+
+int64_t RandomElasticDeformation::mode_code(const std::string& name, const char* arg) {
+  return torchio_mode(name, arg);
+}
+
+DeformPlan RandomElasticDeformation::plan(int64_t n, const std::array<int64_t, 3>& size,
+                                          const at::Tensor& params_in,
+                                          const c10::Device& device) const {
+  const at::Tensor params = checked_params(params_in, n, 1);
+  DeformPlan out;
+  out.image_mode = torchio_mode(options_.image_interpolation, "image_interpolation");
+  out.label_mode = torchio_mode(options_.label_interpolation, "label_interpolation");
+  out.padding = grid_padding(options_.padding_mode, "padding_mode");
   if (max_disp_[0] == 0 && max_disp_[1] == 0 && max_disp_[2] == 0) {
-    // TorchIO: no displacement, nothing to do.
-    DeformResult res{image, std::vector<at::Tensor>(extras.begin(), extras.end()), {}};
-    if (return_displacement)
-      res.displacement = at::zeros({b.n, 3, b.size[0], b.size[1], b.size[2]},
-                                   at::TensorOptions().dtype(at::kFloat).device(device));
-    return res;
+    out.identity = true;  // TorchIO: no displacement, nothing to do
+    return out;
   }
   // TorchIO's folding check: the displacement exceeds half the control spacing.
   std::vector<int64_t> conflicts;
   unsigned axes = 0;  // bit a: axis a conflicts
   for (int a = 0; a < 3; ++a) {
     const double grid =
-        (static_cast<double>(b.size[a]) + 0.25) * spacing_[a] / static_cast<double>(k_[a] - 3);
+        (static_cast<double>(size[a]) + 0.25) * spacing_[a] / static_cast<double>(k_[a] - 3);
     if (max_disp_[a] > grid / 2) {
       conflicts.push_back(a);
       axes |= 1u << a;
@@ -648,14 +699,14 @@ DeformResult RandomElasticDeformation::apply(const at::Tensor& image, const at::
                ", so folding may occur. Choose fewer control points or a smaller maximum "
                "displacement");
   }
-  at::Tensor coeff = noise(params, {b.n, 3, k_[0], k_[1], k_[2]}, device);
+  at::Tensor coeff = noise(params, {n, 3, k_[0], k_[1], k_[2]}, device);
   const std::vector<bool> on = gates(params, options_.p);
-  at::Tensor gate = at::empty({b.n}, at::TensorOptions().dtype(at::kFloat));
-  for (int64_t i = 0; i < b.n; ++i) gate.data_ptr<float>()[i] = on[i] ? 1.0f : 0.0f;
+  at::Tensor gate = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
+  for (int64_t i = 0; i < n; ++i) gate.data_ptr<float>()[i] = on[i] ? 1.0f : 0.0f;
   at::Tensor scale = at::empty({3}, at::TensorOptions().dtype(at::kFloat));
   for (int a = 0; a < 3; ++a)
     scale.data_ptr<float>()[a] = static_cast<float>(max_disp_[a] / spacing_[a]);
-  coeff.mul_(host_to(gate.view({b.n, 1, 1, 1, 1}) * scale.view({1, 3, 1, 1, 1}), device));
+  coeff.mul_(host_to(gate.view({n, 1, 1, 1, 1}) * scale.view({1, 3, 1, 1, 1}), device));
   for (int64_t i = 0; i < options_.locked_borders; ++i)
     for (int a = 0; a < 3; ++a) {
       coeff.narrow(2 + a, i, 1).zero_();
@@ -663,19 +714,16 @@ DeformResult RandomElasticDeformation::apply(const at::Tensor& image, const at::
     }
   // SimpleITK's BSplineTransformInitializer(image, mesh = K - 3) in voxel indices
   // (deform.py sitk_control_map): control spacing (S + 0.25) / mesh, g = (i + 0.625) / step + 1.
-  Plan plan;
   for (int a = 0; a < 3; ++a) {
-    const double step = (static_cast<double>(b.size[a]) + 0.25) / static_cast<double>(k_[a] - 3);
-    plan.scale[a] = 1.0 / step;
-    plan.offset[a] = 0.625 / step + 1.0;
+    const double step = (static_cast<double>(size[a]) + 0.25) / static_cast<double>(k_[a] - 3);
+    out.scale[a] = 1.0 / step;
+    out.offset[a] = 0.625 / step + 1.0;
   }
-  plan.mats = stack_maps(std::vector<M4>(b.n, eye4()));
-  plan.out_size = b.size;
-  plan.field = coeff;
-  plan.kind = kBSplineField;
-  return launch(b, plan, torchio_mode(options_.image_interpolation, "image_interpolation"),
-                torchio_mode(options_.label_interpolation, "label_interpolation"),
-                grid_padding(options_.padding_mode, "padding_mode"), return_displacement);
+  out.mats = stack_maps(std::vector<M4>(n, eye4()));
+  out.out_size = size;
+  out.field = coeff;
+  out.kind = kBSplineField;
+  return out;
 }
 
 }  // namespace voxaug::transforms

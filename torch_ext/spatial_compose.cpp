@@ -1,21 +1,24 @@
-// voxaug::transforms::Compose: lazy composition of the C++ spatial transforms (see
-// torch_ext/include/voxaug/spatial_transforms.h). Each step is planned on meta tensors (the
+// voxaug::transforms::Compose (torch_ext/include/voxaug/compose.h): lazy composition of the C++
+// spatial transforms and deformations. Each spatial step is planned on meta tensors (the
 // transform's own host code gives its per-sample maps, output size and how it resamples);
-// consecutive index maps multiply into one map per input and one resample launch gathers them.
+// consecutive index maps multiply into one map per input and one resample launch gathers them; a
+// deformation's plan (DeformPlan) takes the pending maps into its resample_deformed launch.
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "transform_common.h"
+#include "voxaug/compose.h"
 #include "voxaug/resample.h"
-#include "voxaug/spatial_transforms.h"
 #include "voxaug/torch_ops.h"
 
 namespace voxaug::transforms {
@@ -25,19 +28,72 @@ constexpr size_t kMaxTargets = static_cast<size_t>(kMaxResampleTargets);
 
 template <class T>
 constexpr bool kRandom = std::is_base_of_v<RandomTransform, T>;
+template <class T>
+constexpr bool kDeform = std::is_same_v<T, Rand3DElastic> || std::is_same_v<T, GridDistortion> ||
+                         std::is_same_v<T, RandGridDistortion> ||
+                         std::is_same_v<T, RandomElasticDeformation>;
 
+// A spatial step's call (deformations go through deform_plan / deform_gather).
 Result call(const Step& step, Inputs xs, const Draw& draw, const Modes& modes,
             const Affine4& affine) {
   return std::visit(
       [&](const auto& t) -> Result {
         using T = std::decay_t<decltype(t)>;
-        if constexpr (kRandom<T>) {
+        if constexpr (kDeform<T>) {
+          TORCH_INTERNAL_ASSERT(false, "a deformation step has no spatial call");
+          return {};
+        } else if constexpr (kRandom<T>) {
           return t.apply(xs, draw, modes, affine);
         } else {
           return t(xs, modes, affine);
         }
       },
       step);
+}
+
+bool is_deformation(const Step& step) {
+  return std::visit([](const auto& t) { return kDeform<std::decay_t<decltype(t)>>; }, step);
+}
+
+// A deformation step's gather for n inputs of spatial size `size` on `device`.
+DeformPlan deform_plan(const Step& step, int64_t n, const std::array<int64_t, 3>& size,
+                       const Draw& draw, const at::Device& device) {
+  return std::visit(
+      [&](const auto& t) -> DeformPlan {
+        using T = std::decay_t<decltype(t)>;
+        if constexpr (std::is_same_v<T, GridDistortion>) {
+          return t.plan(n, size, device);
+        } else if constexpr (kDeform<T>) {
+          return t.plan(n, size, draw.uniforms, device);
+        } else {
+          TORCH_INTERNAL_ASSERT(false, "not a deformation step");
+          return {};
+        }
+      },
+      step);
+}
+
+// A deformation's kernel mode for an input: its own (image / label) unless `name` is given.
+int64_t deform_mode(const Step& step, const std::string& name, int64_t own) {
+  if (name.empty()) return own;
+  return std::visit(
+      [&](const auto& t) -> int64_t {
+        using T = std::decay_t<decltype(t)>;
+        if constexpr (kDeform<T>) {
+          return T::mode_code(name, "modes");
+        } else {
+          return own;
+        }
+      },
+      step);
+}
+
+// (N, 3, 4) -> (N, 4, 4) with the row (0, 0, 0, 1).
+at::Tensor square_maps(const at::Tensor& m) {
+  at::Tensor out = at::zeros({m.size(0), 4, 4}, m.options());
+  out.narrow(1, 0, 3).copy_(m);
+  out.select(1, 3).select(1, 3).fill_(1.0);
+  return out;
 }
 
 // A meta tensor standing for x (its shape and dtype; no data).
@@ -52,6 +108,7 @@ struct Group {
   std::optional<std::array<int64_t, 3>> key;  // (kernel mode, padding, align) of the first
                                               // interpolating step; none: exact steps only
   std::array<int64_t, 3> out_size{};
+  bool crop = false;  // a SpatialCrop / CenterSpatialCrop among the steps
   bool empty() const { return end == first; }
 };
 
@@ -145,6 +202,10 @@ std::vector<Draw> Compose::draw(int64_t batch, int64_t seed, int64_t first_sampl
           using T = std::decay_t<decltype(t)>;
           if constexpr (kRandom<T>) {
             return t.draw(batch, step_seed(seed, j), first_sample);
+          } else if constexpr (kDeform<T> && !std::is_same_v<T, GridDistortion>) {
+            Draw d;
+            d.uniforms = t.draw_params(batch, first_sample, step_seed(seed, j));
+            return d;
           } else {
             return Draw{};
           }
@@ -200,6 +261,56 @@ ComposeResult Compose::apply(Inputs inputs, const std::vector<Draw>& draws, cons
   };
   for (size_t j = 0; j < steps_.size(); ++j) {
     const int64_t step = static_cast<int64_t>(j);
+    if (is_deformation(steps_[j])) {
+      const at::Tensor& m0 = chains[0].meta;  // the deformation's (virtual) input
+      const DeformPlan p = deform_plan(steps_[j], m0.size(0), {m0.size(2), m0.size(3), m0.size(4)},
+                                       draws[j], chains[0].x.device());
+      if (p.identity) continue;  // the call returns its inputs as they are
+      std::vector<int64_t> kmodes;
+      bool fuse = lazy_;
+      for (size_t i = 0; i < chains.size(); ++i) {
+        kmodes.push_back(
+            deform_mode(steps_[j], chains[i].mode, i == 0 ? p.image_mode : p.label_mode));
+        const Group& g = chains[i].group;
+        fuse = fuse && (!g.key || ((*g.key)[0] == kmodes[i] && (*g.key)[1] == p.padding &&
+                                   (*g.key)[2] == 0));
+        // TorchIO's control grid, locked borders and padding belong to a crop's window, which the
+        // fused gather would read past: after a crop it runs on the cropped tensor (as Python's).
+        fuse = fuse && !(g.crop && std::holds_alternative<RandomElasticDeformation>(steps_[j]));
+      }
+      if (!fuse) flush(chains, &res.groups);
+      const at::Tensor pm = square_maps(p.mats);
+      compose_into(maps, pm);
+      std::vector<at::Tensor> mats;
+      for (const Chain& c : chains)
+        mats.push_back(c.group.empty() ? p.mats
+                                       : at::matmul(c.group.product, pm).narrow(1, 0, 3).contiguous());
+      res.groups.emplace_back(chains[0].group.empty() ? step : chains[0].group.first, step + 1);
+      std::vector<bool> done(chains.size(), false);
+      for (size_t i = 0; i < chains.size(); ++i) {  // one launch per set of equal maps
+        if (done[i]) continue;
+        std::vector<size_t> members;
+        for (size_t k = i; k < chains.size() && members.size() < kMaxTargets; ++k)
+          if (!done[k] && (k == i || at::equal(mats[k], mats[i]))) {
+            members.push_back(k);
+            done[k] = true;
+          }
+        std::vector<at::Tensor> xs;
+        std::vector<int64_t> ms;
+        for (size_t k : members) {
+          xs.push_back(chains[k].x);
+          ms.push_back(kmodes[k]);
+        }
+        const std::vector<at::Tensor> outs = deform_gather(p, xs, ms, mats[i]);
+        for (size_t m = 0; m < members.size(); ++m) {
+          chains[members[m]].x = outs[m];
+          chains[members[m]].meta = meta_like(outs[m]);
+        }
+      }
+      for (Chain& c : chains) c.group = Group{};
+      ran_alone = true;
+      continue;
+    }
     // Plan the step for every input (its own mode) on meta tensors.
     std::vector<Result> plans;
     bool all_maps = lazy_;
@@ -238,6 +349,8 @@ ComposeResult Compose::apply(Inputs inputs, const std::vector<Draw>& draws, cons
       if (c.group.empty()) c.group.first = step;
       c.group.end = step + 1;
       compose_into(c.group.product, p.maps);
+      c.group.crop = c.group.crop || std::holds_alternative<SpatialCrop>(steps_[j]) ||
+                     std::holds_alternative<CenterSpatialCrop>(steps_[j]);
       if (!p.exact && !c.group.key) c.group.key = key_of(p);
       c.group.out_size = p.out_size;
       c.meta = p.outputs[0];
@@ -251,8 +364,9 @@ ComposeResult Compose::apply(Inputs inputs, const std::vector<Draw>& draws, cons
                    ? *cur_affine
                    : at::eye(4, at::TensorOptions().dtype(at::kDouble));
   const int64_t n = chains[0].x.size(0);
-  res.maps = maps.defined() ? maps : at::eye(4, at::kDouble).expand({n, 4, 4}).clone();
-  res.meta = metas.defined() ? metas : res.maps.clone();
+  const at::Tensor eye = at::eye(4, at::kDouble).expand({n, 4, 4});
+  res.maps = maps.defined() ? maps : eye.clone();
+  res.meta = metas.defined() ? metas : eye.clone();
   res.out_size = {chains[0].x.size(2), chains[0].x.size(3), chains[0].x.size(4)};
   res.single_map = !ran_alone && res.groups.size() <= 1;
   return res;

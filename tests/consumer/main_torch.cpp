@@ -1,10 +1,11 @@
 // Uses voxaug::torch from an installed package: an op against torch's own arithmetic, and the C++
-// transform classes (voxaug/spatial_transforms.h, voxaug/deform_transforms.h) against torch::flip
-// and the identity.
+// transform classes (voxaug/spatial_transforms.h, voxaug/deform_transforms.h, voxaug/compose.h)
+// against torch::flip and the identity.
 #include <torch/torch.h>
 
 #include <cstdio>
 
+#include <voxaug/compose.h>
 #include <voxaug/deform_transforms.h>
 #include <voxaug/spatial_transforms.h>
 #include <voxaug/torch_ops.h>
@@ -44,6 +45,13 @@ int main() {
   const vt::DeformResult d = vt::Rand3DElastic({2, 3}, {0, 0}, eo)(x, 8, 0, {label});
   ok &= check(torch::equal(d.image, x) && torch::equal(d.extras[0], label),
               "Rand3DElastic magnitude 0");
+  // Compose: a W flip and the zero elastic field in one gather, a W flip after it: the identity.
+  const vt::ComposeResult c =
+      vt::Compose({vt::Flip({2}), vt::Rand3DElastic({2, 3}, {0, 0}, eo), vt::Flip({2})})(
+          {x, label}, 9, 0, {"", "nearest"});
+  ok &= check(c.groups.size() == 2 && torch::equal(c.outputs[0], x) &&
+                  torch::equal(c.outputs[1], label),
+              "Compose flip + elastic + flip");
   if (!ok) return 1;
   std::printf("consumer_torch: voxaug::torch results ok\n");
   return 0;

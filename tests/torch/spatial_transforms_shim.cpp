@@ -1,5 +1,5 @@
 // torch.ops.voxaug_cxx_test_spatial: test-only ops that construct the C++ spatial transforms
-// (torch_ext/include/voxaug/spatial_transforms.h) and call them, so that
+// (torch_ext/include/voxaug/spatial_transforms.h; Compose: compose.h) and call them, so that
 // tests/python/test_cxx_spatial.py can compare them with MONAI and with python/voxaug/spatial.py.
 // Each op returns (outputs, affine, maps, meta); the random ones (rand_flip, rand_rotate90,
 // rand_rotate, rand_affine, rand_zoom) also return their draw (uniforms, gates, per-sample
@@ -17,7 +17,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "voxaug/spatial_transforms.h"
+#include "voxaug/compose.h"
 
 namespace {
 namespace vt = voxaug::transforms;
@@ -264,6 +264,46 @@ vt::Step make_step(const std::string& spec, const std::vector<double>& a, bool s
   if (name == "spatial_crop_centered")
     return vt::SpatialCrop::centered(as_ints(slice(a, 0, 3)), as_ints(slice(a, 3, 6)));
   if (name == "center_crop") return vt::CenterSpatialCrop(as_ints(a));
+  // Deformations. rand_elastic3d:mode:padding:field: prob, sigma (lo, hi), magnitude (lo, hi),
+  // [rotate 3, translate 3, scale 3 (f: U(-f, f)), [spatial_size 3]].
+  if (name == "rand_elastic3d") {
+    vt::Rand3DElasticOptions o;
+    o.prob = a.at(0);
+    o.rotate_range = as_ranges(slice(a, 5, 8));
+    o.translate_range = as_ranges(slice(a, 8, 11));
+    o.scale_range = as_ranges(slice(a, 11, 14));
+    o.spatial_size = as_ints(slice(a, 14, 17));
+    o.mode = opt(1, "bilinear");
+    o.padding_mode = opt(2, "reflection");
+    o.field = opt(3, "fast");
+    return vt::Rand3DElastic({a.at(1), a.at(2)}, {a.at(3), a.at(4)}, o);
+  }
+  if (name == "grid_distortion") {  // num_cells, then 3 x (num_cells + 1) steps
+    const auto cells = static_cast<int64_t>(a.at(0));
+    std::vector<std::vector<double>> st;
+    for (size_t ax = 0; ax < 3; ++ax)
+      st.push_back(slice(a, 1 + ax * (cells + 1), 1 + (ax + 1) * (cells + 1)));
+    return vt::GridDistortion({cells}, st, {opt(1, "bilinear"), opt(2, "border"), "nearest"});
+  }
+  if (name == "rand_grid_distortion") {  // num_cells, prob, distort_limit (lo, hi)
+    vt::RandGridDistortionOptions o;
+    o.num_cells = {static_cast<int64_t>(a.at(0))};
+    o.prob = a.at(1);
+    o.distort_limit = {a.at(2), a.at(3)};
+    o.mode = opt(1, "bilinear");
+    o.padding_mode = opt(2, "border");
+    return vt::RandGridDistortion(o);
+  }
+  if (name == "rand_elastic") {  // TorchIO's: num_control_points, max_displacement, locked, p
+    vt::RandomElasticDeformationOptions o;
+    o.num_control_points = {static_cast<int64_t>(a.at(0))};
+    o.max_displacement = {a.at(1)};
+    o.locked_borders = static_cast<int64_t>(a.at(2));
+    o.p = a.at(3);
+    o.image_interpolation = opt(1, "linear");
+    o.padding_mode = opt(2, "border");
+    return vt::RandomElasticDeformation(o);
+  }
   TORCH_CHECK_VALUE(false, "unknown step '", spec, "'");
 }
 // Compose: steps[j] with args[offsets[j]:offsets[j + 1]]. Returns (outputs, affine, maps, meta,
@@ -299,7 +339,12 @@ std::tuple<bool, bool, int64_t, int64_t, bool> describe(at::TensorList inputs,
   const vt::Result r = std::visit(
       [&](const auto& t) -> vt::Result {
         using T = std::decay_t<decltype(t)>;
-        if constexpr (std::is_base_of_v<vt::RandomTransform, T>) {
+        if constexpr (std::is_same_v<T, vt::Rand3DElastic> || std::is_same_v<T, vt::GridDistortion> ||
+                      std::is_same_v<T, vt::RandGridDistortion> ||
+                      std::is_same_v<T, vt::RandomElasticDeformation>) {
+          TORCH_CHECK_VALUE(false, "describe takes spatial steps, got '", step, "'");
+          return {};
+        } else if constexpr (std::is_base_of_v<vt::RandomTransform, T>) {
           return t.apply(inputs, d, modes.value_or(vt::Modes{}), affine);
         } else {
           return t(inputs, modes.value_or(vt::Modes{}), affine);

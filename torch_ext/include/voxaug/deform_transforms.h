@@ -28,9 +28,12 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 #include <c10/util/ArrayRef.h>
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,6 +52,32 @@ struct DeformResult {
   std::vector<at::Tensor> extras;  // one per extra tensor, each in its dtype (nearest)
   at::Tensor displacement;         // (N, 3, D', H', W') with return_displacement, else undefined
 };
+
+// How a deformation call gathers, planned for a batch (each class's plan(); what
+// voxaug::transforms::Compose fuses with the spatial steps before it): output voxel x of sample
+// i reads the input at mats_i (x + u_i(x)), u_i the field evaluated at x (the
+// voxaug::resample_deformed op's arguments). A call is plan() then deform_gather().
+struct DeformPlan {
+  at::Tensor mats;  // (N, 3, 4) float64 CPU: output voxel index -> input voxel index
+  std::array<int64_t, 3> out_size{};
+  at::Tensor field;  // on the data's device: control points (kind 1), dense (2), per-axis (3)
+  int64_t kind = 1;
+  // B-spline control index of output voxel x: scale * x + offset (field_map: per sample).
+  std::array<double, 3> scale{1.0, 1.0, 1.0}, offset{0.0, 0.0, 0.0};
+  std::optional<at::Tensor> field_map;  // (N, 6) float64 CPU
+  int64_t image_mode = 1, label_mode = 0;  // the options' modes: 0 nearest, 1 linear, 2 cubic
+  int64_t padding = 0;                     // padding_mode: 0 zeros, 1 border, 2 reflection
+  bool identity = false;  // nothing to do: the call returns its inputs as they are
+};
+
+// Gathers `inputs` (5-D, the batch and spatial size the plan was made for, one device) through
+// `plan` in one resample_deformed launch per 4 tensors, input i with kernel mode modes[i]
+// (integer inputs not nearest computed in float32). `mats` ((N, 3, 4) float64 CPU) replaces
+// plan.mats: a map applied before the deformation's (Compose: the steps before it, times
+// plan.mats), its input of any spatial size.
+std::vector<at::Tensor> deform_gather(const DeformPlan& plan, at::TensorList inputs,
+                                      at::IntArrayRef modes,
+                                      const std::optional<at::Tensor>& mats = std::nullopt);
 
 // MONAI Rand3DElastic: with probability `prob` per sample, a smooth random displacement (sigma
 // ~ U(sigma_range), magnitude ~ U(magnitude_range), in output voxels) and a random affine
@@ -85,6 +114,12 @@ class Rand3DElastic {
   // sample's row repeated, which gives every sample that sample's deformation).
   DeformResult apply(const at::Tensor& image, const at::Tensor& params, at::TensorList extras = {},
                      bool return_displacement = false) const;
+  // The gather apply() runs for a batch of `batch` inputs of spatial size `size` on `device`.
+  DeformPlan plan(int64_t batch, const std::array<int64_t, 3>& size, const at::Tensor& params,
+                  const c10::Device& device) const;
+  // A mode name of this transform's (mode / label_mode: "nearest", "bilinear", "bicubic") as
+  // a kernel mode; `arg` names the argument in the error.
+  static int64_t mode_code(const std::string& name, const char* arg = "mode");
   int64_t num_uniforms() const { return n_uniforms_; }
 
  private:
@@ -108,6 +143,9 @@ class GridDistortion {
                  GridDistortionOptions options = {});
   DeformResult operator()(const at::Tensor& image, at::TensorList extras = {},
                           bool return_displacement = false) const;
+  DeformPlan plan(int64_t batch, const std::array<int64_t, 3>& size,
+                  const c10::Device& device) const;
+  static int64_t mode_code(const std::string& name, const char* arg = "mode");
 
  private:
   std::vector<int64_t> num_cells_;
@@ -137,6 +175,9 @@ class RandGridDistortion {
                      bool return_displacement = false) const;
   // The steps of each sample of `params` (3 lists of num_cells + 1), empty where not selected.
   std::vector<std::vector<std::vector<double>>> steps(const at::Tensor& params) const;
+  DeformPlan plan(int64_t batch, const std::array<int64_t, 3>& size, const at::Tensor& params,
+                  const c10::Device& device) const;
+  static int64_t mode_code(const std::string& name, const char* arg = "mode");
   int64_t num_uniforms() const { return n_uniforms_; }
 
  private:
@@ -175,6 +216,11 @@ class RandomElasticDeformation {
                           at::TensorList extras = {}, bool return_displacement = false) const;
   DeformResult apply(const at::Tensor& image, const at::Tensor& params, at::TensorList extras = {},
                      bool return_displacement = false) const;
+  // Warns as apply() does (TorchIO's folding check for `size`).
+  DeformPlan plan(int64_t batch, const std::array<int64_t, 3>& size, const at::Tensor& params,
+                  const c10::Device& device) const;
+  // TorchIO's interpolation names ("nearest", "linear", "bspline" / "cubic") as a kernel mode.
+  static int64_t mode_code(const std::string& name, const char* arg = "image_interpolation");
 
  private:
   RandomElasticDeformationOptions options_;

@@ -81,7 +81,6 @@
 #include <optional>
 #include <string>
 #include <utility>
-#include <variant>
 #include <vector>
 
 namespace voxaug::transforms {
@@ -453,59 +452,6 @@ class CenterSpatialCrop {
   std::vector<int64_t> roi_size_;
 };
 
-// One step of a Compose: any transform above.
-using Step =
-    std::variant<Flip, RandFlip, Rotate90, RandRotate90, Affine, RandAffine, Rotate, RandRotate,
-                 Resize, Zoom, RandZoom, Spacing, Orientation, SpatialCrop, CenterSpatialCrop>;
-
-// What a Compose call returns: Result (outputs, the final affine, out_size) plus how it ran.
-// maps / meta: the product of every step's maps / affine updates for inputs[0] (first @ ... @
-// last, (N, 4, 4) float64 CPU; per-input modes can give Resize / Zoom steps other maps for the
-// other inputs). groups: for inputs[0], each resampling in order as [first step, end step):
-// one resample launch of the group's product map, or a single step that ran as itself.
-struct ComposeResult : Result {
-  std::vector<std::pair<int64_t, int64_t>> groups;
-};
-
-// MONAI Compose(lazy=True) for the spatial transforms above, going further: consecutive steps
-// that are index maps (Result::single_map: every transform here except Resize / Zoom /
-// RandZoom calls that pool ('area'), use interpolate's nearest index table, anti-alias or pad
-// after the resample (Zoom keep_size with a zoom < 1, a RandZoom draw that pads), and Spacing
-// with recompute_affine) are multiplied into one per-sample map, in = M_1 @ M_2 @ ... @ M_k @
-// out (float64), and gathered in one resample launch from the group's input, crops included, so
-// rotate + zoom + crop of a batch is one gather and the crop's neighbourhood is read from the
-// real input rather than from an earlier step's padding. Per input (inputs[i] with modes[i]):
-// the exact steps (Flip, RandFlip, Rotate90, RandRotate90, Orientation, SpatialCrop,
-// CenterSpatialCrop) adopt the group's interpolation; the others must agree on (kernel mode,
-// padding, align_corners), and a step that does not, for any input, starts the next group of
-// every input (as Python's voxaug.transforms.Compose). A group of exact steps only is bit-identical
-// to the step-by-step result; with interpolating steps the result is one interpolation instead of
-// several (equal to the step-by-step one where no step reads padding, to interpolation accuracy). A
-// step that is no index map flushes every input's group and runs as itself. Inputs whose groups
-// have equal maps and options share one launch (image + label: one gather, each with its own mode).
-//
-// Planning runs each step on meta tensors of the inputs' shapes and dtypes (the transforms' own
-// host code, checks and errors; no data touched, nothing synced). The affine follows every step
-// as when they run one by one (affine @ meta each time).
-//
-// Random steps: draw(batch, seed, first_sample) draws step j with seed step_seed(seed, j) (the
-// steps' own draw(); deterministic steps get an empty Draw), so a Compose call equals calling the
-// random steps with those seeds; apply(inputs, draws) replays a draw. lazy=false runs every step
-// as itself (MONAI's default; the reference the fused result is compared with).
-class Compose {
- public:
-  explicit Compose(std::vector<Step> steps, bool lazy = true);
-  static int64_t step_seed(int64_t seed, size_t step);  // splitmix64 of (seed, step)
-  std::vector<Draw> draw(int64_t batch, int64_t seed, int64_t first_sample = 0) const;
-  ComposeResult apply(Inputs inputs, const std::vector<Draw>& draws, const Modes& modes = {},
-                      const Affine4& affine = {}) const;
-  ComposeResult operator()(Inputs inputs, int64_t seed, int64_t first_sample = 0,
-                           const Modes& modes = {}, const Affine4& affine = {}) const;
-  const std::vector<Step>& steps() const { return steps_; }
-
- private:
-  std::vector<Step> steps_;
-  bool lazy_;
-};
+// Compose (lazy composition of these transforms and the deformations): voxaug/compose.h.
 
 }  // namespace voxaug::transforms
