@@ -47,8 +47,11 @@ if [[ $CPU_ONLY == 1 ]]; then
   BENCH_RESAMPLE_FILTER="${VOXAUG_BENCH_RESAMPLE_FILTER:-^cpu/(image_label(_elastic)?/4x1x96x96x96|(linear|backward_input|backward_matrix)/1x1x64x64x64)/}"
   DEVICE=cpu
 else
-  # The tool copies the tree afresh for every call (new mtimes): each call is a cold build,
-  # ~280-300 s on the H200 machine's 16 cores (2026-12-04); 560 s fits one 600 s call.
+  # The first call on a fresh machine is a cold build: ~280-300 s on the H200 machine's 16
+  # cores (2026-12-04), most of it one object (kernels/intensity/intensity.cpp, ~270 s; since
+  # split into kernels/intensity/cpu/*.cpp, and the resample gather into kernels/resample/cpu/).
+  # ./build stays on a warm machine between calls (a second call rebuilt 15 of 87 targets).
+  # 560 s fits one 600 s call.
   BUDGET="${VOXAUG_DEVICE_CHECK_BUDGET_S:-560}"
   CAP_SCALE=1
   BENCH_FILTER="${VOXAUG_BENCH_FILTER:-^cuda/}"

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "voxaug/config.h"  // cudaStream_t
+
 namespace voxaug::detail {
 
 // Runs items [begin, end) of sample n. Functors with a host-specific structure (e.g. the

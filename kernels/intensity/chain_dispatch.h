@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <type_traits>
 
 #include "../common/stream_store.h"
 #include "voxaug/detail/pointwise.h"
@@ -56,65 +57,85 @@ inline bool stream_output(const VolumeView& in, const VolumeView& out, size_t el
          out.numel() * int64_t(elem_size) >= kStreamOutputBytes;
 }
 
-template <class Launcher>
-void chain_forward(const VolumeView& in, const VolumeView& out, const ChainParams& p,
-                   cudaStream_t stream) {
+// The chain for one input storage type TIn (its output dtype checked and dispatched here).
+template <class Launcher, class TIn>
+void chain_forward_in(const VolumeView& in, const VolumeView& out, const ChainParams& p,
+                      cudaStream_t stream) {
   const int64_t spatial = in.shape[2] * in.shape[3] * in.shape[4];
-  visit_image_dtype(in.dtype, "input", [&](auto in_tag) {
-    using TIn = typename decltype(in_tag)::type;
-    if constexpr (std::is_same_v<TIn, double>) {
-      VOXAUG_EXPECTS(out.dtype == DType::Float64,
-                     std::string("output dtype must be float64 for a float64 input, got ") +
-                         dtype_name(out.dtype));
-      ChainForward<double, double, double> f{static_cast<const double*>(in.data),
-                                             static_cast<double*>(out.data),
-                                             make_indexer(in),
-                                             make_indexer(out),
-                                             in.sample_numel(),
-                                             spatial,
-                                             p};
-      f.stream = stream_output(in, out, sizeof(double));
-      Launcher::launch(f, in.batch(), stream);
-    } else {
-      VOXAUG_EXPECTS(
-          out.dtype != DType::Float64,
-          std::string("output dtype float64 needs a float64 input, got ") + dtype_name(in.dtype));
-      visit_float_dtype(out.dtype, "output", [&](auto out_tag) {
-        using TOut = typename decltype(out_tag)::type;
-        if constexpr (!std::is_same_v<TOut, double>) {
-          ChainForward<TIn, TOut, float> f{static_cast<const TIn*>(in.data),
-                                           static_cast<TOut*>(out.data),
+  if constexpr (std::is_same_v<TIn, double>) {
+    VOXAUG_EXPECTS(out.dtype == DType::Float64,
+                   std::string("output dtype must be float64 for a float64 input, got ") +
+                       dtype_name(out.dtype));
+    ChainForward<double, double, double> f{static_cast<const double*>(in.data),
+                                           static_cast<double*>(out.data),
                                            make_indexer(in),
                                            make_indexer(out),
                                            in.sample_numel(),
                                            spatial,
                                            p};
-          f.stream = stream_output(in, out, sizeof(TOut));
-          Launcher::launch(f, in.batch(), stream);
-        }
-      });
-    }
+    f.stream = stream_output(in, out, sizeof(double));
+    Launcher::launch(f, in.batch(), stream);
+  } else {
+    VOXAUG_EXPECTS(
+        out.dtype != DType::Float64,
+        std::string("output dtype float64 needs a float64 input, got ") + dtype_name(in.dtype));
+    visit_float_dtype(out.dtype, "output", [&](auto out_tag) {
+      using TOut = typename decltype(out_tag)::type;
+      if constexpr (!std::is_same_v<TOut, double>) {
+        ChainForward<TIn, TOut, float> f{static_cast<const TIn*>(in.data),
+                                         static_cast<TOut*>(out.data),
+                                         make_indexer(in),
+                                         make_indexer(out),
+                                         in.sample_numel(),
+                                         spatial,
+                                         p};
+        f.stream = stream_output(in, out, sizeof(TOut));
+        Launcher::launch(f, in.batch(), stream);
+      }
+    });
+  }
+}
+
+template <class Launcher>
+void chain_forward(const VolumeView& in, const VolumeView& out, const ChainParams& p,
+                   cudaStream_t stream) {
+  visit_image_dtype(in.dtype, "input", [&](auto in_tag) {
+    chain_forward_in<Launcher, typename decltype(in_tag)::type>(in, out, p, stream);
   });
+}
+
+template <class Launcher, class T>
+void chain_backward_in(const VolumeView& grad_out, const VolumeView& in, const VolumeView& grad_in,
+                       const ChainParams& p, cudaStream_t stream) {
+  const int64_t spatial = in.shape[2] * in.shape[3] * in.shape[4];
+  using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  ChainBackward<T, Acc> f{static_cast<const T*>(grad_out.data),
+                          static_cast<const T*>(in.data),
+                          static_cast<T*>(grad_in.data),
+                          make_indexer(grad_out),
+                          make_indexer(in),
+                          make_indexer(grad_in),
+                          in.sample_numel(),
+                          spatial,
+                          p};
+  Launcher::launch(f, in.batch(), stream);
 }
 
 template <class Launcher>
 void chain_backward(const VolumeView& grad_out, const VolumeView& in, const VolumeView& grad_in,
                     const ChainParams& p, cudaStream_t stream) {
-  const int64_t spatial = in.shape[2] * in.shape[3] * in.shape[4];
   visit_float_dtype(in.dtype, "input", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    ChainBackward<T, Acc> f{static_cast<const T*>(grad_out.data),
-                            static_cast<const T*>(in.data),
-                            static_cast<T*>(grad_in.data),
-                            make_indexer(grad_out),
-                            make_indexer(in),
-                            make_indexer(grad_in),
-                            in.sample_numel(),
-                            spatial,
-                            p};
-    Launcher::launch(f, in.batch(), stream);
+    chain_backward_in<Launcher, typename decltype(tag)::type>(grad_out, in, grad_in, p, stream);
   });
 }
+
+// The CPU chain per input storage type, each explicitly instantiated in its own translation unit
+// (kernels/intensity/cpu/chain_*.cpp, through chain_cpu_entry.h) so that the ISA clones of the
+// (input, output) pairs compile in parallel; the CPU entry points call these.
+template <class TIn>
+void chain_forward_cpu(const VolumeView& in, const VolumeView& out, const ChainParams& p);
+template <class T>
+void chain_backward_cpu(const VolumeView& grad_out, const VolumeView& in,
+                        const VolumeView& grad_in, const ChainParams& p);
 
 }  // namespace voxaug::detail

@@ -10,7 +10,6 @@
 
 #include "../common/device.h"
 #include "../common/launch_cpu.h"
-#include "chain_cpu.h"
 #include "chain_dispatch.h"
 #include "voxaug/detail/minmax.h"
 #include "voxaug/error.h"
@@ -552,7 +551,9 @@ void pointwise_chain(const VolumeView& in, const VolumeView& out, const Pointwis
   if (in.numel() == 0) return;
   check_per_sample_pointers(in, p);
   if (in.device == Device::CPU) {
-    detail::chain_forward<detail::CpuLauncher>(in, out, p, stream);
+    detail::visit_image_dtype(in.dtype, "input", [&](auto tag) {
+      detail::chain_forward_cpu<typename decltype(tag)::type>(in, out, p);
+    });
     return;
   }
 #if VOXAUG_WITH_CUDA
@@ -583,7 +584,9 @@ void pointwise_chain_backward(const VolumeView& grad_out, const VolumeView& in,
   if (in.numel() == 0) return;
   check_per_sample_pointers(in, p);
   if (in.device == Device::CPU) {
-    detail::chain_backward<detail::CpuLauncher>(grad_out, in, grad_in, p, stream);
+    detail::visit_float_dtype(in.dtype, "input", [&](auto tag) {
+      detail::chain_backward_cpu<typename decltype(tag)::type>(grad_out, in, grad_in, p);
+    });
     return;
   }
 #if VOXAUG_WITH_CUDA

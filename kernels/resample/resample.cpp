@@ -281,7 +281,11 @@ void run_forward(const ResampleTarget* targets, int num_targets, const double* m
                                     pk.device_index);
   if (pk.work == 0 || pk.batch == 0) return;
   if (pk.device == Device::CPU) {
-    detail::resample_run<detail::CpuLauncher>(pk.p, pk.batch, pk.use_double, stream);
+    if (pk.use_double) {
+      detail::resample_forward_cpu<double>(pk.p, pk.batch);
+    } else {
+      detail::resample_forward_cpu<float>(pk.p, pk.batch);
+    }
     return;
   }
 #if VOXAUG_WITH_CUDA

@@ -14,4 +14,10 @@ void resample_run(const ResampleParams& p, int64_t batch, bool use_double, cudaS
   }
 }
 
+// The CPU forward per accumulation type (float, double), each explicitly instantiated in its own
+// translation unit (kernels/resample/cpu/forward_*.cpp, resample_cpu_entry.h) so that a parallel
+// build compiles the two sets of ISA clones at once; resample.cpp calls these.
+template <class Acc>
+void resample_forward_cpu(const ResampleParams& p, int64_t batch);
+
 }  // namespace voxaug::detail

@@ -1,0 +1,5 @@
+// voxaug: the CPU resample gather with float64 coordinates and weights (see resample_cpu_entry.h).
+#include "../resample_cpu_entry.h"
+
+template void voxaug::detail::resample_forward_cpu<double>(const voxaug::detail::ResampleParams&,
+                                                         int64_t);
