@@ -25,6 +25,7 @@ namespace voxaug::transforms {
 namespace {
 
 constexpr size_t kMaxTargets = static_cast<size_t>(kMaxResampleTargets);
+constexpr int64_t kBSplineFieldKind = 1;  // DeformPlan::kind of a control-point field
 
 template <class T>
 constexpr bool kRandom = std::is_base_of_v<RandomTransform, T>;
@@ -176,6 +177,59 @@ void flush(std::vector<Chain>& chains, std::vector<std::pair<int64_t, int64_t>>*
   }
 }
 
+// Flips and crops right after a B-spline deformation fold into its launch (Python's
+// spatial._fold_after): out(y) = D(F y) = in(M F (y + S u(F y))), F the steps' map (signs S,
+// integer offset c) planned on the deformation's output grid: the deformation's map times F, the
+// control index scale * S y + (scale * c + offset) per sample, the flipped components of the
+// control points negated. Returns the number of steps folded (from `next`), updating the plan,
+// the total map F (N, 4, 4) and the steps' results (maps / meta / affine to follow).
+size_t fold_after(const std::vector<Step>& steps, size_t next, const std::vector<Draw>& draws,
+                  DeformPlan& plan, at::Tensor& total, std::vector<Result>& results,
+                  const Affine4& affine) {
+  if (plan.kind != kBSplineFieldKind) return 0;
+  const int64_t n = plan.mats.size(0);
+  std::array<int64_t, 3> size = plan.out_size;
+  Affine4 aff = affine;
+  size_t count = 0;
+  for (size_t k = next; k < steps.size(); ++k) {
+    const Step& st = steps[k];
+    const bool foldable = std::holds_alternative<Flip>(st) || std::holds_alternative<RandFlip>(st) ||
+                          std::holds_alternative<SpatialCrop>(st) ||
+                          std::holds_alternative<CenterSpatialCrop>(st);
+    if (!foldable) break;
+    const at::Tensor stand_in =
+        at::empty({n, 1, size[0], size[1], size[2]}, at::TensorOptions().device(at::kMeta));
+    Result r = call(st, {stand_in}, draws[k], Modes{}, aff);
+    const at::Tensor lin = r.maps.narrow(1, 0, 3).narrow(2, 0, 3);
+    if (!r.single_map || !at::equal(lin, at::diag_embed(at::diagonal(lin, 0, 1, 2)))) break;
+    total = total.defined() ? at::matmul(total, r.maps) : r.maps;
+    size = r.out_size;
+    aff = r.affine;
+    results.push_back(std::move(r));
+    ++count;
+  }
+  if (count == 0) return 0;
+  const at::Tensor signs = at::diagonal(total.narrow(1, 0, 3).narrow(2, 0, 3), 0, 1, 2);  // (N, 3)
+  const at::Tensor shift = total.narrow(1, 0, 3).select(2, 3);
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor scale, offset;
+  if (plan.field_map) {
+    scale = plan.field_map->narrow(1, 0, 3);
+    offset = plan.field_map->narrow(1, 3, 3);
+  } else {
+    scale = at::tensor(std::vector<double>(plan.scale.begin(), plan.scale.end()), f64).expand({n, 3});
+    offset =
+        at::tensor(std::vector<double>(plan.offset.begin(), plan.offset.end()), f64).expand({n, 3});
+  }
+  plan.field_map = at::cat({scale * signs, scale * shift + offset}, 1).contiguous();
+  if ((signs < 0).any().item<bool>()) {
+    const at::Tensor neg = signs.to(plan.field.scalar_type()).reshape({n, 3, 1, 1, 1});
+    plan.field = plan.field * common::host_to(neg, plan.field.device());
+  }
+  plan.out_size = size;
+  return count;
+}
+
 uint64_t splitmix64(uint64_t z) {
   z += 0x9E3779B97F4A7C15ULL;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -279,13 +333,26 @@ ComposeResult Compose::apply(Inputs inputs, const std::vector<Draw>& draws, cons
         fuse = fuse && !(g.crop && std::holds_alternative<RandomElasticDeformation>(steps_[j]));
       }
       if (!fuse) flush(chains, &res.groups);
+      DeformPlan q = p;
+      at::Tensor folded_map;  // F of the flips / crops folded after the deformation
+      std::vector<Result> folded;
+      const size_t count =
+          lazy_ ? fold_after(steps_, j + 1, draws, q, folded_map, folded, cur_affine) : 0;
       const at::Tensor pm = square_maps(p.mats);
       compose_into(maps, pm);
       std::vector<at::Tensor> mats;
-      for (const Chain& c : chains)
-        mats.push_back(c.group.empty() ? p.mats
-                                       : at::matmul(c.group.product, pm).narrow(1, 0, 3).contiguous());
-      res.groups.emplace_back(chains[0].group.empty() ? step : chains[0].group.first, step + 1);
+      for (const Chain& c : chains) {
+        at::Tensor m = c.group.empty() ? pm : at::matmul(c.group.product, pm);
+        if (count) m = at::matmul(m, folded_map);
+        mats.push_back(m.narrow(1, 0, 3).contiguous());
+      }
+      for (const Result& r : folded) {
+        compose_into(maps, r.maps);
+        compose_into(metas, r.meta);
+        cur_affine = r.affine;
+      }
+      res.groups.emplace_back(chains[0].group.empty() ? step : chains[0].group.first,
+                              step + 1 + static_cast<int64_t>(count));
       std::vector<bool> done(chains.size(), false);
       for (size_t i = 0; i < chains.size(); ++i) {  // one launch per set of equal maps
         if (done[i]) continue;
@@ -301,7 +368,7 @@ ComposeResult Compose::apply(Inputs inputs, const std::vector<Draw>& draws, cons
           xs.push_back(chains[k].x);
           ms.push_back(kmodes[k]);
         }
-        const std::vector<at::Tensor> outs = deform_gather(p, xs, ms, mats[i]);
+        const std::vector<at::Tensor> outs = deform_gather(q, xs, ms, mats[i]);
         for (size_t m = 0; m < members.size(); ++m) {
           chains[members[m]].x = outs[m];
           chains[members[m]].meta = meta_like(outs[m]);
@@ -309,6 +376,7 @@ ComposeResult Compose::apply(Inputs inputs, const std::vector<Draw>& draws, cons
       }
       for (Chain& c : chains) c.group = Group{};
       ran_alone = true;
+      j += count;
       continue;
     }
     // Plan the step for every input (its own mode) on meta tensors.

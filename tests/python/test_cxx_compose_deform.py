@@ -15,7 +15,8 @@ What is compared, on the mricron-data volumes:
   returns on the crop's grid (float64 numpy);
 - group boundaries: a pending group with another padding is resampled first (then the result is
   the step-by-step one bit for bit); exact steps before a deformation adopt its mode (labels stay
-  labels); lazy=False runs each step as itself;
+  labels); flips and crops after a B-spline deformation fold into its launch (bit for bit Python's
+  fold), not after a dense or separable field; lazy=False runs each step as itself;
 - draws: each deformation draws with its step seed; a sample's result does not depend on the batch;
 - TorchIO's zero max_displacement is no step; bad mode names name `modes`.
 """
@@ -224,6 +225,44 @@ def test_deformation_then_spatial_steps_start_a_new_group(inia):
     ref = compose([x], steps, seed=2, lazy=False)
     assert lazy[4] == [[0, 1], [1, 3]]
     assert_bitwise(lazy[0][0], ref[0][0])  # exact steps after: the same bytes
+
+
+@pytest.mark.parametrize("kind", ["elastic", "torchio"])
+def test_flips_and_crops_after_a_bspline_deformation_fold_into_its_launch(inia, kind):
+    """Flip, RandFlip and a centre crop after the deformation: one launch with the steps before it
+    (the map times the flips' and crop's, the control index through them, flipped components
+    negated), bit for bit Python's Compose, which folds them the same way."""
+    img, lab, _ = inia
+    x, y = batch(img, lab)
+    after_cxx = [("flip", [2]), ("rand_flip", [0.5, 0]), ("center_crop", [40, 50, 44])]
+    steps = CXX_STEPS[kind] + after_cxx
+    outs, _, _, _, groups, seeds, _ = compose([x, y], steps, seed=31, modes=["", "nearest"])
+    assert groups == [[0, 6]]
+    assert outs[0].shape == (3, 1, 40, 50, 44)
+    for k, (src, mode) in enumerate(((x, "linear" if kind == "torchio" else "bilinear"), (y, "nearest"))):
+        ts_ = _python_steps(kind, mode) + [vt.Flip(2), vt.RandFlip(prob=0.5, spatial_axis=0),
+                                           vt.CenterSpatialCrop((40, 50, 44))]
+        with replaying(ts_, seeds, 3):
+            ref = vt.Compose(ts_)(src)
+        assert_bitwise(outs[k], ref)
+    # the deformation and the steps after it one by one (no step before it that the fused gather
+    # would read past): images to float32 coordinate rounding, labels up to ties
+    tail = CXX_STEPS[kind][-1:] + after_cxx
+    fused = compose([x, y], tail, seed=31, modes=["", "nearest"])
+    ref = compose([x, y], tail, seed=31, lazy=False, modes=["", "nearest"])
+    assert fused[4] == [[0, 4]] and ref[4] == [[j, j + 1] for j in range(4)]
+    checks.assert_image_close(fused[0][0], ref[0][0], tsp.IMG_TOL * 4)
+    checks.assert_labels_match(fused[0][1], ref[0][1], 1e-3)
+
+
+def test_dense_field_does_not_fold(inia):
+    img, _, _ = inia
+    x = img[None].float()
+    steps = [("rand_elastic3d:bilinear:reflection:exact", [1.0, 3.0, 3.0, 20.0, 20.0]), ("flip", [0])]
+    outs, *_, groups, _, _ = compose([x], steps, seed=6)
+    assert groups == [[0, 1], [1, 2]]
+    ref = compose([x], steps, seed=6, lazy=False)
+    assert_bitwise(outs[0], ref[0][0])
 
 
 # ---------------- draws ----------------

@@ -28,8 +28,8 @@ using Step =
 // last, (N, 4, 4) float64 CPU; per-input modes can give Resize / Zoom steps other maps for the
 // other inputs; a deformation adds its affine map, not its field, to maps and nothing to meta).
 // groups: for inputs[0], each resampling in order as [first step, end step): one resample launch
-// of the group's product map, a deformation's launch with the group before it, or a single step
-// that ran as itself.
+// of the group's product map, a deformation's launch with the group before it (and the steps
+// folded after it), or a single step that ran as itself.
 struct ComposeResult : Result {
   std::vector<std::pair<int64_t, int64_t>> groups;
 };
@@ -63,8 +63,12 @@ struct ComposeResult : Result {
 // padding; except RandomElasticDeformation after a crop, whose control grid, locked borders
 // and padding belong to the cropped window: the group is resampled first (as Python's).
 // Deformations do not change the affine (as MONAI's and Python's), and
-// RandomElasticDeformation's spacing is its option (not the affine's). Flips and crops after a
-// deformation start a new group (Python's Compose folds them into the deformation's launch).
+// RandomElasticDeformation's spacing is its option (not the affine's). Flips and crops
+// (Flip, RandFlip, SpatialCrop, CenterSpatialCrop) right after a B-spline deformation
+// (Rand3DElastic field "fast", RandomElasticDeformation) fold into its launch, as Python's
+// Compose folds them: the map times theirs, the field's control index through them, flipped
+// displacement components negated (equal to running them after it, up to float32 coordinates).
+// Other steps, and any after a dense or separable field, start a new group.
 //
 // Planning runs each step on meta tensors of the inputs' shapes and dtypes (the transforms' own
 // host code, checks and errors; no data touched, nothing synced). The affine follows every step
