@@ -17,6 +17,7 @@ that crop index, each sample with its own centres.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any, Hashable, Iterator, Mapping, Optional, Sequence, Union
 
@@ -43,6 +44,21 @@ def _key(seed: int) -> int:
 
 
 def _crop_size(spatial_size: Any, label_size: Sequence[int], allow_smaller: bool) -> tuple[int, int, int]:
+    if type(spatial_size) in (list, tuple) and all(type(v) is int for v in spatial_size):
+        # the usual form (plain ints): validated once per (size, label size, allow_smaller)
+        try:
+            return _crop_size_of_ints(tuple(spatial_size), tuple(label_size), bool(allow_smaller))
+        except ValueError:
+            pass  # raised below with the argument as given (errors are not cached)
+    return _crop_size_checked(spatial_size, label_size, allow_smaller)
+
+
+@functools.lru_cache(maxsize=256)
+def _crop_size_of_ints(spatial_size: tuple, label_size: tuple, allow_smaller: bool) -> tuple[int, int, int]:
+    return _crop_size_checked(spatial_size, label_size, allow_smaller)
+
+
+def _crop_size_checked(spatial_size: Any, label_size: Sequence[int], allow_smaller: bool) -> tuple[int, int, int]:
     size = _fall_back_size(spatial_size, label_size)
     if any(s > l for s, l in zip(size, label_size)):
         if not allow_smaller:

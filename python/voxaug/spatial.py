@@ -164,6 +164,7 @@ Where it differs from MONAI, and why:
 """
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import dataclasses
 import functools
@@ -468,8 +469,13 @@ def _map_geometry(maps: np.ndarray, n: int, out_size, padding: str) -> _Geometry
     as both (``mats`` is its first three rows)."""
     full = np.empty((n, 4, 4))
     full[...] = maps
-    meta = torch.from_numpy(full)
-    return _Geometry(meta[:, :3].contiguous(), tuple(out_size), meta, padding)
+    return _own_map_geometry(full, out_size, padding)
+
+
+def _own_map_geometry(full: np.ndarray, out_size, padding: str) -> _Geometry:
+    """_map_geometry of a fresh (n, 4, 4) float64 C-contiguous array, taken over (not copied).
+    The rows are copied in numpy (a torch slice + contiguous costs several times more per call)."""
+    return _Geometry(torch.from_numpy(full[:, :3].copy()), tuple(out_size), torch.from_numpy(full), padding)
 
 
 # ---------------- interpolate's index rules (Resize, Zoom) ----------------
@@ -655,11 +661,17 @@ def _patch_volumes(srcs: Sequence[_PatchSource], opts: Sequence[_Opts]) -> list[
             for s, o in zip(srcs, opts)]
 
 
+@functools.lru_cache(maxsize=64)
+def _halves_tensor(halves: tuple, dtype: torch.dtype) -> torch.Tensor:
+    """torch.tensor(halves, dtype=dtype) on the CPU, made once per (halves, dtype): only read (an operand)."""
+    return torch.tensor(halves, dtype=dtype)
+
+
 def _patch_starts(src: _PatchSource) -> torch.Tensor:
     """(M, K, 3) crop starts (centre - size // 2) on the centres' device."""
     centers, halves = src.centers, [z // 2 for z in src.size]
     if centers.device.type == "cpu":
-        return centers - torch.tensor(halves, dtype=centers.dtype)
+        return centers - _halves_tensor(tuple(halves), centers.dtype)
     # per-axis scalar offsets: no host-to-device copy (a tensor of the halves would be one)
     return torch.stack([centers[..., a] - h for a, h in enumerate(halves)], -1)
 
@@ -1021,14 +1033,26 @@ class _RandomSpatial(_Spatial, _Randomizable):
         return self._last
 
     def _gates(self, params: torch.Tensor) -> np.ndarray:
-        return params[:, 0].numpy() < self.prob
+        return params.numpy()[:, 0] < self.prob  # numpy's column view: no torch slice per call
 
 
 # ---------------- Flip / RandFlip ----------------
+_EYE4 = np.eye(4)
+_EYE4.flags.writeable = False  # shared: read only
+
+
 def _flip_map(in_size, axes) -> np.ndarray:
     m = np.eye(4)
     for a in axes:
         m[a, a], m[a, 3] = -1.0, in_size[a] - 1
+    return m
+
+
+@functools.lru_cache(maxsize=256)
+def _flip_map_shared(in_size: tuple, axes: tuple) -> np.ndarray:
+    """_flip_map, built once per (size, axes) and shared read-only (the per-call geometry copies it)."""
+    m = _flip_map(in_size, axes)
+    m.flags.writeable = False
     return m
 
 
@@ -1074,8 +1098,14 @@ class RandFlip(_RandomSpatial):
         return _exact_opts()
 
     def _geometry(self, in_size, n, params, opts):
-        gates = self._gates(params)[:, None, None]
-        return _map_geometry(np.where(gates, _flip_map(in_size, self._axes), np.eye(4)), n, in_size, "zeros")
+        gates = self._gates(params)
+        if len(gates) != n:  # as before: broadcast (a single draw) or raise
+            return _map_geometry(np.where(gates[:, None, None], _flip_map(in_size, self._axes), _EYE4), n, in_size,
+                                 "zeros")
+        full = np.empty((n, 4, 4))
+        full[...] = _EYE4
+        full[gates] = _flip_map_shared(tuple(in_size), tuple(self._axes))  # the flipped samples
+        return _own_map_geometry(full, in_size, "zeros")
 
     def __call__(self, img, randomize: bool = True, lazy: Optional[bool] = None):
         _not_lazy(lazy)
@@ -1100,6 +1130,14 @@ def _rot90_map(in_size, k: int, axes) -> tuple[np.ndarray, tuple]:
         m = m @ q
         size[a], size[b] = size[b], size[a]
     return m, tuple(size)
+
+
+@functools.lru_cache(maxsize=256)
+def _rot90_map_shared(in_size: tuple, k: int, axes: tuple) -> tuple[np.ndarray, tuple]:
+    """_rot90_map, built once per (size, k, axes) and shared read-only (the per-call geometry copies it)."""
+    m, size = _rot90_map(in_size, k, axes)
+    m.flags.writeable = False
+    return m, size
 
 
 def _rot90_axes(spatial_axes: Any) -> tuple[int, int]:
@@ -1154,8 +1192,9 @@ class RandRotate90(_RandomSpatial):
         return _exact_opts()
 
     def _ks(self, params: torch.Tensor) -> list[int]:
-        u = params[:, 1].numpy()
-        return [min(int(v * self.max_k), self.max_k - 1) + 1 if g else 0 for v, g in zip(u, self._gates(params))]
+        u = params.numpy()[:, 1].tolist()  # Python floats: the same doubles, cheaper arithmetic
+        m = self.max_k
+        return [min(int(v * m), m - 1) + 1 if g else 0 for v, g in zip(u, self._gates(params).tolist())]
 
     def _geometry(self, in_size, n, params, opts):
         a, b = self.spatial_axes
@@ -1164,9 +1203,16 @@ class RandRotate90(_RandomSpatial):
                              f"got {in_size[a]} and {in_size[b]} (a quarter turn changes a sample's shape); "
                              "transform the samples one at a time")
         ks = self._ks(params)
-        turns = {k: _rot90_map(in_size, k, self.spatial_axes) for k in set(ks)}  # at most 4 distinct maps
-        out_size = turns[ks[0]][1] if ks else in_size
-        return _map_geometry(np.stack([turns[k][0] for k in ks]) if ks else np.eye(4), n, out_size, "zeros")
+        if not ks:
+            return _map_geometry(_EYE4, n, in_size, "zeros")
+        size, axes = tuple(in_size), tuple(self.spatial_axes)
+        turns = {k: _rot90_map_shared(size, k, axes) for k in set(ks)}  # at most 4 distinct maps
+        full = np.empty((len(ks), 4, 4))
+        for i, k in enumerate(ks):
+            full[i] = turns[k][0]
+        if len(ks) != n:  # as _map_geometry's broadcast (raises for a draw of another batch size)
+            return _map_geometry(full, n, turns[ks[0]][1], "zeros")
+        return _own_map_geometry(full, turns[ks[0]][1], "zeros")
 
     def __call__(self, img, randomize: bool = True, lazy: Optional[bool] = None):
         _not_lazy(lazy)
@@ -2909,10 +2955,19 @@ class _LazyChain:
         ids = tuple(id(s) for s in self.steps)
         pair = None if products is None else products.get(ids)
         if pair is None:
-            total = self.steps[0].mats
-            for s in self.steps[1:]:
-                total = total @ s.mats  # out -> in maps compose first-to-last
-            pair = total, total[:, :3].contiguous()
+            if len(self.steps) > 1 and all(s.exact for s in self.steps):
+                # Exact steps (signed permutations, integer shifts) have small integer entries:
+                # their float64 product is exact in any evaluation order, so numpy's matmul (a
+                # fraction of torch's per-call cost on 4x4 maps) gives the same bits.
+                acc = self.steps[0].mats.numpy()
+                for s in self.steps[1:]:
+                    acc = acc @ s.mats.numpy()  # out -> in maps compose first-to-last
+                pair = torch.from_numpy(acc), torch.from_numpy(acc[:, :3].copy())
+            else:
+                total = self.steps[0].mats
+                for s in self.steps[1:]:
+                    total = total @ s.mats  # out -> in maps compose first-to-last
+                pair = total, total[:, :3].contiguous()
             if products is not None:
                 products[ids] = pair
         total = pair[0]
@@ -3001,8 +3056,10 @@ def _plan_lazy(t: Any, ch: _LazyChain, over: dict, params: Optional[torch.Tensor
     if isinstance(t, RandZoom):
         return _plan_rand_zoom(t, ch, opts, params, owner)
     shared = memo is not None and not ch.track and ch.affine is None
-    if shared and (tuple(ch.size), ch.n, opts) in memo:
-        return memo[(tuple(ch.size), ch.n, opts)]
+    if shared:
+        memo_key = (tuple(ch.size), ch.n, opts)
+        if memo_key in memo:
+            return memo[memo_key]
     geom = t._geometry(ch.size, ch.n, params, opts)
     if geom.tables is not None or geom.pad is not None or geom.pool is not None or geom.smooth is not None:
         return None
@@ -3020,7 +3077,7 @@ def _plan_lazy(t: Any, ch: _LazyChain, over: dict, params: Optional[torch.Tensor
     planned = (_LazyStep(kmap, geom.out_size, opts, geom.kernel_padding, exact, meta,
                          owner if owner is not None else t, record), new_affine)
     if shared:
-        memo[(tuple(ch.size), ch.n, opts)] = planned
+        memo[memo_key] = planned
     return planned
 
 
@@ -3092,10 +3149,16 @@ def _key_options(t: Any, i: int) -> dict:
     return {}
 
 
-def _is_deformation(t: Any) -> bool:
-    from .deform import _is_fusable_deformation  # deform imports this module
+_deform_module: Any = None  # voxaug.deform, imported on first use (it imports this module)
 
-    return _is_fusable_deformation(t)
+
+def _is_deformation(t: Any) -> bool:
+    global _deform_module
+    if _deform_module is None:  # an import statement per call costs microseconds even when cached
+        from . import deform
+
+        _deform_module = deform
+    return _deform_module._is_fusable_deformation(t)
 
 
 def _lazy_candidate(t: Any) -> bool:
@@ -3292,7 +3355,7 @@ def compose_spatial(transforms: Sequence[Any], data: Any, owner: Any = None,
     steps on them gathers from the full volumes, and what no step touched is cut at the end.
     `post` (see _run): pointwise steps after the run for one placeholder's key, fused into the
     last gather when that gather reads the placeholder's volume; post["done"] says whether."""
-    is_dict = isinstance(data, Mapping)
+    is_dict = isinstance(data, collections.abc.Mapping)  # typing.Mapping's check costs more per call
     d = dict(data) if is_dict else {None: data}
     chains: dict[Any, _LazyChain] = {}
     patches = patches or {}

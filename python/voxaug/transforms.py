@@ -17,6 +17,7 @@ StdShiftIntensity writes into its (float32) input, voxaug never mutates the inpu
 """
 from __future__ import annotations
 
+import collections.abc
 import math
 import numbers
 import warnings
@@ -838,7 +839,7 @@ class Compose:
         one key, a floating patch batch whose dtype it keeps, steps whose plan needs nothing of
         the data (shift, scale, ScaleIntensityRange: no statistics). None: `t` runs as usual."""
         if not (isinstance(t, _Dict) and type(t).__call__ is _Dict.__call__ and len(t.keys) == 1
-                and isinstance(placeholders, Mapping)):
+                and isinstance(placeholders, collections.abc.Mapping)):
             return None
         tr, ph = t.transform, placeholders.get(t.keys[0])
         if not (isinstance(ph, torch.Tensor) and id(ph) in patches and ph.is_floating_point()
@@ -855,7 +856,7 @@ class Compose:
     def _new_tensors(before: Any, after: Any) -> set:
         """ids of the plain tensors in `after` (a Mapping) whose storage no tensor of `before`
         shares: buffers this call allocated, which later pointwise steps may update in place."""
-        if not isinstance(before, Mapping) or not isinstance(after, Mapping):
+        if not isinstance(before, collections.abc.Mapping) or not isinstance(after, collections.abc.Mapping):
             return set()
         old = {v.untyped_storage().data_ptr() for v in before.values() if isinstance(v, torch.Tensor)}
         return {id(v) for v in after.values()
@@ -877,7 +878,8 @@ class Compose:
                 rest = Compose(self.transforms[i:], self.fuse_spatial)
                 return [rest(item) for item in data]
             if (self.fuse_spatial and getattr(t, "as_batch", False) and hasattr(t, "draw_patches")
-                    and isinstance(data, Mapping) == hasattr(t, "keys") and i + 1 < len(self.transforms)
+                    and isinstance(data, collections.abc.Mapping) == hasattr(t, "keys")
+                    and i + 1 < len(self.transforms)
                     and spatial._lazy_candidate(self.transforms[i + 1])):
                 # A crop sampler's batch followed by spatial steps: one gather from the full volumes.
                 j = i + 1
@@ -901,7 +903,7 @@ class Compose:
                 out = spatial.compose_spatial(self.transforms[i:j], data, owner=self)
                 fresh, data, i = self._new_tensors(data, out), out, j
                 continue
-            if fresh and type(t).__call__ is _Dict.__call__ and isinstance(data, Mapping):
+            if fresh and type(t).__call__ is _Dict.__call__ and isinstance(data, collections.abc.Mapping):
                 out = t(data, _in_place=fresh)
                 fresh = (fresh & {id(v) for v in out.values()}) | self._new_tensors(data, out)
                 data = out

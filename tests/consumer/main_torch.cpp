@@ -45,12 +45,13 @@ int main() {
   const vt::DeformResult d = vt::Rand3DElastic({2, 3}, {0, 0}, eo)(x, 8, 0, {label});
   ok &= check(torch::equal(d.image, x) && torch::equal(d.extras[0], label),
               "Rand3DElastic magnitude 0");
-  // Compose: a W flip and the zero elastic field in one gather, a W flip after it: the identity.
+  // Compose: a W flip, the zero elastic field and a W flip folded after it, all in one gather
+  // (group [0, 3)): the identity.
   const vt::ComposeResult c =
       vt::Compose({vt::Flip({2}), vt::Rand3DElastic({2, 3}, {0, 0}, eo), vt::Flip({2})})(
           {x, label}, 9, 0, {"", "nearest"});
-  ok &= check(c.groups.size() == 2 && torch::equal(c.outputs[0], x) &&
-                  torch::equal(c.outputs[1], label),
+  ok &= check(c.groups.size() == 1 && c.groups[0].first == 0 && c.groups[0].second == 3 &&
+                  torch::equal(c.outputs[0], x) && torch::equal(c.outputs[1], label),
               "Compose flip + elastic + flip");
   if (!ok) return 1;
   std::printf("consumer_torch: voxaug::torch results ok\n");
