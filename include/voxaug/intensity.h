@@ -181,7 +181,8 @@ void pointwise_chain_backward(const VolumeView& grad_out, const VolumeView& in,
 
 // Per-sample (or per-(sample, channel)) minimum and maximum of `in`, NaNs ignored, written
 // as float64 (min, max) pairs to `out_minmax` (device memory of `in`'s device): N pairs, or
-// N * C pairs in (n, c) order. A segment with only NaNs gets (+inf, -inf).
+// N * C pairs in (n, c) order. A segment with only NaNs gets (+inf, -inf); a zero extreme is
+// +0 (-0 and +0 tie; both backends report it so).
 // Asynchronous on CUDA like every other call here.
 void minmax(const VolumeView& in, double* out_minmax, bool channel_wise,
             cudaStream_t stream = nullptr);

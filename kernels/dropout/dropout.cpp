@@ -199,8 +199,11 @@ void dropout_cpu(DropoutFunctor<T> f, int64_t batch) {
       }
 #pragma omp barrier
 #pragma omp single
-      for (int64_t n = 0; n < batch; ++n)
+      for (int64_t n = 0; n < batch; ++n) {
         if (nan[n]) mm[2 * n] = mm[2 * n + 1] = std::nan("");
+        mm[2 * n] += 0.0;  // a zero extreme is +0, whichever thread's zero came first (as minmax())
+        mm[2 * n + 1] += 0.0;
+      }
       // (the implicit barrier of `single` publishes the table to every thread)
     }
     std::vector<std::pair<int64_t, int64_t>> spans;  // w-intervals [a, e) of the row's boxes

@@ -679,8 +679,8 @@ void minmax_cpu(const VolumeView& in, const Segments& sg, double* out) {
       a = std::min(a, lo[seg * chunks + c]);
       b = std::max(b, hi[seg * chunks + c]);
     }
-    out[2 * seg] = a;
-    out[2 * seg + 1] = b;
+    out[2 * seg] = a + 0.0;  // a zero extreme is +0 (as the CUDA decode): -0 and +0 tie
+    out[2 * seg + 1] = b + 0.0;
   }
 }
 }  // namespace

@@ -66,7 +66,9 @@ __global__ void __launch_bounds__(256)
 __global__ void minmax_decode(uint64_t* enc, int64_t count) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const double v = from_ordered_bits(enc[i]);
+    // + 0.0: a zero extreme is +0 whichever zero a warp saw first (-0 and +0 compare equal,
+    // and the encoding orders -0 below +0), as the CPU twin reports it
+    const double v = from_ordered_bits(enc[i]) + 0.0;
     enc[i] = static_cast<uint64_t>(__double_as_longlong(v));
   }
 }

@@ -110,6 +110,28 @@ def test_minmax_matches_torch_and_batches_per_sample():
     assert torch.allclose(out.flatten(1).amin(1), torch.zeros(4)) and torch.allclose(out.flatten(1).amax(1), torch.ones(4))
 
 
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_minmax_zero_extreme_is_positive_zero(device, dtype):
+    """-0 and +0 tie: a zero minimum / maximum is +0 whichever zero comes first, on both backends
+    (CUDA's order-preserving atomics put -0 below +0; the CPU kept the first seen)."""
+    torch.manual_seed(3)
+    x = torch.rand(2, 2, 9, 10, 70, dtype=torch.float64)
+    x[0] = -x[0]
+    x[0].view(-1)[::7] = -0.0  # sample 0: max is a zero, -0 first and many
+    x[0].view(-1)[5::11] = 0.0
+    x[1].view(-1)[::5] = 0.0  # sample 1: min is a zero, +0 first, -0 later in every channel
+    x[1].view(-1)[3::13] = -0.0
+    x = x.to(dtype).to(device)
+    for channel_wise in (False, True):
+        got = ops.minmax(x, channel_wise).cpu()
+        zeros = torch.cat([got[0].view(-1, 2)[:, 1], got[1].view(-1, 2)[:, 0]])
+        assert torch.equal(zeros, torch.zeros_like(zeros)) and not torch.signbit(zeros).any(), zeros
+        ref = x.cpu().double().flatten(2 if channel_wise else 1)
+        want = torch.stack([ref.amin(-1), ref.amax(-1)], -1).view_as(got)
+        assert torch.equal(got, want)
+
+
 def test_per_sample_ops_match_torch():
     x = rand_volume((4, 2, 5, 6, 7), dtype=torch.float64)
     offsets = torch.tensor([1.5, -2.0, 0.0, 10.0], dtype=torch.float64)
