@@ -1014,60 +1014,6 @@ VOXAUG_FORCEINLINE void post_items(const ResampleForward<Acc>& f,
   }
 }
 
-// A streamed row of the post target read backwards or across lines (`step` != 1): gathered
-// into an L1 buffer, stepped, streamed out. Out of line, as are the other reversed / gathered
-// row copies: inlined, they cost the forward rows of exact_items ~20% (register pressure).
-template <class Acc>
-VOXAUG_FORCEINLINE void stream_row_post_body(const ResampleForward<Acc>& f,
-                                             const typename ResampleForward<Acc>::State& st,
-                                             const Acc* in, int64_t step, Acc* out, int64_t cnt) {
-  alignas(64) Acc buf[256];
-  for (int64_t j0 = 0; j0 < cnt; j0 += 256) {
-    const int64_t m = std::min<int64_t>(256, cnt - j0);
-    if (step == -1) {
-      reverse_copy(buf, in - j0, m);
-    } else {
-      for (int64_t j = 0; j < m; ++j) buf[j] = in[(j0 + j) * step];
-    }
-    post_span(f, st, buf, m);
-    stream_copy(out + j0, buf, m * static_cast<int64_t>(sizeof(Acc)));
-  }
-}
-
-// The out-of-line copies of stream_row_post_body, one per instruction set (post_span
-// vectorises with the widest).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-template <class Acc>
-__attribute__((target("avx512f,avx512bw"), noinline)) void stream_row_post_avx512(
-    const ResampleForward<Acc>& f, const typename ResampleForward<Acc>::State& st, const Acc* in,
-    int64_t step, Acc* out, int64_t cnt) {
-  stream_row_post_body(f, st, in, step, out, cnt);
-}
-template <class Acc>
-__attribute__((target("avx2"), noinline)) void stream_row_post_avx2(
-    const ResampleForward<Acc>& f, const typename ResampleForward<Acc>::State& st, const Acc* in,
-    int64_t step, Acc* out, int64_t cnt) {
-  stream_row_post_body(f, st, in, step, out, cnt);
-}
-#endif
-template <class Acc>
-__attribute__((noinline)) void stream_row_post_plain(const ResampleForward<Acc>& f,
-                                                     const typename ResampleForward<Acc>::State& st,
-                                                     const Acc* in, int64_t step, Acc* out,
-                                                     int64_t cnt) {
-  stream_row_post_body(f, st, in, step, out, cnt);
-}
-template <class Acc>
-VOXAUG_FORCEINLINE void stream_row_post(const ResampleForward<Acc>& f,
-                                        const typename ResampleForward<Acc>::State& st,
-                                        const Acc* in, int64_t step, Acc* out, int64_t cnt) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  if (cpu_has_avx512bw()) return stream_row_post_avx512(f, st, in, step, out, cnt);
-  if (cpu_has_avx2()) return stream_row_post_avx2(f, st, in, step, out, cnt);
-#endif
-  stream_row_post_plain(f, st, in, step, out, cnt);
-}
-
 // Items [begin, end) of an exact sample, rows in (d, h) order (or (h, d): see below) with no
 // per-row division or float math: the map's integer coefficients give each row's first source
 // index and step.
@@ -1110,7 +1056,6 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
     sample_bytes += p.t[k].channels * p.out_size[0] * H * W * dtype_size(p.t[k].out_dtype);
   const bool stream = sample_bytes >= kStreamOutputBytes;
   const int post = p.post_target;
-  const DType native = native_dtype<Acc>();
   // Row order. Plain (d, h) order unless the output's d axis walks the input's w axis (a
   // quarter turn in the (d, w) plane): then consecutive planes read neighbouring elements of
   // the same input lines, a plane's rows touch one line per voxel (far more than L2 holds),
@@ -1149,6 +1094,10 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
                            ow * t.out_stride[4];
       // Rows into a contiguous output row are streamed: along the source (contiguous), against
       // it (reversed: a flip of that axis) or across its lines (a quarter turn: gathered).
+      // Except the post target's: copied with plain stores and stepped in place while in L1.
+      // Streaming those through an L1 buffer instead was slower on the AMD EPYC VM (session 14,
+      // 4 x 96^3 crops of float32 + uint8 with a shift: 2.8-3.0 -> 1.7-1.9 ms per batch; 2 x
+      // 200x200x150: 31-33 -> 22-23 ms; quarter turns 3.8 -> 2.2 ms; flips unchanged).
       const bool dense = t.out_stride[4] == 1;
       const bool contiguous = doff == 1 && dense;
       const bool reversed = doff == -1 && dense;
@@ -1169,24 +1118,6 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
           gather_stream_bytes(static_cast<char*>(t.out) + dst * t.elem_size,
                               static_cast<const char*>(t.in) + src * t.elem_size, doff, cnt,
                               t.elem_size);
-          continue;
-        }
-        if (stream && contiguous && t.out_dtype == native) {
-          // The post steps on the row in an L1 buffer, then streamed out.
-          alignas(64) Acc buf[256];
-          const Acc* in = static_cast<const Acc*>(t.in) + src;
-          Acc* out = static_cast<Acc*>(t.out) + dst;
-          for (int64_t j0 = 0; j0 < cnt; j0 += 256) {
-            const int64_t m = std::min<int64_t>(256, cnt - j0);
-            for (int64_t j = 0; j < m; ++j) buf[j] = in[j0 + j];  // vector loads, no rep movs
-            post_span(f, st, buf, m);
-            stream_copy(out + j0, buf, m * static_cast<int64_t>(sizeof(Acc)));
-          }
-          continue;
-        }
-        if (stream && dense && t.out_dtype == native) {  // reversed or gathered, then as above
-          stream_row_post(f, st, static_cast<const Acc*>(t.in) + src, doff,
-                          static_cast<Acc*>(t.out) + dst, cnt);
           continue;
         }
         copy_elements(t, src, doff, dst, 0, cnt);

@@ -115,9 +115,17 @@ def test_flipped_rows_every_element_size(dtype, mode, w, stream):
 @pytest.mark.parametrize("w", [1, 7, 33, 96, 257])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
 def test_flipped_rows_with_post_steps(dtype, w, stream):
-    # float32 / float64 streamed: the L1-buffer path (reversed, stepped, streamed out);
-    # float16: copied, then stepped in place.
+    # Streamed or not, the post target's rows are copied with plain stores, then stepped in
+    # place (the other targets' rows stream).
     _check("cpu", dtype, "linear", w, stream, "flip_w", post=True)
+
+
+@pytest.mark.parametrize("map_name", list(MAPS))
+@pytest.mark.parametrize("w", [7, 96])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_streamed_rows_with_post_steps_every_map(dtype, w, map_name):
+    # contiguous (flip_h), reversed (flip_w, flip_dw) and gathered (quarter turns) rows
+    _check("cpu", dtype, "linear", w, True, map_name, post=True)
 
 
 @pytest.mark.parametrize("map_name", list(MAPS))
