@@ -253,6 +253,15 @@ at::Tensor distortion_ranges(int64_t size, int64_t cells, const std::vector<doub
   return ranges;
 }
 
+// A MONAI-style deformation's plan gets its options' (mode, label_mode, padding_mode).
+template <class Options>
+DeformPlan with_grid_modes(DeformPlan plan, const Options& o) {
+  plan.image_mode = grid_mode(o.mode, "mode");
+  plan.label_mode = grid_mode(o.label_mode, "label_mode");
+  plan.padding = grid_padding(o.padding_mode, "padding_mode");
+  return plan;
+}
+
 // Steps per sample (empty: not selected, zero field) -> the separable plan on `device`.
 DeformPlan separable_plan(const std::array<int64_t, 3>& in_size,
                     const std::vector<std::vector<std::vector<double>>>& steps,
@@ -483,10 +492,7 @@ DeformPlan Rand3DElastic::plan(int64_t n, const std::array<int64_t, 3>& size,
     out.kind = kBSplineField;
     out.field_map = fmap;
   }
-  out.image_mode = grid_mode(options_.mode, "mode");
-  out.label_mode = grid_mode(options_.label_mode, "label_mode");
-  out.padding = grid_padding(options_.padding_mode, "padding_mode");
-  return out;
+  return with_grid_modes(std::move(out), options_);
 }
 
 // ---------------- GridDistortion ----------------
@@ -513,10 +519,7 @@ DeformPlan GridDistortion::plan(int64_t n, const std::array<int64_t, 3>& size,
   TORCH_CHECK_VALUE(n >= 0, "batch must be >= 0, got ", n);
   DeformPlan out = separable_plan(
       size, std::vector<std::vector<std::vector<double>>>(n, distort_steps_), num_cells_, device);
-  out.image_mode = grid_mode(options_.mode, "mode");
-  out.label_mode = grid_mode(options_.label_mode, "label_mode");
-  out.padding = grid_padding(options_.padding_mode, "padding_mode");
-  return out;
+  return with_grid_modes(std::move(out), options_);
 }
 
 int64_t GridDistortion::mode_code(const std::string& name, const char* arg) {
@@ -589,10 +592,7 @@ DeformPlan RandGridDistortion::plan(int64_t n, const std::array<int64_t, 3>& siz
                                     const at::Tensor& params_in, const c10::Device& device) const {
   const at::Tensor params = checked_params(params_in, n, n_uniforms_);
   DeformPlan out = separable_plan(size, steps(params), num_cells_, device);
-  out.image_mode = grid_mode(options_.mode, "mode");
-  out.label_mode = grid_mode(options_.label_mode, "label_mode");
-  out.padding = grid_padding(options_.padding_mode, "padding_mode");
-  return out;
+  return with_grid_modes(std::move(out), options_);
 }
 
 int64_t RandGridDistortion::mode_code(const std::string& name, const char* arg) {

@@ -37,23 +37,11 @@ import spatial_checks as checks  # noqa: E402
 import test_spatial as tsp  # noqa: E402
 from conftest import devices, load_test_shim  # noqa: E402
 from spatial_checks import assert_bitwise  # noqa: E402
+from test_cxx_compose import compose  # noqa: E402  (the C++ Compose through the shim)
 from test_spatial import ch2aal, inia  # noqa: E402,F401  (fixtures)
 
 pytestmark, SHIM = load_test_shim("voxaug_cxx_spatial_shim")
 _, DEFORM_SHIM = load_test_shim("voxaug_cxx_deform_shim")
-cxx = torch.ops.voxaug_cxx_test_spatial
-
-
-def compose(inputs, steps, seed=0, first_sample=0, lazy=True, modes=None, affine=None):
-    """steps: [(spec, [numbers])]. Returns (outputs, affine, maps, meta, groups, seeds, single)."""
-    names = [s for s, _ in steps]
-    args, offsets = [], [0]
-    for _, a in steps:
-        args += [float(v) for v in a]
-        offsets.append(len(args))
-    outs, aff, maps, meta, groups, seeds, single = cxx.compose(inputs, names, args, offsets, seed, first_sample,
-                                                               lazy, False, modes, affine)
-    return outs, aff, maps, meta, groups.tolist(), seeds.tolist(), single
 
 
 def replaying(ts_, seeds, n, first_sample=0):
