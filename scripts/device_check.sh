@@ -10,7 +10,12 @@
 #
 # Run from anywhere; works in the repository root. Needs third_party/ as filled by
 # scripts/prepare_device_bundle.sh (GoogleTest and Google Benchmark sources, wheels): the
-# device has neither library installed and no network. Logs and results go to $OUT
+# device has neither library installed and no network. With `prepare_device_bundle.sh
+# --prebuilt`, third_party/prebuilt.tar.gz holds a CUDA build of the same sources made on the
+# developer's machine: the prebuilt step checks every source's sha256 against it, unpacks it
+# into the build folder and checks that its binaries load (torch's libraries on
+# LD_LIBRARY_PATH); then deps and build have nothing to do. Otherwise (stale, absent, or not
+# loading) the tree is built here as before. Logs and results go to $OUT
 # (default ./out/device_check). Every step has its own time limit inside an overall budget;
 # a failing step does not stop the others.
 #
@@ -18,6 +23,7 @@
 # seconds, default 560; 3600 in CPU-only mode), VOXAUG_DEVICE_CHECK_BUILD_DIR (default ./build),
 # VOXAUG_CUDA_ARCHITECTURES (default 90), VOXAUG_BENCH_FILTER, VOXAUG_BENCH_RESAMPLE_FILTER,
 # VOXAUG_RACECHECK_FILTER, VOXAUG_DEVICE_CHECK_STEPS (see the run section),
+# VOXAUG_DEVICE_PREBUILT (1 default: use third_party/prebuilt.tar.gz when it matches; 0: build),
 # VOXAUG_DEVICE_PYTEST_K (pytest -k selection, default cuda), PYTHON.
 #
 # Exit status: 0 all steps passed or were skipped for a stated reason, 1 a step failed,
@@ -82,6 +88,7 @@ NAMES=() STATUSES=() TIMES=() KEYS=()
 INCOMPLETE=0
 STEP_STATUS=PASS STEP_KEY="" STEP_END=0
 HAVE_BENCHMARK=0
+PREBUILT_OK=0
 
 log() { printf '[device_check] %s\n' "$*"; }
 step_left() { echo $((STEP_END - SECONDS)); }
@@ -177,6 +184,61 @@ step_env() {
   fi
 }
 
+# ---------------------------------------------------------------- 1b. prebuilt binaries
+# third_party/prebuilt.tar.gz (prepare_device_bundle.sh --prebuilt): unpacked into a staging
+# folder, used only if every hashed source is the same here and its binaries load; then its
+# files move into $BUILD with ctest's absolute paths rewritten to this machine's.
+step_prebuilt() {
+  local tgz="$ROOT/third_party/prebuilt.tar.gz" logf="$OUT/prebuilt.log" stage="$DEPS/prebuilt-stage"
+  : >"$logf"
+  if [[ "${VOXAUG_DEVICE_PREBUILT:-1}" == 0 ]]; then skip "VOXAUG_DEVICE_PREBUILT=0: building here"; return; fi
+  if [[ ! -f "$tgz" ]]; then skip "no third_party/prebuilt.tar.gz: building here"; return; fi
+  rm -rf "$stage" && mkdir -p "$stage"
+  if ! tmo "$logf" tar xzf "$tgz" -C "$stage"; then fail "unpacking prebuilt.tar.gz failed: building here"; return; fi
+  local differ
+  differ="$( (cd "$ROOT" && sha256sum -c "$stage/.prebuilt/SOURCES.sha256" 2>&1) | grep -vc ': OK$')"
+  if ((differ > 0)); then
+    (cd "$ROOT" && sha256sum -c "$stage/.prebuilt/SOURCES.sha256" 2>&1) | grep -v ': OK$' | head -n 20 >>"$logf"
+    rm -rf "$stage"
+    skip "prebuilt is stale ($differ sources differ, prebuilt.log): building here"; return
+  fi
+  # torch's own libraries (and the CUDA runtime wheels beside it), then the bundled ones.
+  local tdir paths=("$BUILD/lib") d
+  tdir="$(timeout 60 "$PY" -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>>"$logf")"
+  [[ -n "$tdir" ]] && paths+=("$tdir/lib")
+  for d in "$tdir"/../nvidia/cu13/lib "$tdir"/../nvidia/*/lib /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+    [[ -n "$tdir" && -d "$d" ]] && paths+=("$(cd "$d" && pwd)")
+  done
+  local joined
+  joined="$(printf '%s:' "${paths[@]}")"
+  export LD_LIBRARY_PATH="${joined%:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >>"$logf"
+  # Load checks from the staging folder (nothing in $BUILD yet, so a failure leaves a clean build).
+  local ok=1
+  LD_LIBRARY_PATH="$stage/lib:$LD_LIBRARY_PATH" tmo "$logf" "$stage/tests/voxaug_core_tests" --gtest_list_tests \
+    >/dev/null || ok=0
+  VOXAUG_LIBRARY="$stage/libvoxaug_torch.so" tmo "$logf" "$PY" -c \
+    'import torch, voxaug; print("voxaug ops:", len([n for n in dir(torch.ops.voxaug)]))' || ok=0
+  if ((ok == 0)); then
+    rm -rf "$stage"
+    fail "prebuilt binaries do not load here (prebuilt.log): building here"; return
+  fi
+  local old_root old_build
+  { read -r old_root; read -r old_build; } <"$stage/.prebuilt/PATHS"
+  mkdir -p "$BUILD"
+  local f
+  while read -r f; do
+    mkdir -p "$BUILD/$(dirname "$f")" && mv -f "$stage/$f" "$BUILD/$f"
+    # ctest's files name the build and source folders of the machine that made them.
+    [[ $f == *.cmake ]] && sed -i -e "s#${old_build}#${BUILD}#g" -e "s#${old_root}#${ROOT}#g" "$BUILD/$f"
+  done < <(cd "$stage" && find . -type f -not -path './.prebuilt/*' | sed 's#^\./##')
+  mkdir -p "$ROOT/python/voxaug/lib" && cp -f "$BUILD/libvoxaug_torch.so" "$ROOT/python/voxaug/lib/"
+  compgen -G "$BUILD/benchmarks/voxaug_bench_*" >/dev/null && HAVE_BENCHMARK=1
+  PREBUILT_OK=1
+  STEP_KEY="$(head -n 2 "$stage/.prebuilt/INFO" | paste -sd ';' -)"
+  rm -rf "$stage"
+}
+
 # ---------------------------------------------------------------- 2. third-party libraries
 # Builds GoogleTest and Google Benchmark from third_party/ into $PREFIX (once; a stamp marks
 # it done) and installs the bundled wheels the machine lacks into $PYDEPS.
@@ -197,13 +259,17 @@ step_deps() {
   local notes=() logf="$OUT/deps.log"
   : >"$logf"
   mkdir -p "$PREFIX"
-  if [[ -f third_party/googletest/CMakeLists.txt ]]; then
+  if [[ $PREBUILT_OK == 1 ]]; then
+    notes+=("prebuilt: no C++ libraries to build")
+  elif [[ -f third_party/googletest/CMakeLists.txt ]]; then
     if build_dep googletest third_party/googletest; then notes+=("gtest ok"); else
       fail "GoogleTest build failed (deps.log)"; show_tail "$logf"; return; fi
   else
     notes+=("no third_party/googletest: system GTest or none")
   fi
-  if [[ -f third_party/benchmark/CMakeLists.txt ]]; then
+  if [[ $PREBUILT_OK == 1 ]]; then
+    :
+  elif [[ -f third_party/benchmark/CMakeLists.txt ]]; then
     if build_dep benchmark third_party/benchmark -DBENCHMARK_ENABLE_TESTING=OFF \
          -DBENCHMARK_ENABLE_GTEST_TESTS=OFF -DBENCHMARK_ENABLE_WERROR=OFF -DBENCHMARK_INSTALL_DOCS=OFF; then
       HAVE_BENCHMARK=1
@@ -239,6 +305,7 @@ step_deps() {
 # ---------------------------------------------------------------- 3. configure + build
 step_build() {
   local logf="$OUT/build.log" launcher=()
+  if [[ $PREBUILT_OK == 1 ]]; then STEP_KEY="prebuilt binaries in use (step prebuilt)"; return 0; fi
   : >"$logf"
   command -v ccache >/dev/null &&
     launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
@@ -500,7 +567,7 @@ step_window() {
 
 # ---------------------------------------------------------------- 10. training pipeline (issue 8)
 # Not in the default steps (it needs most of a session's device minutes): run it alone with
-# VOXAUG_DEVICE_CHECK_STEPS="env deps build train". The C++ trainer (phantom data, Swin UNETR
+# VOXAUG_DEVICE_CHECK_STEPS="env prebuilt deps build train". The C++ trainer (phantom data, Swin UNETR
 # feature 48, 96^3 x 4 patches, bf16), then compare_train.py (voxaug vs MONAI data path and
 # time to Dice, same model) with what is left. KEY: the trainer's summary line and
 # compare_train's ratio lines (data path, final Dice, time to Dice).
@@ -531,10 +598,11 @@ step_train() {
 # ---------------------------------------------------------------- run
 log "mode: $([[ $CPU_ONLY == 1 ]] && echo cpu-only || echo full), budget ${BUDGET}s, $JOBS jobs, out $OUT, build $BUILD"
 # VOXAUG_DEVICE_CHECK_STEPS: the steps to run (default: all but train, which needs its own
-# device minutes), e.g. "env deps build train" for the training benchmark alone.
-STEPS=" ${VOXAUG_DEVICE_CHECK_STEPS:-env deps build ctest pytest sanitizer bench compare window} "
+# device minutes), e.g. "env prebuilt deps build train" for the training benchmark alone.
+STEPS=" ${VOXAUG_DEVICE_CHECK_STEPS:-env prebuilt deps build ctest pytest sanitizer bench compare window} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
 want env && run_step env 30 step_env
+want prebuilt && run_step prebuilt 60 step_prebuilt
 want deps && run_step deps 150 step_deps
 want build && run_step build 360 step_build
 want ctest && run_step ctest 150 step_ctest

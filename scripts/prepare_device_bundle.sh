@@ -11,9 +11,25 @@
 #   third_party/wheels/fallback/    numpy for CPython 3.12, installed by device_check.sh only
 #                                   when the machine has no numpy
 #
+#   third_party/prebuilt.tar.gz     with --prebuilt [BUILD_DIR] only: the CUDA build (sm_90,
+#                                   Release) of this tree, made here: the ops library, the test
+#                                   and benchmark binaries, ctest's files, libbenchmark, and the
+#                                   sha256 of every source it was built from. device_check.sh
+#                                   uses it instead of its cold build (~280 s of a 600 s call on
+#                                   the H200) when the sources there are the same, and builds
+#                                   from source when they are not or the binaries do not load.
+#
 # PyPI's google-benchmark sdists hold only the Python bindings (no C++ sources), so they are
 # no use here. A missing piece is reported and skipped; device_check.sh then says what it
-# could not run. Usage: bash scripts/prepare_device_bundle.sh
+# could not run.
+#
+#   bash scripts/prepare_device_bundle.sh                      sources and wheels
+#   bash scripts/prepare_device_bundle.sh --prebuilt [DIR]     also the prebuilt CUDA build:
+#                                                              DIR (default build-device) is
+#                                                              configured and built first (a
+#                                                              CUDA build on 2 cores takes a
+#                                                              while; ./build is reused as is
+#                                                              when it is a CUDA sm_90 build)
 set -u -o pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -108,6 +124,93 @@ if python3 -m pip download --quiet --no-deps --only-binary=:all: --implementatio
 else
   say "wheels: pip download numpy (cp${DEVICE_PY/./}) failed: SKIPPED"
   missing=1
+fi
+
+# ---- prebuilt CUDA build (--prebuilt) ----
+PREBUILT=0 PREBUILT_DIR="$ROOT/build-device"
+if [[ "${1:-}" == --prebuilt ]]; then
+  PREBUILT=1
+  [[ -n "${2:-}" ]] && PREBUILT_DIR="$(cd "$ROOT" && mkdir -p "$2" && cd "$2" && pwd)"
+fi
+
+# The files device_check.sh needs from a build (relative to it), one per line.
+prebuilt_files() {  # <build dir>
+  (cd "$1" && {
+    ls libvoxaug_torch.so tests/voxaug_core_tests tests/voxaug_torch_tests tests/lib*_shim.so \
+       examples/swin_unetr/voxaug_swin_train 2>/dev/null
+    find benchmarks -maxdepth 1 -type f -name 'voxaug_bench_*' -perm -u+x 2>/dev/null
+    find . -name CTestTestfile.cmake -not -path './_deps/*' -not -path './tests/consumer_work/*' | sed 's#^\./##'
+    ls tests/*_include.cmake tests/*_tests.cmake 2>/dev/null
+  })
+}
+
+# Every file whose content can change the binaries, as sha256sum lines relative to ROOT
+# (tracked and untracked-not-ignored: what the device machine receives).
+prebuilt_sources() {
+  (cd "$ROOT" && git ls-files --cached --others --exclude-standard -- CMakeLists.txt cmake include \
+     kernels torch_ext tests benchmarks examples |
+     grep -vE '\.(py|md|txt)$|^tests/python/|^tests/data/' | grep -v '^$' |
+     while read -r f; do [[ -f "$f" ]] && printf '%s\n' "$f"; done | LC_ALL=C sort |
+     xargs -d '\n' sha256sum)
+  # CMakeLists.txt files are sources too (the filter above dropped *.txt).
+  (cd "$ROOT" && git ls-files --cached --others --exclude-standard | grep -E '(^|/)CMakeLists\.txt$' |
+     LC_ALL=C sort | xargs -d '\n' sha256sum)
+}
+
+pack_prebuilt() {
+  local b=$PREBUILT_DIR stage cache_ok=0
+  if [[ -f "$b/CMakeCache.txt" ]] && grep -q '^VOXAUG_WITH_CUDA:BOOL=ON' "$b/CMakeCache.txt" &&
+     grep -q '^CMAKE_CUDA_ARCHITECTURES:STRING=90$' "$b/CMakeCache.txt"; then cache_ok=1; fi
+  if ! command -v nvcc >/dev/null && [[ $cache_ok == 0 ]]; then
+    say "prebuilt: no nvcc and no configured CUDA build in $b: SKIPPED"; return 1
+  fi
+  local launcher=()
+  command -v ccache >/dev/null &&
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  say "prebuilt: configuring and building $b (CUDA, sm_90, Release)"
+  if ! cmake -S "$ROOT" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+       -DVOXAUG_WITH_CUDA=ON -DVOXAUG_BUILD_TORCH=ON -DVOXAUG_BUILD_TESTS=ON -DVOXAUG_BUILD_BENCHMARKS=ON \
+       "${launcher[@]}" >"$TP/prebuilt.build.log" 2>&1 ||
+     ! cmake --build "$b" -j "$(nproc)" >>"$TP/prebuilt.build.log" 2>&1; then
+    say "prebuilt: build failed (third_party/prebuilt.build.log): SKIPPED"; tail -n 15 "$TP/prebuilt.build.log"
+    return 1
+  fi
+  stage="$(mktemp -d)"
+  local f n=0
+  while read -r f; do
+    mkdir -p "$stage/$(dirname "$f")"
+    cp -a "$b/$f" "$stage/$f"
+    # Host symbols only (the CUDA fatbins stay); the ops library keeps its dynamic ones.
+    if head -c 4 "$stage/$f" | grep -q ELF; then strip --strip-unneeded "$stage/$f"; fi
+    n=$((n + 1))
+  done < <(prebuilt_files "$b")
+  # libbenchmark is not on the device (the benchmarks link Debian's shared one).
+  mkdir -p "$stage/lib"
+  local bench lib
+  bench="$(compgen -G "$b/benchmarks/voxaug_bench_*" | head -n 1)"
+  if [[ -n "$bench" ]]; then
+    while read -r lib; do cp -L "$lib" "$stage/lib/"; done < <(ldd "$bench" | awk '/libbenchmark/ {print $3}')
+  fi
+  mkdir -p "$stage/.prebuilt"
+  prebuilt_sources >"$stage/.prebuilt/SOURCES.sha256"
+  printf '%s\n%s\n' "$ROOT" "$b" >"$stage/.prebuilt/PATHS"
+  {
+    # shellcheck disable=SC1091
+    echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) ($(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"))"
+    echo "commit $(git -C "$ROOT" rev-parse --short HEAD) ($(git -C "$ROOT" status --porcelain | wc -l) uncommitted paths)"
+    echo "$(nvcc --version 2>/dev/null | tail -n 1); $(c++ --version | head -n 1)"
+    echo "torch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+  } >"$stage/.prebuilt/INFO"
+  rm -f "$TP/prebuilt.tar.gz"
+  tar czf "$TP/prebuilt.tar.gz" -C "$stage" . && rm -rf "$stage"
+  say "prebuilt: $n files, $(du -h "$TP/prebuilt.tar.gz" | cut -f1)" \
+      "(third_party/prebuilt.tar.gz; sources hashed: $(tar xzf "$TP/prebuilt.tar.gz" -O ./.prebuilt/SOURCES.sha256 | wc -l))"
+}
+
+if [[ $PREBUILT == 1 ]]; then
+  pack_prebuilt || missing=1
+else
+  rm -f "$TP/prebuilt.tar.gz"  # never carry a build of other sources by accident
 fi
 
 say "third_party is $(du -sh "$TP" | cut -f1) (carry limit 64 MiB)"
