@@ -196,7 +196,7 @@ step_prebuilt() {
   rm -rf "$stage" && mkdir -p "$stage"
   if ! tmo "$logf" tar xzf "$tgz" -C "$stage"; then fail "unpacking prebuilt.tar.gz failed: building here"; return; fi
   local differ
-  differ="$( (cd "$ROOT" && sha256sum -c "$stage/.prebuilt/SOURCES.sha256" 2>&1) | grep -vc ': OK$')"
+  differ="$( (cd "$ROOT" && sha256sum -c "$stage/.prebuilt/SOURCES.sha256" 2>&1) | grep -c ': FAILED')"
   if ((differ > 0)); then
     (cd "$ROOT" && sha256sum -c "$stage/.prebuilt/SOURCES.sha256" 2>&1) | grep -v ': OK$' | head -n 20 >>"$logf"
     rm -rf "$stage"
