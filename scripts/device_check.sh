@@ -24,7 +24,8 @@
 # VOXAUG_CUDA_ARCHITECTURES (default 90), VOXAUG_BENCH_FILTER, VOXAUG_BENCH_RESAMPLE_FILTER,
 # VOXAUG_RACECHECK_FILTER, VOXAUG_DEVICE_CHECK_STEPS (see the run section),
 # VOXAUG_DEVICE_PREBUILT (1 default: use third_party/prebuilt.tar.gz when it matches; 0: build),
-# VOXAUG_DEVICE_PYTEST_K (pytest -k selection, default cuda), PYTHON.
+# VOXAUG_DEVICE_PYTEST_K (pytest -k selection, default cuda), VOXAUG_DEVICE_PYTEST_WORKERS
+# (pytest-xdist workers when it is installed, default 6), VOXAUG_DEVICE_CTEST_DIRECT, PYTHON.
 #
 # Exit status: 0 all steps passed or were skipped for a stated reason, 1 a step failed,
 # 2 no step failed but some were not run because the time budget ran out.
@@ -333,10 +334,50 @@ step_build() {
 }
 
 # ---------------------------------------------------------------- 4. ctest
+# With a GPU, the CUDA tests first run as two processes (the core and the torch gtest binaries,
+# side by side, --gtest_filter='*Cuda*', the tests ctest -R Cuda selects): one CUDA and LibTorch
+# start-up each instead of one per test (ctest took 99 s for 168 tests on the H200, mostly
+# start-ups). A binary that dies mid-run (a signal, no XML) loses its later tests, so then
+# ctest runs the selection again, one process per test. VOXAUG_DEVICE_CTEST_DIRECT=0: ctest only.
+gtest_direct() {
+  local logf=$1 pids=() rcs=() b i rc
+  for b in core torch; do
+    [[ -x "$BUILD/tests/voxaug_${b}_tests" ]] || return 1
+    rm -f "$OUT/gtest_$b.xml"
+    tmo "$OUT/gtest_$b.log" "$BUILD/tests/voxaug_${b}_tests" --gtest_filter='*Cuda*' \
+      --gtest_output="xml:$OUT/gtest_$b.xml" &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    rc=0; wait "${pids[$i]}" || rc=$?; rcs+=("$rc")
+  done
+  cat "$OUT/gtest_core.log" "$OUT/gtest_torch.log" >>"$logf" 2>/dev/null
+  for i in 0 1; do
+    # 0: all passed, 1: some failed; anything else (a signal, a timeout) lost tests.
+    if ((rcs[i] > 1)) || [[ ! -s "$OUT/gtest_$([[ $i == 0 ]] && echo core || echo torch).xml" ]]; then
+      echo "[device_check] gtest binary $i exit ${rcs[$i]}: per-test ctest follows" >>"$logf"
+      return 1
+    fi
+  done
+  return 0
+}
+
 step_ctest() {
   local logf="$OUT/ctest.log" xml="$OUT/ctest.xml" rc=0
   : >"$logf"
   rm -f "$xml"
+  if [[ $CPU_ONLY == 0 && "${VOXAUG_DEVICE_CTEST_DIRECT:-1}" == 1 ]] && gtest_direct "$logf"; then
+    local p1 f1 s1 n1 p2 f2 s2 n2
+    read -r p1 f1 s1 n1 < <(junit_counts "$OUT/gtest_core.xml")
+    read -r p2 f2 s2 n2 < <(junit_counts "$OUT/gtest_torch.xml")
+    STEP_KEY="$((p1 + p2)) passed, $((f1 + f2)) failed, $((s1 + s2)) skipped of $((n1 + n2)) (two gtest processes)"
+    if ((f1 + f2 > 0 || n1 + n2 == 0)); then
+      fail "$STEP_KEY"; grep -E '^\[  FAILED  \]' "$logf" | sort -u | head -n 20 | sed 's/^/    | /'
+    elif ((s1 + s2 > 0)); then
+      fail "$STEP_KEY; CUDA tests skipped: no device seen by the tests"
+    fi
+    return 0
+  fi
   # With a GPU only the CUDA tests (names with "Cuda"): CI runs the CPU ones on every commit.
   local sel=()
   [[ $CPU_ONLY == 0 ]] && sel=(-R Cuda)
@@ -365,6 +406,10 @@ step_pytest() {
   # not fit the step's budget. VOXAUG_DEVICE_PYTEST_K overrides the selection ("" = all).
   local sel=(-k "${VOXAUG_DEVICE_PYTEST_K-cuda}")
   [[ -z "${VOXAUG_DEVICE_PYTEST_K-cuda}" ]] && sel=()
+  # pytest-xdist (in the GPU machine's image): several worker processes share the GPU, each
+  # with its own CUDA context (~380 CUDA cases; one process does not fit the step's limit).
+  local workers="${VOXAUG_DEVICE_PYTEST_WORKERS:-6}"
+  if ((workers > 1)) && timeout 60 "$PY" -c 'import xdist' >/dev/null 2>&1; then sel+=(-n "$workers"); fi
   tmo "$logf" "$PY" -m pytest tests/python -q -rs -p no:cacheprovider --junitxml="$xml" "${sel[@]}" || rc=$?
   local p f s n
   read -r p f s n < <(junit_counts "$xml")
