@@ -757,6 +757,39 @@ __attribute__((noinline)) inline void stream_copy_row(void* dst, const void* src
   stream_copy(dst, src, bytes);
 }
 
+// The post target's steps when each active one is a shift or a scale (post_span's two written-
+// out cases), as (multiply?, value) pairs in order: the BTCV chain's RandShiftIntensityd after
+// its crop and flips.
+struct AffinePost {
+  int n = 0;
+  bool mul[kMaxResamplePostSteps];
+  float v[kMaxResamplePostSteps];
+};
+
+// One contiguous float32 row of the post target: loaded, stepped in registers and streamed,
+// one pass with no read for ownership and no L1 buffer. The same IEEE operation per element
+// and step as post_span (an add or a multiply, never fused), so the same bits.
+__attribute__((noinline)) inline void stream_post_row_f32(float* dst, const float* src, int64_t cnt,
+                                                          const AffinePost& a) {
+  const auto step = [&a](float x) {
+    for (int q = 0; q < a.n; ++q) x = a.mul[q] ? fmul(x, a.v[q]) : fadd(x, a.v[q]);
+    return x;
+  };
+  int64_t j = 0;
+#if VOXAUG_STREAM_STORES
+  for (; j < cnt && (reinterpret_cast<uintptr_t>(dst + j) & 15) != 0; ++j) dst[j] = step(src[j]);
+  for (; j + 4 <= cnt; j += 4) {
+    __m128 x = _mm_loadu_ps(src + j);
+    for (int q = 0; q < a.n; ++q) {
+      const __m128 v = _mm_set1_ps(a.v[q]);
+      x = a.mul[q] ? _mm_mul_ps(x, v) : _mm_add_ps(x, v);
+    }
+    _mm_stream_ps(dst + j, x);
+  }
+#endif
+  for (; j < cnt; ++j) dst[j] = step(src[j]);
+}
+
 // Rows whose source walks across lines (quarter turns: the step is a whole input row or plane)
 // with streaming stores: gathered into an L1 buffer, then stream_copy'd out.
 template <class U>
@@ -1056,6 +1089,22 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
     sample_bytes += p.t[k].channels * p.out_size[0] * H * W * dtype_size(p.t[k].out_dtype);
   const bool stream = sample_bytes >= kStreamOutputBytes;
   const int post = p.post_target;
+  // A float32 post target whose steps are shifts and scales streams its contiguous rows
+  // through stream_post_row_f32 (stepped in registers); others copy with plain stores and step
+  // in L1 (below).
+  AffinePost apost;
+  bool affine_post = false;
+  if constexpr (std::is_same_v<Acc, float>) {
+    affine_post = stream && post >= 0 && p.t[post].in_dtype == DType::Float32 &&
+                  p.t[post].out_dtype == DType::Float32;
+    for (int k = 0; k < p.num_post && affine_post; ++k) {
+      if (!st.post[k].active) continue;
+      const auto op = static_cast<PointwiseOp>(p.post[k].op);
+      affine_post = op == PointwiseOp::ShiftIntensity || op == PointwiseOp::ScaleIntensity;
+      apost.mul[apost.n] = op == PointwiseOp::ScaleIntensity;
+      apost.v[apost.n++] = st.post[k].p0;
+    }
+  }
   // Row order. Plain (d, h) order unless the output's d axis walks the input's w axis (a
   // quarter turn in the (d, w) plane): then consecutive planes read neighbouring elements of
   // the same input lines, a plane's rows touch one line per voxel (far more than L2 holds),
@@ -1106,6 +1155,11 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
         if (stream && contiguous && k != post) {
           stream_copy_row(static_cast<char*>(t.out) + dst * t.elem_size,
                           static_cast<const char*>(t.in) + src * t.elem_size, cnt * t.elem_size);
+          continue;
+        }
+        if (contiguous && k == post && affine_post) {
+          stream_post_row_f32(static_cast<float*>(t.out) + dst,
+                              static_cast<const float*>(t.in) + src, cnt, apost);
           continue;
         }
         if (stream && reversed && k != post) {

@@ -188,3 +188,37 @@ def test_quarter_turns_with_post_steps(dtype, map_name, stream):
     # rot270_dw runs its rows h-major (exact_items): the post steps then go row by row.
     for w in (7, 96):
         _check("cpu", dtype, "linear", w, stream, map_name, post=True)
+
+
+@pytest.mark.parametrize("map_name", ["none", "flip_h", "flip_w"])
+@pytest.mark.parametrize("chain", ["shift_scale", "with_sir"])
+def test_streamed_post_chains_equal_gather_then_chain(chain, map_name):
+    """Streamed float32 patches (6 from 2 volumes) with post chains of random gated shifts and
+    scales (contiguous rows: loaded, stepped in registers and streamed in one pass) or with a
+    ScaleIntensityRange among them (rows copied, then stepped in L1), rows starting off the
+    16-byte grid (w = 37), a non-zero first sample: bit for bit the gather without post steps
+    followed by pointwise_chain_ with the same steps and first sample."""
+    perm, flip = MAPS.get(map_name, ((0, 1, 2), (False, False, False)))
+    w = 37
+    d, h = _out_dh(w, 4, True)
+    out_size = (d, h, w)
+    g = torch.Generator().manual_seed(41)
+    vol = (torch.rand(2, 1, d + 6, h + 6, w + 6, generator=g, dtype=torch.float64) * 8 - 4).float()
+    starts = torch.randint(0, 7, (2, 3, 3), generator=g, dtype=torch.int64)
+    mats = _matrix(perm, flip, out_size)[None].repeat(6, 1, 1)
+    steps = [O.Step(O.SHIFT_INTENSITY, O.RANDOM, (0.0, -1.0, 1.0), 0.5, 11),
+             O.Step(O.SCALE_INTENSITY, O.RANDOM, (0.0, -0.5, 0.5), 0.7, 12),
+             O.Step(O.SHIFT_INTENSITY, 0, (0.125,))]
+    if chain == "with_sir":
+        steps.insert(1, O.Step(O.SCALE_INTENSITY_RANGE, 0, (-4.0, 4.0, 0.0, 1.0)))
+    assert O.post_fusable(steps)
+    fused = O.resample_patches([vol], mats, starts, out_size, ["linear"], ["zeros"], post_input=0,
+                               post_steps=steps, post_first_sample=5)[0]
+    ref = O.resample_patches([vol], mats, starts, out_size, ["linear"], ["zeros"])[0]
+    assert fused[0].numel() * 4 >= STREAM_BYTES
+    O.pointwise_chain_(ref, steps, first_sample=5)
+    assert torch.equal(_bits(fused), _bits(ref))
+    # The gates and draws differ between samples: some shifted, some not.
+    plain = O.resample_patches([vol], mats, starts, out_size, ["linear"], ["zeros"])[0]
+    changed = [(fused[i] != plain[i]).any().item() for i in range(6)]
+    assert any(changed)
