@@ -1143,10 +1143,12 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
                            ow * t.out_stride[4];
       // Rows into a contiguous output row are streamed: along the source (contiguous), against
       // it (reversed: a flip of that axis) or across its lines (a quarter turn: gathered).
-      // Except the post target's: copied with plain stores and stepped in place while in L1.
-      // Streaming those through an L1 buffer instead was slower on the AMD EPYC VM (session 14,
-      // 4 x 96^3 crops of float32 + uint8 with a shift: 2.8-3.0 -> 1.7-1.9 ms per batch; 2 x
-      // 200x200x150: 31-33 -> 22-23 ms; quarter turns 3.8 -> 2.2 ms; flips unchanged).
+      // The post target's contiguous float32 rows under shifts and scales stream too, stepped
+      // in registers (stream_post_row_f32: 4 x 96^3 float32 + uint8 crops with a shift, 1.9 ->
+      // 1.1 ms on the AMD EPYC VM, session 15). Its other rows are copied with plain stores and
+      // stepped in place while in L1: stepping them in an L1 buffer and streaming that out was
+      // slower (session 14: 2.8-3.0 -> 1.7-1.9 ms for the BTCV batch; 2 x 200x200x150 31-33 ->
+      // 22-23 ms; quarter turns 3.8 -> 2.2 ms; flips unchanged).
       const bool dense = t.out_stride[4] == 1;
       const bool contiguous = doff == 1 && dense;
       const bool reversed = doff == -1 && dense;
