@@ -632,7 +632,8 @@ void extract_patches(const VolumeView& in, const int64_t* starts, const int64_t*
     return;
   }
 #if VOXAUG_WITH_CUDA
-  detail::check_device_pointer(in.data, in.device_index, "input");
+  // An empty volume has no data pointer: every patch voxel is outside it (the fill), as on the host.
+  if (in.numel() > 0) detail::check_device_pointer(in.data, in.device_index, "input");
   detail::check_device_pointer(out, in.device_index, "out");
   detail::check_device_pointer(starts, in.device_index, "starts");
   detail::extract_patches_cuda(p, patches, es, in.device_index, stream);
@@ -713,7 +714,8 @@ void foreground_bbox(const VolumeView& in, double threshold, const int64_t* chan
     return;
   }
 #if VOXAUG_WITH_CUDA
-  detail::check_device_pointer(in.data, in.device_index, "image");
+  // An empty volume has no data pointer: zero boxes, as on the host.
+  if (in.numel() > 0) detail::check_device_pointer(in.data, in.device_index, "image");
   detail::check_device_pointer(box, in.device_index, "box");
   detail::foreground_bbox_cuda(p, batch, box, in.device_index, stream);
 #else

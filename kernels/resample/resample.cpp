@@ -398,7 +398,11 @@ void bspline_filter_lanes(T* c, int64_t n, int64_t stride, int64_t count, T* sum
     }
   } else {
     T zk = z;
-    const T zn = static_cast<T>(pow(static_cast<double>(z), static_cast<double>(n - 1)));
+    // z^(n - 1) by repeated products in double, as bspline_filter_line (the device's and the W
+    // axis's): pow's last bit is the library's.
+    double zd = 1.0;
+    for (int64_t k = 1; k < n; ++k) zd = fmul(zd, static_cast<double>(z));
+    const T zn = static_cast<T>(zd);
     T z2n = fmul(zn, zn);
     z2n = fdiv(z2n, z);
     const T* last = c + (n - 1) * stride;

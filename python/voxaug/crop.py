@@ -223,9 +223,12 @@ class _PendingCheck:
         self.fn = fn
         if t.is_cuda:
             self.host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-            self.host.copy_(t, non_blocking=True)
-            self.event = torch.cuda.Event()
-            self.event.record()
+            # The copy runs on the current stream of t's device; the event must follow that
+            # stream (not the current device's) or a tensor on another GPU is read too early.
+            with torch.cuda.device(t.device):
+                self.host.copy_(t, non_blocking=True)
+                self.event = torch.cuda.Event()
+                self.event.record(torch.cuda.current_stream(t.device))
             _pending.append(self)
         else:
             self.event = None

@@ -230,8 +230,8 @@ def sliding_window_inference(
         k, outs = _flatten(out)
         if process_fn is not None:
             outs, weight = _process(process_fn, outs, x, base_map, roi, inputs.dtype, device, acc_dtype)
-            if b == 0:
-                first_weight = weight
+            if b == 0:  # a copy: process_fn may return one buffer it changes per batch (as the C++ twin)
+                first_weight = weight.clone()
         if b == 0:
             keys = k
         elif (k is None) != (keys is None) or len(outs) != max(len(accs), 1):
@@ -389,24 +389,30 @@ class SlidingWindowInferer:
         key = (tuple(x.shape), x.dtype, x.device, id(network))
         entry = self._graphs.get(key)
         if entry is None:
-            static_in = x.clone()
-            side = torch.cuda.Stream(device=x.device)
-            side.wait_stream(torch.cuda.current_stream(x.device))
-            with torch.cuda.stream(side):  # warm-up: lazy init, autotuning, the cached maps
-                self._run(static_in, network, *args, **kwargs)
-            torch.cuda.current_stream(x.device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            try:
-                with torch.cuda.graph(graph):
-                    static_out = self._run(static_in, network, *args, **kwargs)
-            except Exception as e:  # the predictor synchronised, allocated on the host, ...
-                raise RuntimeError("SlidingWindowInferer(cuda_graph=True): capturing the pass failed; the "
-                                   "predictor must be CUDA-graph capturable (static shapes, no host sync; "
-                                   "torch.autocast(cache_enabled=False)), or use cuda_graph=False") from e
+            # Everything on the inputs' device: torch.cuda.graph's default capture stream lives
+            # on whichever device was current when it was first made, and the ops launch on the
+            # current stream of the inputs' device; capturing elsewhere would record an empty
+            # graph (its replays would return the capture run's output).
+            with torch.cuda.device(x.device):
+                static_in = x.clone()
+                side = torch.cuda.Stream(device=x.device)
+                side.wait_stream(torch.cuda.current_stream(x.device))
+                with torch.cuda.stream(side):  # warm-up: lazy init, autotuning, the cached maps
+                    self._run(static_in, network, *args, **kwargs)
+                torch.cuda.current_stream(x.device).wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                try:
+                    with torch.cuda.graph(graph, stream=side):
+                        static_out = self._run(static_in, network, *args, **kwargs)
+                except Exception as e:  # the predictor synchronised, allocated on the host, ...
+                    raise RuntimeError("SlidingWindowInferer(cuda_graph=True): capturing the pass failed; the "
+                                       "predictor must be CUDA-graph capturable (static shapes, no host sync; "
+                                       "torch.autocast(cache_enabled=False)), or use cuda_graph=False") from e
             entry = self._graphs[key] = (graph, static_in, static_out)
         graph, static_in, static_out = entry
-        static_in.copy_(x)
-        graph.replay()
+        with torch.cuda.device(x.device):
+            static_in.copy_(x)
+            graph.replay()
         keys, outs = _flatten(static_out)
         results = [o.clone() for o in outs]
         if meta_source is not None:

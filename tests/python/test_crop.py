@@ -9,7 +9,7 @@ import torch
 from voxaug import ops
 from voxaug import spatial as S
 
-from conftest import TEMPLATES
+from conftest import TEMPLATES, devices
 
 mt = pytest.importorskip("monai.transforms")
 from monai.data import MetaTensor  # noqa: E402
@@ -100,3 +100,21 @@ def test_crop_foreground_empty_and_bad_inputs():
 
 def test_bbox_opcheck():
     torch.library.opcheck(torch.ops.voxaug.foreground_bbox, (_blobs()[None], 0.0, [0, 1]))
+
+
+@pytest.mark.parametrize("device", devices())
+def test_empty_volumes_give_zero_boxes_and_filled_patches(device):
+    """A volume with a zero-length axis has no data pointer: zero boxes (MONAI's
+    generate_spatial_bounding_box of an empty image: all zeros) and patches of the fill, on
+    every backend (CUDA used to refuse the null pointer)."""
+    from voxaug import crop as C
+
+    for shape in ((2, 1, 0, 4, 4), (1, 2, 3, 0, 5), (1, 1, 4, 4, 0)):
+        x = torch.zeros(shape, device=device)
+        box = ops.foreground_bbox(x)
+        assert box.device == x.device and torch.equal(box.cpu(), torch.zeros(shape[0], 6, dtype=torch.int64))
+        np.testing.assert_array_equal(np.asarray(generate_spatial_bounding_box(x[0].cpu().numpy())).ravel(), 0)
+        centers = torch.ones(shape[0], 2, 3, dtype=torch.int64, device=device)
+        p = C.extract_patches(x, centers, [2, 3, 2])
+        assert p.shape == (shape[0] * 2, shape[1], 2, 3, 2) and p.device == x.device
+        assert torch.equal(p.cpu(), torch.zeros(p.shape))

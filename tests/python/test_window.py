@@ -311,6 +311,21 @@ def test_cuda_graph_replays_equal_the_eager_pass_and_monai(mode):
     assert y.shape == (1, 3, 9, 10, 11) and len(graphed._graphs) == 2
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="fewer than 2 CUDA devices: cross-device capture not tested")
+def test_cuda_graph_on_a_device_that_is_not_current():
+    # Inputs on cuda:1 while cuda:0 is current: the capture must record cuda:1's work (a graph
+    # captured on cuda:0's stream would be empty and replay the capture run's output).
+    net = _net().to("cuda:1")
+    graphed = SlidingWindowInferer((8, 8, 8), 3, overlap=0.5, cuda_graph=True)
+    eager = SlidingWindowInferer((8, 8, 8), 3, overlap=0.5)
+    torch.cuda.set_device(0)
+    with torch.no_grad():
+        for seed in range(3):
+            x = torch.randn(1, 2, 16, 15, 14, generator=torch.Generator().manual_seed(seed)).to("cuda:1")
+            got = graphed(x, net)
+            assert got.device == x.device and torch.equal(got, eager(x, net)), seed
+
+
 def test_single_output_tuple_is_unpacked_like_monai():
     # MONAI's _pack_struct returns the tensor itself for a one-element tuple or list.
     x = torch.randn(1, 2, 12, 10, 11)
