@@ -5,7 +5,11 @@
 // Conventions:
 // - Volumes are (N, C, D, H, W); voxel centres sit at integer indices.
 // - matrices: N row-major 3x4 float64 matrices (on the data's device) mapping an output voxel
-//   index (d, h, w, 1) to a continuous input voxel index (d', h', w').
+//   index (d, h, w, 1) to a continuous input voxel index (d', h', w'). On the CPU a non-finite
+//   entry throws; on CUDA the matrices are never read on the host (no synchronisation), so a
+//   non-finite entry gives NaN / inf coordinates: NaN samples as outside the volume (the
+//   padding), inf as far outside (the border with Border / Reflection padding); no error and no
+//   read out of range. The transforms build their matrices on the host and check them there.
 // - Padding, per tensor, with torch.nn.functional.grid_sample's semantics for the equivalent
 //   normalised map: Zeros (out-of-range corners contribute 0), Border (clamp the coordinate to
 //   [0, S-1]), Reflection (reflect about [0, S-1] when align_corners, else about
