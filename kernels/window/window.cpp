@@ -209,7 +209,7 @@ VOXAUG_FORCEINLINE void stitch_row(A* acc, const P* pred, int64_t sp, const A* w
 // Accumulator plane by accumulator plane: a task is one (image, channel, padded d) plane of the
 // accumulator, and adds the matching plane of every window of the launch that covers it, in
 // window order (MONAI's order of additions for every element, with no barrier between
-// windows). The windows of a launch overlap (consecutive windows along w share 1 - 1/overlap
+// windows). The windows of a launch overlap (consecutive windows along w share about `overlap`
 // of their voxels), so the plane's rows stay in L1 / L2 from one window's addition to the
 // next, where window-by-window sweeps re-read the whole overlapping region from L3 or memory.
 template <class A, class P>
