@@ -72,9 +72,9 @@ void gather_rows(const GatherParams& p) {
   // Tasks run d-major, so each thread's static share is a range of window planes d, the planes
   // the same thread adds in the stitch (its tasks are accumulator planes; a launch's windows
   // usually share their d start): the predictor's input for an identity or pointwise network,
-  // and the rows of neighbouring windows it reads, stay with one core. Window-major shares cost
-  // 20-25% at overlap 0.8 on a 2-core AMD VM (gather + stitch of 880 windows 207-228 -> 163-168
-  // ms; session 15).
+  // and the rows of neighbouring windows it reads, stay with one core. With window-major shares
+  // and the window-by-window stitch, the two alternating took 212-216 ms for the 880 windows of
+  // overlap 0.8 on a 2-core AMD VM, 161-165 ms now (benchmarks/window_parts.py, session 15).
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < planes; ++t) {
     const int64_t per_z = p.batch * p.channels;

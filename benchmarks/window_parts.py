@@ -1,0 +1,76 @@
+"""The sliding window's two per-batch ops on their own, in one process: every window of a
+1x1x255x223x276 float32 volume (roi 96^3, sw_batch_size 4, MONAI's BTCV validation layout)
+gathered (`window_gather_`), stitched (`window_stitch_`, constant weights, identity
+predictions), and both alternating as the inferer runs them, into buffers allocated once (so no
+page faults are timed). Prints the median ms per full pass over the windows for each overlap.
+Compare builds with VOXAUG_LIBRARY=/path/to/libvoxaug_torch.so.
+
+    python3 benchmarks/window_parts.py [--threads 2] [--repeats 7] [--overlaps 0.25,0.5,0.8]
+"""
+import argparse
+import datetime
+import platform
+import time
+
+import torch
+
+import voxaug
+from voxaug.inferers import _Layout
+
+SHAPE = (1, 1, 255, 223, 276)
+ROI = [96, 96, 96]
+SW = 4
+
+
+def median_ms(fn, repeats: int) -> float:
+    fn()  # warm-up
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    ts.sort()
+    return ts[len(ts) // 2] * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--overlaps", default="0.25,0.5,0.8")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    x = torch.rand(SHAPE, generator=torch.Generator().manual_seed(0))
+    size = list(SHAPE[2:])
+    print(f"date     {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"machine  {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}")
+    print(f"versions torch {torch.__version__}, voxaug {voxaug.__version__} ({voxaug.library_path})")
+    print(f"timing   median of {a.repeats} full passes, {SHAPE} float32, roi {ROI}, sw_batch_size {SW}\n")
+    print(f"{'overlap':>7} {'windows':>7} {'gather ms':>10} {'stitch ms':>10} {'both ms':>10}")
+    for ov in (float(v) for v in a.overlaps.split(",")):
+        overlap = [ov] * 3
+        total = _Layout(size, ROI, overlap).per_image
+        padded = _Layout(size, ROI, overlap).padded
+        buf = torch.ops.voxaug.window_accumulator([SW, 1, *ROI], torch.float32, x.device, False)
+        acc = torch.ops.voxaug.window_accumulator([1, 1, *padded], torch.float32, x.device, True)
+        batches = [(first, min(SW, total - first)) for first in range(0, total, SW)]
+
+        def gather():
+            for first, n in batches:
+                torch.ops.voxaug.window_gather_(x, buf[:n], ROI, overlap, first, 0, 0.0)
+
+        def stitch():
+            for first, n in batches:
+                torch.ops.voxaug.window_stitch_(acc, buf[:n], None, size, ROI, overlap, first)
+
+        def both():
+            for first, n in batches:
+                torch.ops.voxaug.window_gather_(x, buf[:n], ROI, overlap, first, 0, 0.0)
+                torch.ops.voxaug.window_stitch_(acc, buf[:n], None, size, ROI, overlap, first)
+
+        g, s, b = (median_ms(f, a.repeats) for f in (gather, stitch, both))
+        print(f"{ov:7.2f} {total:7d} {g:10.1f} {s:10.1f} {b:10.1f}")
+
+
+if __name__ == "__main__":
+    main()
