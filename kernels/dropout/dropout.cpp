@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -10,6 +11,8 @@
 
 #include "../common/cpu_isa.h"
 #include "../common/device.h"
+#include "../common/philox_cpu.h"
+#include "../common/stream_store.h"
 #include "dropout_kernels.h"
 #include "voxaug/detail/indexer.h"
 #include "voxaug/error.h"
@@ -33,31 +36,23 @@ VOXAUG_DROPOUT_CUDA_DECL(int64_t)
 namespace {
 
 // Uniform fill of `cnt` dense elements starting at element e of sample n: the Philox words of a
-// tile are made in one loop over independent blocks, then converted in a second loop, so both
-// vectorise (AVX-512 / AVX2 clones below). Same functions, same order as the functor's per-voxel
+// tile are made by philox_words (16 blocks per AVX-512 iteration), then converted in a loop that
+// vectorises (AVX-512 / AVX2 clones below). Same functions, same order as the functor's per-voxel
 // fill_value: the same bits.
 template <class T>
 VOXAUG_FORCEINLINE void fill_uniform_dense(const DropoutFunctor<T>& f,
                                            const typename DropoutFunctor<T>::State& s, int64_t n,
                                            int64_t e, int64_t cnt, T* dst) {
   constexpr int kTile = 256;
-  alignas(64) uint32_t words[kTile + 64];
+  alignas(64) uint32_t words[kTile + 8];
   const uint32_t g = f.first_sample + static_cast<uint32_t>(n);
   const uint64_t seed = f.p.seed;
   const DropoutFill mode = f.p.fill;
   while (cnt > 0) {
     const int c = cnt < kTile ? static_cast<int>(cnt) : kTile;
     const int64_t first = e >> 2;
-    // Whole groups of 8 blocks: no scalar remainder in the vectorised loop (holes are short rows).
-    const int blocks = (static_cast<int>(((e + c + 3) >> 2) - first) + 7) & ~7;
-    for (int b = 0; b < blocks; ++b) {
-      const U32x4 r =
-          philox_block(seed, static_cast<uint64_t>(first + b), g, PhiloxStream::Element);
-      words[4 * b] = r.x;
-      words[4 * b + 1] = r.y;
-      words[4 * b + 2] = r.z;
-      words[4 * b + 3] = r.w;
-    }
+    const int64_t blocks = ((e + c + 3) >> 2) - first;  // <= kTile / 4 + 1
+    philox_words(seed, static_cast<uint64_t>(first), blocks, g, PhiloxStream::Element, words);
     const uint32_t* wt = words + (e - 4 * first);
     for (int j = 0; j < c; ++j)
       dst[j] = dropout_to_storage<T>(dropout_fill_value(mode, 0.0, s.lo, s.hi, wt[j]));
@@ -161,6 +156,12 @@ void dropout_cpu(DropoutFunctor<T> f, int64_t batch) {
   // ImageRange without a minmax table: the per-sample min / max are reduced first, in the same
   // parallel region (one fork-join per call), NaN propagating as in numpy's min / max.
   const bool reduce = f.p.fill == DropoutFill::ImageRange && f.p.minmax == nullptr;
+  // Out of place with a reduction: the reduction pass also copies the rows (one read of the input
+  // instead of two), streaming them when the output is large (stream_store.h); the second pass
+  // then only writes the holes.
+  const bool copy_first = reduce && dense && f.in != f.out;
+  const bool stream =
+      copy_first && batch * rows_per_sample * W * static_cast<int64_t>(sizeof(T)) >= kStreamOutputBytes;
   std::vector<double> mm(reduce ? static_cast<size_t>(2 * batch) : 0);
   std::vector<char> nan(reduce ? static_cast<size_t>(batch) : 0, 0);
   for (int64_t n = 0; reduce && n < batch; ++n) mm[2 * n] = HUGE_VAL, mm[2 * n + 1] = -HUGE_VAL;
@@ -171,13 +172,21 @@ void dropout_cpu(DropoutFunctor<T> f, int64_t batch) {
       std::vector<double> lo(batch, HUGE_VAL), hi(batch, -HUGE_VAL);
       std::vector<char> has_nan(batch, 0);
       using Acc = typename MinMaxAcc<T>::type;  // exact for T: min / max need no rounding
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
       for (int64_t r = 0; r < batch * rows_per_sample; ++r) {
         const int64_t n = r / rows_per_sample, e0 = (r % rows_per_sample) * W;
         Acc a, b;
         bool bad;
         if (f.in_ix.dense) {
-          row_minmax<Acc>(f.in + f.in_ix.offset(n, e0), W, &a, &b, &bad);
+          const T* src = f.in + f.in_ix.offset(n, e0);
+          row_minmax<Acc>(src, W, &a, &b, &bad);
+          if (copy_first) {  // out of place: the row's copy, while it is in L1
+            T* dst = f.out + f.out_ix.offset(n, e0);
+            if (stream)
+              stream_copy(dst, src, W * static_cast<int64_t>(sizeof(T)));
+            else
+              std::memcpy(dst, src, static_cast<size_t>(W) * sizeof(T));
+          }
         } else {
           a = static_cast<Acc>(HUGE_VAL), b = static_cast<Acc>(-HUGE_VAL), bad = false;
           for (int64_t w = 0; w < W; ++w) {
@@ -191,6 +200,9 @@ void dropout_cpu(DropoutFunctor<T> f, int64_t batch) {
         hi[n] = b > hi[n] ? b : hi[n];
         has_nan[n] = has_nan[n] | static_cast<char>(bad);
       }
+      // The streamed rows reach memory before the barrier below: another thread's holes may lie
+      // in this thread's rows' lines.
+      if (stream) stream_fence();
 #pragma omp critical(voxaug_dropout_minmax)
       for (int64_t n = 0; n < batch; ++n) {
         mm[2 * n] = lo[n] < mm[2 * n] ? lo[n] : mm[2 * n];
@@ -207,7 +219,7 @@ void dropout_cpu(DropoutFunctor<T> f, int64_t batch) {
       // (the implicit barrier of `single` publishes the table to every thread)
     }
     std::vector<std::pair<int64_t, int64_t>> spans;  // w-intervals [a, e) of the row's boxes
-#pragma omp for schedule(static)
+#pragma omp for schedule(static, 16)  // interleaved: the holes are not spread evenly
     for (int64_t r = 0; r < batch * rows_per_sample; ++r) {
       const int64_t n = r / rows_per_sample, rr = r % rows_per_sample;
       const int64_t h = rr % H, d = (rr / H) % D;
@@ -217,6 +229,7 @@ void dropout_cpu(DropoutFunctor<T> f, int64_t batch) {
       const T* src = f.in + f.in_ix.offset(n, e0);
       T* dst = f.out + f.out_ix.offset(n, e0);
       auto copy = [&](int64_t a, int64_t b) {
+        if (copy_first) return;  // copied by the reduction pass
         if (dense) {
           if (src != dst)
             for (int64_t w = a; w < b; ++w) dst[w] = src[w];

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../common/cpu_isa.h"
+#include "../common/philox_cpu.h"
 #include "../common/stream_store.h"
 #include "voxaug/detail/pointwise.h"
 
@@ -222,28 +223,36 @@ VOXAUG_FORCEINLINE void cpu_apply_steps(const ChainParams& p, ChainState<Acc>& s
         for (int j = 0; j < cnt; ++j) op_rescale_intensity<Deriv>(s.flags, r, x[j], d[j]);
         break;
       case PointwiseOp::GaussianNoise: {
-        // Normals of the Philox blocks that cover [t0, t0 + cnt).
+        // Normals of the Philox blocks that cover [t0, t0 + cnt): the blocks' words first
+        // (philox_cpu.h), then Box-Muller on each pair, as normal4 does per block.
+        alignas(64) uint32_t w[kCpuTile + 8];
         alignas(64) float z[kCpuTile + 8];
         const int64_t first_block = t0 >> 2;
         const int blocks = static_cast<int>(((t0 + cnt + 3) >> 2) - first_block);
         const uint32_t g = p.first_sample + n;
-        for (int b = 0; b < blocks; ++b)
-          normal4(s.seed, static_cast<uint64_t>(first_block + b), g, z + 4 * b);
+        philox_words(s.seed, static_cast<uint64_t>(first_block), blocks, g, PhiloxStream::Element,
+                     w);
+        for (int q = 0; q < 2 * blocks; ++q)
+          box_muller(w[2 * q], w[2 * q + 1], &z[2 * q], &z[2 * q + 1]);
         const float* zt = z + (t0 - 4 * first_block);
         for (int j = 0; j < cnt; ++j) op_gaussian_noise(r, x[j], zt[j]);
         break;
       }
       case PointwiseOp::RicianNoise: {
+        alignas(64) uint32_t w[kCpuTile + 8];
         alignas(64) float z1[kCpuTile + 8];
         alignas(64) float z2[kCpuTile + 8];
         const int64_t first_block = t0 >> 2;
         const int blocks = static_cast<int>(((t0 + cnt + 3) >> 2) - first_block);
         const uint32_t g = p.first_sample + n;
-        for (int b = 0; b < blocks; ++b) {
-          normal4(s.seed, static_cast<uint64_t>(first_block + b), g, z1 + 4 * b);
-          normal4_stream(s.seed, static_cast<uint64_t>(first_block + b), g,
-                         PhiloxStream::ElementAux, z2 + 4 * b);
-        }
+        philox_words(s.seed, static_cast<uint64_t>(first_block), blocks, g, PhiloxStream::Element,
+                     w);
+        for (int q = 0; q < 2 * blocks; ++q)
+          box_muller(w[2 * q], w[2 * q + 1], &z1[2 * q], &z1[2 * q + 1]);
+        philox_words(s.seed, static_cast<uint64_t>(first_block), blocks, g,
+                     PhiloxStream::ElementAux, w);
+        for (int q = 0; q < 2 * blocks; ++q)
+          box_muller(w[2 * q], w[2 * q + 1], &z2[2 * q], &z2[2 * q + 1]);
         const int64_t off = t0 - 4 * first_block;
         for (int j = 0; j < cnt; ++j) op_rician_noise(r, x[j], z1[off + j], z2[off + j]);
         break;

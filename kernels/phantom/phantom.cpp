@@ -3,7 +3,9 @@
 
 #include <string>
 
+#include "../common/cpu_isa.h"
 #include "../common/device.h"
+#include "../common/philox_cpu.h"
 #include "phantom_kernels.h"
 // launch_cpu.h after the kernels header, which declares cudaStream_t for it
 #include "../common/launch_cpu.h"
@@ -20,40 +22,40 @@ void phantom_render_cuda(const PhantomRenderFunctor& f, int64_t batch, int devic
 
 namespace {
 
-// The standard normals of Philox blocks [first, first + count) of the sample, four per block, in
-// a loop over independent blocks that vectorises (AVX2 / AVX-512 clones below, chosen once at
-// run time; the same functions, so the same bits as the functor's per-voxel normal4).
-VOXAUG_FORCEINLINE void normals_loop(uint64_t seed, uint32_t sample, int64_t first, int64_t count,
-                                     float* z) {
-  for (int64_t b = 0; b < count; ++b)
-    normal4(seed, static_cast<uint64_t>(first + b), sample, z + 4 * b);
+// The standard normals of Philox blocks [first, first + count) of the sample, four per block:
+// the blocks' words by philox_words (kernels/common/philox_cpu.h), then Box-Muller on each pair in
+// a loop that vectorises (AVX2 / AVX-512 clones below, chosen once at run time; the same
+// functions, so the same bits as the functor's per-voxel normal4).
+VOXAUG_FORCEINLINE void box_muller_loop(const uint32_t* w, int64_t pairs, float* z) {
+  for (int64_t q = 0; q < pairs; ++q) box_muller(w[2 * q], w[2 * q + 1], &z[2 * q], &z[2 * q + 1]);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target("avx2"))) void normals_avx2(uint64_t seed, uint32_t sample, int64_t first,
-                                                  int64_t count, float* z) {
-  normals_loop(seed, sample, first, count, z);
+#if VOXAUG_CPU_CLONES
+VOXAUG_TARGET_AVX2 void box_muller_avx2(const uint32_t* w, int64_t pairs, float* z) {
+  box_muller_loop(w, pairs, z);
 }
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) void normals_avx512(
-    uint64_t seed, uint32_t sample, int64_t first, int64_t count, float* z) {
-  normals_loop(seed, sample, first, count, z);
-}
-void normals(uint64_t seed, uint32_t sample, int64_t first, int64_t count, float* z) {
-  static const int isa = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                                 __builtin_cpu_supports("avx512dq") &&
-                                 __builtin_cpu_supports("avx512vl")
-                             ? 2
-                         : __builtin_cpu_supports("avx2") ? 1
-                                                          : 0;
-  if (isa == 2) return normals_avx512(seed, sample, first, count, z);
-  if (isa == 1) return normals_avx2(seed, sample, first, count, z);
-  normals_loop(seed, sample, first, count, z);
-}
-#else
-void normals(uint64_t seed, uint32_t sample, int64_t first, int64_t count, float* z) {
-  normals_loop(seed, sample, first, count, z);
+VOXAUG_TARGET_AVX512 void box_muller_avx512(const uint32_t* w, int64_t pairs, float* z) {
+  box_muller_loop(w, pairs, z);
 }
 #endif
+
+void normals(uint64_t seed, uint32_t sample, int64_t first, int64_t count, float* z) {
+  constexpr int64_t kBlocks = 256;
+  alignas(64) uint32_t w[4 * kBlocks];
+  for (int64_t b = 0; b < count; b += kBlocks) {
+    const int64_t c = count - b < kBlocks ? count - b : kBlocks;
+    philox_words(seed, static_cast<uint64_t>(first + b), c, sample, PhiloxStream::Element, w);
+    float* zb = z + 4 * b;
+#if VOXAUG_CPU_CLONES
+    switch (cpu_isa()) {
+      case CpuIsa::Avx512: box_muller_avx512(w, 2 * c, zb); continue;
+      case CpuIsa::Avx2: box_muller_avx2(w, 2 * c, zb); continue;
+      default: break;
+    }
+#endif
+    box_muller_loop(w, 2 * c, zb);
+  }
+}
 
 // Object prefixes of the current row, looked up.
 struct PrefixTable {

@@ -335,3 +335,43 @@ TEST(CoarseDropout, PerVoxelFunctorOnHostEqualsCpuTwin) {
           << "holes " << holes << " fill " << int(fill);
     }
 }
+
+// An output of >= 2 MiB with the image range reduced by the call: the reduction pass copies the
+// rows with streaming stores (odd row lengths: unaligned heads and tails) and the second pass
+// writes only the holes. Against the per-voxel functor with a precomputed min / max table, and
+// in place against out of place.
+TEST(CoarseDropout, LargeOutOfPlaceReductionCopiesRowsInTheReductionPass) {
+  const Vol v{2, 2, 23, 64, 131};  // 2 x 2 x 23 x 64 x 131 float32: 3.1 MB
+  const Case c = make_case(v, 8, 77);
+  const std::vector<float> x = random_volume(v, 21);
+  const std::vector<double> mm = minmax_of(v, x);
+  for (bool holes : {true, false}) {
+    auto p = params(c, holes, DropoutFill::ImageRange, 0, 0, 0, 0x5eedull, nullptr);
+    std::vector<float> out(x.size(), -7.0f);
+    coarse_dropout(voxaug_test::view(const_cast<float*>(x.data()), DType::Float32, v),
+                   voxaug_test::view(out.data(), DType::Float32, v), p, nullptr, 3);
+    std::vector<float> inplace = x;
+    const VolumeView iv = voxaug_test::view(inplace.data(), DType::Float32, v);
+    coarse_dropout(iv, iv, p, nullptr, 3);
+    p.minmax = mm.data();
+    std::vector<float> functor(x.size(), -7.0f);
+    detail::DropoutFunctor<float> f;
+    f.in = x.data();
+    f.out = functor.data();
+    f.in_ix =
+        detail::make_indexer(voxaug_test::view(const_cast<float*>(x.data()), DType::Float32, v));
+    f.out_ix = f.in_ix;
+    f.size[0] = v.c, f.size[1] = v.d, f.size[2] = v.h, f.size[3] = v.w;
+    f.p = p;
+    f.first_sample = 3;
+    detail::CpuLauncher::launch(f, v.n, nullptr);
+    EXPECT_EQ(0, std::memcmp(out.data(), functor.data(), x.size() * sizeof(float)))
+        << "holes " << holes;
+    EXPECT_EQ(0, std::memcmp(inplace.data(), functor.data(), x.size() * sizeof(float)))
+        << "holes " << holes;
+    int64_t changed = 0;
+    for (size_t i = 0; i < x.size(); ++i) changed += out[i] != x[i];
+    EXPECT_GT(changed, 0);
+    EXPECT_LT(changed, static_cast<int64_t>(x.size()));
+  }
+}

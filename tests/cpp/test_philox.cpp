@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "../../kernels/common/philox_cpu.h"
 #include "voxaug/detail/philox.h"
 
 #if VOXAUG_WITH_CUDA
@@ -141,4 +142,50 @@ TEST(Philox, NormalMomentsAndTails) {
   EXPECT_NEAR(s4 / n, 3.0, 5 * std::sqrt(96.0 / n));
   const double p2 = 0.04550026389635842;  // P(|Z| > 2)
   EXPECT_NEAR(beyond2 / n, p2, 5 * std::sqrt(p2 * (1 - p2) / n));
+}
+
+// The host's block loops (kernels/common/philox_cpu.h): every word equals philox4x32_10 of the
+// block's counter, for counts that are and are not multiples of the vector width, and first
+// blocks whose low counter word wraps inside a vector (the carry into the high word).
+TEST(Philox, HostBlockLoopsEqualPerBlockFunction) {
+  const uint64_t seeds[] = {0, 42, 0xffffffffffffffffull, 0x0123456789abcdefull};
+  const uint64_t firsts[] = {0, 1, 5, 0xfffffff8ull, 0xfffffffbull, 0x1fffffff0ull, ~uint64_t(0) - 20};
+  const int64_t counts[] = {0, 1, 15, 16, 17, 33, 64, 100};
+  const PhiloxStream streams[] = {PhiloxStream::Element, PhiloxStream::ElementAux};
+  int64_t checked = 0;
+  for (uint64_t seed : seeds)
+    for (uint64_t first : firsts)
+      for (int64_t count : counts)
+        for (PhiloxStream stream : streams)
+          for (uint32_t sample : {0u, 7u, 0xffffffffu}) {
+            std::vector<uint32_t> want(4 * count + 1, 0xdeadbeefu);
+            for (int64_t b = 0; b < count; ++b) {
+              // the reference: Random123's round function on the spelled-out counter
+              const uint64_t blk = first + static_cast<uint64_t>(b);
+              const U32x4 r = philox4x32_10(
+                  U32x4{static_cast<uint32_t>(blk), static_cast<uint32_t>(blk >> 32), sample,
+                        static_cast<uint32_t>(stream)},
+                  static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+              want[4 * b] = r.x, want[4 * b + 1] = r.y, want[4 * b + 2] = r.z, want[4 * b + 3] = r.w;
+            }
+            std::vector<uint32_t> got(4 * count + 1, 0xdeadbeefu);  // the last word: no overrun
+            philox_words(seed, first, count, sample, stream, got.data());
+            ASSERT_EQ(got, want) << "seed " << seed << " first " << first << " count " << count;
+            std::vector<uint32_t> scalar(4 * count + 1, 0xdeadbeefu);
+            philox_words_scalar(seed, first, count, sample, stream, scalar.data());
+            ASSERT_EQ(scalar, want);
+#if VOXAUG_PHILOX_AVX512
+            if (cpu_isa() == CpuIsa::Avx512) {
+              std::vector<uint32_t> vec(4 * count + 1, 0xdeadbeefu);
+              philox_words_avx512(seed, first, count, sample, stream, vec.data());
+              ASSERT_EQ(vec, want);
+              ++checked;
+            }
+#endif
+          }
+#if VOXAUG_PHILOX_AVX512
+  if (cpu_isa() != CpuIsa::Avx512)
+    GTEST_SKIP() << "no AVX-512 on this CPU: only the scalar loop was checked";
+  EXPECT_GT(checked, 0);
+#endif
 }
