@@ -436,6 +436,42 @@ TEST(IntensityMath, PowFloatWithin5UlpOfExactPow) {
   }
 }
 
+// The host tiles' common-case power (pow_nonneg_f32<false>: one scaling by 2^k, flags the lanes
+// it does not cover) against the full function the device runs, bit for bit wherever it claims
+// the lane, including results near the edges of its range (y log2 b around -125 and 127) and
+// beyond; every flagged lane is a subnormal base or one with y log2 b outside [-125, 127].
+TEST(IntensityMath, PowCommonCaseEqualsFullPowWhereItClaimsTheLane) {
+  const float ys[] = {0.5f, 1.0f, 2.0f, 4.5f, -1.5f, 1e-3f, 16.0f, -16.0f, 127.0f / 126.0f,
+                      3.9f, 1.0f / 3.0f};
+  int64_t claimed = 0, flagged = 0;
+  for (float y : ys) {
+    for (uint32_t u = 0; u < 0x7f800000u; u += 7919) {  // 0, subnormal and normal bases
+      float b;
+      std::memcpy(&b, &u, sizeof b);
+      int32_t special = 0;
+      const float fast = detail::pow_nonneg_f32<false>(b, y, special);
+      const float full = detail::fpow_nonneg(b, y);
+      if (special == 0) {
+        ++claimed;
+        ASSERT_EQ(0, std::memcmp(&fast, &full, sizeof fast)) << "b = " << b << ", y = " << y;
+      } else {
+        ++flagged;
+        const double t = static_cast<double>(y) * std::log2(static_cast<double>(b));
+        ASSERT_TRUE(b < 1.17549435e-38f || !(t > -124.99 && t < 126.99))
+            << "flagged b = " << b << ", y = " << y;
+      }
+    }
+    int32_t special = 0;  // inf and NaN bases are never claimed
+    detail::pow_nonneg_f32<false>(std::numeric_limits<float>::infinity(), y, special);
+    EXPECT_EQ(special, 1);
+    special = 0;
+    detail::pow_nonneg_f32<false>(std::nanf(""), y, special);
+    EXPECT_EQ(special, 1);
+  }
+  EXPECT_GT(claimed, 0);
+  EXPECT_GT(flagged, 0);
+}
+
 TEST(IntensityMath, LogWithin2UlpOfStdLog) {
   double worst_f = 0, worst_d = 0;
   for (double lx = -45.0; lx <= 38.0; lx += 0.00173) {  // subnormal to large floats

@@ -345,7 +345,7 @@ VOXAUG_HD VOXAUG_FORCEINLINE T fpow_nonneg(T b, T y) {
 }
 
 // b^y for float32 b >= 0 (the contrast and gamma transforms' power), as 2^(y log2 b) with the
-// exponent split so that its large part is exact: b = 2^e m, m in [sqrt(1/2), sqrt(2));
+// exponent split so that its large part is exact: b = 2^e m, m in (sqrt(1/2), sqrt(2)];
 // l = log2(m) by a polynomial in f = m - 1 (least-squares fit for relative error, 2.6e-8
 // on that interval); t = y e + y l (one rounding, ffma); k = round(t) and the remainder
 // r = (y e - k) + y l, where y e - k is again one ffma, so r carries no error from the size of
@@ -358,20 +358,20 @@ VOXAUG_HD VOXAUG_FORCEINLINE T fpow_nonneg(T b, T y) {
 // (any y), negative b, NaN b or NaN y -> NaN. y = +-inf is not supported (NaN for b in
 // (0, 1) u (1, inf)): the ops refuse non-finite exponents.
 // The power's arithmetic, shared by fpow_nonneg(float) (Full: every case) and the host tiles'
-// common case (Full = false: b = 0 and b positive, normal, finite with y log2 b in [-151, 129);
-// `special` gets 1 where another case applies and the lane must be recomputed with Full). The
-// operations on a common-case lane are the same in both, so the bits are too.
+// common case (Full = false: b = 0 and b positive, normal, finite with y log2 b in [-125, 127],
+// scaled by 2^k in one step; `special` gets 1 where another case applies and the lane must be
+// recomputed with Full). The operations on a common-case lane are the same in both up to the
+// scaling, which is exact in both, so the bits are too.
 template <bool Full>
 VOXAUG_HD VOXAUG_FORCEINLINE float pow_nonneg_f32(float b, float y, int32_t& special) {
   const bool sub = Full && b < 1.17549435e-38f;  // subnormal (0, negative b: replaced at the end)
   const float bs = Full ? fsel(sub, fmul(b, 16777216.0f), b) : b;  // * 2^24: a normal float
-  uint32_t u = float_bits(bs);
-  int e = static_cast<int>((u >> 23) & 0xffu) - 127 - (sub ? 24 : 0);
-  u = (u & 0x007fffffu) | 0x3f800000u;  // m in [1, 2)
-  float m = bits_float(u);
-  const bool big = m > 1.41421356f;
-  m = fsel(big, fmul(m, 0.5f), m);
-  e += big ? 1 : 0;
+  // b = 2^e m with m in (sqrt(1/2), sqrt(2)]: the bits offset by those of the float after
+  // sqrt(1/2) (0x3f3504f4), so that the arithmetic shift gives e and the low bits plus the offset
+  // give m (m = 1.M for a mantissa M <= that of sqrt(2)'s float, else 1.M / 2 with e + 1).
+  const uint32_t ix = float_bits(bs) - 0x3f3504f4u;
+  const int e = (static_cast<int>(ix) >> 23) - (sub ? 24 : 0);
+  const float m = bits_float((ix & 0x007fffffu) + 0x3f3504f4u);
   const float f = fsub(m, 1.0f);
   float p = 0.12583549320697784f;
   p = ffma(p, f, -0.20726914703845978f);
@@ -388,9 +388,13 @@ VOXAUG_HD VOXAUG_FORCEINLINE float pow_nonneg_f32(float b, float y, int32_t& spe
   // Past 129 / below -151 the result is inf / 0 whatever r is; inside, the final scaling
   // overflows or underflows with one rounding (t is rounded: a cut at 128 would send finite
   // powers just below FLT_MAX to inf). NaN t (a NaN y) takes the NaN path, no undefined cast.
+  // The common case (!Full) keeps t in [-125, 127]: one exact scaling by 2^k, the same value as
+  // the two steps (both products are normal floats there).
   const bool over = t >= 129.0f, under = t < -151.0f, bad = t != t;
+  const bool in_common = (t >= -125.0f) & (t <= 127.0f);
   // Round to nearest with the 1.5 * 2^23 shifter (|t| < 2^22 here), as fexp.
-  const float fk = fsub(fadd(fsel(over | under | bad, 0.0f, t), 12582912.0f), 12582912.0f);
+  const float tt = Full ? fsel(over | under | bad, 0.0f, t) : fsel(in_common, t, 0.0f);
+  const float fk = fsub(fadd(tt, 12582912.0f), 12582912.0f);
   const int k = static_cast<int>(fk);
   const float r = fadd(ffma(y, fe, -fk), a);
   float q = 1.5252733804059841e-05f;  // ln2^7 / 7!
@@ -401,17 +405,18 @@ VOXAUG_HD VOXAUG_FORCEINLINE float pow_nonneg_f32(float b, float y, int32_t& spe
   q = ffma(q, r, 2.4022650695910071e-01f);
   q = ffma(q, r, 6.9314718055994531e-01f);
   q = ffma(q, r, 1.0f);
+  const float at0 = fsel(y > 0.0f, 0.0f, fsel(y == 0.0f, 1.0f, __builtin_inff()));
+  if (!Full) {
+    const float v = fmul(q, bits_float(static_cast<uint32_t>(k + 127) << 23));
+    const bool zero = b == 0.0f;
+    const bool common = (b >= 1.17549435e-38f) & (b < __builtin_inff()) & in_common;
+    special |= static_cast<int32_t>(!(zero | common));
+    return fsel(zero, at0, v);
+  }
   const int k1 = k / 2, k2 = k - k1;  // k in [-151, 129]: both 2^k are normal floats
   const float s1 = bits_float(static_cast<uint32_t>(k1 + 127) << 23);
   const float s2 = bits_float(static_cast<uint32_t>(k2 + 127) << 23);
   float v = fmul(fmul(q, s1), s2);
-  const float at0 = fsel(y > 0.0f, 0.0f, fsel(y == 0.0f, 1.0f, __builtin_inff()));
-  if (!Full) {
-    const bool zero = b == 0.0f;
-    const bool common = (b >= 1.17549435e-38f) & (b < __builtin_inff()) & !(over | under | bad);
-    special |= static_cast<int32_t>(!(zero | common));
-    return fsel(zero, at0, v);
-  }
   v = fsel(under, 0.0f, v);
   v = fsel(over, __builtin_inff(), v);
   const float atinf = fsel(y > 0.0f, __builtin_inff(), fsel(y == 0.0f, 1.0f, 0.0f));
