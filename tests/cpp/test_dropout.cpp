@@ -307,6 +307,21 @@ TEST(CoarseDropoutCuda, MatchesCpuTwinBitForBit) {
 }
 #endif
 
+// The CUDA backend's per-voxel functor, run on the host by the generic launcher (dense float32).
+void functor_on_host(const std::vector<float>& x, std::vector<float>& out, const Vol& v,
+                     const CoarseDropoutParams& p, uint32_t first_sample) {
+  detail::DropoutFunctor<float> f;
+  f.in = x.data();
+  f.out = out.data();
+  f.in_ix =
+      detail::make_indexer(voxaug_test::view(const_cast<float*>(x.data()), DType::Float32, v));
+  f.out_ix = f.in_ix;
+  f.size[0] = v.c, f.size[1] = v.d, f.size[2] = v.h, f.size[3] = v.w;
+  f.p = p;
+  f.first_sample = first_sample;
+  detail::CpuLauncher::launch(f, v.n, nullptr);
+}
+
 // The CUDA backend's per-voxel functor, run on the host by the generic launcher, against the CPU
 // twin's row/span path: the logic CUDA runs is checked even without a device.
 TEST(CoarseDropout, PerVoxelFunctorOnHostEqualsCpuTwin) {
@@ -321,16 +336,7 @@ TEST(CoarseDropout, PerVoxelFunctorOnHostEqualsCpuTwin) {
       std::vector<float> twin(x.size()), functor(x.size());
       coarse_dropout(voxaug_test::view(const_cast<float*>(x.data()), DType::Float32, v),
                      voxaug_test::view(twin.data(), DType::Float32, v), p, nullptr, 5);
-      detail::DropoutFunctor<float> f;
-      f.in = x.data();
-      f.out = functor.data();
-      f.in_ix =
-          detail::make_indexer(voxaug_test::view(const_cast<float*>(x.data()), DType::Float32, v));
-      f.out_ix = f.in_ix;
-      f.size[0] = v.c, f.size[1] = v.d, f.size[2] = v.h, f.size[3] = v.w;
-      f.p = p;
-      f.first_sample = 5;
-      detail::CpuLauncher::launch(f, v.n, nullptr);
+      functor_on_host(x, functor, v, p, 5);
       EXPECT_EQ(0, std::memcmp(twin.data(), functor.data(), x.size() * sizeof(float)))
           << "holes " << holes << " fill " << int(fill);
     }
@@ -355,16 +361,7 @@ TEST(CoarseDropout, LargeOutOfPlaceReductionCopiesRowsInTheReductionPass) {
     coarse_dropout(iv, iv, p, nullptr, 3);
     p.minmax = mm.data();
     std::vector<float> functor(x.size(), -7.0f);
-    detail::DropoutFunctor<float> f;
-    f.in = x.data();
-    f.out = functor.data();
-    f.in_ix =
-        detail::make_indexer(voxaug_test::view(const_cast<float*>(x.data()), DType::Float32, v));
-    f.out_ix = f.in_ix;
-    f.size[0] = v.c, f.size[1] = v.d, f.size[2] = v.h, f.size[3] = v.w;
-    f.p = p;
-    f.first_sample = 3;
-    detail::CpuLauncher::launch(f, v.n, nullptr);
+    functor_on_host(x, functor, v, p, 3);
     EXPECT_EQ(0, std::memcmp(out.data(), functor.data(), x.size() * sizeof(float)))
         << "holes " << holes;
     EXPECT_EQ(0, std::memcmp(inplace.data(), functor.data(), x.size() * sizeof(float)))
