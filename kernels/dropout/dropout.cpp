@@ -160,8 +160,8 @@ void dropout_cpu(DropoutFunctor<T> f, int64_t batch) {
   // instead of two), streaming them when the output is large (stream_store.h); the second pass
   // then only writes the holes.
   const bool copy_first = reduce && dense && f.in != f.out;
-  const bool stream =
-      copy_first && batch * rows_per_sample * W * static_cast<int64_t>(sizeof(T)) >= kStreamOutputBytes;
+  const int64_t out_bytes = batch * rows_per_sample * W * static_cast<int64_t>(sizeof(T));
+  const bool stream = copy_first && out_bytes >= kStreamOutputBytes;
   std::vector<double> mm(reduce ? static_cast<size_t>(2 * batch) : 0);
   std::vector<char> nan(reduce ? static_cast<size_t>(batch) : 0, 0);
   for (int64_t n = 0; reduce && n < batch; ++n) mm[2 * n] = HUGE_VAL, mm[2 * n + 1] = -HUGE_VAL;

@@ -149,7 +149,8 @@ TEST(Philox, NormalMomentsAndTails) {
 // blocks whose low counter word wraps inside a vector (the carry into the high word).
 TEST(Philox, HostBlockLoopsEqualPerBlockFunction) {
   const uint64_t seeds[] = {0, 42, 0xffffffffffffffffull, 0x0123456789abcdefull};
-  const uint64_t firsts[] = {0, 1, 5, 0xfffffff8ull, 0xfffffffbull, 0x1fffffff0ull, ~uint64_t(0) - 20};
+  const uint64_t firsts[] = {0, 1, 5, 0xfffffff8ull, 0xfffffffbull, 0x1fffffff0ull,
+                             ~uint64_t(0) - 20};
   const int64_t counts[] = {0, 1, 15, 16, 17, 33, 64, 100};
   const PhiloxStream streams[] = {PhiloxStream::Element, PhiloxStream::ElementAux};
   int64_t checked = 0;
@@ -166,7 +167,8 @@ TEST(Philox, HostBlockLoopsEqualPerBlockFunction) {
                   U32x4{static_cast<uint32_t>(blk), static_cast<uint32_t>(blk >> 32), sample,
                         static_cast<uint32_t>(stream)},
                   static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-              want[4 * b] = r.x, want[4 * b + 1] = r.y, want[4 * b + 2] = r.z, want[4 * b + 3] = r.w;
+              want[4 * b] = r.x, want[4 * b + 1] = r.y;
+              want[4 * b + 2] = r.z, want[4 * b + 3] = r.w;
             }
             std::vector<uint32_t> got(4 * count + 1, 0xdeadbeefu);  // the last word: no overrun
             philox_words(seed, first, count, sample, stream, got.data());
