@@ -317,7 +317,7 @@ class RandRicianNoise(_Pointwise, _Randomizable):
     """MONAI RandRicianNoise: ``sqrt((img + n1)^2 + n2^2)``, n1, n2 ~ N(mean, s) per voxel, drawn
     in the kernel (Philox + Box-Muller). ``s = std``, or ~ U(0, std) with ``sample_std``, one per
     sample (per channel with ``channel_wise``). ``relative``: ``s`` is also multiplied by the
-    image's (channel's) standard deviation, a device reduction (torch.std, unbiased, as MONAI)
+    image's (channel's) standard deviation (unbiased, as MONAI's torch.std; a device reduction)
     on this transform's input, so in a :class:`Compose` it starts a new fused pass. Not
     differentiable.
 
@@ -378,8 +378,7 @@ class RandRicianNoise(_Pointwise, _Randomizable):
         table = self._channel_table(x.shape[1], x.device)
         scale = None
         if self.relative:  # device reduction, no host round trip
-            v = x.to(torch.float32)
-            scale = (v.flatten(2) if self.channel_wise else v.flatten(1)).std(-1)
+            scale = _unbiased_std_mean(x, self.channel_wise)[0].to(torch.float32)
         seed = self._next_seed() if seed is None else seed
         if table is None:
             return [Step(ops.RICIAN_NOISE, flags, (self.mean, self.std), self.prob, seed, values=scale)]
@@ -481,13 +480,25 @@ class _Contrast(_Pointwise):
         return restore(_retain_stats(x, out, steps[0]))
 
 
-def _std_mean_rows(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row unbiased std and mean of (N, V). On the CPU as one full reduction per row (MONAI's
-    own img.std() / img.mean() calls): torch's std_mean / std(dim=1) on CPU are about 6x slower
-    (measured 9.6 vs 1.6 ms on 2 x 128^3). On CUDA one reduction over dim 1 (no per-row launches)."""
-    if v.is_cuda:
-        return torch.std(v, dim=1), torch.mean(v, dim=1)
-    return torch.stack([r.std() for r in v]), torch.stack([r.mean() for r in v])
+_MOMENT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.uint8, torch.int16,
+                  torch.int32)
+
+
+def _unbiased_std_mean(x: torch.Tensor, channel_wise: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unbiased std (torch's / MONAI's img.std()) and mean of each sample ((N,)) or, with
+    ``channel_wise``, each channel ((N, C)) of a (N, C, D, H, W) batch, float64, from one device
+    reduction (``ops.moments``: deterministic, the same on the CPU and CUDA, no host sync; on the
+    CPU several times faster than torch's std). One voxel gives a NaN std, as torch's."""
+    m = ops.moments(x if x.dtype in _MOMENT_DTYPES else x.to(torch.float32), channel_wise)
+    m = m if channel_wise else m[:, 0]  # (..., 3): count, mean, population std
+    n = m[..., 0]
+    return m[..., 2] * torch.sqrt(n / (n - 1.0)), m[..., 1]
+
+
+def _std_mean(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-sample unbiased std and mean of a batch (:func:`_unbiased_std_mean`) in ``dtype``."""
+    std, mean = _unbiased_std_mean(x)
+    return std.to(dtype), mean.to(dtype)
 
 
 def _retain_stats(x: torch.Tensor, out: torch.Tensor, step: Step) -> torch.Tensor:
@@ -495,15 +506,18 @@ def _retain_stats(x: torch.Tensor, out: torch.Tensor, step: Step) -> torch.Tenso
     unbiased std; device reductions, no host sync). (-out) has mean -mean(out) and the same std,
     so with invert_image too the result is (out - mean(out)) * std(x) / (std(out) + 1e-8) + mean(x).
     The steps carry the contrast step's gate (same seed and prob): closed samples stay as they are.
-    The statistics are constants for autograd, like min / max."""
+    The statistics are constants for autograd, like min / max; without autograd the second pass
+    runs in place on ``out`` (a tensor this call made)."""
     with torch.no_grad():
-        xs, xm = _std_mean_rows(x.flatten(1).to(out.dtype))
-        os_, om = _std_mean_rows(out.flatten(1))
+        xs, xm = _std_mean(x, out.dtype)
+        os_, om = _std_mean(out, out.dtype)
         factor = xs / (os_ + 1e-8)
     gate = dict(prob=step.prob, seed=step.seed)
-    return ops.pointwise_chain(out, [Step(ops.SHIFT_INTENSITY, values=-om, **gate),
-                                     Step(ops.SCALE_INTENSITY, values=factor - 1.0, **gate),
-                                     Step(ops.SHIFT_INTENSITY, values=xm, **gate)])
+    steps = [Step(ops.SHIFT_INTENSITY, values=-om, **gate), Step(ops.SCALE_INTENSITY, values=factor - 1.0, **gate),
+             Step(ops.SHIFT_INTENSITY, values=xm, **gate)]
+    if out.requires_grad and torch.is_grad_enabled():
+        return ops.pointwise_chain(out, steps)
+    return ops.pointwise_chain_(out, steps)
 
 
 class AdjustContrast(_Contrast):
