@@ -143,6 +143,36 @@ VOXAUG_FORCEINLINE void row_minmax(const T* __restrict src, int64_t count, Acc* 
   *lo = a, *hi = b, *has_nan = bad > Acc(0);
 }
 
+template <class Acc, class T>
+void row_minmax_baseline(const T* src, int64_t count, Acc* lo, Acc* hi, bool* has_nan) {
+  row_minmax<Acc>(src, count, lo, hi, has_nan);
+}
+#if VOXAUG_CPU_CLONES
+template <class Acc, class T>
+VOXAUG_TARGET_AVX2 void row_minmax_avx2(const T* src, int64_t count, Acc* lo, Acc* hi,
+                                        bool* has_nan) {
+  row_minmax<Acc>(src, count, lo, hi, has_nan);
+}
+template <class Acc, class T>
+VOXAUG_TARGET_AVX512 void row_minmax_avx512(const T* src, int64_t count, Acc* lo, Acc* hi,
+                                            bool* has_nan) {
+  row_minmax<Acc>(src, count, lo, hi, has_nan);
+}
+#endif
+
+// row_minmax in this CPU's widest clone (exact selections: the same results).
+template <class Acc, class T>
+void row_minmax_any(const T* src, int64_t count, Acc* lo, Acc* hi, bool* has_nan) {
+#if VOXAUG_CPU_CLONES
+  switch (cpu_isa()) {
+    case CpuIsa::Avx512: row_minmax_avx512<Acc>(src, count, lo, hi, has_nan); return;
+    case CpuIsa::Avx2: row_minmax_avx2<Acc>(src, count, lo, hi, has_nan); return;
+    default: break;
+  }
+#endif
+  row_minmax_baseline<Acc>(src, count, lo, hi, has_nan);
+}
+
 // CPU twin: one task per (sample, channel, d, h) row. A row is the union of the w-intervals of
 // the boxes that contain (d, h); since a fill value depends only on (seed, sample, element),
 // "copy the row, then fill the intervals" (or "fill the row, then copy the intervals back" for
@@ -179,7 +209,7 @@ void dropout_cpu(DropoutFunctor<T> f, int64_t batch) {
         bool bad;
         if (f.in_ix.dense) {
           const T* src = f.in + f.in_ix.offset(n, e0);
-          row_minmax<Acc>(src, W, &a, &b, &bad);
+          row_minmax_any<Acc>(src, W, &a, &b, &bad);
           if (copy_first) {  // out of place: the row's copy, while it is in L1
             T* dst = f.out + f.out_ix.offset(n, e0);
             if (stream)
@@ -219,7 +249,7 @@ void dropout_cpu(DropoutFunctor<T> f, int64_t batch) {
       // (the implicit barrier of `single` publishes the table to every thread)
     }
     std::vector<std::pair<int64_t, int64_t>> spans;  // w-intervals [a, e) of the row's boxes
-#pragma omp for schedule(static, 16)  // interleaved: the holes are not spread evenly
+#pragma omp for schedule(static)
     for (int64_t r = 0; r < batch * rows_per_sample; ++r) {
       const int64_t n = r / rows_per_sample, rr = r % rows_per_sample;
       const int64_t h = rr % H, d = (rr / H) % D;
