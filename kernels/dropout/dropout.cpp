@@ -111,12 +111,13 @@ VOXAUG_FORCEINLINE Acc storage_to(T v) {
     return static_cast<Acc>(v);
 }
 
-// Min, max and "has NaN" of a dense row: lane-wise selections over 16 lanes of one type (a
-// loop-carried min does not vectorise without fast-math; these do), reduced at the end.
-template <class Acc, class T>
-VOXAUG_FORCEINLINE void row_minmax(const T* __restrict src, int64_t count, Acc* lo, Acc* hi,
-                                   bool* has_nan) {
-  constexpr int kLanes = 16;
+// Min, max and "has NaN" of a dense span: lane-wise selections over kLanes lanes of one type (a
+// loop-carried min does not vectorise without fast-math; these do), reduced at the end. 16 lanes
+// fill the baseline's xmm registers; the AVX clones take 64 (several vectors per extreme: with
+// one, the loop waits on the min / max latency).
+template <class Acc, int kLanes, class T>
+VOXAUG_FORCEINLINE void span_minmax(const T* __restrict src, int64_t count, Acc* lo, Acc* hi,
+                                    bool* has_nan) {
   Acc am[kLanes], bm[kLanes], nn[kLanes];
   for (int j = 0; j < kLanes; ++j)
     am[j] = static_cast<Acc>(HUGE_VAL), bm[j] = static_cast<Acc>(-HUGE_VAL), nn[j] = Acc(0);
@@ -144,33 +145,33 @@ VOXAUG_FORCEINLINE void row_minmax(const T* __restrict src, int64_t count, Acc* 
 }
 
 template <class Acc, class T>
-void row_minmax_baseline(const T* src, int64_t count, Acc* lo, Acc* hi, bool* has_nan) {
-  row_minmax<Acc>(src, count, lo, hi, has_nan);
+void span_minmax_baseline(const T* src, int64_t count, Acc* lo, Acc* hi, bool* has_nan) {
+  span_minmax<Acc, 16>(src, count, lo, hi, has_nan);
 }
 #if VOXAUG_CPU_CLONES
 template <class Acc, class T>
-VOXAUG_TARGET_AVX2 void row_minmax_avx2(const T* src, int64_t count, Acc* lo, Acc* hi,
-                                        bool* has_nan) {
-  row_minmax<Acc>(src, count, lo, hi, has_nan);
+VOXAUG_TARGET_AVX2 void span_minmax_avx2(const T* src, int64_t count, Acc* lo, Acc* hi,
+                                         bool* has_nan) {
+  span_minmax<Acc, 64>(src, count, lo, hi, has_nan);
 }
 template <class Acc, class T>
-VOXAUG_TARGET_AVX512 void row_minmax_avx512(const T* src, int64_t count, Acc* lo, Acc* hi,
-                                            bool* has_nan) {
-  row_minmax<Acc>(src, count, lo, hi, has_nan);
+VOXAUG_TARGET_AVX512 void span_minmax_avx512(const T* src, int64_t count, Acc* lo, Acc* hi,
+                                             bool* has_nan) {
+  span_minmax<Acc, 64>(src, count, lo, hi, has_nan);
 }
 #endif
 
-// row_minmax in this CPU's widest clone (exact selections: the same results).
+// span_minmax in this CPU's widest clone (exact selections: the same results).
 template <class Acc, class T>
-void row_minmax_any(const T* src, int64_t count, Acc* lo, Acc* hi, bool* has_nan) {
+void span_minmax_any(const T* src, int64_t count, Acc* lo, Acc* hi, bool* has_nan) {
 #if VOXAUG_CPU_CLONES
   switch (cpu_isa()) {
-    case CpuIsa::Avx512: row_minmax_avx512<Acc>(src, count, lo, hi, has_nan); return;
-    case CpuIsa::Avx2: row_minmax_avx2<Acc>(src, count, lo, hi, has_nan); return;
+    case CpuIsa::Avx512: span_minmax_avx512<Acc>(src, count, lo, hi, has_nan); return;
+    case CpuIsa::Avx2: span_minmax_avx2<Acc>(src, count, lo, hi, has_nan); return;
     default: break;
   }
 #endif
-  row_minmax_baseline<Acc>(src, count, lo, hi, has_nan);
+  span_minmax_baseline<Acc>(src, count, lo, hi, has_nan);
 }
 
 // CPU twin: one task per (sample, channel, d, h) row. A row is the union of the w-intervals of
@@ -202,25 +203,31 @@ void dropout_cpu(DropoutFunctor<T> f, int64_t batch) {
       std::vector<double> lo(batch, HUGE_VAL), hi(batch, -HUGE_VAL);
       std::vector<char> has_nan(batch, 0);
       using Acc = typename MinMaxAcc<T>::type;  // exact for T: min / max need no rounding
+      // Contiguous spans of kSpan elements of one sample (a sample's elements are one dense
+      // run when the input is dense; otherwise through the indexer).
+      constexpr int64_t kSpan = int64_t(1) << 16;
+      const int64_t per_sample = rows_per_sample * W;
+      const int64_t spans_per_sample = (per_sample + kSpan - 1) / kSpan;
 #pragma omp for schedule(static) nowait
-      for (int64_t r = 0; r < batch * rows_per_sample; ++r) {
-        const int64_t n = r / rows_per_sample, e0 = (r % rows_per_sample) * W;
+      for (int64_t t = 0; t < batch * spans_per_sample; ++t) {
+        const int64_t n = t / spans_per_sample, e0 = (t % spans_per_sample) * kSpan;
+        const int64_t len = std::min(kSpan, per_sample - e0);
         Acc a, b;
         bool bad;
         if (f.in_ix.dense) {
           const T* src = f.in + f.in_ix.offset(n, e0);
-          row_minmax_any<Acc>(src, W, &a, &b, &bad);
-          if (copy_first) {  // out of place: the row's copy, while it is in L1
+          span_minmax_any<Acc>(src, len, &a, &b, &bad);
+          if (copy_first) {  // out of place: the span's copy, while it is in L2
             T* dst = f.out + f.out_ix.offset(n, e0);
             if (stream)
-              stream_copy(dst, src, W * static_cast<int64_t>(sizeof(T)));
+              stream_copy(dst, src, len * static_cast<int64_t>(sizeof(T)));
             else
-              std::memcpy(dst, src, static_cast<size_t>(W) * sizeof(T));
+              std::memcpy(dst, src, static_cast<size_t>(len) * sizeof(T));
           }
         } else {
           a = static_cast<Acc>(HUGE_VAL), b = static_cast<Acc>(-HUGE_VAL), bad = false;
-          for (int64_t w = 0; w < W; ++w) {
-            const Acc v = storage_to<Acc>(f.in[f.in_ix.offset(n, e0 + w)]);
+          for (int64_t e = e0; e < e0 + len; ++e) {
+            const Acc v = storage_to<Acc>(f.in[f.in_ix.offset(n, e)]);
             a = v < a ? v : a;
             b = v > b ? v : b;
             bad = bad || v != v;
@@ -230,8 +237,8 @@ void dropout_cpu(DropoutFunctor<T> f, int64_t batch) {
         hi[n] = b > hi[n] ? b : hi[n];
         has_nan[n] = has_nan[n] | static_cast<char>(bad);
       }
-      // The streamed rows reach memory before the barrier below: another thread's holes may lie
-      // in this thread's rows' lines.
+      // The streamed spans reach memory before the barrier below: another thread's holes may
+      // lie in this thread's lines.
       if (stream) stream_fence();
 #pragma omp critical(voxaug_dropout_minmax)
       for (int64_t n = 0; n < batch; ++n) {

@@ -216,6 +216,38 @@ TEST(IntensityCpu, MinMaxMatchesNaiveAndIgnoresNaN) {
   }
 }
 
+// The reduction's lanes (64 per extreme in the AVX clones, 16 in the baseline) and its scalar
+// tail: for run lengths around the lane and chunk sizes, the extremes placed first, last and in
+// the tail give exactly the naive min / max, for float32, float64 and int16 storage.
+TEST(IntensityCpu, MinMaxExtremesAnywhereInTheRun) {
+  for (int64_t w : {1, 63, 64, 65, 1000, 65536 + 77}) {
+    const Shape s{1, 1, 1, 1, w};
+    for (int64_t at : {int64_t(0), w / 2, w - 1}) {
+      std::vector<float> f32(static_cast<size_t>(w));
+      for (int64_t i = 0; i < w; ++i) f32[i] = static_cast<float>((i * 37) % 101) - 50.0f;
+      f32[at] = -1e6f;
+      f32[w - 1 - at] = 1e6f;
+      if (w == 1) f32[0] = 3.0f;
+      const double want_lo = *std::min_element(f32.begin(), f32.end());
+      const double want_hi = *std::max_element(f32.begin(), f32.end());
+      std::vector<double> f64(f32.begin(), f32.end());
+      std::vector<int16_t> i16(static_cast<size_t>(w));
+      for (int64_t i = 0; i < w; ++i)
+        i16[i] = static_cast<int16_t>(std::clamp(f32[i], -30000.0f, 30000.0f));
+      double got[2];
+      minmax(host_view(f32.data(), DType::Float32, s), got, false);
+      EXPECT_EQ(got[0], want_lo) << w << " " << at;
+      EXPECT_EQ(got[1], want_hi) << w << " " << at;
+      minmax(host_view(f64.data(), DType::Float64, s), got, false);
+      EXPECT_EQ(got[0], want_lo) << w << " " << at;
+      EXPECT_EQ(got[1], want_hi) << w << " " << at;
+      minmax(host_view(i16.data(), DType::Int16, s), got, false);
+      EXPECT_EQ(got[0], *std::min_element(i16.begin(), i16.end())) << w << " " << at;
+      EXPECT_EQ(got[1], *std::max_element(i16.begin(), i16.end())) << w << " " << at;
+    }
+  }
+}
+
 TEST(IntensityCpu, RescaleMatchesFloat64Reference) {
   for (const Shape& s : awkward_shapes()) {
     const auto src = random_values(s.numel(), 42, -300, 500);
