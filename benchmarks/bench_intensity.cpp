@@ -10,6 +10,9 @@
 //                          preserve_range)) given fixed statistics: the pass only, not the
 //                          reductions that feed it; rand_adjust_contrast (MONAI's
 //                          RandAdjustContrast, gamma in (0.5, 4.5)) likewise
+//   philox_words (CPU)     the host's Philox4x32-10 block loop alone (kernels/common/philox_cpu.h:
+//                          the noise and dropout fills' random words), scalar and AVX-512,
+//                          65536 blocks per iteration, one thread; items_per_second counts words
 //   chain_inplace (CUDA)   the chain with out == in
 //   copy (CUDA)            device-to-device cudaMemcpyAsync of the same volume
 // items_per_second counts voxels. bytes_per_second counts one read plus one write of the
@@ -31,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "../kernels/common/philox_cpu.h"
 #include "bench_common.h"
 #include "voxaug/intensity.h"
 #include "voxaug/types.h"
@@ -153,7 +157,36 @@ void bm_cpu(benchmark::State& state, const Shape& s, const std::vector<Pointwise
   }
 }
 
+// The host Philox block loop on its own (one thread), words into an L1/L2-sized buffer.
+void bm_philox_words(benchmark::State& state, bool vector) {
+  constexpr int64_t kBlocks = 65536;
+  std::vector<uint32_t> words(4 * kBlocks);
+  uint64_t first = 0;
+  for (auto _ : state) {
+    if (vector) {
+#if VOXAUG_PHILOX_AVX512
+      voxaug::detail::philox_words_avx512(42, first, kBlocks, 3,
+                                          voxaug::detail::PhiloxStream::Element, words.data());
+#endif
+    } else {
+      voxaug::detail::philox_words_scalar(42, first, kBlocks, 3,
+                                          voxaug::detail::PhiloxStream::Element, words.data());
+    }
+    benchmark::DoNotOptimize(words.data());
+    benchmark::ClobberMemory();
+    first += kBlocks;
+  }
+  state.SetItemsProcessed(state.iterations() * 4 * kBlocks);
+}
+
 void register_cpu_cases() {
+  benchmark::RegisterBenchmark("cpu/philox_words/scalar/65536", bm_philox_words, false)
+      ->Unit(benchmark::kMicrosecond);
+#if VOXAUG_PHILOX_AVX512
+  if (voxaug::detail::cpu_isa() == voxaug::detail::CpuIsa::Avx512)
+    benchmark::RegisterBenchmark("cpu/philox_words/avx512/65536", bm_philox_words, true)
+        ->Unit(benchmark::kMicrosecond);
+#endif
   std::vector<NamedSteps> all = cases();
   for (NamedSteps& c : host_statistics_cases()) all.push_back(std::move(c));
   for (const NamedSteps& c : all)
