@@ -8,27 +8,14 @@ scale. Prints the median ms of each. Compare builds with VOXAUG_LIBRARY=/path/to
     python3 benchmarks/dropout_parts.py [--threads 2] [--repeats 50]
 """
 import argparse
-import datetime
-import platform
-import time
 
 import torch
 
-import voxaug
 import voxaug.degrade as vd
 
+from bench_timing import median_ms, print_header
+
 HOLES = dict(holes=4, spatial_size=16, max_holes=8, max_spatial_size=48, prob=1.0)
-
-
-def median_ms(fn, repeats: int) -> float:
-    fn()  # warm-up
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return ts[len(ts) // 2] * 1e3
 
 
 def main() -> None:
@@ -39,8 +26,7 @@ def main() -> None:
     if args.threads < 1 or args.repeats < 1:
         ap.error("--threads and --repeats must be >= 1")
     torch.set_num_threads(args.threads)
-    print(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.processor() or platform.machine()}, "
-          f"{args.threads} threads, library {voxaug.library_path}")
+    print_header()
     fills = (("U(min, max)", None), ("U(0, 1)", (0.0, 1.0)), ("constant 0", 0.0))
     print(f"{'shape':<16} {'fill':<12} {'in place ms':>12} {'out of place ms':>16}")
     for shape in ((2, 1, 128, 128, 128), (1, 1, 224, 224, 160)):
@@ -51,11 +37,11 @@ def main() -> None:
         for name, fill in fills:
             in_place = vd.RandCoarseDropout(**HOLES, fill_value=fill, seed=1, in_place=True)
             out_of_place = vd.RandCoarseDropout(**HOLES, fill_value=fill, seed=1)
-            a = median_ms(lambda: in_place(own), args.repeats)
-            b = median_ms(lambda: out_of_place(x), args.repeats)
+            a = median_ms(lambda _: in_place(own), args.repeats)
+            b = median_ms(lambda _: out_of_place(x), args.repeats)
             print(f"{text:<16} {name:<12} {a:>12.2f} {b:>16.2f}")
-        print(f"{text:<16} {'(torch.aminmax / clone)':<29} {median_ms(lambda: torch.aminmax(x), args.repeats):>12.2f} "
-              f"{median_ms(lambda: x.clone(), args.repeats):>16.2f}")
+        print(f"{text:<16} {'(torch.aminmax / clone)':<29} {median_ms(lambda _: torch.aminmax(x), args.repeats):>12.2f} "
+              f"{median_ms(lambda _: x.clone(), args.repeats):>16.2f}")
 
 
 if __name__ == "__main__":

@@ -8,29 +8,15 @@ RandShiftIntensityd) and variants with every patch turned or flipped. Prints the
     python3 benchmarks/patch_gather.py [--threads 2] [--repeats 200]
 """
 import argparse
-import datetime
-import platform
-import time
 
 import torch
 
-import voxaug
 from voxaug import crop as vc
 from voxaug import ops as O
 from voxaug import spatial as vs
 from voxaug import transforms as vt
 
-
-def median_ms(fn, repeats: int, warmup: int = 5) -> float:
-    for i in range(warmup):
-        fn(i)
-    ts = []
-    for i in range(repeats):
-        t0 = time.perf_counter()
-        fn(i)
-        ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return ts[len(ts) // 2] * 1e3
+from bench_timing import median_ms, print_header
 
 
 def main() -> None:
@@ -86,12 +72,10 @@ def main() -> None:
         ("Compose: every patch a quarter turn", chain([vs.RandRotate90d(keys, prob=1.0, max_k=3)])),
         ("Compose: every patch flipped in w", chain([vs.RandFlipd(keys, prob=1.0, spatial_axis=2)])),
     ]
-    print(f"date     {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"machine  {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}")
-    print(f"versions torch {torch.__version__}, voxaug {voxaug.__version__}")
+    print_header()
     print(f"timing   median of {a.repeats} calls after 5 warm-up calls, 4 x 96^3 patches of 192x192x128\n")
     for name, fn in cases:
-        print(f"{name:55s} {median_ms(fn, a.repeats):8.3f} ms")
+        print(f"{name:55s} {median_ms(fn, a.repeats, warmup=5):8.3f} ms")
 
 
 if __name__ == "__main__":

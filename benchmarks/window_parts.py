@@ -8,29 +8,16 @@ Compare builds with VOXAUG_LIBRARY=/path/to/libvoxaug_torch.so.
     python3 benchmarks/window_parts.py [--threads 2] [--repeats 7] [--overlaps 0.25,0.5,0.8]
 """
 import argparse
-import datetime
-import platform
-import time
 
 import torch
 
-import voxaug
 from voxaug.inferers import _Layout
+
+from bench_timing import median_ms, print_header
 
 SHAPE = (1, 1, 255, 223, 276)
 ROI = [96, 96, 96]
 SW = 4
-
-
-def median_ms(fn, repeats: int) -> float:
-    fn()  # warm-up
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return ts[len(ts) // 2] * 1e3
 
 
 def main() -> None:
@@ -42,9 +29,7 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     x = torch.rand(SHAPE, generator=torch.Generator().manual_seed(0))
     size = list(SHAPE[2:])
-    print(f"date     {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"machine  {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}")
-    print(f"versions torch {torch.__version__}, voxaug {voxaug.__version__} ({voxaug.library_path})")
+    print_header()
     print(f"timing   median of {a.repeats} full passes, {SHAPE} float32, roi {ROI}, sw_batch_size {SW}\n")
     print(f"{'overlap':>7} {'windows':>7} {'gather ms':>10} {'stitch ms':>10} {'both ms':>10}")
     for ov in (float(v) for v in a.overlaps.split(",")):
@@ -55,15 +40,15 @@ def main() -> None:
         acc = torch.ops.voxaug.window_accumulator([1, 1, *padded], torch.float32, x.device, True)
         batches = [(first, min(SW, total - first)) for first in range(0, total, SW)]
 
-        def gather():
+        def gather(_i):
             for first, n in batches:
                 torch.ops.voxaug.window_gather_(x, buf[:n], ROI, overlap, first, 0, 0.0)
 
-        def stitch():
+        def stitch(_i):
             for first, n in batches:
                 torch.ops.voxaug.window_stitch_(acc, buf[:n], None, size, ROI, overlap, first)
 
-        def both():
+        def both(_i):
             for first, n in batches:
                 torch.ops.voxaug.window_gather_(x, buf[:n], ROI, overlap, first, 0, 0.0)
                 torch.ops.voxaug.window_stitch_(acc, buf[:n], None, size, ROI, overlap, first)

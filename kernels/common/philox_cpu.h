@@ -140,4 +140,16 @@ inline void philox_words(uint64_t seed, uint64_t first_block, int64_t nblocks, u
   philox_words_scalar(seed, first_block, nblocks, sample, stream, words);
 }
 
+// Standard normals of blocks [first_block, first_block + nblocks): the blocks' words by
+// philox_words into `words`, then Box-Muller on each pair in a loop that vectorises in the
+// instruction-set clone it is inlined into: z[4 b + j] is normal4_stream's j-th normal of block
+// first_block + b (the same functions, the same bits). `words` and `z` hold 4 nblocks values.
+VOXAUG_FORCEINLINE void philox_normals(uint64_t seed, uint64_t first_block, int64_t nblocks,
+                                       uint32_t sample, PhiloxStream stream, uint32_t* words,
+                                       float* z) {
+  philox_words(seed, first_block, nblocks, sample, stream, words);
+  for (int64_t q = 0; q < 2 * nblocks; ++q)
+    box_muller(words[2 * q], words[2 * q + 1], &z[2 * q], &z[2 * q + 1]);
+}
+
 }  // namespace voxaug::detail

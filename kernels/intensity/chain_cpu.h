@@ -223,17 +223,14 @@ VOXAUG_FORCEINLINE void cpu_apply_steps(const ChainParams& p, ChainState<Acc>& s
         for (int j = 0; j < cnt; ++j) op_rescale_intensity<Deriv>(s.flags, r, x[j], d[j]);
         break;
       case PointwiseOp::GaussianNoise: {
-        // Normals of the Philox blocks that cover [t0, t0 + cnt): the blocks' words first
-        // (philox_cpu.h), then Box-Muller on each pair, as normal4 does per block.
+        // Normals of the Philox blocks that cover [t0, t0 + cnt) (philox_cpu.h).
         alignas(64) uint32_t w[kCpuTile + 8];
         alignas(64) float z[kCpuTile + 8];
         const int64_t first_block = t0 >> 2;
         const int blocks = static_cast<int>(((t0 + cnt + 3) >> 2) - first_block);
         const uint32_t g = p.first_sample + n;
-        philox_words(s.seed, static_cast<uint64_t>(first_block), blocks, g, PhiloxStream::Element,
-                     w);
-        for (int q = 0; q < 2 * blocks; ++q)
-          box_muller(w[2 * q], w[2 * q + 1], &z[2 * q], &z[2 * q + 1]);
+        philox_normals(s.seed, static_cast<uint64_t>(first_block), blocks, g,
+                       PhiloxStream::Element, w, z);
         const float* zt = z + (t0 - 4 * first_block);
         for (int j = 0; j < cnt; ++j) op_gaussian_noise(r, x[j], zt[j]);
         break;
@@ -245,14 +242,10 @@ VOXAUG_FORCEINLINE void cpu_apply_steps(const ChainParams& p, ChainState<Acc>& s
         const int64_t first_block = t0 >> 2;
         const int blocks = static_cast<int>(((t0 + cnt + 3) >> 2) - first_block);
         const uint32_t g = p.first_sample + n;
-        philox_words(s.seed, static_cast<uint64_t>(first_block), blocks, g, PhiloxStream::Element,
-                     w);
-        for (int q = 0; q < 2 * blocks; ++q)
-          box_muller(w[2 * q], w[2 * q + 1], &z1[2 * q], &z1[2 * q + 1]);
-        philox_words(s.seed, static_cast<uint64_t>(first_block), blocks, g,
-                     PhiloxStream::ElementAux, w);
-        for (int q = 0; q < 2 * blocks; ++q)
-          box_muller(w[2 * q], w[2 * q + 1], &z2[2 * q], &z2[2 * q + 1]);
+        philox_normals(s.seed, static_cast<uint64_t>(first_block), blocks, g,
+                       PhiloxStream::Element, w, z1);
+        philox_normals(s.seed, static_cast<uint64_t>(first_block), blocks, g,
+                       PhiloxStream::ElementAux, w, z2);
         const int64_t off = t0 - 4 * first_block;
         for (int j = 0; j < cnt; ++j) op_rician_noise(r, x[j], z1[off + j], z2[off + j]);
         break;

@@ -22,38 +22,38 @@ void phantom_render_cuda(const PhantomRenderFunctor& f, int64_t batch, int devic
 
 namespace {
 
-// The standard normals of Philox blocks [first, first + count) of the sample, four per block:
-// the blocks' words by philox_words (kernels/common/philox_cpu.h), then Box-Muller on each pair in
-// a loop that vectorises (AVX2 / AVX-512 clones below, chosen once at run time; the same
+// The standard normals of Philox blocks [first, first + count) of the sample, four per block
+// (philox_normals, in the AVX2 / AVX-512 clones below, chosen once at run time; the same
 // functions, so the same bits as the functor's per-voxel normal4).
-VOXAUG_FORCEINLINE void box_muller_loop(const uint32_t* w, int64_t pairs, float* z) {
-  for (int64_t q = 0; q < pairs; ++q) box_muller(w[2 * q], w[2 * q + 1], &z[2 * q], &z[2 * q + 1]);
+constexpr int64_t kNormalBlocks = 256;
+void normals_baseline(uint64_t seed, uint32_t sample, int64_t first, int64_t count, float* z) {
+  alignas(64) uint32_t w[4 * kNormalBlocks];
+  philox_normals(seed, static_cast<uint64_t>(first), count, sample, PhiloxStream::Element, w, z);
 }
-
 #if VOXAUG_CPU_CLONES
-VOXAUG_TARGET_AVX2 void box_muller_avx2(const uint32_t* w, int64_t pairs, float* z) {
-  box_muller_loop(w, pairs, z);
+VOXAUG_TARGET_AVX2 void normals_avx2(uint64_t seed, uint32_t sample, int64_t first, int64_t count,
+                                     float* z) {
+  alignas(64) uint32_t w[4 * kNormalBlocks];
+  philox_normals(seed, static_cast<uint64_t>(first), count, sample, PhiloxStream::Element, w, z);
 }
-VOXAUG_TARGET_AVX512 void box_muller_avx512(const uint32_t* w, int64_t pairs, float* z) {
-  box_muller_loop(w, pairs, z);
+VOXAUG_TARGET_AVX512 void normals_avx512(uint64_t seed, uint32_t sample, int64_t first,
+                                         int64_t count, float* z) {
+  alignas(64) uint32_t w[4 * kNormalBlocks];
+  philox_normals(seed, static_cast<uint64_t>(first), count, sample, PhiloxStream::Element, w, z);
 }
 #endif
 
 void normals(uint64_t seed, uint32_t sample, int64_t first, int64_t count, float* z) {
-  constexpr int64_t kBlocks = 256;
-  alignas(64) uint32_t w[4 * kBlocks];
-  for (int64_t b = 0; b < count; b += kBlocks) {
-    const int64_t c = count - b < kBlocks ? count - b : kBlocks;
-    philox_words(seed, static_cast<uint64_t>(first + b), c, sample, PhiloxStream::Element, w);
-    float* zb = z + 4 * b;
+  for (int64_t b = 0; b < count; b += kNormalBlocks) {
+    const int64_t c = count - b < kNormalBlocks ? count - b : kNormalBlocks;
 #if VOXAUG_CPU_CLONES
     switch (cpu_isa()) {
-      case CpuIsa::Avx512: box_muller_avx512(w, 2 * c, zb); continue;
-      case CpuIsa::Avx2: box_muller_avx2(w, 2 * c, zb); continue;
+      case CpuIsa::Avx512: normals_avx512(seed, sample, first + b, c, z + 4 * b); continue;
+      case CpuIsa::Avx2: normals_avx2(seed, sample, first + b, c, z + 4 * b); continue;
       default: break;
     }
 #endif
-    box_muller_loop(w, 2 * c, zb);
+    normals_baseline(seed, sample, first + b, c, z + 4 * b);
   }
 }
 

@@ -495,12 +495,6 @@ def _unbiased_std_mean(x: torch.Tensor, channel_wise: bool = False) -> tuple[tor
     return m[..., 2] * torch.sqrt(n / (n - 1.0)), m[..., 1]
 
 
-def _std_mean(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-sample unbiased std and mean of a batch (:func:`_unbiased_std_mean`) in ``dtype``."""
-    std, mean = _unbiased_std_mean(x)
-    return std.to(dtype), mean.to(dtype)
-
-
 def _retain_stats(x: torch.Tensor, out: torch.Tensor, step: Step) -> torch.Tensor:
     """MONAI's retain_stats: the result's mean / std moved back to the input's (per sample, torch's
     unbiased std; device reductions, no host sync). (-out) has mean -mean(out) and the same std,
@@ -509,8 +503,7 @@ def _retain_stats(x: torch.Tensor, out: torch.Tensor, step: Step) -> torch.Tenso
     The statistics are constants for autograd, like min / max; without autograd the second pass
     runs in place on ``out`` (a tensor this call made)."""
     with torch.no_grad():
-        xs, xm = _std_mean(x, out.dtype)
-        os_, om = _std_mean(out, out.dtype)
+        xs, xm, os_, om = (t.to(out.dtype) for t in (*_unbiased_std_mean(x), *_unbiased_std_mean(out)))
         factor = xs / (os_ + 1e-8)
     gate = dict(prob=step.prob, seed=step.seed)
     steps = [Step(ops.SHIFT_INTENSITY, values=-om, **gate), Step(ops.SCALE_INTENSITY, values=factor - 1.0, **gate),

@@ -1,0 +1,30 @@
+"""Shared by the small single-op benchmark scripts (patch_gather.py, window_parts.py,
+dropout_parts.py): the median wall time of repeated calls, and the header that says when, where
+and with which library a table was measured."""
+import datetime
+import platform
+import time
+
+import torch
+
+
+def median_ms(fn, repeats: int, warmup: int = 1) -> float:
+    """Median ms of `repeats` calls fn(i) (i: the call's index) after `warmup` calls."""
+    for i in range(warmup):
+        fn(i)
+    ts = []
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        fn(i)
+        ts.append(time.perf_counter() - t0)
+    ts.sort()
+    return ts[len(ts) // 2] * 1e3
+
+
+def print_header() -> None:
+    """Date (UTC), machine, torch threads and versions, and the ops library loaded."""
+    import voxaug
+
+    print(f"date     {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"machine  {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}")
+    print(f"versions torch {torch.__version__}, voxaug {voxaug.__version__}, library {voxaug.library_path}")
