@@ -253,6 +253,21 @@ at::Tensor distortion_ranges(int64_t size, int64_t cells, const std::vector<doub
   return ranges;
 }
 
+// MONAI's integer modes ("0" .. "5", its scipy backend) with padding 'zeros' mean scipy's
+// 'constant' (the kernel's cutoff); Python's deformations take them, these do not yet.
+template <class Options>
+void refuse_scipy_zeros(const Options& o) {
+  const auto integer = [](const std::string& m) {
+    return m.size() == 1 && m[0] >= '0' && m[0] <= '5';
+  };
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      o.padding_mode != "zeros" || (!integer(o.mode) && !integer(o.label_mode)), "mode='", o.mode,
+      "' / label_mode='", o.label_mode,
+      "' with padding_mode=", "'zeros': MONAI's integer (scipy) modes read 'zeros' as scipy's ",
+      "'constant', which the C++ deformations do not take yet (Python's do); ",
+      "use 'border' or 'reflection', or the named modes");
+}
+
 // A MONAI-style deformation's plan gets its options' (mode, label_mode, padding_mode).
 template <class Options>
 DeformPlan with_grid_modes(DeformPlan plan, const Options& o) {
@@ -402,6 +417,7 @@ Rand3DElastic::Rand3DElastic(std::pair<double, double> sigma_range,
   grid_mode(options_.mode, "mode");
   grid_padding(options_.padding_mode, "padding_mode");
   grid_mode(options_.label_mode, "label_mode");
+  refuse_scipy_zeros(options_);
   n_uniforms_ = 3 + num_ranges(options_);
 }
 
@@ -506,6 +522,7 @@ GridDistortion::GridDistortion(std::vector<int64_t> num_cells,
   grid_mode(options_.mode, "mode");
   grid_padding(options_.padding_mode, "padding_mode");
   grid_mode(options_.label_mode, "label_mode");
+  refuse_scipy_zeros(options_);
 }
 
 DeformResult GridDistortion::operator()(const at::Tensor& image, at::TensorList extras,
@@ -546,6 +563,7 @@ RandGridDistortion::RandGridDistortion(RandGridDistortionOptions options)
   grid_mode(options_.mode, "mode");
   grid_padding(options_.padding_mode, "padding_mode");
   grid_mode(options_.label_mode, "label_mode");
+  refuse_scipy_zeros(options_);
   n_uniforms_ = 1;
   for (int64_t c : num_cells_) n_uniforms_ += c + 1;
 }

@@ -67,8 +67,9 @@ TORCH_LIBRARY(voxaug, m) {
 
   // Spatial family (include/voxaug/resample.h): every input through one coordinate map.
   // matrices: (N, 3, 4) output voxel index (d, h, w, 1) -> input voxel index; modes[k]:
-  // 0 nearest, 1 linear, 2 cubic B-spline; paddings[k]: 0 zeros, 1 border, 2 reflection,
-  // 3 constant.
+  // 0 nearest, 1 linear, 2 cubic B-spline, 3 / 4 / 5 the B-splines of order 2 / 4 / 5 (scipy's
+  // map_coordinates orders); paddings[k]: 0 zeros, 1 border, 2 reflection, 3 constant, 4 cutoff
+  // (scipy's 'constant': pad_values[k] outside [0, S-1], no blending).
   m.def(
       "resample(Tensor[] inputs, Tensor matrices, int[] out_size, int[] modes, int[] paddings, "
       "float[] pad_values, bool align_corners=False) -> Tensor[]");

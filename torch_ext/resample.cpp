@@ -44,13 +44,16 @@ Checked check_and_allocate(at::TensorList inputs, const at::Tensor& matrices,
                       inputs[i].size(0), ", inputs[0] has ", first.size(0));
     TORCH_CHECK_VALUE(inputs[i].device() == first.device(), name, " is on ", inputs[i].device(),
                       ", inputs[0] on ", first.device());
-    TORCH_CHECK_VALUE(modes[i] >= 0 && modes[i] <= 2, "modes[", i,
-                      "] must be 0 (nearest), 1 (linear) or 2 (cubic), got ", modes[i]);
-    TORCH_CHECK_VALUE(paddings[i] >= 0 && paddings[i] <= 3, "paddings[", i,
-                      "] must be 0 zeros, 1 border, 2 reflection or 3 constant, got ", paddings[i]);
+    TORCH_CHECK_VALUE(modes[i] >= 0 && modes[i] <= 5, "modes[", i,
+                      "] must be 0 (nearest), 1 (linear), 2 (cubic B-spline) or 3 / 4 / 5 (the "
+                      "B-splines of order 2 / 4 / 5), got ",
+                      modes[i]);
+    TORCH_CHECK_VALUE(paddings[i] >= 0 && paddings[i] <= 4, "paddings[", i,
+                      "] must be 0 zeros, 1 border, 2 reflection, 3 constant or 4 cutoff (scipy's ",
+                      "'constant'), got ", paddings[i]);
     (void)to_voxaug_dtype(inputs[i].scalar_type(), name.c_str());
     TORCH_CHECK_VALUE(modes[i] == 0 || at::isFloatingType(inputs[i].scalar_type()), name,
-                      ": linear and cubic interpolation need a floating tensor (labels use "
+                      ": linear and B-spline interpolation need a floating tensor (labels use "
                       "nearest), got ",
                       inputs[i].scalar_type());
   }
@@ -95,10 +98,10 @@ std::vector<at::Tensor> resample_forward(at::TensorList inputs, const at::Tensor
   Checked c =
       check_and_allocate(inputs, matrices, out_size, modes, paddings, pad_values, false, group);
   std::vector<ResampleTarget> targets(inputs.size());
-  std::vector<at::Tensor> coeffs;  // cubic: B-spline coefficients, kept alive for the launch
+  std::vector<at::Tensor> coeffs;  // B-spline coefficients, kept alive for the launch
   const c10::DeviceGuard guard(inputs[0].device());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (modes[i] == 2 && inputs[i].numel() > 0) {
+    if (is_spline(static_cast<Interp>(modes[i])) && inputs[i].numel() > 0) {
       const int64_t P = kBSplinePad;
       coeffs.push_back(at::empty(
           {inputs[i].size(0), inputs[i].size(1), inputs[i].size(2) + 2 * P,
@@ -109,7 +112,7 @@ std::vector<at::Tensor> resample_forward(at::TensorList inputs, const at::Tensor
       call_core([&] {
         bspline_prefilter(to_view(inputs[i], "input"), targets[i].coeff,
                           static_cast<Padding>(paddings[i]), pad_values[i], align_corners,
-                          current_stream(inputs[i]));
+                          spline_order(static_cast<Interp>(modes[i])), current_stream(inputs[i]));
       });
     }
     targets[i].in = to_view(inputs[i], "input");
@@ -284,9 +287,9 @@ at::Tensor backward_matrix_impl(at::TensorList grad_outputs, at::TensorList inpu
   std::vector<at::Tensor> gos;
   std::vector<ResampleTarget> live;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    TORCH_CHECK(!(grad_outputs[i].defined() && modes[i] == 2),
+    TORCH_CHECK(!(grad_outputs[i].defined() && modes[i] >= 2),
                 "voxaug::resample: cubic interpolation has no gradient w.r.t. the matrices "
-                "(use linear)");
+                "(use linear; no B-spline order has one)");
     if (!grad_outputs[i].defined() || modes[i] != 1) continue;
     gos.push_back(grad_outputs[i].to(inputs[i].scalar_type()));
     ResampleTarget t;

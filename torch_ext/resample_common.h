@@ -28,7 +28,7 @@ struct PostSteps {
   uint32_t first_sample = 0;
 };
 
-// Checks the arguments, prefilters cubic inputs, allocates the outputs and runs one gather
+// Checks the arguments, prefilters B-spline inputs, allocates the outputs and runs one gather
 // for all inputs (through `field` when it is not null). CPU and CUDA.
 std::vector<at::Tensor> resample_forward(at::TensorList inputs, const at::Tensor& matrices,
                                          at::IntArrayRef out_size, at::IntArrayRef modes,

@@ -239,6 +239,7 @@ struct Launch {
   std::vector<M4> meta;  // per sample: MONAI's affine update
   Size3 out_size{};
   int64_t padding = 0;
+  std::vector<int64_t> paddings;  // per input (empty: `padding` for every input)
   bool align_corners = false;
   std::optional<std::array<std::vector<int64_t>, 3>> tables;  // interpolate's nearest table
   std::optional<std::array<Size3, 3>> pool;                   // area: (zoomed, first, count)
@@ -360,7 +361,9 @@ std::vector<at::Tensor> run(std::vector<at::Tensor> xs, const Launch& g,
       const size_t e = std::min(inputs.size(), s + kMaxTargets);
       std::vector<at::Tensor> part(inputs.begin() + s, inputs.begin() + e);
       std::vector<int64_t> modes(kernel_modes.begin() + s, kernel_modes.begin() + e);
-      std::vector<int64_t> paddings(part.size(), g.padding);
+      std::vector<int64_t> paddings =
+          g.paddings.empty() ? std::vector<int64_t>(part.size(), g.padding)
+                             : std::vector<int64_t>(g.paddings.begin() + s, g.paddings.begin() + e);
       std::vector<double> values(part.size(), 0.0);
       auto o = voxaug::ops::resample(part, mats, {g.out_size[0], g.out_size[1], g.out_size[2]},
                                      modes, paddings, values, g.align_corners);
@@ -449,6 +452,26 @@ std::vector<int64_t> grid_modes(const Batch& b, const Modes& modes, const std::s
                                                             ? "modes[" + std::to_string(i) + "]"
                                                             : std::string("mode")));
   return out;
+}
+
+// A grid transform's launch: each input's kernel mode, and MONAI's integer modes ("0" .. "5",
+// its scipy backend) with padding 'zeros' get scipy's 'constant' (the kernel's cutoff, 4), as
+// Python's _grid_opts. Such a call is not a single plain map for Compose (it runs alone).
+Result finish_grid(const Batch& b, Launch g, const Modes& modes, const std::string& mode,
+                   const Affine4& affine) {
+  constexpr int64_t kZeros = 0, kCutoff = 4;
+  bool cutoff = false;
+  if (g.padding == kZeros) {
+    g.paddings.assign(b.xs.size(), kZeros);
+    for (size_t i = 0; i < b.xs.size(); ++i) {
+      const std::string& m = mode_of(modes, i, mode, b.xs.size());
+      if (m.size() == 1 && m[0] >= '0' && m[0] <= '5') g.paddings[i] = kCutoff, cutoff = true;
+    }
+    if (!cutoff) g.paddings.clear();
+  }
+  Result r = finish_one(b, g, grid_modes(b, modes, mode), affine);
+  if (cutoff) r.single_map = false;
+  return r;
 }
 
 // ---------------- Flip / Rotate90 ----------------
@@ -972,6 +995,13 @@ Affine::Affine(std::vector<double> rotate_params, std::vector<double> shear_para
                     "(radians about the 3 spatial axes), got ", join(rotate_params));
   check_size_arg(spatial_size_, "spatial_size");
   grid_mode(mode_, "mode");
+  // As Python's Affine: MONAI's scipy backend (integer modes) reads a normalized matrix's
+  // result as voxel indices, not grid_sample's [-1, 1]; only the grid_sample reading is here.
+  TORCH_CHECK_NOT_IMPLEMENTED(!normalized || mode_.size() != 1 || mode_[0] < '0' || mode_[0] > '5',
+                              "Affine: normalized=true with the spline order mode='", mode_,
+                              "': MONAI's scipy backend reads a normalized matrix's result as ",
+                              "voxel indices; voxaug follows only the grid_sample reading (modes ",
+                              "'nearest', 'bilinear', 'bicubic')");
   grid_padding(padding_mode_, "padding_mode");
   check_rotate_order(rotate_order, 0);
   if (affine && affine->defined()) {  // MONAI: the given matrix, the parameters ignored
@@ -1011,10 +1041,10 @@ Result Affine::operator()(Inputs inputs, const Modes& modes, const Affine4& affi
     }
     k = mul(mul(mul(mul(translate(ti), diag4(fi)), a_), diag4(go)), translate(to));
   }
-  return finish_one(b,
-                    uniform_launch(k, meta, b.n, out, grid_padding(padding_mode_, "padding_mode"),
-                                   align_corners_),
-                    grid_modes(b, modes, mode_), affine);
+  return finish_grid(b,
+                     uniform_launch(k, meta, b.n, out, grid_padding(padding_mode_, "padding_mode"),
+                                    align_corners_),
+                     modes, mode_, affine);
 }
 
 RandAffine::RandAffine(double prob, std::vector<Range> rotate_range, std::vector<Range> shear_range,
@@ -1083,7 +1113,7 @@ Result RandAffine::apply(Inputs inputs, const Draw& d, const Modes& modes,
     g.maps.push_back(k);
     g.meta.push_back(meta);
   }
-  return finish_one(b, g, grid_modes(b, modes, mode_), affine);
+  return finish_grid(b, g, modes, mode_, affine);
 }
 Result RandAffine::operator()(Inputs inputs, int64_t seed, int64_t first_sample, const Modes& modes,
                               const Affine4& affine) const {
@@ -1106,10 +1136,10 @@ Rotate::Rotate(std::vector<double> angle, bool keep_size, std::string mode,
 Result Rotate::operator()(Inputs inputs, const Modes& modes, const Affine4& affine) const {
   const Batch b = as_batch(inputs);
   const auto [k, out] = rotate_map(b.size, angle_, keep_size_, rotate_order_);
-  return finish_one(
+  return finish_grid(
       b,
       uniform_launch(k, k, b.n, out, grid_padding(padding_mode_, "padding_mode"), align_corners_),
-      grid_modes(b, modes, mode_), affine);
+      modes, mode_, affine);
 }
 
 namespace {
@@ -1160,7 +1190,7 @@ Result RandRotate::apply(Inputs inputs, const Draw& d, const Modes& modes,
     g.maps.push_back(k);
     g.meta.push_back(k);
   }
-  return finish_one(b, g, grid_modes(b, modes, mode_), affine);
+  return finish_grid(b, g, modes, mode_, affine);
 }
 Result RandRotate::operator()(Inputs inputs, int64_t seed, int64_t first_sample, const Modes& modes,
                               const Affine4& affine) const {
@@ -1606,10 +1636,10 @@ Result Spacing::operator()(Inputs inputs, const Modes& modes, const Affine4& aff
   const bool unchanged =
       shape == b.size && (allclose(src, dst, kAffineTol) || allclose(xform, eye4(), kAffineTol));
   const M4 k = unchanged ? eye4() : xform;
-  Result r = finish_one(
+  Result r = finish_grid(
       b,
       uniform_launch(k, k, b.n, shape, grid_padding(padding_mode_, "padding_mode"), align_corners_),
-      grid_modes(b, modes, mode_), std::nullopt);
+      modes, mode_, std::nullopt);
   // affine @ xform (the given affine's shape kept; the identity when none was given)
   at::Tensor base = affine && affine->defined()
                         ? affine->to(at::kDouble)

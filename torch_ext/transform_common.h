@@ -136,12 +136,19 @@ inline Size3 fall_back_size(const std::vector<int64_t>& s, const Size3& in) {
 }
 
 // ---------------- argument checks ----------------
-// _grid_mode: grid_sample's names -> resample's codes (0 nearest, 1 linear, 2 cubic B-spline).
+// _grid_mode: grid_sample's names -> resample's codes (0 nearest, 1 linear, 2 cubic B-spline),
+// and MONAI's integer modes, the spline orders "0" .. "5" (2 / 4 / 5: resample's codes 3 / 4 /
+// 5, the prefiltered B-splines of those orders).
 inline int64_t grid_mode(const std::string& m, const std::string& arg) {
-  if (m == "nearest") return 0;
-  if (m == "bilinear") return 1;
-  if (m == "bicubic") return 2;  // voxaug's cubic B-spline (as Python's _grid_mode)
-  TORCH_CHECK_VALUE(false, arg, " must be 'nearest', 'bilinear' or 'bicubic', got '", m, "'");
+  if (m == "nearest" || m == "0") return 0;
+  if (m == "bilinear" || m == "1") return 1;
+  if (m == "bicubic" || m == "3") return 2;  // voxaug's cubic B-spline (as Python's _grid_mode)
+  if (m == "2") return 3;
+  if (m == "4") return 4;
+  if (m == "5") return 5;
+  TORCH_CHECK_VALUE(false, arg,
+                    " must be 'nearest', 'bilinear', 'bicubic' or a spline order '0' to '5', got '",
+                    m, "'");
   return -1;
 }
 // _grid_padding: grid_sample's padding names -> resample's codes.

@@ -13,8 +13,10 @@
 // - Padding, per tensor, with torch.nn.functional.grid_sample's semantics for the equivalent
 //   normalised map: Zeros (out-of-range corners contribute 0), Border (clamp the coordinate to
 //   [0, S-1]), Reflection (reflect about [0, S-1] when align_corners, else about
-//   [-0.5, S-0.5], then clamp), and Constant (out-of-range corners contribute `pad_value`).
-// - Cubic: see bspline_prefilter below; the target carries the prefiltered coefficients.
+//   [-0.5, S-0.5], then clamp), Constant (out-of-range corners contribute `pad_value`) and
+//   Cutoff (scipy's 'constant', below: `pad_value` for coordinates outside [0, S-1]).
+// - Cubic (and the other B-spline orders: Quadratic 2, Quartic 4, Quintic 5): see
+//   bspline_prefilter below; the target carries the prefiltered coefficients.
 // - Nearest rounds half to even (as grid_sample) and copies the element bit-exactly, so it is
 //   the mode for labels of any dtype (uint8, int16, int32, int64) as well as images. Linear
 //   (trilinear) needs floating tensors (float64/32/16, bfloat16) and computes in float32
@@ -38,17 +40,55 @@ struct PointwiseStep;  // voxaug/intensity.h
 // Most pointwise steps fused into one resample target (ResampleTarget::post).
 constexpr int kMaxResamplePostSteps = 4;
 
-enum class Interp : int32_t { Nearest = 0, Linear = 1, Cubic = 2 };
-enum class Padding : int32_t { Zeros = 0, Border = 1, Reflection = 2, Constant = 3 };
+// Cubic is the B-spline of order 3; Quadratic, Quartic and Quintic those of orders 2, 4 and 5
+// (scipy's spline orders; MONAI's integer modes). Linear is order 1, Nearest order 0.
+enum class Interp : int32_t {
+  Nearest = 0,
+  Linear = 1,
+  Cubic = 2,
+  Quadratic = 3,
+  Quartic = 4,
+  Quintic = 5
+};
+
+// Whether `mode` is a prefiltered B-spline (needs ResampleTarget::coeff), and its order.
+VOXAUG_HD constexpr bool is_spline(Interp mode) {
+  return mode == Interp::Cubic || mode == Interp::Quadratic || mode == Interp::Quartic ||
+         mode == Interp::Quintic;
+}
+VOXAUG_HD constexpr int spline_order(Interp mode) {
+  switch (mode) {
+    case Interp::Nearest: return 0;
+    case Interp::Linear: return 1;
+    case Interp::Quadratic: return 2;
+    case Interp::Cubic: return 3;
+    case Interp::Quartic: return 4;
+    case Interp::Quintic: return 5;
+  }
+  return -1;
+}
+
+// Cutoff is scipy's 'constant' (what MONAI's 'zeros' means with its integer spline modes):
+// pad_value wherever the coordinate lies outside [0, S-1] on any axis, with no blending into
+// the pad; inside, the taps that reach beyond an edge read the whole-sample mirror (scipy's
+// 'mirror'), so every spline order matches map_coordinates(mode='constant'). Forward only.
+enum class Padding : int32_t { Zeros = 0, Border = 1, Reflection = 2, Constant = 3, Cutoff = 4 };
+
+// Whether the padding writes pad_value (Constant, Cutoff) rather than 0 / the data.
+VOXAUG_HD constexpr bool pads_with_value(Padding padding) {
+  return padding == Padding::Constant || padding == Padding::Cutoff;
+}
 
 struct ResampleTarget {
   VolumeView in;   // (N, C, D, H, W)
   VolumeView out;  // (N, C, D', H', W'): its spatial size is the output grid of the launch
   Interp mode = Interp::Linear;
   Padding padding = Padding::Zeros;
-  double pad_value = 0.0;  // Padding::Constant
-  // Interp::Cubic only: the B-spline coefficients of `in` from bspline_prefilter (same
-  // padding, pad_value and align_corners), (N, C, D + 2P, H + 2P, W + 2P), P = kBSplinePad.
+  double pad_value = 0.0;  // Padding::Constant / Padding::Cutoff
+  // B-spline modes only (is_spline): the coefficients of `in` from bspline_prefilter (same
+  // order, padding, pad_value and align_corners), (N, C, D + 2P, H + 2P, W + 2P),
+  // P = kBSplinePad. The order is not recorded in the view: coefficients of another order
+  // interpolate something else.
   VolumeView coeff;
   // Output samples per input sample: `in` holds M samples, `out` M * group, and output sample
   // n is read from input sample n / group through matrix n. This is a crop followed by a
@@ -69,19 +109,29 @@ struct ResampleTarget {
   uint32_t post_first_sample = 0;
 };
 
-// Cubic B-spline interpolation (Interp::Cubic) interpolates the data, as
-// scipy.ndimage.map_coordinates(order=3, prefilter=True): the volume is first turned into
-// B-spline coefficients by the exact recursive prefilter (Unser 1993; pole sqrt(3) - 2),
-// on a copy extended by kBSplinePad voxels per side with the padding rule, as scipy extends
-// its 'nearest' and 'grid-constant' inputs by 12 before filtering. Padding maps to scipy's
-// modes: Zeros / Constant -> 'grid-constant' (cval), Border -> 'nearest', Reflection ->
-// 'reflect' (align_corners false) or 'mirror' (align_corners true). Floating data only.
+// B-spline interpolation (Interp::Cubic, order 3, and Quadratic / Quartic / Quintic, orders
+// 2 / 4 / 5) interpolates the data, as scipy.ndimage.map_coordinates(order=k, prefilter=True):
+// the volume is first turned into B-spline coefficients by the exact recursive prefilter
+// (Unser 1993; scipy's poles: sqrt(3) - 2 for order 3), on a copy extended by kBSplinePad
+// voxels per side with the padding rule, as scipy extends its 'nearest' and 'grid-constant'
+// inputs by 12 before filtering. Padding maps to scipy's modes: Zeros / Constant ->
+// 'grid-constant' (cval), Border -> 'nearest', Reflection -> 'reflect' (align_corners false)
+// or 'mirror' (align_corners true). For 'reflect' / 'mirror' scipy initialises its filter on
+// the exact infinite extension, where the 12 voxels truncate it: |z|^12 of the slowest pole,
+// observed within 1e-7 of the data range for orders 2 and 3, 2e-6 for order 4 and 2e-5 for
+// order 5 (tests/python/test_resample.py). Floating data only.
 constexpr int64_t kBSplinePad = 12;
 
-// Writes the coefficients of `in` into `coeff` ((N, C, D+2P, H+2P, W+2P), float32 or float64,
-// dense; computed in its dtype). Asynchronous on CUDA.
+// Writes the B-spline coefficients of order `order` (2..5) of `in` into `coeff` ((N, C, D+2P,
+// H+2P, W+2P), float32 or float64, dense; computed in its dtype). Asynchronous on CUDA.
 void bspline_prefilter(const VolumeView& in, const VolumeView& coeff, Padding padding,
-                       double pad_value, bool align_corners, cudaStream_t stream = nullptr);
+                       double pad_value, bool align_corners, int order,
+                       cudaStream_t stream = nullptr);
+// Order 3 (Interp::Cubic).
+inline void bspline_prefilter(const VolumeView& in, const VolumeView& coeff, Padding padding,
+                              double pad_value, bool align_corners, cudaStream_t stream = nullptr) {
+  bspline_prefilter(in, coeff, padding, pad_value, align_corners, 3, stream);
+}
 
 // Most tensors resampled together in one launch.
 constexpr int kMaxResampleTargets = 4;

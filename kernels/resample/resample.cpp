@@ -26,7 +26,7 @@ void resample_backward_input_cuda(const ResampleParams& p, int64_t batch, bool u
 void resample_backward_matrix_cuda(const ResampleParams& p, int64_t batch, bool use_double,
                                    double* grad, int device, cudaStream_t stream);
 void bspline_prefilter_cuda(const VolumeView& in, const VolumeView& coeff, Padding padding,
-                            double pad_value, bool align_corners, cudaStream_t stream);
+                            double pad_value, bool align_corners, int order, cudaStream_t stream);
 #endif
 }  // namespace detail
 
@@ -77,12 +77,14 @@ Packed pack_targets(const ResampleTarget* targets, int num_targets, const double
                        (first.device == Device::CPU || (t.in.device_index == first.device_index &&
                                                         t.out.device_index == first.device_index)),
                    name + ": every tensor must be on one device");
-    VOXAUG_EXPECTS(t.mode == Interp::Nearest || t.mode == Interp::Linear || t.mode == Interp::Cubic,
-                   name + ": mode must be nearest, linear or cubic");
-    VOXAUG_EXPECTS(static_cast<int>(t.padding) >= 0 && static_cast<int>(t.padding) <= 3,
-                   name + ": unknown padding mode");
+    VOXAUG_EXPECTS(
+        t.mode == Interp::Nearest || t.mode == Interp::Linear || is_spline(t.mode),
+        name + ": mode must be nearest, linear, cubic, quadratic, quartic or quintic, got " +
+            std::to_string(static_cast<int>(t.mode)));
+    VOXAUG_EXPECTS(static_cast<int>(t.padding) >= 0 && static_cast<int>(t.padding) <= 4,
+                   name + ": unknown padding mode " + std::to_string(static_cast<int>(t.padding)));
     VOXAUG_EXPECTS(std::isfinite(t.pad_value), name + ": pad_value must be finite");
-    if (t.padding == Padding::Constant && !is_floating(t.out.dtype)) {
+    if (pads_with_value(t.padding) && !is_floating(t.out.dtype)) {
       // The value an integer output can hold (torch's fill refuses the others); converting one
       // out of range is undefined, and the host and the device would store different values.
       const double lo = t.out.dtype == DType::UInt8   ? 0.0
@@ -99,15 +101,17 @@ Packed pack_targets(const ResampleTarget* targets, int num_targets, const double
     }
     if (t.mode != Interp::Nearest) {
       VOXAUG_EXPECTS(is_floating(t.in.dtype) && is_floating(t.out.dtype),
-                     name + ": " + (t.mode == Interp::Linear ? "linear" : "cubic") +
+                     name + ": " + (t.mode == Interp::Linear ? "linear" : "B-spline") +
                          " interpolation needs floating tensors (labels use nearest), got " +
                          dtype_name(t.in.dtype) + " -> " + dtype_name(t.out.dtype));
       pk.use_double =
           pk.use_double || t.in.dtype == DType::Float64 || t.out.dtype == DType::Float64;
     }
-    if (t.mode == Interp::Cubic) {
+    if (is_spline(t.mode)) {
       VOXAUG_EXPECTS(t.coeff.data != nullptr || t.in.numel() == 0,
-                     name + ": cubic needs the coefficients from bspline_prefilter (coeff)");
+                     name + ": B-spline interpolation (order " +
+                         std::to_string(spline_order(t.mode)) +
+                         ") needs the coefficients from bspline_prefilter (coeff)");
       VOXAUG_EXPECTS(t.coeff.dtype == DType::Float32 || t.coeff.dtype == DType::Float64,
                      name + ": coeff must be float32 or float64");
       for (int a = 0; a < 5; ++a)
@@ -308,8 +312,11 @@ void resample_deformed(const ResampleTarget* targets, int num_targets, const dou
 
 void resample_backward_input(const ResampleTarget& target, const double* matrices,
                              bool align_corners, void* grad_in, cudaStream_t stream) {
-  VOXAUG_EXPECTS(target.mode != Interp::Cubic,
-                 "resample_backward_input: cubic interpolation has no gradient (use linear)");
+  VOXAUG_EXPECTS(!is_spline(target.mode),
+                 "resample_backward_input: cubic interpolation has no gradient (use linear; "
+                 "no B-spline order has one)");
+  VOXAUG_EXPECTS(target.padding != Padding::Cutoff,
+                 "resample_backward_input: Cutoff padding (scipy's 'constant') has no gradient");
   VOXAUG_EXPECTS(target.group == 1, "resample_backward_input: group must be 1");
   VOXAUG_EXPECTS(target.post == nullptr && target.num_post == 0,
                  "resample_backward_input: post steps are forward only");
@@ -339,8 +346,12 @@ void resample_backward_matrix(const ResampleTarget* targets, int num_targets,
                               const double* matrices, bool align_corners, double* grad_matrices,
                               cudaStream_t stream) {
   for (int k = 0; k < num_targets; ++k)
-    VOXAUG_EXPECTS(targets[k].mode != Interp::Cubic,
-                   "resample_backward_matrix: cubic interpolation has no gradient (use linear)");
+    VOXAUG_EXPECTS(!is_spline(targets[k].mode),
+                   "resample_backward_matrix: cubic interpolation has no gradient (use linear; "
+                   "no B-spline order has one)");
+  for (int k = 0; k < num_targets; ++k)
+    VOXAUG_EXPECTS(targets[k].padding != Padding::Cutoff,
+                   "resample_backward_matrix: Cutoff padding (scipy's 'constant') has no gradient");
   for (int k = 0; k < num_targets; ++k)
     VOXAUG_EXPECTS(targets[k].group == 1, "resample_backward_matrix: group must be 1");
   for (int k = 0; k < num_targets && targets != nullptr; ++k)
@@ -369,27 +380,35 @@ void resample_backward_matrix(const ResampleTarget* targets, int num_targets,
 }
 
 namespace {
-// detail::bspline_filter_line on `count` lines at once: line j starts at c + j (the lanes are
-// contiguous), its elements `stride` apart. Every line sees exactly bspline_filter_line's
-// operations in its order (the same bits as the device's per-line filter), but the lanes
-// vectorise and each row of lanes is one cache-friendly stretch, where filtering the D and H
-// lines one by one touched one cache line per element.
+// One pole of detail::bspline_filter_line (bspline_pole_pass) on `count` lines at once: line j
+// starts at c + j (the lanes are contiguous), its elements `stride` apart. Every line sees
+// exactly bspline_pole_pass's operations in its order (the same bits as the device's per-line
+// filter), but the lanes vectorise and each row of lanes is one cache-friendly stretch, where
+// filtering the D and H lines one by one touched one cache line per element.
 template <class T>
-void bspline_filter_lanes(T* c, int64_t n, int64_t stride, int64_t count, T* sum) {
+void bspline_pole_lanes(T* c, int64_t n, int64_t stride, int64_t count, T* sum, T* tail,
+                        const detail::BSplinePole& pole, const detail::BSplineLineEnds& ends) {
   using detail::fadd;
   using detail::fdiv;
   using detail::fmul;
   using detail::fsub;
-  if (n < 2) return;
-  const T z = static_cast<T>(-0.267949192431122706472553658494127633);  // sqrt(3) - 2
-  const T gain = T(6);
-  for (int64_t k = 0; k < n; ++k) {
-    T* r = c + k * stride;
-    for (int64_t j = 0; j < count; ++j) r[j] = fmul(r[j], gain);
-  }
-  const int64_t horizon = sizeof(T) == 4 ? 13 : 28;
+  const T z = static_cast<T>(pole.z);
+  const int64_t horizon = sizeof(T) == 4 ? pole.horizon_f : pole.horizon_d;
   for (int64_t j = 0; j < count; ++j) sum[j] = c[j];
-  if (horizon < n) {
+  const bool extend = ends.kind != detail::BSplineEnds::Mirror;
+  if (extend) {
+    for (int64_t j = 0; j < count; ++j) tail[j] = T(0);
+    T zk = z;
+    for (int64_t k = 1; k < horizon; ++k) {
+      const T* r = c + detail::bspline_end_index(-k, n, ends) * stride;
+      const T* q = c + detail::bspline_end_index(n - 1 + k, n, ends) * stride;
+      for (int64_t j = 0; j < count; ++j) {
+        sum[j] = fadd(sum[j], fmul(zk, r[j]));
+        tail[j] = fadd(tail[j], fmul(zk, q[j]));
+      }
+      zk = fmul(zk, z);
+    }
+  } else if (horizon < n) {
     T zk = z;
     for (int64_t k = 1; k < horizon; ++k) {
       const T* r = c + k * stride;
@@ -398,7 +417,7 @@ void bspline_filter_lanes(T* c, int64_t n, int64_t stride, int64_t count, T* sum
     }
   } else {
     T zk = z;
-    // z^(n - 1) by repeated products in double, as bspline_filter_line (the device's and the W
+    // z^(n - 1) by repeated products in double, as bspline_pole_pass (the device's and the W
     // axis's): pow's last bit is the library's.
     double zd = 1.0;
     for (int64_t k = 1; k < n; ++k) zd = fmul(zd, static_cast<double>(z));
@@ -427,7 +446,11 @@ void bspline_filter_lanes(T* c, int64_t n, int64_t stride, int64_t count, T* sum
   {
     T* r = c + (n - 1) * stride;
     const T* p = r - stride;
-    for (int64_t j = 0; j < count; ++j) r[j] = fmul(a, fadd(r[j], fmul(z, p[j])));
+    if (extend) {
+      for (int64_t j = 0; j < count; ++j) r[j] = fmul(a, fadd(r[j], tail[j]));
+    } else {
+      for (int64_t j = 0; j < count; ++j) r[j] = fmul(a, fadd(r[j], fmul(z, p[j])));
+    }
   }
   for (int64_t k = n - 2; k >= 0; --k) {
     T* r = c + k * stride;
@@ -436,14 +459,31 @@ void bspline_filter_lanes(T* c, int64_t n, int64_t stride, int64_t count, T* sum
   }
 }
 
+// detail::bspline_filter_line (order 2..5) on `count` lines at once, as above; `sum` and
+// `tail` hold `count` elements each.
+template <class T>
+void bspline_filter_lanes(T* c, int64_t n, int64_t stride, int64_t count, T* sum, T* tail,
+                          int order, const detail::BSplineLineEnds& ends) {
+  if (n < 2) return;
+  const detail::BSplineFilter flt = detail::bspline_filter_of(order);
+  const T gain = static_cast<T>(flt.gain);
+  for (int64_t k = 0; k < n; ++k) {
+    T* r = c + k * stride;
+    for (int64_t j = 0; j < count; ++j) r[j] = detail::fmul(r[j], gain);
+  }
+  for (int q = 0; q < flt.num_poles; ++q)
+    bspline_pole_lanes(c, n, stride, count, sum, tail, flt.pole[q], ends);
+}
+
 template <class T>
 void prefilter_cpu(const VolumeView& in, const VolumeView& coeff, Padding padding, double pad_value,
-                   bool align_corners) {
+                   bool align_corners, int order) {
   T* out = static_cast<T*>(coeff.data);
   const int64_t P = kBSplinePad;
   const int64_t N = in.shape[0], C = in.shape[1];
   const int64_t S[3] = {in.shape[2], in.shape[3], in.shape[4]};
   const int64_t Q[3] = {S[0] + 2 * P, S[1] + 2 * P, S[2] + 2 * P};
+  const detail::BSplineLineEnds ends = detail::bspline_line_ends(padding, align_corners);
   // 1. The padded copy, by the padding's extension rule.
 #pragma omp parallel for schedule(static)
   for (int64_t ncd = 0; ncd < N * C * Q[0]; ++ncd) {
@@ -470,20 +510,21 @@ void prefilter_cpu(const VolumeView& in, const VolumeView& coeff, Padding paddin
     const int64_t lines = N * C * Q[0] * Q[1];
 #pragma omp parallel for schedule(static)
     for (int64_t l = 0; l < lines; ++l)
-      detail::bspline_filter_line(out + l * coeff.strides[3], Q[2], coeff.strides[4]);
+      detail::bspline_filter_line(out + l * coeff.strides[3], Q[2], coeff.strides[4], order, ends);
   }
   for (int axis = 1; axis >= 0; --axis) {
     const int other = axis == 1 ? 0 : 1;  // the axis the tasks run over
     const int64_t tasks = N * C * Q[other];
 #pragma omp parallel
     {
-      std::vector<T> sum(static_cast<size_t>(Q[2]));
+      std::vector<T> sum(static_cast<size_t>(2 * Q[2]));
 #pragma omp for schedule(static)
       for (int64_t t = 0; t < tasks; ++t) {
         const int64_t nc = t / Q[other], i = t % Q[other];
         T* base = out + (nc / C) * coeff.strides[0] + (nc % C) * coeff.strides[1] +
                   i * coeff.strides[other + 2];
-        bspline_filter_lanes(base, Q[axis], coeff.strides[axis + 2], Q[2], sum.data());
+        bspline_filter_lanes(base, Q[axis], coeff.strides[axis + 2], Q[2], sum.data(),
+                             sum.data() + Q[2], order, ends);
       }
     }
   }
@@ -491,7 +532,16 @@ void prefilter_cpu(const VolumeView& in, const VolumeView& coeff, Padding paddin
 }  // namespace
 
 void bspline_prefilter(const VolumeView& in, const VolumeView& coeff, Padding padding,
-                       double pad_value, bool align_corners, cudaStream_t stream) {
+                       double pad_value, bool align_corners, int order, cudaStream_t stream) {
+  VOXAUG_EXPECTS(order >= 2 && order <= 5,
+                 "bspline_prefilter: order must be 2, 3, 4 or 5, got " + std::to_string(order));
+  VOXAUG_EXPECTS(
+      static_cast<int>(padding) >= 0 && static_cast<int>(padding) <= 4,
+      "bspline_prefilter: unknown padding mode " + std::to_string(static_cast<int>(padding)));
+  if (padding == Padding::Cutoff) {  // scipy's 'constant': the coefficients of the mirror
+    padding = Padding::Reflection;
+    align_corners = true;
+  }
   VOXAUG_EXPECTS(
       is_floating(in.dtype),
       std::string("bspline_prefilter: input must be floating, got ") + dtype_name(in.dtype));
@@ -514,13 +564,13 @@ void bspline_prefilter(const VolumeView& in, const VolumeView& coeff, Padding pa
   const double pad = padding == Padding::Constant ? pad_value : 0.0;
   if (in.device == Device::CPU) {
     if (coeff.dtype == DType::Float64)
-      prefilter_cpu<double>(in, coeff, padding, pad, align_corners);
+      prefilter_cpu<double>(in, coeff, padding, pad, align_corners, order);
     else
-      prefilter_cpu<float>(in, coeff, padding, pad, align_corners);
+      prefilter_cpu<float>(in, coeff, padding, pad, align_corners, order);
     return;
   }
 #if VOXAUG_WITH_CUDA
-  detail::bspline_prefilter_cuda(in, coeff, padding, pad, align_corners, stream);
+  detail::bspline_prefilter_cuda(in, coeff, padding, pad, align_corners, order, stream);
 #else
   (void)stream;
   no_cuda();

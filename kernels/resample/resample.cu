@@ -130,7 +130,7 @@ void resample_backward_matrix_cuda(const ResampleParams& p, int64_t batch, bool 
 
 }  // namespace voxaug::detail
 
-// ---- cubic B-spline prefilter ----
+// ---- B-spline prefilter (orders 2..5) ----
 namespace voxaug::detail {
 namespace {
 
@@ -165,24 +165,26 @@ __global__ void __launch_bounds__(256)
 template <class T>
 __global__ void __launch_bounds__(128)
     bspline_line_kernel(T* data, int64_t lines, int64_t len, int64_t stride, int64_t inner,
-                        int64_t inner_stride, int64_t outer_stride) {
+                        int64_t inner_stride, int64_t outer_stride, int order,
+                        BSplineLineEnds ends) {
   for (int64_t l = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; l < lines;
        l += int64_t(gridDim.x) * blockDim.x) {
     // Lines are indexed (outer, inner); consecutive threads take consecutive inner indices.
     const int64_t o = l / inner, i = l % inner;
-    bspline_filter_line(data + o * outer_stride + i * inner_stride, len, stride);
+    bspline_filter_line(data + o * outer_stride + i * inner_stride, len, stride, order, ends);
   }
 }
 
 }  // namespace
 
 void bspline_prefilter_cuda(const VolumeView& in, const VolumeView& coeff, Padding padding,
-                            double pad_value, bool align_corners, cudaStream_t stream) {
+                            double pad_value, bool align_corners, int order, cudaStream_t stream) {
   CudaDeviceGuard guard(in.device_index);
   const int64_t total = coeff.numel();
   const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 65535));
   const int64_t Q[3] = {coeff.shape[2], coeff.shape[3], coeff.shape[4]};
   const int64_t NC = coeff.shape[0] * coeff.shape[1];
+  const BSplineLineEnds ends = bspline_line_ends(padding, align_corners);
   auto run = [&](auto tag) {
     using T = decltype(tag);
     T* data = static_cast<T*>(coeff.data);
@@ -202,7 +204,7 @@ void bspline_prefilter_cuda(const VolumeView& in, const VolumeView& coeff, Paddi
       const int64_t lines = ps.inner * ps.outer;
       const int lb = static_cast<int>(std::min<int64_t>((lines + 127) / 128, 65535));
       bspline_line_kernel<T><<<lb, 128, 0, stream>>>(data, lines, ps.len, ps.stride, ps.inner,
-                                                     ps.inner_stride, ps.outer_stride);
+                                                     ps.inner_stride, ps.outer_stride, order, ends);
       VOXAUG_CUDA_CHECK_LAUNCH();
     }
   };

@@ -365,7 +365,7 @@ VOXAUG_FORCEINLINE void linear_row(const ResampleParams& p, const KTarget& t,
   }
   const T* in = static_cast<const T*>(t.in);
   T* out = static_cast<T*>(t.out);
-  const Acc fill = pad == Padding::Constant ? static_cast<Acc>(t.pad_value) : Acc(0);
+  const Acc fill = pads_with_value(pad) ? static_cast<Acc>(t.pad_value) : Acc(0);
   const int64_t out_base = n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3];
   for (int64_t c = 0; c < t.channels; ++c) {
     const T* src = in + t.in_sample(n) * t.in_stride[0] + c * t.in_stride[1];
@@ -412,7 +412,10 @@ template <class Acc>
 VOXAUG_FORCEINLINE bool linear_row_dispatch(const ResampleParams& p, const KTarget& t,
                                             const RowCoords<Acc>& rc, int64_t n, int64_t od,
                                             int64_t oh, int64_t ow0, int cnt) {
-  if (static_cast<Interp>(t.mode) != Interp::Linear || t.in_dtype != t.out_dtype) return false;
+  // Cutoff (scipy's 'constant') takes the per-voxel path.
+  if (static_cast<Interp>(t.mode) != Interp::Linear || t.in_dtype != t.out_dtype ||
+      static_cast<Padding>(t.padding) == Padding::Cutoff)
+    return false;
   // 32-bit offsets within one (n, c) volume.
   int64_t span = 1;
   for (int a = 0; a < 3; ++a)
@@ -502,7 +505,7 @@ VOXAUG_FORCEINLINE void nearest_row(const ResampleParams& p, const KTarget& t,
     for (int j = 0; j < cnt; ++j) off[j] = valid[j] ? int64_t(off32[j]) : int64_t(-1);
   else
     for (int j = 0; j < cnt; ++j) off[j] = valid[j] ? off[j] : int64_t(-1);
-  const double fill = pad == Padding::Constant ? t.pad_value : 0.0;
+  const double fill = pads_with_value(pad) ? t.pad_value : 0.0;
   const int64_t out_base = n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3];
   for (int64_t c = 0; c < t.channels; ++c) {
     const int64_t src0 = t.in_sample(n) * t.in_stride[0] + c * t.in_stride[1];
@@ -902,7 +905,7 @@ VOXAUG_FORCEINLINE void exact_row_int(const ResampleParams& p, const KTarget& t,
                                       int64_t od, int64_t oh, int64_t ow0, int64_t cnt) {
   const Padding pad = static_cast<Padding>(t.padding);
   const bool nearest = static_cast<Interp>(t.mode) == Interp::Nearest;
-  const double fill = pad == Padding::Constant ? t.pad_value : 0.0;
+  const double fill = pads_with_value(pad) ? t.pad_value : 0.0;
   const int64_t out_base = n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3];
   // The j range where every raw index is inside (no padding rule applies): each index moves
   // by step in {-1, 0, 1} per j, so the range is an interval.
@@ -1236,7 +1239,8 @@ VOXAUG_FORCEINLINE void resample_items(const ResampleForward<Acc>& f,
           row_coords_deformed(f.p.field, st.m, n, od, oh, ow, cnt, rc, taps);
         have_coords = true;
       }
-      if (!st.exact && static_cast<Interp>(t.mode) == Interp::Nearest) {
+      if (!st.exact && static_cast<Interp>(t.mode) == Interp::Nearest &&
+          static_cast<Padding>(t.padding) != Padding::Cutoff) {
         nearest_row(f.p, t, rc, n, od, oh, ow, cnt);
         continue;
       }

@@ -110,21 +110,39 @@ rand_gaussian_noise = torch.ops.voxaug.rand_gaussian_noise
 rand_gaussian_noise_ = _in_place(torch.ops.voxaug.rand_gaussian_noise_)
 
 # ---------------- spatial family ----------------
-NEAREST, LINEAR, CUBIC = 0, 1, 2
-PADDING = {"zeros": 0, "border": 1, "reflection": 2, "constant": 3}
+NEAREST, LINEAR, CUBIC, QUADRATIC, QUARTIC, QUINTIC = 0, 1, 2, 3, 4, 5
+# The B-splines by name: cubic is order 3, quadratic / quartic / quintic orders 2 / 4 / 5
+# (scipy's map_coordinates orders, prefiltered so that they interpolate).
+MODES = {"nearest": NEAREST, "linear": LINEAR, "cubic": CUBIC, "quadratic": QUADRATIC, "quartic": QUARTIC,
+         "quintic": QUINTIC}
+# "cutoff" is scipy's 'constant' (MONAI's 'zeros' with its integer spline modes): the pad value
+# wherever the coordinate is outside [0, S-1], no blending; the spline taps read the mirror.
+PADDING = {"zeros": 0, "border": 1, "reflection": 2, "constant": 3, "cutoff": 4}
+
+
+def _modes_paddings(inputs, modes, paddings, pad_values):
+    """Mode and padding names -> the ops' codes (ints pass through; the op checks them)."""
+    def code(table, v, what):
+        if isinstance(v, int):
+            return v
+        if v not in table:
+            raise ValueError(f"{what} must be one of {sorted(table)} or its code, got {v!r}")
+        return table[v]
+    modes = [code(MODES, m, "mode") for m in modes]
+    paddings = [code(PADDING, p, "padding") for p in paddings]
+    pad_values = [0.0] * len(inputs) if pad_values is None else [float(v) for v in pad_values]
+    return modes, paddings, pad_values
 
 
 def resample(inputs, matrices: torch.Tensor, out_size, modes, paddings, pad_values=None,
              align_corners: bool = False):
     """Resamples each (N, C, D, H, W) tensor of `inputs` through the per-sample (N, 3, 4)
     `matrices` (output voxel index -> input voxel index) onto an `out_size` grid, all in one
-    launch. `modes`: "nearest" / "linear" / "cubic" (or 0 / 1 / 2) per input; `paddings`: "zeros",
-    "border", "reflection" or "constant" per input."""
+    launch. `modes`: "nearest" / "linear" / "cubic" (or 0 / 1 / 2) per input, or the B-splines of
+    order 2 / 4 / 5, "quadratic" / "quartic" / "quintic" (3 / 4 / 5); `paddings`: "zeros",
+    "border", "reflection", "constant" or "cutoff" (scipy's 'constant') per input."""
     inputs = list(inputs)
-    modes = [m if isinstance(m, int) else {"nearest": NEAREST, "linear": LINEAR, "cubic": CUBIC}[m]
-             for m in modes]
-    paddings = [p if isinstance(p, int) else PADDING[p] for p in paddings]
-    pad_values = [0.0] * len(inputs) if pad_values is None else [float(v) for v in pad_values]
+    modes, paddings, pad_values = _modes_paddings(inputs, modes, paddings, pad_values)
     return torch.ops.voxaug.resample(inputs, matrices, list(out_size), modes, paddings, pad_values,
                                      align_corners)
 
@@ -160,10 +178,7 @@ def resample_patches(inputs, matrices: torch.Tensor, starts: torch.Tensor, out_s
     stored: the bytes of ``pointwise_chain_(patches, post_steps, post_first_sample)`` after the
     gather, without a second pass over memory."""
     inputs = list(inputs)
-    modes = [m if isinstance(m, int) else {"nearest": NEAREST, "linear": LINEAR, "cubic": CUBIC}[m]
-             for m in modes]
-    paddings = [p if isinstance(p, int) else PADDING[p] for p in paddings]
-    pad_values = [0.0] * len(inputs) if pad_values is None else [float(v) for v in pad_values]
+    modes, paddings, pad_values = _modes_paddings(inputs, modes, paddings, pad_values)
     if not post_steps:
         return torch.ops.voxaug.resample_patches(inputs, matrices, starts, list(out_size), modes, paddings,
                                                  pad_values, align_corners)
@@ -184,14 +199,6 @@ def foreground_bbox(image: torch.Tensor, threshold: float = 0.0, channel_indices
 
 # ---------------- deform family ----------------
 BSPLINE_FIELD, DENSE_FIELD, SEPARABLE_FIELD = 1, 2, 3
-
-
-def _modes_paddings(inputs, modes, paddings, pad_values):
-    modes = [m if isinstance(m, int) else {"nearest": NEAREST, "linear": LINEAR, "cubic": CUBIC}[m]
-             for m in modes]
-    paddings = [p if isinstance(p, int) else PADDING[p] for p in paddings]
-    pad_values = [0.0] * len(inputs) if pad_values is None else [float(v) for v in pad_values]
-    return modes, paddings, pad_values
 
 
 def resample_deformed(inputs, matrices: torch.Tensor, field: torch.Tensor, field_kind: int, out_size, modes,

@@ -87,9 +87,18 @@ Differences from MONAI, by design:
   :class:`voxaug.transforms.Compose` instead: consecutive spatial transforms, a following
   SpatialCrop / CenterSpatialCrop included, are multiplied into one map and gathered once
   (see :func:`compose_spatial` and the "lazy composition" notes at the end of this module).
-- Not supported yet (NotImplementedError): interpolate's ``bicubic`` (Resize, Zoom), MONAI's
-  integer spline orders other than 0, 1 and 3, Affine ``normalized=True`` with an integer spline
-  order (MONAI's scipy backend reads the matrix differently there; with 'nearest', 'bilinear'
+- MONAI's integer modes are spline orders (its scipy map_coordinates backend): 0 nearest,
+  1 linear, 3 voxaug's cubic B-spline, and 2 / 4 / 5 the prefiltered B-splines of those orders
+  (scipy's, ``ops.resample`` modes "quadratic" / "quartic" / "quintic"), for the grid transforms
+  (Spacing, Affine, RandAffine, Rotate, RandRotate, and the deformations) on floating images.
+  MONAI hands these to scipy with padding 'zeros' -> scipy's 'constant' (0 outside [0, S-1], no
+  blending: voxaug's "cutoff" padding, also for orders 0 and 1), 'border' -> 'nearest',
+  'reflection' -> 'reflect'; voxaug follows each (float64: within 1e-9 of scipy, and of the exact
+  interpolant where scipy's 'reflect' truncates its boundary sums on short axes). MONAI reads
+  'reflection' as scipy's 'reflect' whatever align_corners says; voxaug's reflection bounds follow
+  align_corners ('mirror' when True) as for grid_sample.
+- Not supported yet (NotImplementedError): interpolate's ``bicubic`` (Resize, Zoom),
+  Affine ``normalized=True`` with an integer spline order (MONAI's scipy backend reads the matrix differently there; with 'nearest', 'bilinear'
   and 'bicubic' it follows MONAI's grid_sample reading). Size-1 axes with
   ``align_corners=True`` in Rotate: MONAI's normalisation degenerates there; voxaug keeps the
   plain index map.
@@ -381,15 +390,15 @@ def _grid_mode(mode: Any) -> str:
     m = _name(mode)
     if isinstance(m, (int, np.integer)) and not isinstance(m, bool):
         # MONAI's integer modes are spline orders (its scipy map_coordinates backend).
-        if int(m) in (0, 1, 3):
-            return {0: "nearest", 1: "linear", 3: "cubic"}[int(m)]
-        raise NotImplementedError(f"mode={m}: voxaug has spline orders 0, 1 and 3 (cubic B-spline); got {m}")
+        if 0 <= int(m) <= 5:
+            return ("nearest", "linear", "quadratic", "cubic", "quartic", "quintic")[int(m)]
+        raise ValueError(f"mode={m}: spline orders are 0 to 5 (MONAI's SplineMode), got {m}")
     if m == "bicubic":
         # torch's grid_sample has no 3-D bicubic; voxaug's cubic is the interpolating B-spline
         # (scipy map_coordinates order 3, prefiltered).
         return "cubic"
     if m not in _GRID_MODES:
-        raise ValueError(f"mode must be 'bilinear', 'nearest', 'bicubic' or 0 / 1 / 3, got {mode!r}")
+        raise ValueError(f"mode must be 'bilinear', 'nearest', 'bicubic' or a spline order 0 to 5, got {mode!r}")
     return _GRID_MODES[m]
 
 
@@ -1222,8 +1231,13 @@ class RandRotate90(_RandomSpatial):
 
 # ---------------- Affine / RandAffine ----------------
 def _grid_opts(mode, padding_mode, align_corners) -> _Opts:
-    kmode = _grid_mode(mode)
-    return _Opts(kmode, kmode, _grid_padding(padding_mode), bool(align_corners))
+    kmode, padding = _grid_mode(mode), _grid_padding(padding_mode)
+    m = _name(mode)
+    if padding == "zeros" and isinstance(m, (int, np.integer)) and not isinstance(m, bool):
+        # MONAI's integer modes run scipy's map_coordinates, where 'zeros' is its 'constant':
+        # 0 outside [0, S-1], no blending, the mirror inside (ops.resample's "cutoff").
+        padding = "cutoff"
+    return _Opts(kmode, kmode, padding, bool(align_corners))
 
 
 class Affine(_Spatial):

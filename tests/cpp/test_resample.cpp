@@ -464,6 +464,7 @@ TEST(ResampleCpu, BackwardInputIsTheAdjointOfForward) {
 }
 
 #if VOXAUG_WITH_CUDA
+// Every B-spline order and padding: the device prefilter and gather equal the host's.
 TEST(ResampleCuda, CubicTwinBitIdentical) {
   if (cuda_device_count() == 0)
     GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
@@ -482,33 +483,35 @@ TEST(ResampleCuda, CubicTwinBitIdentical) {
   ASSERT_EQ(cudaMalloc(&dout, ov.numel() * 4), cudaSuccess);
   cudaMemcpy(dimg, img.data(), img.size() * 4, cudaMemcpyHostToDevice);
   cudaMemcpy(dm, m.data(), m.size() * 8, cudaMemcpyHostToDevice);
-  for (Padding pad : {Padding::Zeros, Padding::Border, Padding::Reflection, Padding::Constant}) {
-    for (bool ac : {false, true}) {
-      std::vector<float> coeff(cv.numel()), out(ov.numel()), gcoeff(cv.numel()), gout(ov.numel());
-      ResampleTarget h{view(img.data(), DType::Float32, iv),
-                       view(out.data(), DType::Float32, ov),
-                       Interp::Cubic,
-                       pad,
-                       0.25,
-                       view(coeff.data(), DType::Float32, cv)};
-      ResampleTarget g{view(dimg, DType::Float32, iv, Device::CUDA),
-                       view(dout, DType::Float32, ov, Device::CUDA),
-                       Interp::Cubic,
-                       pad,
-                       0.25,
-                       view(dcoeff, DType::Float32, cv, Device::CUDA)};
-      bspline_prefilter(h.in, h.coeff, pad, 0.25, ac);
-      bspline_prefilter(g.in, g.coeff, pad, 0.25, ac);
-      resample(&h, 1, m.data(), ac);
-      resample(&g, 1, static_cast<const double*>(dm), ac);
-      ASSERT_EQ(cudaMemcpy(gcoeff.data(), dcoeff, gcoeff.size() * 4, cudaMemcpyDeviceToHost),
-                cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(gout.data(), dout, gout.size() * 4, cudaMemcpyDeviceToHost),
-                cudaSuccess);
-      EXPECT_EQ(0, std::memcmp(coeff.data(), gcoeff.data(), coeff.size() * 4));
-      EXPECT_EQ(0, std::memcmp(out.data(), gout.data(), out.size() * 4));
+  for (Interp mode : {Interp::Cubic, Interp::Quadratic, Interp::Quartic, Interp::Quintic})
+    for (Padding pad : {Padding::Zeros, Padding::Border, Padding::Reflection, Padding::Constant,
+                        Padding::Cutoff}) {
+      for (bool ac : {false, true}) {
+        std::vector<float> coeff(cv.numel()), out(ov.numel()), gcoeff(cv.numel()), gout(ov.numel());
+        ResampleTarget h{view(img.data(), DType::Float32, iv),
+                         view(out.data(), DType::Float32, ov),
+                         mode,
+                         pad,
+                         0.25,
+                         view(coeff.data(), DType::Float32, cv)};
+        ResampleTarget g{view(dimg, DType::Float32, iv, Device::CUDA),
+                         view(dout, DType::Float32, ov, Device::CUDA),
+                         mode,
+                         pad,
+                         0.25,
+                         view(dcoeff, DType::Float32, cv, Device::CUDA)};
+        bspline_prefilter(h.in, h.coeff, pad, 0.25, ac, spline_order(mode));
+        bspline_prefilter(g.in, g.coeff, pad, 0.25, ac, spline_order(mode));
+        resample(&h, 1, m.data(), ac);
+        resample(&g, 1, static_cast<const double*>(dm), ac);
+        ASSERT_EQ(cudaMemcpy(gcoeff.data(), dcoeff, gcoeff.size() * 4, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(gout.data(), dout, gout.size() * 4, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        EXPECT_EQ(0, std::memcmp(coeff.data(), gcoeff.data(), coeff.size() * 4));
+        EXPECT_EQ(0, std::memcmp(out.data(), gout.data(), out.size() * 4));
+      }
     }
-  }
   cudaFree(dimg);
   cudaFree(dm);
   cudaFree(dcoeff);
@@ -603,8 +606,8 @@ TEST(ResampleCpu, RowPathEqualsPerVoxelDeviceBody) {
   for (const auto* m : maps)
     for (bool deformed : {false, true})
       for (Interp mode : {Interp::Linear, Interp::Nearest})
-        for (Padding pad :
-             {Padding::Zeros, Padding::Border, Padding::Reflection, Padding::Constant}) {
+        for (Padding pad : {Padding::Zeros, Padding::Border, Padding::Reflection, Padding::Constant,
+                            Padding::Cutoff}) {
           for (bool ac : {false, true}) {
             std::vector<float> row(ov.numel());
             ResampleTarget t{view(img.data(), DType::Float32, iv),
@@ -636,7 +639,8 @@ TEST(ResampleCpu, ExactRowPathEqualsPerVoxelDeviceBody) {
   // identity with a translation.
   const std::vector<double> m = {-1, 0, 0, 8,  0, 0, 1, -2, 0, 1, 0, 3,
                                  1,  0, 0, -1, 0, 1, 0, 2,  0, 0, 1, -4};
-  for (Padding pad : {Padding::Zeros, Padding::Border, Padding::Reflection, Padding::Constant}) {
+  for (Padding pad :
+       {Padding::Zeros, Padding::Border, Padding::Reflection, Padding::Constant, Padding::Cutoff}) {
     for (bool ac : {false, true}) {
       for (Interp mode : {Interp::Linear, Interp::Nearest}) {
         std::vector<float> row(ov.numel());
@@ -979,6 +983,75 @@ class GuardedBuffer {
   size_t guard_ = 0, body_ = 0, total_ = 0;
 };
 }  // namespace
+
+// bspline_prefilter of every order (2..5) and padding, float64: the coefficients convolved with
+// the B-spline sampled at the integers (the closed-form kernels (1, 6, 1) / 8, (1, 4, 1) / 6,
+// (1, 76, 230, 76, 1) / 384, (1, 26, 66, 26, 1) / 120) give the padded input back along every
+// axis, away from the padded ends (there, each pass's boundary rule decides). The volume is
+// anisotropic so that the W lines (one line at a time) and the H / D lines (lanes) all run.
+TEST(ResampleCpu, BSplinePrefilterInvertsTheSampledBSpline) {
+  const Vol iv{1, 1, 9, 7, 11};
+  const int64_t P = kBSplinePad;
+  const Vol cv{1, 1, 9 + 2 * P, 7 + 2 * P, 11 + 2 * P};
+  std::mt19937 rng(61);
+  std::normal_distribution<double> nd;
+  std::vector<double> x(iv.numel());
+  for (auto& v : x) v = nd(rng);
+  const std::vector<std::vector<double>> kernels = {
+      {1.0 / 8, 6.0 / 8, 1.0 / 8},
+      {1.0 / 6, 4.0 / 6, 1.0 / 6},
+      {1.0 / 384, 76.0 / 384, 230.0 / 384, 76.0 / 384, 1.0 / 384},
+      {1.0 / 120, 26.0 / 120, 66.0 / 120, 26.0 / 120, 1.0 / 120}};
+  const int64_t Q[3] = {cv.d, cv.h, cv.w};
+  for (int order = 2; order <= 5; ++order) {
+    const std::vector<double>& ker = kernels[order - 2];
+    const int64_t half = static_cast<int64_t>(ker.size()) / 2;
+    for (Padding pad : {Padding::Zeros, Padding::Border, Padding::Reflection, Padding::Constant,
+                        Padding::Cutoff}) {
+      for (bool ac : {false, true}) {
+        std::vector<double> coeff(cv.numel());
+        bspline_prefilter(view(x.data(), DType::Float64, iv),
+                          view(coeff.data(), DType::Float64, cv), pad, 0.5, ac, order);
+        // Convolve along each axis in turn; what comes back is the padded copy of x.
+        std::vector<double> cur = coeff;
+        const int64_t stride[3] = {Q[1] * Q[2], Q[2], 1};
+        for (int a = 0; a < 3; ++a) {
+          std::vector<double> next(cur.size(), 0.0);
+          for (int64_t d = 0; d < Q[0]; ++d)
+            for (int64_t h = 0; h < Q[1]; ++h)
+              for (int64_t w = 0; w < Q[2]; ++w) {
+                const int64_t pos[3] = {d, h, w};
+                if (pos[a] < half || pos[a] >= Q[a] - half) continue;
+                const int64_t o = d * stride[0] + h * stride[1] + w;
+                double acc = 0.0;
+                for (int64_t j = -half; j <= half; ++j)
+                  acc += ker[j + half] * cur[o + j * stride[a]];
+                next[o] = acc;
+              }
+          cur.swap(next);
+        }
+        // Compare the input's own voxels and 3 pad voxels around them (Cutoff: the coefficients
+        // of the whole-sample mirror).
+        const Padding ext = pad == Padding::Cutoff ? Padding::Reflection : pad;
+        const bool ext_ac = pad == Padding::Cutoff ? true : ac;
+        double worst = 0.0;
+        for (int64_t d = P - 3; d < P + iv.d + 3; ++d)
+          for (int64_t h = P - 3; h < P + iv.h + 3; ++h)
+            for (int64_t w = P - 3; w < P + iv.w + 3; ++w) {
+              const int64_t sd = detail::extend_index(d - P, iv.d, ext, ext_ac);
+              const int64_t sh = detail::extend_index(h - P, iv.h, ext, ext_ac);
+              const int64_t sw = detail::extend_index(w - P, iv.w, ext, ext_ac);
+              const double want = (sd < 0 || sh < 0 || sw < 0)
+                                      ? (pad == Padding::Constant ? 0.5 : 0.0)
+                                      : x[(sd * iv.h + sh) * iv.w + sw];
+              worst = std::max(worst, std::fabs(cur[(d * Q[1] + h) * Q[2] + w] - want));
+            }
+        EXPECT_LT(worst, 1e-11) << "order " << order << " padding " << static_cast<int>(pad)
+                                << " align_corners " << ac;
+      }
+    }
+  }
+}
 
 TEST(ResampleCpu, CubicAtNanCoordinatesReadsInsideTheCoefficients) {
   const int64_t P = kBSplinePad;

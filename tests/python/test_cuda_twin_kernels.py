@@ -2,7 +2,8 @@
 (launchers, per-row tables, shared-memory histograms, warp reductions, atomics) and no test
 compared the two exactly yet:
 
-- resample: nearest / linear / cubic (the device B-spline prefilter kernels), every padding, both
+- resample: nearest / linear / the B-splines of orders 2..5 (the device prefilter kernels: every
+  pole and boundary rule), every padding (scipy's 'constant' cutoff too), both
   align_corners, float32 / float64 / float16 images, integer labels, signed-permutation (exact)
   maps and maps whose nearest coordinates land on ties. kernels/resample/resample_cpu.h states
   that its host loops are bit-identical to the device's per-voxel functor;
@@ -70,7 +71,7 @@ def _map_cases():
 
 
 @pytest.mark.parametrize("align_corners", [False, True])
-@pytest.mark.parametrize("padding", ["zeros", "border", "reflection", "constant"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection", "constant", "cutoff"])
 def test_resample_cuda_equals_cpu_bitwise(padding, align_corners):
     g = torch.Generator().manual_seed(11)
     x32 = torch.randn(2, 2, *IN_SIZE, generator=g) * 50
@@ -83,7 +84,8 @@ def test_resample_cuda_equals_cpu_bitwise(padding, align_corners):
     for name, m in _map_cases():
         for modes, inputs in ((["linear", "nearest", "linear", "nearest"], [x32, lab8, x16, lab64]),
                               (["cubic", "linear", "cubic"], [x32, x64, xs]),
-                              (["cubic", "nearest"], [x64, x16])):
+                              (["cubic", "nearest"], [x64, x16]),
+                              (["quadratic", "quartic", "quintic", "quintic"], [x32, x64, xs, x64])):
             cpu, gpu = _both(lambda dev: ops.resample([t.to(dev) for t in inputs], m.to(dev), OUT_SIZE, modes,
                                                       [padding] * len(inputs), [3.0] * len(inputs),
                                                       align_corners=align_corners))

@@ -471,6 +471,9 @@ def test_bad_arguments_name_the_argument(cxx):
     for call, match in cases:
         with pytest.raises(ValueError, match=match):
             call()
+    # MONAI's integer modes read 'zeros' as scipy's 'constant': refused here, taken by Python's
+    with pytest.raises(NotImplementedError, match="scipy"):
+        _elastic(cxx, x, mode="3", padding_mode="zeros", **el)
 
 
 def test_apply_checks_params(cxx):

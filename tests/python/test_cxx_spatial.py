@@ -203,6 +203,29 @@ def test_rotate_bicubic_is_python_cubic(ch2aal):
     assert torch.equal(out, plain(ref))
 
 
+@pytest.mark.parametrize("order", [0, 1, 2, 3, 4, 5])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+def test_affine_integer_modes_are_python_and_monai(ch2aal, order, padding_mode):
+    """MONAI's integer modes as the strings "0" .. "5": the same kernels, maps and paddings as
+    Python's Affine(mode=k) ('zeros' -> scipy's 'constant', the kernel's cutoff), bit for bit;
+    a label given "nearest" beside them keeps grid_sample's zeros; and MONAI's Affine (scipy)
+    agrees away from the edge planes, where rounding decides scipy's 'constant' cut."""
+    img, lab, _ = ch2aal
+    x = img.float()[:, 20:60, 30:64, 25:61]
+    y = lab[:, 20:60, 30:64, 25:61]
+    kw = dict(rotate_params=(0.2, 0.1, -0.3), scale_params=(1.1, 0.9, 1.0), padding_mode=padding_mode)
+    (out, ol), _, _, _ = cxx.affine([x, y], [0.2, 0.1, -0.3], [], [], [1.1, 0.9, 1.0], [], str(order),
+                                    padding_mode, False, ["", "nearest"])
+    assert torch.equal(out, plain(vt.Affine(**kw, mode=order, image_only=True)(x)))
+    assert torch.equal(ol, plain(vt.Affine(**kw, mode="nearest", image_only=True)(y)))
+    ref = mt.Affine(**kw, mode=order, image_only=True)(x).as_tensor().double()
+    rng = float(ref.max() - ref.min())
+    off = (out.double() - ref).abs() > 1e-4 * rng
+    # any difference sits where scipy's 'constant' cut put one side at 0 (rounding at the edge)
+    assert bool(((ref == 0) | (out == 0))[off].all()), int(off.sum())
+    assert int(off.sum()) <= 0.01 * out.numel()
+
+
 @pytest.mark.parametrize("size", [(70, 90, 61), (100, 120, 80), (84, -1, 33), (13, 200, 7)])
 def test_resize_matches_monai(inia, size):
     img, lab, _ = inia
@@ -760,6 +783,8 @@ def test_affine_normalized_like_monai(inia, align_corners, spatial_size, built):
     tsp.assert_image_close(fused, torch.flip(oi, [2]))
     with pytest.raises(NotImplementedError, match="spline order"):  # MONAI's scipy backend: voxel indices
         vt.Affine(**dict(kw, mode=1))
+    with pytest.raises(NotImplementedError, match="spline order mode='3'"):  # the C++ Affine, the same refusal
+        cxx.affine([img], *args, size, "3", "zeros", align_corners, normalized=True, **extra)
 
 
 def test_resize_dtype_like_monai_and_python(inia):
@@ -883,6 +908,7 @@ def test_bad_arguments_name_the_argument():
 
     cases = [
         (lambda: cxx.affine([x], [], [], [], [], [], "bogus", "zeros", False), "mode"),
+        (lambda: cxx.affine([x], [], [], [], [], [], "6", "zeros", False), "spline order '0' to '5'"),
         (lambda: cxx.affine([x], [], [], [], [], [], "bilinear", "edge", False), "padding_mode"),
         (lambda: cxx.affine([x], [0.1, 0.2, 0.3, 0.4], [], [], [], [], "bilinear", "zeros", False), "rotate_params"),
         (lambda: cxx.affine([x], [], [], [], [], [1, 2], "bilinear", "zeros", False), "spatial_size"),

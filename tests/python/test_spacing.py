@@ -114,12 +114,30 @@ def test_spacing_oblique_affine_options(ch2better, kw):
         _check_spacing(m, v)
 
 
-def test_spacing_cubic_matches_monai_spline_order_3(ch2better):
-    # MONAI's integer mode 3 is scipy map_coordinates(order=3) (padding "border" -> scipy "nearest");
-    # voxaug's cubic is the same prefiltered B-spline, in float32 (observed <= 3e-6 of the range).
+@pytest.mark.parametrize("order", [0, 1, 2, 3, 4, 5])
+@pytest.mark.parametrize("padding_mode", ["border", "zeros", "reflection"])
+def test_spacing_spline_orders_match_monai(ch2better, order, padding_mode):
+    # MONAI's integer modes are scipy map_coordinates(order=k) (padding "border" -> scipy
+    # "nearest", "zeros" -> "constant" (MONAI reads it as grid-constant's cval 0 here), "reflection"
+    # -> "reflect"); voxaug's modes 2..5 are the same prefiltered B-splines, in float32.
     img, _ = ch2better
     x = _with_affine(img[:, :48, :48, :48], _oblique(img.affine.numpy()))
-    _check_spacing(mt.Spacing((0.8, 1.1, 0.9), mode=3)(x), spatial.Spacing((0.8, 1.1, 0.9), mode=3)(x))
+    m = mt.Spacing((0.8, 1.1, 0.9), mode=order, padding_mode=padding_mode)(x)
+    v = spatial.Spacing((0.8, 1.1, 0.9), mode=order, padding_mode=padding_mode)(x)
+    if padding_mode != "zeros":
+        _check_spacing(m, v)
+        return
+    # scipy's 'constant' (0 outside [0, S-1], no blending: voxaug's "cutoff"). Spacing maps the
+    # outermost output planes exactly onto the input's edge planes, where the rounding of the
+    # two coordinate computations decides inside or outside: there a voxel matches or one side
+    # is exactly 0. Everything inside matches.
+    assert tuple(v.shape) == tuple(m.shape)
+    assert torch.allclose(v.affine, m.affine, rtol=0, atol=1e-6)
+    ref, got = m.as_tensor().double(), v.as_tensor().double()
+    rng = float(ref.max() - ref.min())
+    assert float((got - ref)[:, 1:-1, 1:-1, 1:-1].abs().max()) <= IMG_TOL * rng
+    off = (got - ref).abs() > IMG_TOL * rng
+    assert bool(((ref == 0) | (got == 0))[off].all())
 
 
 def test_spacing_min_max_pixdim_and_fallback(ch2better):

@@ -113,7 +113,7 @@ struct KTarget {
   int64_t in_stride[5];  // N, C, D, H, W (elements)
   int64_t out_stride[5];
   int64_t elem_size;
-  // Interp::Cubic: prefiltered coefficients, padded by kBSplinePad per side.
+  // B-spline modes (is_spline): prefiltered coefficients, padded by kBSplinePad per side.
   const void* coeff;
   DType coeff_dtype;
   int64_t coeff_stride[5];
@@ -333,15 +333,34 @@ struct ResampleForward {
 
   VOXAUG_HD VOXAUG_FORCEINLINE void gather(const KTarget& t, int64_t n, int64_t od, int64_t oh,
                                            int64_t ow, const Acc src[3], bool exact) const {
-    if (static_cast<Interp>(t.mode) == Interp::Cubic && !exact) {
-      cubic_gather(t, n, od, oh, ow, src);
-      return;
+    if (static_cast<Padding>(t.padding) == Padding::Cutoff && !exact) {
+      // scipy's 'constant': pad_value outside [0, S-1] on any axis (NaN too); inside, nearest
+      // and linear read like Constant (a corner beyond an edge has weight 0 there).
+      bool inside = true;
+      for (int a = 0; a < 3; ++a)
+        inside = inside && src[a] >= Acc(0) && src[a] <= static_cast<Acc>(t.in_size[a] - 1);
+      if (!inside) {
+        const int64_t out_base = n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3] +
+                                 ow * t.out_stride[4];
+        for (int64_t c = 0; c < t.channels; ++c)
+          store_value_dyn(t.out, t.out_dtype, out_base + c * t.out_stride[1], t.pad_value);
+        return;
+      }
+    }
+    if (!exact) {
+      switch (static_cast<Interp>(t.mode)) {
+        case Interp::Cubic: spline_gather<3>(t, n, od, oh, ow, src); return;
+        case Interp::Quadratic: spline_gather<2>(t, n, od, oh, ow, src); return;
+        case Interp::Quartic: spline_gather<4>(t, n, od, oh, ow, src); return;
+        case Interp::Quintic: spline_gather<5>(t, n, od, oh, ow, src); return;
+        default: break;
+      }
     }
     const SourcePoint<Acc> sp = source_point(t, src, p.align_corners);
     const int64_t out_base =
         n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3] + ow * t.out_stride[4];
     const int64_t in_base = t.in_sample(n) * t.in_stride[0];
-    const bool fill_const = static_cast<Padding>(t.padding) == Padding::Constant;
+    const bool fill_const = pads_with_value(static_cast<Padding>(t.padding));
     const bool nearest = static_cast<Interp>(t.mode) == Interp::Nearest;
     if (nearest || exact) {  // one source voxel: copy it (linear at integer points equals it)
       const int64_t off = nearest_offset(t, sp);
@@ -372,71 +391,89 @@ struct ResampleForward {
     }
   }
 
-  // Cubic B-spline on the padded coefficients: 4 x 4 x 4 taps. Coordinates beyond the padded
-  // band read as the pad value (Zeros / Constant) or the edge (Border); Reflection folds them
-  // back into the volume first.
-  VOXAUG_HD VOXAUG_FORCEINLINE void cubic_gather(const KTarget& t, int64_t n, int64_t od,
-                                                 int64_t oh, int64_t ow, const Acc src[3]) const {
+  // B-spline of order 2..5 on the padded coefficients: (Order + 1)^3 taps, as scipy
+  // evaluates its padded coefficients: Reflection folds the coordinate into the volume first;
+  // otherwise a tap beyond the padded coefficients reads the pad value (Zeros / Constant,
+  // scipy's 'grid-constant') or the edge coefficient (Border, scipy's 'nearest'), so the value
+  // fades to the fill smoothly instead of stopping at a band.
+  template <int Order>
+  VOXAUG_HD VOXAUG_FORCEINLINE void spline_gather(const KTarget& t, int64_t n, int64_t od,
+                                                  int64_t oh, int64_t ow, const Acc src[3]) const {
+    constexpr int K = Order + 1;
     const Padding pad = static_cast<Padding>(t.padding);
+    const bool fill_taps = pad == Padding::Zeros || pad == Padding::Constant;
+    const Acc fill = pads_with_value(pad) ? static_cast<Acc>(t.pad_value) : Acc(0);
     const int64_t out_base =
         n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3] + ow * t.out_stride[4];
-    const Acc band = static_cast<Acc>(kBSplinePad - 2);
-    int64_t i0[3];
-    Acc w[3][4];
+    int64_t idx[3][K];  // padded coefficient index of each tap, clamped into the coefficients
+    bool in[3][K];      // fill_taps: whether the tap is inside them
+    Acc w[3][K];
     bool outside = false;
     for (int a = 0; a < 3; ++a) {
-      const int64_t size = t.in_size[a];
+      const int64_t size = t.in_size[a], q = size + 2 * kBSplinePad;
       const Acc bound = static_cast<Acc>(kCoordinateBound);
       Acc v = src[a] < -bound ? -bound : (src[a] > bound ? bound : src[a]);
-      const Acc hi = fadd(static_cast<Acc>(size - 1), band);
       if (pad == Padding::Reflection) {
         Acc unused;
         v = p.align_corners ? reflect_coordinate(v, 0, 2 * (size - 1), &unused)
                             : reflect_coordinate(v, -1, 2 * size - 1, &unused);
-      } else if (pad == Padding::Border) {
-        v = v < -band ? -band : (v > hi ? hi : v);
-      } else {
-        outside = outside || !(v >= -band && v <= hi);  // NaN: outside
       }
+      // Cutoff: gather() has sent coordinates outside [0, S-1] to the fill; the mirrored
+      // coefficients serve the taps beyond the edges.
       const Acc x = fadd(v, static_cast<Acc>(kBSplinePad));
-      const Acc f = floor(x);
-      // A NaN coordinate (from a NaN / inf displacement field) survives Border and Reflection:
-      // taps from index 0 keep the reads inside the coefficients (the NaN weights still make
-      // the value NaN); converting NaN to an index is undefined and read outside them.
-      i0[a] = (outside || !(x == x)) ? 0 : static_cast<int64_t>(f) - 1;
-      bspline_weights(fsub(x, f), w[a]);
+      if (!(x == x)) {  // NaN: outside with a fill; else taps from 0 with NaN weights
+        outside = outside || fill_taps;
+        for (int k = 0; k < K; ++k) idx[a][k] = 0, in[a][k] = true, w[a][k] = x;
+        continue;
+      }
+      const int64_t i0 = bspline_taps(Order, x, w[a]);
+      // Every tap beyond the coefficients: the fill alone (a far-away point).
+      outside = outside || (fill_taps && (i0 + Order < 0 || i0 >= q));
+      for (int k = 0; k < K; ++k) {
+        const int64_t j = i0 + k;
+        in[a][k] = j >= 0 && j < q;
+        idx[a][k] = j < 0 ? 0 : (j >= q ? q - 1 : j);
+      }
     }
     if (outside) {
-      const double fill = pad == Padding::Constant ? t.pad_value : 0.0;
       for (int64_t c = 0; c < t.channels; ++c)
-        store_dyn<Acc>(t.out, t.out_dtype, out_base + c * t.out_stride[1], static_cast<Acc>(fill));
+        store_dyn<Acc>(t.out, t.out_dtype, out_base + c * t.out_stride[1], fill);
       return;
     }
+    bool all_in = true;
+    if (fill_taps)
+      for (int a = 0; a < 3; ++a) all_in = all_in && in[a][0] && in[a][Order];
     for (int64_t c = 0; c < t.channels; ++c) {
-      const int64_t base = t.in_sample(n) * t.coeff_stride[0] + c * t.coeff_stride[1] +
-                           i0[0] * t.coeff_stride[2] + i0[1] * t.coeff_stride[3] +
-                           i0[2] * t.coeff_stride[4];
-      // The coefficients' dtype (float32 or float64) is switched on once, not per tap.
-      const Acc acc =
-          t.coeff_dtype == DType::Float64
-              ? cubic_sum(static_cast<const double*>(t.coeff), base, t.coeff_stride, w)
-              : cubic_sum(static_cast<const float*>(t.coeff), base, t.coeff_stride, w);
+      const int64_t base = t.in_sample(n) * t.coeff_stride[0] + c * t.coeff_stride[1];
+      const Acc acc = t.coeff_dtype == DType::Float64
+                          ? spline_sum<K>(static_cast<const double*>(t.coeff), base, t.coeff_stride,
+                                          idx, in, all_in, fill, w)
+                          : spline_sum<K>(static_cast<const float*>(t.coeff), base, t.coeff_stride,
+                                          idx, in, all_in, fill, w);
       store_dyn<Acc>(t.out, t.out_dtype, out_base + c * t.out_stride[1], acc);
     }
   }
 
-  // The 4 x 4 x 4 weighted taps from `base`: rows along w, then planes along h, then d.
-  template <class TC>
-  VOXAUG_HD VOXAUG_FORCEINLINE static Acc cubic_sum(const TC* coeff, int64_t base,
-                                                    const int64_t* stride, const Acc w[3][4]) {
+  // The K x K x K weighted taps: rows along w, then planes along h, then d; unless all_in, a
+  // tap outside the coefficients on any axis reads `fill`.
+  template <int K, class TC>
+  VOXAUG_HD VOXAUG_FORCEINLINE static Acc spline_sum(const TC* coeff, int64_t base,
+                                                     const int64_t* stride,
+                                                     const int64_t (&idx)[3][K],
+                                                     const bool (&in)[3][K], bool all_in, Acc fill,
+                                                     const Acc (&w)[3][K]) {
     Acc acc = Acc(0);
-    for (int a = 0; a < 4; ++a) {
+    for (int a = 0; a < K; ++a) {
       Acc plane = Acc(0);
-      for (int b = 0; b < 4; ++b) {
+      for (int b = 0; b < K; ++b) {
         Acc row = Acc(0);
-        const TC* r = coeff + base + a * stride[2] + b * stride[3];
-        for (int k = 0; k < 4; ++k)
-          row = fadd(row, fmul(w[2][k], static_cast<Acc>(r[k * stride[4]])));
+        const TC* r = coeff + base + idx[0][a] * stride[2] + idx[1][b] * stride[3];
+        const bool in_ab = all_in || (in[0][a] && in[1][b]);
+        for (int k = 0; k < K; ++k) {
+          const Acc v =
+              (in_ab && (all_in || in[2][k])) ? static_cast<Acc>(r[idx[2][k] * stride[4]]) : fill;
+          row = fadd(row, fmul(w[2][k], v));
+        }
         plane = fadd(plane, fmul(w[1][b], row));
       }
       acc = fadd(acc, fmul(w[0][a], plane));

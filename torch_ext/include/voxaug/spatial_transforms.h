@@ -27,8 +27,10 @@
 // Modes (the constructor's checked at construction, per-input ones at the call; c10::ValueError
 // names the argument):
 // - grid transforms (Spacing, Affine, RandAffine, Rotate, RandRotate): mode "nearest" |
-//   "bilinear" | "bicubic" (voxaug's cubic B-spline, scipy's spline order 3, as Python maps it),
-//   padding_mode "zeros" | "border" | "reflection".
+//   "bilinear" | "bicubic" (voxaug's cubic B-spline, scipy's spline order 3, as Python maps it)
+//   | MONAI's integer modes as strings, the spline orders "0" .. "5" ("0" nearest, "1"
+//   bilinear, "3" bicubic, "2" / "4" / "5" the prefiltered B-splines of those orders, scipy's
+//   map_coordinates orders), padding_mode "zeros" | "border" | "reflection".
 // - Resize / Zoom / RandZoom (torch interpolate, as MONAI calls it): mode "area" (adaptive
 //   average pooling, MONAI's default; computed in float32 as MONAI's default dtype) | "nearest" |
 //   "nearest-exact" (interpolate's floor rules, bit-identical) | "linear" | "bilinear" |
@@ -66,8 +68,8 @@
 // transform called with `draw_params(N, first_sample, seed)`.
 //
 // Not in this API (the Python transforms have them): interpolate's "bicubic" for Resize / Zoom /
-// RandZoom (c10::NotImplementedError, as in Python), MONAI's integer spline-order modes (0 / 1 /
-// 3: use "nearest" / "bilinear" / "bicubic"), the invertibility records, per-call
+// RandZoom (c10::NotImplementedError, as in Python), MONAI's integer modes as integers (pass
+// them as the strings "0" .. "5"), the invertibility records, per-call
 // overrides of the constructor's options (MONAI's __call__ mode=, spatial_size=, ...; Spacing's
 // output_spatial_shape is a constructor argument here). MONAI's `dtype` of the grid transforms
 // (Affine, Rotate, Spacing, ..) and `device` / `cache_grid` are not taken: arithmetic follows
