@@ -8,9 +8,11 @@
 #if defined(__CUDACC__)
 #define VOXAUG_HD __host__ __device__
 #define VOXAUG_FORCEINLINE __forceinline__
+#define VOXAUG_NOINLINE __noinline__
 #else
 #define VOXAUG_HD
 #define VOXAUG_FORCEINLINE inline __attribute__((always_inline))
+#define VOXAUG_NOINLINE __attribute__((noinline))
 #endif
 
 #if defined(__CUDA_ARCH__)
