@@ -17,7 +17,8 @@ Cases
       voxaug batched in one launch, MONAI looping over the samples; Spacingd on the real
       ch2 + aal (1 mm -> 1.5 x 1.5 x 2 mm, image bilinear + label nearest, one launch) and
       ch2better (0.5 mm 301x370x316 -> 1 mm), MetaTensors with the files' affines, checked
-      against MONAI's output
+      against MONAI's output; Spacingd on ch2 with MONAI's integer modes 3 and 5 (scipy's
+      spline orders: its numpy backend) against voxaug's B-splines of those orders
   (f) elastic, on the real ch2.nii.gz (181x217x181) image (bilinear) + aal.nii.gz label
       (nearest): voxaug Rand3DElasticd (fast field, in-kernel B-spline) vs MONAI
       Rand3DElasticd (sigma 5-8, magnitude 100-200, prob 1, the same affine ranges), and
@@ -542,7 +543,27 @@ def spacing_rows(device, args):
     m_b, v_b = mt.Spacingd(**kw), vs.Spacingd(**kw)
     rows.append(run_case("(e) Spacingd 0.5->1 mm", big.as_tensor()[None], lambda _x: m_b({"image": big})["image"],
                          lambda _x: v_b({"image": big})["image"][None], check_spacing(), device, args))
+    del big
+    # MONAI's integer modes: spline orders through scipy's map_coordinates (its numpy backend,
+    # one CPU thread whatever the device); voxaug's prefiltered B-splines of the same orders.
+    ch2 = load_meta("ch2.nii.gz", device, "float32")
+    for order in (3, 5):
+        kw = dict(keys=["image"], pixdim=(1.5, 1.5, 2.0), mode=order)
+        m_k, v_k = mt.Spacingd(**kw), vs.Spacingd(**kw)
+        rows.append(run_case(f"(e) Spacingd mode={order}", ch2.as_tensor()[None],
+                             lambda _x, m_k=m_k: m_k({"image": ch2})["image"],
+                             lambda _x, v_k=v_k: v_k({"image": ch2})["image"][None], check_range(1e-4), device,
+                             args))
     return rows
+
+
+def check_range(tol):
+    """voxaug within tol of the data range of MONAI's output (deterministic transforms)."""
+    def check(x, m, v):
+        rng = float(m.max() - m.min()) or 1.0
+        err = float((m.double() - v.double()).abs().max()) / rng
+        return err <= tol, f"max |diff| {err:.1e} of the range (<= {tol:g})"
+    return check
 
 
 def load_ch2_aal(device):
