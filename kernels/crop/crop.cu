@@ -63,12 +63,11 @@ __global__ void bbox_finish(int64_t* box, int64_t batch) {
 
 // ---- class-balanced centres ----
 // One block per (chunk, sample): the chunk's class counts. Few classes: per-thread registers
-// and a block reduction; many: a shared-memory histogram.
+// and a block reduction; many: a shared-memory histogram. Every exit is block-uniform.
 constexpr int kRegisterClasses = 4;
 
-__global__ void __launch_bounds__(256) class_count(const CenterParams p, int64_t* counts) {
-  extern __shared__ unsigned int hist[];
-  const int64_t n = blockIdx.y, chunk = blockIdx.x;
+__device__ void class_count_one(const CenterParams& p, int64_t n, int64_t chunk, int64_t* counts,
+                                unsigned int* hist) {
   const int K = p.num_classes;
   const int64_t begin = chunk * kCenterChunk, end = chunk_end(p, chunk);
   int64_t* out = counts + (n * p.chunks + chunk) * K;
@@ -76,6 +75,7 @@ __global__ void __launch_bounds__(256) class_count(const CenterParams p, int64_t
     int64_t h[kRegisterClasses] = {0, 0, 0, 0};
     for (int64_t v = begin + threadIdx.x; v < end; v += blockDim.x) center_count_voxel(p, n, v, h);
     __shared__ unsigned long long part[8][kRegisterClasses];
+    __syncthreads();  // the previous sample's reads of `part` are done
     for (int c = 0; c < kRegisterClasses; ++c) {
       unsigned long long x = static_cast<unsigned long long>(h[c]);
       for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
@@ -89,6 +89,7 @@ __global__ void __launch_bounds__(256) class_count(const CenterParams p, int64_t
     }
     return;
   }
+  __syncthreads();  // the previous sample's reads of `hist` are done
   for (int c = threadIdx.x; c < K; c += blockDim.x) hist[c] = 0;
   __syncthreads();
   for (int64_t v = begin + threadIdx.x; v < end; v += blockDim.x) {
@@ -107,6 +108,14 @@ __global__ void __launch_bounds__(256) class_count(const CenterParams p, int64_t
   }
   __syncthreads();
   for (int c = threadIdx.x; c < K; c += blockDim.x) out[c] = hist[c];
+}
+
+// Blocks (chunk, sample), the samples strided by the grid's y size (at most 65535).
+__global__ void __launch_bounds__(256)
+    class_count(const CenterParams p, int64_t batch, int64_t* counts) {
+  extern __shared__ unsigned int hist[];
+  for (int64_t n = blockIdx.y; n < batch; n += gridDim.y)
+    class_count_one(p, n, blockIdx.x, counts, hist);
 }
 
 // One thread per (sample, class): the class total over the chunks (fixed order).
@@ -135,10 +144,10 @@ __global__ void class_pick(const CenterParams p, int64_t batch, const int64_t* c
 // weight_lane_sum, then the butterfly and the ordered warp sum (the CPU's weight_combine_lanes).
 // With `stats` (pass 2) the block recomputes its sum with the sample's shift, or exits when the
 // shift is 0 (pass 1's sums stand).
-__global__ void __launch_bounds__(kWeightLanes)
-    weight_pass(const CenterParams p, const double* stats, double* sums, double* min_region,
-                double* min_all) {
-  const int64_t n = blockIdx.y, chunk = blockIdx.x, t = n * p.chunks + chunk;
+__device__ void weight_pass_one(const CenterParams& p, int64_t n, int64_t chunk,
+                                const double* stats, double* sums, double* min_region,
+                                double* min_all) {
+  const int64_t t = n * p.chunks + chunk;
   double shift = 0.0;
   if (stats != nullptr) {
     shift = stats[3 * n + 1];
@@ -152,6 +161,7 @@ __global__ void __launch_bounds__(kWeightLanes)
     ma = fmin(ma, __shfl_xor_sync(0xffffffffu, ma, off));
   }
   __shared__ double ws[kWeightLanes / 32], wr[kWeightLanes / 32], wa[kWeightLanes / 32];
+  __syncthreads();  // thread 0 is done with the previous sample's ws / wr / wa
   if ((threadIdx.x & 31) == 0)
     ws[threadIdx.x / 32] = x, wr[threadIdx.x / 32] = mr, wa[threadIdx.x / 32] = ma;
   __syncthreads();
@@ -160,6 +170,14 @@ __global__ void __launch_bounds__(kWeightLanes)
   for (int w = 1; w < kWeightLanes / 32; ++w) s += ws[w], r = fmin(r, wr[w]), a = fmin(a, wa[w]);
   sums[t] = s;
   if (stats == nullptr) min_region[t] = r, min_all[t] = a;
+}
+
+// Blocks (chunk, sample), the samples strided by the grid's y size (at most 65535).
+__global__ void __launch_bounds__(kWeightLanes)
+    weight_pass(const CenterParams p, int64_t batch, const double* stats, double* sums,
+                double* min_region, double* min_all) {
+  for (int64_t n = blockIdx.y; n < batch; n += gridDim.y)
+    weight_pass_one(p, n, blockIdx.x, stats, sums, min_region, min_all);
 }
 
 // One thread per sample: the minima and the shift (after pass 1), or the total (after pass 2).
@@ -248,11 +266,17 @@ void upload_ratios(double* dst, const double* host, int count, cudaStream_t stre
   }
 }
 
+// Grid y size for `batch` samples: the kernels stride over the rest.
+unsigned grid_samples(int64_t batch) {
+  return unsigned(batch < 65535 ? batch : 65535);
+}
+
 // The counting pass: one block per (chunk, sample).
 void launch_class_count(const CenterParams& p, int64_t batch, int64_t* counts, cudaStream_t stream) {
   const size_t smem =
       p.num_classes > kRegisterClasses ? size_t(p.num_classes) * sizeof(unsigned int) : 0;
-  class_count<<<dim3(unsigned(p.chunks), unsigned(batch)), 256, smem, stream>>>(p, counts);
+  class_count<<<dim3(unsigned(p.chunks), grid_samples(batch)), 256, smem, stream>>>(p, batch,
+                                                                                    counts);
   VOXAUG_CUDA_CHECK_LAUNCH();
 }
 
@@ -261,7 +285,6 @@ void launch_class_count(const CenterParams& p, int64_t batch, int64_t* counts, c
 void class_centers_cuda(const CenterParams& p_in, int64_t batch, int64_t* centers,
                         int64_t* class_counts, const int64_t* cached_counts, int device,
                         cudaStream_t stream) {
-  VOXAUG_EXPECTS(batch <= 65535, "class_crop_centers on CUDA: at most 65535 samples per call");
   VOXAUG_EXPECTS(p_in.chunks <= 0x7fffffff, "class_crop_centers on CUDA: volume too large");
   CudaDeviceGuard guard(device);
   CenterParams p = p_in;
@@ -290,7 +313,6 @@ void class_centers_cuda(const CenterParams& p_in, int64_t batch, int64_t* center
 
 void class_counts_cuda(const CenterParams& p, int64_t batch, int64_t* counts, int device,
                        cudaStream_t stream) {
-  VOXAUG_EXPECTS(batch <= 65535, "class_crop_counts on CUDA: at most 65535 samples per call");
   VOXAUG_EXPECTS(p.chunks <= 0x7fffffff, "class_crop_counts on CUDA: volume too large");
   CudaDeviceGuard guard(device);
   launch_class_count(p, batch, counts, stream);
@@ -298,7 +320,6 @@ void class_counts_cuda(const CenterParams& p, int64_t batch, int64_t* counts, in
 
 void weighted_centers_cuda(const CenterParams& p, int64_t batch, int64_t* centers, double* stats,
                            int device, cudaStream_t stream) {
-  VOXAUG_EXPECTS(batch <= 65535, "weighted_crop_centers on CUDA: at most 65535 samples per call");
   VOXAUG_EXPECTS(p.chunks <= 0x7fffffff, "weighted_crop_centers on CUDA: volume too large");
   CudaDeviceGuard guard(device);
   const size_t per = size_t(batch * p.chunks) * sizeof(double);
@@ -310,13 +331,13 @@ void weighted_centers_cuda(const CenterParams& p, int64_t batch, int64_t* center
   auto* mr = reinterpret_cast<double*>(buf + per);
   auto* ma = reinterpret_cast<double*>(buf + 2 * per);
   double* st = stats ? stats : reinterpret_cast<double*>(buf + 3 * per);
-  const dim3 grid(unsigned(p.chunks), unsigned(batch));
-  weight_pass<<<grid, kWeightLanes, 0, stream>>>(p, nullptr, sums, mr, ma);
+  const dim3 grid(unsigned(p.chunks), grid_samples(batch));
+  weight_pass<<<grid, kWeightLanes, 0, stream>>>(p, batch, nullptr, sums, mr, ma);
   VOXAUG_CUDA_CHECK_LAUNCH();
   weight_reduce<<<blocks_for(batch, 128), 128, 0, stream>>>(p, batch, sums, mr, ma, st, false);
   VOXAUG_CUDA_CHECK_LAUNCH();
   if (p.shift_negative) {
-    weight_pass<<<grid, kWeightLanes, 0, stream>>>(p, st, sums, mr, ma);
+    weight_pass<<<grid, kWeightLanes, 0, stream>>>(p, batch, st, sums, mr, ma);
     VOXAUG_CUDA_CHECK_LAUNCH();
   }
   weight_reduce<<<blocks_for(batch, 128), 128, 0, stream>>>(p, batch, sums, mr, ma, st, true);

@@ -2,6 +2,7 @@
 (launchers, per-row tables, shared-memory histograms, warp reductions, atomics) and no test
 compared the two exactly yet:
 
+- class / weighted crop centres beyond 65535 samples (the grid's y dimension);
 - resample: nearest / linear / the B-splines of orders 2..5 (the device prefilter kernels: every
   pole and boundary rule), every padding (scipy's 'constant' cutoff too), both
   align_corners, float32 / float64 / float16 images, integer labels, signed-permutation (exact)
@@ -272,6 +273,29 @@ def test_weighted_crop_centers_cuda_equal_cpu(dtype, order):
             _assert_equal(cpu, gpu, f"weighted centres {dtype} {order} shift_negative={shift_negative} "
                                     f"region={region}")
             assert cpu[1][:2, 0].min() > 0
+
+
+@pytest.mark.parametrize("num_classes", [3, 6])
+def test_crop_centers_beyond_65535_samples_cuda_equal_cpu(num_classes):
+    """More samples than a grid's y dimension: the counting and weight passes stride over the
+    samples (class counts with registers (3 classes) and the shared histogram (6), the weight
+    sums with and without the shift pass)."""
+    n = 65535 + 37
+    g = torch.Generator().manual_seed(60)
+    lab = torch.randint(0, num_classes, (n, 1, 3, 2, 4), generator=g, dtype=torch.uint8)
+    w = torch.randn(n, 1, 3, 2, 4, generator=g) + 0.2
+    ratios = [1.0 + k for k in range(num_classes)]
+
+    def run(dev):
+        counts = torch.ops.voxaug.class_crop_counts(lab.to(dev), None, 0.0, 1, num_classes)
+        c, cc = torch.ops.voxaug.class_crop_centers(lab.to(dev), None, 0.0, 1, ratios, 2, [1, 1, 1], [], 5)
+        w1 = list(torch.ops.voxaug.weighted_crop_centers(w.to(dev), False, 2, [], 6))
+        w2 = list(torch.ops.voxaug.weighted_crop_centers(w.to(dev), True, 2, [], 6))
+        return [counts, c, cc] + w1 + w2
+
+    cpu, gpu = _both(run)
+    _assert_equal(cpu, gpu, f"crop centres, {n} samples, K={num_classes}")
+    assert cpu[0][-1].sum() > 0
 
 
 def test_uniform_crop_centers_and_uniform_fill_cuda_equal_cpu():
