@@ -30,7 +30,12 @@
 //   "bilinear" | "bicubic" (voxaug's cubic B-spline, scipy's spline order 3, as Python maps it)
 //   | MONAI's integer modes as strings, the spline orders "0" .. "5" ("0" nearest, "1"
 //   bilinear, "3" bicubic, "2" / "4" / "5" the prefiltered B-splines of those orders, scipy's
-//   map_coordinates orders), padding_mode "zeros" | "border" | "reflection".
+//   map_coordinates orders), padding_mode "zeros" | "border" | "reflection". As MONAI hands its
+//   integer modes to scipy, an input given one of "0" .. "5" reads "zeros" as scipy's
+//   'constant' (0 outside [0, S-1], no blending: the kernel's cutoff padding), per input (a
+//   label given "nearest" beside it keeps grid_sample's zeros); such a call runs alone in a
+//   Compose (Result::single_map is false). The deformations (deform_transforms.h) refuse
+//   integer modes with "zeros" (c10::NotImplementedError; Python's take them).
 // - Resize / Zoom / RandZoom (torch interpolate, as MONAI calls it): mode "area" (adaptive
 //   average pooling, MONAI's default; computed in float32 as MONAI's default dtype) | "nearest" |
 //   "nearest-exact" (interpolate's floor rules, bit-identical) | "linear" | "bilinear" |
