@@ -112,14 +112,17 @@ struct ResampleTarget {
 // B-spline interpolation (Interp::Cubic, order 3, and Quadratic / Quartic / Quintic, orders
 // 2 / 4 / 5) interpolates the data, as scipy.ndimage.map_coordinates(order=k, prefilter=True):
 // the volume is first turned into B-spline coefficients by the exact recursive prefilter
-// (Unser 1993; scipy's poles: sqrt(3) - 2 for order 3), on a copy extended by kBSplinePad
-// voxels per side with the padding rule, as scipy extends its 'nearest' and 'grid-constant'
-// inputs by 12 before filtering. Padding maps to scipy's modes: Zeros / Constant ->
-// 'grid-constant' (cval), Border -> 'nearest', Reflection -> 'reflect' (align_corners false)
-// or 'mirror' (align_corners true). For 'reflect' / 'mirror' scipy initialises its filter on
-// the exact infinite extension, where the 12 voxels truncate it: |z|^12 of the slowest pole,
-// observed within 1e-7 of the data range for orders 2 and 3, 2e-6 for order 4 and 2e-5 for
-// order 5 (tests/python/test_resample.py). Floating data only.
+// (Unser 1993; scipy's poles: sqrt(3) - 2 for order 3) on a copy extended by kBSplinePad
+// voxels per side with the padding rule. Padding maps to scipy's modes, with scipy's
+// boundary rules (detail/bspline.h, BSplineEnds): Zeros / Constant -> 'grid-constant' (cval;
+// scipy's 12 padded voxels, mirror boundary), Border -> 'nearest' (12 edge voxels, their
+// half-sample reflection), Reflection -> 'reflect' (align_corners false) or 'mirror' (true),
+// both from exact sums over the infinite reflection, Cutoff -> 'constant'. Taps beyond the
+// padded coefficients read the fill (Zeros / Constant) or the edge coefficient (Border), as
+// scipy reads them. float64 results equal scipy's within 1e-9 of the data range, except where
+// scipy's own 'reflect' boundary sums are truncated (short axes, orders 4 and 5: up to 7e-5;
+// voxaug equals the exact interpolant there). tests/python/test_resample.py. Floating data
+// only.
 constexpr int64_t kBSplinePad = 12;
 
 // Writes the B-spline coefficients of order `order` (2..5) of `in` into `coeff` ((N, C, D+2P,
