@@ -475,6 +475,20 @@ void bspline_filter_lanes(T* c, int64_t n, int64_t stride, int64_t count, T* sum
     bspline_pole_lanes(c, n, stride, count, sum, tail, flt.pole[q], ends);
 }
 
+// dst[j] = element src + j * stride of `data` (dtype dt) as T, j < count.
+template <class T>
+void copy_row_as(T* dst, const void* data, DType dt, int64_t src, int64_t stride, int64_t count) {
+  if (dt == DType::Float32 && stride == 1) {
+    const float* p = static_cast<const float*>(data) + src;
+    for (int64_t j = 0; j < count; ++j) dst[j] = static_cast<T>(p[j]);
+  } else if (dt == DType::Float64 && stride == 1) {
+    const double* p = static_cast<const double*>(data) + src;
+    for (int64_t j = 0; j < count; ++j) dst[j] = static_cast<T>(p[j]);
+  } else {
+    for (int64_t j = 0; j < count; ++j) dst[j] = detail::load_dyn<T>(data, dt, src + j * stride);
+  }
+}
+
 template <class T>
 void prefilter_cpu(const VolumeView& in, const VolumeView& coeff, Padding padding, double pad_value,
                    bool align_corners, int order) {
@@ -492,25 +506,45 @@ void prefilter_cpu(const VolumeView& in, const VolumeView& coeff, Padding paddin
     for (int64_t h = 0; h < Q[1]; ++h) {
       const int64_t sh = detail::extend_index(h - P, S[1], padding, align_corners);
       T* row = out + n * coeff.strides[0] + c * coeff.strides[1] + d * coeff.strides[2] +
-               h * coeff.strides[3];
+               h * coeff.strides[3];  // dense: W contiguous
+      const int64_t src = n * in.strides[0] + c * in.strides[1] + sd * in.strides[2] +
+                          sh * in.strides[3];
       for (int64_t w = 0; w < Q[2]; ++w) {
+        if (w == P && sd >= 0 && sh >= 0) {  // the row's own voxels: one dtype switch
+          copy_row_as(row + P, in.data, in.dtype, src, in.strides[4], S[2]);
+          w = P + S[2] - 1;
+          continue;
+        }
         const int64_t sw = detail::extend_index(w - P, S[2], padding, align_corners);
-        row[w * coeff.strides[4]] =
-            (sd < 0 || sh < 0 || sw < 0)
-                ? static_cast<T>(pad_value)
-                : detail::load_dyn<T>(in.data, in.dtype,
-                                      n * in.strides[0] + c * in.strides[1] + sd * in.strides[2] +
-                                          sh * in.strides[3] + sw * in.strides[4]);
+        row[w] = (sd < 0 || sh < 0 || sw < 0)
+                     ? static_cast<T>(pad_value)
+                     : detail::load_dyn<T>(in.data, in.dtype, src + sw * in.strides[4]);
       }
     }
   }
-  // 2. The recursive filter along W (one task per line), then H and D (one task per plane of
-  // lines: the W lanes filtered together). coeff is dense: W is its contiguous axis.
+  // 2. The recursive filter along W, then H and D (one task per plane of lines: the W lanes
+  // filtered together). coeff is dense: W is its contiguous axis. The W lines go kWLanes at a
+  // time through a transposed tile (lanes contiguous, in L1) and bspline_filter_lanes: one
+  // line's recursion is a chain of dependent adds, 16 lines side by side fill the vector
+  // lanes. Every line still sees bspline_filter_line's operations in its order.
   {
-    const int64_t lines = N * C * Q[0] * Q[1];
-#pragma omp parallel for schedule(static)
-    for (int64_t l = 0; l < lines; ++l)
-      detail::bspline_filter_line(out + l * coeff.strides[3], Q[2], coeff.strides[4], order, ends);
+    constexpr int64_t kWLanes = 16;
+    const int64_t lines = N * C * Q[0] * Q[1], tiles = (lines + kWLanes - 1) / kWLanes;
+#pragma omp parallel
+    {
+      std::vector<T> tile(static_cast<size_t>(kWLanes * Q[2])), sum(2 * kWLanes);
+#pragma omp for schedule(static)
+      for (int64_t b = 0; b < tiles; ++b) {
+        const int64_t first = b * kWLanes, cnt = std::min(kWLanes, lines - first);
+        T* rows = out + first * Q[2];
+        for (int64_t j = 0; j < cnt; ++j)
+          for (int64_t k = 0; k < Q[2]; ++k) tile[k * cnt + j] = rows[j * Q[2] + k];
+        bspline_filter_lanes(tile.data(), Q[2], cnt, cnt, sum.data(), sum.data() + cnt, order,
+                             ends);
+        for (int64_t j = 0; j < cnt; ++j)
+          for (int64_t k = 0; k < Q[2]; ++k) rows[j * Q[2] + k] = tile[k * cnt + j];
+      }
+    }
   }
   for (int axis = 1; axis >= 0; --axis) {
     const int other = axis == 1 ? 0 : 1;  // the axis the tasks run over

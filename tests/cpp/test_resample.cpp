@@ -984,6 +984,65 @@ class GuardedBuffer {
 };
 }  // namespace
 
+// The host prefilter (lanes of 16 W lines through a transposed tile, lanes of H / D lines)
+// equals detail::bspline_filter_line, the per-line filter the device runs, along W, then H, then
+// D, bit for bit: every order and padding, float32 and float64, an axis short enough for the
+// exact short-line start (3 + 24 voxels) and a tile of fewer than 16 lines at the end.
+template <class T>
+void expect_prefilter_equals_line_filter(DType dt) {
+  const Vol iv{1, 2, 3, 5, 9};
+  const int64_t P = kBSplinePad;
+  const Vol cv{1, 2, 3 + 2 * P, 5 + 2 * P, 9 + 2 * P};
+  const int64_t Q[3] = {cv.d, cv.h, cv.w};
+  std::mt19937 rng(71);
+  std::normal_distribution<double> nd;
+  std::vector<T> x(iv.numel());
+  for (auto& v : x) v = static_cast<T>(nd(rng));
+  for (int order = 2; order <= 5; ++order)
+    for (Padding pad :
+         {Padding::Zeros, Padding::Border, Padding::Reflection, Padding::Constant, Padding::Cutoff})
+      for (bool ac : {false, true}) {
+        std::vector<T> coeff(cv.numel()), ref(cv.numel());
+        bspline_prefilter(view(x.data(), dt, iv), view(coeff.data(), dt, cv), pad, 0.5, ac, order);
+        const Padding ext = pad == Padding::Cutoff ? Padding::Reflection : pad;
+        const bool ext_ac = pad == Padding::Cutoff ? true : ac;
+        for (int64_t c = 0; c < iv.c; ++c)
+          for (int64_t d = 0; d < Q[0]; ++d)
+            for (int64_t h = 0; h < Q[1]; ++h)
+              for (int64_t w = 0; w < Q[2]; ++w) {
+                const int64_t sd = detail::extend_index(d - P, iv.d, ext, ext_ac);
+                const int64_t sh = detail::extend_index(h - P, iv.h, ext, ext_ac);
+                const int64_t sw = detail::extend_index(w - P, iv.w, ext, ext_ac);
+                ref[((c * Q[0] + d) * Q[1] + h) * Q[2] + w] =
+                    (sd < 0 || sh < 0 || sw < 0)
+                        ? static_cast<T>(pad == Padding::Constant ? 0.5 : 0.0)
+                        : x[((c * iv.d + sd) * iv.h + sh) * iv.w + sw];
+              }
+        const detail::BSplineLineEnds ends = detail::bspline_line_ends(ext, ext_ac);
+        const int64_t plane = Q[1] * Q[2];
+        for (int64_t c = 0; c < iv.c; ++c) {
+          T* vol = ref.data() + c * Q[0] * plane;
+          for (int64_t d = 0; d < Q[0]; ++d)
+            for (int64_t h = 0; h < Q[1]; ++h)
+              detail::bspline_filter_line(vol + d * plane + h * Q[2], Q[2], 1, order, ends);
+          for (int64_t d = 0; d < Q[0]; ++d)
+            for (int64_t w = 0; w < Q[2]; ++w)
+              detail::bspline_filter_line(vol + d * plane + w, Q[1], Q[2], order, ends);
+          for (int64_t h = 0; h < Q[1]; ++h)
+            for (int64_t w = 0; w < Q[2]; ++w)
+              detail::bspline_filter_line(vol + h * Q[2] + w, Q[0], plane, order, ends);
+        }
+        EXPECT_EQ(0, std::memcmp(coeff.data(), ref.data(), coeff.size() * sizeof(T)))
+            << "order " << order << " padding " << static_cast<int>(pad) << " align_corners " << ac
+            << " dtype " << dtype_name(dt);
+      }
+}
+
+TEST(ResampleCpu, HostPrefilterEqualsThePerLineFilterBitwise) {
+  expect_prefilter_equals_line_filter<float>(DType::Float32);
+  expect_prefilter_equals_line_filter<double>(DType::Float64);
+}
+
 // bspline_prefilter of every order (2..5) and padding, float64: the coefficients convolved with
 // the B-spline sampled at the integers (the closed-form kernels (1, 6, 1) / 8, (1, 4, 1) / 6,
 // (1, 76, 230, 76, 1) / 384, (1, 26, 66, 26, 1) / 120) give the padded input back along every
