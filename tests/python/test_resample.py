@@ -80,6 +80,30 @@ def test_linear_matches_grid_sample(device, shape, out_size, padding, align_corn
     assert ours.abs().sum() > 0 and not torch.isnan(ours).any()
 
 
+@pytest.mark.parametrize("padding", ["zeros", "reflection"])
+@pytest.mark.parametrize("layout", ["contiguous", "offset", "w_stride_2"])
+def test_linear_large_volumes_match_grid_sample(padding, layout):
+    """Inputs of >= 4 MiB per channel: the host's float32 row path prefetches the lines a rotated
+    row gathers (kPrefetchInputBytes); rows of odd length, channels that do not start on a cache
+    line, and a w stride of 2 go through it. Values must not change."""
+    size = (112, 100, 96)
+    g = torch.Generator().manual_seed(3)
+    if layout == "w_stride_2":
+        x = torch.randn((1, 2, *size[:2], 2 * size[2]), generator=g)[..., ::2]
+    elif layout == "offset":
+        x = torch.randn(1 * 2 * 112 * 100 * 96 + 5, generator=g)[5:].view(1, 2, *size)
+    else:
+        x = torch.randn((1, 2, *size), generator=g)
+    out_size = (24, 40, 93)
+    mats = random_matrices(1, size, out_size, seed=11, strength=1.5)
+    (ours,) = ops.resample([x], mats, out_size, ["linear"], [padding])
+    theta = theta_for(mats, size, out_size, False)
+    grid = F.affine_grid(theta.float(), (1, 2, *out_size), align_corners=False)
+    ref = F.grid_sample(x, grid, mode="bilinear", padding_mode=padding, align_corners=False)
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5 * x.abs().max().item())
+    assert ours.abs().sum() > 0
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape,out_size", CASES)
 @pytest.mark.parametrize("padding", ["zeros", "border", "reflection", "constant"])
