@@ -91,6 +91,56 @@ __attribute__((target("avx512f"))) inline void prefetch_row_lines(const RowTable
   }
 }
 
+// pad_coordinate (Border / Reflection) over a row of float32 coordinates with AVX-512, 16 at a
+// time. Lanes inside the reflection range keep their value (reflect_coordinate's common case,
+// decided by the same comparisons), every lane inside or under Border then takes the border
+// clamp as vector compares and blends; other lanes (outside the reflection range, NaN) take
+// the scalar rule. The same values as the scalar loop, without its branches per coordinate.
+__attribute__((target("avx512f"))) inline void pad_row_f32_avx512(float* x, int cnt, int64_t size,
+                                                                  Padding pad,
+                                                                  bool align_corners) {
+  const __m512 zero = _mm512_setzero_ps(), hi = _mm512_set1_ps(static_cast<float>(size - 1));
+  const bool reflect = pad == Padding::Reflection;
+  // reflect_coordinate's bounds, computed as it computes them.
+  const int64_t twice_low = align_corners ? 0 : -1;
+  const int64_t twice_high = align_corners ? 2 * (size - 1) : 2 * size - 1;
+  const float lo = static_cast<float>(twice_low) / 2.0f;
+  const float span = static_cast<float>(twice_high - twice_low) / 2.0f;
+  const __m512 lov = _mm512_set1_ps(lo), upv = _mm512_set1_ps(fadd(lo, span));
+  for (int j = 0; j < cnt; j += 16) {
+    const __mmask16 lanes = cnt - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cnt - j)) - 1u);
+    __m512 v = _mm512_maskz_loadu_ps(lanes, x + j);
+    __mmask16 kept = lanes;
+    if (reflect)
+      kept = twice_low == twice_high ? __mmask16(0)
+                                     : _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(v, lov, _CMP_GE_OQ),
+                                                               v, upv, _CMP_LE_OQ) & lanes;
+    const __mmask16 low = _mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ);
+    const __mmask16 high = _mm512_cmp_ps_mask(v, hi, _CMP_GE_OQ) & ~low;
+    v = _mm512_mask_mov_ps(_mm512_mask_mov_ps(v, low, zero), high, hi);
+    _mm512_mask_storeu_ps(x + j, kept, v);
+    for (__mmask16 rest = lanes & ~kept; rest; rest &= rest - 1) {
+      const int k = j + __builtin_ctz(rest);
+      float unused;
+      x[k] = pad_coordinate(x[k], size, pad, align_corners, &unused);
+    }
+  }
+}
+#endif
+
+// pad_coordinate over a row of coordinates (Border / Reflection), in place.
+template <class Acc>
+VOXAUG_FORCEINLINE void pad_row(Acc* x, int cnt, int64_t size, Padding pad, bool align_corners) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  if constexpr (std::is_same_v<Acc, float>) {
+    if (cpu_has_avx512()) return pad_row_f32_avx512(x, cnt, size, pad, align_corners);
+  }
+#endif
+  Acc unused;
+  for (int j = 0; j < cnt; ++j) x[j] = pad_coordinate(x[j], size, pad, align_corners, &unused);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 // The 8-corner accumulation of a float32 row with AVX-512 masked gathers, 16 voxels at a
 // time. Same operations per voxel as the scalar loop: w = (wd * wh) * ww, then
 // acc = acc + w * v corner by corner (no FMA), so the results are identical.
@@ -380,11 +430,8 @@ VOXAUG_FORCEINLINE void linear_row(const ResampleParams& p, const KTarget& t,
       const Acc src = rc.x[a][j];
       x[j] = src < -bound ? -bound : (src > bound ? bound : src);
     }
-    if (pad != Padding::Zeros && pad != Padding::Constant) {
-      Acc unused;
-      for (int j = 0; j < cnt; ++j)
-        x[j] = pad_coordinate(x[j], t.in_size[a], pad, p.align_corners, &unused);
-    }
+    if (pad != Padding::Zeros && pad != Padding::Constant)
+      pad_row(x, cnt, t.in_size[a], pad, p.align_corners);
     const int32_t size = static_cast<int32_t>(t.in_size[a]);
     const int32_t stride = static_cast<int32_t>(t.in_stride[a + 2]);
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -525,11 +572,7 @@ VOXAUG_FORCEINLINE void nearest_row(const ResampleParams& p, const KTarget& t,
     const Acc bound = static_cast<Acc>(kCoordinateBound);
     for (int j = 0; j < cnt; ++j)
       x[j] = rc.x[a][j] < -bound ? -bound : (rc.x[a][j] > bound ? bound : rc.x[a][j]);
-    if (folds) {
-      Acc unused;
-      for (int j = 0; j < cnt; ++j)
-        x[j] = pad_coordinate(x[j], t.in_size[a], pad, p.align_corners, &unused);
-    }
+    if (folds) pad_row(x, cnt, t.in_size[a], pad, p.align_corners);
     // round_half_even without branches (NaN: outside; it converts 0 instead, never NaN).
     const int64_t size = t.in_size[a], stride = t.in_stride[a + 2];
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)

@@ -630,6 +630,44 @@ TEST(ResampleCpu, RowPathEqualsPerVoxelDeviceBody) {
         }
 }
 
+// The row path's vector fold (pad_row: Border / Reflection) against the device body: rows of
+// 37 voxels (two whole vectors and a tail), maps that stretch 4x about the centre so that
+// coordinates lie several reflection spans outside, and a one-voxel axis (align_corners
+// reflection: an empty span, every lane through the scalar rule).
+TEST(ResampleCpu, RowPathFoldsEqualPerVoxelDeviceBody) {
+  for (const Vol& iv : {Vol{2, 1, 7, 6, 9}, Vol{1, 2, 1, 5, 8}}) {
+    const Vol ov{iv.n, iv.c, 5, 4, 37};
+    std::mt19937 rng(77);
+    std::normal_distribution<float> nd;
+    std::vector<float> img(iv.numel());
+    for (auto& v : img) v = nd(rng);
+    std::vector<double> m = random_matrices(iv.n, iv, ov, 78);
+    for (int64_t n = 0; n < iv.n; ++n)
+      for (int r = 0; r < 3; ++r) {
+        const double centre = ((r == 0 ? iv.d : r == 1 ? iv.h : iv.w) - 1) / 2.0;
+        for (int k = 0; k < 3; ++k) m[12 * n + 4 * r + k] *= 4.0;
+        double b = centre;  // keep the output centre on the input centre
+        const double oc[3] = {(ov.d - 1) / 2.0, (ov.h - 1) / 2.0, (ov.w - 1) / 2.0};
+        for (int k = 0; k < 3; ++k) b -= m[12 * n + 4 * r + k] * oc[k];
+        m[12 * n + 4 * r + 3] = b + 0.3 * (r + 1);
+      }
+    for (Interp mode : {Interp::Linear, Interp::Nearest})
+      for (Padding pad : {Padding::Border, Padding::Reflection})
+        for (bool ac : {false, true}) {
+          std::vector<float> row(ov.numel());
+          ResampleTarget t{view(img.data(), DType::Float32, iv), view(row.data(), DType::Float32, ov),
+                           mode, pad, 0.0, {}};
+          resample(&t, 1, m.data(), ac);
+          bool exact = false;
+          const std::vector<float> voxel =
+              device_body_float32(img, iv, ov, m, mode, pad, 0.0, ac, &exact);
+          EXPECT_EQ(0, std::memcmp(row.data(), voxel.data(), row.size() * 4))
+              << "input d " << iv.d << " padding " << static_cast<int>(pad) << " align_corners "
+              << ac << " mode " << static_cast<int>(mode);
+        }
+  }
+}
+
 // Exact (signed-permutation) maps: the host's integer row copy equals the device body.
 TEST(ResampleCpu, ExactRowPathEqualsPerVoxelDeviceBody) {
   const Vol iv{2, 2, 7, 9, 8}, ov{2, 2, 9, 8, 7};
