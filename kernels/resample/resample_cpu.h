@@ -43,7 +43,9 @@ constexpr int64_t kResampleRow = 256;
 // Input volumes (one channel) from this size on get software prefetches in the float32 linear
 // row path (prefetch_row_lines). Measured on the AMD EPYC VM with and without them, rotated
 // maps, 2 threads: 1x64^3 (1 MiB, L2-resident between benchmark calls) 0.36-0.40 -> 0.60-0.63
-// ms, 96^3 even, 112^3 (5.6 MiB) 4.6-6.0 -> 3.0-4.2 ms, 128^3 7.9-9.6 -> 4.1-4.2 ms.
+// ms, 96^3 even, 112^3 (5.6 MiB) 4.6-6.0 -> 3.0-4.2 ms, 128^3 7.9-9.6 -> 4.1-4.2 ms (output
+// allocated per call). A 128^3 input read again and again from L3 (bench_resample's
+// cpu/linear/1x1x128x128x128) loses: 3.1-3.5 -> 4.0-4.2 ms; 4 x 128^3 gains 33-34 -> 18-19 ms.
 constexpr int64_t kPrefetchInputBytes = int64_t(4) << 20;
 
 // Per-axis row tables of the linear row path: for corner bit b of axis a, the voxel offset
