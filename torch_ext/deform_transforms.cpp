@@ -213,12 +213,13 @@ DeformResult launch(const Batch& b, const DeformPlan& plan, bool return_displace
     return res;
   }
   std::vector<at::Tensor> inputs{b.x};
-  std::vector<int64_t> modes{plan.image_mode};
+  std::vector<int64_t> modes{plan.image_mode}, pads{plan.image_padding};
   for (const at::Tensor& e : b.extras) {
     inputs.push_back(e);
     modes.push_back(plan.label_mode);
+    pads.push_back(plan.label_padding);
   }
-  const std::vector<at::Tensor> outs = deform_gather(plan, inputs, modes);
+  const std::vector<at::Tensor> outs = deform_gather(plan, inputs, modes, std::nullopt, pads);
   auto restore = [&](const at::Tensor& t) { return b.batched ? t : t.squeeze(0); };
   res.image = restore(outs[0]);
   for (size_t i = 1; i < outs.size(); ++i) res.extras.push_back(restore(outs[i]));
@@ -253,27 +254,14 @@ at::Tensor distortion_ranges(int64_t size, int64_t cells, const std::vector<doub
   return ranges;
 }
 
-// MONAI's integer modes ("0" .. "5", its scipy backend) with padding 'zeros' mean scipy's
-// 'constant' (the kernel's cutoff); Python's deformations take them, these do not yet.
-template <class Options>
-void refuse_scipy_zeros(const Options& o) {
-  const auto integer = [](const std::string& m) {
-    return m.size() == 1 && m[0] >= '0' && m[0] <= '5';
-  };
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      o.padding_mode != "zeros" || (!integer(o.mode) && !integer(o.label_mode)), "mode='", o.mode,
-      "' / label_mode='", o.label_mode,
-      "' with padding_mode=", "'zeros': MONAI's integer (scipy) modes read 'zeros' as scipy's ",
-      "'constant', which the C++ deformations do not take yet (Python's do); ",
-      "use 'border' or 'reflection', or the named modes");
-}
-
 // A MONAI-style deformation's plan gets its options' (mode, label_mode, padding_mode).
 template <class Options>
 DeformPlan with_grid_modes(DeformPlan plan, const Options& o) {
   plan.image_mode = grid_mode(o.mode, "mode");
   plan.label_mode = grid_mode(o.label_mode, "label_mode");
   plan.padding = grid_padding(o.padding_mode, "padding_mode");
+  plan.image_padding = scipy_padding(o.mode, plan.padding);
+  plan.label_padding = scipy_padding(o.label_mode, plan.padding);
   return plan;
 }
 
@@ -354,10 +342,14 @@ std::vector<double> triple(const std::vector<double>& v) {
 }  // namespace
 
 std::vector<at::Tensor> deform_gather(const DeformPlan& plan, at::TensorList inputs,
-                                      at::IntArrayRef modes, const std::optional<at::Tensor>& mats) {
+                                      at::IntArrayRef modes, const std::optional<at::Tensor>& mats,
+                                      at::IntArrayRef paddings) {
   TORCH_CHECK_VALUE(!inputs.empty() && modes.size() == inputs.size(),
                     "deform_gather needs one mode per input, got ", modes.size(), " modes for ",
                     inputs.size(), " inputs");
+  TORCH_CHECK_VALUE(paddings.empty() || paddings.size() == inputs.size(),
+                    "deform_gather needs no paddings or one per input, got ", paddings.size(),
+                    " paddings for ", inputs.size(), " inputs");
   const at::Device device = inputs[0].device();
   std::vector<at::Tensor> xs;
   for (size_t i = 0; i < inputs.size(); ++i)
@@ -371,7 +363,9 @@ std::vector<at::Tensor> deform_gather(const DeformPlan& plan, at::TensorList inp
   for (size_t s = 0; s < xs.size(); s += kMaxTargets) {
     const size_t e = std::min(xs.size(), s + kMaxTargets);
     const std::vector<at::Tensor> part(xs.begin() + s, xs.begin() + e);
-    const std::vector<int64_t> pads(e - s, plan.padding);
+    const std::vector<int64_t> pads = paddings.empty()
+                                          ? std::vector<int64_t>(e - s, plan.padding)
+                                          : paddings.slice(s, e - s).vec();
     const std::vector<double> values(e - s, 0.0);
     auto r = resample_deformed(part, m, field, plan.kind, plan.scale, plan.offset, plan.out_size,
                                modes.slice(s, e - s), pads, values, fmap);
@@ -417,7 +411,6 @@ Rand3DElastic::Rand3DElastic(std::pair<double, double> sigma_range,
   grid_mode(options_.mode, "mode");
   grid_padding(options_.padding_mode, "padding_mode");
   grid_mode(options_.label_mode, "label_mode");
-  refuse_scipy_zeros(options_);
   n_uniforms_ = 3 + num_ranges(options_);
 }
 
@@ -522,7 +515,6 @@ GridDistortion::GridDistortion(std::vector<int64_t> num_cells,
   grid_mode(options_.mode, "mode");
   grid_padding(options_.padding_mode, "padding_mode");
   grid_mode(options_.label_mode, "label_mode");
-  refuse_scipy_zeros(options_);
 }
 
 DeformResult GridDistortion::operator()(const at::Tensor& image, at::TensorList extras,
@@ -563,7 +555,6 @@ RandGridDistortion::RandGridDistortion(RandGridDistortionOptions options)
   grid_mode(options_.mode, "mode");
   grid_padding(options_.padding_mode, "padding_mode");
   grid_mode(options_.label_mode, "label_mode");
-  refuse_scipy_zeros(options_);
   n_uniforms_ = 1;
   for (int64_t c : num_cells_) n_uniforms_ += c + 1;
 }
@@ -684,6 +675,7 @@ DeformPlan RandomElasticDeformation::plan(int64_t n, const std::array<int64_t, 3
   out.image_mode = torchio_mode(options_.image_interpolation, "image_interpolation");
   out.label_mode = torchio_mode(options_.label_interpolation, "label_interpolation");
   out.padding = grid_padding(options_.padding_mode, "padding_mode");
+  out.image_padding = out.label_padding = out.padding;
   if (max_disp_[0] == 0 && max_disp_[1] == 0 && max_disp_[2] == 0) {
     out.identity = true;  // TorchIO: no displacement, nothing to do
     return out;

@@ -320,13 +320,16 @@ ComposeResult Compose::apply(Inputs inputs, const std::vector<Draw>& draws, cons
       const DeformPlan p = deform_plan(steps_[j], m0.size(0), {m0.size(2), m0.size(3), m0.size(4)},
                                        draws[j], chains[0].x.device());
       if (p.identity) continue;  // the call returns its inputs as they are
-      std::vector<int64_t> kmodes;
+      std::vector<int64_t> kmodes, kpads;
       bool fuse = lazy_;
       for (size_t i = 0; i < chains.size(); ++i) {
         kmodes.push_back(
             deform_mode(steps_[j], chains[i].mode, i == 0 ? p.image_mode : p.label_mode));
+        // A mode named for the input (modes[i]) brings its own scipy reading of 'zeros'.
+        kpads.push_back(chains[i].mode.empty() ? (i == 0 ? p.image_padding : p.label_padding)
+                                               : common::scipy_padding(chains[i].mode, p.padding));
         const Group& g = chains[i].group;
-        fuse = fuse && (!g.key || ((*g.key)[0] == kmodes[i] && (*g.key)[1] == p.padding &&
+        fuse = fuse && (!g.key || ((*g.key)[0] == kmodes[i] && (*g.key)[1] == kpads[i] &&
                                    (*g.key)[2] == 0));
         // TorchIO's control grid, locked borders and padding belong to a crop's window, which the
         // fused gather would read past: after a crop it runs on the cropped tensor (as Python's).
@@ -363,12 +366,13 @@ ComposeResult Compose::apply(Inputs inputs, const std::vector<Draw>& draws, cons
             done[k] = true;
           }
         std::vector<at::Tensor> xs;
-        std::vector<int64_t> ms;
+        std::vector<int64_t> ms, ps;
         for (size_t k : members) {
           xs.push_back(chains[k].x);
           ms.push_back(kmodes[k]);
+          ps.push_back(kpads[k]);
         }
-        const std::vector<at::Tensor> outs = deform_gather(q, xs, ms, mats[i]);
+        const std::vector<at::Tensor> outs = deform_gather(q, xs, ms, mats[i], ps);
         for (size_t m = 0; m < members.size(); ++m) {
           chains[members[m]].x = outs[m];
           chains[members[m]].meta = meta_like(outs[m]);

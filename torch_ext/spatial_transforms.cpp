@@ -459,14 +459,18 @@ std::vector<int64_t> grid_modes(const Batch& b, const Modes& modes, const std::s
 // Python's _grid_opts. Such a call is not a single plain map for Compose (it runs alone).
 Result finish_grid(const Batch& b, Launch g, const Modes& modes, const std::string& mode,
                    const Affine4& affine) {
-  constexpr int64_t kZeros = 0, kCutoff = 4;
   bool cutoff = false;
-  if (g.padding == kZeros) {
-    g.paddings.assign(b.xs.size(), kZeros);
+  if (g.padding == kPaddingZeros) {
+    g.paddings.assign(b.xs.size(), kPaddingZeros);
     for (size_t i = 0; i < b.xs.size(); ++i) {
-      const std::string& m = mode_of(modes, i, mode, b.xs.size());
-      if (m.size() == 1 && m[0] >= '0' && m[0] <= '5') g.paddings[i] = kCutoff, cutoff = true;
+      g.paddings[i] = scipy_padding(mode_of(modes, i, mode, b.xs.size()), g.padding);
+      cutoff = cutoff || g.paddings[i] == kPaddingCutoff;
     }
+    // One reading for every input (Compose plans each input alone): a plain padding, so the
+    // step stays a single map and joins its group (cutoff in the group's key).
+    const bool uniform = std::all_of(g.paddings.begin(), g.paddings.end(),
+                                     [&](int64_t v) { return v == g.paddings[0]; });
+    if (cutoff && uniform) g.padding = g.paddings[0], cutoff = false;
     if (!cutoff) g.paddings.clear();
   }
   Result r = finish_one(b, g, grid_modes(b, modes, mode), affine);

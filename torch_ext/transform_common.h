@@ -151,6 +151,15 @@ inline int64_t grid_mode(const std::string& m, const std::string& arg) {
                     m, "'");
   return -1;
 }
+// MONAI's integer modes ("0" .. "5") run scipy's map_coordinates, where padding 'zeros' is
+// scipy's 'constant': 0 outside [0, S - 1], no blending, the mirror inside (resample's padding
+// code 4, cutoff; Python's _grid_opts).
+inline bool is_scipy_mode(const std::string& m) { return m.size() == 1 && m[0] >= '0' && m[0] <= '5'; }
+constexpr int64_t kPaddingZeros = 0, kPaddingCutoff = 4;
+// The kernel padding of an input with grid mode `m` under grid padding code `padding`.
+inline int64_t scipy_padding(const std::string& m, int64_t padding) {
+  return padding == kPaddingZeros && is_scipy_mode(m) ? kPaddingCutoff : padding;
+}
 // _grid_padding: grid_sample's padding names -> resample's codes.
 inline int64_t grid_padding(const std::string& p, const std::string& arg) {
   if (p == "zeros") return 0;

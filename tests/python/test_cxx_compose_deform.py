@@ -88,6 +88,35 @@ def test_elastic_alone_is_its_own_call(inia):
     assert not torch.equal(maps, meta)
 
 
+@pytest.mark.skipif(DEFORM_SHIM is None, reason="libvoxaug_cxx_deform_shim.so not built")
+def test_integer_modes_with_zeros_alone_and_fused(inia):
+    """MONAI's integer modes with padding 'zeros' (scipy's 'constant', per input): the deformation
+    alone is its own call, image "3" and label "0" (named through `modes`); after a RandAffine of
+    the same reading it fuses into one launch (cutoff in each input's group key) and equals
+    Python's Compose bit for bit."""
+    img, lab, _ = inia
+    x, y = batch(img, lab)
+    outs, *_, groups, seeds, _ = compose([x, y], [("rand_elastic3d:3:zeros", ELASTIC)], seed=5, modes=["", "0"])
+    assert groups == [[0, 1]]
+    d = torch.ops.voxaug_cxx_test_deform
+    flat = [v for f in ELASTIC[5:8] for v in (-f, f)], [v for f in ELASTIC[8:11] for v in (-f, f)], \
+        [v for f in ELASTIC[11:14] for v in (-f, f)]
+    img_ref, extras, _, _ = d.rand3d_elastic(x, [y], [4.0, 6.0], [30.0, 60.0], 1.0, flat[0], [], flat[1], flat[2],
+                                             [], "3", "zeros", "fast", "0", seeds[0], 0, False)
+    assert_bitwise(outs[0], img_ref)
+    assert_bitwise(outs[1], extras[0])
+    steps = [("rand_affine:3:zeros", RA), ("rand_elastic3d:3:zeros", ELASTIC)]
+    outs, *_, groups, seeds, _ = compose([x, y], steps, seed=21, modes=["", "0"])
+    assert groups == [[0, 2]]
+    for k, (src, mode) in enumerate(((x, 3), (y, 0))):
+        ts_ = [vt.RandAffine(prob=1.0, mode=mode, padding_mode="zeros", **RA_KW),
+               deform.Rand3DElastic(mode=mode, padding_mode="zeros", **ELASTIC_KW)]
+        with replaying(ts_, seeds, 3):
+            ref = vt.Compose(ts_)(src)
+        assert_bitwise(outs[k], ref)
+    assert set(outs[1].unique().tolist()) <= set(lab.unique().tolist())
+
+
 # ---------------- fused groups vs Python's Compose ----------------
 def _python_steps(kind, mode):
     if kind == "elastic":

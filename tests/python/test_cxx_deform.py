@@ -140,6 +140,60 @@ def test_rand_grid_distortion_equals_python(cxx, device):
     assert torch.equal(img2, t2(x, randomize=False))
 
 
+@pytest.mark.parametrize("device", devices())
+def test_integer_modes_with_zeros_equal_python(cxx, device):
+    """MONAI's integer (scipy) modes read padding 'zeros' as scipy's 'constant' (resample's
+    "cutoff"), per input: the C++ deformations gather as Python's do, bit for bit (image spline
+    order 3, label order 0; RandGridDistortion with order 1 and a named label mode)."""
+    x, lab = (t.to(device) for t in _data(3))
+    kw = dict(sigma_range=(3.0, 4.5), magnitude_range=(80.0, 160.0), prob=1.0, padding_mode="zeros")
+    img, extras, _, params = _elastic(cxx, x, [lab], mode="3", label_mode="0", seed=11, **kw)
+    t = deform.Rand3DElastic(mode=3, **kw)
+    t._last = t.draw_params(3, seed=11)
+    assert torch.equal(params, t._last)
+    assert torch.equal(img, t(x, randomize=False))
+    plan = t._plan(tuple(x.shape[2:]), 3, t._last, x.device, None)
+    (want_lab,) = deform._launch([lab], plan, ["nearest"], ["cutoff"])
+    assert torch.equal(extras[0], want_lab)
+    # not grid_sample's 'zeros' (half a voxel of blending beyond the edge)
+    z_img, z_lab = deform._launch([x, lab], plan, ["cubic", "nearest"], ["zeros", "zeros"])
+    assert not torch.equal(img, z_img) and not torch.equal(extras[0], z_lab)
+    img, extras, _, _ = _rand_grid(cxx, x, [lab], num_cells=3, prob=1.0, distort_limit=0.3, mode="1",
+                                   padding_mode="zeros", seed=2)
+    t = deform.RandGridDistortion(3, 1.0, 0.3, mode=1, padding_mode="zeros")
+    t._last = t.draw_params(3, seed=2)
+    assert torch.equal(img, t(x, randomize=False))
+    plan = t._plan(tuple(x.shape[2:]), 3, t._last, x.device)
+    (want_lab,) = deform._launch([lab], plan, ["nearest"], ["zeros"])
+    assert torch.equal(extras[0], want_lab)
+
+
+def test_integer_modes_with_zeros_match_scipy(cxx):
+    """Independently: out(x) = scipy.ndimage.map_coordinates(in, x + u(x), order=k,
+    mode='constant') (float64), u the displacement the call returns, for image orders 3 and 1
+    and the label's order 0. A coordinate within float32 rounding of an edge may fall on either
+    side of scipy's cutoff: at most 0.1% of the voxels may differ beyond the tolerance."""
+    ndimage = pytest.importorskip("scipy.ndimage")
+    x, lab = _data(2, (15, 18, 13))
+    grid = np.stack(np.meshgrid(*[np.arange(s, dtype=np.float64) for s in x.shape[2:]], indexing="ij"))
+    for order in (3, 1):
+        img, extras, fields, _ = _elastic(cxx, x, [lab], sigma_range=(3.0, 4.0), magnitude_range=(150.0, 250.0),
+                                          prob=1.0, mode=str(order), label_mode="0", padding_mode="zeros", seed=4)
+        u = fields[0].double().numpy()
+        assert np.abs(u).max() > 2.0
+        outside = 0
+        for n in range(2):
+            coords = grid + u[n]
+            for c in range(2):
+                ref = ndimage.map_coordinates(x[n, c].double().numpy(), coords, order=order, mode="constant")
+                err = np.abs(img[n, c].double().numpy() - ref)
+                assert (err > 1e-3 * 100).mean() < 1e-3, (order, err.max())
+                outside += int((ref == 0).sum())
+            ref = ndimage.map_coordinates(lab[n, 0].double().numpy(), coords, order=0, mode="constant")
+            assert (extras[0][n, 0].double().numpy() != ref).mean() < 1e-3
+        assert outside > 100  # the cutoff is exercised
+
+
 def test_grid_distortion_equals_python(cxx):
     x, lab = _data(2, (13, 17, 11))
     steps = [(1.2, 0.8, 1.1, 0.9), (0.9, 1.1, 1.0, 1.05), (1.0, 0.7, 1.3, 1.0)]
@@ -471,9 +525,6 @@ def test_bad_arguments_name_the_argument(cxx):
     for call, match in cases:
         with pytest.raises(ValueError, match=match):
             call()
-    # MONAI's integer modes read 'zeros' as scipy's 'constant': refused here, taken by Python's
-    with pytest.raises(NotImplementedError, match="scipy"):
-        _elastic(cxx, x, mode="3", padding_mode="zeros", **el)
 
 
 def test_apply_checks_params(cxx):

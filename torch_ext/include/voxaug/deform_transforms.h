@@ -67,17 +67,22 @@ struct DeformPlan {
   std::optional<at::Tensor> field_map;  // (N, 6) float64 CPU
   int64_t image_mode = 1, label_mode = 0;  // the options' modes: 0 nearest, 1 linear, 2 cubic
   int64_t padding = 0;                     // padding_mode: 0 zeros, 1 border, 2 reflection
+  // The image / label padding: padding, except that MONAI's integer (scipy) modes read 'zeros'
+  // as scipy's 'constant' (kernel padding 4, cutoff), as Python's deformations do.
+  int64_t image_padding = 0, label_padding = 0;
   bool identity = false;  // nothing to do: the call returns its inputs as they are
 };
 
 // Gathers `inputs` (5-D, the batch and spatial size the plan was made for, one device) through
 // `plan` in one resample_deformed launch per 4 tensors, input i with kernel mode modes[i]
-// (integer inputs not nearest computed in float32). `mats` ((N, 3, 4) float64 CPU) replaces
-// plan.mats: a map applied before the deformation's (Compose: the steps before it, times
-// plan.mats), its input of any spatial size.
+// (integer inputs not nearest computed in float32) and kernel padding paddings[i] (empty:
+// plan.padding for every input). `mats` ((N, 3, 4) float64 CPU) replaces plan.mats: a map
+// applied before the deformation's (Compose: the steps before it, times plan.mats), its input
+// of any spatial size.
 std::vector<at::Tensor> deform_gather(const DeformPlan& plan, at::TensorList inputs,
                                       at::IntArrayRef modes,
-                                      const std::optional<at::Tensor>& mats = std::nullopt);
+                                      const std::optional<at::Tensor>& mats = std::nullopt,
+                                      at::IntArrayRef paddings = {});
 
 // MONAI Rand3DElastic: with probability `prob` per sample, a smooth random displacement (sigma
 // ~ U(sigma_range), magnitude ~ U(magnitude_range), in output voxels) and a random affine
@@ -94,7 +99,9 @@ struct Rand3DElasticOptions {
   // Output size (D, H, W): empty for the input's, one value for every axis; entries <= 0 take
   // the input's (MONAI's fall_back_tuple).
   std::vector<int64_t> spatial_size;
-  std::string mode = "bilinear";            // "bilinear", "nearest", "bicubic" (cubic B-spline)
+  // "bilinear", "nearest", "bicubic" (cubic B-spline) or MONAI's integer modes "0" .. "5"
+  // (spline orders; with padding_mode "zeros" they read scipy's 'constant', per input).
+  std::string mode = "bilinear";
   std::string padding_mode = "reflection";  // "zeros", "border", "reflection"
   std::string field = "fast";               // "fast", "exact"
   std::string label_mode = "nearest";       // extras' mode (the image's names)

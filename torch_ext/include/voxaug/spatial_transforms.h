@@ -33,9 +33,11 @@
 //   map_coordinates orders), padding_mode "zeros" | "border" | "reflection". As MONAI hands its
 //   integer modes to scipy, an input given one of "0" .. "5" reads "zeros" as scipy's
 //   'constant' (0 outside [0, S-1], no blending: the kernel's cutoff padding), per input (a
-//   label given "nearest" beside it keeps grid_sample's zeros); such a call runs alone in a
-//   Compose (Result::single_map is false). The deformations (deform_transforms.h) refuse
-//   integer modes with "zeros" (c10::NotImplementedError; Python's take them).
+//   label given "nearest" beside it keeps grid_sample's zeros). A call whose inputs read
+//   "zeros" differently runs alone in a Compose (Result::single_map is false); one reading for
+//   every input (Compose plans each input alone) is a plain padding and joins its group, also
+//   into a deformation's launch. The deformations (deform_transforms.h) read their mode and
+//   label_mode the same way, per input, as Python's do.
 // - Resize / Zoom / RandZoom (torch interpolate, as MONAI calls it): mode "area" (adaptive
 //   average pooling, MONAI's default; computed in float32 as MONAI's default dtype) | "nearest" |
 //   "nearest-exact" (interpolate's floor rules, bit-identical) | "linear" | "bilinear" |
