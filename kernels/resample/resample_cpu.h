@@ -8,16 +8,16 @@
 #pragma once
 
 #include <algorithm>
-#include <cstring>
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
+#include "../common/cpu_isa.h"
+#include "../common/stream_store.h"
 #include "voxaug/detail/bspline.h"
 #include "voxaug/detail/deform.h"
 #include "voxaug/detail/resample.h"
-#include "../common/cpu_isa.h"
-#include "../common/stream_store.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
@@ -36,8 +36,12 @@ inline bool cpu_has_avx512() {
 
 // The reversed-row copies' levels: AVX-512 with byte / word permutes, and AVX2 (cpu_isa()'s,
 // which also ask for DQ / VL / FMA: the clones' one choice per process).
-inline bool cpu_has_avx512bw() { return cpu_isa() == CpuIsa::Avx512; }
-inline bool cpu_has_avx2() { return cpu_isa() != CpuIsa::Baseline; }
+inline bool cpu_has_avx512bw() {
+  return cpu_isa() == CpuIsa::Avx512;
+}
+inline bool cpu_has_avx2() {
+  return cpu_isa() != CpuIsa::Baseline;
+}
 
 constexpr int64_t kResampleRow = 256;
 // Input volumes (one channel) from this size on get software prefetches in the float32 linear
@@ -99,24 +103,20 @@ __attribute__((target("avx512f"))) inline void prefetch_row_lines(const RowTable
 // clamp as vector compares and blends; other lanes (outside the reflection range, NaN) take
 // the scalar rule. The same values as the scalar loop, without its branches per coordinate.
 __attribute__((target("avx512f"))) inline void pad_row_f32_avx512(float* x, int cnt, int64_t size,
-                                                                  Padding pad,
-                                                                  bool align_corners) {
+                                                                  Padding pad, bool align_corners) {
   const __m512 zero = _mm512_setzero_ps(), hi = _mm512_set1_ps(static_cast<float>(size - 1));
   const bool reflect = pad == Padding::Reflection;
-  // reflect_coordinate's bounds, computed as it computes them.
-  const int64_t twice_low = align_corners ? 0 : -1;
-  const int64_t twice_high = align_corners ? 2 * (size - 1) : 2 * size - 1;
-  const float lo = static_cast<float>(twice_low) / 2.0f;
-  const float span = static_cast<float>(twice_high - twice_low) / 2.0f;
-  const __m512 lov = _mm512_set1_ps(lo), upv = _mm512_set1_ps(fadd(lo, span));
+  const ReflectRange<float> r = reflect_range<float>(size, align_corners);
+  const __m512 lov = _mm512_set1_ps(r.lo), upv = _mm512_set1_ps(r.hi);
   for (int j = 0; j < cnt; j += 16) {
     const __mmask16 lanes = cnt - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cnt - j)) - 1u);
     __m512 v = _mm512_maskz_loadu_ps(lanes, x + j);
     __mmask16 kept = lanes;
     if (reflect)
-      kept = twice_low == twice_high ? __mmask16(0)
-                                     : _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(v, lov, _CMP_GE_OQ),
-                                                               v, upv, _CMP_LE_OQ) & lanes;
+      kept = r.empty ? __mmask16(0)
+                     : _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(v, lov, _CMP_GE_OQ), v, upv,
+                                               _CMP_LE_OQ) &
+                           lanes;
     const __mmask16 low = _mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ);
     const __mmask16 high = _mm512_cmp_ps_mask(v, hi, _CMP_GE_OQ) & ~low;
     v = _mm512_mask_mov_ps(_mm512_mask_mov_ps(v, low, zero), high, hi);
@@ -471,8 +471,8 @@ VOXAUG_FORCEINLINE void linear_row(const ResampleParams& p, const KTarget& t,
     if constexpr (std::is_same_v<T, float> && std::is_same_v<Acc, float>) {
       if (cpu_has_avx512()) {
         if (t.in_stride[4] == 1)
-          corners_f32_avx512_pairs(tb, src, cnt, fill, dst + ow0 * t.out_stride[4],
-                                   t.out_stride[4], prefetch);
+          corners_f32_avx512_pairs(tb, src, cnt, fill, dst + ow0 * t.out_stride[4], t.out_stride[4],
+                                   prefetch);
         else
           corners_f32_avx512(tb, src, cnt, fill, dst + ow0 * t.out_stride[4], t.out_stride[4],
                              prefetch);
@@ -925,7 +925,8 @@ VOXAUG_FORCEINLINE void strided_copy(const void* in, int64_t src0, int64_t src_s
   const U* s = static_cast<const U*>(in);
   U* d = static_cast<U*>(out);
   if (dst_step == 1 && src_step == 1) {  // identity rows and rows along an unflipped axis
-    if (hi > lo) std::memcpy(d + dst0 + lo, s + src0 + lo, static_cast<size_t>(hi - lo) * sizeof(U));
+    if (hi > lo)
+      std::memcpy(d + dst0 + lo, s + src0 + lo, static_cast<size_t>(hi - lo) * sizeof(U));
     return;
   }
   if (dst_step == 1 && src_step == -1) {  // flipped rows
@@ -1046,8 +1047,8 @@ VOXAUG_FORCEINLINE void exact_row_int(const ResampleParams& p, const KTarget& t,
     int64_t off0, doff;
     row_source(t, n, first, step, &off0, &doff);
     for (int64_t c = 0; c < t.channels; ++c)
-      copy_elements(t, off0 + c * t.in_stride[1],
-                    doff, out_base + c * t.out_stride[1] + ow0 * t.out_stride[4], lo, hi);
+      copy_elements(t, off0 + c * t.in_stride[1], doff,
+                    out_base + c * t.out_stride[1] + ow0 * t.out_stride[4], lo, hi);
   } else {
     for (int64_t j = lo; j < hi; ++j) general(j);
   }
@@ -1091,9 +1092,9 @@ VOXAUG_FORCEINLINE void post_span(const ResampleForward<Acc>& f,
 // back in the output dtype, as a separate chain pass would read it.
 template <class Acc>
 VOXAUG_FORCEINLINE void post_row_channel(const ResampleForward<Acc>& f,
-                                         const typename ResampleForward<Acc>::State& st,
-                                         int64_t n, int64_t c, int64_t od, int64_t oh,
-                                         int64_t ow0, int64_t cnt) {
+                                         const typename ResampleForward<Acc>::State& st, int64_t n,
+                                         int64_t c, int64_t od, int64_t oh, int64_t ow0,
+                                         int64_t cnt) {
   const KTarget& t = f.p.t[f.p.post_target];
   const DType native = native_dtype<Acc>();
   const int64_t base = n * t.out_stride[0] + c * t.out_stride[1] + od * t.out_stride[2] +
@@ -1131,8 +1132,7 @@ VOXAUG_FORCEINLINE void post_items(const ResampleForward<Acc>& f,
   if (t.out_dtype == native && t.out_stride[4] == 1 && t.out_stride[3] == W &&
       t.out_stride[2] == H * W) {
     for (int64_t c = 0; c < t.channels; ++c)
-      post_span(f, st,
-                static_cast<Acc*>(t.out) + n * t.out_stride[0] + c * t.out_stride[1] + begin,
+      post_span(f, st, static_cast<Acc*>(t.out) + n * t.out_stride[0] + c * t.out_stride[1] + begin,
                 end - begin);
     return;
   }
@@ -1236,8 +1236,8 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
       }
       int64_t off0, doff;
       row_source(t, n, first, step, &off0, &doff);
-      const int64_t dst0 = n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3] +
-                           ow * t.out_stride[4];
+      const int64_t dst0 =
+          n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3] + ow * t.out_stride[4];
       // Rows into a contiguous output row are streamed: along the source (contiguous), against
       // it (reversed: a flip of that axis) or across its lines (a quarter turn: gathered).
       // The post target's contiguous float32 rows under shifts and scales stream too, stepped

@@ -20,35 +20,56 @@ namespace voxaug::detail {
 // small enough for 32-bit indices on the host's row path.
 constexpr double kCoordinateBound = 1073741824.0;
 
-// grid_sample's reflect_coordinates(_set_grad): reflect `x` about [twice_low/2, twice_high/2];
+// grid_sample's reflection range for an axis of `size` voxels: [twice_low/2, twice_high/2] with
+// twice_low, twice_high = 0, 2(size-1) (align_corners) or -1, 2 size - 1. One definition for the
+// scalar rule below and the host's vector fold (kernels/resample/resample_cpu.h), so that the
+// two decide "inside" by the same numbers.
+template <class Acc>
+struct ReflectRange {
+  Acc lo;      // twice_low / 2
+  Acc span;    // (twice_high - twice_low) / 2
+  Acc hi;      // lo + span
+  bool empty;  // twice_low == twice_high: every coordinate reflects to 0
+};
+
+template <class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE ReflectRange<Acc> reflect_range(int64_t size, bool align_corners) {
+  const int64_t twice_low = align_corners ? 0 : -1;
+  const int64_t twice_high = align_corners ? 2 * (size - 1) : 2 * size - 1;
+  ReflectRange<Acc> r;
+  r.lo = static_cast<Acc>(twice_low) / Acc(2);
+  r.span = static_cast<Acc>(twice_high - twice_low) / Acc(2);
+  r.hi = fadd(r.lo, r.span);
+  r.empty = twice_low == twice_high;
+  return r;
+}
+
+// grid_sample's reflect_coordinates(_set_grad): reflect `x` about [r.lo, r.hi];
 // *grad receives d(result)/dx (+1 or -1).
 template <class Acc>
-VOXAUG_HD VOXAUG_FORCEINLINE Acc reflect_coordinate(Acc x, int64_t twice_low, int64_t twice_high,
-                                                    Acc* grad) {
-  if (twice_low == twice_high) {
+VOXAUG_HD VOXAUG_FORCEINLINE Acc reflect_coordinate(Acc x, const ReflectRange<Acc>& r, Acc* grad) {
+  if (r.empty) {
     *grad = Acc(0);
     return Acc(0);
   }
-  const Acc lo = static_cast<Acc>(twice_low) / Acc(2);
-  const Acc span = static_cast<Acc>(twice_high - twice_low) / Acc(2);
-  if (x >= lo && x <= fadd(lo, span)) {  // already inside: the common case, kept exact
+  if (x >= r.lo && x <= r.hi) {  // already inside: the common case, kept exact
     *grad = Acc(1);
     return x;
   }
-  x = fsub(x, lo);
+  x = fsub(x, r.lo);
   Acc mult = Acc(1);
   if (x < Acc(0)) {
     mult = Acc(-1);
     x = -x;
   }
-  const Acc extra = fmod(x, span);
-  const int64_t flips = static_cast<int64_t>(floor(fdiv(x, span)));
+  const Acc extra = fmod(x, r.span);
+  const int64_t flips = static_cast<int64_t>(floor(fdiv(x, r.span)));
   if (flips % 2 == 0) {
     *grad = mult;
-    return fadd(extra, lo);
+    return fadd(extra, r.lo);
   }
   *grad = -mult;
-  return fadd(fsub(span, extra), lo);
+  return fadd(fsub(r.span, extra), r.lo);
 }
 
 // The coordinate after Border / Reflection handling (Zeros / Constant leave it as is), and
@@ -58,8 +79,7 @@ VOXAUG_HD VOXAUG_FORCEINLINE Acc pad_coordinate(Acc x, int64_t size, Padding pad
                                                 bool align_corners, Acc* grad) {
   *grad = Acc(1);
   if (padding == Padding::Reflection) {
-    x = align_corners ? reflect_coordinate(x, 0, 2 * (size - 1), grad)
-                      : reflect_coordinate(x, -1, 2 * size - 1, grad);
+    x = reflect_coordinate(x, reflect_range<Acc>(size, align_corners), grad);
   }
   if (padding == Padding::Border || padding == Padding::Reflection) {
     const Acc hi = static_cast<Acc>(size - 1);
@@ -263,9 +283,9 @@ struct ResampleForward {
     for (int k = 0; k < 12; ++k) st.m[k] = static_cast<Acc>(m[k]);
     st.exact = static_cast<FieldKind>(p.field.kind) == FieldKind::None && is_signed_permutation(m);
     for (int k = 0; k < p.num_post; ++k)
-      st.post[k] = resolve_step<Acc>(p.post[k], static_cast<uint32_t>(n),
-                                     p.post_first_sample + static_cast<uint32_t>(n), 0,
-                                     p.post_channels);
+      st.post[k] =
+          resolve_step<Acc>(p.post[k], static_cast<uint32_t>(n),
+                            p.post_first_sample + static_cast<uint32_t>(n), 0, p.post_channels);
   }
 
   VOXAUG_HD VOXAUG_FORCEINLINE void operator()(State& st, int64_t n, int64_t item) const {
@@ -428,8 +448,7 @@ struct ResampleForward {
       Acc v = src[a] < -bound ? -bound : (src[a] > bound ? bound : src[a]);
       if (pad == Padding::Reflection) {
         Acc unused;
-        v = p.align_corners ? reflect_coordinate(v, 0, 2 * (size - 1), &unused)
-                            : reflect_coordinate(v, -1, 2 * size - 1, &unused);
+        v = reflect_coordinate(v, reflect_range<Acc>(size, p.align_corners), &unused);
       }
       // Cutoff: gather() has sent coordinates outside [0, S-1] to the fill; the mirrored
       // coefficients serve the taps beyond the edges.
