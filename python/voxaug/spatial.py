@@ -27,7 +27,7 @@ What matches MONAI, and how (tests/python/test_spatial.py checks each on real vo
 - SpatialCrop, CenterSpatialCrop: MONAI's compute_slices (center & size, start & end, or
   slices), as an integer translation: exact path, bit-identical to slicing (empty crops are
   refused).
-- Flip, Rotate90 (and RandFlip, RandRotate90): signed permutations, nearest, bit-identical to
+- Flip, Rotate90 (and RandFlip, RandAxisFlip, RandRotate90): signed permutations, nearest, bit-identical to
   ``torch.flip`` / ``torch.rot90`` for every dtype.
 - Affine, RandAffine: MONAI's matrix ``A = R @ Sh @ T @ Sc`` (AffineGrid; each factor only
   when its parameters are truthy) acts on centred output coordinates; MONAI's Resample
@@ -192,7 +192,7 @@ from . import ops
 from .transforms import _as_batch, _check_prob, _host_to, _is_meta_tensor, _Randomizable
 
 __all__ = [
-    "Flip", "Flipd", "RandFlip", "RandFlipd", "Rotate90", "Rotate90d", "RandRotate90", "RandRotate90d",
+    "Flip", "Flipd", "RandFlip", "RandFlipd", "RandAxisFlip", "RandAxisFlipd", "Rotate90", "Rotate90d", "RandRotate90", "RandRotate90d",
     "Affine", "Affined", "RandAffine", "RandAffined", "Rotate", "Rotated", "RandRotate", "RandRotated",
     "Zoom", "Zoomd", "RandZoom", "RandZoomd", "Resize", "Resized", "Spacing", "Spacingd", "Orientation", "Orientationd",
     "SpatialCrop", "SpatialCropd", "CenterSpatialCrop", "CenterSpatialCropd", "SpatialPad", "SpatialPadd",
@@ -1114,6 +1114,41 @@ class RandFlip(_RandomSpatial):
         full = np.empty((n, 4, 4))
         full[...] = _EYE4
         full[gates] = _flip_map_shared(tuple(in_size), tuple(self._axes))  # the flipped samples
+        return _own_map_geometry(full, in_size, "zeros")
+
+    def __call__(self, img, randomize: bool = True, lazy: Optional[bool] = None):
+        _not_lazy(lazy)
+        x, _ = _as_batch(img)
+        return self.apply(img, self._params_for(x.shape[0], randomize))
+
+
+class RandAxisFlip(_RandomSpatial):
+    """MONAI RandAxisFlip: with probability `prob`, flips one spatial axis drawn uniformly from the
+    three, per sample (MONAI draws one axis per call). Draw: 2 uniforms per sample, the gate and
+    the axis ``min(floor(3 u), 2)``. Bit-identical to ``torch.flip`` of the drawn axis."""
+
+    _n_uniforms = 2
+
+    def __init__(self, prob: float = 0.1, lazy: bool = False, seed: Optional[int] = None):
+        _not_lazy(lazy)
+        super().__init__(prob, seed)
+
+    def _options(self, **overrides):
+        return _exact_opts()
+
+    def _axes(self, params: torch.Tensor) -> list[Optional[int]]:
+        """The spatial axis each sample flips (0, 1, 2), None where the gate is closed."""
+        u = params.numpy()[:, 1].tolist()
+        return [min(int(v * 3), 2) if g else None for v, g in zip(u, self._gates(params).tolist())]
+
+    def _geometry(self, in_size, n, params, opts):
+        axes = self._axes(params)
+        size = tuple(in_size)
+        full = np.empty((len(axes), 4, 4))
+        for i, a in enumerate(axes):
+            full[i] = _EYE4 if a is None else _flip_map_shared(size, (a,))
+        if len(axes) != n:  # as _map_geometry's broadcast (raises for a draw of another batch size)
+            return _map_geometry(full, n, in_size, "zeros")
         return _own_map_geometry(full, in_size, "zeros")
 
     def __call__(self, img, randomize: bool = True, lazy: Optional[bool] = None):
@@ -2264,6 +2299,14 @@ class RandFlipd(_SpatialDict):
         super().__init__(keys, RandFlip(prob, spatial_axis, lazy, seed), {}, allow_missing_keys)
 
 
+class RandAxisFlipd(_SpatialDict):
+    """MONAI RandAxisFlipd: every key flips the same drawn axis of a sample."""
+
+    def __init__(self, keys, prob: float = 0.1, allow_missing_keys: bool = False, lazy: bool = False,
+                 seed: Optional[int] = None):
+        super().__init__(keys, RandAxisFlip(prob, lazy, seed), {}, allow_missing_keys)
+
+
 class Rotate90d(_SpatialDict):
     def __init__(self, keys, k: int = 1, spatial_axes: tuple[int, int] = (0, 1), allow_missing_keys: bool = False,
                  lazy: bool = False):
@@ -2901,7 +2944,7 @@ class Orientationd:
 # by one resample launch. A MetaTensor's affine is updated step by step exactly as each
 # transform would (``affine @ map``), so the affines equal the step-by-step ones.
 #
-# Interpolation: the "exact" steps (Flip, RandFlip, Rotate90, RandRotate90, Orientation,
+# Interpolation: the "exact" steps (Flip, RandFlip, RandAxisFlip, Rotate90, RandRotate90, Orientation,
 # SpatialCrop, CenterSpatialCrop: signed permutations / integer shifts inside the image) adopt
 # the group's mode; the other steps (Affine, RandAffine, Rotate, RandRotate, Resize, Zoom,
 # RandZoom, Spacing) must agree on (kernel mode, kernel padding, align_corners). A step that
@@ -3199,7 +3242,7 @@ def _close_with_deformation(t: Any, d: dict, is_dict: bool, chains: dict, chain:
     call on the cut patches would; except for TorchIO's RandomElasticDeformation, which runs
     on the cut patches (its call pads beyond the window, see voxaug.deform).
 
-    Flips and crops right after a B-spline deformation (`following`: Flip(d), RandFlip(d),
+    Flips and crops right after a B-spline deformation (`following`: Flip(d), RandFlip(d), RandAxisFlip(d),
     SpatialCrop(d), CenterSpatialCrop(d) on exactly the deformed keys, plain tensors) fold into
     the same launch (_fold_after): out(y) = D(F y) = in(M F (y + S u(F y))), F the steps' map
     (signs S, integer offset c), i.e. the map times F, the control index scale * S y +
@@ -3282,7 +3325,7 @@ def _close_with_deformation(t: Any, d: dict, is_dict: bool, chains: dict, chain:
     return folded
 
 
-_FOLDABLE_AFTER_DEFORMATION: tuple = ()  # set below: Flip, RandFlip, SpatialCrop (CenterSpatialCrop)
+_FOLDABLE_AFTER_DEFORMATION: tuple = ()  # set below: Flip, RandFlip, RandAxisFlip, SpatialCrop (CenterSpatialCrop)
 
 
 def _folds_first(following: Sequence[Any], t: Any, keys: list, d: dict, is_dict: bool) -> bool:
@@ -3549,7 +3592,7 @@ def inverse_compose(compose: Any, data: Any) -> Any:
     return d if is_dict else d[None]
 
 
-_EXACT_TYPES = (Flip, RandFlip, Rotate90, RandRotate90, SpatialCrop)
-_FOLDABLE_AFTER_DEFORMATION = (Flip, RandFlip, SpatialCrop)
-_FUSABLE_TYPES = (Flip, RandFlip, Rotate90, RandRotate90, SpatialCrop, Affine, RandAffine, Rotate, RandRotate,
+_EXACT_TYPES = (Flip, RandFlip, RandAxisFlip, Rotate90, RandRotate90, SpatialCrop)
+_FOLDABLE_AFTER_DEFORMATION = (Flip, RandFlip, RandAxisFlip, SpatialCrop)
+_FUSABLE_TYPES = (Flip, RandFlip, RandAxisFlip, Rotate90, RandRotate90, SpatialCrop, Affine, RandAffine, Rotate, RandRotate,
                   Zoom, RandZoom, Resize, Spacing, Orientation)

@@ -773,7 +773,7 @@ class Compose:
     (one read and one write of the volume). The result equals applying them one by one.
 
     Lazy spatial composition (``fuse_spatial=True``, the default): consecutive spatial
-    transforms that are index maps (Flip, RandFlip, Rotate90, RandRotate90, Orientation,
+    transforms that are index maps (Flip, RandFlip, RandAxisFlip, Rotate90, RandRotate90, Orientation,
     SpatialCrop, CenterSpatialCrop, Affine, RandAffine, Rotate, RandRotate, Spacing, and Resize /
     Zoom / RandZoom where their map is affine (RandZoom: see its docstring); their dictionary
     forms likewise, Spacingd / Orientationd included, with Spacingd's ensure_same_shape) are multiplied into one per-sample map (``M = M_first @ ... @ M_last``, output

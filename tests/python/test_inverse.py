@@ -268,7 +268,7 @@ def test_rand_flip_and_rand_rotate90_batch_round_trip_bitwise(ch2aal):
         assert_bitwise(inv[i], ref.inverse(ref(meta(y[i], aff))))
 
 
-@pytest.mark.parametrize("form", ["RandAffined", "RandFlipd", "RandRotate90d"])
+@pytest.mark.parametrize("form", ["RandAffined", "RandFlipd", "RandAxisFlipd", "RandRotate90d"])
 def test_rand_dict_batch_inverse_matches_monai_per_sample(ch2aal, form, resample_launches):
     """Random dictionary forms: one draw shared by image and label, one record per key for the
     whole batch, one inverse launch for both keys; per sample equal to MONAI's fixed transform's
@@ -281,6 +281,8 @@ def test_rand_dict_batch_inverse_matches_monai_per_sample(ch2aal, form, resample
                            padding_mode="zeros", seed=7, **RAND_AFFINE_KW)
     elif form == "RandFlipd":
         t = vt.RandFlipd(keys, prob=0.5, spatial_axis=(1, 2), seed=8)
+    elif form == "RandAxisFlipd":
+        t = vt.RandAxisFlipd(keys, prob=0.8, seed=8)
     else:
         t = vt.RandRotate90d(keys, prob=0.9, max_k=3, spatial_axes=(2, 0), seed=9)
     fwd = t({"img": meta(x, aff), "lab": meta(y, aff)})
@@ -299,6 +301,9 @@ def test_rand_dict_batch_inverse_matches_monai_per_sample(ch2aal, form, resample
             ref = mt.Affined(keys, **kw, mode=("bilinear", "nearest"))
         elif form == "RandFlipd":
             ref = mt.Flipd(keys, (1, 2)) if rt._gates(params)[i] else None
+        elif form == "RandAxisFlipd":
+            a = rt._axes(params)[i]
+            ref = mt.Flipd(keys, a) if a is not None else None
         else:
             ref = mt.Rotate90d(keys, rt._ks(params)[i], (2, 0))
         sample = {"img": meta(x[i], aff), "lab": meta(y[i], aff)}

@@ -126,6 +126,43 @@ def test_rand_rotate90_k_distribution():
     assert counts[0] == 0 and all(abs(c / 3000 - 1 / 3) < 0.04 for c in counts[1:])
 
 
+def test_rand_axis_flip_per_sample_like_monai_flip(inia):
+    """RandAxisFlip: each sample flips the axis it drew (or nothing), bit-identical to MONAI's
+    Flip of that axis (what MONAI's RandAxisFlip applies after its draw) and to torch.flip; the
+    dictionary form flips every key of a sample along the same axis."""
+    lab = inia[1]
+    x = torch.stack([lab[:, i:i + 60, 10 + i:70 + i, :50] for i in range(8)])  # (8, 1, 60, 60, 50) int16
+    t = vt.RandAxisFlip(prob=0.8, seed=5)
+    params = t.draw_params(8)
+    out = t.apply(x, params)
+    axes = t._axes(params)
+    assert out.dtype == x.dtype and len({a for a in axes if a is not None}) > 1
+    for i, a in enumerate(axes):
+        if a is None:
+            assert torch.equal(out[i], x[i])
+        else:
+            assert_bitwise(out[i], mt.Flip(spatial_axis=a)(x[i]))
+            assert torch.equal(out[i], torch.flip(x[i], [a + 1]))
+    img = x.float() * 0.5 - 3.0
+    d = vt.RandAxisFlipd(["img", "lab"], prob=0.8, seed=5)({"img": img, "lab": x})
+    for i, a in enumerate(axes):  # the same seed: the same draw, both keys the same axis
+        dims = [] if a is None else [a + 1]
+        assert torch.equal(d["img"][i], torch.flip(img[i], dims)) and torch.equal(d["lab"][i], torch.flip(x[i], dims))
+
+
+def test_rand_axis_flip_draw_distribution():
+    """Gate with probability prob, then each of the three axes with probability 1/3 (MONAI's
+    R.randint(3)): 6000 draws within 4 standard deviations."""
+    t = vt.RandAxisFlip(prob=0.6, seed=2)
+    axes = t._axes(t.draw_params(6000))
+    gated = [a for a in axes if a is not None]
+    assert abs(len(gated) / 6000 - 0.6) < 4 * (0.6 * 0.4 / 6000) ** 0.5
+    counts = np.bincount(gated, minlength=3)
+    assert len(counts) == 3
+    for c in counts:
+        assert abs(c / len(gated) - 1 / 3) < 4 * (2 / 9 / len(gated)) ** 0.5, counts
+
+
 # ---------------- Affine / RandAffine ----------------
 AFFINE_KW = dict(rotate_params=(0.3, -0.2, 0.1), shear_params=(0.05, 0.02, 0.0, 0.03, 0.01, 0.0),
                  translate_params=(3.5, -2.0, 1.25), scale_params=(1.1, 0.9, 1.2))
