@@ -30,9 +30,9 @@ constexpr int64_t kBSplineFieldKind = 1;  // DeformPlan::kind of a control-point
 template <class T>
 constexpr bool kRandom = std::is_base_of_v<RandomTransform, T>;
 template <class T>
-constexpr bool kDeform = std::is_same_v<T, Rand3DElastic> || std::is_same_v<T, GridDistortion> ||
-                         std::is_same_v<T, RandGridDistortion> ||
-                         std::is_same_v<T, RandomElasticDeformation>;
+constexpr bool kDeform =
+    std::is_same_v<T, Rand3DElastic> || std::is_same_v<T, GridDistortion> ||
+    std::is_same_v<T, RandGridDistortion> || std::is_same_v<T, RandomElasticDeformation>;
 
 // A spatial step's call (deformations go through deform_plan / deform_gather).
 Result call(const Step& step, Inputs xs, const Draw& draw, const Modes& modes,
@@ -193,9 +193,10 @@ size_t fold_after(const std::vector<Step>& steps, size_t next, const std::vector
   size_t count = 0;
   for (size_t k = next; k < steps.size(); ++k) {
     const Step& st = steps[k];
-    const bool foldable = std::holds_alternative<Flip>(st) || std::holds_alternative<RandFlip>(st) ||
-                          std::holds_alternative<SpatialCrop>(st) ||
-                          std::holds_alternative<CenterSpatialCrop>(st);
+    const bool foldable =
+        std::holds_alternative<Flip>(st) || std::holds_alternative<RandFlip>(st) ||
+        std::holds_alternative<RandAxisFlip>(st) || std::holds_alternative<SpatialCrop>(st) ||
+        std::holds_alternative<CenterSpatialCrop>(st);
     if (!foldable) break;
     const at::Tensor stand_in =
         at::empty({n, 1, size[0], size[1], size[2]}, at::TensorOptions().device(at::kMeta));
@@ -217,7 +218,8 @@ size_t fold_after(const std::vector<Step>& steps, size_t next, const std::vector
     scale = plan.field_map->narrow(1, 0, 3);
     offset = plan.field_map->narrow(1, 3, 3);
   } else {
-    scale = at::tensor(std::vector<double>(plan.scale.begin(), plan.scale.end()), f64).expand({n, 3});
+    scale =
+        at::tensor(std::vector<double>(plan.scale.begin(), plan.scale.end()), f64).expand({n, 3});
     offset =
         at::tensor(std::vector<double>(plan.offset.begin(), plan.offset.end()), f64).expand({n, 3});
   }
@@ -329,8 +331,8 @@ ComposeResult Compose::apply(Inputs inputs, const std::vector<Draw>& draws, cons
         kpads.push_back(chains[i].mode.empty() ? (i == 0 ? p.image_padding : p.label_padding)
                                                : common::scipy_padding(chains[i].mode, p.padding));
         const Group& g = chains[i].group;
-        fuse = fuse && (!g.key || ((*g.key)[0] == kmodes[i] && (*g.key)[1] == kpads[i] &&
-                                   (*g.key)[2] == 0));
+        fuse = fuse && (!g.key ||
+                        ((*g.key)[0] == kmodes[i] && (*g.key)[1] == kpads[i] && (*g.key)[2] == 0));
         // TorchIO's control grid, locked borders and padding belong to a crop's window, which the
         // fused gather would read past: after a crop it runs on the cropped tensor (as Python's).
         fuse = fuse && !(g.crop && std::holds_alternative<RandomElasticDeformation>(steps_[j]));

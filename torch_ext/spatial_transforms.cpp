@@ -908,7 +908,7 @@ void check_draw(const Draw& d, int64_t n, int64_t k) {
 }
 }  // namespace
 
-// ---------------- Flip / RandFlip ----------------
+// ---------------- Flip / RandFlip / RandAxisFlip ----------------
 Flip::Flip(std::vector<int64_t> spatial_axis) : axes_(spatial_axes(spatial_axis, "spatial_axis")) {}
 
 Result Flip::operator()(Inputs inputs, const Modes&, const Affine4& affine) const {
@@ -931,6 +931,35 @@ Result RandFlip::apply(Inputs inputs, const Draw& d, const Modes&, const Affine4
 }
 Result RandFlip::operator()(Inputs inputs, int64_t seed, int64_t first_sample, const Modes& modes,
                             const Affine4& affine) const {
+  return apply(inputs, draw(as_batch(inputs).n, seed, first_sample), modes, affine);
+}
+
+RandAxisFlip::RandAxisFlip(double prob) : RandomTransform(prob, 2) {}
+
+Draw RandAxisFlip::draw(int64_t batch, int64_t seed, int64_t first_sample) const {
+  Draw d = uniforms(batch, seed, first_sample);
+  const double* u = d.uniforms.data_ptr<double>();
+  for (int64_t i = 0; i < batch; ++i) {  // RandAxisFlip._axes
+    const int64_t axis = std::min<int64_t>(static_cast<int64_t>(u[i * k_ + 1] * 3.0), 2);
+    d.params[i] = {d.gates[i] ? static_cast<double>(axis) : -1.0};
+  }
+  return d;
+}
+Result RandAxisFlip::apply(Inputs inputs, const Draw& d, const Modes&,
+                           const Affine4& affine) const {
+  const Batch b = as_batch(inputs);
+  check_draw(d, b.n, k_);
+  std::vector<M4> maps;
+  for (int64_t i = 0; i < b.n; ++i) {
+    const double a = d.params[i].at(0);
+    TORCH_CHECK_VALUE(a == -1.0 || a == 0.0 || a == 1.0 || a == 2.0, "draw: RandAxisFlip's params[",
+                      i, "] must be {0}, {1}, {2} (the axis) or {-1} (not flipped), got {", a, "}");
+    maps.push_back(a < 0.0 ? eye4() : flip_map(b.size, {static_cast<int64_t>(a)}));
+  }
+  return exact(maps, b.size, affine, b);
+}
+Result RandAxisFlip::operator()(Inputs inputs, int64_t seed, int64_t first_sample,
+                                const Modes& modes, const Affine4& affine) const {
   return apply(inputs, draw(as_batch(inputs).n, seed, first_sample), modes, affine);
 }
 

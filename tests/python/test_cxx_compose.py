@@ -116,12 +116,13 @@ def _interp_steps(pad):
     cxx_steps = [("rand_affine:bilinear:" + pad, [1.0, 0.3, 0.2, 0.25] + [0.05] * 6 + [3, 2, 4] + [0.1] * 3),
                  ("rotate:bilinear:" + pad, [0.2, -0.1, 0.15, 1]),
                  ("center_crop", [60, 70, 50]),
-                 ("rand_flip", [0.5, 1])]
+                 ("rand_flip", [0.5, 1]),
+                 ("rand_axis_flip", [0.8])]
 
     def py(mode):
         return [vt.RandAffine(prob=1.0, mode=mode, padding_mode=pad, **RA), vt.Rotate((0.2, -0.1, 0.15), mode=mode,
                                                                                         padding_mode=pad),
-                vt.CenterSpatialCrop((60, 70, 50)), vt.RandFlip(prob=0.5, spatial_axis=1)]
+                vt.CenterSpatialCrop((60, 70, 50)), vt.RandFlip(prob=0.5, spatial_axis=1), vt.RandAxisFlip(prob=0.8)]
     return cxx_steps, py
 
 
@@ -132,7 +133,7 @@ def test_interpolating_chain_equals_python_compose(inia, pad):
     y = torch.stack([lab, lab.flip(1), lab.flip(3)])
     steps, py = _interp_steps(pad)
     outs, _, maps, _, groups, seeds, single = compose([x, y], steps, seed=11, modes=["", "nearest"])
-    assert groups == [[0, 4]] and single
+    assert groups == [[0, 5]] and single
     assert outs[0].dtype == torch.float32 and outs[1].dtype == torch.int16
     for k, (src, mode) in enumerate(((x, "bilinear"), (y, "nearest"))):
         ts_ = py(mode)

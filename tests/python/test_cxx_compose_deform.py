@@ -246,19 +246,19 @@ def test_deformation_then_spatial_steps_start_a_new_group(inia):
 
 @pytest.mark.parametrize("kind", ["elastic", "torchio"])
 def test_flips_and_crops_after_a_bspline_deformation_fold_into_its_launch(inia, kind):
-    """Flip, RandFlip and a centre crop after the deformation: one launch with the steps before it
+    """Flip, RandFlip, RandAxisFlip and a centre crop after the deformation: one launch with the steps before it
     (the map times the flips' and crop's, the control index through them, flipped components
     negated), bit for bit Python's Compose, which folds them the same way."""
     img, lab, _ = inia
     x, y = batch(img, lab)
-    after_cxx = [("flip", [2]), ("rand_flip", [0.5, 0]), ("center_crop", [40, 50, 44])]
+    after_cxx = [("flip", [2]), ("rand_flip", [0.5, 0]), ("rand_axis_flip", [0.9]), ("center_crop", [40, 50, 44])]
     steps = CXX_STEPS[kind] + after_cxx
     outs, _, _, _, groups, seeds, _ = compose([x, y], steps, seed=31, modes=["", "nearest"])
-    assert groups == [[0, 6]]
+    assert groups == [[0, 7]]
     assert outs[0].shape == (3, 1, 40, 50, 44)
     for k, (src, mode) in enumerate(((x, "linear" if kind == "torchio" else "bilinear"), (y, "nearest"))):
         ts_ = _python_steps(kind, mode) + [vt.Flip(2), vt.RandFlip(prob=0.5, spatial_axis=0),
-                                           vt.CenterSpatialCrop((40, 50, 44))]
+                                           vt.RandAxisFlip(prob=0.9), vt.CenterSpatialCrop((40, 50, 44))]
         with replaying(ts_, seeds, 3):
             ref = vt.Compose(ts_)(src)
         assert_bitwise(outs[k], ref)
@@ -267,7 +267,7 @@ def test_flips_and_crops_after_a_bspline_deformation_fold_into_its_launch(inia, 
     tail = CXX_STEPS[kind][-1:] + after_cxx
     fused = compose([x, y], tail, seed=31, modes=["", "nearest"])
     ref = compose([x, y], tail, seed=31, lazy=False, modes=["", "nearest"])
-    assert fused[4] == [[0, 4]] and ref[4] == [[j, j + 1] for j in range(4)]
+    assert fused[4] == [[0, 5]] and ref[4] == [[j, j + 1] for j in range(5)]
     checks.assert_image_close(fused[0][0], ref[0][0], tsp.IMG_TOL * 4)
     checks.assert_labels_match(fused[0][1], ref[0][1], 1e-3)
 

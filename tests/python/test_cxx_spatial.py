@@ -370,6 +370,14 @@ def test_rand_flip_and_rand_rotate90_draws_equal_python(inia):
     assert torch.equal(u, pu) and gates.tolist() == list(py._gates(pu)) and 0 < int(gates.sum()) < 6
     for i in range(6):
         assert torch.equal(out[i], torch.flip(x[i], [1, 3]) if gates[i] else x[i])
+    (out,), _, _, _, u, gates, params = cxx.rand_axis_flip([x], 0.8, 5, 0, False)
+    py = vt.RandAxisFlip(prob=0.8)
+    pu = py.draw_params(6, 0, 5)
+    axes = py._axes(pu)
+    assert torch.equal(u, pu) and [int(p.item()) for p in params] == [-1 if a is None else a for a in axes]
+    assert len({a for a in axes if a is not None}) > 1
+    for i, a in enumerate(axes):
+        assert_bitwise(out[i], x[i] if a is None else mt.Flip(spatial_axis=a)(x[i]))
     (out,), _, _, _, u, gates, params = cxx.rand_rotate90([x], 0.8, 3, [0, 1], 4, 0, False)
     py = vt.RandRotate90(prob=0.8, max_k=3, spatial_axes=(0, 1))
     pu = py.draw_params(6, 0, 4)
@@ -931,6 +939,7 @@ def test_bad_arguments_name_the_argument():
         (lambda: cxx.orientation([x], "RAX", False), "axcodes"),
         (lambda: cxx.orientation([x], "RRS", False), "axcodes"),
         (lambda: cxx.rand_flip([x], 1.5, [], 0, 0, False), "prob"),
+        (lambda: cxx.rand_axis_flip([x], -0.1, 0, 0, False), "prob"),
         (lambda: cxx.rand_rotate90([x], 0.5, 0, [0, 1], 0, 0, False), "max_k"),
         (lambda: cxx.rand_rotate([x], [float("nan")], [0.0], [0.0], 0.5, True, "bilinear", "border", False, 0, 0,
                                  False), "range_x"),

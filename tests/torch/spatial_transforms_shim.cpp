@@ -1,13 +1,13 @@
 // torch.ops.voxaug_cxx_test_spatial: test-only ops that construct the C++ spatial transforms
 // (torch_ext/include/voxaug/spatial_transforms.h; Compose: compose.h) and call them, so that
 // tests/python/test_cxx_spatial.py can compare them with MONAI and with python/voxaug/spatial.py.
-// Each op returns (outputs, affine, maps, meta); the random ones (rand_flip, rand_rotate90,
-// rand_rotate, rand_affine, rand_zoom) also return their draw (uniforms, gates, per-sample
-// parameters); rand_affine_matrices returns a draw's centred matrices. Constructor arguments added
-// later are keyword arguments at the end of each schema (earlier positional calls unchanged);
-// Affine's own matrix is `affine_matrix` (`affine` is the inputs' affine), and the interpolate
-// transforms' MONAI dtype is `dtype` (None: float32, MONAI's default) with `dtype_of_input`
-// (MONAI's dtype=None: each input's own).
+// Each op returns (outputs, affine, maps, meta); the random ones (rand_flip, rand_axis_flip,
+// rand_rotate90, rand_rotate, rand_affine, rand_zoom) also return their draw (uniforms, gates,
+// per-sample parameters); rand_affine_matrices returns a draw's centred matrices. Constructor
+// arguments added later are keyword arguments at the end of each schema (earlier positional calls
+// unchanged); Affine's own matrix is `affine_matrix` (`affine` is the inputs' affine), and the
+// interpolate transforms' MONAI dtype is `dtype` (None: float32, MONAI's default) with
+// `dtype_of_input` (MONAI's dtype=None: each input's own).
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -148,6 +148,11 @@ RandOut rand_flip(at::TensorList inputs, double prob, c10::IntArrayRef axis, int
   vt::RandFlip t(prob, ints(axis));
   return call_random(t, inputs, seed, first_sample, share, modes, affine);
 }
+RandOut rand_axis_flip(at::TensorList inputs, double prob, int64_t seed, int64_t first_sample,
+                       bool share, const OptModes& modes, const std::optional<at::Tensor>& affine) {
+  vt::RandAxisFlip t(prob);
+  return call_random(t, inputs, seed, first_sample, share, modes, affine);
+}
 RandOut rand_rotate90(at::TensorList inputs, double prob, int64_t max_k, c10::IntArrayRef axes,
                       int64_t seed, int64_t first_sample, bool share, const OptModes& modes,
                       const std::optional<at::Tensor>& affine) {
@@ -227,6 +232,7 @@ vt::Step make_step(const std::string& spec, const std::vector<double>& a, bool s
   };
   if (name == "flip") return vt::Flip(as_ints(a));
   if (name == "rand_flip") return set_share(vt::RandFlip(a.at(0), as_ints(slice(a, 1, a.size()))));
+  if (name == "rand_axis_flip") return set_share(vt::RandAxisFlip(a.at(0)));
   if (name == "rotate90")
     return vt::Rotate90(static_cast<int64_t>(a.at(0)),
                         {static_cast<int64_t>(a.at(1)), static_cast<int64_t>(a.at(2))});
@@ -339,7 +345,8 @@ std::tuple<bool, bool, int64_t, int64_t, bool> describe(at::TensorList inputs,
   const vt::Result r = std::visit(
       [&](const auto& t) -> vt::Result {
         using T = std::decay_t<decltype(t)>;
-        if constexpr (std::is_same_v<T, vt::Rand3DElastic> || std::is_same_v<T, vt::GridDistortion> ||
+        if constexpr (std::is_same_v<T, vt::Rand3DElastic> ||
+                      std::is_same_v<T, vt::GridDistortion> ||
                       std::is_same_v<T, vt::RandGridDistortion> ||
                       std::is_same_v<T, vt::RandomElasticDeformation>) {
           TORCH_CHECK_VALUE(false, "describe takes spatial steps, got '", step, "'");
@@ -398,6 +405,9 @@ TORCH_LIBRARY(voxaug_cxx_test_spatial, m) {
       "bool share, " +
           tail + rand_out,
       &rand_flip);
+  def("rand_axis_flip(Tensor[] inputs, float prob, int seed, int first_sample, bool share, " +
+          tail + rand_out,
+      &rand_axis_flip);
   def("rand_rotate90(Tensor[] inputs, float prob, int max_k, int[] spatial_axes, int seed, "
       "int first_sample, bool share, " +
           tail + rand_out,

@@ -18,10 +18,10 @@ namespace voxaug::transforms {
 
 // One step of a Compose: any spatial transform (spatial_transforms.h) or deformation
 // (deform_transforms.h).
-using Step =
-    std::variant<Flip, RandFlip, Rotate90, RandRotate90, Affine, RandAffine, Rotate, RandRotate,
-                 Resize, Zoom, RandZoom, Spacing, Orientation, SpatialCrop, CenterSpatialCrop,
-                 Rand3DElastic, GridDistortion, RandGridDistortion, RandomElasticDeformation>;
+using Step = std::variant<Flip, RandFlip, RandAxisFlip, Rotate90, RandRotate90, Affine, RandAffine,
+                          Rotate, RandRotate, Resize, Zoom, RandZoom, Spacing, Orientation,
+                          SpatialCrop, CenterSpatialCrop, Rand3DElastic, GridDistortion,
+                          RandGridDistortion, RandomElasticDeformation>;
 
 // What a Compose call returns: Result (outputs, the final affine, out_size) plus how it ran.
 // maps / meta: the product of every step's maps / affine updates for inputs[0] (first @ ... @
@@ -42,7 +42,7 @@ struct ComposeResult : Result {
 // out (float64), and gathered in one resample launch from the group's input, crops included, so
 // rotate + zoom + crop of a batch is one gather and the crop's neighbourhood is read from the
 // real input rather than from an earlier step's padding. Per input (inputs[i] with modes[i]):
-// the exact steps (Flip, RandFlip, Rotate90, RandRotate90, Orientation, SpatialCrop,
+// the exact steps (Flip, RandFlip, RandAxisFlip, Rotate90, RandRotate90, Orientation, SpatialCrop,
 // CenterSpatialCrop) adopt the group's interpolation; the others must agree on (kernel mode,
 // padding, align_corners), and a step that does not, for any input, starts the next group of
 // every input (as Python's voxaug.transforms.Compose). A group of exact steps only is bit-identical
@@ -64,7 +64,7 @@ struct ComposeResult : Result {
 // and padding belong to the cropped window: the group is resampled first (as Python's).
 // Deformations do not change the affine (as MONAI's and Python's), and
 // RandomElasticDeformation's spacing is its option (not the affine's). Flips and crops
-// (Flip, RandFlip, SpatialCrop, CenterSpatialCrop) right after a B-spline deformation
+// (Flip, RandFlip, RandAxisFlip, SpatialCrop, CenterSpatialCrop) right after a B-spline deformation
 // (Rand3DElastic field "fast", RandomElasticDeformation) fold into its launch, as Python's
 // Compose folds them: the map times theirs, the field's control index through them, flipped
 // displacement components negated (equal to running them after it, up to float32 coordinates).

@@ -173,6 +173,19 @@ class RandFlip : public RandomTransform {
   std::vector<int64_t> axes_;
 };
 
+// MONAI RandAxisFlip: with probability prob, flips one spatial axis drawn uniformly from the
+// three, per sample. Draw: 2 uniforms; params[i] = {axis} (0, 1, 2 = min(floor(3 u[i][1]), 2);
+// -1 where the gate is closed), Python's RandAxisFlip._axes.
+class RandAxisFlip : public RandomTransform {
+ public:
+  explicit RandAxisFlip(double prob = 0.1);
+  Draw draw(int64_t batch, int64_t seed, int64_t first_sample = 0) const;
+  Result apply(Inputs inputs, const Draw& draw, const Modes& modes = {},
+               const Affine4& affine = {}) const;
+  Result operator()(Inputs inputs, int64_t seed, int64_t first_sample = 0, const Modes& modes = {},
+                    const Affine4& affine = {}) const;
+};
+
 // MONAI Rotate90: k quarter turns in the plane of spatial_axes (bit-identical to torch.rot90).
 class Rotate90 {
  public:
