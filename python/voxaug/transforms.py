@@ -30,7 +30,7 @@ from . import ops
 from .ops import Step
 
 __all__ = [
-    "Compose", "ScaleIntensityRange", "ScaleIntensityRanged", "ShiftIntensity", "ShiftIntensityd",
+    "Compose", "OneOf", "ScaleIntensityRange", "ScaleIntensityRanged", "ShiftIntensity", "ShiftIntensityd",
     "RandShiftIntensity", "RandShiftIntensityd", "ScaleIntensity", "ScaleIntensityd",
     "RandScaleIntensity", "RandScaleIntensityd", "RandGaussianNoise", "RandGaussianNoised",
     "RandRicianNoise", "RandRicianNoised", "RandBiasField", "RandBiasFieldd", "RandomBiasField",
@@ -942,6 +942,184 @@ class Compose:
                     dtype = torch.float32
                 data = restore(ops.pointwise_chain(x, steps, dtype=dtype))
         return data
+
+
+class OneOf(_Randomizable):
+    """MONAI OneOf(transforms, weights) / TorchIO OneOf({transform: weight}): applies one of
+    `transforms`, transform j with probability weights[j] / sum(weights) (equal weights when
+    None; MONAI's checks: as many weights as transforms, none negative, not all zero). An
+    empty list returns the data as is; a list of items (a crop sampler's output) is mapped.
+
+    Batches: each sample of an (N, C, D, H, W) batch (of a dictionary's 5-D tensors, which
+    must agree on N) draws its own choice from Philox (keyed by the call's seed and the sample
+    index, as the random transforms' parameters; `draw_choices`). When every sample chose the
+    same transform, it runs on the data as is; otherwise the samples that chose transform j
+    run through it as one sub-batch (in sample order) and the results are put back in sample
+    order, so the choices must give equal shapes, dtypes and devices (ValueError naming the
+    two transforms otherwise). A chosen random transform draws for its sub-batch. Other values
+    of a dictionary (4-D tensors, metadata) go to every sub-batch as they are.
+
+    MetaTensors (one applied_operations list for the whole batch), and dictionaries holding
+    any, take one choice per call (sample 0's), as MONAI's OneOf does per call: the chosen
+    transform runs, then OneOf appends its own record (``extra_info["index"]``) to each
+    MetaTensor while MONAI's track_meta is on, so :meth:`inverse` (and Compose.inverse) pops it
+    and undoes the chosen transform, as MONAI's. Inside a Compose, OneOf runs as itself
+    (nothing fuses across it).
+    """
+
+    def __init__(self, transforms: Union[Sequence[Callable], Mapping[Callable, float], None] = None,
+                 weights: Union[Sequence[float], float, None] = None, seed: Optional[int] = None):
+        _Randomizable.__init__(self, None)
+        if seed is not None:  # the choice only (set_random_state seeds the transforms too)
+            _Randomizable.set_random_state(self, seed)
+        if isinstance(transforms, collections.abc.Mapping):  # TorchIO: {transform: weight}
+            if weights is not None:
+                raise ValueError("weights must be None when transforms is a mapping {transform: weight}")
+            transforms, weights = list(transforms.keys()), [float(w) for w in transforms.values()]
+        self.transforms = [] if transforms is None else (
+            [transforms] if callable(transforms) else list(transforms))
+        for j, t in enumerate(self.transforms):
+            if not callable(t):
+                raise ValueError(f"transforms[{j}] must be callable, got {type(t).__name__}")
+        n = len(self.transforms)
+        if n == 0:
+            w = np.zeros(0)
+        elif weights is None or isinstance(weights, numbers.Real):
+            w = np.full(n, 1.0 / n)
+        else:
+            w = np.asarray([float(v) for v in weights], dtype=np.float64)
+            if w.shape != (n,):
+                raise ValueError(f"weights must have one entry per transform ({n}), got {len(w)}")
+            if not np.all(np.isfinite(w)) or np.any(w < 0):
+                raise ValueError(f"weights must be finite and >= 0, got {w.tolist()}")
+            if not np.any(w > 0):
+                raise ValueError(f"at least one weight must be > 0, got {w.tolist()}")
+            w = w / w.sum()
+        self.weights = tuple(float(v) for v in w)
+        self._cum = np.cumsum(w)
+
+    def set_random_state(self, seed: Optional[int] = None, generator: Optional[torch.Generator] = None):
+        """Seeds the choice and, as Compose does, each transform (seed * 1_000_003 + j + 1)."""
+        _Randomizable.set_random_state(self, seed, generator)
+        for j, t in enumerate(self.transforms):
+            if hasattr(t, "set_random_state"):
+                t.set_random_state(None if seed is None else seed * 1_000_003 + j + 1)
+        return self
+
+    def draw_choices(self, batch_size: int = 1, first_sample: int = 0, seed: Optional[int] = None) -> list[int]:
+        """The transform index of each sample: u ~ Philox(seed, first_sample + i), the first j with
+        u < cumsum(weights)[j] (a zero weight is never chosen)."""
+        seed = self._next_seed() if seed is None else int(seed) & ((1 << 64) - 1)
+        u = ops.philox_uniform(seed, int(first_sample), int(batch_size), 1).numpy()[:, 0]
+        idx = np.searchsorted(self._cum, u, side="right")
+        # u < 1 <= cum[-1] up to rounding of the normalised sum: the last non-zero weight then
+        last = int(np.flatnonzero(np.asarray(self.weights) > 0)[-1])
+        return [min(int(j), last) for j in idx]
+
+    @staticmethod
+    def _batch_size(data: Any) -> tuple[int, bool]:
+        """(N, has a MetaTensor) of the data's 5-D tensors (N = 1 without any)."""
+        values = list(data.values()) if isinstance(data, collections.abc.Mapping) else [data]
+        sizes = {int(v.shape[0]) for v in values if isinstance(v, torch.Tensor) and v.dim() == 5}
+        if len(sizes) > 1:
+            raise ValueError(f"data: the 5-D tensors must agree on the batch size, got {sorted(sizes)}")
+        return (sizes.pop() if sizes else 1), any(_is_meta_tensor(v) for v in values)
+
+    def __call__(self, data: Any) -> Any:
+        if not self.transforms:
+            return data
+        if isinstance(data, (list, tuple)):  # MONAI's map_items
+            return [self(item) for item in data]
+        n, has_meta = self._batch_size(data)
+        choices = self.draw_choices(1 if has_meta else n)
+        if has_meta or len(set(choices)) == 1:
+            out = self.transforms[choices[0]](data)
+            return self._push_record(out, choices[0]) if has_meta else out
+        return self._mixed(data, n, choices)
+
+    def _mixed(self, data: Any, n: int, choices: list[int]) -> Any:
+        is_dict = isinstance(data, collections.abc.Mapping)
+        d = dict(data) if is_dict else {None: data}
+        split = [k for k, v in d.items() if isinstance(v, torch.Tensor) and v.dim() == 5]
+        ch = np.asarray(choices)
+        result: dict = {}
+        first: Optional[int] = None
+        for j in sorted(set(choices)):
+            rows = np.flatnonzero(ch == j)
+            sub = dict(d)
+            for k in split:
+                sub[k] = d[k].index_select(0, _host_to(torch.from_numpy(rows), d[k].device))
+            out = self.transforms[j](sub if is_dict else sub[None])
+            if is_dict and not isinstance(out, collections.abc.Mapping):
+                raise ValueError(f"OneOf: transforms[{j}] must return a dictionary for a dictionary, got "
+                                 f"{type(out).__name__}")
+            o = dict(out) if is_dict else {None: out}
+            for k in split:
+                v = o.get(k)
+                if not isinstance(v, torch.Tensor) or v.dim() == 0 or v.shape[0] != len(rows):
+                    got = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
+                    raise ValueError(f"OneOf: transforms[{j}] must return a batch of {len(rows)} for "
+                                     f"{'img' if k is None else repr(k)} (its sub-batch), got {got}")
+            if first is None:
+                first = j
+                result = {k: v for k, v in o.items() if k not in split}
+                for k in split:
+                    result[k] = torch.empty((n,) + tuple(o[k].shape[1:]), dtype=o[k].dtype, device=o[k].device)
+            for k in split:
+                v, r = o[k], result[k]
+                if v.shape[1:] != r.shape[1:] or v.dtype != r.dtype or v.device != r.device:
+                    raise ValueError(
+                        f"OneOf: samples that chose transforms[{first}] and transforms[{j}] must come out alike to "
+                        f"form one batch ({'img' if k is None else repr(k)}: {tuple(r.shape[1:])} {r.dtype} on "
+                        f"{r.device} per sample vs {tuple(v.shape[1:])} {v.dtype} on {v.device}); give the "
+                        "transforms equal output shapes and dtypes, or call OneOf per sample")
+                r.index_copy_(0, _host_to(torch.from_numpy(rows), r.device), v)
+        return result if is_dict else result[None]
+
+    def _push_record(self, out: Any, index: int) -> Any:
+        from . import spatial
+
+        def push(v):
+            if not spatial._tracking(v):
+                return v
+            from monai.data import MetaTensor
+
+            rec = {spatial._CLASS: type(self).__name__, spatial._ID: id(self),
+                   spatial._ORIG_SIZE: tuple(int(s) for s in v.shape[-3:]),
+                   spatial._EXTRA: {"index": int(index)}, spatial._DO: True, spatial._TRACING: True,
+                   spatial._LAZY_KEY: False}
+            return MetaTensor(v.as_tensor(), meta=dict(v.meta), applied_operations=list(v.applied_operations) + [rec])
+
+        if isinstance(out, collections.abc.Mapping):
+            return {k: push(v) for k, v in out.items()}
+        return push(out)
+
+    def inverse(self, data: Any) -> Any:
+        """MONAI's OneOf.inverse: pops OneOf's record (the chosen index) from each MetaTensor and
+        undoes that transform (when it has an inverse; intensity transforms have none)."""
+        if not self.transforms:
+            return data
+        is_dict = isinstance(data, collections.abc.Mapping)
+        d = dict(data) if is_dict else {None: data}
+        index = None
+        for k, v in d.items():
+            if not _is_meta_tensor(v):
+                continue
+            rec = v.applied_operations[-1] if v.applied_operations else None
+            if not isinstance(rec, collections.abc.Mapping) or rec.get("id") != id(self):
+                raise RuntimeError(f"OneOf.inverse: the last applied operation of "
+                                   f"{'img' if k is None else f'data[{k!r}]'} is not this OneOf's record "
+                                   f"(id {id(self)}); invert transforms in the reverse order of application")
+            from monai.data import MetaTensor
+
+            index = int(rec["extra_info"]["index"])
+            d[k] = MetaTensor(v.as_tensor(), meta=dict(v.meta), applied_operations=list(v.applied_operations[:-1]))
+        if index is None:
+            raise ValueError("OneOf.inverse: no MetaTensor in the data, so no record of the chosen transform "
+                             "(OneOf records on MetaTensors while MONAI's track_meta is on)")
+        t = self.transforms[index]
+        out = d if is_dict else d[None]
+        return t.inverse(out) if callable(getattr(t, "inverse", None)) else out
 
 
 # ---------------- dictionary forms ----------------

@@ -1,0 +1,185 @@
+"""voxaug.transforms.OneOf: MONAI's OneOf / TorchIO's OneOf, one choice per sample of a batch."""
+import numpy as np
+import pytest
+import torch
+
+import monai.transforms as mt
+from monai.data import MetaTensor
+from monai.utils import TraceKeys
+
+from voxaug import transforms as T
+
+
+def _volumes(n=8, size=(6, 7, 5), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn((n, 1) + size, generator=g) * 50 + 100
+
+
+def _mixed_seed(make, n, want=None):
+    """A seed whose draw for n samples uses more than one transform (every one in `want`)."""
+    for seed in range(1, 200):
+        ch = make(seed).draw_choices(n)
+        if len(set(ch)) > 1 and (want is None or set(want) <= set(ch)):
+            return seed, ch
+    raise AssertionError("no mixed draw in 200 seeds")
+
+
+def test_choice_frequencies_follow_the_weights():
+    """6000 per-sample draws: each transform's share within 4 standard deviations of its
+    normalised weight (MONAI's _normalize_probabilities); a zero weight is never chosen."""
+    weights = [1.0, 2.0, 0.0, 3.0]
+    t = T.OneOf([T.Flip(0), T.Flip(1), T.Flip(2), T.Rotate90(1)], weights, seed=4)
+    assert t.weights == pytest.approx(tuple(np.array(weights) / 6.0))
+    ch = np.array(t.draw_choices(6000))
+    counts = np.bincount(ch, minlength=4)
+    assert counts[2] == 0
+    for c, w in zip(counts, weights):
+        p = w / 6.0
+        assert abs(c / 6000 - p) <= 4 * (p * (1 - p) / 6000) ** 0.5 + 1e-12, counts
+    # per sample, not per batch: sample first_sample + i draws the same in any batch
+    assert t.draw_choices(5, first_sample=3, seed=9) == t.draw_choices(8, seed=9)[3:]
+
+
+def test_mixed_batch_equals_each_chosen_transform_per_sample():
+    """A batch whose samples chose different transforms: each sample equals the chosen
+    transform applied alone, and MONAI's equivalent of it."""
+    x = _volumes()
+    monai = [mt.Flip(0), mt.Rotate90(1, (0, 1)), mt.ShiftIntensity(5.0)]
+
+    def make(seed):
+        return T.OneOf([T.Flip(0), T.Rotate90(1, (0, 1)), T.ShiftIntensity(5.0)], seed=seed)
+
+    x = x[..., :6, :6, :]  # square in the turned plane: every choice keeps the shape
+    seed, ch = _mixed_seed(make, 8, want=(0, 1, 2))
+    out = make(seed)(x)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    for i, j in enumerate(ch):
+        ref = monai[j](x[i])
+        assert torch.equal(out[i], torch.as_tensor(ref)), (i, j)
+
+
+def test_uniform_draw_runs_the_transform_on_the_data():
+    x = _volumes(3)
+    t = T.OneOf([T.ShiftIntensity(1.0), T.ShiftIntensity(2.0)], [0.0, 1.0], seed=1)
+    assert torch.equal(t(x), x + 2.0)
+    assert torch.equal(t(x[0]), x[0] + 2.0)  # one (C, D, H, W) sample
+    assert T.OneOf([])(x) is x
+
+
+def test_dictionary_batch_shares_the_choice_across_keys():
+    img = _volumes(6)
+    lab = (img > 100).to(torch.uint8)
+
+    def make(seed):
+        return T.OneOf([T.Flipd(["img", "lab"], 2), T.Rotate90d(["img", "lab"], 2, (1, 2))], seed=seed)
+
+    seed, ch = _mixed_seed(make, 6)
+    out = make(seed)({"img": img, "lab": lab, "name": "case-1", "single": img[0]})
+    assert out["name"] == "case-1" and out["single"] is not None and out["lab"].dtype == torch.uint8
+    for i, j in enumerate(ch):
+        ref = mt.Flipd(["img", "lab"], 2) if j == 0 else mt.Rotate90d(["img", "lab"], 2, (1, 2))
+        r = ref({"img": img[i], "lab": lab[i]})
+        assert torch.equal(out["img"][i], torch.as_tensor(r["img"]))
+        assert torch.equal(out["lab"][i], torch.as_tensor(r["lab"]))
+
+
+def test_torchio_mapping_and_random_members():
+    """TorchIO's {transform: weight}; random members draw for their sub-batch (shapes kept)."""
+    x = _volumes(8)
+    def make(seed):
+        return T.OneOf({T.RandGaussianNoise(prob=1.0, std=1.0, sample_std=False): 0.5, T.Flip(1): 0.5}, seed=seed)
+
+    seed, ch = _mixed_seed(make, 8)
+    t = make(seed)
+    assert t.weights == (0.5, 0.5)
+    out = t(x)
+    for i, j in enumerate(ch):
+        if j == 1:
+            assert torch.equal(out[i], torch.flip(x[i], [2]))
+        else:
+            d = out[i] - x[i]
+            assert 0.5 < d.std().item() < 1.5  # the noise of std 1
+
+
+def test_outputs_that_do_not_form_a_batch_are_refused():
+    x = _volumes(8, size=(8, 8, 8))
+
+    def make(seed):
+        return T.OneOf([T.Resize((4, 4, 4)), T.Flip(0)], seed=seed)
+
+    seed, _ = _mixed_seed(make, 8)
+    with pytest.raises(ValueError, match=r"transforms\[0\] and transforms\[1\] must come out alike"):
+        make(seed)(x)
+
+    def make_cast(seed):
+        return T.OneOf([T.ScaleIntensity(minv=0.0, maxv=1.0), T.Flip(0)], seed=seed)
+
+    seed, _ = _mixed_seed(make_cast, 8)
+    with pytest.raises(ValueError, match="must come out alike"):  # uint8 stays uint8 under Flip, not ScaleIntensity
+        make_cast(seed)(x.to(torch.uint8))
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(transforms=[T.Flip(0)], weights=[1.0, 2.0]), "one entry per transform"),
+    (dict(transforms=[T.Flip(0), T.Flip(1)], weights=[1.0, -1.0]), ">= 0"),
+    (dict(transforms=[T.Flip(0), T.Flip(1)], weights=[0.0, 0.0]), "at least one weight"),
+    (dict(transforms=[T.Flip(0), T.Flip(1)], weights=[1.0, float("nan")]), "finite"),
+    (dict(transforms={T.Flip(0): 1.0}, weights=[1.0]), "weights must be None"),
+    (dict(transforms=[T.Flip(0), 3]), r"transforms\[1\] must be callable"),
+])
+def test_bad_arguments_are_named(bad, match):
+    with pytest.raises(ValueError, match=match):
+        T.OneOf(**bad)
+
+
+def test_mismatched_batches_are_refused():
+    with pytest.raises(ValueError, match="agree on the batch size"):
+        T.OneOf([T.Flip(0), T.Flip(1)])({"a": _volumes(2), "b": _volumes(3)})
+
+
+def test_metatensor_one_choice_per_call_record_and_inverse():
+    """MetaTensors: one choice per call (MONAI's per-call OneOf); OneOf's record with the index
+    on top of the chosen transform's; inverse (OneOf's and Compose's) restores the input and
+    its affine, and pops every record."""
+    aff = torch.diag(torch.tensor([2.0, 1.5, 1.0, 1.0], dtype=torch.float64))
+    x = _volumes(4, size=(6, 6, 5))
+    seen = set()
+    for seed in range(1, 12):
+        t = T.OneOf([T.Flip(0), T.Rotate90(1, (0, 1)), T.ShiftIntensity(3.0)], seed=seed)
+        j = T.OneOf([T.Flip(0), T.Rotate90(1, (0, 1)), T.ShiftIntensity(3.0)], seed=seed).draw_choices(1)[0]
+        seen.add(j)
+        fwd = t(MetaTensor(x.clone(), affine=aff.clone()))
+        rec = fwd.applied_operations[-1]
+        assert rec[TraceKeys.CLASS_NAME] == "OneOf" and rec[TraceKeys.EXTRA_INFO]["index"] == j
+        ref = [lambda v: torch.flip(v, [2]), lambda v: torch.rot90(v, 1, [2, 3]), lambda v: v + 3.0][j](x)
+        assert torch.equal(fwd.as_tensor(), ref)
+        inv = t.inverse(fwd)
+        expected = x + 3.0 if j == 2 else x  # intensity: nothing to undo (MONAI skips it too)
+        assert torch.equal(inv.as_tensor(), expected) and inv.applied_operations == []
+        assert torch.allclose(inv.affine.double(), aff)
+        c = T.Compose([T.Flip(1), T.OneOf([T.Flip(0), T.Rotate90(1, (0, 1))], seed=seed)])
+        fwd = c(MetaTensor(x.clone(), affine=aff.clone()))
+        inv = c.inverse(fwd)
+        assert torch.equal(inv.as_tensor(), x) and inv.applied_operations == []
+    assert seen == {0, 1, 2}
+    with pytest.raises(RuntimeError, match="not this OneOf's record"):
+        t.inverse(T.Flip(0)(MetaTensor(x.clone(), affine=aff.clone())))
+    with pytest.raises(ValueError, match="no MetaTensor"):
+        t.inverse(x)
+
+
+def test_in_a_compose_equals_the_steps_one_by_one():
+    x = _volumes(6, size=(8, 8, 8))
+
+    def chain(seed):
+        return [T.RandAffine(prob=1.0, rotate_range=0.3, padding_mode="zeros", seed=seed),
+                T.OneOf([T.Flip(0), T.Rotate90(1, (1, 2)), T.RandShiftIntensity(2.0, prob=1.0, seed=seed + 2)],
+                        seed=seed + 1),
+                T.ShiftIntensity(1.0), T.Flip(2)]
+
+    fused = T.Compose(chain(5))(x)
+    ref = x
+    for t in chain(5):
+        ref = t(ref)
+    assert torch.equal(fused, ref)
+    assert T.Compose(chain(5))([x[:2], x[2:]])[1].shape == (4, 1, 8, 8, 8)  # a list of items: mapped
