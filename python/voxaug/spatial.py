@@ -196,7 +196,7 @@ __all__ = [
     "Affine", "Affined", "RandAffine", "RandAffined", "Rotate", "Rotated", "RandRotate", "RandRotated",
     "Zoom", "Zoomd", "RandZoom", "RandZoomd", "Resize", "Resized", "Spacing", "Spacingd", "Orientation", "Orientationd",
     "SpatialCrop", "SpatialCropd", "CenterSpatialCrop", "CenterSpatialCropd", "SpatialPad", "SpatialPadd",
-    "BorderPad", "BorderPadd", "DivisiblePad", "DivisiblePadd", "CropForeground", "CropForegroundd",
+    "BorderPad", "BorderPadd", "DivisiblePad", "DivisiblePadd", "ResizeWithPadOrCrop", "ResizeWithPadOrCropd", "CropForeground", "CropForegroundd",
 ]
 
 _MASK64 = (1 << 64) - 1
@@ -2100,6 +2100,35 @@ class BorderPad(_Pad):
         return self._w
 
 
+class ResizeWithPadOrCrop(_Pad):
+    """MONAI ResizeWithPadOrCrop(spatial_size, method='symmetric', mode='constant', **pad_kwargs):
+    each spatial axis larger than `spatial_size` is cropped to CenterSpatialCrop's window, each
+    smaller one padded as SpatialPad pads it (method, mode, value; non-positive entries keep the
+    size). An axis is either cropped or padded, so the whole call is one integer translation:
+    one exact launch (MONAI: a crop, then a pad), bit-identical to MONAI's. The inverse is
+    MONAI's: the padded axes cropped back, the cropped ones padded with zeros."""
+
+    def __init__(self, spatial_size, method: str = "symmetric", mode: str = "constant", lazy: bool = False,
+                 **pad_kwargs):
+        super().__init__(mode, lazy, pad_kwargs)
+        self.spatial_size, self.method = spatial_size, _check_method(method)
+        _fall_back_size(spatial_size, (1, 1, 1))
+
+    def _widths(self, in_size):
+        want = _fall_back_size(self.spatial_size, in_size)
+        pads = _symmetric_widths(want, in_size, self.method)
+        crop = _crop_slices(roi_center=[int(s) // 2 for s in in_size], roi_size=[int(w) for w in want])
+        out = []
+        for a, (have, w) in enumerate(zip(in_size, want)):  # (before, after) < 0: crop that many voxels
+            out.append((-crop[a].start, crop[a].stop - int(have)) if int(w) < int(have) else pads[a])
+        return out
+
+    def _record_for(self, img, in_size, geom, opts, params, owner=None, src_affine="img"):
+        # the inverse pads the cropped axes with zeros, as MONAI's (CenterSpatialCrop's inverse)
+        geom = dataclasses.replace(geom, kernel_padding="zeros", tables=None)
+        return super()._record_for(img, in_size, geom, opts, params, owner, src_affine)
+
+
 class DivisiblePad(_Pad):
     """MONAI DivisiblePad(k, mode='constant', method='symmetric'): pads each spatial axis up to
     a multiple of k (an int or one per axis; k <= 0 leaves the axis)."""
@@ -2437,6 +2466,13 @@ class BorderPadd(_SpatialDict):
                  **kwargs):
         super().__init__(keys, BorderPad(spatial_border, "constant", lazy, **kwargs), {"mode": mode},
                          allow_missing_keys)
+
+
+class ResizeWithPadOrCropd(_SpatialDict):
+    def __init__(self, keys, spatial_size, mode="constant", allow_missing_keys: bool = False, method: str = "symmetric",
+                 lazy: bool = False, **pad_kwargs):
+        super().__init__(keys, ResizeWithPadOrCrop(spatial_size, method, "constant", lazy, **pad_kwargs),
+                         {"mode": mode}, allow_missing_keys)
 
 
 class DivisiblePadd(_SpatialDict):

@@ -88,3 +88,46 @@ def test_bad_pad_arguments():
         S.BorderPad((1, 2))
     with pytest.raises(TypeError, match="unsupported pad arguments"):
         S.SpatialPad((4, 4, 4), stat_length=3)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("size, method", [((4, 3, 6), "symmetric"),     # every axis cropped
+                                          ((11, 8, 14), "end"),          # every axis padded
+                                          ((4, 10, 9), "symmetric"),     # crop, pad, keep
+                                          ((6, -1, 12), "end"),          # crop by one (odd), keep, pad
+                                          ((3, 9, 2), "symmetric")])
+def test_resize_with_pad_or_crop_bit_identical_to_monai(mode, size, method):
+    """One exact launch per call; MONAI crops then pads: the same bytes, shape, and (on a
+    MetaTensor) affine; the inverse equals MONAI's (padded axes cropped back, cropped axes
+    padded with zeros)."""
+    aff = torch.diag(torch.tensor([1.5, 2.0, 0.8, 1.0], dtype=torch.float64))
+    aff[:3, 3] = torch.tensor([3.0, -4.0, 5.0], dtype=torch.float64)
+    x = _vol()
+    ref_t, t = mt.ResizeWithPadOrCrop(size, method=method, mode=mode), S.ResizeWithPadOrCrop(size, method, mode)
+    ref = ref_t(MetaTensor(x.clone(), affine=aff.clone()))
+    got = t(MetaTensor(x.clone(), affine=aff.clone()))
+    assert got.shape == ref.shape and torch.equal(got.as_tensor(), ref.as_tensor())
+    assert torch.allclose(got.affine.double(), ref.affine.double(), atol=1e-12)
+    back, ref_back = t.inverse(got), ref_t.inverse(ref)
+    assert back.shape == x.shape and torch.equal(back.as_tensor(), ref_back.as_tensor())
+    assert back.applied_operations == [] and torch.allclose(back.affine.double(), aff, atol=1e-12)
+    # a batch: each sample as MONAI's
+    xb = _vol(shape=(3, 2, 7, 5, 9))
+    yb = S.ResizeWithPadOrCrop(size, method, mode)(xb)
+    for i in range(3):
+        assert torch.equal(yb[i], torch.as_tensor(mt.ResizeWithPadOrCrop(size, method=method, mode=mode)(xb[i])))
+
+
+def test_resize_with_pad_or_crop_dict_per_key_modes_and_value():
+    img, lab = _vol(), _vol(torch.int16)
+    d = {"img": img, "lab": lab}
+    ref = mt.ResizeWithPadOrCropd(["img", "lab"], (5, 8, 12), mode=("reflect", "constant"))(d)
+    got = S.ResizeWithPadOrCropd(["img", "lab"], (5, 8, 12), mode=("reflect", "constant"))(d)
+    for k in ("img", "lab"):
+        assert got[k].dtype == d[k].dtype and torch.equal(got[k], torch.as_tensor(ref[k]))
+    ref = mt.ResizeWithPadOrCropd(["lab"], (5, 8, 12), value=3)(d)
+    assert torch.equal(S.ResizeWithPadOrCropd(["lab"], (5, 8, 12), value=3)(d)["lab"], torch.as_tensor(ref["lab"]))
+    with pytest.raises(ValueError, match="mode must be one of"):
+        S.ResizeWithPadOrCrop((4, 4, 4), mode="mean")
+    with pytest.raises(ValueError, match="method"):
+        S.ResizeWithPadOrCropd(["img"], (4, 4, 4), method="middle")
