@@ -18,7 +18,9 @@ Cases
       ch2 + aal (1 mm -> 1.5 x 1.5 x 2 mm, image bilinear + label nearest, one launch) and
       ch2better (0.5 mm 301x370x316 -> 1 mm), MetaTensors with the files' affines, checked
       against MONAI's output; Spacingd on ch2 with MONAI's integer modes 3 and 5 (scipy's
-      spline orders: its numpy backend) against voxaug's B-splines of those orders
+      spline orders: its numpy backend) against voxaug's B-splines of those orders; exact
+      copies: ResizeWithPadOrCrop (224x224x160 -> 192x256x160, edge) and RandAxisFlip on
+      4 x 1 x 128^3
   (f) elastic, on the real ch2.nii.gz (181x217x181) image (bilinear) + aal.nii.gz label
       (nearest): voxaug Rand3DElasticd (fast field, in-kernel B-spline) vs MONAI
       Rand3DElasticd (sigma 5-8, magnitude 100-200, prob 1, the same affine ranges), and
@@ -470,7 +472,40 @@ def spatial_rows(device, args):
                          lambda xb: v_d({"image": xb, "label": lab})["image"], check_resampled, device, args,
                          per_sample_monai=True))
     del img, lab
+    rows.extend(exact_rows(device, args))
     rows.extend(spacing_rows(device, args))
+    return rows
+
+
+def check_equal(x, m, v):
+    """Deterministic exact transforms: the same bytes."""
+    d = (m.double() - v.double()).abs().max().item() if m.shape == v.shape else float("inf")
+    return d == 0.0, f"max|d| {d:g}"
+
+
+def check_flipped(x, m, v):
+    """Random axis flips (each library draws its own axes): every output sample is its input
+    flipped along one axis or not at all."""
+    for i in range(v.shape[0]):
+        if not any(torch.equal(v[i], x[i] if a is None else torch.flip(x[i], [a + 1])) for a in (None, 0, 1, 2)):
+            return False, f"sample {i} is no flip of its input"
+    return True, "flips of the input"
+
+
+def exact_rows(device, args):
+    """(e) exact copies: ResizeWithPadOrCrop (1x1x224x224x160 -> 192x256x160: crop, pad, keep)
+    and RandAxisFlip on 4 x 1 x 128^3 (voxaug in one call, MONAI looping over the samples)."""
+    rows = []
+    x = make_input((1, 1, 224, 224, 160), device)
+    size = (192, 256, 160)
+    rows.append(run_case("(e) ResizeWithPadOrCrop", x, mt.ResizeWithPadOrCrop(size, mode="edge"),
+                         vt.ResizeWithPadOrCrop(size, mode="edge"), check_equal, device, args))
+    del x
+    x = make_input((4, 1, 128, 128, 128), device)
+    m_flip = mt.RandAxisFlip(prob=1.0)
+    m_flip.set_random_state(SEED)
+    rows.append(run_case("(e) RandAxisFlip", x, m_flip, vt.RandAxisFlip(prob=1.0, seed=SEED), check_flipped, device,
+                         args, per_sample_monai=True))
     return rows
 
 
