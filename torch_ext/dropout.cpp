@@ -16,6 +16,7 @@
 #include "autograd_guard.h"
 #include "tensor_view.h"
 #include "voxaug/dropout.h"
+#include "host_cache.h"
 
 namespace voxaug::torch_ext {
 namespace {
@@ -97,7 +98,7 @@ at::Tensor coarse_dropout_impl(const at::Tensor& image, const at::Tensor& boxes,
                                double fill_value, double fill_low, double fill_high, int64_t seed,
                                int64_t first_sample) {
   check_5d(image, "image");
-  at::Tensor out = at::empty_like(image, at::MemoryFormat::Contiguous);
+  at::Tensor out = torch_ext::empty_output(image.sizes(), image.options());
   run_dropout(image, out, boxes, counts, dropout_holes, fill_mode, fill_value, fill_low, fill_high,
               seed, first_sample);
   return out;

@@ -17,6 +17,7 @@
 #include "tensor_view.h"
 #include "voxaug/error.h"
 #include "voxaug/filter.h"
+#include "host_cache.h"
 
 namespace voxaug::torch_ext {
 namespace {
@@ -51,7 +52,8 @@ void check_args(const at::Tensor& image, const at::Tensor& sigma, double truncat
 at::Tensor gaussian_smooth_impl(const at::Tensor& image, const at::Tensor& sigma, double truncated,
                                 std::optional<c10::ScalarType> dtype) {
   check_args(image, sigma, truncated, false);
-  at::Tensor out = at::empty(image.sizes(), image.options().dtype(output_dtype(image, dtype)));
+  at::Tensor out =
+      torch_ext::empty_output(image.sizes(), image.options().dtype(output_dtype(image, dtype)));
   const at::Tensor s = sigma.to(at::kDouble).contiguous();
   const int64_t n = image.size(0);
   int64_t width = 0;

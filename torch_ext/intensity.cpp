@@ -17,6 +17,7 @@
 #include "tensor_view.h"
 #include "voxaug/error.h"
 #include "voxaug/intensity.h"
+#include "host_cache.h"
 
 namespace voxaug::torch_ext {
 namespace {
@@ -297,7 +298,8 @@ at::Tensor run_chain(const at::Tensor& image, at::IntArrayRef ops, at::IntArrayR
   std::vector<at::Tensor> keep;
   const std::vector<PointwiseStep> steps = decode(image, ops, flags, params, seeds, values, keep);
   call_core([&] { validate_pointwise_steps(steps.data(), static_cast<int>(steps.size())); });
-  at::Tensor out = in_place ? image : at::empty(image.sizes(), image.options().dtype(out_dtype));
+  at::Tensor out =
+      in_place ? image : torch_ext::empty_output(image.sizes(), image.options().dtype(out_dtype));
   if (image.numel() == 0) return out;
   const c10::DeviceGuard guard(image.device());
   const VolumeView in_v = to_view(image, "image");
@@ -324,7 +326,7 @@ at::Tensor chain_backward_impl(const at::Tensor& grad, const at::Tensor& image, 
   std::vector<at::Tensor> keep;
   const std::vector<PointwiseStep> steps = decode(image, ops, flags, params, seeds, values, keep);
   const at::Tensor g = grad.to(image.scalar_type());
-  at::Tensor grad_in = at::empty(image.sizes(), image.options());
+  at::Tensor grad_in = torch_ext::empty_output(image.sizes(), image.options());
   if (image.numel() == 0) return grad_in;
   const c10::DeviceGuard guard(image.device());
   call_core([&] {

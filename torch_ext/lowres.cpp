@@ -8,6 +8,7 @@
 #include "autograd_guard.h"
 #include "tensor_view.h"
 #include "voxaug/lowres.h"
+#include "host_cache.h"
 
 namespace voxaug::torch_ext {
 namespace {
@@ -43,7 +44,7 @@ at::Tensor simulate_low_resolution_impl(const at::Tensor& image, const at::Tenso
                                         int64_t upsample_mode, bool align_corners,
                                         std::optional<c10::ScalarType> dtype) {
   check_args(image, low_size, upsample_mode, false);
-  at::Tensor out = at::empty(image.sizes(), image.options().dtype(output_dtype(dtype)));
+  at::Tensor out = torch_ext::empty_output(image.sizes(), image.options().dtype(output_dtype(dtype)));
   if (image.numel() == 0) return out;
   const at::Tensor ls = low_size.contiguous();
   const int64_t* l = ls.data_ptr<int64_t>();

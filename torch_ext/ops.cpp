@@ -37,6 +37,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include "host_cache.h"
 #include "voxaug/torch_ops.h"
 
 namespace voxaug {  // torch_ext/window.cpp: kernels of the window schemas without tensor inputs
@@ -223,6 +224,9 @@ TORCH_LIBRARY(voxaug, m) {
   // acc's dtype (None: constant weights); count: (padded) map of window_count.
   m.def("window_layout(int[] image_size, int[] roi_size, float[] overlap) -> int[]",
         &voxaug::window_layout_entry);
+  // The host output cache (torch_ext/host_cache.h): bytes kept for reuse; release frees them.
+  m.def("host_cache_bytes() -> int", [] { return voxaug::torch_ext::host_cache_bytes(); });
+  m.def("release_host_cache() -> int", [] { return voxaug::torch_ext::release_host_cache(); });
   m.def(
       "window_importance_map(int[] roi_size, str mode, float[] sigma_scale, ScalarType dtype, "
       "Device device) -> Tensor",

@@ -14,6 +14,7 @@
 #include "tensor_view.h"
 #include "voxaug/error.h"
 #include "voxaug/resample.h"
+#include "host_cache.h"
 
 namespace voxaug::torch_ext {
 namespace {
@@ -68,8 +69,8 @@ Checked check_and_allocate(at::TensorList inputs, const at::Tensor& matrices,
   Checked c;
   c.matrices = matrices.to(at::kDouble).contiguous();
   for (size_t i = 0; i < k; ++i)
-    c.outputs.push_back(at::empty({batch, inputs[i].size(1), out_size[0], out_size[1], out_size[2]},
-                                  inputs[i].options()));
+    c.outputs.push_back(torch_ext::empty_output(
+        {batch, inputs[i].size(1), out_size[0], out_size[1], out_size[2]}, inputs[i].options()));
   return c;
 }
 
@@ -103,7 +104,7 @@ std::vector<at::Tensor> resample_forward(at::TensorList inputs, const at::Tensor
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (is_spline(static_cast<Interp>(modes[i])) && inputs[i].numel() > 0) {
       const int64_t P = kBSplinePad;
-      coeffs.push_back(at::empty(
+      coeffs.push_back(torch_ext::empty_output(
           {inputs[i].size(0), inputs[i].size(1), inputs[i].size(2) + 2 * P,
            inputs[i].size(3) + 2 * P, inputs[i].size(4) + 2 * P},
           inputs[i].options().dtype(inputs[i].scalar_type() == at::kDouble ? at::kDouble
@@ -262,7 +263,8 @@ at::Tensor backward_input_impl(const at::Tensor& grad_output, const at::Tensor& 
   const at::Tensor go = grad_output.to(input.scalar_type());
   const at::Tensor m = matrices.to(at::kDouble).contiguous();
   const bool dbl = input.scalar_type() == at::kDouble;
-  at::Tensor acc = at::empty(input.sizes(), input.options().dtype(dbl ? at::kDouble : at::kFloat));
+  at::Tensor acc =
+      torch_ext::empty_output(input.sizes(), input.options().dtype(dbl ? at::kDouble : at::kFloat));
   if (input.numel() == 0) return acc.to(input.scalar_type());
   ResampleTarget t;
   t.in = to_view(input, "input");

@@ -15,6 +15,7 @@
 #include "tensor_view.h"
 #include "voxaug/error.h"
 #include "voxaug/stats.h"
+#include "host_cache.h"
 
 namespace voxaug::torch_ext {
 namespace {
@@ -151,7 +152,8 @@ at::Tensor normalize_intensity_impl(const at::Tensor& image,
   const int64_t segs = segments_per_sample(image, channel_wise);
   check_values(subtrahend, "subtrahend", segs, channel_wise);
   check_values(divisor, "divisor", segs, channel_wise);
-  at::Tensor out = at::empty(image.sizes(), image.options().dtype(output_dtype(image, dtype)));
+  at::Tensor out =
+      torch_ext::empty_output(image.sizes(), image.options().dtype(output_dtype(image, dtype)));
   if (image.numel() == 0) return out;
   const c10::DeviceGuard guard(image.device());
   at::Tensor stats, sub, div;
@@ -201,7 +203,8 @@ at::Tensor srp_impl(const at::Tensor& image, double lower, double upper,
                     bool relative, bool channel_wise, std::optional<c10::ScalarType> dtype) {
   check_image(image);
   check_srp_args(lower, upper, b_min, b_max, relative);
-  at::Tensor out = at::empty(image.sizes(), image.options().dtype(output_dtype(image, dtype)));
+  at::Tensor out =
+      torch_ext::empty_output(image.sizes(), image.options().dtype(output_dtype(image, dtype)));
   if (image.numel() == 0) return out;
   const c10::DeviceGuard guard(image.device());
   const std::vector<double> q{lower, upper};

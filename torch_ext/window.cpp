@@ -29,6 +29,7 @@
 #include "tensor_view.h"
 #include "voxaug/sliding_window.h"
 #include "voxaug/window.h"
+#include "host_cache.h"
 
 namespace voxaug {
 namespace torch_ext {
@@ -80,6 +81,19 @@ at::Tensor host_tensor(at::IntArrayRef sizes, at::ScalarType dtype, bool zero) {
   if (bytes < kHuge) {
     return zero ? at::zeros(sizes, at::TensorOptions().dtype(dtype))
                 : at::empty(sizes, at::TensorOptions().dtype(dtype));
+  }
+  if (static_cast<int64_t>(bytes) >= torch_ext::kHostCacheMinBytes && torch_ext::host_cache_enabled()) {
+    // the ops' host cache (host_cache.h): huge pages too, and a buffer freed by an earlier call
+    // of the same size is reused without faulting at all
+    at::Tensor t = torch_ext::empty_output(sizes, at::TensorOptions().dtype(dtype));
+    if (zero) {
+      char* c = static_cast<char*>(t.data_ptr());
+      const int64_t chunks = static_cast<int64_t>((bytes + kHuge - 1) / kHuge);
+#pragma omp parallel for schedule(static)
+      for (int64_t k = 0; k < chunks; ++k)
+        std::memset(c + k * kHuge, 0, std::min(kHuge, bytes - static_cast<size_t>(k) * kHuge));
+    }
+    return t;
   }
   const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
   void* p = std::aligned_alloc(kHuge, rounded);
@@ -168,8 +182,8 @@ at::Tensor window_gather_impl(const at::Tensor& image, at::IntArrayRef roi_size,
   check_float(image, "image");
   TORCH_CHECK_VALUE(num_windows >= 0, "num_windows must be >= 0, got ", num_windows);
   const WindowLayout l = layout_of(spatial(image), roi_size, overlap);
-  at::Tensor out = at::empty({num_windows, image.size(1), l.roi[0], l.roi[1], l.roi[2]},
-                             image.options().dtype(dtype.value_or(image.scalar_type())));
+  at::Tensor out = torch_ext::empty_output({num_windows, image.size(1), l.roi[0], l.roi[1], l.roi[2]},
+                                          image.options().dtype(dtype.value_or(image.scalar_type())));
   gather_into(image, out, l, first_window, padding_mode, cval);
   return out;
 }

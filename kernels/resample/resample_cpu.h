@@ -1002,6 +1002,22 @@ VOXAUG_FORCEINLINE void exact_row_int(const ResampleParams& p, const KTarget& t,
   const bool nearest = static_cast<Interp>(t.mode) == Interp::Nearest;
   const double fill = pads_with_value(pad) ? t.pad_value : 0.0;
   const int64_t out_base = n * t.out_stride[0] + od * t.out_stride[2] + oh * t.out_stride[3];
+  // An axis the row does not move along (step 0) has one index for the whole row: fold it
+  // through the padding rule once (a padded row of an edge / reflect pad or crop is then an
+  // inside row), or, where it reads the fill, write the fill and be done.
+  int64_t folded[3] = {first[0], first[1], first[2]};
+  for (int a = 0; a < 3; ++a) {
+    if (step[a] != 0 || (folded[a] >= 0 && folded[a] < t.in_size[a])) continue;
+    folded[a] = exact_index(folded[a], t.in_size[a], pad, p.align_corners);
+    if (folded[a] < 0) {
+      for (int64_t c = 0; c < t.channels; ++c)
+        for (int64_t j = 0; j < cnt; ++j)
+          store_value_dyn(t.out, t.out_dtype,
+                          out_base + c * t.out_stride[1] + (ow0 + j) * t.out_stride[4], fill);
+      return;
+    }
+  }
+  first = folded;
   // The j range where every raw index is inside (no padding rule applies): each index moves
   // by step in {-1, 0, 1} per j, so the range is an interval.
   int64_t lo = 0, hi = cnt;

@@ -96,6 +96,18 @@ def philox_uniform(seed: int, first_sample: int, batch: int, count: int) -> torc
     return torch.ops.voxaug.philox_uniform(_signed64(seed), first_sample, batch, count)
 
 
+def host_cache_bytes() -> int:
+    """Bytes of freed CPU outputs the ops keep for reuse (outputs of 32 MiB and more: glibc
+    maps each such allocation afresh, so every call would page-fault on its output; at most
+    VOXAUG_HOST_CACHE_MB MiB, read at the first large output, default 1024, 0 turns it off)."""
+    return int(torch.ops.voxaug.host_cache_bytes())
+
+
+def release_host_cache() -> int:
+    """Frees the CPU output buffers kept for reuse (see host_cache_bytes); returns the bytes."""
+    return int(torch.ops.voxaug.release_host_cache())
+
+
 scale_intensity_range = torch.ops.voxaug.scale_intensity_range
 scale_intensity_range_ = _in_place(torch.ops.voxaug.scale_intensity_range_)
 shift_intensity = torch.ops.voxaug.shift_intensity

@@ -589,6 +589,21 @@ def _pad_index(size: int, before: int, after: int, mode: str) -> np.ndarray:
     return np.mod(j, size)  # wrap
 
 
+def _gather_tables(x: torch.Tensor, tables: tuple) -> torch.Tensor:
+    """out[..., i, j, k] = x[..., t0[i], t1[j], t2[k]] as a new tensor: axes whose table is a run
+    of consecutive indices (a crop, the identity) are narrowed views, the others index_select
+    (the axis with the fewest output voxels per input voxel first), one copy at least."""
+    out, picks = x, []
+    for ax, t in enumerate(tables):
+        if len(t) and t == tuple(range(t[0], t[0] + len(t))):
+            out = out.narrow(ax + 2, t[0], len(t))
+        else:
+            picks.append((len(t) / max(int(x.shape[ax + 2]), 1), ax, t))
+    for _, ax, t in sorted(picks):
+        out = out.index_select(ax + 2, _host_to(torch.tensor(t, dtype=torch.int64), x.device))
+    return out.contiguous() if picks else out.clone(memory_format=torch.contiguous_format)
+
+
 def _apply_pad(x: torch.Tensor, pad: tuple) -> torch.Tensor:
     widths, mode, value = pad
     if mode == "constant":
@@ -729,8 +744,7 @@ def _run(xs: Sequence[torch.Tensor], geom: _Geometry, opts: Sequence[_Opts],
     inputs = [x if o.mode == "nearest" or x.is_floating_point() else x.float() for x, o in zip(xs, opts)]
     outs: list[torch.Tensor] = []
     if geom.tables is not None:  # interpolate's nearest where no affine map reproduces it
-        idx = [_host_to(torch.tensor(t, dtype=torch.int64), inputs[0].device) for t in geom.tables]
-        outs = [x.index_select(2, idx[0]).index_select(3, idx[1]).index_select(4, idx[2]) for x in inputs]
+        outs = [_gather_tables(x, geom.tables) for x in inputs]
         if out_dtypes is not None:
             outs = [o.to(d) for o, d in zip(outs, out_dtypes)]
         return [_apply_pad(o, geom.pad) for o in outs] if geom.pad is not None else outs
