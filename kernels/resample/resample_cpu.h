@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <limits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -854,6 +855,22 @@ __attribute__((noinline)) inline void stream_copy_row(void* dst, const void* src
   stream_copy(dst, src, bytes);
 }
 
+// Software prefetch of the lines of [p, p + bytes) (the exact rows' stride prefetch below).
+VOXAUG_FORCEINLINE void prefetch_bytes(const char* p, int64_t bytes) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  for (int64_t b = 0; b < bytes; b += 64) asm volatile("prefetcht0 %0" : : "m"(p[b]));
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+// Rows ahead that the exact path prefetches when consecutive source rows do not follow each
+// other upwards in memory (a flip of the h or d axis walks them downwards, which the hardware
+// prefetchers of the AMD EPYC VM did not follow: a 4 x 1 x 128^3 flip along h took 7.4 ms,
+// along d 1.6 ms).
+constexpr int64_t kRowPrefetchAhead = 4;
+
 // The post target's steps when each active one is a shift or a scale (post_span's two written-
 // out cases), as (multiply?, value) pairs in order: the BTCV chain's RandShiftIntensityd after
 // its crop and flips.
@@ -1223,6 +1240,8 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
   // the same input lines, a plane's rows touch one line per voxel (far more than L2 holds),
   // and items run h-major ((h, d) order: item (oh D + od) W + ow), so the rows that share
   // those lines follow each other. Each output row is still written whole and once.
+  int64_t last_src[kMaxResampleTargets];  // the previous row's first source element, per target
+  std::fill(last_src, last_src + kMaxResampleTargets, std::numeric_limits<int64_t>::min());
   const int64_t D = p.out_size[0];
   const bool h_major = coef[2][0] != 0;
   const int64_t inner_rows = h_major ? D : H;  // rows per step of the outer axis
@@ -1265,6 +1284,21 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
       const bool dense = t.out_stride[4] == 1;
       const bool contiguous = doff == 1 && dense;
       const bool reversed = doff == -1 && dense;
+      if (stream && (contiguous || reversed)) {
+        // Stride prefetch: the source rows kRowPrefetchAhead rows on, predicted from this
+        // row's step from the last, where rows walk downwards in memory (upward steps of up to
+        // a few rows the hardware follows).
+        const int64_t delta = off0 - last_src[k];
+        const bool known = last_src[k] != std::numeric_limits<int64_t>::min();
+        last_src[k] = off0;
+        if (known && (delta < 0 || delta > 4 * cnt)) {
+          const int64_t lo_elem = doff == 1 ? off0 : off0 - (cnt - 1);
+          const int64_t ahead = lo_elem + kRowPrefetchAhead * delta;
+          for (int64_t c = 0; c < t.channels; ++c)
+            prefetch_bytes(static_cast<const char*>(t.in) + (ahead + c * t.in_stride[1]) * t.elem_size,
+                           cnt * t.elem_size);
+        }
+      }
       for (int64_t c = 0; c < t.channels; ++c) {
         const int64_t src = off0 + c * t.in_stride[1], dst = dst0 + c * t.out_stride[1];
         if (stream && contiguous && k != post) {
