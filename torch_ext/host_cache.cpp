@@ -154,18 +154,28 @@ void HostCache::deleter(void* p) {
 
 }  // namespace
 
-at::Tensor empty_output(at::IntArrayRef sizes, const at::TensorOptions& options) {
+namespace {
+at::Tensor from_cache(at::IntArrayRef sizes, const at::TensorOptions& options, int64_t min_bytes) {
   if (options.device().is_cpu() && options.layout() == c10::kStrided && !options.pinned_memory() &&
       cache().enabled()) {
     int64_t numel = 1;
     for (const int64_t s : sizes) numel *= s;
     const int64_t bytes = numel * static_cast<int64_t>(options.dtype().itemsize());
-    if (bytes >= kHostCacheMinBytes) {
+    if (bytes >= min_bytes && bytes > 0) {
       return at::detail::empty_generic(sizes, &cache(), c10::DispatchKeySet(c10::DispatchKey::CPU),
                                        options.dtype().toScalarType(), std::nullopt);
     }
   }
   return at::empty(sizes, options);
+}
+}  // namespace
+
+at::Tensor empty_output(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  return from_cache(sizes, options, kHostCacheMinBytes);
+}
+
+at::Tensor empty_cached(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  return from_cache(sizes, options, 0);
 }
 
 bool host_cache_enabled() {

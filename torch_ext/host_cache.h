@@ -31,6 +31,11 @@ constexpr int64_t kHostCacheMinBytes = int64_t(32) << 20;
 // Every element must be written by the caller (the bytes are an earlier output's).
 at::Tensor empty_output(at::IntArrayRef sizes, const at::TensorOptions& options);
 
+// A CPU tensor from the host cache whatever its size (when the cache is on; else at::empty):
+// for an op's own large scratch buffers that every call allocates again (the sliding window's
+// window batch and accumulators), where glibc's reuse below 32 MiB did not hold.
+at::Tensor empty_cached(at::IntArrayRef sizes, const at::TensorOptions& options);
+
 // Whether the cache is on (VOXAUG_HOST_CACHE_MB > 0).
 bool host_cache_enabled();
 

@@ -26,10 +26,10 @@
 #include <nvtx3/nvToolsExt.h>
 #endif
 
+#include "host_cache.h"
 #include "tensor_view.h"
 #include "voxaug/sliding_window.h"
 #include "voxaug/window.h"
-#include "host_cache.h"
 
 namespace voxaug {
 namespace torch_ext {
@@ -82,10 +82,10 @@ at::Tensor host_tensor(at::IntArrayRef sizes, at::ScalarType dtype, bool zero) {
     return zero ? at::zeros(sizes, at::TensorOptions().dtype(dtype))
                 : at::empty(sizes, at::TensorOptions().dtype(dtype));
   }
-  if (static_cast<int64_t>(bytes) >= torch_ext::kHostCacheMinBytes && torch_ext::host_cache_enabled()) {
+  if (torch_ext::host_cache_enabled()) {
     // the ops' host cache (host_cache.h): huge pages too, and a buffer freed by an earlier call
     // of the same size is reused without faulting at all
-    at::Tensor t = torch_ext::empty_output(sizes, at::TensorOptions().dtype(dtype));
+    at::Tensor t = torch_ext::empty_cached(sizes, at::TensorOptions().dtype(dtype));
     if (zero) {
       char* c = static_cast<char*>(t.data_ptr());
       const int64_t chunks = static_cast<int64_t>((bytes + kHuge - 1) / kHuge);
@@ -182,8 +182,9 @@ at::Tensor window_gather_impl(const at::Tensor& image, at::IntArrayRef roi_size,
   check_float(image, "image");
   TORCH_CHECK_VALUE(num_windows >= 0, "num_windows must be >= 0, got ", num_windows);
   const WindowLayout l = layout_of(spatial(image), roi_size, overlap);
-  at::Tensor out = torch_ext::empty_output({num_windows, image.size(1), l.roi[0], l.roi[1], l.roi[2]},
-                                          image.options().dtype(dtype.value_or(image.scalar_type())));
+  at::Tensor out =
+      torch_ext::empty_output({num_windows, image.size(1), l.roi[0], l.roi[1], l.roi[2]},
+                              image.options().dtype(dtype.value_or(image.scalar_type())));
   gather_into(image, out, l, first_window, padding_mode, cval);
   return out;
 }
@@ -605,10 +606,10 @@ at::Tensor SlidingWindowInferer::graphed(const at::Tensor& inputs, const Predict
                     "cuda_graph needs device on the inputs' device ", inputs.device());
   TORCH_CHECK_VALUE(!options_.sw_device || *options_.sw_device == inputs.device(),
                     "cuda_graph needs sw_device on the inputs' device ", inputs.device());
-  const std::vector<int64_t> key = {inputs.size(0), inputs.size(1), inputs.size(2),
-                                    inputs.size(3), inputs.size(4),
-                                    static_cast<int64_t>(inputs.scalar_type()),
-                                    inputs.device().index()};
+  const std::vector<int64_t> key = {
+      inputs.size(0),         inputs.size(1), inputs.size(2),
+      inputs.size(3),         inputs.size(4), static_cast<int64_t>(inputs.scalar_type()),
+      inputs.device().index()};
   const c10::cuda::CUDAGuard guard(inputs.device());
   auto found = graphs_.find(key);
   if (found == graphs_.end()) {
@@ -635,9 +636,11 @@ at::Tensor SlidingWindowInferer::graphed(const at::Tensor& inputs, const Predict
           entry->graph.capture_end();
         } catch (const std::exception&) {
         }
-        TORCH_CHECK(false, "SlidingWindowInferer(cuda_graph): capturing the pass failed (the "
+        TORCH_CHECK(false,
+                    "SlidingWindowInferer(cuda_graph): capturing the pass failed (the "
                     "predictor must be CUDA-graph capturable: static shapes, no host sync), or "
-                    "set cuda_graph = false: ", e.what());
+                    "set cuda_graph = false: ",
+                    e.what());
       }
       done.record(side);
     }
