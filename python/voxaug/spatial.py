@@ -192,7 +192,7 @@ from . import ops
 from .transforms import _as_batch, _check_prob, _host_to, _is_meta_tensor, _Randomizable
 
 __all__ = [
-    "Flip", "Flipd", "RandFlip", "RandFlipd", "RandAxisFlip", "RandAxisFlipd", "Rotate90", "Rotate90d", "RandRotate90", "RandRotate90d",
+    "Flip", "Flipd", "RandFlip", "RandFlipd", "RandAxisFlip", "RandAxisFlipd", "RandomFlip", "Rotate90", "Rotate90d", "RandRotate90", "RandRotate90d",
     "Affine", "Affined", "RandAffine", "RandAffined", "Rotate", "Rotated", "RandRotate", "RandRotated",
     "Zoom", "Zoomd", "RandZoom", "RandZoomd", "Resize", "Resized", "Spacing", "Spacingd", "Orientation", "Orientationd",
     "SpatialCrop", "SpatialCropd", "CenterSpatialCrop", "CenterSpatialCropd", "SpatialPad", "SpatialPadd",
@@ -1169,6 +1169,131 @@ class RandAxisFlip(_RandomSpatial):
         _not_lazy(lazy)
         x, _ = _as_batch(img)
         return self.apply(img, self._params_for(x.shape[0], randomize))
+
+
+# TorchIO's anatomical axis names: the first letter and its opposite.
+_ANATOMICAL_OPPOSITE = {"L": "R", "R": "L", "A": "P", "P": "A", "I": "S", "S": "I"}
+
+
+def _anatomical_indices(img: Any, names: Sequence[str]) -> list[int]:
+    """The spatial axis of each anatomical name (TorchIO's axis_name_to_index: the axis whose
+    orientation code is the letter or its opposite), from a MetaTensor's affine (RAS, as MONAI's
+    and TorchIO's; meta["space"] == "LPS" converted); one affine for the whole batch."""
+    if not _is_meta_tensor(img):
+        raise ValueError(f"axes: anatomical names {list(names)} need the image's orientation: pass a MetaTensor "
+                         f"(its affine), or give axis indices 0, 1, 2; got a {type(img).__name__}")
+    import nibabel as nib
+
+    aff = img.affine.detach().cpu().to(torch.float64)
+    if aff.dim() == 3:
+        if not bool((aff == aff[:1]).all()):
+            raise ValueError("axes: anatomical names need one affine for the batch; the samples' affines differ")
+        aff = aff[0]
+    a = aff.numpy().copy()
+    if str(getattr(img, "meta", {}).get("space", "RAS")).upper() == "LPS":
+        a = np.diag([-1.0, -1.0, 1.0, 1.0]) @ a
+    codes = nib.aff2axcodes(a)
+    return [codes.index(c) if c in codes else codes.index(_ANATOMICAL_OPPOSITE[c]) for c in names]
+
+
+class RandomFlip(_RandomSpatial):
+    """TorchIO RandomFlip(axes=0, flip_probability=0.5, p=1): each of `axes` flipped with
+    probability flip_probability, independently, per sample; the whole transform applied with
+    probability `p`. Draw: 4 uniforms per sample, the gate ``u0 < p``, then spatial axis a flips
+    where ``u[a + 1] < flip_probability`` (TorchIO: ``flip_probability > torch.rand(3)``).
+    Bit-identical to TorchIO's Flip of the drawn axes (``torch.flip``).
+
+    axes: indices 0, 1, 2 of the spatial axes (D, H, W of voxaug's (N, C, D, H, W); TorchIO's
+    (C, W, H, D) order is the same three axes), or TorchIO's anatomical names ('LR', 'Left',
+    'AP', 'IS', ...: the first letter), which need a MetaTensor input (its affine names the
+    axes; nibabel reads it) and make the call run as itself inside a Compose. TorchIO's 2-D names
+    (Height, Width, Top, Bottom) are refused. A dictionary (TorchIO's Subject) has every 4-D /
+    5-D tensor flipped with the same draw. Exact: any dtype; fuses with the exact and grid steps
+    in a Compose (integer axes)."""
+
+    _n_uniforms = 4
+
+    def __init__(self, axes: Union[int, str, Sequence[Union[int, str]]] = 0, flip_probability: float = 0.5,
+                 p: float = 1.0, seed: Optional[int] = None):
+        super().__init__(p, seed)
+        parsed: list = []
+        for a in (list(axes) if isinstance(axes, (list, tuple)) else [axes]):
+            if isinstance(a, str):
+                if not a or a[0].upper() not in _ANATOMICAL_OPPOSITE:
+                    raise ValueError(f"axes: {a!r} is not an anatomical axis name (Left / Right, Anterior / "
+                                     "Posterior, Inferior / Superior; TorchIO's 2-D names Height / Width / Top / "
+                                     "Bottom have no 3-D meaning)")
+                parsed.append(a[0].upper())
+            elif isinstance(a, (int, np.integer)) and not isinstance(a, bool) and int(a) in (0, 1, 2):
+                parsed.append(int(a))
+            else:
+                raise ValueError(f"axes must be 0, 1, 2 or anatomical names, got {a!r}")
+        if not parsed:
+            raise ValueError("axes must name at least one axis")
+        fp = float(flip_probability)
+        if not 0.0 <= fp <= 1.0:
+            raise ValueError(f"flip_probability must be in [0, 1], got {flip_probability!r}")
+        self.axes, self.flip_probability = tuple(parsed), fp
+        self._needs_image = any(isinstance(a, str) for a in parsed)
+        self._call_axes: Optional[list] = None  # anatomical names resolved for the running call
+
+    def _options(self, **overrides):
+        return _exact_opts()
+
+    def _flipped_axes(self, params: torch.Tensor) -> list[tuple]:
+        """The spatial axes each sample flips (empty where the gate is closed or nothing drew)."""
+        if self._call_axes is not None:
+            axes = self._call_axes
+        elif self._needs_image:
+            raise ValueError(f"axes: anatomical names {list(self.axes)} need the image's orientation: call the "
+                             "transform on a MetaTensor (not inside a fused group)")
+        else:
+            axes = sorted(set(self.axes))
+        u = params.numpy()
+        return [tuple(a for a in axes if u[i, 1 + a] < self.flip_probability) if g else ()
+                for i, g in enumerate(self._gates(params).tolist())]
+
+    def _geometry(self, in_size, n, params, opts):
+        flips = self._flipped_axes(params)
+        size = tuple(in_size)
+        full = np.empty((len(flips), 4, 4))
+        for i, f in enumerate(flips):
+            full[i] = _flip_map_shared(size, f) if f else _EYE4
+        if len(flips) != n:  # as _map_geometry's broadcast (raises for a draw of another batch size)
+            return _map_geometry(full, n, in_size, "zeros")
+        return _own_map_geometry(full, in_size, "zeros")
+
+    def _apply_one(self, img, params):
+        if not self._needs_image:
+            return self.apply(img, params)
+        named = [a for a in self.axes if isinstance(a, str)]
+        self._call_axes = sorted(set([a for a in self.axes if not isinstance(a, str)]
+                                     + _anatomical_indices(img, named)))
+        try:
+            return self.apply(img, params)
+        finally:
+            self._call_axes = None
+
+    def __call__(self, data, randomize: bool = True):
+        if isinstance(data, Mapping):
+            d = dict(data)
+            keys = [k for k, v in d.items() if isinstance(v, torch.Tensor) and v.dim() in (4, 5)]
+            sizes = {_as_batch(d[k])[0].shape[0] for k in keys}
+            if len(sizes) > 1:
+                raise ValueError(f"all images must have the same batch size, got {sorted(sizes)}")
+            if keys:
+                params = self._params_for(sizes.pop(), randomize)
+                for k in keys:
+                    d[k] = self._apply_one(d[k], params)
+            return d
+        x, _ = _as_batch(data)
+        return self._apply_one(data, self._params_for(x.shape[0], randomize))
+
+    def inverse(self, data: Any) -> Any:
+        """Undoes the last call (its records): on a MetaTensor, or on each MetaTensor of a dictionary."""
+        if isinstance(data, Mapping):
+            return {k: (_inverse_array(self, v) if _is_meta_tensor(v) else v) for k, v in data.items()}
+        return _inverse_array(self, data)
 
 
 # ---------------- Rotate90 / RandRotate90 ----------------
@@ -3271,7 +3396,8 @@ def _is_deformation(t: Any) -> bool:
 def _lazy_candidate(t: Any) -> bool:
     """Whether `t` may join a run of compose_spatial: a fusable spatial step, or a deformation
     that closes the group before it (see _close_with_deformation)."""
-    return isinstance(_inner(t), _FUSABLE_TYPES) or _is_deformation(t)
+    return (isinstance(_inner(t), _FUSABLE_TYPES) and not getattr(_inner(t), "_needs_image", False)) \
+        or _is_deformation(t)
 
 
 def _close_with_deformation(t: Any, d: dict, is_dict: bool, chains: dict, chain: Callable,
@@ -3400,6 +3526,7 @@ def _plain_tensors(d: dict, keys: list) -> bool:
 def _folds(t: Any, keys: list, d: dict, is_dict: bool) -> bool:
     """Whether step `t` may fold into the launch of a deformation of exactly `keys`."""
     return (_is_dict_transform(t) == is_dict and isinstance(_inner(t), _FOLDABLE_AFTER_DEFORMATION)
+            and not getattr(_inner(t), "_needs_image", False)
             and (not is_dict or (list(t.keys) == keys and all(k in d for k in t.keys))))
 
 
@@ -3642,7 +3769,7 @@ def inverse_compose(compose: Any, data: Any) -> Any:
     return d if is_dict else d[None]
 
 
-_EXACT_TYPES = (Flip, RandFlip, RandAxisFlip, Rotate90, RandRotate90, SpatialCrop)
-_FOLDABLE_AFTER_DEFORMATION = (Flip, RandFlip, RandAxisFlip, SpatialCrop)
-_FUSABLE_TYPES = (Flip, RandFlip, RandAxisFlip, Rotate90, RandRotate90, SpatialCrop, Affine, RandAffine, Rotate, RandRotate,
+_EXACT_TYPES = (Flip, RandFlip, RandAxisFlip, RandomFlip, Rotate90, RandRotate90, SpatialCrop)
+_FOLDABLE_AFTER_DEFORMATION = (Flip, RandFlip, RandAxisFlip, RandomFlip, SpatialCrop)
+_FUSABLE_TYPES = (Flip, RandFlip, RandAxisFlip, RandomFlip, Rotate90, RandRotate90, SpatialCrop, Affine, RandAffine, Rotate, RandRotate,
                   Zoom, RandZoom, Resize, Spacing, Orientation)

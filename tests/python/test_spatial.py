@@ -163,6 +163,83 @@ def test_rand_axis_flip_draw_distribution():
         assert abs(c / len(gated) - 1 / 3) < 4 * (2 / 9 / len(gated)) ** 0.5, counts
 
 
+def test_torchio_random_flip_per_sample_like_torchio_flip(inia):
+    """TorchIO RandomFlip: each sample flips the axes it drew, bit-identical to TorchIO's Flip of
+    those axes; dictionaries (Subjects) share the draw across their images."""
+    tio = pytest.importorskip("torchio")
+    lab = inia[1]
+    x = torch.stack([lab[:, i:i + 40, 10 + i:50 + i, :30] for i in range(8)])  # (8, 1, 40, 40, 30) int16
+    t = vt.RandomFlip(axes=(0, 2), flip_probability=0.5, p=0.9, seed=11)
+    params = t.draw_params(8)
+    out = t.apply(x, params)
+    flips = t._flipped_axes(params)
+    assert len(set(flips)) > 2 and all(1 not in f for f in flips)
+    for i, f in enumerate(flips):
+        ref = tio.Flip(axes=f)(x[i]) if f else x[i]
+        assert out.dtype == x.dtype and torch.equal(out[i], torch.as_tensor(ref)), (i, f)
+    img = x.float() / 3
+    d = vt.RandomFlip(axes=(0, 2), flip_probability=0.5, p=0.9, seed=11)({"t1": img, "seg": x, "id": 7})
+    for i, f in enumerate(flips):
+        dims = [a + 1 for a in f]
+        assert torch.equal(d["t1"][i], torch.flip(img[i], dims)) and torch.equal(d["seg"][i], torch.flip(x[i], dims))
+    assert d["id"] == 7
+
+
+def test_torchio_random_flip_draw_distribution():
+    t = vt.RandomFlip(axes=(0, 1, 2), flip_probability=0.3, p=0.8, seed=2)
+    params = t.draw_params(6000)
+    flips = t._flipped_axes(params)
+    gated = np.asarray(t._gates(params))
+    assert abs(gated.mean() - 0.8) < 4 * (0.8 * 0.2 / 6000) ** 0.5
+    for a in range(3):
+        share = np.mean([a in f for f, g in zip(flips, gated) if g])
+        assert abs(share - 0.3) < 4 * (0.3 * 0.7 / gated.sum()) ** 0.5, (a, share)
+
+
+def test_torchio_random_flip_anatomical_names_follow_the_affine():
+    """'IS' / 'Left' name the axes through the MetaTensor's affine, as TorchIO's
+    axis_name_to_index through the image's: an image whose first array axis runs inferior ->
+    superior flips that axis for 'IS'; TorchIO's result on the same image and affine is the same."""
+    tio = pytest.importorskip("torchio")
+    from monai.data import MetaTensor
+
+    x = torch.arange(2 * 5 * 6 * 7, dtype=torch.float32).reshape(2, 5, 6, 7)
+    aff = torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]],
+                       dtype=torch.float64)  # array axes: S, A, R
+    for names, axis in ((("IS",), 0), (("Left",), 2), (("ap",), 1)):
+        out = vt.RandomFlip(axes=names, flip_probability=1.0)(MetaTensor(x.clone(), affine=aff.clone()))
+        assert torch.equal(out.as_tensor(), torch.flip(x, [axis + 1])), names
+        ref = tio.RandomFlip(axes=names, flip_probability=1.0)(tio.ScalarImage(tensor=x.clone(), affine=aff.numpy()))
+        assert torch.equal(out.as_tensor(), ref.data), names
+    with pytest.raises(ValueError, match="need the image's orientation"):
+        vt.RandomFlip(axes="LR", flip_probability=1.0)(x)
+    # inside a Compose the named flip runs as itself (resolved on its input), equal to the call
+    c = vt.Compose([vt.Flip(0), vt.RandomFlip(axes=("Left",), flip_probability=1.0)])
+    got = c(MetaTensor(x.clone(), affine=aff.clone()))
+    assert torch.equal(got.as_tensor(), torch.flip(x, [1, 3]))
+
+
+def test_torchio_random_flip_fuses_and_refuses_bad_arguments(resample_launches):
+    x = torch.randn(4, 1, 6, 7, 8)
+
+    def chain():
+        return [vt.RandomFlip(axes=(0, 1, 2), flip_probability=0.5, seed=3), vt.Rotate90(1, (1, 2)),
+                vt.CenterSpatialCrop((5, 6, 6))]
+
+    resample_launches[0] = 0
+    fused = vt.Compose(chain())(x)
+    assert resample_launches[0] == 1
+    ref = x
+    for t in chain():
+        ref = t(ref)
+    assert torch.equal(fused, ref)
+    for bad, match in [(dict(axes=3), "axes must be 0, 1, 2"), (dict(axes="Height"), "not an anatomical axis name"),
+                       (dict(axes=()), "at least one axis"), (dict(flip_probability=1.5), "flip_probability"),
+                       (dict(p=-0.1), "prob")]:
+        with pytest.raises(ValueError, match=match):
+            vt.RandomFlip(**bad)
+
+
 # ---------------- Affine / RandAffine ----------------
 AFFINE_KW = dict(rotate_params=(0.3, -0.2, 0.1), shear_params=(0.05, 0.02, 0.0, 0.03, 0.01, 0.0),
                  translate_params=(3.5, -2.0, 1.25), scale_params=(1.1, 0.9, 1.2))
