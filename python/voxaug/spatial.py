@@ -178,6 +178,7 @@ import contextlib
 import dataclasses
 import functools
 import math
+import numbers
 import warnings
 from dataclasses import dataclass
 from enum import Enum
@@ -196,7 +197,7 @@ __all__ = [
     "Affine", "Affined", "RandAffine", "RandAffined", "Rotate", "Rotated", "RandRotate", "RandRotated",
     "Zoom", "Zoomd", "RandZoom", "RandZoomd", "Resize", "Resized", "Spacing", "Spacingd", "Orientation", "Orientationd",
     "SpatialCrop", "SpatialCropd", "CenterSpatialCrop", "CenterSpatialCropd", "SpatialPad", "SpatialPadd",
-    "BorderPad", "BorderPadd", "DivisiblePad", "DivisiblePadd", "ResizeWithPadOrCrop", "ResizeWithPadOrCropd", "CropForeground", "CropForegroundd",
+    "BorderPad", "BorderPadd", "DivisiblePad", "DivisiblePadd", "ResizeWithPadOrCrop", "ResizeWithPadOrCropd", "CropOrPad", "CropForeground", "CropForegroundd",
 ]
 
 _MASK64 = (1 << 64) - 1
@@ -2266,6 +2267,73 @@ class ResizeWithPadOrCrop(_Pad):
         # the inverse pads the cropped axes with zeros, as MONAI's (CenterSpatialCrop's inverse)
         geom = dataclasses.replace(geom, kernel_padding="zeros", tables=None)
         return super()._record_for(img, in_size, geom, opts, params, owner, src_affine)
+
+
+class CropOrPad(ResizeWithPadOrCrop):
+    """TorchIO CropOrPad(target_shape, padding_mode=0, only_crop=False, only_pad=False): each
+    spatial axis cropped or padded to `target_shape` (an int or one per axis), centred with
+    TorchIO's rounding (of n voxels to remove or add, ceil(n / 2) at the start, floor(n / 2) at
+    the end; MONAI puts the odd voxel at the other end), as one exact launch; padding_mode a
+    number (a constant, TorchIO's default 0) or 'constant' (0), 'edge', 'reflect', 'symmetric',
+    'wrap'. A dictionary (TorchIO's Subject) has every 4-D / 5-D tensor cropped or padded. Not
+    supported (a clear error): TorchIO's mask_name / labels (crop around a mask), location
+    'random', units 'mm', and the statistic padding modes ('mean', 'median', 'minimum', ...).
+    The inverse (MetaTensors) crops back the padded axes and pads the cropped ones with zeros."""
+
+    _MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
+
+    def __init__(self, target_shape, padding_mode: Union[str, float] = 0, mask_name: Optional[str] = None,
+                 labels=None, only_crop: bool = False, only_pad: bool = False, location: str = "center",
+                 units: str = "voxels"):
+        if mask_name is not None or labels is not None:
+            raise ValueError("mask_name / labels (a crop around a mask) are not supported by voxaug's CropOrPad")
+        if location != "center":
+            raise ValueError(f"location must be 'center' (voxaug's CropOrPad has no random location), got {location!r}")
+        if units != "voxels":
+            raise ValueError(f"units must be 'voxels', got {units!r}")
+        if only_crop and only_pad:
+            raise ValueError("only_crop and only_pad cannot both be True")
+        if target_shape is None:
+            raise ValueError("target_shape must be given (an int or 3 ints); voxaug has no mask-derived shape")
+        shape = [target_shape] * 3 if isinstance(target_shape, (int, np.integer)) else list(target_shape)
+        if len(shape) != 3 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1
+                                      for v in shape):
+            raise ValueError(f"target_shape must be an int or 3 ints >= 1, got {target_shape!r}")
+        if isinstance(padding_mode, numbers.Real) and not isinstance(padding_mode, bool):
+            mode, value = "constant", float(padding_mode)
+        elif isinstance(padding_mode, str) and padding_mode in self._MODES:
+            mode, value = padding_mode, 0.0
+        else:
+            raise ValueError(f"padding_mode must be a number or one of {list(self._MODES)}, got {padding_mode!r}")
+        super().__init__([int(v) for v in shape], "symmetric", mode, value=value)
+        self.target_shape, self.padding_mode = tuple(int(v) for v in shape), padding_mode
+        self.only_crop, self.only_pad = bool(only_crop), bool(only_pad)
+
+    def _widths(self, in_size):
+        out = []
+        for have, want in zip((int(v) for v in in_size), self.target_shape):
+            n = want - have
+            if (n > 0 and self.only_crop) or (n < 0 and self.only_pad) or n == 0:
+                out.append((0, 0))
+            elif n > 0:  # pad: ceil(n / 2) first
+                out.append(((n + 1) // 2, n // 2))
+            else:  # crop -n: ceil first
+                out.append((-((-n + 1) // 2), -((-n) // 2)))
+        return out
+
+    def __call__(self, data, mode=None, lazy: Optional[bool] = None, **kwargs):
+        if isinstance(data, Mapping):
+            d = dict(data)
+            for k, v in d.items():
+                if isinstance(v, torch.Tensor) and v.dim() in (4, 5):
+                    d[k] = super().__call__(v, mode, lazy, **kwargs)
+            return d
+        return super().__call__(data, mode, lazy, **kwargs)
+
+    def inverse(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            return {k: (_inverse_array(self, v) if _is_meta_tensor(v) else v) for k, v in data.items()}
+        return _inverse_array(self, data)
 
 
 class DivisiblePad(_Pad):

@@ -131,3 +131,46 @@ def test_resize_with_pad_or_crop_dict_per_key_modes_and_value():
         S.ResizeWithPadOrCrop((4, 4, 4), mode="mean")
     with pytest.raises(ValueError, match="method"):
         S.ResizeWithPadOrCropd(["img"], (4, 4, 4), method="middle")
+
+
+@pytest.mark.parametrize("mode", [0, 3.5, "constant", "edge", "reflect", "symmetric", "wrap"])
+@pytest.mark.parametrize("shape, only", [((4, 13, 9), None), ((6, 12, 5), None), ((9, 9, 9), "crop"),
+                                         ((9, 2, 12), "pad"), (8, None)])
+def test_torchio_crop_or_pad_bit_identical(mode, shape, only):
+    """TorchIO CropOrPad: ceil(n / 2) voxels at the start (crop or pad), TorchIO's padding modes;
+    every dtype; batches sample by sample as TorchIO's."""
+    tio = pytest.importorskip("torchio")
+    kw = {"only_crop": only == "crop", "only_pad": only == "pad"}
+    for dtype in (torch.float32, torch.int16):
+        x = _vol(dtype, shape=(2, 7, 10, 9))
+        ref = tio.CropOrPad(shape, padding_mode=mode, **kw)(x)
+        got = S.CropOrPad(shape, padding_mode=mode, **kw)(x)
+        assert got.shape == ref.shape and got.dtype == dtype and torch.equal(got, ref), (shape, mode, dtype)
+    xb = _vol(shape=(3, 2, 7, 10, 9))
+    yb = S.CropOrPad(shape, padding_mode=mode, **kw)(xb)
+    for i in range(3):
+        assert torch.equal(yb[i], tio.CropOrPad(shape, padding_mode=mode, **kw)(xb[i]))
+
+
+def test_torchio_crop_or_pad_subject_inverse_and_refusals():
+    tio = pytest.importorskip("torchio")
+    img, lab = _vol(shape=(1, 7, 10, 9)), _vol(torch.int16, shape=(1, 7, 10, 9))
+    subject = tio.Subject(t1=tio.ScalarImage(tensor=img), seg=tio.LabelMap(tensor=lab))
+    ref = tio.CropOrPad((5, 12, 9), padding_mode="edge")(subject)
+    got = S.CropOrPad((5, 12, 9), padding_mode="edge")({"t1": img, "seg": lab, "name": "s1"})
+    assert torch.equal(got["t1"], ref["t1"].data) and torch.equal(got["seg"], ref["seg"].data)
+    assert got["name"] == "s1"
+    t = S.CropOrPad((5, 12, 9), padding_mode="reflect")
+    back = t.inverse(t(MetaTensor(img.clone())))
+    keep = torch.zeros_like(img, dtype=torch.bool)
+    keep[:, 1:6] = True  # the cropped axis (7 -> 5: one voxel off each end) comes back as zeros
+    assert back.shape == img.shape and back.applied_operations == []
+    assert torch.equal(back.as_tensor()[keep], img[keep]) and not back.as_tensor()[~keep].any()
+    for bad, match in [(dict(target_shape=None), "target_shape must be given"),
+                       (dict(target_shape=(4, 4)), "3 ints"), (dict(target_shape=4, padding_mode="mean"), "padding_mode"),
+                       (dict(target_shape=4, mask_name="brain"), "mask_name"),
+                       (dict(target_shape=4, location="random"), "location"),
+                       (dict(target_shape=4, units="mm"), "units"),
+                       (dict(target_shape=4, only_crop=True, only_pad=True), "cannot both")]:
+        with pytest.raises(ValueError, match=match):
+            S.CropOrPad(**bad)
