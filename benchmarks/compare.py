@@ -19,8 +19,8 @@ Cases
       ch2better (0.5 mm 301x370x316 -> 1 mm), MetaTensors with the files' affines, checked
       against MONAI's output; Spacingd on ch2 with MONAI's integer modes 3 and 5 (scipy's
       spline orders: its numpy backend) against voxaug's B-splines of those orders; exact
-      copies: ResizeWithPadOrCrop (224x224x160 -> 192x256x160, edge) and RandAxisFlip on
-      4 x 1 x 128^3
+      copies: ResizeWithPadOrCrop (224x224x160 -> 192x256x160, edge), TorchIO's CropOrPad
+      (the same, vs TorchIO) and RandAxisFlip on 4 x 1 x 128^3
   (f) elastic, on the real ch2.nii.gz (181x217x181) image (bilinear) + aal.nii.gz label
       (nearest): voxaug Rand3DElasticd (fast field, in-kernel B-spline) vs MONAI
       Rand3DElasticd (sigma 5-8, magnitude 100-200, prob 1, the same affine ranges), and
@@ -493,13 +493,17 @@ def check_flipped(x, m, v):
 
 
 def exact_rows(device, args):
-    """(e) exact copies: ResizeWithPadOrCrop (1x1x224x224x160 -> 192x256x160: crop, pad, keep)
-    and RandAxisFlip on 4 x 1 x 128^3 (voxaug in one call, MONAI looping over the samples)."""
+    """(e) exact copies: ResizeWithPadOrCrop and TorchIO's CropOrPad (1x1x224x224x160 ->
+    192x256x160: crop, pad, keep) and RandAxisFlip on 4 x 1 x 128^3 (voxaug in one call, MONAI looping over the samples)."""
     rows = []
     x = make_input((1, 1, 224, 224, 160), device)
     size = (192, 256, 160)
     rows.append(run_case("(e) ResizeWithPadOrCrop", x, mt.ResizeWithPadOrCrop(size, mode="edge"),
                          vt.ResizeWithPadOrCrop(size, mode="edge"), check_equal, device, args))
+    if tio is not None:  # TorchIO's CropOrPad (its ceil-first centring) on the same volume
+        t_cop = tio.CropOrPad(size, padding_mode="edge")
+        rows.append(run_case("(e) CropOrPad vs TorchIO", x, lambda img: t_cop(img.cpu()),
+                             vt.CropOrPad(size, padding_mode="edge"), check_equal, device, args))
     del x
     x = make_input((4, 1, 128, 128, 128), device)
     m_flip = mt.RandAxisFlip(prob=1.0)
