@@ -31,11 +31,12 @@ int64_t cap_from_env() {
   return static_cast<int64_t>(mb) << 20;
 }
 
-// A fresh buffer: 2 MiB aligned, offered to transparent huge pages (where THP is 'madvise', the
+// A fresh buffer of 2 MiB or more: 2 MiB aligned, offered to transparent huge pages (where THP is 'madvise', the
 // first touch then faults once per 2 MiB instead of once per 4 KiB; elsewhere a plain aligned
 // allocation). nullptr when the host is out of memory.
 void* fresh_buffer(size_t n) {
   constexpr size_t kHuge = size_t(2) << 20;
+  if (n < kHuge) return std::aligned_alloc(64, (n + 63) / 64 * 64);  // a storage resized small
   const size_t rounded = (n + kHuge - 1) / kHuge * kHuge;
   void* p = std::aligned_alloc(kHuge, rounded);
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
@@ -53,6 +54,7 @@ class HostCache final : public c10::Allocator {
   bool enabled() const { return cap_ > 0; }
 
   c10::DataPtr allocate(size_t n) override {
+    if (n == 0) return {nullptr, nullptr, &HostCache::deleter, c10::Device(c10::DeviceType::CPU)};
     void* p = take(n);
     if (p == nullptr) p = fresh_buffer(n);
     if (p == nullptr) {  // out of memory: give the kept buffers back, then retry

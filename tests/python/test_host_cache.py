@@ -33,7 +33,11 @@ def test_a_freed_output_is_reused_and_values_are_fresh():
     assert torch.equal(flipped, torch.flip(x, [3]))
     flipped.resize_(5, 1, 128, 128, 128)  # an ordinary, resizable CPU tensor
     assert flipped.shape[0] == 5 and torch.equal(flipped[:4], torch.flip(x, [3]))
-    del flipped
+    storage = flipped.untyped_storage()
+    storage.resize_(0)  # through the cache's allocator: empty, then a fresh 8-byte buffer
+    storage.resize_(8)
+    assert storage.nbytes() == 8
+    del flipped, storage
     assert ops.release_host_cache() >= 0 and ops.host_cache_bytes() == 0
 
 
