@@ -1009,6 +1009,8 @@ class OneOf(_Randomizable):
     def draw_choices(self, batch_size: int = 1, first_sample: int = 0, seed: Optional[int] = None) -> list[int]:
         """The transform index of each sample: u ~ Philox(seed, first_sample + i), the first j with
         u < cumsum(weights)[j] (a zero weight is never chosen)."""
+        if not self.transforms:
+            raise ValueError("OneOf.draw_choices: there are no transforms to choose from")
         seed = self._next_seed() if seed is None else int(seed) & ((1 << 64) - 1)
         u = ops.philox_uniform(seed, int(first_sample), int(batch_size), 1).numpy()[:, 0]
         idx = np.searchsorted(self._cum, u, side="right")

@@ -64,6 +64,8 @@ def test_uniform_draw_runs_the_transform_on_the_data():
     assert torch.equal(t(x), x + 2.0)
     assert torch.equal(t(x[0]), x[0] + 2.0)  # one (C, D, H, W) sample
     assert T.OneOf([])(x) is x
+    with pytest.raises(ValueError, match="no transforms to choose from"):
+        T.OneOf([]).draw_choices(2)
 
 
 def test_dictionary_batch_shares_the_choice_across_keys():
