@@ -31,9 +31,9 @@ int64_t cap_from_env() {
   return static_cast<int64_t>(mb) << 20;
 }
 
-// A fresh buffer of 2 MiB or more: 2 MiB aligned, offered to transparent huge pages (where THP is 'madvise', the
-// first touch then faults once per 2 MiB instead of once per 4 KiB; elsewhere a plain aligned
-// allocation). nullptr when the host is out of memory.
+// A fresh buffer of 2 MiB or more: 2 MiB aligned, offered to transparent huge pages (where THP is
+// 'madvise', the first touch then faults once per 2 MiB instead of once per 4 KiB; elsewhere a
+// plain aligned allocation). nullptr when the host is out of memory.
 void* fresh_buffer(size_t n) {
   constexpr size_t kHuge = size_t(2) << 20;
   if (n < kHuge) return std::aligned_alloc(64, (n + 63) / 64 * 64);  // a storage resized small
@@ -50,8 +50,6 @@ void* fresh_buffer(size_t n) {
 class HostCache final : public c10::Allocator {
  public:
   HostCache() : cap_(cap_from_env()) {}
-
-  bool enabled() const { return cap_ > 0; }
 
   c10::DataPtr allocate(size_t n) override {
     if (n == 0) return {nullptr, nullptr, &HostCache::deleter, c10::Device(c10::DeviceType::CPU)};
@@ -158,8 +156,7 @@ void HostCache::deleter(void* p) {
 
 namespace {
 at::Tensor from_cache(at::IntArrayRef sizes, const at::TensorOptions& options, int64_t min_bytes) {
-  if (options.device().is_cpu() && options.layout() == c10::kStrided && !options.pinned_memory() &&
-      cache().enabled()) {
+  if (options.device().is_cpu() && options.layout() == c10::kStrided && !options.pinned_memory()) {
     int64_t numel = 1;
     for (const int64_t s : sizes) numel *= s;
     const int64_t bytes = numel * static_cast<int64_t>(options.dtype().itemsize());
@@ -178,10 +175,6 @@ at::Tensor empty_output(at::IntArrayRef sizes, const at::TensorOptions& options)
 
 at::Tensor empty_cached(at::IntArrayRef sizes, const at::TensorOptions& options) {
   return from_cache(sizes, options, 0);
-}
-
-bool host_cache_enabled() {
-  return cache().enabled();
 }
 
 int64_t release_host_cache() {

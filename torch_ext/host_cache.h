@@ -8,10 +8,12 @@
 // so the ops allocate their large CPU outputs through a cache: a freed output's buffer is kept
 // (exact byte size; most recently freed first) and handed to the next output of that size.
 //
-// - Only CPU outputs of at least kHostCacheMinBytes; everything else is at::empty.
+// - Only CPU outputs of at least kHostCacheMinBytes (and the scratch buffers of empty_cached);
+//   everything else is at::empty.
 // - At most VOXAUG_HOST_CACHE_MB MiB (read once; default 1024) are kept; the oldest buffers go
-//   first; 0 turns the cache off (every output is at::empty). release_host_cache() frees
-//   every kept buffer (torch.ops.voxaug.release_host_cache, voxaug.ops.release_host_cache).
+//   first; 0 keeps none (each buffer is freed when its tensor dies; new ones still come on huge
+//   pages). release_host_cache() frees every kept buffer (torch.ops.voxaug.release_host_cache,
+//   voxaug.ops.release_host_cache).
 // - The tensors are ordinary CPU tensors (resizable; their storage's allocator is the cache).
 //   New buffers are 2 MiB aligned and offered to transparent huge pages (madvise), so even a
 //   first allocation faults once per 2 MiB where THP is 'madvise'. A reused buffer holds an
@@ -31,13 +33,10 @@ constexpr int64_t kHostCacheMinBytes = int64_t(32) << 20;
 // Every element must be written by the caller (the bytes are an earlier output's).
 at::Tensor empty_output(at::IntArrayRef sizes, const at::TensorOptions& options);
 
-// A CPU tensor from the host cache whatever its size (when the cache is on; else at::empty):
+// A CPU tensor from the host cache whatever its size:
 // for an op's own large scratch buffers that every call allocates again (the sliding window's
 // window batch and accumulators), where glibc's reuse below 32 MiB did not hold.
 at::Tensor empty_cached(at::IntArrayRef sizes, const at::TensorOptions& options);
-
-// Whether the cache is on (VOXAUG_HOST_CACHE_MB > 0).
-bool host_cache_enabled();
 
 // Frees every kept buffer; returns the bytes freed.
 int64_t release_host_cache();

@@ -14,10 +14,6 @@
 #include <utility>
 #include <vector>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
 #if VOXAUG_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
@@ -69,10 +65,11 @@ WindowLayout layout_of(at::IntArrayRef image_size, at::IntArrayRef roi_size,
   return l;
 }
 
-// A host tensor on transparent huge pages: the window buffer and the accumulator are large
-// (tens of MB) and fresh memory; on 4 KiB pages their first touch costs a page fault per 4 KiB
-// (measured: 61 ms for torch.zeros of 1x1x255x223x276 float32 on the development VM, 9 ms on
-// huge pages). madvise only asks: where THP is off, this is a plain aligned allocation.
+// A host tensor from the ops' host cache (host_cache.h): the window buffer and the accumulator
+// are large (tens of MB); a fresh buffer is on transparent huge pages (on 4 KiB pages its first
+// touch cost a page fault per 4 KiB: 61 ms for torch.zeros of 1x1x255x223x276 float32 on the
+// development VM, 9 ms on huge pages), and one freed by an earlier call of the same size is
+// reused without faulting at all. Zeroing runs on every thread.
 at::Tensor host_tensor(at::IntArrayRef sizes, at::ScalarType dtype, bool zero) {
   int64_t numel = 1;
   for (int64_t v : sizes) numel *= v;
@@ -82,33 +79,15 @@ at::Tensor host_tensor(at::IntArrayRef sizes, at::ScalarType dtype, bool zero) {
     return zero ? at::zeros(sizes, at::TensorOptions().dtype(dtype))
                 : at::empty(sizes, at::TensorOptions().dtype(dtype));
   }
-  if (torch_ext::host_cache_enabled()) {
-    // the ops' host cache (host_cache.h): huge pages too, and a buffer freed by an earlier call
-    // of the same size is reused without faulting at all
-    at::Tensor t = torch_ext::empty_cached(sizes, at::TensorOptions().dtype(dtype));
-    if (zero) {
-      char* c = static_cast<char*>(t.data_ptr());
-      const int64_t chunks = static_cast<int64_t>((bytes + kHuge - 1) / kHuge);
-#pragma omp parallel for schedule(static)
-      for (int64_t k = 0; k < chunks; ++k)
-        std::memset(c + k * kHuge, 0, std::min(kHuge, bytes - static_cast<size_t>(k) * kHuge));
-    }
-    return t;
-  }
-  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
-  void* p = std::aligned_alloc(kHuge, rounded);
-  TORCH_CHECK(p != nullptr, "voxaug: out of host memory allocating ", bytes, " bytes");
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  (void)madvise(p, rounded, MADV_HUGEPAGE);
-#endif
+  at::Tensor t = torch_ext::empty_cached(sizes, at::TensorOptions().dtype(dtype));
   if (zero) {
-    char* c = static_cast<char*>(p);
-    const int64_t chunks = static_cast<int64_t>(rounded / kHuge);
+    char* c = static_cast<char*>(t.data_ptr());
+    const int64_t chunks = static_cast<int64_t>((bytes + kHuge - 1) / kHuge);
 #pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < chunks; ++k) std::memset(c + k * kHuge, 0, kHuge);
+    for (int64_t k = 0; k < chunks; ++k)
+      std::memset(c + k * kHuge, 0, std::min(kHuge, bytes - static_cast<size_t>(k) * kHuge));
   }
-  return at::from_blob(
-      p, sizes, [](void* q) { std::free(q); }, at::TensorOptions().dtype(dtype));
+  return t;
 }
 
 // Zeroed accumulator / uninitialised buffer on `device` (huge pages on the host).

@@ -9,10 +9,10 @@
 
 #include <algorithm>
 #include <climits>
-#include <limits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "../common/cpu_isa.h"
 #include "../common/stream_store.h"
@@ -42,6 +42,17 @@ inline bool cpu_has_avx512bw() {
 }
 inline bool cpu_has_avx2() {
   return cpu_isa() != CpuIsa::Baseline;
+}
+
+// One software prefetch (prefetcht0) of the line holding *p. Not _mm_prefetch: GCC 12 dropped
+// those (__builtin_prefetch) from the row gather's loop entirely. Prefetches do not fault, so p
+// may lie outside the volume.
+VOXAUG_FORCEINLINE void prefetch_line(const void* p) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+#else
+  (void)p;
+#endif
 }
 
 constexpr int64_t kResampleRow = 256;
@@ -92,9 +103,7 @@ __attribute__((target("avx512f"))) inline void prefetch_row_lines(const RowTable
     // Compressed in a register, then stored: the memory form of vpcompressd is microcoded.
     alignas(64) int32_t o[16];
     _mm512_store_si512(o, _mm512_maskz_compress_epi32(starts, idx));
-    for (int q = 0, nq = __builtin_popcount(starts); q < nq; ++q)
-      // Not _mm_prefetch: GCC 12 dropped those (__builtin_prefetch) from this loop entirely.
-      asm volatile("prefetcht0 %0" : : "m"(src[o[q]]));
+    for (int q = 0, nq = __builtin_popcount(starts); q < nq; ++q) prefetch_line(src + o[q]);
   }
 }
 
@@ -857,12 +866,7 @@ __attribute__((noinline)) inline void stream_copy_row(void* dst, const void* src
 
 // Software prefetch of the lines of [p, p + bytes) (the exact rows' stride prefetch below).
 VOXAUG_FORCEINLINE void prefetch_bytes(const char* p, int64_t bytes) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  for (int64_t b = 0; b < bytes; b += 64) asm volatile("prefetcht0 %0" : : "m"(p[b]));
-#else
-  (void)p;
-  (void)bytes;
-#endif
+  for (int64_t b = 0; b < bytes; b += 64) prefetch_line(p + b);
 }
 
 // Rows ahead that the exact path prefetches when consecutive source rows do not follow each
@@ -1295,8 +1299,9 @@ VOXAUG_FORCEINLINE bool exact_items(const ResampleForward<Acc>& f,
           const int64_t lo_elem = doff == 1 ? off0 : off0 - (cnt - 1);
           const int64_t ahead = lo_elem + kRowPrefetchAhead * delta;
           for (int64_t c = 0; c < t.channels; ++c)
-            prefetch_bytes(static_cast<const char*>(t.in) + (ahead + c * t.in_stride[1]) * t.elem_size,
-                           cnt * t.elem_size);
+            prefetch_bytes(
+                static_cast<const char*>(t.in) + (ahead + c * t.in_stride[1]) * t.elem_size,
+                cnt * t.elem_size);
         }
       }
       for (int64_t c = 0; c < t.channels; ++c) {

@@ -99,7 +99,7 @@ def philox_uniform(seed: int, first_sample: int, batch: int, count: int) -> torc
 def host_cache_bytes() -> int:
     """Bytes of freed CPU outputs the ops keep for reuse (outputs of 32 MiB and more: glibc
     maps each such allocation afresh, so every call would page-fault on its output; at most
-    VOXAUG_HOST_CACHE_MB MiB, read at the first large output, default 1024, 0 turns it off)."""
+    VOXAUG_HOST_CACHE_MB MiB, read at the first large output, default 1024, 0 keeps none)."""
     return int(torch.ops.voxaug.host_cache_bytes())
 
 

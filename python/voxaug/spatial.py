@@ -1137,6 +1137,25 @@ class RandFlip(_RandomSpatial):
         return self.apply(img, self._params_for(x.shape[0], randomize))
 
 
+def _flips_geometry(flips: Sequence[tuple], in_size, n: int) -> _Geometry:
+    """Per-sample flip maps: sample i reverses the spatial axes flips[i] (none: the identity)."""
+    size = tuple(in_size)
+    full = np.empty((len(flips), 4, 4))
+    for i, f in enumerate(flips):
+        full[i] = _flip_map_shared(size, tuple(f)) if f else _EYE4
+    if len(flips) != n:  # as _map_geometry's broadcast (raises for a draw of another batch size)
+        return _map_geometry(full, n, in_size, "zeros")
+    return _own_map_geometry(full, in_size, "zeros")
+
+
+def _inverse_each(owner: Any, data: Any) -> Any:
+    """A TorchIO-style transform's inverse: its last record undone on a MetaTensor, or on each
+    MetaTensor of a dictionary (a Subject)."""
+    if isinstance(data, Mapping):
+        return {k: (_inverse_array(owner, v) if _is_meta_tensor(v) else v) for k, v in data.items()}
+    return _inverse_array(owner, data)
+
+
 class RandAxisFlip(_RandomSpatial):
     """MONAI RandAxisFlip: with probability `prob`, flips one spatial axis drawn uniformly from the
     three, per sample (MONAI draws one axis per call). Draw: 2 uniforms per sample, the gate and
@@ -1157,14 +1176,7 @@ class RandAxisFlip(_RandomSpatial):
         return [min(int(v * 3), 2) if g else None for v, g in zip(u, self._gates(params).tolist())]
 
     def _geometry(self, in_size, n, params, opts):
-        axes = self._axes(params)
-        size = tuple(in_size)
-        full = np.empty((len(axes), 4, 4))
-        for i, a in enumerate(axes):
-            full[i] = _EYE4 if a is None else _flip_map_shared(size, (a,))
-        if len(axes) != n:  # as _map_geometry's broadcast (raises for a draw of another batch size)
-            return _map_geometry(full, n, in_size, "zeros")
-        return _own_map_geometry(full, in_size, "zeros")
+        return _flips_geometry([() if a is None else (a,) for a in self._axes(params)], in_size, n)
 
     def __call__(self, img, randomize: bool = True, lazy: Optional[bool] = None):
         _not_lazy(lazy)
@@ -1255,14 +1267,7 @@ class RandomFlip(_RandomSpatial):
                 for i, g in enumerate(self._gates(params).tolist())]
 
     def _geometry(self, in_size, n, params, opts):
-        flips = self._flipped_axes(params)
-        size = tuple(in_size)
-        full = np.empty((len(flips), 4, 4))
-        for i, f in enumerate(flips):
-            full[i] = _flip_map_shared(size, f) if f else _EYE4
-        if len(flips) != n:  # as _map_geometry's broadcast (raises for a draw of another batch size)
-            return _map_geometry(full, n, in_size, "zeros")
-        return _own_map_geometry(full, in_size, "zeros")
+        return _flips_geometry(self._flipped_axes(params), in_size, n)
 
     def _apply_one(self, img, params):
         if not self._needs_image:
@@ -1292,9 +1297,7 @@ class RandomFlip(_RandomSpatial):
 
     def inverse(self, data: Any) -> Any:
         """Undoes the last call (its records): on a MetaTensor, or on each MetaTensor of a dictionary."""
-        if isinstance(data, Mapping):
-            return {k: (_inverse_array(self, v) if _is_meta_tensor(v) else v) for k, v in data.items()}
-        return _inverse_array(self, data)
+        return _inverse_each(self, data)
 
 
 # ---------------- Rotate90 / RandRotate90 ----------------
@@ -2331,9 +2334,8 @@ class CropOrPad(ResizeWithPadOrCrop):
         return super().__call__(data, mode, lazy, **kwargs)
 
     def inverse(self, data: Any) -> Any:
-        if isinstance(data, Mapping):
-            return {k: (_inverse_array(self, v) if _is_meta_tensor(v) else v) for k, v in data.items()}
-        return _inverse_array(self, data)
+        """Undoes the last call (its records): on a MetaTensor, or on each MetaTensor of a dictionary."""
+        return _inverse_each(self, data)
 
 
 class DivisiblePad(_Pad):
