@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -26,6 +27,24 @@ StatSegments make_stat_segments(const VolumeView& in, bool channel_wise) {
   return sg;
 }
 
+// Eight lanes as one vector (GCC / Clang vector extensions; each target clone lowers them to its
+// own registers). Element-wise the operations are those of lane_add, in the same order.
+typedef double V8d __attribute__((vector_size(64)));
+typedef int64_t V8l __attribute__((vector_size(64)));
+typedef float V8f __attribute__((vector_size(32)));
+
+// (By reference: a 64-byte vector return value would differ between the ISA clones' ABIs.)
+template <class T>
+VOXAUG_FORCEINLINE void load8_f64(const T* p, V8d& v) {
+  if constexpr (std::is_same_v<T, float>) {
+    V8f f;
+    std::memcpy(&f, p, sizeof(f));
+    v = __builtin_convertvector(f, V8d);
+  } else {
+    for (int t = 0; t < 8; ++t) v[t] = value_f64(p[t]);
+  }
+}
+
 // One chunk (kMomentChunk elements from `begin`) of segment `seg`: lanes in structure-of-
 // arrays form (vectorises), the same operations in the same order as lane_add / lane_merge.
 template <bool kNonzero, class T>
@@ -43,27 +62,68 @@ VOXAUG_FORCEINLINE Moments chunk_body(const T* data, const StatSegments& sg, int
   const double shift = value_f64(data[sg.offset(seg, begin)]);
   const bool dense = sg.ix.dense;
   const T* base = data + (dense ? sg.offset(seg, begin) : 0);
-  for (int j = 0; j < kMomentPerLane; ++j) {
-    const int64_t row = int64_t(j) * kMomentLanes;
-    if (row >= cnt) break;
-    if (dense && row + kMomentLanes <= cnt) {
-      const T* p = base + row;
-      for (int t = 0; t < kMomentLanes; ++t) {
-        const double x = value_f64(p[t]);
-        const bool counted = !nonzero || x != 0.0;
-        const double d = counted ? x - shift : 0.0;
-        ln[t] += counted ? 1 : 0;
-        l1[t] += d;
-        l2[t] += d * d;
+  if (dense && cnt == kMomentChunk) {
+    // A full dense chunk: kRegLanes lanes at a time, each lane's sums kept in registers through
+    // all kMomentPerLane rows (the row-outer loop below loads and stores every lane's three sums
+    // for each row, which bounded this pass). Per lane the same operations in the same order.
+    constexpr int kRegLanes = 32, kVecs = kRegLanes / 8;
+    static_assert(kMomentLanes % kRegLanes == 0, "lanes must split into register blocks");
+    const V8d sh = V8d{} + shift;
+    for (int tb = 0; tb < kMomentLanes; tb += kRegLanes) {
+      V8l bn[kVecs];
+      V8d b1[kVecs], b2[kVecs];
+      for (int q = 0; q < kVecs; ++q) {
+        bn[q] = V8l{};
+        b1[q] = V8d{};
+        b2[q] = V8d{};
       }
-    } else {
-      for (int t = 0; t < kMomentLanes && row + t < cnt; ++t) {
-        const double x = value_f64(data[sg.offset(seg, begin + row + t)]);
-        const bool counted = !nonzero || x != 0.0;
-        const double d = counted ? x - shift : 0.0;
-        ln[t] += counted ? 1 : 0;
-        l1[t] += d;
-        l2[t] += d * d;
+      for (int j = 0; j < kMomentPerLane; ++j) {
+        const T* p = base + int64_t(j) * kMomentLanes + tb;
+        for (int q = 0; q < kVecs; ++q) {
+          V8d x;
+          load8_f64(p + 8 * q, x);
+          V8d d = x - sh;
+          if (nonzero) {
+            const V8l counted = x != 0.0;  // -1 where counted (NaN too), else 0
+            d = reinterpret_cast<V8d>(reinterpret_cast<V8l>(d) & counted);  // +0 where not
+            bn[q] -= counted;
+          } else {
+            bn[q] += 1;
+          }
+          b1[q] += d;
+          b2[q] += d * d;
+        }
+      }
+      for (int q = 0; q < kVecs; ++q)
+        for (int t = 0; t < 8; ++t) {
+          ln[tb + 8 * q + t] = bn[q][t];
+          l1[tb + 8 * q + t] = b1[q][t];
+          l2[tb + 8 * q + t] = b2[q][t];
+        }
+    }
+  } else {
+    for (int j = 0; j < kMomentPerLane; ++j) {
+      const int64_t row = int64_t(j) * kMomentLanes;
+      if (row >= cnt) break;
+      if (dense && row + kMomentLanes <= cnt) {
+        const T* p = base + row;
+        for (int t = 0; t < kMomentLanes; ++t) {
+          const double x = value_f64(p[t]);
+          const bool counted = !nonzero || x != 0.0;
+          const double d = counted ? x - shift : 0.0;
+          ln[t] += counted ? 1 : 0;
+          l1[t] += d;
+          l2[t] += d * d;
+        }
+      } else {
+        for (int t = 0; t < kMomentLanes && row + t < cnt; ++t) {
+          const double x = value_f64(data[sg.offset(seg, begin + row + t)]);
+          const bool counted = !nonzero || x != 0.0;
+          const double d = counted ? x - shift : 0.0;
+          ln[t] += counted ? 1 : 0;
+          l1[t] += d;
+          l2[t] += d * d;
+        }
       }
     }
   }
@@ -78,7 +138,8 @@ VOXAUG_FORCEINLINE Moments chunk_body(const T* data, const StatSegments& sg, int
 
 // chunk_body in instruction-set clones (cpu_isa.h): wider vectors, the same bits.
 template <bool kNonzero, class T>
-VOXAUG_TARGET_BASELINE Moments chunk_baseline(const T* data, const StatSegments& sg, int64_t seg, int64_t begin) {
+VOXAUG_TARGET_BASELINE Moments chunk_baseline(const T* data, const StatSegments& sg, int64_t seg,
+                                              int64_t begin) {
   return chunk_body<kNonzero>(data, sg, seg, begin);
 }
 #if VOXAUG_CPU_CLONES

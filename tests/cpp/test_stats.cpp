@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "voxaug/detail/convert.h"
+#include "voxaug/detail/stats.h"
 #include "voxaug/error.h"
 #include "voxaug/stats.h"
 
@@ -180,6 +182,77 @@ TEST(Stats, MomentsHalfInput) {
     EXPECT_NEAR(out[3 * seg + 1], ref[1], 1e-12);
     EXPECT_NEAR(out[3 * seg + 2], ref[2], 1e-12);
   }
+}
+
+namespace {
+
+// The documented reduction order of detail/stats.h, written out in scalar float64 with the
+// header's own steps: chunks of kMomentChunk; lane t of a chunk adds elements t, t + kMomentLanes,
+// ... shifted by the chunk's first value; lanes summed by the halving tree; chunks merged by the
+// pairwise tree. moments() must give exactly these bits (the CUDA path runs the same order, so
+// this pins the CPU path's vectorised and register-blocked loops to the bits CUDA gives).
+void fixed_order_moments(const std::vector<double>& x, bool nonzero, double* out) {
+  using namespace voxaug::detail;
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<Moments> part;
+  for (int64_t begin = 0; begin < n; begin += kMomentChunk) {
+    const int64_t cnt = std::min<int64_t>(kMomentChunk, n - begin);
+    const double shift = x[begin];
+    std::vector<LaneSums> lane(kMomentLanes, LaneSums{0, 0.0, 0.0});
+    for (int64_t i = 0; i < cnt; ++i)
+      lane_add(lane[i % kMomentLanes], x[begin + i], shift, nonzero);
+    for (int s = kMomentLanes / 2; s > 0; s >>= 1)
+      for (int t = 0; t < s; ++t) lane_merge(lane[t], lane[t + s]);
+    part.push_back(chunk_moments(lane[0], shift));
+  }
+  const int64_t chunks = static_cast<int64_t>(part.size());
+  for (int64_t s = 1; s < chunks; s *= 2)
+    for (int64_t i = 0; i + s < chunks; i += 2 * s) part[i] = merge_moments(part[i], part[i + s]);
+  finish_moments(part[0], out);
+}
+
+template <class T, class Conv>
+void check_moments_bitwise(DType t, Conv conv, bool integers) {
+  // 5 x 58 x 89 = 25810 voxels per channel: three full chunks and a partial one per channel,
+  // six and a partial per two-channel sample; the padded view takes the strided path.
+  const Vol v{2, 2, 5, 58, 89};
+  for (int64_t pad : {0, 1}) {
+    const Batch b = make_batch(v, pad, 11 + uint32_t(pad), 0.3, integers ? 0.0 : -300.0,
+                               integers ? 255.0 : 900.0, integers);
+    std::vector<T> s(b.storage_numel(), conv(0.0));
+    for (int64_t i = 0; i < v.numel(); ++i) s[b.storage_offset(i)] = conv(b.values[i]);
+    for (bool cw : {false, true})
+      for (bool nz : {false, true}) {
+        std::vector<double> out(3 * b.segments(cw), -1.0);
+        moments(b.view(s.data(), t), out.data(), cw, nz, nullptr, 0);
+        const int64_t len = (cw ? 1 : v.c) * v.d * v.h * v.w;
+        for (int64_t seg = 0; seg < b.segments(cw); ++seg) {
+          std::vector<double> x(len);
+          for (int64_t i = 0; i < len; ++i)
+            x[i] = detail::value_f64(s[b.storage_offset(seg * len + i)]);
+          double ref[3];
+          fixed_order_moments(x, nz, ref);
+          for (int k = 0; k < 3; ++k)
+            EXPECT_EQ(std::memcmp(&out[3 * seg + k], &ref[k], sizeof(double)), 0)
+                << "pad " << pad << " cw " << cw << " nz " << nz << " seg " << seg << " k " << k
+                << ": " << out[3 * seg + k] << " vs " << ref[k];
+        }
+      }
+  }
+}
+
+}  // namespace
+
+TEST(Stats, MomentsFollowTheDocumentedOrderBitwise) {
+  check_moments_bitwise<float>(
+      DType::Float32, [](double x) { return static_cast<float>(x); }, false);
+  check_moments_bitwise<double>(
+      DType::Float64, [](double x) { return x; }, false);
+  check_moments_bitwise<uint8_t>(
+      DType::UInt8, [](double x) { return static_cast<uint8_t>(x); }, true);
+  check_moments_bitwise<detail::half_t>(
+      DType::Float16,
+      [](double x) { return detail::half_t{detail::float_to_half(static_cast<float>(x))}; }, false);
 }
 
 TEST(Stats, PercentilesVsSortReference) {
