@@ -337,6 +337,47 @@ TEST(Stats, NormalizeIntensityVsReference) {
         }
 }
 
+// Outputs of >= 2 MiB take the host's streamed path (converted in tiles, non-temporal stores):
+// an output view starting one element into its buffer (an unaligned head), segments that are
+// not a whole number of tiles, float32 and float16 outputs. Values vs float64 (independent), and
+// bit for bit vs the per-voxel function of detail/stats.h that the CUDA kernel runs.
+TEST(Stats, NormalizeIntensityLargeStreamedOutputs) {
+  const Vol v{2, 2, 23, 97, 121};  // 269,951 voxels a channel
+  const Batch b = make_batch(v, 0, 21, 0.25, -300.0, 900.0, false);
+  std::vector<float> s = b.storage<float>();
+  for (bool cw : {false, true})
+    for (bool nz : {false, true}) {
+      const int64_t segs = b.segments(cw);
+      std::vector<double> mom(3 * segs);
+      moments(b.view(s.data(), DType::Float32), mom.data(), cw, nz, nullptr, 0);
+      NormalizeIntensityArgs a;
+      a.moments = mom.data();
+      a.nonzero = nz;
+      a.channel_wise = cw;
+      detail::StatApply p;
+      p.stats = mom.data();
+      p.nonzero = nz;
+      const int64_t len = cw ? v.d * v.h * v.w : v.c * v.d * v.h * v.w;
+      std::vector<float> out32(v.numel() + 1, -7.0f);
+      normalize_intensity(b.view(s.data(), DType::Float32),
+                          b.view(out32.data() + 1, DType::Float32), a);
+      std::vector<detail::half_t> out16(v.numel() + 1);
+      normalize_intensity(b.view(s.data(), DType::Float32),
+                          b.view(out16.data() + 1, DType::Float16), a);
+      EXPECT_EQ(out32[0], -7.0f);
+      for (int64_t i = 0; i < v.numel(); ++i) {
+        const int64_t seg = i / len;
+        const double x = s[i];
+        const double ref = (nz && x == 0.0) ? 0.0 : (x - mom[3 * seg + 1]) / mom[3 * seg + 2];
+        ASSERT_NEAR(out32[i + 1], ref, 2e-6 * (1 + std::fabs(ref)))
+            << "cw " << cw << " nz " << nz << " i " << i;
+        const float dev = detail::stat_apply_value(detail::stat_coef<float>(p, seg), s[i]);
+        ASSERT_EQ(std::memcmp(&out32[i + 1], &dev, sizeof(float)), 0) << "i " << i;
+        ASSERT_EQ(out16[i + 1].bits, detail::float_to_half(dev)) << "i " << i;
+      }
+    }
+}
+
 TEST(Stats, ScaleIntensityRangePercentilesVsReference) {
   struct Case {
     double lower, upper;
