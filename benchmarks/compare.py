@@ -44,11 +44,11 @@ Cases
   (j) degrade (--only degrade): RandCoarseDropout (holes 4-8, sizes 16-48, fill U(min, max)) and
       RandSimulateLowResolution, prob 1, on 2x1x128^3 and 1x1x224x224x160; bar 3x on CPU
   (l) the other issue-5 transforms (--only intensity-more): NormalizeIntensity (also nonzero +
-      channel_wise on a zero background),
-      ScaleIntensityRangePercentiles(5, 95, clip), RandRicianNoise, RandBiasField,
-      RandAdjustContrast, RandGaussianSmooth, RandGaussianSharpen (MONAI's defaults, prob 1) vs
-      MONAI, and RandomGamma, RandomBlur, RandomBiasField (TorchIO's defaults) vs TorchIO, on
-      1x1x224x224x160 and 2x1x128^3; bar (issue 5): >= 3x on CPU
+      channel_wise on a zero background), ScaleIntensityRangePercentiles(5, 95, clip),
+      RandRicianNoise, RandBiasField, RandAdjustContrast, RandGaussianSmooth, RandGaussianSharpen
+      (MONAI's defaults, prob 1) vs MONAI, and RandomGamma, RandomBlur, RandomBiasField,
+      RandomNoise (TorchIO's defaults) vs TorchIO, on 1x1x224x224x160 and 2x1x128^3; bar
+      (issue 5): >= 3x on CPU
   (m) lazy spatial composition (--only lazy): RandAffined (rotation, scale; bilinear / nearest,
       zeros) -> RandFlipd -> Rotate90d -> CenterSpatialCropd(128^3) on the real ch2 + aal
       (181x217x181 float32 image + int16 label, prob 1): voxaug's Compose (one gather of the
@@ -239,6 +239,21 @@ def check_rician(x, m, v, std=0.1):
             return False, "negative, or noise std > std"
         sds.append(r.std().item())
     return True, f"noise sd {sds[0]:.3f}/{sds[1]:.3f}"
+
+
+def check_noise(std_hi):
+    """x + N(mean, std): each sample's noise has |mean| small and std <= std_hi (TorchIO
+    RandomNoise's defaults: mean 0, std ~ U(0, 0.25))."""
+    def check(x, m, v):
+        sds = []
+        for out in (m, v):
+            r = _per_sample(out - x).flatten(1).double()
+            sd = r.std(1)
+            if sd.max().item() > std_hi * 1.01 or r.mean(1).abs().max().item() > 0.01:
+                return False, "noise std above its range, or a mean off 0"
+            sds.append(sd.mean().item())
+        return True, f"noise sd {sds[0]:.3f}/{sds[1]:.3f}"
+    return check
 
 
 def check_bias_field(bound=2.0):
@@ -804,6 +819,7 @@ def more_intensity_pairs():
             ("RandomBlur vs TorchIO", tio.RandomBlur(), vf.RandomBlur(seed=SEED), check_smoothed),
             ("RandomBiasField vs TorchIO", tio.RandomBiasField(), vt.RandomBiasField(seed=SEED),
              check_bias_field(10.0)),
+            ("RandomNoise vs TorchIO", tio.RandomNoise(), vt.RandomNoise(seed=SEED), check_noise(0.25)),
         ]
     return pairs
 

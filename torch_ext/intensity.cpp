@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "autograd_guard.h"
+#include "host_cache.h"
 #include "tensor_view.h"
 #include "voxaug/error.h"
 #include "voxaug/intensity.h"
-#include "host_cache.h"
 
 namespace voxaug::torch_ext {
 namespace {
@@ -102,10 +102,14 @@ std::vector<PointwiseStep> decode(const at::Tensor& image, at::IntArrayRef ops,
         s.random = f & kRandom;
         s.channel_wise = f & kChannelWise;
         break;
-      case PointwiseOp::GaussianNoise:
+      case PointwiseOp::GaussianNoise:  // mean, std, mean low, mean high, std low
         s.mean = p[0];
         s.std = p[1];
         s.sample_std = f & kSampleStd;
+        s.low = p[2];
+        s.high = p[3];
+        s.std_low = p[4];
+        s.random = f & kRandom;
         break;
       case PointwiseOp::RescaleIntensity:
         s.b_min = p[0];

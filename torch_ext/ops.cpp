@@ -13,7 +13,9 @@
 //             7 invert_image (adjust contrast), 8 nonzero (std shift), 9 fixed_mean,
 //             10 preserve_range (scale with fixed mean)
 //   params[8k .. 8k+7]  p0..p6, prob. scale_intensity_range: a_min, a_max, b_min, b_max;
-//             shift / scale: value, low, high; gaussian / Rician noise: mean, std; rescale:
+//             shift / scale: value, low, high; gaussian / Rician noise: mean, std (gaussian
+//             also: mean low, mean high (mean ~ U(low, high) when random), std low (std ~
+//             U(std low, std) with sample_std)); rescale:
 //             minv, maxv (bit 0 / 1 of flags say whether minv / maxv are given); bias field:
 //             degree; adjust contrast: gamma, low, high (gamma ~ U(low, high) when random);
 //             gamma: gamma, log_low, log_high (gamma = exp(U(log_low, log_high)) per channel

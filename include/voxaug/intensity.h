@@ -53,13 +53,15 @@ constexpr int bias_field_coefficients(int degree) {
 struct PointwiseStep {
   PointwiseOp op = PointwiseOp::ShiftIntensity;
   // ScaleIntensityRange: a_min, a_max, b_min, b_max (b_min/b_max used when has_b_min/max).
-  // Shift/Scale fixed value: value. Random: [low, high). Noise: mean, std.
+  // Shift/Scale fixed value: value. Random: [low, high). Noise: mean, std; random: mean ~
+  // U(low, high) per sample; sample_std: std ~ U(std_low, std) per sample (TorchIO RandomNoise).
   double a_min = 0, a_max = 1, b_min = 0, b_max = 1;
   bool has_b_min = false, has_b_max = false, clip = false;
   double value = 0, low = 0, high = 0, mean = 0, std = 0;
   bool random = false;        // Shift/Scale: draw the value per sample (or per channel)
   bool channel_wise = false;  // Shift/Scale random: one draw per (sample, channel)
-  bool sample_std = false;    // Noise: std ~ U(0, std) per sample (MONAI's sample_std)
+  bool sample_std = false;    // Noise: std ~ U(std_low, std) per sample (MONAI's sample_std)
+  double std_low = 0;         // Noise with sample_std: the lower end of the std range
   double prob = 1.0;          // per-sample gate: the step applies when u < prob
   uint64_t seed = 0;          // key of this step's Philox streams
   // Shift/Scale: optional per-sample values (length N, float32, on the data's device);
@@ -118,6 +120,10 @@ struct PointwiseStep {
                                             bool channel_wise = false);
   static PointwiseStep gaussian_noise(double mean, double std, bool sample_std, double prob,
                                       uint64_t seed);
+  // TorchIO RandomNoise: x + N(mean, std), mean ~ U(mean_low, mean_high) and std ~
+  // U(std_low, std_high) per sample.
+  static PointwiseStep random_noise(double mean_low, double mean_high, double std_low,
+                                    double std_high, double prob, uint64_t seed);
   // MONAI rescale_array: (x - min) / (max - min) * (maxv - minv) + minv; only the
   // normalisation when minv or maxv is null; x * minv (or x) when max == min.
   static PointwiseStep rescale_intensity(const double* minmax_stats, bool channel_wise,

@@ -110,6 +110,16 @@ PointwiseStep PointwiseStep::gaussian_noise(double mean, double std, bool sample
   return s;
 }
 
+PointwiseStep PointwiseStep::random_noise(double mean_low, double mean_high, double std_low,
+                                          double std_high, double prob, uint64_t seed) {
+  PointwiseStep s = gaussian_noise(mean_low, std_high, true, prob, seed);
+  s.random = true;
+  s.low = mean_low;
+  s.high = mean_high;
+  s.std_low = std_low;
+  return s;
+}
+
 PointwiseStep PointwiseStep::rician_noise(double mean, double std, bool sample_std,
                                           bool channel_wise, double prob, uint64_t seed,
                                           const float* std_scale) {
@@ -284,7 +294,11 @@ detail::ChainParams pack_impl(const PointwiseStep* steps, int num_steps) {
       case PointwiseOp::GaussianNoise:
         q.p0 = s.mean;
         q.p1 = s.std;
+        q.p2 = s.sample_std ? s.std_low : 0.0;
+        q.lo = s.low;
+        q.hi = s.high;
         if (s.sample_std) q.flags |= detail::kSampleStd;
+        if (s.random) q.flags |= detail::kRandom;
         p.any_noise = true;
         break;
       case PointwiseOp::RescaleIntensity:
@@ -482,6 +496,19 @@ void validate_pointwise_steps(const PointwiseStep* steps, int num_steps) {
         expect_finite(s.mean, where, "mean");
         expect_finite(s.std, where, "std");
         VOXAUG_EXPECTS(s.std >= 0.0, where + ": std must be >= 0, got " + std::to_string(s.std));
+        if (s.op == PointwiseOp::GaussianNoise && s.sample_std) {
+          expect_finite(s.std_low, where, "std_low");
+          VOXAUG_EXPECTS(s.std_low >= 0.0 && s.std_low <= s.std,
+                         where + ": std_low must be in [0, std] = [0, " + std::to_string(s.std) +
+                             "], got " + std::to_string(s.std_low));
+        }
+        if (s.op == PointwiseOp::GaussianNoise && s.random) {
+          expect_finite(s.low, where, "mean low");
+          expect_finite(s.high, where, "mean high");
+          VOXAUG_EXPECTS(s.low <= s.high, where + ": the mean range needs low <= high, got (" +
+                                              std::to_string(s.low) + ", " +
+                                              std::to_string(s.high) + ")");
+        }
         break;
       case PointwiseOp::BiasField:
         VOXAUG_EXPECTS(s.coefficients != nullptr, where + ": coefficients must not be null");

@@ -35,7 +35,7 @@ __all__ = [
     "RandScaleIntensity", "RandScaleIntensityd", "RandGaussianNoise", "RandGaussianNoised",
     "RandRicianNoise", "RandRicianNoised", "RandBiasField", "RandBiasFieldd", "RandomBiasField",
     "AdjustContrast", "AdjustContrastd", "RandAdjustContrast", "RandAdjustContrastd", "Gamma", "RandomGamma",
-    "StdShiftIntensity", "StdShiftIntensityd", "RandStdShiftIntensity", "RandStdShiftIntensityd",
+    "RandomNoise", "StdShiftIntensity", "StdShiftIntensityd", "RandStdShiftIntensity", "RandStdShiftIntensityd",
     "ScaleIntensityFixedMean", "ScaleIntensityFixedMeand", "RandScaleIntensityFixedMean",
     "RandScaleIntensityFixedMeand", "RandHistogramShift", "RandHistogramShiftd",
 ]
@@ -587,6 +587,51 @@ class RandomGamma(_Pointwise, _Randomizable):
 
     def _plan(self, x):
         return [Step(ops.GAMMA, ops.RANDOM, (1.0, *self.log_gamma), self.p, self._next_seed())]
+
+
+def _torchio_range(value: Any, name: str, min_constraint: Optional[float] = None) -> tuple[float, float]:
+    """TorchIO's range argument: a number d >= 0 means (-d, d), or (min_constraint, d) when there
+    is one; a pair (a, b) needs a <= b (and a >= min_constraint). Both ends finite."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        d = float(value)
+        if not d >= 0:
+            raise ValueError(f"If {name} is a single number, it must be >= 0, got {value!r}")
+        pair = (-d if min_constraint is None else float(min_constraint), d)
+    else:
+        try:
+            pair = tuple(float(v) for v in value)
+        except (TypeError, ValueError):
+            pair = ()
+        if len(pair) != 2:
+            raise ValueError(f"{name} must be a number or a sequence of two numbers, got {value!r}")
+        if not pair[0] <= pair[1]:
+            raise ValueError(f"If {name} is a sequence, the second value must be >= the first, got {value!r}")
+    if not (math.isfinite(pair[0]) and math.isfinite(pair[1])):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if min_constraint is not None and pair[0] < min_constraint:
+        raise ValueError(f"{name} must be >= {min_constraint}, got {value!r}")
+    return pair
+
+
+class RandomNoise(_Pointwise, _Randomizable):
+    """TorchIO RandomNoise: ``img + N(mean, std)`` with mean ~ U(mean) (a number d means (-d, d))
+    and std ~ U(std) (a number d means (0, d)) drawn per sample in the kernel (TorchIO draws one
+    pair per subject), applied with probability ``p`` per sample. Float32 result, as TorchIO's sum
+    with its float32 noise. The normals are voxaug's Philox stream, not torch.randn's."""
+
+    dtype = torch.float32
+
+    def __init__(self, mean: Union[float, tuple[float, float]] = 0.0,
+                 std: Union[float, tuple[float, float]] = (0.0, 0.25), p: float = 1.0, seed: Optional[int] = None):
+        _Randomizable.__init__(self, seed)
+        self.mean_range = _torchio_range(mean, "mean")
+        self.std_range = _torchio_range(std, "std", min_constraint=0.0)
+        self.p = _check_prob(p)
+
+    def _plan(self, x):
+        (m_lo, m_hi), (s_lo, s_hi) = self.mean_range, self.std_range
+        return [Step(ops.GAUSSIAN_NOISE, ops.RANDOM | ops.SAMPLE_STD, (m_lo, s_hi, m_lo, m_hi, s_lo), self.p,
+                     self._next_seed())]
 
 
 class _StdShift(_Pointwise):

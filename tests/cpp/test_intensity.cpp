@@ -319,6 +319,22 @@ TEST(IntensityCpu, BadArgumentsGiveNamedErrors) {
             }).find("mean must be finite"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
+              run(PointwiseStep::random_noise(0, 1, 0.6, 0.5, 1, 0));
+            }).find("std_low must be in [0, std]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::random_noise(0, 1, -0.1, 0.5, 1, 0));
+            }).find("std_low must be in [0, std]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::random_noise(1, 0, 0, 0.5, 1, 0));
+            }).find("the mean range needs low <= high"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              run(PointwiseStep::random_noise(0, std::nan(""), 0, 0.5, 1, 0));
+            }).find("mean high must be finite"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
               run(PointwiseStep::scale_intensity_range(0, std::numeric_limits<double>::infinity(),
                                                        nullptr, nullptr, false));
             }).find("a_max must be finite"),
@@ -569,6 +585,43 @@ TEST(IntensityCpu, RicianMomentsMatchTheory) {
     }
   }
   for (float v : out) ASSERT_GE(v, 0.0f);
+}
+
+TEST(IntensityCpu, RandomNoiseDrawsMeanAndStdPerSampleInTheirRanges) {
+  // TorchIO RandomNoise: each sample's noise has its own mean ~ U(-1, 2) and std ~ U(0.5, 1.5).
+  // The sample moments (float64, k = 24^3 normals) lie in the ranges within 5 standard errors,
+  // the draws spread over the ranges, and the degenerate ranges give MONAI's fixed-parameter
+  // noise bit for bit (the same normals).
+  const Shape s{64, 1, 24, 24, 24};
+  std::vector<float> zeros(s.numel(), 0.0f), out(s.numel()), fixed(s.numel());
+  const VolumeView vz = host_view(zeros.data(), DType::Float32, s);
+  const PointwiseStep st = PointwiseStep::random_noise(-1.0, 2.0, 0.5, 1.5, 1.0, 91);
+  pointwise_chain(vz, host_view(out.data(), DType::Float32, s), &st, 1);
+  const double k = static_cast<double>(s.sample());
+  double lo_mean = 1e9, hi_mean = -1e9, lo_std = 1e9, hi_std = -1e9;
+  for (int64_t n = 0; n < s.n; ++n) {
+    double m1 = 0, m2 = 0;
+    for (int64_t i = n * s.sample(); i < (n + 1) * s.sample(); ++i) m1 += out[i];
+    m1 /= k;
+    for (int64_t i = n * s.sample(); i < (n + 1) * s.sample(); ++i)
+      m2 += (out[i] - m1) * (out[i] - m1);
+    const double sd = std::sqrt(m2 / k);
+    EXPECT_GE(m1, -1.0 - 5 * 1.5 / std::sqrt(k)) << n;
+    EXPECT_LE(m1, 2.0 + 5 * 1.5 / std::sqrt(k)) << n;
+    EXPECT_GE(sd, 0.5 * (1 - 5 / std::sqrt(2 * k))) << n;
+    EXPECT_LE(sd, 1.5 * (1 + 5 / std::sqrt(2 * k))) << n;
+    lo_mean = std::min(lo_mean, m1), hi_mean = std::max(hi_mean, m1);
+    lo_std = std::min(lo_std, sd), hi_std = std::max(hi_std, sd);
+  }
+  EXPECT_LT(lo_mean, -0.4);  // 64 uniform draws: each end's fifth is hit (miss: 0.8^64)
+  EXPECT_GT(hi_mean, 1.4);
+  EXPECT_LT(lo_std, 0.7);
+  EXPECT_GT(hi_std, 1.3);
+  const PointwiseStep a = PointwiseStep::random_noise(0.25, 0.25, 0.75, 0.75, 1.0, 92);
+  const PointwiseStep b = PointwiseStep::gaussian_noise(0.25, 0.75, false, 1.0, 92);
+  pointwise_chain(vz, host_view(out.data(), DType::Float32, s), &a, 1);
+  pointwise_chain(vz, host_view(fixed.data(), DType::Float32, s), &b, 1);
+  EXPECT_EQ(std::memcmp(out.data(), fixed.data(), out.size() * sizeof(float)), 0);
 }
 
 TEST(IntensityCpu, RicianRelativeScalesStdPerSampleOrChannel) {

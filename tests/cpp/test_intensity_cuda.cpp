@@ -243,7 +243,8 @@ TEST(IntensityCuda, HistogramStdShiftFixedMeanTwinBitIdentical) {
           PointwiseStep::histogram_shift(mi, r, 7),
           PointwiseStep::rand_std_shift_intensity(mo, -1.0, 2.0, 0.8, 112, true, true),
           PointwiseStep::rand_scale_intensity_fixed_mean(fm, -0.5, 0.5, 0.9, 113, true, true, true),
-          PointwiseStep::gaussian_noise(0.0, 1.0, false, 1.0, 114)};
+          PointwiseStep::gaussian_noise(0.0, 1.0, false, 1.0, 114),
+          PointwiseStep::random_noise(-1.0, 2.0, 0.5, 1.5, 0.7, 115)};
     };
     const auto hc = chain(mom.data(), mmm.data(), mm.data(), rows.data());
     const auto dc = chain(static_cast<double*>(dmom.p), static_cast<double*>(dmmm.p),
@@ -263,8 +264,8 @@ TEST(IntensityCuda, HistogramStdShiftFixedMeanTwinBitIdentical) {
       auto dv = [&](void* p) {
         return contiguous_view(p, t, Device::CUDA, s.n, s.c, s.d, s.h, s.w);
       };
-      pointwise_chain(hv(in.data()), hv(cpu.data()), hc.data(), 4);
-      pointwise_chain(dv(din.p), dv(dout.p), dc.data(), 4);
+      pointwise_chain(hv(in.data()), hv(cpu.data()), hc.data(), 5);
+      pointwise_chain(dv(din.p), dv(dout.p), dc.data(), 5);
       pointwise_chain_backward(hv(go.data()), hv(in.data()), hv(gcpu.data()), hc.data(), 3);
       pointwise_chain_backward(dv(dgo.p), dv(din.p), dv(dgi.p), dc.data(), 3);
       CUDA_OK(cudaMemcpy(gpu.data(), dout.p, bytes, cudaMemcpyDeviceToHost));

@@ -1145,3 +1145,72 @@ def test_normalize_array_operands_cuda_matches_cpu():
         out = vs.NormalizeIntensity(**kw)(x.cuda())
         assert out.device.type == "cuda"
         torch.testing.assert_close(out.cpu(), ref, rtol=1e-6, atol=1e-6 * ref.abs().max().item())
+
+
+# ---------------- TorchIO RandomNoise ----------------
+def test_random_noise_matches_float64_replay_of_its_draws():
+    """RandomNoise with p = 0.7 on a batch: a gated-out sample is its float32 copy; an applied one is
+    x + (mean + std z) with mean = U(mean range), std = U(std range) from words 1 and 2 of the
+    sample's Philox block (float32 lo + (hi - lo) u, as the kernel and TorchIO's uniform_ write it)
+    and z the float64 Box-Muller normals of the element stream: 2e-6 of the output's size."""
+    seed, (m_lo, m_hi), (s_lo, s_hi) = 4242, (-1.0, 2.0), (0.5, 1.5)
+    x = rand_volume((6, 2, 5, 6, 7), lo=-20, hi=30, seed=41)
+    out = fixed_seed(vt.RandomNoise(mean=(m_lo, m_hi), std=(s_lo, s_hi), p=0.7), seed)(x)
+    assert out.dtype == torch.float32
+    applied = 0
+    for n in range(6):
+        w = philox_words(seed, n, SAMPLE)
+        if not u01(w[0]) < 0.7:
+            assert torch.equal(out[n], x[n])
+            continue
+        applied += 1
+        f = np.float32
+        mean = f(m_lo) + (f(m_hi) - f(m_lo)) * u01(w[1])
+        std = f(s_lo) + (f(s_hi) - f(s_lo)) * u01(w[2])
+        assert m_lo <= mean <= m_hi and s_lo <= std <= s_hi
+        z = torch.from_numpy(philox_normals(seed, n, 0, x[n].numel()).reshape(x[n].shape))
+        ref = x[n].double() + (float(mean) + float(std) * z)
+        torch.testing.assert_close(out[n].double(), ref, rtol=0, atol=2e-6 * ref.abs().max().item())
+    assert 0 < applied < 6
+
+
+def test_random_noise_parameter_distribution_matches_torchio():
+    """Per-sample noise mean and std over 300 samples of an 8^3 zero volume: the same distributions
+    as TorchIO's RandomNoise applied 300 times (two-sample Kolmogorov-Smirnov)."""
+    tio = pytest.importorskip("torchio")
+    n, kw = 300, dict(mean=(-0.5, 1.0), std=(0.2, 0.6))
+    ours = vt.RandomNoise(**kw, seed=17)(torch.zeros(n, 1, 8, 8, 8)).flatten(1).double()
+    torch.manual_seed(17)
+    t = tio.RandomNoise(**kw)
+    theirs = torch.stack([t(tio.ScalarImage(tensor=torch.zeros(1, 8, 8, 8))).data.flatten().double()
+                          for _ in range(n)])
+    for stat in (lambda v: v.mean(1), lambda v: v.std(1)):
+        assert stats.ks_2samp(stat(ours).numpy(), stat(theirs).numpy()).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("kw", [dict(mean=-1.0), dict(std=-0.1), dict(std=(0.5, 0.2)), dict(std=(-0.1, 0.2)),
+                                dict(mean=(2.0, 1.0)), dict(mean=(0.0, 1.0, 2.0)), dict(std="wide")])
+def test_random_noise_rejects_what_torchio_rejects(kw):
+    tio = pytest.importorskip("torchio")
+    with pytest.raises(ValueError):
+        tio.RandomNoise(**kw)
+    with pytest.raises(ValueError):
+        vt.RandomNoise(**kw)
+
+
+def test_random_noise_defaults_dtypes_and_bad_values():
+    """TorchIO's defaults (mean 0, std U(0, 0.25)); integer and half images give float32 (TorchIO's
+    sum with its float32 noise); non-finite ranges and p outside [0, 1] are refused by name."""
+    t = vt.RandomNoise(seed=3)
+    assert t.mean_range == (0.0, 0.0) and t.std_range == (0.0, 0.25)
+    for dtype in (torch.uint8, torch.float16):
+        x = rand_volume((2, 1, 4, 5, 6), lo=0, hi=100, seed=5).to(dtype)
+        out = vt.RandomNoise(std=(1.0, 1.0), seed=3)(x)
+        assert out.dtype == torch.float32 and not torch.equal(out, x.float())
+        assert (out - x.float()).abs().max().item() < 10.0
+    with pytest.raises(ValueError, match="mean"):
+        vt.RandomNoise(mean=(0.0, float("inf")))
+    with pytest.raises(ValueError, match="std"):
+        vt.RandomNoise(std=float("nan"))
+    with pytest.raises(ValueError, match="prob|p "):
+        vt.RandomNoise(p=1.5)

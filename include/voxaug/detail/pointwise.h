@@ -22,7 +22,7 @@ enum StepFlags : uint32_t {
   kAddB = 1u << 4,        // SIR degenerate with b_min given
   kRandom = 1u << 5,      // Shift/Scale: value ~ U(lo, hi)
   kChannelWise = 1u << 6,
-  kSampleStd = 1u << 7,       // Noise: std ~ U(0, std)
+  kSampleStd = 1u << 7,       // Noise: std ~ U(std_low, std) (p2 = std_low, 0 for MONAI)
   kPerSample = 1u << 8,       // Shift/Scale: value from per_sample[n]; Rician: std multiplier
   kMonomial = 1u << 9,        // BiasField: TorchIO's monomial basis and grid
   kInvert = 1u << 10,         // AdjustContrast: invert_image
@@ -30,7 +30,8 @@ enum StepFlags : uint32_t {
   kFixedMean = 1u << 12,      // ScaleFixedMean: scale about the segment's mean
   kPreserveRange = 1u << 13,  // ScaleFixedMean: clamp to the segment's [min, max]
   // Rescale reuses kHasB (minv given) and kAddB (minv and maxv given), kChannelWise.
-  // Rician reuses kSampleStd, kChannelWise; AdjustContrast / Gamma reuse kRandom.
+  // Rician reuses kSampleStd, kChannelWise; AdjustContrast / Gamma reuse kRandom; Noise
+  // reuses kRandom (mean ~ U(lo, hi)).
   // StdShift / ScaleFixedMean reuse kRandom, kChannelWise.
 };
 
@@ -134,9 +135,15 @@ VOXAUG_HD VOXAUG_FORCEINLINE Resolved<Acc> resolve_step(const KStep& s, uint32_t
       break;
     }
     case PointwiseOp::GaussianNoise: {
-      r.p0 = static_cast<Acc>(s.p0);
+      // mean ~ U(lo, hi) with kRandom (TorchIO); std ~ U(p2, p1) with kSampleStd (MONAI: p2 = 0,
+      // where lo + (hi - lo) u is exactly hi u).
+      r.p0 = (s.flags & kRandom)
+                 ? static_cast<Acc>(uniform_range(sample_draw.y, static_cast<float>(s.lo),
+                                                  static_cast<float>(s.hi)))
+                 : static_cast<Acc>(s.p0);
       r.p1 = (s.flags & kSampleStd)
-                 ? static_cast<Acc>(fmul(static_cast<float>(s.p1), uniform01(sample_draw.z)))
+                 ? static_cast<Acc>(uniform_range(sample_draw.z, static_cast<float>(s.p2),
+                                                  static_cast<float>(s.p1)))
                  : static_cast<Acc>(s.p1);
       break;
     }
