@@ -47,8 +47,8 @@ Cases
       channel_wise on a zero background), ScaleIntensityRangePercentiles(5, 95, clip),
       RandRicianNoise, RandBiasField, RandAdjustContrast, RandGaussianSmooth, RandGaussianSharpen
       (MONAI's defaults, prob 1) vs MONAI, and RandomGamma, RandomBlur, RandomBiasField,
-      RandomNoise (TorchIO's defaults) vs TorchIO, on 1x1x224x224x160 and 2x1x128^3; bar
-      (issue 5): >= 3x on CPU
+      RandomNoise (TorchIO's defaults), ZNormalization, RescaleIntensity((-1, 1), percentiles
+      (0.5, 99.5)) vs TorchIO, on 1x1x224x224x160 and 2x1x128^3; bar (issue 5): >= 3x on CPU
   (m) lazy spatial composition (--only lazy): RandAffined (rotation, scale; bilinear / nearest,
       zeros) -> RandFlipd -> Rotate90d -> CenterSpatialCropd(128^3) on the real ch2 + aal
       (181x217x181 float32 image + int16 label, prob 1): voxaug's Compose (one gather of the
@@ -820,6 +820,9 @@ def more_intensity_pairs():
             ("RandomBiasField vs TorchIO", tio.RandomBiasField(), vt.RandomBiasField(seed=SEED),
              check_bias_field(10.0)),
             ("RandomNoise vs TorchIO", tio.RandomNoise(), vt.RandomNoise(seed=SEED), check_noise(0.25)),
+            ("ZNormalization vs TorchIO", tio.ZNormalization(), vst.ZNormalization(), check_close(1e-5)),
+            ("RescaleIntensity vs TorchIO", tio.RescaleIntensity(out_min_max=(-1, 1), percentiles=(0.5, 99.5)),
+             vst.RescaleIntensity(out_min_max=(-1, 1), percentiles=(0.5, 99.5)), check_close(1e-5)),
         ]
     return pairs
 

@@ -1,15 +1,16 @@
-"""Statistics-driven intensity transforms (MONAI names and arguments), backed by the stats
-family of ``torch.ops.voxaug``: per-sample (or per-channel) moments and exact percentiles are
-computed on the data's device and applied there, with no host round trip. A batch
-(N, C, D, H, W) is processed in one pass (one sort for percentiles); a (C, D, H, W) array is
-one sample.
+"""Statistics-driven intensity transforms (MONAI's and TorchIO's names and arguments), backed by
+the stats family of ``torch.ops.voxaug``: per-sample (or per-channel) moments and exact
+percentiles are computed on the data's device and applied there, with no host round trip. A
+batch (N, C, D, H, W) is processed in one pass (one sort for percentiles); a (C, D, H, W) array
+is one sample.
 
 Semantics are MONAI's NormalizeIntensity and ScaleIntensityRangePercentiles; deliberate
 differences: statistics are computed in float64 (MONAI: float32 torch.mean / torch.std, and
 torch.quantile or numpy.percentile), and float64 images are normalised in float64 (MONAI
 converts them to float32 first). Results agree with MONAI to float32 rounding.
 Array-valued subtrahend / divisor without channel_wise are broadcast against each sample voxel
-by voxel, as MONAI does (see NormalizeIntensity).
+by voxel, as MONAI does (see NormalizeIntensity). TorchIO's ZNormalization and
+RescaleIntensity follow TorchIO's float32 arithmetic (see their notes).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from .transforms import DtypeLike, _as_batch, _Dict, _host_to, _torch_dtype
 
 __all__ = [
     "NormalizeIntensity", "NormalizeIntensityd", "ScaleIntensityRangePercentiles",
-    "ScaleIntensityRangePercentilesd",
+    "ScaleIntensityRangePercentilesd", "ZNormalization", "RescaleIntensity",
 ]
 
 
@@ -192,6 +193,154 @@ class ScaleIntensityRangePercentiles:
         out = ops.scale_intensity_range_percentiles(x, self.lower, self.upper, self.b_min, self.b_max, self.clip,
                                                     self.relative, self.channel_wise, self.dtype)
         return restore(_finish(out, x.dtype, self.dtype))
+
+
+# ---------------- TorchIO ZNormalization / RescaleIntensity ----------------
+def _torchio_pair(value: Any, name: str, lo: Optional[float] = None, hi: Optional[float] = None) -> tuple[float, float]:
+    """TorchIO's two-number arguments: a pair (a, b) with a <= b (a number d: (-d, d), or (lo, d)
+    when there is a lower constraint), within [lo, hi] where given, finite."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        d = float(value)
+        if not d >= 0:
+            raise ValueError(f"If {name} is a single number, it must be >= 0, got {value!r}")
+        pair = (-d if lo is None else float(lo), d)
+    else:
+        try:
+            pair = tuple(float(v) for v in value)
+        except (TypeError, ValueError):
+            pair = ()
+        if len(pair) != 2:
+            raise ValueError(f"{name} must be a number or a sequence of two numbers, got {value!r}")
+        if not pair[0] <= pair[1]:
+            raise ValueError(f"If {name} is a sequence, the second value must be >= the first, got {value!r}")
+    if not all(np.isfinite(pair)):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if (lo is not None and pair[0] < lo) or (hi is not None and pair[1] > hi):
+        raise ValueError(f"{name} must lie in [{lo}, {hi}], got {value!r}")
+    return pair
+
+
+def _torchio_mask(x: torch.Tensor, masking_method: Any) -> Optional[torch.Tensor]:
+    """TorchIO's masking_method as an (N, C, D, H, W) bool mask on x's device (None: every voxel).
+    A callable gets each sample's (C, D, H, W) tensor, as TorchIO gives it the image's data; a
+    tensor or array (a label map: nonzero is inside, as TorchIO reads one) broadcasts against the
+    batch. TorchIO's label-map names and anatomical sides need a Subject: pass the tensor."""
+    if masking_method is None:
+        return None
+    if isinstance(masking_method, str):
+        raise ValueError(f"masking_method {masking_method!r}: names of a Subject's label maps and anatomical "
+                         "sides are TorchIO Subject features; pass the label map (a tensor or array) or a callable")
+    if callable(masking_method):
+        masks = []
+        for n in range(x.shape[0]):
+            m = torch.as_tensor(masking_method(x[n]))
+            if tuple(m.shape) != tuple(x.shape[1:]):
+                raise ValueError(f"masking_method must return a mask of the image's shape {tuple(x.shape[1:])}, "
+                                 f"got {tuple(m.shape)}")
+            masks.append(m.to(x.device) != 0)
+        return torch.stack(masks)
+    if isinstance(masking_method, (torch.Tensor, np.ndarray)):
+        m = torch.as_tensor(masking_method).to(x.device)
+        m = m[None] if m.dim() == 4 else m
+        try:
+            return (m != 0).expand(x.shape)
+        except RuntimeError:
+            raise ValueError(f"masking_method: a mask of shape {tuple(torch.as_tensor(masking_method).shape)} does "
+                             f"not broadcast against the image batch {tuple(x.shape)}") from None
+    raise ValueError(f"masking_method must be None, a callable, or a mask tensor / array, got "
+                     f"{type(masking_method).__name__}")
+
+
+def _masked_moments(x: torch.Tensor, mask: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(count, mean, population std) per sample in float64, (N,) each, without a host sync."""
+    if mask is None:
+        mom = ops.moments(x, False, False)[:, 0]
+        return mom[:, 0], mom[:, 1], mom[:, 2]
+    m = mask.reshape(x.shape[0], -1).to(torch.float64)
+    v = x.reshape(x.shape[0], -1).to(torch.float64)
+    n = m.sum(1)
+    mean = (v * m).sum(1) / n
+    var = (((v - mean[:, None]) * m) ** 2).sum(1) / n
+    return n, mean, var.sqrt()
+
+
+class ZNormalization:
+    """TorchIO ZNormalization: ``(img - mean) / std`` per sample, mean and std (unbiased, as
+    torch.std) of the voxels in the mask (``masking_method``: None for all, a callable of each
+    sample's (C, D, H, W) tensor, or a mask / label tensor), over all channels together. Float32
+    result, as TorchIO's. Statistics in float64 on the data's device (``ops.moments`` without a
+    mask), no host sync. Deliberate difference: a zero std divides by 1 (MONAI's convention)
+    where TorchIO raises, since raising would need a host read of the statistics."""
+
+    def __init__(self, masking_method: Any = None):
+        self.masking_method = masking_method
+
+    def __call__(self, img: Any) -> Any:
+        x, restore = _as_batch(img)
+        xf = x.float()
+        n, mean, pstd = _masked_moments(xf, _torchio_mask(xf, self.masking_method))
+        std = (pstd * torch.sqrt(n / (n - 1))).float()
+        std = torch.where(std == 0, torch.ones((), dtype=std.dtype, device=std.device), std)
+        shape = (-1, 1, 1, 1, 1)
+        out = xf - mean.float().reshape(shape)
+        return restore(out.div_(std.reshape(shape)))
+
+
+class RescaleIntensity:
+    """TorchIO RescaleIntensity: per sample, clip to the ``percentiles`` of the masked voxels
+    (numpy's linear method), then map [in_min, in_max] (the clipped image's range, or
+    ``in_min_max``) linearly onto ``out_min_max``, in float32 in TorchIO's order of operations.
+    Percentiles without a mask by ``ops.percentiles`` (exact, on the device, no host sync); with a
+    mask by torch.quantile per sample (a host sync on CUDA). Samples TorchIO returns unchanged (an
+    empty mask, or in_min == in_max) come back as their float32 copy, without TorchIO's warning."""
+
+    def __init__(self, out_min_max: Union[float, Sequence[float]] = (0, 1),
+                 percentiles: Union[float, Sequence[float]] = (0, 100), masking_method: Any = None,
+                 in_min_max: Optional[Sequence[float]] = None):
+        self.out_min, self.out_max = _torchio_pair(out_min_max, "out_min_max")
+        self.percentiles = _torchio_pair(percentiles, "percentiles", 0.0, 100.0)
+        self.in_min_max = None if in_min_max is None else _torchio_pair(in_min_max, "in_min_max")
+        self.masking_method = masking_method
+
+    def _cutoffs(self, xf: torch.Tensor, mask: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, 2) float64 percentiles and (N,) 'rescale this sample'."""
+        if mask is None:
+            cut = ops.percentiles(xf, list(self.percentiles), False)[:, 0]
+            return cut, torch.ones(xf.shape[0], dtype=torch.bool, device=xf.device)
+        q = torch.tensor(self.percentiles, dtype=torch.float64, device=xf.device) / 100.0
+        rows, ok = [], []
+        for n in range(xf.shape[0]):
+            v = xf[n][mask[n]].double()
+            ok.append(v.numel() > 0)
+            rows.append(torch.quantile(v, q) if v.numel() else torch.zeros(2, dtype=torch.float64, device=xf.device))
+        return torch.stack(rows), torch.tensor(ok, device=xf.device)
+
+    def __call__(self, img: Any) -> Any:
+        x, restore = _as_batch(img)
+        xf = x.float()
+        cut, ok = self._cutoffs(xf, _torchio_mask(xf, self.masking_method))
+        shape = (-1, 1, 1, 1, 1)
+        lo, hi = cut[:, 0].float().reshape(shape), cut[:, 1].float().reshape(shape)
+        if self.in_min_max is None:
+            in_min, in_range = lo, hi - lo  # the clipped image's min and max (float32)
+        else:
+            in_min = self.in_min_max[0]
+            in_range = torch.full_like(lo, self.in_min_max[1] - self.in_min_max[0])
+        keep = ~ok.reshape(shape) | (in_range == 0)
+        # Samples TorchIO leaves unchanged get neutral values (clip to (-inf, inf), - 0, / 1,
+        # * 1, + -0.0: every value and its sign kept), so no per-sample branch or host read.
+        f32 = dict(dtype=torch.float32, device=xf.device)
+        one, inf = torch.ones((), **f32), torch.tensor(float("inf"), **f32)
+        lo, hi = torch.where(keep, -inf, lo), torch.where(keep, inf, hi)
+        in_min = torch.where(keep, torch.zeros((), **f32), torch.as_tensor(in_min, **f32))
+        in_range = torch.where(keep, one, in_range)
+        out_range = torch.where(keep, one, torch.tensor(self.out_max - self.out_min, **f32))
+        out_min = torch.where(keep, torch.tensor(-0.0, **f32), torch.tensor(self.out_min, **f32))
+        # One new buffer, then in-place passes (each intermediate would be a fresh large
+        # allocation); the numbers are float32, as numpy's scalars act on TorchIO's array.
+        out = torch.maximum(xf, lo)
+        torch.minimum(out, hi, out=out)
+        return restore(out.sub_(in_min).div_(in_range).mul_(out_range).add_(out_min))
 
 
 class NormalizeIntensityd(_Dict):

@@ -380,3 +380,139 @@ def test_percentiles_large_segments_vs_numpy(device, dtype):
     x[1, 0, 3, 4, 5] = float("nan") if dtype.is_floating_point else x[1, 0, 3, 4, 5]
     p = ops.percentiles(x.to(device), qs, True).cpu()
     assert torch.isnan(p[1, 0]).all() == dtype.is_floating_point and not torch.isnan(p[0]).any()
+
+
+# ---------------- TorchIO ZNormalization / RescaleIntensity ----------------
+def _tio_apply(t, x4):
+    """A TorchIO transform on one (C, D, H, W) float32 / uint8 image."""
+    tio = pytest.importorskip("torchio")
+    return t(tio.ScalarImage(tensor=x4.cpu())).data
+
+
+def _aal_label():
+    nib = pytest.importorskip("nibabel")
+    import os
+
+    from conftest import TEMPLATES
+    path = os.path.join(TEMPLATES, "aal.nii.gz")
+    if not os.path.exists(path):
+        pytest.skip("mricron-data not installed (apt-get install mricron-data)")
+    return torch.from_numpy(np.asarray(nib.load(path).dataobj).astype(np.int16))[None]
+
+
+def _mean_mask(t):
+    return t > t.mean()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mask", [None, "callable", "tensor"])
+def test_znormalization_matches_torchio(device, mask):
+    """Each sample of a (3, 2, ...) batch as TorchIO's ZNormalization of that image alone (mean and
+    unbiased std over all channels of the masked voxels): float32 rounding of the statistics."""
+    tio = pytest.importorskip("torchio")
+    x = rand((3, 2, 9, 10, 11), seed=5)
+    lab = (rand((2, 9, 10, 11), seed=6) > 40).to(torch.uint8)  # TorchIO: a mask of the image's shape
+    method = {None: None, "callable": _mean_mask, "tensor": lab}[mask]
+    out = vs.ZNormalization(masking_method=None if method is None else
+                            (method if callable(method) else method.to(device)))(x.to(device))
+    assert out.dtype == torch.float32 and out.device.type == device
+    for n in range(3):
+        tm = None if method is None else (method if callable(method) else "lab")
+        img = tio.Subject(img=tio.ScalarImage(tensor=x[n]), lab=tio.LabelMap(tensor=lab))
+        ref = tio.ZNormalization(masking_method=tm, include=["img"])(img)["img"].data
+        torch.testing.assert_close(out[n].cpu(), ref, rtol=0, atol=2e-6 * ref.abs().max().item())
+
+
+def test_znormalization_ch2_and_aal_mask_match_torchio(ch2):
+    """The real volume (uint8 in, float32 out), whole image and inside the AAL atlas's labels."""
+    tio = pytest.importorskip("torchio")
+    vol, _ = ch2
+    lab = _aal_label()
+    ref = _tio_apply(tio.ZNormalization(), vol)
+    torch.testing.assert_close(vs.ZNormalization()(vol), ref, rtol=0, atol=2e-6 * ref.abs().max().item())
+    subject = tio.Subject(img=tio.ScalarImage(tensor=vol), brain=tio.LabelMap(tensor=lab))
+    ref = tio.ZNormalization(masking_method="brain", include=["img"])(subject)["img"].data
+    out = vs.ZNormalization(masking_method=lab)(vol)
+    torch.testing.assert_close(out, ref, rtol=0, atol=2e-6 * ref.abs().max().item())
+    inside = out[lab > 0].double()
+    assert abs(inside.mean().item()) < 1e-5 and abs(inside.std().item() - 1) < 1e-5
+
+
+def test_znormalization_constant_sample_divides_by_one():
+    """A deliberate difference: TorchIO raises on a zero std; voxaug returns x - mean (no host read)."""
+    x = torch.full((2, 1, 3, 4, 5), 7.0)
+    x[1] = rand((1, 3, 4, 5), seed=9)
+    out = vs.ZNormalization()(x)
+    assert torch.equal(out[0], torch.zeros_like(out[0]))
+    assert abs(out[1].double().std().item() - 1) < 1e-6
+
+
+RESCALE_CASES = [dict(), dict(percentiles=(1, 99)), dict(out_min_max=(-1, 1), percentiles=(5, 95)),
+                 dict(in_min_max=(0, 50)), dict(out_min_max=2.5), dict(percentiles=(2, 98), masking_method="callable"),
+                 dict(out_min_max=(0, 255), percentiles=10, masking_method="tensor")]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kw", RESCALE_CASES)
+def test_rescale_intensity_matches_torchio(device, kw):
+    """Each sample of a batch as TorchIO's RescaleIntensity of that image alone (numpy percentiles
+    of the masked voxels, clip, then TorchIO's float32 operations in its order)."""
+    tio = pytest.importorskip("torchio")
+    x = rand((3, 2, 9, 10, 11), seed=7)
+    lab = (rand((2, 9, 10, 11), seed=8) > 40).to(torch.uint8)
+    kw = dict(kw)
+    method = kw.pop("masking_method", None)
+    ours_m = {None: None, "callable": _mean_mask, "tensor": lab.to(device)}[method]
+    tio_m = {None: None, "callable": _mean_mask, "tensor": "lab"}[method]
+    out = vs.RescaleIntensity(masking_method=ours_m, **kw)(x.to(device))
+    assert out.dtype == torch.float32 and out.device.type == device
+    for n in range(3):
+        subject = tio.Subject(img=tio.ScalarImage(tensor=x[n]), lab=tio.LabelMap(tensor=lab))
+        ref = tio.RescaleIntensity(masking_method=tio_m, include=["img"], **kw)(subject)["img"].data
+        torch.testing.assert_close(out[n].cpu(), ref, rtol=0, atol=1e-6 * (1 + ref.abs().max().item()))
+
+
+def test_rescale_intensity_ch2_and_aal_mask_match_torchio(ch2):
+    tio = pytest.importorskip("torchio")
+    vol, _ = ch2
+    lab = _aal_label()
+    for kw in (dict(out_min_max=(-1, 1), percentiles=(0.5, 99.5)), dict()):
+        ref = _tio_apply(tio.RescaleIntensity(**kw), vol)
+        torch.testing.assert_close(vs.RescaleIntensity(**kw)(vol), ref, rtol=0, atol=1e-6)
+    subject = tio.Subject(img=tio.ScalarImage(tensor=vol), brain=tio.LabelMap(tensor=lab))
+    ref = tio.RescaleIntensity(percentiles=(1, 99), masking_method="brain", include=["img"])(subject)["img"].data
+    torch.testing.assert_close(vs.RescaleIntensity(percentiles=(1, 99), masking_method=lab)(vol), ref,
+                               rtol=0, atol=1e-6)
+
+
+def test_rescale_intensity_unchanged_samples_and_dtypes():
+    """TorchIO returns an image unchanged when its range is 0 or its mask is empty (with a
+    warning): those samples come back as their float32 copy; the others are rescaled. Half and
+    integer images give float32."""
+    x = rand((3, 1, 4, 5, 6), seed=11)
+    x[0] = 3.0
+    mask = torch.ones(3, 1, 4, 5, 6, dtype=torch.bool)
+    mask[2] = False
+    out = vs.RescaleIntensity(masking_method=mask)(x)
+    assert torch.equal(out[0], x[0]) and torch.equal(out[2], x[2])
+    assert out[1].min().item() == 0.0 and out[1].max().item() == 1.0
+    for dtype in (torch.uint8, torch.float16):
+        y = vs.RescaleIntensity()(rand((1, 1, 4, 5, 6), seed=12, lo=0, hi=200).to(dtype))
+        assert y.dtype == torch.float32 and y.min().item() == 0.0 and y.max().item() == 1.0
+
+
+@pytest.mark.parametrize("make", [
+    lambda: vs.RescaleIntensity(percentiles=(90, 10)),
+    lambda: vs.RescaleIntensity(percentiles=(-1, 50)),
+    lambda: vs.RescaleIntensity(percentiles=(50, 101)),
+    lambda: vs.RescaleIntensity(out_min_max="wide"),
+    lambda: vs.RescaleIntensity(out_min_max=(0, 1, 2)),
+    lambda: vs.RescaleIntensity(in_min_max=(1, float("nan"))),
+    lambda: vs.ZNormalization(masking_method="brain")(rand((1, 4, 5, 6))),
+    lambda: vs.RescaleIntensity(masking_method=torch.ones(2, 3, 3))(rand((1, 4, 5, 6))),
+    lambda: vs.ZNormalization(masking_method=lambda t: t[0] > 0)(rand((2, 4, 5, 6))),
+    lambda: vs.ZNormalization(masking_method=3.5)(rand((1, 4, 5, 6))),
+])
+def test_torchio_normalizations_reject_bad_arguments(make):
+    with pytest.raises(ValueError):
+        make()
