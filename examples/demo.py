@@ -306,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
         ("GaussianSmooth", batch, Fl.GaussianSmooth(sigma=1.5)),
         ("NormalizeIntensity nonzero", batch, St.NormalizeIntensity(nonzero=True)),
         ("ScaleIntensityRangePercent.", batch_u8, St.ScaleIntensityRangePercentiles(1, 99, 0.0, 1.0, clip=True)),
+        ("TorchIO RandomNoise", batch, T.RandomNoise(std=(0.05, 0.1), seed=seed + 7)),
+        ("TorchIO ZNormalization", batch_u8, St.ZNormalization()),
+        ("TorchIO RescaleIntensity", batch_u8, St.RescaleIntensity(percentiles=(1, 99))),
     ]
     chain = fused_chain(a_min, a_max, seed)
     unfused = fused_chain(a_min, a_max, seed).transforms  # the same steps, one call (one pass) each

@@ -277,13 +277,14 @@ class ZNormalization:
 
     def __call__(self, img: Any) -> Any:
         x, restore = _as_batch(img)
-        xf = x.float()
-        n, mean, pstd = _masked_moments(xf, _torchio_mask(xf, self.masking_method))
+        xs = x.float() if x.dtype == torch.float64 else x  # the values TorchIO's .float() sees
+        n, mean, pstd = _masked_moments(xs, _torchio_mask(x, self.masking_method))
         std = (pstd * torch.sqrt(n / (n - 1))).float()
         std = torch.where(std == 0, torch.ones((), dtype=std.dtype, device=std.device), std)
         shape = (-1, 1, 1, 1, 1)
-        out = xf - mean.float().reshape(shape)
-        return restore(out.div_(std.reshape(shape)))
+        # One float32 buffer (a copy even of float32 data, as TorchIO's clone), then in place.
+        out = xs.to(torch.float32, copy=True)
+        return restore(out.sub_(mean.float().reshape(shape)).div_(std.reshape(shape)))
 
 
 class RescaleIntensity:

@@ -516,3 +516,17 @@ def test_rescale_intensity_unchanged_samples_and_dtypes():
 def test_torchio_normalizations_reject_bad_arguments(make):
     with pytest.raises(ValueError):
         make()
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.float16, torch.float64])
+def test_torchio_normalizations_other_dtypes_match_torchio(dtype):
+    """TorchIO converts to float32 first: integer, half and float64 images give float32 results
+    equal to TorchIO's (statistics of the float32 values)."""
+    tio = pytest.importorskip("torchio")
+    x = rand((1, 2, 7, 8, 9), seed=13, lo=0, hi=200).to(dtype)
+    for ours, theirs in ((vs.ZNormalization(), tio.ZNormalization()),
+                         (vs.RescaleIntensity(percentiles=(3, 97)), tio.RescaleIntensity(percentiles=(3, 97)))):
+        out = ours(x)
+        ref = _tio_apply(theirs, x[0])
+        assert out.dtype == torch.float32
+        torch.testing.assert_close(out[0], ref, rtol=0, atol=2e-6 * (1 + ref.abs().max().item()))
