@@ -25,7 +25,8 @@ from .transforms import DtypeLike, _as_batch, _Dict, _host_to, _torch_dtype
 
 __all__ = [
     "NormalizeIntensity", "NormalizeIntensityd", "ScaleIntensityRangePercentiles",
-    "ScaleIntensityRangePercentilesd", "ZNormalization", "RescaleIntensity",
+    "ScaleIntensityRangePercentilesd", "ZNormalization", "RescaleIntensity", "ClipIntensityPercentiles",
+    "ClipIntensityPercentilesd",
 ]
 
 
@@ -193,6 +194,67 @@ class ScaleIntensityRangePercentiles:
         out = ops.scale_intensity_range_percentiles(x, self.lower, self.upper, self.b_min, self.b_max, self.clip,
                                                     self.relative, self.channel_wise, self.dtype)
         return restore(_finish(out, x.dtype, self.dtype))
+
+
+class ClipIntensityPercentiles:
+    """MONAI ClipIntensityPercentiles: clip each sample (each channel with ``channel_wise``) to
+    its ``lower`` / ``upper`` percentiles (None: 0 / 100 for the hard clip, that side untouched
+    for the soft one); with ``sharpness_factor`` MONAI's soft clip ``x + softplus(-c (x - lo)) / c
+    - softplus(c (x - hi)) / c`` in ``dtype``. The result has the image's dtype (MONAI converts
+    back); the percentiles are converted to it before use, as MONAI's are. Percentiles exact on
+    the data's device (``ops.percentiles``; MONAI: torch.quantile or numpy.percentile), no host
+    sync unless ``return_clipping_values``, which reads them to put a list of (lower, upper) per
+    channel (per sample for a batch: a list of those lists) in a MetaTensor's
+    ``meta["clipping_values"]``, as MONAI does."""
+
+    def __init__(self, lower: Optional[float], upper: Optional[float], sharpness_factor: Optional[float] = None,
+                 channel_wise: bool = False, return_clipping_values: bool = False, dtype: DtypeLike = np.float32):
+        if lower is None and upper is None:
+            raise ValueError("lower or upper percentiles must be provided")
+        for v in (lower, upper):
+            if v is not None and not 0.0 <= v <= 100.0:
+                raise ValueError("Percentiles must be in the range [0, 100]")
+        if upper is not None and lower is not None and upper < lower:
+            raise ValueError("upper must be greater than or equal to lower")
+        if sharpness_factor is not None and not sharpness_factor > 0:
+            raise ValueError("sharpness_factor must be greater than 0")
+        self.lower, self.upper, self.sharpness_factor = lower, upper, sharpness_factor
+        self.channel_wise, self.return_clipping_values = bool(channel_wise), bool(return_clipping_values)
+        self.dtype = _torch_dtype(dtype)
+
+    def __call__(self, img: Any) -> Any:
+        x, restore = _as_batch(img)
+        soft = self.sharpness_factor is not None
+        q = [0.0 if self.lower is None else float(self.lower), 100.0 if self.upper is None else float(self.upper)]
+        pct = ops.percentiles(x, q, self.channel_wise).to(x.dtype)  # (N, 1 or C, 2), MONAI's dtype
+        shape = (x.shape[0], pct.shape[1], 1, 1, 1)
+        lo, hi = pct[..., 0].reshape(shape), pct[..., 1].reshape(shape)
+        if not soft:
+            out = torch.clamp(x, lo, hi)
+        else:
+            c = float(self.sharpness_factor)
+            ct = self.dtype if self.dtype is not None else x.dtype
+            a = x.to(ct)
+            out = a
+            if self.lower is not None:
+                out = out + torch.nn.functional.softplus(-c * (a - lo.to(ct))) / c
+            if self.upper is not None:
+                out = out - torch.nn.functional.softplus(c * (a - hi.to(ct))) / c
+            out = out.to(x.dtype)
+        result = restore(out)
+        if self.return_clipping_values and hasattr(result, "meta"):
+            rows = pct.double().cpu().tolist()  # the one host read, asked for
+            values = [[(None if soft and self.lower is None else r[0], None if soft and self.upper is None else r[1])
+                       for r in sample] for sample in rows]
+            result.meta["clipping_values"] = values[0] if img.dim() == 4 else values
+        return result
+
+
+class ClipIntensityPercentilesd(_Dict):
+    def __init__(self, keys, lower: Optional[float], upper: Optional[float], sharpness_factor: Optional[float] = None,
+                 channel_wise: bool = False, dtype: DtypeLike = np.float32, allow_missing_keys: bool = False):
+        super().__init__(keys, ClipIntensityPercentiles(lower, upper, sharpness_factor, channel_wise, False, dtype),
+                         allow_missing_keys)
 
 
 # ---------------- TorchIO ZNormalization / RescaleIntensity ----------------

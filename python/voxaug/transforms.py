@@ -37,7 +37,8 @@ __all__ = [
     "AdjustContrast", "AdjustContrastd", "RandAdjustContrast", "RandAdjustContrastd", "Gamma", "RandomGamma",
     "RandomNoise", "StdShiftIntensity", "StdShiftIntensityd", "RandStdShiftIntensity", "RandStdShiftIntensityd",
     "ScaleIntensityFixedMean", "ScaleIntensityFixedMeand", "RandScaleIntensityFixedMean",
-    "RandScaleIntensityFixedMeand", "RandHistogramShift", "RandHistogramShiftd",
+    "RandScaleIntensityFixedMeand", "RandHistogramShift", "RandHistogramShiftd", "ThresholdIntensity",
+    "ThresholdIntensityd", "MaskIntensity", "MaskIntensityd", "Clamp",
 ]
 
 DtypeLike = Union[torch.dtype, np.dtype, type, str, None]
@@ -813,6 +814,67 @@ class RandHistogramShift(_Pointwise, _Randomizable):
         return [Step(ops.HISTOGRAM_SHIFT, 0, (), 1.0, 0, values=table)]
 
 
+class ThresholdIntensity:
+    """MONAI ThresholdIntensity: keep the values above ``threshold`` (below it with
+    ``above=False``), set the others to ``cval``; the image's dtype (cval converted to it, as
+    MONAI's final conversion does). One torch pass on the data's device."""
+
+    def __init__(self, threshold: float, above: bool = True, cval: float = 0.0):
+        if not isinstance(threshold, (int, float)) or isinstance(threshold, bool):
+            raise ValueError(f"threshold must be a float or int number, got {type(threshold)} {threshold}.")
+        self.threshold, self.above, self.cval = threshold, bool(above), cval
+
+    def __call__(self, img: Any) -> Any:
+        x, restore = _as_batch(img)
+        keep = x > self.threshold if self.above else x < self.threshold
+        fill = torch.tensor(self.cval, dtype=torch.float64).to(x.dtype).to(x.device)
+        return restore(torch.where(keep, x, fill))
+
+
+class MaskIntensity:
+    """MONAI MaskIntensity: ``img * select_fn(mask)`` (default ``mask > 0``), a one-channel mask
+    applied to every channel or one mask channel per image channel; the image's dtype. A batch
+    takes a (C', D, H, W) mask for every sample or an (N, C', D, H, W) one per sample. The mask
+    goes to the image's device (non-blocking from pinned memory when it is on the host)."""
+
+    def __init__(self, mask_data: Any = None, select_fn: Callable = lambda m: m > 0):
+        self.mask_data, self.select_fn = mask_data, select_fn
+
+    def __call__(self, img: Any, mask_data: Any = None) -> Any:
+        x, restore = _as_batch(img)
+        mask = self.mask_data if mask_data is None else mask_data
+        if mask is None:
+            raise ValueError("must provide the mask_data when initializing the transform or at runtime.")
+        m = torch.as_tensor(np.asarray(mask) if not isinstance(mask, torch.Tensor) else mask)
+        m = _host_to(m.detach(), x.device).to(x.dtype)
+        m = self.select_fn(m)
+        m5 = m[None] if m.dim() == 4 else m
+        if m5.dim() != 5 or m5.shape[0] not in (1, x.shape[0]) or tuple(m5.shape[2:]) != tuple(x.shape[2:]):
+            raise ValueError(f"mask_data must be (C', D, H, W) or (N, C', D, H, W) with the image's spatial shape "
+                             f"{tuple(x.shape[2:])}, got {tuple(m.shape)}")
+        if m5.shape[1] != 1 and m5.shape[1] != x.shape[1]:
+            raise ValueError("When mask_data is not single channel, mask_data channels must match img, "
+                             f"got img channels={x.shape[1]} mask_data channels={m5.shape[1]}.")
+        return restore((x * m5).to(x.dtype))
+
+
+class Clamp:
+    """TorchIO Clamp: ``clamp(img, out_min, out_max)`` (either bound None: that side open); the
+    image's dtype (TorchIO's torch.clamp). One torch pass on the data's device."""
+
+    def __init__(self, out_min: Optional[float] = None, out_max: Optional[float] = None):
+        for name, v in (("out_min", out_min), ("out_max", out_max)):
+            if v is not None and (not isinstance(v, numbers.Real) or not math.isfinite(v)):
+                raise ValueError(f"{name} must be a finite number or None, got {v!r}")
+        if out_min is not None and out_max is not None and out_min > out_max:
+            raise ValueError(f"out_min must be <= out_max, got {out_min} > {out_max}")
+        self.out_min, self.out_max = out_min, out_max
+
+    def __call__(self, img: Any) -> Any:
+        x, restore = _as_batch(img)
+        return restore(torch.clamp(x, self.out_min, self.out_max))
+
+
 class Compose:
     """Applies transforms in order; consecutive pointwise transforms run as one fused pass
     (one read and one write of the volume). The result equals applying them one by one.
@@ -1348,6 +1410,33 @@ class RandHistogramShiftd(_DictSharedSeed):
 
 # ---------------- spatial family (python/voxaug/spatial.py) ----------------
 from .spatial import *  # noqa: E402,F401,F403
+class ThresholdIntensityd(_Dict):
+    def __init__(self, keys, threshold: float, above: bool = True, cval: float = 0.0,
+                 allow_missing_keys: bool = False):
+        super().__init__(keys, ThresholdIntensity(threshold, above, cval), allow_missing_keys)
+
+
+class MaskIntensityd:
+    """MONAI MaskIntensityd: the mask is ``mask_data``, or ``data[mask_key]`` when mask_data is None."""
+
+    def __init__(self, keys, mask_data: Any = None, mask_key: Optional[str] = None,
+                 select_fn: Callable = lambda m: m > 0, allow_missing_keys: bool = False):
+        self.keys = [keys] if isinstance(keys, (str, int)) or not isinstance(keys, Sequence) else list(keys)
+        self.transform = MaskIntensity(mask_data, select_fn)
+        self.mask_key, self.allow_missing_keys = mask_key, allow_missing_keys
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
+        d = dict(data)
+        mask = d[self.mask_key] if self.mask_key is not None else None
+        for key in self.keys:
+            if key not in d:
+                if self.allow_missing_keys:
+                    continue
+                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+            d[key] = self.transform(d[key], mask)
+        return d
+
+
 from .spatial import __all__ as _spatial_all  # noqa: E402
 
 __all__ += _spatial_all

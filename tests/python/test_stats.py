@@ -530,3 +530,119 @@ def test_torchio_normalizations_other_dtypes_match_torchio(dtype):
         ref = _tio_apply(theirs, x[0])
         assert out.dtype == torch.float32
         torch.testing.assert_close(out[0], ref, rtol=0, atol=2e-6 * (1 + ref.abs().max().item()))
+
+
+# ---------------- ClipIntensityPercentiles, ThresholdIntensity, MaskIntensity, Clamp ----------------
+CLIP_CASES = [dict(lower=5, upper=95), dict(lower=None, upper=90), dict(lower=10, upper=None, channel_wise=True),
+              dict(lower=5, upper=95, sharpness_factor=0.5), dict(lower=None, upper=80, sharpness_factor=2.0,
+                                                                  channel_wise=True),
+              dict(lower=0, upper=100, sharpness_factor=1.0)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kw", CLIP_CASES)
+def test_clip_intensity_percentiles_matches_monai(device, kw):
+    """Each sample as MONAI's ClipIntensityPercentiles of that image (its torch.quantile in float32
+    may sit one float32 step from the exact percentile: 2 steps of the image's size)."""
+    from monai.transforms import ClipIntensityPercentiles as MClip
+    x = rand((3, 2, 9, 10, 11), seed=21)
+    out = vs.ClipIntensityPercentiles(**kw)(x.to(device))
+    assert out.dtype == x.dtype and out.device.type == device
+    for n in range(3):
+        ref = plain(MClip(**kw)(x[n].clone()))
+        torch.testing.assert_close(out[n].cpu(), ref, rtol=0, atol=2.5e-7 * x.abs().max().item())
+
+
+def test_clip_intensity_percentiles_ch2_and_clipping_values():
+    """uint8 ch2 (MONAI's numpy path: percentiles truncated to uint8): bytes equal; a MetaTensor
+    gets MONAI's clipping values."""
+    from monai.data import MetaTensor
+    from monai.transforms import ClipIntensityPercentiles as MClip
+    import os
+
+    from conftest import TEMPLATES
+    nib = pytest.importorskip("nibabel")
+    path = os.path.join(TEMPLATES, "ch2.nii.gz")
+    if not os.path.exists(path):
+        pytest.skip("mricron-data not installed (apt-get install mricron-data)")
+    vol = torch.from_numpy(np.asarray(nib.load(path).dataobj).copy())[None]
+    ref = plain(MClip(2, 98)(vol.clone()))
+    out = vs.ClipIntensityPercentiles(2, 98)(vol)
+    assert out.dtype == torch.uint8 and torch.equal(out, ref)
+    img = MetaTensor(vol.float())
+    for kw in (dict(lower=2, upper=98), dict(lower=None, upper=98, sharpness_factor=0.3, channel_wise=True)):
+        ours = vs.ClipIntensityPercentiles(return_clipping_values=True, **kw)(img.clone())
+        theirs = MClip(return_clipping_values=True, **kw)(img.clone())
+        assert len(ours.meta["clipping_values"]) == len(theirs.meta["clipping_values"])
+        for (a, b), (c, d) in zip(ours.meta["clipping_values"], theirs.meta["clipping_values"]):
+            assert (a is None) == (c is None) and (b is None) == (d is None)
+            assert a is None or abs(a - c) <= 1e-4 * (1 + abs(c))
+            assert b is None or abs(b - d) <= 1e-4 * (1 + abs(d))
+
+
+@pytest.mark.parametrize("make", [lambda: vs.ClipIntensityPercentiles(None, None),
+                                  lambda: vs.ClipIntensityPercentiles(-1, 50),
+                                  lambda: vs.ClipIntensityPercentiles(10, 101),
+                                  lambda: vs.ClipIntensityPercentiles(60, 40),
+                                  lambda: vs.ClipIntensityPercentiles(5, 95, sharpness_factor=0.0)])
+def test_clip_intensity_percentiles_rejects_what_monai_rejects(make):
+    with pytest.raises(ValueError):
+        make()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8, torch.float16])
+@pytest.mark.parametrize("kw", [dict(threshold=30), dict(threshold=30, above=False, cval=7.5)])
+def test_threshold_intensity_matches_monai(dtype, kw):
+    from monai.transforms import ThresholdIntensity as MThreshold
+    from voxaug import transforms as vt
+    x = rand((2, 2, 5, 6, 7), seed=23, lo=0, hi=100).to(dtype)
+    out = vt.ThresholdIntensity(**kw)(x)
+    assert out.dtype == dtype
+    for n in range(2):
+        assert torch.equal(out[n], plain(MThreshold(**kw)(x[n].clone())))
+    d = vt.ThresholdIntensityd(["a", "b"], **kw)({"a": x, "b": x[0]})
+    assert torch.equal(d["a"], out) and torch.equal(d["b"], out[0])
+    with pytest.raises(ValueError, match="threshold"):
+        vt.ThresholdIntensity(threshold="30")
+
+
+def test_mask_intensity_matches_monai():
+    """One-channel and per-channel masks, a custom select_fn, a batch with one mask per sample,
+    the dictionary form with mask_key; MONAI's refusals."""
+    from monai.transforms import MaskIntensity as MMask
+    from monai.transforms import MaskIntensityd as MMaskd
+    from voxaug import transforms as vt
+    x = rand((2, 2, 5, 6, 7), seed=24)
+    one = rand((1, 5, 6, 7), seed=25) > 40
+    two = rand((2, 5, 6, 7), seed=26)
+    for mask, kw in ((one, {}), (two, dict(select_fn=lambda m: m > 60))):
+        out = vt.MaskIntensity(mask, **kw)(x)
+        for n in range(2):
+            assert torch.equal(out[n], plain(MMask(mask, **kw)(x[n].clone())))
+    per_sample = rand((2, 1, 5, 6, 7), seed=27) > 50
+    out = vt.MaskIntensity()(x, per_sample)
+    for n in range(2):
+        assert torch.equal(out[n], plain(MMask(per_sample[n])(x[n].clone())))
+    u8 = x[0].clamp(0, 255).to(torch.uint8)
+    assert torch.equal(vt.MaskIntensity(one)(u8), plain(MMask(one)(u8.clone())))
+    d = vt.MaskIntensityd(["img"], mask_key="mask")({"img": x[0], "mask": one})
+    assert torch.equal(d["img"], plain(MMaskd(["img"], mask_key="mask")({"img": x[0].clone(), "mask": one})["img"]))
+    with pytest.raises(ValueError, match="channels"):
+        vt.MaskIntensity(rand((3, 5, 6, 7)) > 0)(x)
+    with pytest.raises(ValueError, match="mask_data"):
+        vt.MaskIntensity()(x)
+    with pytest.raises(ValueError, match="spatial shape"):
+        vt.MaskIntensity(torch.ones(1, 5, 6, 8))(x)
+
+
+def test_clamp_matches_torchio():
+    tio = pytest.importorskip("torchio")
+    from voxaug import transforms as vt
+    x = rand((2, 1, 5, 6, 7), seed=28)
+    for kw in (dict(out_min=0.0, out_max=80.0), dict(out_min=10.0), dict(out_max=-3.0)):
+        out = vt.Clamp(**kw)(x)
+        for n in range(2):
+            assert torch.equal(out[n], _tio_apply(tio.Clamp(**kw), x[n]))
+    for bad in (dict(out_min=5.0, out_max=1.0), dict(out_min=float("nan")), dict(out_max="high")):
+        with pytest.raises(ValueError):
+            vt.Clamp(**bad)
