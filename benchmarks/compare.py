@@ -12,8 +12,8 @@ Cases
   (d) --device cuda only: effective bandwidth of the fused chain at 8x1x256^3 (one float32
       read + one write) against a device-to-device copy (dst.copy_(src)) of the same size
   (e) spatial: RandAffine (bilinear, reflection; rotation, scale, translation, prob 1) on
-      1x1x224x224x160 vs MONAI's RandAffine and vs TorchIO's RandomAffine (degrees 10,
-      scales 0.1, its defaults); RandAffined image (bilinear) + label (nearest) on 4 x 96^3,
+      1x1x224x224x160 vs MONAI's RandAffine, and voxaug's RandomAffine vs TorchIO's (degrees
+      10, scales 0.1, linear, pad 0); RandAffined image (bilinear) + label (nearest) on 4 x 96^3,
       voxaug batched in one launch, MONAI looping over the samples; Spacingd on the real
       ch2 + aal (1 mm -> 1.5 x 1.5 x 2 mm, image bilinear + label nearest, one launch) and
       ch2better (0.5 mm 301x370x316 -> 1 mm), MetaTensors with the files' affines, checked
@@ -461,14 +461,14 @@ def spatial_rows(device, args):
     rows.append(run_case("(e) RandAffine vs MONAI", x, m_aff, v_aff, check_resampled, device, args))
     if tio is not None:
         t_aff = tio.RandomAffine(degrees=10, scales=0.1, image_interpolation="linear", default_pad_value=0)
-        deg = 10 * 3.141592653589793 / 180
-        v_tio = vt.RandAffine(prob=1.0, rotate_range=(deg, deg, deg), scale_range=(0.1, 0.1, 0.1),
-                              mode="bilinear", padding_mode="zeros", seed=SEED)
+        # voxaug's TorchIO RandomAffine: the same parameterisation, SimpleITK's geometry and pad
+        v_tio = vt.RandomAffine(degrees=10, scales=0.1, image_interpolation="linear", default_pad_value=0,
+                                seed=SEED)
 
         def torchio_call(img):  # TorchIO works on CPU tensors (SimpleITK)
             return t_aff(img.cpu())
 
-        rows.append(run_case("(e) RandAffine vs TorchIO", x, torchio_call, v_tio, check_resampled_centre, device,
+        rows.append(run_case("(e) RandomAffine vs TorchIO", x, torchio_call, v_tio, check_resampled_centre, device,
                              args))
     del x
     img = make_input((4, 1, 96, 96, 96), device)

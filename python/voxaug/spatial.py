@@ -193,7 +193,7 @@ from . import ops
 from .transforms import _as_batch, _check_prob, _host_to, _is_meta_tensor, _Randomizable
 
 __all__ = [
-    "Flip", "Flipd", "RandFlip", "RandFlipd", "RandAxisFlip", "RandAxisFlipd", "RandomFlip", "Rotate90", "Rotate90d", "RandRotate90", "RandRotate90d",
+    "Flip", "Flipd", "RandFlip", "RandFlipd", "RandAxisFlip", "RandAxisFlipd", "RandomFlip", "RandomAffine", "Rotate90", "Rotate90d", "RandRotate90", "RandRotate90d",
     "Affine", "Affined", "RandAffine", "RandAffined", "Rotate", "Rotated", "RandRotate", "RandRotated",
     "Zoom", "Zoomd", "RandZoom", "RandZoomd", "Resize", "Resized", "Spacing", "Spacingd", "Orientation", "Orientationd",
     "SpatialCrop", "SpatialCropd", "CenterSpatialCrop", "CenterSpatialCropd", "SpatialPad", "SpatialPadd",
@@ -1207,6 +1207,236 @@ def _anatomical_indices(img: Any, names: Sequence[str]) -> list[int]:
         a = np.diag([-1.0, -1.0, 1.0, 1.0]) @ a
     codes = nib.aff2axcodes(a)
     return [codes.index(c) if c in codes else codes.index(_ANATOMICAL_OPPOSITE[c]) for c in names]
+
+
+# ---------------- TorchIO RandomAffine ----------------
+def _torchio_sextet(value: Any, around: Optional[float], name: str, min_constraint: Optional[float] = None
+                    ) -> tuple[float, ...]:
+    """TorchIO's parse_params: d -> (around - d, around + d) per axis ((0, d) without `around`);
+    (a, b) -> the same range on each axis; (d1, d2, d3) -> one range per axis; six values as
+    they are. Every range needs min <= max, finite ends, min >= min_constraint."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        v = [float(p) for p in np.ravel(np.asarray(value.detach().cpu() if isinstance(value, torch.Tensor) else value))]
+    elif isinstance(value, collections.abc.Sequence) and not isinstance(value, str):
+        v = [float(p) for p in value]
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        v = [float(value)]
+    else:
+        raise ValueError(f"{name} must be a number or a sequence of 2, 3 or 6 numbers, got {value!r}")
+    if len(v) in (1, 2):
+        v = v * 3
+    if len(v) == 3:
+        v = [e for d in v for e in ((0.0, d) if around is None else (around - d, around + d))]
+    if len(v) != 6:
+        raise ValueError(f'If "{name}" is a sequence, it must have length 2, 3 or 6, not {len(v)}')
+    for lo, hi in zip(v[::2], v[1::2]):
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError(f"{name} must be finite, got {value!r}")
+        if lo > hi:
+            raise ValueError(f"If {name} is a sequence, the second value must be >= the first, got {value!r}")
+        if min_constraint is not None and lo < min_constraint:
+            raise ValueError(f"{name} must be >= {min_constraint}, got {value!r}")
+    return tuple(v)
+
+
+def _euler_zxy(radians) -> np.ndarray:
+    """ITK's Euler3DTransform matrix (ComputeZYX off): Rz(c) Rx(a) Ry(b) for angles (a, b, c)."""
+    a, b, c = radians
+    rx = np.array([[1, 0, 0], [0, math.cos(a), -math.sin(a)], [0, math.sin(a), math.cos(a)]])
+    ry = np.array([[math.cos(b), 0, math.sin(b)], [0, 1, 0], [-math.sin(b), 0, math.cos(b)]])
+    rz = np.array([[math.cos(c), -math.sin(c), 0], [math.sin(c), math.cos(c), 0], [0, 0, 1]])
+    return rz @ rx @ ry
+
+
+def torchio_affine_index_map(scales, degrees, translation, affine, size, center: str = "image") -> np.ndarray:
+    """The 4x4 map from output voxel index to input voxel index that TorchIO's Affine resamples
+    through: SimpleITK's composite [ScaleTransform(scales), Euler3DTransform(degrees, translation)]
+    about the image centre (or the origin) in LPS physical space (angles and translation given in
+    RAS, converted as TorchIO does), inverted (ResampleImageFilter maps output to input points),
+    between voxel indices through the image's RAS `affine`."""
+    lps = np.diag([-1.0, -1.0, 1.0, 1.0])
+    p = lps @ np.asarray(affine, dtype=np.float64)  # voxel index -> LPS point
+    c = (p @ np.array([(s - 1) / 2 for s in size] + [1.0]))[:3] if center == "image" else np.zeros(3)
+    flip = np.array([-1.0, -1.0, 1.0])
+    r = _euler_zxy(flip * np.radians(np.asarray(degrees, dtype=np.float64)))
+    t = flip * np.asarray(translation, dtype=np.float64)
+    s_inv = np.eye(4)
+    s_inv[:3, :3] = np.diag(1.0 / np.asarray(scales, dtype=np.float64))
+    s_inv[:3, 3] = c - s_inv[:3, :3] @ c  # S^-1(q) = c + (q - c) / s
+    e_inv = np.eye(4)
+    e_inv[:3, :3] = r.T
+    e_inv[:3, 3] = c - r.T @ (c + t)  # E^-1(q) = R^T (q - c - t) + c
+    return np.linalg.inv(p) @ e_inv @ s_inv @ p  # composite T = S o E; the resampler uses T^-1
+
+
+def _itk_inside(m: np.ndarray, size, device) -> torch.Tensor:
+    """(D, H, W) bool: output voxels whose input index lies in [-0.5, S - 0.5) on every axis (ITK's
+    IsInsideBuffer; there its linear and nearest interpolators clamp to the edge, outside they
+    write the default value). Per (d, h) row the valid w form one interval of each axis's linear
+    inequality, so the full-size work is two comparisons."""
+    d, h, w = size
+    m_t = torch.as_tensor(m, dtype=torch.float64, device=device)
+    i = torch.arange(d, dtype=torch.float64, device=device)[:, None]
+    j = torch.arange(h, dtype=torch.float64, device=device)[None, :]
+    lo = torch.full((d, h), -math.inf, dtype=torch.float64, device=device)
+    hi = torch.full((d, h), math.inf, dtype=torch.float64, device=device)
+    empty = torch.zeros((d, h), dtype=torch.bool, device=device)
+    for a, s in enumerate(size):
+        base = m_t[a, 0] * i + m_t[a, 1] * j + m_t[a, 3]  # coordinate at w = 0
+        slope = float(m[a, 2])
+        if slope == 0.0:
+            empty |= (base < -0.5) | (base >= s - 0.5)
+            continue
+        k0, k1 = (-0.5 - base) / slope, (s - 0.5 - base) / slope  # -0.5 <= base + slope k < s - 0.5
+        if slope > 0:  # k >= k0, k < k1
+            lo, hi = torch.maximum(lo, torch.ceil(k0)), torch.minimum(hi, torch.ceil(k1) - 1)
+        else:  # k <= k0, k > k1
+            lo, hi = torch.maximum(lo, torch.floor(k1) + 1), torch.minimum(hi, torch.floor(k0))
+    k = torch.arange(w, dtype=torch.float64, device=device)
+    return (k >= lo[..., None]) & (k <= hi[..., None]) & ~empty[..., None]
+
+
+class RandomAffine(_Randomizable):
+    """TorchIO RandomAffine(scales=0.1, degrees=10, translation=0, isotropic=False,
+    center='image', default_pad_value='minimum', default_pad_label=0, image_interpolation='linear',
+    label_interpolation='nearest', p=1): per sample (with probability `p`), scales, angles (degrees)
+    and translation (mm) drawn from TorchIO's ranges, applied as TorchIO's Affine does with
+    SimpleITK (:func:`torchio_affine_index_map`: physical space through the image's affine, a
+    MetaTensor's or `affine=`, else the identity as TorchIO gives a bare tensor), in one voxaug
+    resample launch with ITK's border rules (edge values within half a voxel, the pad value
+    beyond). Intensity images: float32 result (TorchIO resamples to float32); pad 'minimum' (each
+    channel's minimum, on the device), 'mean' (the mean of the channel's six faces) or a number;
+    TorchIO's 'otsu' is refused. A dictionary (TorchIO's Subject) shares each sample's draw across
+    its 4-D / 5-D tensors; those under `label_keys` are label maps (TorchIO's LabelMap: nearest,
+    `default_pad_label`, their dtype kept), the others intensity images. Parameters of the last call: ``last_scales``, ``last_degrees``,
+    ``last_translation`` ((N, 3) float64) and ``last_applied``.
+
+    Differences: voxaug's Philox draws, not torch's generator; float32 interpolation (ITK: double
+    then float32), so values agree to float32 rounding; nearest rounds half to even (ITK: half up)."""
+
+    def __init__(self, scales: Any = 0.1, degrees: Any = 10, translation: Any = 0, isotropic: bool = False,
+                 center: str = "image", default_pad_value: Union[str, float] = "minimum",
+                 default_pad_label: float = 0, image_interpolation: str = "linear",
+                 label_interpolation: str = "nearest", p: float = 1.0, label_keys: Sequence[str] = (),
+                 affine: Any = None, seed: Optional[int] = None):
+        _Randomizable.__init__(self, seed)
+        if isotropic and isinstance(scales, collections.abc.Sequence) and len(scales) in (3, 6):
+            raise ValueError('If "isotropic" is True, the value for "scales" must have length 1 or 2, '
+                             f'but "{scales}" was passed.')
+        self.scales = _torchio_sextet(scales, 1.0, "scales", min_constraint=0.0)
+        self.degrees = _torchio_sextet(degrees, 0.0, "degrees")
+        self.translation = _torchio_sextet(translation, 0.0, "translation")
+        self.isotropic = bool(isotropic)
+        if center not in ("image", "origin"):
+            raise ValueError(f'Center argument must be "image" or "origin", not "{center}"')
+        self.center = center
+        if isinstance(default_pad_value, str):
+            if default_pad_value == "otsu":
+                raise ValueError("default_pad_value='otsu' (SimpleITK's Otsu threshold of the border values) is not "
+                                 "supported; use 'minimum', 'mean' or a number")
+            if default_pad_value not in ("minimum", "mean"):
+                raise ValueError('Value for default_pad_value must be "minimum", "otsu", "mean" or a number')
+        elif not isinstance(default_pad_value, numbers.Real) or not math.isfinite(default_pad_value):
+            raise ValueError('Value for default_pad_value must be "minimum", "otsu", "mean" or a number')
+        if not isinstance(default_pad_label, numbers.Real):
+            raise ValueError(f'default_pad_label must be a number, but it is "{default_pad_label}"')
+        self.default_pad_value, self.default_pad_label = default_pad_value, float(default_pad_label)
+        self.image_interpolation = self._interp(image_interpolation, "image_interpolation")
+        self.label_interpolation = self._interp(label_interpolation, "label_interpolation")
+        self.p = _check_prob(p)
+        self.label_keys = tuple(label_keys)
+        self.affine = None if affine is None else self._affine4(affine, "affine")
+        self.last_scales = self.last_degrees = self.last_translation = self.last_applied = None
+
+    @staticmethod
+    def _interp(name: str, arg: str) -> str:
+        if name not in ("linear", "nearest"):
+            raise ValueError(f"{arg} must be 'linear' or 'nearest' (voxaug's kernels; TorchIO's B-spline / "
+                             f"windowed-sinc SimpleITK interpolators are not offered), got {name!r}")
+        return name
+
+    def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        u = ops.philox_uniform(self._next_seed(), 0, n, 10).numpy()
+        rng = lambda r, uu: np.asarray(r[::2]) + (np.asarray(r[1::2]) - np.asarray(r[::2])) * uu  # noqa: E731
+        applied = u[:, 0] < self.p
+        scales = rng(self.scales, u[:, 1:4])
+        if self.isotropic:
+            scales[:] = scales[:, :1]
+        degrees, translation = rng(self.degrees, u[:, 4:7]), rng(self.translation, u[:, 7:10])
+        scales[~applied], degrees[~applied], translation[~applied] = 1.0, 0.0, 0.0
+        return applied, scales, degrees, translation
+
+    @staticmethod
+    def _affine4(affine: Any, name: str) -> np.ndarray:
+        a = _one_affine(affine, name)
+        if a.shape != (4, 4):
+            raise ValueError(f"{name} must be a 4x4 matrix (voxel index -> RAS mm), got shape {a.shape}")
+        return a
+
+    def _affine_of(self, img: Any) -> np.ndarray:
+        if self.affine is not None:
+            return self.affine
+        if _is_meta_tensor(img):
+            return self._affine4(img.affine, "img.affine")
+        return np.eye(4)
+
+    def _pad_values(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, C, 1, 1, 1) float32 per-channel pad values of an intensity batch."""
+        n, c = x.shape[:2]
+        if self.default_pad_value == "minimum":
+            v = ops.minmax(x, True)[..., 0]
+        elif self.default_pad_value == "mean":  # the six faces, as TorchIO's get_borders_mean
+            faces = [x[:, :, 0], x[:, :, -1], x[:, :, :, 0], x[:, :, :, -1], x[:, :, :, :, 0], x[:, :, :, :, -1]]
+            v = torch.cat([f.reshape(n, c, -1).double() for f in faces], -1).mean(-1)
+        else:
+            v = torch.full((n, c), float(self.default_pad_value), dtype=torch.float64, device=x.device)
+        return v.float().reshape(n, c, 1, 1, 1)
+
+    def _apply(self, x: torch.Tensor, mats: np.ndarray, inside: list, is_label: bool) -> torch.Tensor:
+        size = tuple(x.shape[2:])
+        m34 = torch.as_tensor(mats[:, :3, :], dtype=torch.float64)
+        if is_label:
+            (out,) = ops.resample([x], _host_to(m34, x.device), size, [self.label_interpolation], ["border"], [0.0])
+            pad = torch.tensor(self.default_pad_label, dtype=torch.float64).to(x.dtype).to(x.device)
+            pad = pad.expand(x.shape[0], x.shape[1], 1, 1, 1)
+        else:
+            xf = x.float()
+            (out,) = ops.resample([xf], _host_to(m34, x.device), size, [self.image_interpolation], ["border"], [0.0])
+            pad = self._pad_values(xf)
+        for n, ins in enumerate(inside):
+            if ins is not None:
+                out[n] = torch.where(ins, out[n], pad[n])
+        return out
+
+    def __call__(self, data: Any) -> Any:
+        is_dict = isinstance(data, collections.abc.Mapping)
+        items = [(k, v) for k, v in data.items() if isinstance(v, torch.Tensor) and v.dim() in (4, 5)] if is_dict \
+            else [(None, data)]
+        if not items:
+            return data
+        batches = [(k, v, *_as_batch(v)) for k, v in items]
+        n, size = batches[0][2].shape[0], tuple(batches[0][2].shape[2:])
+        for k, _, x, _ in batches:
+            if x.shape[0] != n or tuple(x.shape[2:]) != size:
+                raise ValueError(f"RandomAffine: every tensor needs the same batch and spatial shape, "
+                                 f"{tuple(x.shape)} for key {k!r}")
+        applied, scales, degrees, translation = self._draw(n)
+        self.last_applied = torch.as_tensor(applied)
+        self.last_scales, self.last_degrees = torch.as_tensor(scales), torch.as_tensor(degrees)
+        self.last_translation = torch.as_tensor(translation)
+        affine = self._affine_of(batches[0][1])
+        mats = np.stack([torchio_affine_index_map(scales[i], degrees[i], translation[i], affine, size, self.center)
+                         if applied[i] else np.eye(4) for i in range(n)])
+        device = batches[0][2].device
+        inside = [_itk_inside(mats[i], size, device) if applied[i] else None for i in range(n)]
+        out = dict(data) if is_dict else None
+        for k, v, x, restore in batches:
+            is_label = k in self.label_keys
+            y = restore(self._apply(x, mats, inside, is_label))
+            if not is_dict:
+                return y
+            out[k] = y
+        return out
 
 
 class RandomFlip(_RandomSpatial):
