@@ -1269,23 +1269,23 @@ def torchio_affine_index_map(scales, degrees, translation, affine, size, center:
     return np.linalg.inv(p) @ e_inv @ s_inv @ p  # composite T = S o E; the resampler uses T^-1
 
 
-def _itk_inside(m: np.ndarray, size, device) -> torch.Tensor:
-    """(D, H, W) bool: output voxels whose input index lies in [-0.5, S - 0.5) on every axis (ITK's
-    IsInsideBuffer; there its linear and nearest interpolators clamp to the edge, outside they
-    write the default value). Per (d, h) row the valid w form one interval of each axis's linear
-    inequality, so the full-size work is two comparisons."""
+def _itk_outside(m: np.ndarray, size, device) -> torch.Tensor:
+    """(D, H, W) bool: output voxels whose input index lies outside [-0.5, S - 0.5) on some axis
+    (ITK's IsInsideBuffer: inside, its linear and nearest interpolators clamp to the edge; outside,
+    the resampler writes the default value). Per (d, h) row the inside w form one interval (each
+    axis a linear inequality in w), so the full-size work is two comparisons and an or."""
     d, h, w = size
     m_t = torch.as_tensor(m, dtype=torch.float64, device=device)
     i = torch.arange(d, dtype=torch.float64, device=device)[:, None]
     j = torch.arange(h, dtype=torch.float64, device=device)[None, :]
     lo = torch.full((d, h), -math.inf, dtype=torch.float64, device=device)
     hi = torch.full((d, h), math.inf, dtype=torch.float64, device=device)
-    empty = torch.zeros((d, h), dtype=torch.bool, device=device)
     for a, s in enumerate(size):
         base = m_t[a, 0] * i + m_t[a, 1] * j + m_t[a, 3]  # coordinate at w = 0
         slope = float(m[a, 2])
-        if slope == 0.0:
-            empty |= (base < -0.5) | (base >= s - 0.5)
+        if slope == 0.0:  # the whole row is in or out on this axis
+            out = (base < -0.5) | (base >= s - 0.5)
+            lo = torch.where(out, torch.full_like(lo, math.inf), lo)
             continue
         k0, k1 = (-0.5 - base) / slope, (s - 0.5 - base) / slope  # -0.5 <= base + slope k < s - 0.5
         if slope > 0:  # k >= k0, k < k1
@@ -1293,7 +1293,7 @@ def _itk_inside(m: np.ndarray, size, device) -> torch.Tensor:
         else:  # k <= k0, k > k1
             lo, hi = torch.maximum(lo, torch.floor(k1) + 1), torch.minimum(hi, torch.floor(k0))
     k = torch.arange(w, dtype=torch.float64, device=device)
-    return (k >= lo[..., None]) & (k <= hi[..., None]) & ~empty[..., None]
+    return (k < lo[..., None]) | (k > hi[..., None])
 
 
 class RandomAffine(_Randomizable):
@@ -1392,7 +1392,7 @@ class RandomAffine(_Randomizable):
             v = torch.full((n, c), float(self.default_pad_value), dtype=torch.float64, device=x.device)
         return v.float().reshape(n, c, 1, 1, 1)
 
-    def _apply(self, x: torch.Tensor, mats: np.ndarray, inside: list, is_label: bool) -> torch.Tensor:
+    def _apply(self, x: torch.Tensor, mats: np.ndarray, outside: list, is_label: bool) -> torch.Tensor:
         size = tuple(x.shape[2:])
         m34 = torch.as_tensor(mats[:, :3, :], dtype=torch.float64)
         if is_label:
@@ -1403,9 +1403,10 @@ class RandomAffine(_Randomizable):
             xf = x.float()
             (out,) = ops.resample([xf], _host_to(m34, x.device), size, [self.image_interpolation], ["border"], [0.0])
             pad = self._pad_values(xf)
-        for n, ins in enumerate(inside):
-            if ins is not None:
-                out[n] = torch.where(ins, out[n], pad[n])
+        for n, out_n in enumerate(outside):
+            if out_n is not None:  # in place (the output is ours), one channel at a time
+                for c in range(out.shape[1]):
+                    out[n, c].masked_fill_(out_n, pad[n, c, 0, 0, 0])
         return out
 
     def __call__(self, data: Any) -> Any:
@@ -1428,11 +1429,11 @@ class RandomAffine(_Randomizable):
         mats = np.stack([torchio_affine_index_map(scales[i], degrees[i], translation[i], affine, size, self.center)
                          if applied[i] else np.eye(4) for i in range(n)])
         device = batches[0][2].device
-        inside = [_itk_inside(mats[i], size, device) if applied[i] else None for i in range(n)]
+        outside = [_itk_outside(mats[i], size, device) if applied[i] else None for i in range(n)]
         out = dict(data) if is_dict else None
         for k, v, x, restore in batches:
             is_label = k in self.label_keys
-            y = restore(self._apply(x, mats, inside, is_label))
+            y = restore(self._apply(x, mats, outside, is_label))
             if not is_dict:
                 return y
             out[k] = y
