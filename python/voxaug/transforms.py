@@ -30,7 +30,8 @@ from . import ops
 from .ops import Step
 
 __all__ = [
-    "Compose", "OneOf", "ScaleIntensityRange", "ScaleIntensityRanged", "ShiftIntensity", "ShiftIntensityd",
+    "Compose", "OneOf", "SomeOf", "RandomOrder", "ScaleIntensityRange", "ScaleIntensityRanged",
+    "ShiftIntensity", "ShiftIntensityd",
     "RandShiftIntensity", "RandShiftIntensityd", "ScaleIntensity", "ScaleIntensityd",
     "RandScaleIntensity", "RandScaleIntensityd", "RandGaussianNoise", "RandGaussianNoised",
     "RandRicianNoise", "RandRicianNoised", "RandBiasField", "RandBiasFieldd", "RandomBiasField",
@@ -1142,32 +1143,42 @@ class OneOf(_Randomizable):
         n, has_meta = self._batch_size(data)
         choices = self.draw_choices(1 if has_meta else n)
         if has_meta or len(set(choices)) == 1:
-            out = self.transforms[choices[0]](data)
+            out = self._apply_choice(choices[0], data)
             return self._push_record(out, choices[0]) if has_meta else out
         return self._mixed(data, n, choices)
 
-    def _mixed(self, data: Any, n: int, choices: list[int]) -> Any:
+    # The choice hooks (SomeOf's choices are ordered tuples of transform indices).
+    def _apply_choice(self, choice: Any, data: Any) -> Any:
+        return self.transforms[choice](data)
+
+    def _choice_name(self, choice: Any) -> str:
+        return f"transforms[{choice}]"
+
+    def _record_info(self, choice: Any) -> dict:
+        return {"index": int(choice)}
+
+    def _mixed(self, data: Any, n: int, choices: list) -> Any:
         is_dict = isinstance(data, collections.abc.Mapping)
         d = dict(data) if is_dict else {None: data}
         split = [k for k, v in d.items() if isinstance(v, torch.Tensor) and v.dim() == 5]
-        ch = np.asarray(choices)
+        name = type(self).__name__
         result: dict = {}
-        first: Optional[int] = None
+        first: Any = None
         for j in sorted(set(choices)):
-            rows = np.flatnonzero(ch == j)
+            rows = np.asarray([i for i, c in enumerate(choices) if c == j], dtype=np.int64)
             sub = dict(d)
             for k in split:
                 sub[k] = d[k].index_select(0, _host_to(torch.from_numpy(rows), d[k].device))
-            out = self.transforms[j](sub if is_dict else sub[None])
+            out = self._apply_choice(j, sub if is_dict else sub[None])
             if is_dict and not isinstance(out, collections.abc.Mapping):
-                raise ValueError(f"OneOf: transforms[{j}] must return a dictionary for a dictionary, got "
+                raise ValueError(f"{name}: {self._choice_name(j)} must return a dictionary for a dictionary, got "
                                  f"{type(out).__name__}")
             o = dict(out) if is_dict else {None: out}
             for k in split:
                 v = o.get(k)
                 if not isinstance(v, torch.Tensor) or v.dim() == 0 or v.shape[0] != len(rows):
                     got = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
-                    raise ValueError(f"OneOf: transforms[{j}] must return a batch of {len(rows)} for "
+                    raise ValueError(f"{name}: {self._choice_name(j)} must return a batch of {len(rows)} for "
                                      f"{'img' if k is None else repr(k)} (its sub-batch), got {got}")
             if first is None:
                 first = j
@@ -1178,14 +1189,14 @@ class OneOf(_Randomizable):
                 v, r = o[k], result[k]
                 if v.shape[1:] != r.shape[1:] or v.dtype != r.dtype or v.device != r.device:
                     raise ValueError(
-                        f"OneOf: samples that chose transforms[{first}] and transforms[{j}] must come out alike to "
-                        f"form one batch ({'img' if k is None else repr(k)}: {tuple(r.shape[1:])} {r.dtype} on "
-                        f"{r.device} per sample vs {tuple(v.shape[1:])} {v.dtype} on {v.device}); give the "
-                        "transforms equal output shapes and dtypes, or call OneOf per sample")
+                        f"{name}: samples that chose {self._choice_name(first)} and {self._choice_name(j)} must "
+                        f"come out alike to form one batch ({'img' if k is None else repr(k)}: {tuple(r.shape[1:])} "
+                        f"{r.dtype} on {r.device} per sample vs {tuple(v.shape[1:])} {v.dtype} on {v.device}); give "
+                        f"the transforms equal output shapes and dtypes, or call {name} per sample")
                 r.index_copy_(0, _host_to(torch.from_numpy(rows), r.device), v)
         return result if is_dict else result[None]
 
-    def _push_record(self, out: Any, index: int) -> Any:
+    def _push_record(self, out: Any, index: Any) -> Any:
         from . import spatial
 
         def push(v):
@@ -1195,7 +1206,7 @@ class OneOf(_Randomizable):
 
             rec = {spatial._CLASS: type(self).__name__, spatial._ID: id(self),
                    spatial._ORIG_SIZE: tuple(int(s) for s in v.shape[-3:]),
-                   spatial._EXTRA: {"index": int(index)}, spatial._DO: True, spatial._TRACING: True,
+                   spatial._EXTRA: self._record_info(index), spatial._DO: True, spatial._TRACING: True,
                    spatial._LAZY_KEY: False}
             return MetaTensor(v.as_tensor(), meta=dict(v.meta), applied_operations=list(v.applied_operations) + [rec])
 
@@ -1229,6 +1240,132 @@ class OneOf(_Randomizable):
         t = self.transforms[index]
         out = d if is_dict else d[None]
         return t.inverse(out) if callable(getattr(t, "inverse", None)) else out
+
+
+class SomeOf(OneOf):
+    """MONAI SomeOf(transforms, num_transforms=None, replace=False, weights=None): applies k of
+    `transforms` in a drawn order, k uniform in [min, max] of `num_transforms` (None: all; an
+    int n: min(n, len); a pair (min, max)), the transforms drawn one after another with
+    probability proportional to `weights` (uniform when None), without repeats unless `replace`.
+    MONAI's argument checks; a weighted draw without replacement that could run out of non-zero
+    weights is refused up front (numpy would raise at the call that draws too many).
+
+    Batches: each sample draws its own k and order from Philox (`draw_choices`); the samples with
+    the same ordered choice run as one sub-batch, as :class:`OneOf` does (equal output shapes and
+    dtypes needed when they differ). MetaTensors take one draw per call, and SomeOf records
+    ``extra_info["applied_order"]`` so that :meth:`inverse` undoes the applied transforms in
+    reverse order, as MONAI's."""
+
+    def __init__(self, transforms: Union[Sequence[Callable], Callable, None] = None,
+                 num_transforms: Union[int, tuple[int, int], list, None] = None, replace: bool = False,
+                 weights: Optional[Sequence[float]] = None, seed: Optional[int] = None):
+        OneOf.__init__(self, transforms, None, seed)
+        n = len(self.transforms)
+        if num_transforms is not None and not isinstance(num_transforms, (int, tuple, list)):
+            raise ValueError(f"Expected num_transforms to be of type int, list, tuple or None, but it's "
+                             f"{type(num_transforms)}")
+        if num_transforms is None:
+            lo = hi = n
+        elif isinstance(num_transforms, int):
+            lo = hi = min(n, num_transforms)
+        else:
+            if len(num_transforms) != 2:
+                raise ValueError(f"Expected len(num_transforms)=2, but it was {len(num_transforms)}")
+            if not all(isinstance(v, int) for v in num_transforms):
+                raise ValueError(f"Expected (int,int), but received ({type(num_transforms[0])}, "
+                                 f"{type(num_transforms[1])})")
+            lo, hi = num_transforms
+        if lo < 0 or hi > n or lo > hi:
+            raise ValueError(f"num_transforms={num_transforms} are out of the bounds [0, {n}].")
+        self.min_num_transforms, self.max_num_transforms = int(lo), int(hi)
+        self.replace = bool(replace)
+        if weights is None or n == 0:
+            w = np.full(n, 1.0 / max(n, 1))
+        else:
+            w = np.asarray([float(v) for v in weights], dtype=np.float64)
+            if w.shape != (n,):
+                raise ValueError(f"Expected len(weights)={n}, got: {len(w)}.")
+            if not np.all(np.isfinite(w)) or np.any(w < 0):
+                raise ValueError(f"Probabilities must be greater than or equal to zero, got {w}.")
+            if np.all(w == 0):
+                raise ValueError(f"At least one probability must be greater than zero, got {w}.")
+            w = w / w.sum()
+        if not self.replace and hi > int(np.count_nonzero(w)):
+            raise ValueError(f"num_transforms allows {hi} transforms without replacement, but only "
+                             f"{int(np.count_nonzero(w))} have a non-zero weight")
+        self.weights = tuple(float(v) for v in w)
+
+    def draw_choices(self, batch_size: int = 1, first_sample: int = 0, seed: Optional[int] = None) -> list:
+        """Each sample's applied order (a tuple of transform indices): u ~ Philox(seed, first_sample
+        + i); k = min + floor(u_0 (max - min + 1)); pick t takes the first j with u_{t+1} below the
+        cumulative normalised weights of the transforms still available."""
+        seed = self._next_seed() if seed is None else int(seed) & ((1 << 64) - 1)
+        n = len(self.transforms)
+        u = ops.philox_uniform(seed, int(first_sample), int(batch_size), 1 + max(self.max_num_transforms, 1)).numpy()
+        span = self.max_num_transforms - self.min_num_transforms + 1
+        out = []
+        for row in u:
+            k = self.min_num_transforms + min(int(row[0] * span), span - 1)
+            w = np.asarray(self.weights, dtype=np.float64).copy()
+            order = []
+            for t in range(k):
+                cum = np.cumsum(w / w.sum())
+                j = min(int(np.searchsorted(cum, row[1 + t], side="right")), int(np.flatnonzero(w > 0)[-1]))
+                order.append(j)
+                if not self.replace:
+                    w[j] = 0.0
+            out.append(tuple(order))
+        return out if n else [()] * int(batch_size)
+
+    def _apply_choice(self, choice: tuple, data: Any) -> Any:
+        for j in choice:
+            data = self.transforms[j](data)
+        return data
+
+    def _choice_name(self, choice: tuple) -> str:
+        return f"the order {list(choice)}"
+
+    def _record_info(self, choice: tuple) -> dict:
+        return {"applied_order": [int(j) for j in choice]}
+
+    def inverse(self, data: Any) -> Any:
+        """MONAI's SomeOf.inverse: pops SomeOf's record from each MetaTensor and undoes the applied
+        transforms in reverse order (those with an inverse)."""
+        if not self.transforms:
+            return data
+        is_dict = isinstance(data, collections.abc.Mapping)
+        d = dict(data) if is_dict else {None: data}
+        order = None
+        name = type(self).__name__
+        for k, v in d.items():
+            if not _is_meta_tensor(v):
+                continue
+            rec = v.applied_operations[-1] if v.applied_operations else None
+            if not isinstance(rec, collections.abc.Mapping) or rec.get("id") != id(self):
+                raise RuntimeError(f"{name}.inverse: the last applied operation of "
+                                   f"{'img' if k is None else f'data[{k!r}]'} is not this {name}'s record "
+                                   f"(id {id(self)}); invert transforms in the reverse order of application")
+            from monai.data import MetaTensor
+
+            order = [int(j) for j in rec["extra_info"]["applied_order"]]
+            d[k] = MetaTensor(v.as_tensor(), meta=dict(v.meta), applied_operations=list(v.applied_operations[:-1]))
+        if order is None:
+            raise ValueError(f"{name}.inverse: no MetaTensor in the data, so no record of the applied order "
+                             f"({name} records on MetaTensors while MONAI's track_meta is on)")
+        out = d if is_dict else d[None]
+        for j in reversed(order):
+            t = self.transforms[j]
+            if callable(getattr(t, "inverse", None)):
+                out = t.inverse(out)
+        return out
+
+
+class RandomOrder(SomeOf):
+    """MONAI RandomOrder(transforms): every transform, in an order drawn per sample (per call for
+    MetaTensors, recorded for :meth:`inverse`); see :class:`SomeOf`."""
+
+    def __init__(self, transforms: Union[Sequence[Callable], Callable, None] = None, seed: Optional[int] = None):
+        SomeOf.__init__(self, transforms, None, False, None, seed)
 
 
 # ---------------- dictionary forms ----------------

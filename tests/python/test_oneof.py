@@ -185,3 +185,111 @@ def test_in_a_compose_equals_the_steps_one_by_one():
         ref = t(ref)
     assert torch.equal(fused, ref)
     assert T.Compose(chain(5))([x[:2], x[2:]])[1].shape == (4, 1, 8, 8, 8)  # a list of items: mapped
+
+
+# ---------------- SomeOf / RandomOrder ----------------
+def _digit(j):
+    """A transform that appends digit j + 1 to every value (x -> 10 x + j + 1): the output of a
+    chain of them spells the applied order."""
+    return lambda v: v * 10 + (j + 1)
+
+
+def _spelled(order):
+    v = 0
+    for j in order:
+        v = v * 10 + j + 1
+    return v
+
+
+@pytest.mark.parametrize("kw", [dict(num_transforms=(1, 3), weights=[1.0, 2.0, 3.0]),
+                                dict(num_transforms=2, replace=True), dict()])
+def test_some_of_orders_match_monai_distribution(kw):
+    """Applied orders over 3000 samples (voxaug: one batch; MONAI: 3000 calls) have the same
+    distribution (chi-square test of the two tables of ordered tuples), and each sample's output
+    is its drawn order applied in sequence."""
+    from scipy import stats
+    ours_t = T.SomeOf([_digit(j) for j in range(3)], seed=5, **kw)
+    n = 3000
+    orders = ours_t.draw_choices(n, seed=77)
+    x = torch.zeros(n, 1, 1, 1, 1, dtype=torch.float64)
+    fixed = T.SomeOf([_digit(j) for j in range(3)], **kw)
+    fixed._next_seed = lambda: 77
+    y = fixed(x).flatten().tolist()
+    assert y == [float(_spelled(o)) for o in orders]
+    m = mt.SomeOf([_digit(j) for j in range(3)], **kw)
+    m.set_random_state(3)
+    theirs = [int(m(torch.zeros(1, dtype=torch.float64)).item()) for _ in range(n)]
+    keys = sorted({_spelled(o) for o in orders} | set(theirs))
+    table = np.array([[sum(1 for o in orders if _spelled(o) == k) for k in keys],
+                      [theirs.count(k) for k in keys]])
+    assert stats.chi2_contingency(table)[1] > 1e-3, (keys, table)
+
+
+def test_random_order_applies_every_transform_in_a_per_sample_order():
+    t = T.RandomOrder([_digit(j) for j in range(4)], seed=2)
+    orders = t.draw_choices(500, seed=4)
+    assert all(sorted(o) == [0, 1, 2, 3] for o in orders)
+    assert len(set(orders)) == 24  # every permutation shows up in 500 draws (miss: < 1e-7)
+    t._next_seed = lambda: 4
+    y = t(torch.zeros(500, 1, 1, 1, 1, dtype=torch.float64)).flatten().tolist()
+    assert y == [float(_spelled(o)) for o in orders]
+
+
+def test_some_of_mixed_batch_and_dictionary_equal_each_order_per_sample():
+    """Real transforms on a batch: each sample equals its drawn order applied to it alone; a
+    dictionary shares the draw across keys."""
+    x = _volumes(8, size=(6, 6, 6))
+    members = [T.Flip(0), T.Rotate90(1, (1, 2)), T.ShiftIntensity(5.0)]
+    t = T.SomeOf(members, num_transforms=(0, 3), seed=3)
+    orders = t.draw_choices(8, seed=12)
+    assert len(set(orders)) > 1
+    t._next_seed = lambda: 12
+    out = t(x)
+    for i, o in enumerate(orders):
+        ref = x[i:i + 1]
+        for j in o:
+            ref = members[j](ref)
+        assert torch.equal(out[i:i + 1], ref), (i, o)
+    keys = ["a", "b"]
+    td = T.SomeOf([T.Flipd(keys, 0), T.Rotate90d(keys, 1, (1, 2)), T.ShiftIntensityd(keys, 5.0)],
+                  num_transforms=(0, 3))
+    td._next_seed = lambda: 12
+    d = td({"a": x, "b": x + 1, "meta": "kept"})
+    assert torch.equal(d["a"], out) and torch.allclose(d["b"], out + 1) and d["meta"] == "kept"
+
+
+def test_some_of_metatensor_record_and_inverse():
+    """MetaTensors: one order per call, recorded as MONAI's applied_order; inverse (and Compose's)
+    undoes the spatial members in reverse order and pops every record."""
+    aff = torch.diag(torch.tensor([2.0, 1.5, 1.0, 1.0], dtype=torch.float64))
+    x = _volumes(2, size=(6, 6, 5))
+    for seed in range(1, 6):
+        t = T.SomeOf([T.Flip(0), T.Rotate90(1, (0, 1)), T.Flip(2)], num_transforms=(1, 3), seed=seed)
+        order = T.SomeOf([T.Flip(0), T.Rotate90(1, (0, 1)), T.Flip(2)], num_transforms=(1, 3),
+                         seed=seed).draw_choices(1)[0]
+        fwd = t(MetaTensor(x.clone(), affine=aff.clone()))
+        rec = fwd.applied_operations[-1]
+        assert rec[TraceKeys.CLASS_NAME] == "SomeOf" and rec[TraceKeys.EXTRA_INFO]["applied_order"] == list(order)
+        inv = t.inverse(fwd)
+        assert torch.equal(inv.as_tensor(), x) and inv.applied_operations == []
+        assert torch.allclose(inv.affine.double(), aff)
+        c = T.Compose([T.Flip(1), T.RandomOrder([T.Flip(0), T.Rotate90(1, (0, 1))], seed=seed)])
+        inv = c.inverse(c(MetaTensor(x.clone(), affine=aff.clone())))
+        assert torch.equal(inv.as_tensor(), x) and inv.applied_operations == []
+
+
+@pytest.mark.parametrize("kw", [dict(num_transforms="2"), dict(num_transforms=(1, 2, 3)),
+                                dict(num_transforms=(1.0, 2)), dict(num_transforms=(0, 4)),
+                                dict(weights=[1.0, 2.0]), dict(weights=[1.0, -1.0, 1.0]),
+                                dict(weights=[0.0, 0.0, 0.0])])
+def test_some_of_rejects_what_monai_rejects(kw):
+    with pytest.raises(ValueError):
+        mt.SomeOf([_digit(j) for j in range(3)], **kw)
+    with pytest.raises(ValueError):
+        T.SomeOf([_digit(j) for j in range(3)], **kw)
+
+
+def test_some_of_refuses_a_draw_that_runs_out_of_weights():
+    with pytest.raises(ValueError, match="non-zero weight"):
+        T.SomeOf([_digit(j) for j in range(3)], num_transforms=3, weights=[1.0, 0.0, 1.0])
+    assert T.SomeOf([_digit(j) for j in range(3)], num_transforms=3, weights=[1.0, 0.0, 1.0], replace=True)
