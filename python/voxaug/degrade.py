@@ -1,7 +1,8 @@
 """Image degradations with MONAI's names and arguments: RandCoarseDropout(d) and
 RandSimulateLowResolution(d), backed by ``torch.ops.voxaug.coarse_dropout`` and
 ``torch.ops.voxaug.simulate_low_resolution``: a batch is transformed in one launch, each sample
-with its own random parameters.
+with its own random parameters; GibbsNoise(d) / RandGibbsNoise(d) through torch's FFTs (one
+forward and one inverse transform per batch).
 
 Random parameters (the gate ``u < prob``, hole counts, sizes and corners, the zoom factor) are
 drawn per sample on the host with Philox (``voxaug.ops.philox_uniform``) from a 64-bit seed per
@@ -30,6 +31,7 @@ from .transforms import _as_batch, _check_prob, _Dict, _Randomizable
 
 __all__ = [
     "RandCoarseDropout", "RandCoarseDropoutd", "RandSimulateLowResolution", "RandSimulateLowResolutiond",
+    "GibbsNoise", "GibbsNoised", "RandGibbsNoise", "RandGibbsNoised",
 ]
 
 FILL_CONSTANT, FILL_UNIFORM, FILL_IMAGE_RANGE = 0, 1, 2
@@ -252,6 +254,90 @@ class RandSimulateLowResolution(_Degrade, _Randomizable):
         return torch.ops.voxaug.simulate_low_resolution(x, low, mode, self.align_corners, torch.float32)
 
 
+# ---------------- Gibbs ringing (k-space truncation) ----------------
+def _gibbs_distance(shape, device) -> torch.Tensor:
+    """MONAI GibbsNoise's distance of each k-space voxel from the spectrum's centre (float64,
+    numpy's ogrid arithmetic), on `device`."""
+    center = (np.array(shape) - 1) / 2
+    coords = np.ogrid[tuple(slice(0, i) for i in shape)]
+    return torch.from_numpy(np.sqrt(sum((c - m) ** 2 for c, m in zip(coords, center)))).to(device)
+
+
+def _gibbs(x: torch.Tensor, alpha: np.ndarray) -> torch.Tensor:
+    """MONAI GibbsNoise on every sample of x, sample n with alpha[n]: the centred spectrum (torch
+    fftn over the spatial axes) kept within the sphere of radius (1 - alpha) max(shape) sqrt(2) / 2,
+    then the real part of the inverse transform. One forward and one inverse FFT for the batch."""
+    dims = (-3, -2, -1)
+    shape = tuple(x.shape[2:])
+    k = torch.fft.fftshift(torch.fft.fftn(x, dim=dims), dim=dims)
+    r = torch.from_numpy(np.array([(1 - a) * np.max(shape) * np.sqrt(2) / 2.0 for a in alpha], dtype=np.float64))
+    inside = _gibbs_distance(shape, x.device)[None] <= r.to(x.device).reshape(-1, 1, 1, 1)
+    k = k * inside[:, None]
+    return torch.fft.ifftn(torch.fft.ifftshift(k, dim=dims), dim=dims, norm="backward").real
+
+
+class GibbsNoise:
+    """MONAI GibbsNoise(alpha): Gibbs ringing by truncating k-space (see :func:`_gibbs`), every
+    sample of a batch in one FFT pair on the data's device (cuFFT on CUDA). The result is the real
+    part of the inverse transform (float32; float64 for float64 images), as MONAI's."""
+
+    def __init__(self, alpha: float = 0.1):
+        if alpha > 1 or alpha < 0:
+            raise ValueError("alpha must take values in the interval [0, 1].")
+        self.alpha = float(alpha)
+
+    def __call__(self, img: Any) -> Any:
+        x, restore = _as_batch(img)
+        return restore(_gibbs(x, np.full(x.shape[0], self.alpha)))
+
+
+class RandGibbsNoise(_Degrade, _Randomizable):
+    """MONAI RandGibbsNoise(prob, alpha): per sample, with probability `prob`, GibbsNoise with
+    alpha ~ U(alpha) (a number a means (0, a)), drawn with Philox on the host (``last_alpha``,
+    ``last_applied``; MONAI's ``sampled_alpha`` for sample 0). The applied samples go through one
+    FFT pair; in a batch where only some are applied, the others come back as float copies of
+    themselves (MONAI returns an unapplied image as it is; a call where none applies does too)."""
+
+    def __init__(self, prob: float = 0.1, alpha: Union[float, Sequence[float]] = (0.0, 1.0),
+                 seed: Optional[int] = None):
+        _Randomizable.__init__(self, seed)
+        if isinstance(alpha, float):
+            alpha = (0, alpha)
+        alpha = tuple(alpha) if isinstance(alpha, (list, tuple)) else (alpha,)
+        if len(alpha) != 2:
+            raise ValueError("alpha length must be 2.")
+        if alpha[1] > 1 or alpha[0] < 0:
+            raise ValueError("alpha must take values in the interval [0, 1]")
+        if alpha[0] > alpha[1]:
+            raise ValueError("When alpha = [a,b] we need a < b.")
+        self.prob = _check_prob(prob)
+        self.alpha = (float(alpha[0]), float(alpha[1]))
+        self.sampled_alpha = -1.0
+        self.last_alpha: Optional[torch.Tensor] = None
+        self.last_applied: Optional[torch.Tensor] = None
+
+    def _plan(self, x: torch.Tensor, seed: Optional[int] = None) -> dict:
+        u = ops.philox_uniform(self._next_seed() if seed is None else seed, 0, x.shape[0], 2)
+        lo, hi = self.alpha
+        return {"alpha": lo + (hi - lo) * u[:, 1], "applied": u[:, 0] < self.prob}
+
+    def _record(self, x: torch.Tensor, params: dict) -> None:
+        self.last_alpha, self.last_applied = params["alpha"], params["applied"]
+        if bool(params["applied"][0]):
+            self.sampled_alpha = float(params["alpha"][0])
+
+    def _run(self, x: torch.Tensor, params: dict) -> torch.Tensor:
+        applied = params["applied"]
+        alpha = params["alpha"].numpy()
+        if bool(applied.all()):
+            return _gibbs(x, alpha)
+        rows = torch.nonzero(applied).flatten()
+        part = _gibbs(x.index_select(0, rows.to(x.device)), alpha[rows.numpy()])
+        out = x.to(part.dtype, copy=True)
+        out.index_copy_(0, rows.to(x.device), part)
+        return out
+
+
 # ---------------- dictionary forms ----------------
 class RandCoarseDropoutd(_Dict):
     """MONAI RandCoarseDropoutd: one draw of holes per call (from the first key's shape), used for
@@ -275,3 +361,16 @@ class RandSimulateLowResolutiond(_Dict):
                  seed: Optional[int] = None):
         super().__init__(keys, RandSimulateLowResolution(prob, downsample_mode, upsample_mode, zoom_range,
                                                          align_corners, device, seed), allow_missing_keys)
+
+
+class GibbsNoised(_Dict):
+    def __init__(self, keys, alpha: float = 0.5, allow_missing_keys: bool = False):
+        super().__init__(keys, GibbsNoise(alpha), allow_missing_keys)
+
+
+class RandGibbsNoised(_Dict):
+    """MONAI RandGibbsNoised: one draw per call (from the first key's batch size) for every key."""
+
+    def __init__(self, keys, prob: float = 0.1, alpha: Union[float, Sequence[float]] = (0.0, 1.0),
+                 allow_missing_keys: bool = False, seed: Optional[int] = None):
+        super().__init__(keys, RandGibbsNoise(prob, alpha, seed), allow_missing_keys)

@@ -409,3 +409,72 @@ def test_metatensor_and_float64_inputs():
     d = RandCoarseDropout(holes=2, spatial_size=4, fill_value=0.0, prob=1.0, seed=1)(mtx)
     assert isinstance(d, MetaTensor) and d.dtype == torch.float64 and (d == 0).any()
     assert torch.equal(mtx.as_tensor(), x)  # the input is not modified
+
+
+# ---------------- GibbsNoise / RandGibbsNoise ----------------
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.85, 1.0])
+def test_gibbs_noise_batch_matches_monai(device, alpha):
+    """Every sample of a (3, 2, 12, 13, 14) batch equals MONAI's GibbsNoise of that image (the same
+    torch FFTs and mask: bytes equal on the CPU; float32 FFT rounding on CUDA)."""
+    from voxaug.degrade import GibbsNoise
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(3, 2, 12, 13, 14, generator=g) * 100
+    out = GibbsNoise(alpha)(x.to(device))
+    assert out.dtype == torch.float32 and out.device.type == device
+    for n in range(3):
+        ref = torch.as_tensor(monai_t.GibbsNoise(alpha)(x[n].clone()))
+        if device == "cpu":
+            assert torch.equal(out[n], ref)
+        else:
+            torch.testing.assert_close(out[n].cpu(), ref, rtol=0, atol=1e-4)
+
+
+def test_gibbs_noise_rings_a_step_edge():
+    """Independent of MONAI: truncating k-space of a step edge overshoots next to the edge (the
+    Gibbs phenomenon, about 9% of the jump for a sharp cutoff) and a smaller alpha keeps more of
+    the spectrum (the result closer to the input)."""
+    from voxaug.degrade import GibbsNoise
+    x = torch.zeros(1, 1, 32, 32, 32, dtype=torch.float64)
+    x[..., 16:] = 1.0
+    strong, mild = GibbsNoise(0.6)(x), GibbsNoise(0.1)(x)
+    assert strong.dtype == torch.float64
+    assert strong.max().item() > 1.03 and strong.min().item() < -0.03
+    assert (mild - x).abs().mean().item() < (strong - x).abs().mean().item()
+    assert abs(strong.mean().item() - x.mean().item()) < 1e-12  # the DC term is kept
+
+
+def test_rand_gibbs_noise_gate_draws_and_dictionary():
+    """Per-sample gate and alpha (Philox): applied samples equal MONAI's GibbsNoise with the drawn
+    alpha, the others are their float32 copies; alpha ~ U(a, b) (a number a: (0, a)); the
+    dictionary form shares one draw; MONAI's argument checks."""
+    from voxaug.degrade import RandGibbsNoise, RandGibbsNoised
+    g = torch.Generator().manual_seed(2)
+    x = (torch.rand(6, 1, 10, 11, 9, generator=g) * 200).to(torch.uint8)
+    t = RandGibbsNoise(prob=0.5, alpha=(0.2, 0.7), seed=8)
+    out = t(x)
+    applied = t.last_applied.tolist()
+    assert 0 < sum(applied) < 6 and out.dtype == torch.float32
+    for n in range(6):
+        if applied[n]:
+            a = float(t.last_alpha[n])
+            assert 0.2 <= a <= 0.7
+            assert torch.equal(out[n], torch.as_tensor(monai_t.GibbsNoise(a)(x[n].clone())))
+        else:
+            assert torch.equal(out[n], x[n].float())
+    draws = RandGibbsNoise(prob=1.0, alpha=0.4, seed=1)
+    draws(torch.zeros(2000, 1, 2, 2, 2))
+    a = draws.last_alpha.numpy()
+    assert a.min() >= 0 and a.max() <= 0.4 and stats.kstest(a / 0.4, "uniform").pvalue > 1e-3
+    d = RandGibbsNoised(["a", "b"], prob=0.5, alpha=(0.2, 0.7), seed=8)({"a": x, "b": x.float()})
+    assert torch.equal(d["a"], out) and torch.equal(d["b"], out)
+    for bad in ((0.5, 0.2), (-0.1, 0.5), (0.1, 1.5), (0.1, 0.2, 0.3)):
+        with pytest.raises(ValueError):
+            monai_t.RandGibbsNoise(alpha=bad)
+        with pytest.raises(ValueError):
+            RandGibbsNoise(alpha=bad)
+    with pytest.raises(ValueError):
+        monai_t.GibbsNoise(1.5)
+    from voxaug.degrade import GibbsNoise
+    with pytest.raises(ValueError, match="alpha"):
+        GibbsNoise(1.5)
