@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from . import ops
-from .transforms import DtypeLike, _as_batch, _Dict, _host_to, _torch_dtype
+from .transforms import DtypeLike, _as_batch, _Dict, _host_to, _torch_dtype, _torchio_range
 
 __all__ = [
     "NormalizeIntensity", "NormalizeIntensityd", "ScaleIntensityRangePercentiles",
@@ -258,30 +258,6 @@ class ClipIntensityPercentilesd(_Dict):
 
 
 # ---------------- TorchIO ZNormalization / RescaleIntensity ----------------
-def _torchio_pair(value: Any, name: str, lo: Optional[float] = None, hi: Optional[float] = None) -> tuple[float, float]:
-    """TorchIO's two-number arguments: a pair (a, b) with a <= b (a number d: (-d, d), or (lo, d)
-    when there is a lower constraint), within [lo, hi] where given, finite."""
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        d = float(value)
-        if not d >= 0:
-            raise ValueError(f"If {name} is a single number, it must be >= 0, got {value!r}")
-        pair = (-d if lo is None else float(lo), d)
-    else:
-        try:
-            pair = tuple(float(v) for v in value)
-        except (TypeError, ValueError):
-            pair = ()
-        if len(pair) != 2:
-            raise ValueError(f"{name} must be a number or a sequence of two numbers, got {value!r}")
-        if not pair[0] <= pair[1]:
-            raise ValueError(f"If {name} is a sequence, the second value must be >= the first, got {value!r}")
-    if not all(np.isfinite(pair)):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if (lo is not None and pair[0] < lo) or (hi is not None and pair[1] > hi):
-        raise ValueError(f"{name} must lie in [{lo}, {hi}], got {value!r}")
-    return pair
-
-
 def _torchio_mask(x: torch.Tensor, masking_method: Any) -> Optional[torch.Tensor]:
     """TorchIO's masking_method as an (N, C, D, H, W) bool mask on x's device (None: every voxel).
     A callable gets each sample's (C, D, H, W) tensor, as TorchIO gives it the image's data; a
@@ -360,9 +336,9 @@ class RescaleIntensity:
     def __init__(self, out_min_max: Union[float, Sequence[float]] = (0, 1),
                  percentiles: Union[float, Sequence[float]] = (0, 100), masking_method: Any = None,
                  in_min_max: Optional[Sequence[float]] = None):
-        self.out_min, self.out_max = _torchio_pair(out_min_max, "out_min_max")
-        self.percentiles = _torchio_pair(percentiles, "percentiles", 0.0, 100.0)
-        self.in_min_max = None if in_min_max is None else _torchio_pair(in_min_max, "in_min_max")
+        self.out_min, self.out_max = _torchio_range(out_min_max, "out_min_max")
+        self.percentiles = _torchio_range(percentiles, "percentiles", 0.0, 100.0)
+        self.in_min_max = None if in_min_max is None else _torchio_range(in_min_max, "in_min_max")
         self.masking_method = masking_method
 
     def _cutoffs(self, xf: torch.Tensor, mask: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -591,9 +591,10 @@ class RandomGamma(_Pointwise, _Randomizable):
         return [Step(ops.GAMMA, ops.RANDOM, (1.0, *self.log_gamma), self.p, self._next_seed())]
 
 
-def _torchio_range(value: Any, name: str, min_constraint: Optional[float] = None) -> tuple[float, float]:
+def _torchio_range(value: Any, name: str, min_constraint: Optional[float] = None,
+                   max_constraint: Optional[float] = None) -> tuple[float, float]:
     """TorchIO's range argument: a number d >= 0 means (-d, d), or (min_constraint, d) when there
-    is one; a pair (a, b) needs a <= b (and a >= min_constraint). Both ends finite."""
+    is one; a pair (a, b) needs a <= b; both ends finite and within the constraints."""
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         d = float(value)
         if not d >= 0:
@@ -610,8 +611,9 @@ def _torchio_range(value: Any, name: str, min_constraint: Optional[float] = None
             raise ValueError(f"If {name} is a sequence, the second value must be >= the first, got {value!r}")
     if not (math.isfinite(pair[0]) and math.isfinite(pair[1])):
         raise ValueError(f"{name} must be finite, got {value!r}")
-    if min_constraint is not None and pair[0] < min_constraint:
-        raise ValueError(f"{name} must be >= {min_constraint}, got {value!r}")
+    if (min_constraint is not None and pair[0] < min_constraint) or (
+            max_constraint is not None and pair[1] > max_constraint):
+        raise ValueError(f"{name} must lie in [{min_constraint}, {max_constraint}], got {value!r}")
     return pair
 
 
@@ -1214,32 +1216,40 @@ class OneOf(_Randomizable):
             return {k: push(v) for k, v in out.items()}
         return push(out)
 
-    def inverse(self, data: Any) -> Any:
-        """MONAI's OneOf.inverse: pops OneOf's record (the chosen index) from each MetaTensor and
-        undoes that transform (when it has an inverse; intensity transforms have none)."""
-        if not self.transforms:
-            return data
+    def _pop_record(self, data: Any) -> tuple[Any, dict]:
+        """(the data without this transform's record on each MetaTensor, the record's extra_info)."""
         is_dict = isinstance(data, collections.abc.Mapping)
         d = dict(data) if is_dict else {None: data}
-        index = None
+        name = type(self).__name__
+        info = None
         for k, v in d.items():
             if not _is_meta_tensor(v):
                 continue
             rec = v.applied_operations[-1] if v.applied_operations else None
             if not isinstance(rec, collections.abc.Mapping) or rec.get("id") != id(self):
-                raise RuntimeError(f"OneOf.inverse: the last applied operation of "
-                                   f"{'img' if k is None else f'data[{k!r}]'} is not this OneOf's record "
+                raise RuntimeError(f"{name}.inverse: the last applied operation of "
+                                   f"{'img' if k is None else f'data[{k!r}]'} is not this {name}'s record "
                                    f"(id {id(self)}); invert transforms in the reverse order of application")
             from monai.data import MetaTensor
 
-            index = int(rec["extra_info"]["index"])
+            info = rec["extra_info"]
             d[k] = MetaTensor(v.as_tensor(), meta=dict(v.meta), applied_operations=list(v.applied_operations[:-1]))
-        if index is None:
-            raise ValueError("OneOf.inverse: no MetaTensor in the data, so no record of the chosen transform "
-                             "(OneOf records on MetaTensors while MONAI's track_meta is on)")
-        t = self.transforms[index]
-        out = d if is_dict else d[None]
-        return t.inverse(out) if callable(getattr(t, "inverse", None)) else out
+        if info is None:
+            raise ValueError(f"{name}.inverse: no MetaTensor in the data, so no record of what was applied "
+                             f"({name} records on MetaTensors while MONAI's track_meta is on)")
+        return (d if is_dict else d[None]), info
+
+    def _undo(self, j: int, data: Any) -> Any:
+        t = self.transforms[j]
+        return t.inverse(data) if callable(getattr(t, "inverse", None)) else data
+
+    def inverse(self, data: Any) -> Any:
+        """MONAI's OneOf.inverse: pops OneOf's record (the chosen index) from each MetaTensor and
+        undoes that transform (when it has an inverse; intensity transforms have none)."""
+        if not self.transforms:
+            return data
+        out, info = self._pop_record(data)
+        return self._undo(int(info["index"]), out)
 
 
 class SomeOf(OneOf):
@@ -1333,30 +1343,9 @@ class SomeOf(OneOf):
         transforms in reverse order (those with an inverse)."""
         if not self.transforms:
             return data
-        is_dict = isinstance(data, collections.abc.Mapping)
-        d = dict(data) if is_dict else {None: data}
-        order = None
-        name = type(self).__name__
-        for k, v in d.items():
-            if not _is_meta_tensor(v):
-                continue
-            rec = v.applied_operations[-1] if v.applied_operations else None
-            if not isinstance(rec, collections.abc.Mapping) or rec.get("id") != id(self):
-                raise RuntimeError(f"{name}.inverse: the last applied operation of "
-                                   f"{'img' if k is None else f'data[{k!r}]'} is not this {name}'s record "
-                                   f"(id {id(self)}); invert transforms in the reverse order of application")
-            from monai.data import MetaTensor
-
-            order = [int(j) for j in rec["extra_info"]["applied_order"]]
-            d[k] = MetaTensor(v.as_tensor(), meta=dict(v.meta), applied_operations=list(v.applied_operations[:-1]))
-        if order is None:
-            raise ValueError(f"{name}.inverse: no MetaTensor in the data, so no record of the applied order "
-                             f"({name} records on MetaTensors while MONAI's track_meta is on)")
-        out = d if is_dict else d[None]
-        for j in reversed(order):
-            t = self.transforms[j]
-            if callable(getattr(t, "inverse", None)):
-                out = t.inverse(out)
+        out, info = self._pop_record(data)
+        for j in reversed([int(j) for j in info["applied_order"]]):
+            out = self._undo(j, out)
         return out
 
 
