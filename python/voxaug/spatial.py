@@ -193,7 +193,8 @@ from . import ops
 from .transforms import _as_batch, _check_prob, _host_to, _is_meta_tensor, _Randomizable
 
 __all__ = [
-    "Flip", "Flipd", "RandFlip", "RandFlipd", "RandAxisFlip", "RandAxisFlipd", "RandomFlip", "RandomAffine", "Rotate90", "Rotate90d", "RandRotate90", "RandRotate90d",
+    "Flip", "Flipd", "RandFlip", "RandFlipd", "RandAxisFlip", "RandAxisFlipd", "RandomFlip", "RandomAffine",
+    "Rotate90", "Rotate90d", "RandRotate90", "RandRotate90d",
     "Affine", "Affined", "RandAffine", "RandAffined", "Rotate", "Rotated", "RandRotate", "RandRotated",
     "Zoom", "Zoomd", "RandZoom", "RandZoomd", "Resize", "Resized", "Spacing", "Spacingd", "Orientation", "Orientationd",
     "SpatialCrop", "SpatialCropd", "CenterSpatialCrop", "CenterSpatialCropd", "SpatialPad", "SpatialPadd",
@@ -1308,11 +1309,13 @@ class RandomAffine(_Randomizable):
     channel's minimum, on the device), 'mean' (the mean of the channel's six faces) or a number;
     TorchIO's 'otsu' is refused. A dictionary (TorchIO's Subject) shares each sample's draw across
     its 4-D / 5-D tensors; those under `label_keys` are label maps (TorchIO's LabelMap: nearest,
-    `default_pad_label`, their dtype kept), the others intensity images. Parameters of the last call: ``last_scales``, ``last_degrees``,
-    ``last_translation`` ((N, 3) float64) and ``last_applied``.
+    `default_pad_label`, their dtype kept), the others intensity images. Parameters of the last
+    call: ``last_scales``, ``last_degrees``, ``last_translation`` ((N, 3) float64) and
+    ``last_applied``.
 
-    Differences: voxaug's Philox draws, not torch's generator; float32 interpolation (ITK: double
-    then float32), so values agree to float32 rounding; nearest rounds half to even (ITK: half up)."""
+    Differences: voxaug's Philox draws, not torch's generator; float32 coordinates and
+    interpolation for float32 data (ITK: double, then float32), so values agree to about 1e-5 of
+    the image's range (more where the image is steep); nearest rounds half to even (ITK: half up)."""
 
     def __init__(self, scales: Any = 0.1, degrees: Any = 10, translation: Any = 0, isotropic: bool = False,
                  center: str = "image", default_pad_value: Union[str, float] = "minimum",
