@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "../common/cpu_isa.h"
+#include "../common/prefetch.h"
 #include "../common/stream_store.h"
 #include "voxaug/detail/bspline.h"
 #include "voxaug/detail/deform.h"
@@ -42,17 +43,6 @@ inline bool cpu_has_avx512bw() {
 }
 inline bool cpu_has_avx2() {
   return cpu_isa() != CpuIsa::Baseline;
-}
-
-// One software prefetch (prefetcht0) of the line holding *p. Not _mm_prefetch: GCC 12 dropped
-// those (__builtin_prefetch) from the row gather's loop entirely. Prefetches do not fault, so p
-// may lie outside the volume.
-VOXAUG_FORCEINLINE void prefetch_line(const void* p) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
-#else
-  (void)p;
-#endif
 }
 
 constexpr int64_t kResampleRow = 256;
