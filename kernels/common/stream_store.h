@@ -13,8 +13,6 @@
 #include <cstring>
 
 #include "voxaug/config.h"
-#include "voxaug/detail/indexer.h"
-#include "voxaug/types.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 #include <immintrin.h>
@@ -28,13 +26,6 @@ namespace voxaug::detail {
 // Outputs (all samples of a launch together) of at least this many bytes are streamed: a batch
 // that large would not stay in the caches for the next op anyway.
 constexpr int64_t kStreamOutputBytes = int64_t(2) << 20;
-
-// CPU kernels stream their output when it is a separate, dense buffer of at least
-// kStreamOutputBytes (elements of elem_size bytes); in place, the lines are in the cache already.
-inline bool stream_output(const VolumeView& in, const VolumeView& out, size_t elem_size) {
-  return out.device == Device::CPU && out.data != in.data && make_indexer(out).dense &&
-         out.numel() * int64_t(elem_size) >= kStreamOutputBytes;
-}
 
 // Contiguous copy of `bytes` bytes with non-temporal stores where x86-64 has them (a plain
 // memcpy elsewhere); the unaligned head and the tail go through memcpy.

@@ -50,6 +50,13 @@ void visit_image_dtype(DType t, const char* arg, Fn&& fn) {
   }
 }
 
+// CPU chains stream their output (stream_store.h) when it is a separate, dense buffer of at
+// least kStreamOutputBytes; in place, the lines are in the cache already.
+inline bool stream_output(const VolumeView& in, const VolumeView& out, size_t elem_size) {
+  return out.device == Device::CPU && out.data != in.data && make_indexer(out).dense &&
+         out.numel() * int64_t(elem_size) >= kStreamOutputBytes;
+}
+
 // The chain for one input storage type TIn (its output dtype checked and dispatched here).
 template <class Launcher, class TIn>
 void chain_forward_in(const VolumeView& in, const VolumeView& out, const ChainParams& p,
@@ -128,7 +135,7 @@ void chain_backward(const VolumeView& grad_out, const VolumeView& in, const Volu
 template <class TIn>
 void chain_forward_cpu(const VolumeView& in, const VolumeView& out, const ChainParams& p);
 template <class T>
-void chain_backward_cpu(const VolumeView& grad_out, const VolumeView& in, const VolumeView& grad_in,
-                        const ChainParams& p);
+void chain_backward_cpu(const VolumeView& grad_out, const VolumeView& in,
+                        const VolumeView& grad_in, const ChainParams& p);
 
 }  // namespace voxaug::detail

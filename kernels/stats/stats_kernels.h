@@ -73,7 +73,6 @@ struct StatApplyForward {
   TOut* out;
   Indexer ix_in, ix_out;
   int64_t sample_numel;
-  bool stream = false;  // the host streams a large separate dense output (stream_store.h)
 
   struct State {};
   int64_t items() const { return sample_numel; }

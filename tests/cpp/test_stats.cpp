@@ -337,11 +337,11 @@ TEST(Stats, NormalizeIntensityVsReference) {
         }
 }
 
-// Outputs of >= 2 MiB take the host's streamed path (converted in tiles, non-temporal stores):
-// an output view starting one element into its buffer (an unaligned head), segments that are
-// not a whole number of tiles, float32 and float16 outputs. Values vs float64 (independent), and
-// bit for bit vs the per-voxel function of detail/stats.h that the CUDA kernel runs.
-TEST(Stats, NormalizeIntensityLargeStreamedOutputs) {
+// Large batches through the host's vectorised (instruction-set clone) path: an output view
+// starting one element into its buffer (unaligned), segments of odd length, float32 and float16
+// outputs. Values vs float64 (independent), and bit for bit vs the per-voxel function of
+// detail/stats.h that the CUDA kernel runs.
+TEST(Stats, NormalizeIntensityLargeOutputsMatchTheDeviceFunction) {
   const Vol v{2, 2, 23, 97, 121};  // 269,951 voxels a channel
   const Batch b = make_batch(v, 0, 21, 0.25, -300.0, 900.0, false);
   std::vector<float> s = b.storage<float>();
