@@ -55,6 +55,11 @@ Cases
       product map for image and label) vs MONAI's Compose step by step and with lazy=True
       (MONAI resamples once per key; its lazy mode needs `overrides` to keep the label nearest,
       else it interpolates the label bilinearly). Checked: shapes, image means, label values
+  (n) k-space artefacts (--only kspace): voxaug's RandomGhosting and RandomSpike vs TorchIO's (their
+      defaults, p 1; "monai ms" is TorchIO) and RandKSpaceSpikeNoise (prob 1, MONAI's default
+      intensity range, and intensity_range (13, 15)) vs MONAI's, on 2x1x128^3 (voxaug in one
+      call, the peer looping over the samples) and 1x1x224x224x160. Checked: finite, changed,
+      and the image mean kept (every artefact leaves the DC term alone unless a spike lands on it)
   (k) nnU-Net chain (--only nnunet): noise, blur, brightness, contrast, low resolution, inverted
       gamma, gamma as one Compose, prob 1 (the bar, 5x on CPU) and nnU-Net's probabilities
 
@@ -1067,6 +1072,44 @@ def degrade_rows(device, args):
     return rows
 
 
+def check_kspace(x, m, v):
+    """Random draws differ between the libraries: both outputs finite, changed, and with the
+    input's mean (the DC term is kept) within 1% of the input's range."""
+    span = float(x.max() - x.min())
+    texts = []
+    for out in (m, v):
+        for n in range(x.shape[0]):
+            d = abs(out[n].double().mean().item() - x[n].double().mean().item())
+            if not torch.isfinite(out[n]).all() or torch.equal(out[n].to(x.dtype), x[n]) or d > 0.01 * span:
+                return False, "not finite, unchanged, or the mean moved"
+        texts.append(f"{(out.double() - x.double()).abs().mean().item():.1f}")
+    return True, "mean|d| " + "/".join(texts)
+
+
+def kspace_rows(device, args):
+    """(n) TorchIO RandomGhosting / RandomSpike and MONAI RandKSpaceSpikeNoise, prob 1."""
+    import voxaug.kspace as vk
+
+    rows = []
+    for shape in ((2, 1, 128, 128, 128), (1, 1, 224, 224, 160)):
+        x = make_input(shape, device)
+        per = shape[0] > 1
+        if tio is not None:
+            t_g, t_s = tio.RandomGhosting(), tio.RandomSpike()
+            rows.append(run_case("(n) RandomGhosting vs TorchIO", x, lambda img: t_g(img.cpu()),
+                                 vk.RandomGhosting(seed=SEED), check_kspace, device, args, per_sample_monai=per))
+            rows.append(run_case("(n) RandomSpike vs TorchIO", x, lambda img: t_s(img.cpu()),
+                                 vk.RandomSpike(seed=SEED), check_kspace, device, args, per_sample_monai=per))
+        for label, rng in (("default range", None), ("range (13, 15)", (13.0, 15.0))):
+            m_k = mt.RandKSpaceSpikeNoise(prob=1.0, intensity_range=rng)
+            m_k.set_random_state(SEED)
+            rows.append(run_case(f"(n) RandKSpaceSpike {label}", x, m_k,
+                                 vk.RandKSpaceSpikeNoise(prob=1.0, intensity_range=rng, seed=SEED), check_kspace,
+                                 device, args, per_sample_monai=per))
+        del x
+    return rows
+
+
 def nnunet_pair(prob_one: bool):
     """nnU-Net's default intensity augmentation (REFERENCES.md) as a MONAI and a voxaug Compose:
     Gaussian noise (variance U(0, 0.1): MONAI's sample_std draws std U(0, sqrt(0.1)) instead),
@@ -1201,7 +1244,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="intensity,spatial,deform,filter,crop",
                     help="comma-separated case groups: intensity (a-c, i), spatial (e), deform (f), filter (g), "
                          "crop (h); intensity-new: only (i); intensity-more: (l); degrade (j), nnunet (k), "
-                         "lazy (m)")
+                         "lazy (m), kspace (n)")
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:
         ap.error("--repeats must be >= 1 and --warmup >= 0")
@@ -1227,7 +1270,7 @@ def main(argv=None) -> int:
 
     groups = set(args.only.split(","))
     known = {"intensity", "intensity-new", "intensity-more", "spatial", "deform", "filter", "crop", "degrade",
-             "nnunet", "lazy"}
+             "nnunet", "lazy", "kspace"}
     if not groups <= known:
         ap.error(f"--only: unknown group(s) {sorted(groups - known)}")
     rows = []
@@ -1269,6 +1312,8 @@ def main(argv=None) -> int:
     end_nnunet = len(rows)
     if "lazy" in groups:
         rows.extend(lazy_rows(device, args))
+    if "kspace" in groups:
+        rows.extend(kspace_rows(device, args))
 
     head = (f"{'case':<27} {'shape':<15} {'device':<6} {'monai ms':>9} {'voxaug ms':>9} {'speedup':>8}"
             "  check (monai/voxaug)")

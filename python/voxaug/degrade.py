@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from . import ops
-from .transforms import _as_batch, _check_prob, _Dict, _Randomizable
+from .transforms import _as_batch, _check_prob, _Dict, _host_to, _Randomizable
 
 __all__ = [
     "RandCoarseDropout", "RandCoarseDropoutd", "RandSimulateLowResolution", "RandSimulateLowResolutiond",
@@ -260,7 +260,7 @@ def _gibbs_distance(shape, device) -> torch.Tensor:
     numpy's ogrid arithmetic), on `device`."""
     center = (np.array(shape) - 1) / 2
     coords = np.ogrid[tuple(slice(0, i) for i in shape)]
-    return torch.from_numpy(np.sqrt(sum((c - m) ** 2 for c, m in zip(coords, center)))).to(device)
+    return _host_to(torch.from_numpy(np.sqrt(sum((c - m) ** 2 for c, m in zip(coords, center)))), device)
 
 
 def _gibbs(x: torch.Tensor, alpha: np.ndarray) -> torch.Tensor:
@@ -271,7 +271,7 @@ def _gibbs(x: torch.Tensor, alpha: np.ndarray) -> torch.Tensor:
     shape = tuple(x.shape[2:])
     k = torch.fft.fftshift(torch.fft.fftn(x, dim=dims), dim=dims)
     r = torch.from_numpy(np.array([(1 - a) * np.max(shape) * np.sqrt(2) / 2.0 for a in alpha], dtype=np.float64))
-    inside = _gibbs_distance(shape, x.device)[None] <= r.to(x.device).reshape(-1, 1, 1, 1)
+    inside = _gibbs_distance(shape, x.device)[None] <= _host_to(r, x.device).reshape(-1, 1, 1, 1)
     k = k * inside[:, None]
     return torch.fft.ifftn(torch.fft.ifftshift(k, dim=dims), dim=dims, norm="backward").real
 
@@ -332,9 +332,10 @@ class RandGibbsNoise(_Degrade, _Randomizable):
         if bool(applied.all()):
             return _gibbs(x, alpha)
         rows = torch.nonzero(applied).flatten()
-        part = _gibbs(x.index_select(0, rows.to(x.device)), alpha[rows.numpy()])
+        rows_dev = _host_to(rows, x.device)
+        part = _gibbs(x.index_select(0, rows_dev), alpha[rows.numpy()])
         out = x.to(part.dtype, copy=True)
-        out.index_copy_(0, rows.to(x.device), part)
+        out.index_copy_(0, rows_dev, part)
         return out
 
 

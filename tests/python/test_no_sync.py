@@ -23,6 +23,7 @@ import torch
 
 from voxaug import degrade as vd
 from voxaug import filter as vf
+from voxaug import kspace as vk
 from voxaug import stats as vs
 from voxaug import transforms as vt
 
@@ -106,6 +107,12 @@ RANDOM = {
     "RandSimulateLowResolution": lambda p: vd.RandSimulateLowResolution(prob=p, zoom_range=(0.4, 0.9), seed=18),
     "RandSimulateLowResolution[nearest]": lambda p: vd.RandSimulateLowResolution(prob=p, upsample_mode="nearest",
                                                                                  seed=18),
+    "RandGibbsNoise": lambda p: vd.RandGibbsNoise(prob=p, alpha=(0.3, 0.8), seed=20),
+    "RandomGhosting": lambda p: vk.RandomGhosting(p=p, seed=21),
+    "RandomSpike": lambda p: vk.RandomSpike(num_spikes=(1, 3), p=p, seed=22),
+    "RandKSpaceSpikeNoise": lambda p: vk.RandKSpaceSpikeNoise(prob=p, seed=23),
+    "RandKSpaceSpikeNoise[range]": lambda p: vk.RandKSpaceSpikeNoise(prob=p, intensity_range=(8, 9),
+                                                                     channel_wise=False, seed=24),
 }
 
 DETERMINISTIC = {
@@ -132,6 +139,11 @@ DETERMINISTIC = {
                                                                                 channel_wise=True),
     "GaussianSmooth": lambda: vf.GaussianSmooth((0.5, 1.0, 1.5)),
     "GaussianSharpen": lambda: vf.GaussianSharpen(),
+    "GibbsNoise": lambda: vd.GibbsNoise(0.4),
+    "Ghosting": lambda: vk.Ghosting(3, 1, 0.7, restore=0.1),
+    "Spike": lambda: vk.Spike([[0.1, 0.2, 0.3], [0.6, 0.6, 0.1]], 1.5),
+    "KSpaceSpikeNoise": lambda: vk.KSpaceSpikeNoise((3, 4, 5)),
+    "KSpaceSpikeNoise[given]": lambda: vk.KSpaceSpikeNoise(((0, 3, 4, 5), (1, 2, 2, 2)), (9.0, 10.0)),
 }
 
 

@@ -1,0 +1,711 @@
+"""k-space artefacts, batched on the data's device: TorchIO Ghosting / RandomGhosting and Spike /
+RandomSpike, MONAI KSpaceSpikeNoise(d) / RandKSpaceSpikeNoise(d). (MONAI's Gibbs ringing is in
+:mod:`voxaug.degrade`.)
+
+TorchIO and MONAI transform one channel of one image at a time: the centred spectrum (``fftn``,
+``fftshift``), the change in k-space, the inverse (``ifftshift``, ``ifftn``) and its real part.
+voxaug transforms a batch, every sample with its own random parameters drawn on the host with
+Philox (no host sync: the draws need the shape only), and uses what each artefact is to do less:
+
+- **Ghosting** scales planes of k-space along one axis by a real factor. The real part of the
+  inverse transform of ``M(k) X(k)`` is the inverse transform of ``X(k) (M(k) + M(-k)) / 2``
+  (``X`` is Hermitian, ``M`` real), so the batch goes through one real FFT pair (``rfftn`` /
+  ``irfftn``, half the spectrum) with the symmetrised factor, applied in natural (unshifted)
+  order so no shift is materialised.
+- **Spikes** change a few k-space values. The real part of the inverse transform of a change
+  ``c`` at frequency ``k`` is the plane wave ``Re(c exp(2 pi i k.n / N)) / N``, so the artefact is
+  added to the image directly (one batched matrix product per batch, separable in the three
+  axes) and no inverse FFT runs. TorchIO's spike height is a fraction of the spectrum's maximum
+  magnitude (recomputed before every spike, as TorchIO does): one ``rfftn`` per batch and a
+  top-k of the magnitudes. MONAI's spike sets the log-magnitude at the location, keeping its
+  phase: the value there comes from a float64 DFT at that one frequency (a pass over the image),
+  and an FFT runs only for MONAI's default intensity (the mean log-magnitude of the spectrum).
+
+The results equal TorchIO's and MONAI's up to the rounding of their FFT round trips (about
+1e-6 of the image's range in float32); MONAI's log / exp of every k-space value (which also
+adds 1e-10 to every magnitude) is not repeated for the values it does not change. TorchIO
+returns float32; MONAI's transforms keep the input's dtype (integers truncate). float16 /
+bfloat16 inputs are transformed in float32 (torch's CPU FFT takes no half types).
+"""
+from __future__ import annotations
+
+import collections.abc
+import numbers
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from . import ops
+from .degrade import _Degrade
+from .spatial import _ANATOMICAL_OPPOSITE, _anatomical_indices
+from .transforms import _as_batch, _check_prob, _host_to, _Randomizable, _torchio_range
+
+__all__ = [
+    "Ghosting", "RandomGhosting", "Spike", "RandomSpike",
+    "KSpaceSpikeNoise", "KSpaceSpikeNoised", "RandKSpaceSpikeNoise", "RandKSpaceSpikeNoised",
+]
+
+_DIMS = (-3, -2, -1)
+
+
+def _work(x: torch.Tensor) -> torch.Tensor:
+    """x as the FFT's real dtype: float64 stays, everything else becomes float32."""
+    return x if x.dtype in (torch.float32, torch.float64) else x.to(torch.float32)
+
+
+def _torchio_int_range(value: Any, name: str) -> tuple[int, int]:
+    """TorchIO's integer range with min_constraint 0: d -> (0, d), (a, b) with 0 <= a <= b, ints."""
+    def is_int(v: Any) -> bool:
+        return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if not is_int(value):
+            raise ValueError(f"If {name} is a single number, it must be of type int, not {value!r}")
+        if value < 0:
+            raise ValueError(f"If {name} is a single number, it must be positive, not {value!r}")
+        return 0, int(value)
+    try:
+        pair = tuple(value)
+    except TypeError:
+        pair = ()
+    if len(pair) != 2 or not all(is_int(v) for v in pair):
+        raise ValueError(f"{name} must be an int or a sequence of two ints, got {value!r}")
+    lo, hi = int(pair[0]), int(pair[1])
+    if not 0 <= lo <= hi:
+        raise ValueError(f"{name} must satisfy 0 <= min <= max, got {value!r}")
+    return lo, hi
+
+
+def _randint(lo: int, hi: int, u: np.ndarray) -> np.ndarray:
+    """Integers uniform on [lo, hi] from float64 uniforms in [0, 1)."""
+    return lo + np.minimum(np.floor(u * (hi - lo + 1)).astype(np.int64), hi - lo)
+
+
+def _targets(data: Any, label_keys: Sequence[str]) -> tuple[bool, list]:
+    """TorchIO's Subject as a dictionary: its 4-D / 5-D tensors not under label_keys."""
+    if isinstance(data, collections.abc.Mapping):
+        return True, [k for k, v in data.items()
+                      if isinstance(v, torch.Tensor) and v.dim() in (4, 5) and k not in label_keys]
+    return False, []
+
+
+class _TorchIOIntensity(_Degrade):
+    """TorchIO's intensity-transform calling convention: a tensor ((C, D, H, W) or a batch), or a
+    dictionary whose intensity images (4-D / 5-D tensors not under `label_keys`) each get their
+    own draw, as TorchIO draws per image."""
+
+    label_keys: tuple = ()
+
+    def __call__(self, data: Any, randomize: bool = True) -> Any:
+        is_dict, keys = _targets(data, self.label_keys)
+        if not is_dict:
+            return super().__call__(data, randomize)
+        out = dict(data)
+        for k in keys:
+            out[k] = self.apply(out[k])
+        return out
+
+
+# ---------------- ghosting ----------------
+def _ghost_factor(size: int, ghosts: int, strength: float, restore: Optional[float]) -> np.ndarray:
+    """TorchIO Ghosting's multiplier of the centred spectrum along the axis (every `ghosts`-th
+    plane times float32(1 - strength), the centre restored), in natural FFT order and made
+    symmetric under k -> -k (see the module notes), float64."""
+    m = np.ones(size)
+    m[::ghosts] = np.float32(1.0 - strength)
+    mid = size // 2
+    if restore is None:
+        m[mid: mid + 1] = 1.0
+    else:
+        half = int(np.round(restore * size)) // 2
+        m[mid - half: mid + half] = 1.0
+    k = np.arange(size)
+    natural = m[(k + mid) % size]
+    return 0.5 * (natural + natural[(-k) % size])
+
+
+def _ghost(x: torch.Tensor, axis: np.ndarray, ghosts: np.ndarray, strength: np.ndarray,
+           restore: Sequence[Optional[float]]) -> torch.Tensor:
+    """Ghosting of every sample of x (M, C, D, H, W) with its own parameters: one rfftn /
+    irfftn pair for the batch, one broadcast multiply per axis in use."""
+    xw = _work(x)
+    spec = torch.fft.rfftn(xw, dim=_DIMS)
+    size = x.shape[2:]
+    for a in sorted(set(int(v) for v in axis)):
+        length = size[a] if a < 2 else size[a] // 2 + 1
+        f = np.ones((x.shape[0], length))
+        for i in np.flatnonzero(axis == a):
+            f[i] = _ghost_factor(size[a], int(ghosts[i]), float(strength[i]), restore[i])[:length]
+        shape = [x.shape[0], 1, 1, 1, 1]
+        shape[2 + a] = length
+        spec.mul_(_host_to(torch.from_numpy(f).to(xw.dtype).reshape(shape), x.device))
+    return torch.fft.irfftn(spec, s=size, dim=_DIMS)
+
+
+def _parse_axes(axes: Any) -> tuple:
+    if axes is None:
+        raise ValueError("Axes cannot be None")
+    parsed = []
+    for a in (list(axes) if isinstance(axes, (list, tuple)) else [axes]):
+        if isinstance(a, str):
+            if not a or a[0].upper() not in _ANATOMICAL_OPPOSITE:
+                raise ValueError(f"axes: {a!r} is not an anatomical axis name (Left / Right, Anterior / Posterior, "
+                                 "Inferior / Superior)")
+            parsed.append(a[0].upper())
+        elif isinstance(a, (int, np.integer)) and not isinstance(a, bool) and int(a) in (0, 1, 2):
+            parsed.append(int(a))
+        else:
+            raise ValueError(f'Axes must be in (0, 1, 2), not "{axes}"')
+    if not parsed:
+        raise ValueError("axes must name at least one axis")
+    return tuple(parsed)
+
+
+def _resolve_axes(axes: tuple, img: Any) -> list[int]:
+    named = [a for a in axes if isinstance(a, str)]
+    found = iter(_anatomical_indices(img, named)) if named else iter(())
+    return [next(found) if isinstance(a, str) else a for a in axes]
+
+
+class _GhostingBase(_TorchIOIntensity):
+    def _run(self, x: torch.Tensor, params: dict) -> torch.Tensor:
+        applied = params["applied"]
+        sel = torch.nonzero(applied).flatten()
+        idx = sel.numpy()
+        restore = [params["restore"][i] for i in idx]
+        part = _ghost(x.index_select(0, _host_to(sel, x.device)) if len(idx) < x.shape[0] else x,
+                      params["axis"][idx], params["ghosts"][idx], params["intensity"][idx], restore)
+        part = part.to(torch.float32)
+        if len(idx) == x.shape[0]:
+            return part
+        out = x.to(torch.float32, copy=True)
+        out.index_copy_(0, _host_to(sel, x.device), part)
+        return out
+
+    def _record(self, x: torch.Tensor, params: dict) -> None:
+        self.last_params = params
+
+
+class Ghosting(_GhostingBase):
+    """TorchIO Ghosting(num_ghosts, axis, intensity, restore): every `num_ghosts`-th plane of the
+    centred spectrum along `axis` scaled by (1 - intensity), the central plane (restore=None) or
+    the central round(restore * size) planes kept; the real part of the inverse, float32. Every
+    sample and channel of a batch the same way (one real FFT pair for the batch; see the module
+    notes). num_ghosts == 0 or intensity == 0 returns the input as it is, as TorchIO does."""
+
+    def __init__(self, num_ghosts: int, axis: Union[int, str], intensity: float, restore: Optional[float] = None,
+                 label_keys: Sequence[str] = ()):
+        if not isinstance(num_ghosts, (int, np.integer)) or isinstance(num_ghosts, bool) or num_ghosts < 0:
+            raise ValueError(f"num_ghosts must be a non-negative int, got {num_ghosts!r}")
+        self.num_ghosts, self.intensity = int(num_ghosts), float(intensity)
+        if isinstance(axis, (list, tuple)):
+            raise ValueError(f"axis must be one axis (0, 1, 2 or an anatomical name), got {axis!r}")
+        (self.axis,) = _parse_axes(axis)
+        if restore is not None and not 0.0 <= float(restore) <= 1.0:
+            raise ValueError(f"restore must be in [0, 1] or None, got {restore!r}")
+        self.restore = None if restore is None else float(restore)
+        self.label_keys = tuple(label_keys)
+        self._img: Any = None
+
+    def apply(self, img: Any, params: Any = None) -> Any:
+        self._img = img
+        return super().apply(img, params)
+
+    def _plan(self, x: torch.Tensor) -> dict:
+        n = x.shape[0]
+        axis = _resolve_axes((self.axis,), self._img)[0]
+        on = self.num_ghosts > 0 and self.intensity != 0.0
+        return {"applied": torch.full((n,), on, dtype=torch.bool), "axis": np.full(n, axis),
+                "ghosts": np.full(n, self.num_ghosts), "intensity": np.full(n, self.intensity),
+                "restore": [self.restore] * n}
+
+
+class RandomGhosting(_GhostingBase, _Randomizable):
+    """TorchIO RandomGhosting(num_ghosts=(4, 10), axes=(0, 1, 2), intensity=(0.5, 1), restore=None,
+    p=1): per sample, with probability `p`, num_ghosts ~ U{a..b} (a number d means 0..d), the axis
+    uniformly from `axes` (0, 1, 2 or anatomical names, which need a MetaTensor's affine),
+    intensity ~ U(a, b) (d means (0, d)), restore ~ U(a, b) if given; then :class:`Ghosting`.
+    A dictionary (TorchIO's Subject) gets a draw per intensity image (not under `label_keys`).
+    Parameters of the last call: ``last_params`` (numpy arrays, and ``applied``).
+
+    Differences: Philox draws (not torch's generator), one per sample of a batch; a sample whose
+    draw is a no-op (0 ghosts or intensity 0) or whose gate is closed comes back unchanged as
+    float32 when other samples of the batch are transformed."""
+
+    def __init__(self, num_ghosts: Union[int, tuple[int, int]] = (4, 10),
+                 axes: Union[int, str, Sequence[Union[int, str]]] = (0, 1, 2),
+                 intensity: Union[float, tuple[float, float]] = (0.5, 1), restore: Any = None, p: float = 1.0,
+                 label_keys: Sequence[str] = (), seed: Optional[int] = None):
+        _Randomizable.__init__(self, seed)
+        self.axes = _parse_axes(axes)
+        self.num_ghosts_range = _torchio_int_range(num_ghosts, "num_ghosts")
+        self.intensity_range = _torchio_range(intensity, "intensity_range", min_constraint=0.0)
+        self.restore_range = None if restore is None else _torchio_range(restore, "restore", 0.0, 1.0)
+        self.p = _check_prob(p)
+        self.label_keys = tuple(label_keys)
+        self.last_params: Optional[dict] = None
+        self._img: Any = None
+
+    def apply(self, img: Any, params: Any = None) -> Any:
+        self._img = img
+        return super().apply(img, params)
+
+    def _plan(self, x: torch.Tensor) -> dict:
+        n = x.shape[0]
+        axes = np.array(_resolve_axes(self.axes, self._img))
+        u = ops.philox_uniform(self._next_seed(), 0, n, 5).numpy()
+        ghosts = _randint(*self.num_ghosts_range, u[:, 1])
+        axis = axes[np.minimum(np.floor(u[:, 2] * len(axes)).astype(np.int64), len(axes) - 1)]
+        lo, hi = self.intensity_range
+        strength = lo + (hi - lo) * u[:, 3]
+        if self.restore_range is None:
+            restore = [None] * n
+        else:
+            rlo, rhi = self.restore_range
+            restore = list(rlo + (rhi - rlo) * u[:, 4])
+        applied = (u[:, 0] < self.p) & (ghosts > 0) & (strength != 0.0)
+        return {"applied": torch.from_numpy(applied), "axis": axis, "ghosts": ghosts, "intensity": strength,
+                "restore": restore}
+
+
+# ---------------- plane waves (spikes) ----------------
+def _phase_tables(freqs: np.ndarray, size: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """For frequencies (M, C, S, 3) (natural indices): exp(2 pi i (kd d / D + kh h / H)) as (M, C, S,
+    D * H) complex128 and exp(2 pi i kw w / W) as (M, C, S, W), phases reduced exactly in integers."""
+    d, h, w = (np.arange(s, dtype=np.int64) for s in size)
+    kd, kh, kw = (freqs[..., a, None] for a in range(3))
+    frac_d = ((kd * d) % size[0]) / size[0]
+    frac_h = ((kh * h) % size[1]) / size[1]
+    dh = frac_d[..., :, None] + frac_h[..., None, :]
+    e_dh = np.exp(2j * np.pi * dh).reshape(*freqs.shape[:3], -1)
+    e_w = np.exp(2j * np.pi * ((kw * w) % size[2]) / size[2])
+    return e_dh, e_w
+
+
+def _add_waves(x: torch.Tensor, freqs: np.ndarray, coef: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    """x (M, C, D, H, W) plus sum_s Re(coef[m, c, s] exp(2 pi i k_mcs . n / N)) / N -- the real part
+    of the inverse FFT of the spectrum changes coef at frequencies freqs (M, C, S, 3) -- as one
+    batched matrix product: (D*H, 2S) @ (2S, W) per (sample, channel)."""
+    m, c, d, h, w = x.shape
+    s = freqs.shape[2]
+    e_dh, e_w = _phase_tables(freqs, (d, h, w))
+    work = _work(x)
+    dev, rdt = x.device, work.dtype
+    p = _host_to(torch.from_numpy(e_dh), dev) * (coef.to(torch.complex128) / (d * h * w))[..., None]  # (M, C, S, DH)
+    a = torch.stack((p.real, -p.imag), dim=-1).permute(0, 1, 3, 2, 4).reshape(m * c, d * h, 2 * s)
+    e_w_t = torch.from_numpy(np.stack((e_w.real, e_w.imag), axis=-2)).reshape(m * c, 2 * s, w).to(rdt)
+    out = torch.baddbmm(work.reshape(m * c, d * h, w), a.to(rdt), _host_to(e_w_t, dev))
+    return out.reshape(m, c, d, h, w).to(out_dtype)  # integers truncate, as MONAI's convert_to_dst_type
+
+
+def _dft_at(x: torch.Tensor, freqs: np.ndarray) -> torch.Tensor:
+    """X(k) = sum_n x[n] exp(-2 pi i k . n / N) at frequencies (M, C, S, 3), complex128 (M, C, S):
+    one float64 pass over x (a batched matrix product with the w phases, then the small d, h sums)."""
+    m, c, d, h, w = x.shape
+    s = freqs.shape[2]
+    e_dh, e_w = _phase_tables(freqs, (d, h, w))
+    dev = x.device
+    bw = _host_to(torch.from_numpy(np.concatenate((e_w.real, -e_w.imag), axis=2)), dev)  # (M, C, 2S, W)
+    y = torch.bmm(x.reshape(m * c, d * h, w).to(torch.float64), bw.reshape(m * c, 2 * s, w).transpose(1, 2))
+    y = y.reshape(m, c, d * h, 2, s)
+    yc = torch.complex(y[:, :, :, 0], y[:, :, :, 1]).permute(0, 1, 3, 2)  # (M, C, S, DH): sum_w x e^{-i tw}
+    return (yc * _host_to(torch.from_numpy(np.conj(e_dh)), dev)).sum(-1)
+
+
+def _natural(loc: np.ndarray, size: Sequence[int]) -> np.ndarray:
+    """Centred-spectrum (fftshift) indices (..., 3) -> natural FFT frequency indices."""
+    sz = np.asarray(size, dtype=np.int64)
+    return (np.asarray(loc, dtype=np.int64) - sz // 2) % sz
+
+
+# ---------------- TorchIO spikes ----------------
+def _torchio_spike_heights(xw: torch.Tensor, freqs: np.ndarray, counts: np.ndarray, ratio: np.ndarray
+                           ) -> torch.Tensor:
+    """TorchIO Spike's heights (M, C, S) float32: spike s of a channel adds
+    float32(max |spectrum| * ratio) to the real part of the spectrum at its frequency, the maximum
+    taken over the spectrum as the earlier spikes left it. From the half spectrum (rfftn): each
+    stored value stands for one full-spectrum position (planes kw = 0 and kw = W / 2) or two (k and
+    -k, the same magnitude); the maximum over untouched positions is the largest of the top S + 1
+    magnitudes that still has an untouched position."""
+    m, c, d, h, w = xw.shape
+    s_max = freqs.shape[1]
+    wh = w // 2 + 1
+    spec = torch.fft.rfftn(xw, dim=_DIMS).reshape(m, c, -1)
+    mag = spec.abs()
+    k = min(s_max + 1, mag.shape[-1])
+    top_v, top_i = torch.topk(mag, k, dim=-1)  # (M, C, K), sorted descending
+    top_kw = top_i % wh
+    top_mult = torch.where((top_kw == 0) | ((w % 2 == 0) & (top_kw == w // 2)), 1, 2)
+
+    # Element of the half spectrum holding each spike's frequency, and whether it is the conjugate.
+    kd, kh, kw = freqs[..., 0], freqs[..., 1], freqs[..., 2]
+    mirror = kw > w // 2
+    ed = np.where(mirror, (-kd) % d, kd)
+    eh = np.where(mirror, (-kh) % h, kh)
+    ew = np.where(mirror, w - kw, kw)
+    elem = (ed * h + eh) * wh + ew  # (M, S)
+    full = (kd * h + kh) * w + kw  # full-spectrum position id
+    dev = xw.device
+    vals = spec.gather(-1, _host_to(torch.from_numpy(elem), dev)[:, None, :].expand(m, c, s_max))
+    vals = torch.where(_host_to(torch.from_numpy(mirror), dev)[:, None, :], vals.conj(), vals)  # (M, C, S) complex
+
+    ratio_t = _host_to(torch.from_numpy(ratio.astype(np.float32)), dev)[:, None]  # (M, 1)
+    heights = torch.zeros(m, c, s_max, dtype=torch.float32, device=dev)
+    for s in range(s_max):
+        # Host bookkeeping of the positions spikes 0..s-1 touched (positions are host data).
+        same = np.zeros((m, s_max, s_max))  # same[m, i, j]: spike i (< s) is at spike j's position
+        exhausted = np.full((m, s_max), -1, dtype=np.int64)  # half-spectrum elements with no untouched position
+        for i in range(m):
+            done = min(s, int(counts[i]))
+            pos = full[i, :done]
+            for j in range(done):
+                same[i, :done, j] = pos == pos[j]
+            distinct = {}
+            for p, e in zip(pos.tolist(), elem[i, :done].tolist()):
+                distinct.setdefault(e, set()).add(p)
+            r = 0
+            for e, ps in distinct.items():
+                e_kw = e % wh
+                mult = 1 if e_kw == 0 or (w % 2 == 0 and e_kw == w // 2) else 2
+                if len(ps) >= mult:
+                    exhausted[i, r] = e
+                    r += 1
+        ex = _host_to(torch.from_numpy(exhausted), dev)
+        free = ~(top_i[..., :, None] == ex[:, None, None, :]).any(-1)  # (M, C, K)
+        untouched = torch.where(free, top_v, torch.zeros((), dtype=top_v.dtype, device=dev)).amax(-1)
+        if s:
+            added = torch.einsum("mci,mij->mcj", heights, _host_to(torch.from_numpy(same).to(torch.float32), dev))
+            now = (vals + added.to(vals.dtype)).abs()
+            touched_mask = _host_to(torch.from_numpy(same.any(1)), dev)[:, None, :]
+            touched = torch.where(touched_mask, now, torch.zeros((), dtype=now.dtype, device=dev)).amax(-1)
+            peak = torch.maximum(untouched, touched)
+        else:
+            peak = untouched
+        active = _host_to(torch.from_numpy(s < counts), dev)[:, None]
+        heights[:, :, s] = torch.where(active, peak * ratio_t, torch.zeros((), device=dev))
+    return heights
+
+
+class _SpikeBase(_TorchIOIntensity):
+    def _run(self, x: torch.Tensor, params: dict) -> torch.Tensor:
+        applied = params["applied"]
+        sel = torch.nonzero(applied).flatten()
+        idx = sel.numpy()
+        part_in = _work(x.index_select(0, _host_to(sel, x.device)) if len(idx) < x.shape[0] else x)
+        size = x.shape[2:]
+        counts = params["counts"][idx]
+        s_max = int(counts.max())
+        loc = np.floor(params["positions"][idx, :s_max] * np.asarray(size, dtype=np.float64)).astype(np.int64)
+        freqs = _natural(loc, size)  # (M, S, 3)
+        heights = _torchio_spike_heights(part_in, freqs, counts, params["intensity"][idx])
+        c = x.shape[1]
+        part = _add_waves(part_in, np.broadcast_to(freqs[:, None], (len(idx), c, s_max, 3)), heights, torch.float32)
+        if len(idx) == x.shape[0]:
+            return part
+        out = x.to(torch.float32, copy=True)
+        out.index_copy_(0, _host_to(sel, x.device), part)
+        return out
+
+    def _record(self, x: torch.Tensor, params: dict) -> None:
+        self.last_params = params
+
+
+class Spike(_SpikeBase):
+    """TorchIO Spike(spikes_positions, intensity): for each position p in [0, 1)^3 (rows of
+    `spikes_positions`), float32(max |spectrum| * intensity) added to the centred spectrum at
+    floor(p * shape), the maximum recomputed before each spike as TorchIO does; the real part of
+    the inverse, float32. Added here as the plane waves those values are (no inverse FFT; see the
+    module notes). Every sample and channel of a batch the same positions (each channel its own
+    maximum, as TorchIO). No positions or intensity 0 returns the input as it is."""
+
+    def __init__(self, spikes_positions: Any, intensity: float, label_keys: Sequence[str] = ()):
+        pos = np.asarray(spikes_positions, dtype=np.float64).reshape(-1, 3) if np.size(spikes_positions) else \
+            np.zeros((0, 3))
+        if not (np.isfinite(pos).all() and (pos >= 0).all() and (pos < 1).all()):
+            raise ValueError(f"spikes_positions must be (n, 3) numbers in [0, 1), got {spikes_positions!r}")
+        self.spikes_positions, self.intensity = pos, float(intensity)
+        if not np.isfinite(self.intensity):
+            raise ValueError(f"intensity must be finite, got {intensity!r}")
+        self.label_keys = tuple(label_keys)
+
+    def _plan(self, x: torch.Tensor) -> dict:
+        n, s = x.shape[0], len(self.spikes_positions)
+        on = s > 0 and self.intensity != 0.0
+        return {"applied": torch.full((n,), on, dtype=torch.bool), "counts": np.full(n, s),
+                "positions": np.broadcast_to(self.spikes_positions, (n, s, 3)).copy(),
+                "intensity": np.full(n, self.intensity)}
+
+
+class RandomSpike(_SpikeBase, _Randomizable):
+    """TorchIO RandomSpike(num_spikes=1, intensity=(1, 3), p=1): per sample, with probability `p`,
+    num_spikes ~ U{a..b} (a number d means 0..d), intensity ~ U(a, b) (a number d means (-d, d)),
+    positions uniform in [0, 1)^3; then :class:`Spike`. A dictionary gets a draw per intensity
+    image (not under `label_keys`). ``last_params`` holds the draws. Philox draws, one per sample;
+    a no-op draw (no spikes, intensity 0) or a closed gate leaves the sample unchanged (float32
+    when others in the batch are transformed)."""
+
+    def __init__(self, num_spikes: Union[int, tuple[int, int]] = 1, intensity: Union[float, tuple[float, float]] = (1, 3),
+                 p: float = 1.0, label_keys: Sequence[str] = (), seed: Optional[int] = None):
+        _Randomizable.__init__(self, seed)
+        self.intensity_range = _torchio_range(intensity, "intensity_range")
+        self.num_spikes_range = _torchio_int_range(num_spikes, "num_spikes")
+        self.p = _check_prob(p)
+        self.label_keys = tuple(label_keys)
+        self.last_params: Optional[dict] = None
+
+    def _plan(self, x: torch.Tensor) -> dict:
+        n, s_max = x.shape[0], self.num_spikes_range[1]
+        u = ops.philox_uniform(self._next_seed(), 0, n, 3 + 3 * s_max).numpy()
+        counts = _randint(*self.num_spikes_range, u[:, 1])
+        lo, hi = self.intensity_range
+        strength = lo + (hi - lo) * u[:, 2]
+        applied = (u[:, 0] < self.p) & (counts > 0) & (strength != 0.0)
+        return {"applied": torch.from_numpy(applied), "counts": counts,
+                "positions": u[:, 3:].reshape(n, s_max, 3), "intensity": strength}
+
+
+# ---------------- MONAI k-space spikes ----------------
+def _mean_log_magnitude(xw: torch.Tensor) -> torch.Tensor:
+    """(M, C) float64: the mean over the full spectrum of float32 log(|X| + 1e-10), MONAI's
+    default spike log-intensity base, from the half spectrum (interior kw planes count twice)."""
+    w = xw.shape[-1]
+    spec = torch.fft.rfftn(xw, dim=_DIMS)
+    log_abs = torch.log(spec.abs() + 1e-10)
+    weight = torch.full((spec.shape[-1],), 2.0, dtype=torch.float64, device=xw.device)
+    weight[0] = 1.0
+    if w % 2 == 0:
+        weight[-1] = 1.0
+    return (log_abs.to(torch.float64) * weight).sum(dim=(-1,)).sum(dim=(-2, -1)) / float(np.prod(xw.shape[2:]))
+
+
+def _monai_spikes(x: torch.Tensor, freqs: np.ndarray, log_k: torch.Tensor) -> torch.Tensor:
+    """MONAI KSpaceSpikeNoise: at each (sample, channel, spike) frequency the spectrum's
+    log-magnitude becomes log_k (float32, as MONAI stores it), its phase kept; log_k NaN marks an
+    unused slot. The image plus the plane waves of those changes, in x's dtype."""
+    xw = _work(x)
+    valid = ~torch.isnan(log_k)
+    kp = _dft_at(xw, freqs)  # (M, C, S) complex128
+    mag = torch.exp(torch.where(valid, log_k, torch.zeros((), dtype=log_k.dtype, device=log_k.device))
+                    .to(torch.float32).to(torch.float64))
+    phase = torch.angle(kp)
+    coef = torch.polar(mag, phase) - kp
+    coef = torch.where(valid, coef, torch.zeros((), dtype=coef.dtype, device=coef.device))
+    return _add_waves(xw, freqs, coef, x.dtype)
+
+
+def _check_loc(loc: tuple, shape: Sequence[int]) -> None:
+    full = (0,) * (len(shape) - len(loc)) + tuple(loc)
+    for i, (v, s) in enumerate(zip(full, shape)):
+        if not 0 <= v < s:
+            raise ValueError(f"loc: index {v} at position {i} of {tuple(loc)} is out of bounds for an image of "
+                             f"shape {tuple(shape)} (channel first)")
+
+
+class KSpaceSpikeNoise:
+    """MONAI KSpaceSpikeNoise(loc, k_intensity=None): the centred spectrum's log-magnitude set to
+    `k_intensity` at `loc` ((X, Y, Z): every channel; (C, X, Y, Z): channel C; or a sequence of
+    locations with one intensity each), the phase kept, then the real part of the inverse. Default
+    intensity: 2.5 x the mean log-magnitude of each channel's spectrum (one rfftn per batch); with
+    several locations, MONAI gives the i-th location channel i's default (more locations than
+    channels: an error here, MONAI drops the extra ones); one (X, Y, Z) location gives each channel
+    its own default, as MONAI documents (MONAI 1.6.1 raises there: it assigns a tuple to a tensor). Every
+    sample of a batch gets the same locations. Result in the input's dtype, as MONAI's (integers
+    truncate). Applied as plane waves (see the module notes): the spectrum value at each location
+    comes from a float64 DFT at that frequency."""
+
+    def __init__(self, loc: Any, k_intensity: Union[Sequence[float], float, None] = None):
+        locs = tuple(loc) if isinstance(loc, (list, tuple)) else (loc,)
+        if not locs:
+            raise ValueError("loc must give at least one location")
+        many = isinstance(locs[0], collections.abc.Sequence)
+        if isinstance(k_intensity, collections.abc.Sequence):
+            if not many:
+                raise ValueError("If a sequence is passed to k_intensity, then a sequence of locations must be "
+                                 "passed to loc")
+            if len(k_intensity) != len(locs):
+                raise ValueError("There must be one intensity_factor value for each tuple of indices in loc.")
+        elif many and k_intensity is not None:
+            raise ValueError("There must be one intensity_factor value for each tuple of indices in loc.")
+        self.locs = [tuple(int(v) for v in l) for l in locs] if many else [tuple(int(v) for v in locs)]
+        for l in self.locs:
+            if len(l) not in (3, 4):
+                raise RuntimeError("Input images of dimension 4 need location tuple to be length 3 or 4")
+        if k_intensity is None:
+            self.values: list = [None] * len(self.locs)
+        elif many:
+            self.values = [float(v) for v in k_intensity]
+        else:
+            self.values = [float(k_intensity)]
+        self.loc, self.k_intensity = loc, k_intensity
+
+    def __call__(self, img: Any) -> Any:
+        x, restore = _as_batch(img)
+        for l in self.locs:
+            _check_loc(l, x.shape[1:])
+        n, c = x.shape[:2]
+        many = len(self.locs) > 1 or isinstance(self.loc[0], collections.abc.Sequence)
+        if many and self.values[0] is None and len(self.locs) > c:
+            raise ValueError(f"loc: {len(self.locs)} locations without k_intensity take the default intensity of "
+                             f"channels 0..{len(self.locs) - 1} in turn (MONAI pairs them), but the image has {c} "
+                             "channel(s); give k_intensity")
+        # Per channel: its spikes in order, a later one at the same location replacing an earlier.
+        # A value is a number, or ("default", j): channel j's default (MONAI pairs the i-th of several
+        # locations with channel i's default; one location gets each channel's own).
+        per_channel: list[dict] = [{} for _ in range(c)]
+        for i, (l, v) in enumerate(zip(self.locs, self.values)):
+            channels = range(c) if len(l) == 3 else [l[0]]
+            for ch in channels:
+                per_channel[ch].pop(l[-3:], None)
+                per_channel[ch][l[-3:]] = v if v is not None else ("default", i if many else ch)
+        s = max(1, max(len(p) for p in per_channel))
+        loc = np.zeros((c, s, 3), dtype=np.int64)
+        log_k = torch.full((n, c, s), float("nan"), dtype=torch.float64, device=x.device)
+        default = None
+        if self.values[0] is None:
+            default = _mean_log_magnitude(_work(x)).to(torch.float32).to(torch.float64) * 2.5
+        for ch, p in enumerate(per_channel):
+            for j, (l, v) in enumerate(p.items()):
+                loc[ch, j] = l
+                log_k[:, ch, j] = default[:, v[1]] if isinstance(v, tuple) else v
+        freqs = np.broadcast_to(_natural(loc, x.shape[2:])[None], (n, c, s, 3))
+        return restore(_monai_spikes(x, freqs, log_k))
+
+
+class RandKSpaceSpikeNoise(_Degrade, _Randomizable):
+    """MONAI RandKSpaceSpikeNoise(prob=0.1, intensity_range=None, channel_wise=True): per sample,
+    with probability `prob`, one spike per channel: channel_wise, each channel its own location
+    (uniform over the spectrum) and log-intensity ~ U(range of the channel); otherwise one
+    location for all channels and one draw (or one per channel with per-channel ranges).
+    intensity_range: (a, b), one (a, b) per channel, or None: (0.95 x, 1.1 x) with x = 2.5 x the
+    channel's mean log-magnitude (an rfftn per batch, on the device). Draws: Philox on the host
+    (the uniforms; the default ranges scale them on the device, no sync), ``last_locs`` ((N, C, 3)
+    centred-spectrum indices), ``last_u`` and ``last_applied``; MONAI's ``sampled_locs`` /
+    ``sampled_k_intensity`` for sample 0 when its range is given (no host read otherwise)."""
+
+    def __init__(self, prob: float = 0.1, intensity_range: Any = None, channel_wise: bool = True,
+                 seed: Optional[int] = None):
+        _Randomizable.__init__(self, seed)
+        self.prob = _check_prob(prob)
+        self.channel_wise = bool(channel_wise)
+        per_channel = intensity_range is not None and isinstance(intensity_range[0], collections.abc.Sequence)
+        if per_channel and not self.channel_wise:
+            raise ValueError("When channel_wise = False, intensity_range should be a 2-tuple (low, high) or None.")
+        if intensity_range is None:
+            self.intensity_range = None
+        elif per_channel:
+            self.intensity_range = [(float(a), float(b)) for a, b in intensity_range]
+        else:
+            if len(intensity_range) != 2:
+                raise ValueError(f"intensity_range must be (low, high), got {intensity_range!r}")
+            self.intensity_range = (float(intensity_range[0]), float(intensity_range[1]))
+        self.sampled_locs: list = []
+        self.sampled_k_intensity: list = []
+        self.last_locs: Optional[np.ndarray] = None
+        self.last_u: Optional[np.ndarray] = None
+        self.last_applied: Optional[torch.Tensor] = None
+
+    def _plan(self, x: torch.Tensor) -> dict:
+        n, c = x.shape[:2]
+        if isinstance(self.intensity_range, list) and len(self.intensity_range) != c:
+            raise RuntimeError("If intensity_range is a sequence of sequences, then there must be one (low, high) "
+                               "tuple for each channel.")
+        u = ops.philox_uniform(self._next_seed(), 0, n, 1 + 4 * c).numpy()
+        size = np.asarray(x.shape[2:], dtype=np.int64)
+        loc_u = u[:, 1: 1 + 3 * c].reshape(n, c, 3)
+        if not self.channel_wise:
+            loc_u = np.broadcast_to(loc_u[:, :1], (n, c, 3))
+        locs = np.minimum(np.floor(loc_u * size).astype(np.int64), size - 1)
+        vu = u[:, 1 + 3 * c:]
+        if not self.channel_wise and self.intensity_range is not None:
+            vu = np.broadcast_to(vu[:, :1], (n, c))  # one draw for every channel (MONAI: default ranges draw per channel)
+        return {"applied": torch.from_numpy(u[:, 0] < self.prob), "locs": np.ascontiguousarray(locs),
+                "u": np.ascontiguousarray(vu)}
+
+    def _ranges(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n, c = x.shape[:2]
+        if self.intensity_range is None:
+            mean = (_mean_log_magnitude(_work(x)) * 2.5).to(torch.float32)
+            return (mean * 0.95).to(torch.float64), (mean * 1.1).to(torch.float64)
+        pairs = self.intensity_range if isinstance(self.intensity_range, list) else [self.intensity_range] * c
+        lo = _host_to(torch.tensor([p[0] for p in pairs], dtype=torch.float64), x.device).expand(n, c)
+        hi = _host_to(torch.tensor([p[1] for p in pairs], dtype=torch.float64), x.device).expand(n, c)
+        return lo, hi
+
+    def _record(self, x: torch.Tensor, params: dict) -> None:
+        self.last_locs, self.last_u, self.last_applied = params["locs"], params["u"], params["applied"]
+        self.sampled_locs, self.sampled_k_intensity = [], []
+        if bool(params["applied"][0]):
+            self.sampled_locs = [(ch,) + tuple(int(v) for v in params["locs"][0, ch]) for ch in range(x.shape[1])]
+            if self.intensity_range is not None:
+                pairs = (self.intensity_range if isinstance(self.intensity_range, list)
+                         else [self.intensity_range] * x.shape[1])
+                self.sampled_k_intensity = [a + (b - a) * float(params["u"][0, ch]) for ch, (a, b) in enumerate(pairs)]
+
+    def _run(self, x: torch.Tensor, params: dict) -> torch.Tensor:
+        applied = params["applied"]
+        sel = torch.nonzero(applied).flatten()
+        idx = sel.numpy()
+        part_in = x.index_select(0, _host_to(sel, x.device)) if len(idx) < x.shape[0] else x
+        lo, hi = self._ranges(part_in)
+        u = _host_to(torch.from_numpy(params["u"][idx]), x.device)
+        log_k = (lo + (hi - lo) * u)[..., None]  # (M, C, 1)
+        freqs = _natural(params["locs"][idx], x.shape[2:])[:, :, None, :]  # (M, C, 1, 3)
+        part = _monai_spikes(part_in, freqs, log_k)
+        if len(idx) == x.shape[0]:
+            return part
+        out = x.clone()
+        out.index_copy_(0, _host_to(sel, x.device), part)
+        return out
+
+
+class KSpaceSpikeNoised:
+    """MONAI KSpaceSpikeNoised(keys, loc, k_intensity=None)."""
+
+    def __init__(self, keys: Any, loc: Any, k_intensity: Union[Sequence[float], float, None] = None,
+                 allow_missing_keys: bool = False):
+        self.keys = [keys] if isinstance(keys, (str, int)) or not isinstance(keys, Sequence) else list(keys)
+        self.transform = KSpaceSpikeNoise(loc, k_intensity)
+        self.allow_missing_keys = allow_missing_keys
+
+    def __call__(self, data: Any) -> dict:
+        d = dict(data)
+        for key in self.keys:
+            if key not in d:
+                if self.allow_missing_keys:
+                    continue
+                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+            d[key] = self.transform(d[key])
+        return d
+
+
+class RandKSpaceSpikeNoised:
+    """MONAI RandKSpaceSpikeNoised(keys, prob=0.1, intensity_range=None, channel_wise=True): one gate
+    per sample for the call, and, as MONAI, a fresh draw of locations and intensities per key."""
+
+    def __init__(self, keys: Any, prob: float = 0.1, intensity_range: Any = None, channel_wise: bool = True,
+                 allow_missing_keys: bool = False, seed: Optional[int] = None):
+        self.keys = [keys] if isinstance(keys, (str, int)) or not isinstance(keys, Sequence) else list(keys)
+        self.prob = _check_prob(prob)
+        self.transform = RandKSpaceSpikeNoise(1.0, intensity_range, channel_wise, seed)
+        self.allow_missing_keys = allow_missing_keys
+
+    def set_random_state(self, seed: Optional[int] = None, generator: Optional[torch.Generator] = None):
+        self.transform.set_random_state(seed, generator)
+        return self
+
+    def __call__(self, data: Any) -> dict:
+        d = dict(data)
+        gate = None
+        for key in self.keys:
+            if key not in d:
+                if self.allow_missing_keys:
+                    continue
+                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+            x, _ = _as_batch(d[key])
+            if gate is None:
+                gate = ops.philox_uniform(self.transform._next_seed(), 0, x.shape[0], 1)[:, 0] < self.prob
+            params = self.transform._plan(x)
+            params["applied"] = gate.clone()
+            d[key] = self.transform.apply(d[key], params)
+        return d
