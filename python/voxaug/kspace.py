@@ -9,15 +9,16 @@ Philox (no host sync: the draws need the shape only), and uses what each artefac
 
 - **Ghosting** scales planes of k-space along one axis by a real factor. The real part of the
   inverse transform of ``M(k) X(k)`` is the inverse transform of ``X(k) (M(k) + M(-k)) / 2``
-  (``X`` is Hermitian, ``M`` real), so the batch goes through one real FFT pair (``rfftn`` /
-  ``irfftn``, half the spectrum) with the symmetrised factor, applied in natural (unshifted)
-  order so no shift is materialised.
+  (``X`` is Hermitian, ``M`` real), and a factor of one frequency axis is a filter along that
+  axis alone: so each sample goes through 1-D real transforms along its axis (``rfft`` /
+  ``irfft``) with the symmetrised factor, in natural (unshifted) order, no 3-D transform and no
+  shift materialised.
 - **Spikes** change a few k-space values. The real part of the inverse transform of a change
   ``c`` at frequency ``k`` is the plane wave ``Re(c exp(2 pi i k.n / N)) / N``, so the artefact is
   added to the image directly (one batched matrix product per batch, separable in the three
   axes) and no inverse FFT runs. TorchIO's spike height is a fraction of the spectrum's maximum
   magnitude (recomputed before every spike, as TorchIO does): one ``rfftn`` per batch and a
-  top-k of the magnitudes. MONAI's spike sets the log-magnitude at the location, keeping its
+  maximum of the magnitudes per spike. MONAI's spike sets the log-magnitude at the location, keeping its
   phase: the value there comes from a float64 DFT at that one frequency (a pass over the image),
   and an FFT runs only for MONAI's default intensity (the mean log-magnitude of the spectrum).
 
@@ -52,6 +53,14 @@ _DIMS = (-3, -2, -1)
 def _work(x: torch.Tensor) -> torch.Tensor:
     """x as the FFT's real dtype: float64 stays, everything else becomes float32."""
     return x if x.dtype in (torch.float32, torch.float64) else x.to(torch.float32)
+
+
+def _magnitude(spec: torch.Tensor) -> torch.Tensor:
+    """|spec| as sqrt(re * re + im * im) in the spectrum's precision: within one rounding of
+    torch.abs (hypot), whose CPU kernel is scalar and three times slower."""
+    r = torch.view_as_real(spec)
+    re, im = r[..., 0], r[..., 1]
+    return (re * re).addcmul_(im, im).sqrt_()
 
 
 def _torchio_int_range(value: Any, name: str) -> tuple[int, int]:
@@ -127,20 +136,27 @@ def _ghost_factor(size: int, ghosts: int, strength: float, restore: Optional[flo
 
 def _ghost(x: torch.Tensor, axis: np.ndarray, ghosts: np.ndarray, strength: np.ndarray,
            restore: Sequence[Optional[float]]) -> torch.Tensor:
-    """Ghosting of every sample of x (M, C, D, H, W) with its own parameters: one rfftn /
-    irfftn pair for the batch, one broadcast multiply per axis in use."""
+    """Ghosting of every sample of x (M, C, D, H, W) with its own parameters. The factor depends on
+    the frequency along one axis only, so the 3-D transform pair reduces to 1-D real transforms
+    along that axis (rfft, multiply, irfft): one pair per axis in use, over the samples that use it."""
     xw = _work(x)
-    spec = torch.fft.rfftn(xw, dim=_DIMS)
+    out = torch.empty_like(xw)
     size = x.shape[2:]
     for a in sorted(set(int(v) for v in axis)):
-        length = size[a] if a < 2 else size[a] // 2 + 1
-        f = np.ones((x.shape[0], length))
-        for i in np.flatnonzero(axis == a):
-            f[i] = _ghost_factor(size[a], int(ghosts[i]), float(strength[i]), restore[i])[:length]
-        shape = [x.shape[0], 1, 1, 1, 1]
+        rows = np.flatnonzero(axis == a)
+        length = size[a] // 2 + 1
+        f = np.stack([_ghost_factor(size[a], int(ghosts[i]), float(strength[i]), restore[i])[:length]
+                      for i in rows])
+        shape = [len(rows), 1, 1, 1, 1]
         shape[2 + a] = length
-        spec.mul_(_host_to(torch.from_numpy(f).to(xw.dtype).reshape(shape), x.device))
-    return torch.fft.irfftn(spec, s=size, dim=_DIMS)
+        factor = _host_to(torch.from_numpy(f).to(xw.dtype).reshape(shape), x.device)
+        dim = 2 + a
+        if len(rows) == x.shape[0]:
+            return torch.fft.irfft(torch.fft.rfft(xw, dim=dim).mul_(factor), n=size[a], dim=dim)
+        idx = _host_to(torch.from_numpy(rows), x.device)
+        part = torch.fft.irfft(torch.fft.rfft(xw.index_select(0, idx), dim=dim).mul_(factor), n=size[a], dim=dim)
+        out.index_copy_(0, idx, part)
+    return out
 
 
 def _parse_axes(axes: Any) -> tuple:
@@ -324,19 +340,16 @@ def _torchio_spike_heights(xw: torch.Tensor, freqs: np.ndarray, counts: np.ndarr
                            ) -> torch.Tensor:
     """TorchIO Spike's heights (M, C, S) float32: spike s of a channel adds
     float32(max |spectrum| * ratio) to the real part of the spectrum at its frequency, the maximum
-    taken over the spectrum as the earlier spikes left it. From the half spectrum (rfftn): each
+    taken over the spectrum as the earlier spikes left it: the larger of the touched positions'
+    new magnitudes and the maximum over the untouched ones. From the half spectrum (rfftn): a
     stored value stands for one full-spectrum position (planes kw = 0 and kw = W / 2) or two (k and
-    -k, the same magnitude); the maximum over untouched positions is the largest of the top S + 1
-    magnitudes that still has an untouched position."""
+    -k, the same magnitude); once every position a stored value stands for has been touched, it is
+    zeroed in the magnitudes before the next maximum (which positions are touched is host data)."""
     m, c, d, h, w = xw.shape
     s_max = freqs.shape[1]
     wh = w // 2 + 1
     spec = torch.fft.rfftn(xw, dim=_DIMS).reshape(m, c, -1)
-    mag = spec.abs()
-    k = min(s_max + 1, mag.shape[-1])
-    top_v, top_i = torch.topk(mag, k, dim=-1)  # (M, C, K), sorted descending
-    top_kw = top_i % wh
-    top_mult = torch.where((top_kw == 0) | ((w % 2 == 0) & (top_kw == w // 2)), 1, 2)
+    mag = _magnitude(spec)
 
     # Element of the half spectrum holding each spike's frequency, and whether it is the conjugate.
     kd, kh, kw = freqs[..., 0], freqs[..., 1], freqs[..., 2]
@@ -346,42 +359,34 @@ def _torchio_spike_heights(xw: torch.Tensor, freqs: np.ndarray, counts: np.ndarr
     ew = np.where(mirror, w - kw, kw)
     elem = (ed * h + eh) * wh + ew  # (M, S)
     full = (kd * h + kh) * w + kw  # full-spectrum position id
+    mult = np.where((ew == 0) | ((w % 2 == 0) & (ew == w // 2)), 1, 2)
     dev = xw.device
     vals = spec.gather(-1, _host_to(torch.from_numpy(elem), dev)[:, None, :].expand(m, c, s_max))
     vals = torch.where(_host_to(torch.from_numpy(mirror), dev)[:, None, :], vals.conj(), vals)  # (M, C, S) complex
 
     ratio_t = _host_to(torch.from_numpy(ratio.astype(np.float32)), dev)[:, None]  # (M, 1)
     heights = torch.zeros(m, c, s_max, dtype=torch.float32, device=dev)
+    zeroed: list[set] = [set() for _ in range(m)]
     for s in range(s_max):
-        # Host bookkeeping of the positions spikes 0..s-1 touched (positions are host data).
-        same = np.zeros((m, s_max, s_max))  # same[m, i, j]: spike i (< s) is at spike j's position
-        exhausted = np.full((m, s_max), -1, dtype=np.int64)  # half-spectrum elements with no untouched position
+        same = np.zeros((m, s_max, s_max))  # same[i, a, b]: spike a (< s) is at spike b's position
         for i in range(m):
             done = min(s, int(counts[i]))
             pos = full[i, :done]
-            for j in range(done):
-                same[i, :done, j] = pos == pos[j]
-            distinct = {}
-            for p, e in zip(pos.tolist(), elem[i, :done].tolist()):
-                distinct.setdefault(e, set()).add(p)
-            r = 0
-            for e, ps in distinct.items():
-                e_kw = e % wh
-                mult = 1 if e_kw == 0 or (w % 2 == 0 and e_kw == w // 2) else 2
-                if len(ps) >= mult:
-                    exhausted[i, r] = e
-                    r += 1
-        ex = _host_to(torch.from_numpy(exhausted), dev)
-        free = ~(top_i[..., :, None] == ex[:, None, None, :]).any(-1)  # (M, C, K)
-        untouched = torch.where(free, top_v, torch.zeros((), dtype=top_v.dtype, device=dev)).amax(-1)
+            same[i, :done, :done] = pos[:, None] == pos[None, :]
+            touched: dict = {}
+            for p, e, k in zip(pos.tolist(), elem[i, :done].tolist(), mult[i, :done].tolist()):
+                touched.setdefault(e, [set(), k])[0].add(p)
+            gone = [e for e, (ps, k) in touched.items() if len(ps) >= k and e not in zeroed[i]]
+            if gone:
+                mag[i].index_fill_(-1, _host_to(torch.tensor(gone, dtype=torch.int64), dev), 0.0)
+                zeroed[i].update(gone)
+        peak = mag.amax(-1)
         if s:
-            added = torch.einsum("mci,mij->mcj", heights, _host_to(torch.from_numpy(same).to(torch.float32), dev))
+            added = torch.einsum("mca,mab->mcb", heights, _host_to(torch.from_numpy(same).to(torch.float32), dev))
             now = (vals + added.to(vals.dtype)).abs()
             touched_mask = _host_to(torch.from_numpy(same.any(1)), dev)[:, None, :]
-            touched = torch.where(touched_mask, now, torch.zeros((), dtype=now.dtype, device=dev)).amax(-1)
-            peak = torch.maximum(untouched, touched)
-        else:
-            peak = untouched
+            now = torch.where(touched_mask, now, torch.zeros((), dtype=now.dtype, device=dev))
+            peak = torch.maximum(peak, now.amax(-1))
         active = _host_to(torch.from_numpy(s < counts), dev)[:, None]
         heights[:, :, s] = torch.where(active, peak * ratio_t, torch.zeros((), device=dev))
     return heights
@@ -438,14 +443,14 @@ class Spike(_SpikeBase):
 
 
 class RandomSpike(_SpikeBase, _Randomizable):
-    """TorchIO RandomSpike(num_spikes=1, intensity=(1, 3), p=1): per sample, with probability `p`,
+    """TorchIO RandomSpike(num_spikes=(1, 1), intensity=(1, 3), p=1): per sample, with probability `p`,
     num_spikes ~ U{a..b} (a number d means 0..d), intensity ~ U(a, b) (a number d means (-d, d)),
     positions uniform in [0, 1)^3; then :class:`Spike`. A dictionary gets a draw per intensity
     image (not under `label_keys`). ``last_params`` holds the draws. Philox draws, one per sample;
     a no-op draw (no spikes, intensity 0) or a closed gate leaves the sample unchanged (float32
     when others in the batch are transformed)."""
 
-    def __init__(self, num_spikes: Union[int, tuple[int, int]] = 1, intensity: Union[float, tuple[float, float]] = (1, 3),
+    def __init__(self, num_spikes: Union[int, tuple[int, int]] = (1, 1), intensity: Union[float, tuple[float, float]] = (1, 3),
                  p: float = 1.0, label_keys: Sequence[str] = (), seed: Optional[int] = None):
         _Randomizable.__init__(self, seed)
         self.intensity_range = _torchio_range(intensity, "intensity_range")
@@ -470,13 +475,10 @@ def _mean_log_magnitude(xw: torch.Tensor) -> torch.Tensor:
     """(M, C) float64: the mean over the full spectrum of float32 log(|X| + 1e-10), MONAI's
     default spike log-intensity base, from the half spectrum (interior kw planes count twice)."""
     w = xw.shape[-1]
-    spec = torch.fft.rfftn(xw, dim=_DIMS)
-    log_abs = torch.log(spec.abs() + 1e-10)
-    weight = torch.full((spec.shape[-1],), 2.0, dtype=torch.float64, device=xw.device)
-    weight[0] = 1.0
-    if w % 2 == 0:
-        weight[-1] = 1.0
-    return (log_abs.to(torch.float64) * weight).sum(dim=(-1,)).sum(dim=(-2, -1)) / float(np.prod(xw.shape[2:]))
+    log_abs = _magnitude(torch.fft.rfftn(xw, dim=_DIMS)).add_(1e-10).log_()
+    total = log_abs.sum(dim=_DIMS, dtype=torch.float64)
+    interior = log_abs[..., 1: (w + 1) // 2]  # the planes whose mirror images are not stored
+    return (total + interior.sum(dim=_DIMS, dtype=torch.float64)) / float(np.prod(xw.shape[2:]))
 
 
 def _monai_spikes(x: torch.Tensor, freqs: np.ndarray, log_k: torch.Tensor) -> torch.Tensor:
