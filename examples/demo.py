@@ -40,7 +40,9 @@ except ImportError:  # running from a checkout without the editable install
     import voxaug
 from voxaug import crop as C
 from voxaug import deform as D
+from voxaug import degrade as Dg
 from voxaug import filter as Fl
+from voxaug import kspace as Ks
 from voxaug import stats as St
 from voxaug import transforms as T
 
@@ -309,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
         ("TorchIO RandomNoise", batch, T.RandomNoise(std=(0.05, 0.1), seed=seed + 7)),
         ("TorchIO ZNormalization", batch_u8, St.ZNormalization()),
         ("TorchIO RescaleIntensity", batch_u8, St.RescaleIntensity(percentiles=(1, 99))),
+        ("RandGibbsNoise", batch, Dg.RandGibbsNoise(prob=1.0, alpha=(0.4, 0.6), seed=seed + 31)),
+        ("TorchIO RandomGhosting", batch, Ks.RandomGhosting(intensity=(0.6, 0.9), seed=seed + 32)),
+        ("TorchIO RandomSpike", batch, Ks.RandomSpike(intensity=(0.05, 0.1), seed=seed + 33)),
+        ("RandKSpaceSpikeNoise", batch, Ks.RandKSpaceSpikeNoise(prob=1.0, intensity_range=(11.0, 12.0),
+                                                                 seed=seed + 34)),
     ]
     chain = fused_chain(a_min, a_max, seed)
     unfused = fused_chain(a_min, a_max, seed).transforms  # the same steps, one call (one pass) each
