@@ -55,11 +55,12 @@ Cases
       product map for image and label) vs MONAI's Compose step by step and with lazy=True
       (MONAI resamples once per key; its lazy mode needs `overrides` to keep the label nearest,
       else it interpolates the label bilinearly). Checked: shapes, image means, label values
-  (n) k-space artefacts (--only kspace): voxaug's RandomGhosting and RandomSpike vs TorchIO's (their
-      defaults, p 1; "monai ms" is TorchIO) and RandKSpaceSpikeNoise (prob 1, MONAI's default
-      intensity range, and intensity_range (13, 15)) vs MONAI's, on 2x1x128^3 (voxaug in one
-      call, the peer looping over the samples) and 1x1x224x224x160. Checked: finite, changed,
-      and the image mean kept (every artefact leaves the DC term alone unless a spike lands on it)
+  (n) k-space and resolution artefacts (--only kspace): voxaug's RandomGhosting, RandomSpike and
+      RandomAnisotropy vs TorchIO's (their defaults, p 1; "monai ms" is TorchIO) and
+      RandKSpaceSpikeNoise (prob 1, MONAI's default intensity range, and intensity_range (13, 15))
+      vs MONAI's, on 2x1x128^3 (voxaug in one call, the peer looping over the samples) and
+      1x1x224x224x160. Checked: finite, changed, and the image mean kept (the k-space artefacts
+      leave the DC term alone unless a spike lands on it; anisotropy within 1% of the range)
   (k) nnU-Net chain (--only nnunet): noise, blur, brightness, contrast, low resolution, inverted
       gamma, gamma as one Compose, prob 1 (the bar, 5x on CPU) and nnU-Net's probabilities
 
@@ -1087,7 +1088,8 @@ def check_kspace(x, m, v):
 
 
 def kspace_rows(device, args):
-    """(n) TorchIO RandomGhosting / RandomSpike and MONAI RandKSpaceSpikeNoise, prob 1."""
+    """(n) TorchIO RandomGhosting / RandomSpike / RandomAnisotropy and MONAI RandKSpaceSpikeNoise, prob 1."""
+    import voxaug.degrade as vd
     import voxaug.kspace as vk
 
     rows = []
@@ -1100,6 +1102,9 @@ def kspace_rows(device, args):
                                  vk.RandomGhosting(seed=SEED), check_kspace, device, args, per_sample_monai=per))
             rows.append(run_case("(n) RandomSpike vs TorchIO", x, lambda img: t_s(img.cpu()),
                                  vk.RandomSpike(seed=SEED), check_kspace, device, args, per_sample_monai=per))
+            t_a = tio.RandomAnisotropy()
+            rows.append(run_case("(n) RandomAnisotropy vs TorchIO", x, lambda img: t_a(img.cpu()),
+                                 vd.RandomAnisotropy(seed=SEED), check_kspace, device, args, per_sample_monai=per))
         for label, rng in (("default range", None), ("range (13, 15)", (13.0, 15.0))):
             m_k = mt.RandKSpaceSpikeNoise(prob=1.0, intensity_range=rng)
             m_k.set_random_state(SEED)

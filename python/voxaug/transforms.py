@@ -599,6 +599,8 @@ def _torchio_range(value: Any, name: str, min_constraint: Optional[float] = None
         d = float(value)
         if not d >= 0:
             raise ValueError(f"If {name} is a single number, it must be >= 0, got {value!r}")
+        if min_constraint is not None and d < min_constraint:
+            raise ValueError(f"If {name} is a single number, it must be >= {min_constraint}, got {value!r}")
         pair = (-d if min_constraint is None else float(min_constraint), d)
     else:
         try:

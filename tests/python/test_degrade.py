@@ -478,3 +478,104 @@ def test_rand_gibbs_noise_gate_draws_and_dictionary():
     from voxaug.degrade import GibbsNoise
     with pytest.raises(ValueError, match="alpha"):
         GibbsNoise(1.5)
+
+
+# ---------------- TorchIO RandomAnisotropy ----------------
+def _tio_anisotropy(x4, axis, factor, affine=None, interp="linear", label=None, scalars_only=True):
+    """TorchIO's RandomAnisotropy with its draw pinned to (axis, factor), on one (C, D, H, W) sample."""
+    import torchio as tio
+
+    aff = np.eye(4) if affine is None else affine
+    subject = tio.Subject(img=tio.ScalarImage(tensor=x4.clone(), affine=aff),
+                          **({} if label is None else {"lab": tio.LabelMap(tensor=label.clone(), affine=aff)}))
+    t = tio.RandomAnisotropy(axes=(axis,), downsampling=(factor, factor), image_interpolation=interp,
+                             scalars_only=scalars_only)
+    out = t(subject)
+    return out["img"].data, (None if label is None else out["lab"].data)
+
+
+@pytest.mark.parametrize("interp", ["linear", "nearest"])
+@pytest.mark.parametrize("shape", [(2, 17, 20, 15), (1, 16, 9, 24)])
+def test_anisotropy_equals_torchio(interp, shape):
+    pytest.importorskip("torchio")
+    from voxaug.degrade import RandomAnisotropy
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand((6,) + shape, generator=g) * 100 - 30
+    t = RandomAnisotropy(downsampling=(1.2, 4.5), image_interpolation=interp, seed=5)
+    out = t(x)
+    assert out.dtype == torch.float32 and out.shape == x.shape
+    assert len(set(t.last_axis.tolist())) > 1
+    zero_slabs = ties = 0
+    for i in range(6):
+        a, f = int(t.last_axis[i]), float(t.last_downsampling[i])
+        ref, _ = _tio_anisotropy(x[i], a, f, interp=interp)
+        diff = (out[i] - ref).abs()
+        if interp == "nearest":
+            # A voxel exactly halfway between two coarse voxels (the centre of an odd axis over an
+            # even coarse grid) rounds by ITK's floating-point noise in its physical coordinates.
+            n = x.shape[2 + a]
+            m = int(np.floor(n / f))
+            u = (np.arange(n) - ((n - 1) / 2 - (m - 1) / 2 * f)) / f
+            tie = torch.from_numpy(np.abs(u - np.floor(u) - 0.5) < 1e-9)
+            ties += int(tie.sum())
+            diff = diff.movedim(a + 1, -1)[..., ~tie]
+        assert float(diff.max()) <= 2e-6 * 130
+        zero_slabs += int((ref == 0).any())
+    assert interp == "linear" or shape[1] % 2 == 0 or ties > 0  # the exclusion is not vacuous (odd sizes)
+    assert zero_slabs > 0  # ITK's default value beyond half a coarse voxel is part of what is checked
+
+
+def test_anisotropy_spacing_labels_and_real_volume(ch2):
+    pytest.importorskip("torchio")
+    from monai.data import MetaTensor
+    from voxaug.degrade import RandomAnisotropy
+
+    vol, affine = ch2
+    img = vol[:, ::2, ::2, ::2].contiguous()  # uint8, ITK's cast truncates
+    lab = (img > 60).to(torch.uint8) + (img > 120).to(torch.uint8)
+    aff = np.diag([0.7, 1.3, 2.0, 1.0]) @ np.asarray(affine)
+    for scalars_only in (True, False):
+        t = RandomAnisotropy(axes=(0, 2), downsampling=3.0, scalars_only=scalars_only, label_keys=("lab",), seed=2)
+        res = t({"img": MetaTensor(img, affine=torch.as_tensor(aff)), "lab": lab, "other": 3})
+        ref_img, ref_lab = _tio_anisotropy(img, int(t.last_axis[0]), float(t.last_downsampling[0]), affine=aff,
+                                           label=lab, scalars_only=scalars_only)
+        assert res["img"].dtype == torch.uint8 and res["other"] == 3
+        assert (res["img"].as_tensor().to(torch.int16) - ref_img.to(torch.int16)).abs().max() <= 1  # ties of the cast
+        assert torch.equal(res["lab"], ref_lab)
+        assert (res["lab"] is lab) == scalars_only
+
+
+def test_anisotropy_draws_gate_and_errors():
+    pytest.importorskip("torchio")
+    import torchio as tio
+    from voxaug.degrade import RandomAnisotropy
+
+    x = torch.rand(400, 1, 8, 9, 10)
+    t = RandomAnisotropy(axes=(1, 2), downsampling=2.5, p=0.6, seed=9)
+    out = t(x)
+    assert set(t.last_axis.tolist()) == {1, 2} and 0.5 < t.last_applied.mean() < 0.7
+    assert (t.last_downsampling >= 1.0).all() and (t.last_downsampling < 2.5).all()
+    assert torch.equal(out[~torch.from_numpy(t.last_applied)], x[~torch.from_numpy(t.last_applied)])
+    assert torch.equal(RandomAnisotropy(p=0.0, seed=1)(x), x)
+    again = RandomAnisotropy(axes=(1, 2), downsampling=2.5, p=0.6, seed=9)(x)
+    assert torch.equal(again, out)
+    for kwargs in [dict(axes=3), dict(downsampling=0.5), dict(downsampling=(3, 2))]:
+        with pytest.raises(ValueError):
+            tio.RandomAnisotropy(**kwargs)
+        with pytest.raises(ValueError):
+            RandomAnisotropy(**kwargs)
+    with pytest.raises(NotImplementedError, match="image_interpolation"):
+        RandomAnisotropy(image_interpolation="bspline")
+    with pytest.raises(ValueError, match="leaves no voxel"):
+        RandomAnisotropy(axes=0, downsampling=(4.0, 4.0), seed=1)(torch.rand(1, 1, 3, 5, 5))
+
+
+@pytest.mark.parametrize("device", devices())
+def test_anisotropy_device_matches_cpu(device):
+    from voxaug.degrade import RandomAnisotropy
+
+    x = torch.rand(3, 2, 11, 12, 13) * 10
+    a = RandomAnisotropy(seed=4)(x)
+    b = RandomAnisotropy(seed=4)(x.to(device))
+    assert b.device.type == device and float((b.cpu() - a).abs().max()) <= 1e-5

@@ -108,6 +108,7 @@ RANDOM = {
     "RandSimulateLowResolution[nearest]": lambda p: vd.RandSimulateLowResolution(prob=p, upsample_mode="nearest",
                                                                                  seed=18),
     "RandGibbsNoise": lambda p: vd.RandGibbsNoise(prob=p, alpha=(0.3, 0.8), seed=20),
+    "RandomAnisotropy": lambda p: vd.RandomAnisotropy(downsampling=(1.5, 3), p=p, seed=25),
     "RandomGhosting": lambda p: vk.RandomGhosting(p=p, seed=21),
     "RandomSpike": lambda p: vk.RandomSpike(num_spikes=(1, 3), p=p, seed=22),
     "RandKSpaceSpikeNoise": lambda p: vk.RandKSpaceSpikeNoise(prob=p, seed=23),
