@@ -55,8 +55,8 @@ Cases
       product map for image and label) vs MONAI's Compose step by step and with lazy=True
       (MONAI resamples once per key; its lazy mode needs `overrides` to keep the label nearest,
       else it interpolates the label bilinearly). Checked: shapes, image means, label values
-  (n) k-space and resolution artefacts (--only kspace): voxaug's RandomGhosting, RandomSpike and
-      RandomAnisotropy vs TorchIO's (their defaults, p 1; "monai ms" is TorchIO) and
+  (n) k-space and resolution artefacts (--only kspace): voxaug's RandomGhosting, RandomSpike,
+      RandomMotion and RandomAnisotropy vs TorchIO's (their defaults, p 1; "monai ms" is TorchIO) and
       RandKSpaceSpikeNoise (prob 1, MONAI's default intensity range, and intensity_range (13, 15))
       vs MONAI's, on 2x1x128^3 (voxaug in one call, the peer looping over the samples) and
       1x1x224x224x160. Checked: finite, changed, and the image mean kept (the k-space artefacts
@@ -1088,7 +1088,8 @@ def check_kspace(x, m, v):
 
 
 def kspace_rows(device, args):
-    """(n) TorchIO RandomGhosting / RandomSpike / RandomAnisotropy and MONAI RandKSpaceSpikeNoise, prob 1."""
+    """(n) TorchIO RandomGhosting / RandomSpike / RandomMotion / RandomAnisotropy and MONAI
+    RandKSpaceSpikeNoise, prob 1."""
     import voxaug.degrade as vd
     import voxaug.kspace as vk
 
@@ -1102,6 +1103,9 @@ def kspace_rows(device, args):
                                  vk.RandomGhosting(seed=SEED), check_kspace, device, args, per_sample_monai=per))
             rows.append(run_case("(n) RandomSpike vs TorchIO", x, lambda img: t_s(img.cpu()),
                                  vk.RandomSpike(seed=SEED), check_kspace, device, args, per_sample_monai=per))
+            t_m = tio.RandomMotion()
+            rows.append(run_case("(n) RandomMotion vs TorchIO", x, lambda img: t_m(img.cpu()),
+                                 vk.RandomMotion(seed=SEED), check_kspace, device, args, per_sample_monai=per))
             t_a = tio.RandomAnisotropy()
             rows.append(run_case("(n) RandomAnisotropy vs TorchIO", x, lambda img: t_a(img.cpu()),
                                  vd.RandomAnisotropy(seed=SEED), check_kspace, device, args, per_sample_monai=per))

@@ -314,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         ("RandGibbsNoise", batch, Dg.RandGibbsNoise(prob=1.0, alpha=(0.4, 0.6), seed=seed + 31)),
         ("TorchIO RandomGhosting", batch, Ks.RandomGhosting(intensity=(0.6, 0.9), seed=seed + 32)),
         ("TorchIO RandomSpike", batch, Ks.RandomSpike(intensity=(0.05, 0.1), seed=seed + 33)),
+        ("TorchIO RandomMotion", batch, Ks.RandomMotion(degrees=4, translation=4, seed=seed + 36)),
         ("TorchIO RandomAnisotropy", batch, Dg.RandomAnisotropy(downsampling=(3, 5), seed=seed + 35)),
         ("RandKSpaceSpikeNoise", batch, Ks.RandKSpaceSpikeNoise(prob=1.0, intensity_range=(11.0, 12.0),
                                                                  seed=seed + 34)),

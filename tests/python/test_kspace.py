@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from conftest import devices
-from voxaug.kspace import (Ghosting, KSpaceSpikeNoise, KSpaceSpikeNoised, RandKSpaceSpikeNoise,
-                           RandKSpaceSpikeNoised, RandomGhosting, RandomSpike, Spike)
+from voxaug.kspace import (Ghosting, KSpaceSpikeNoise, KSpaceSpikeNoised, Motion, RandKSpaceSpikeNoise,
+                           RandKSpaceSpikeNoised, RandomGhosting, RandomMotion, RandomSpike, Spike)
 
 tio = pytest.importorskip("torchio")
 monai_t = pytest.importorskip("monai.transforms")
@@ -316,11 +316,80 @@ def test_torchio_argument_errors_match():
             RandomSpike(**kwargs)
 
 
+# ---------------- Motion ----------------
+MOTIONS = [
+    ([[3.0, -4.0, 5.0]], [[1.0, 2.0, -1.5]], [0.4]),  # no time past the middle: the last spectrum swaps
+    ([[3.0, -4.0, 5.0], [-2.0, 6.0, 1.0]], [[1.0, 2.0, -1.5], [-2.0, 0.5, 1.0]], [0.3, 0.7]),
+    ([[3.0, -4.0, 5.0], [1.0, 1.0, 1.0], [-2.0, -3.0, 4.0]], [[1.0, 2.0, -1.5], [0.0, 0.0, 3.0], [1.0, 1.0, 1.0]],
+     [0.2, 0.55, 0.8]),
+]
+AFFINES = [np.eye(4), np.array([[0.9, 0.1, 0.0, -10.0], [0.0, 1.2, 0.05, -20.0], [0.02, 0.0, 2.0, 5.0],
+                                [0.0, 0.0, 0.0, 1.0]])]
+
+
+@pytest.mark.parametrize("interp", ["linear", "nearest"])
+@pytest.mark.parametrize("affine", [0, 1])
+@pytest.mark.parametrize("motion", range(len(MOTIONS)))
+def test_motion_equals_torchio(interp, affine, motion):
+    from monai.data import MetaTensor
+
+    deg, tr, tm = (np.asarray(v, dtype=np.float64) for v in MOTIONS[motion])
+    tm = tm.astype(np.float32)
+    x = rand((2, 17, 20, 16), seed=motion) + 30
+    aff = AFFINES[affine]
+    got = Motion(deg, tr, tm, interp)(MetaTensor(x, affine=torch.as_tensor(aff)))
+    subject = tio.Subject(img=tio.ScalarImage(tensor=x.clone(), affine=aff))
+    ref = tio.Motion(degrees=deg, translation=tr, times=tm, image_interpolation=interp)(subject)["img"].data
+    assert got.dtype == torch.float32
+    close(got.as_tensor(), ref, x, rel=3e-6)
+    assert float((got.as_tensor() - x).abs().max()) > 1.0  # the artefact is there
+
+
+def test_random_motion_per_sample_real_volume_and_dict(ch2):
+    vol = ch2[0][0][None, None, ::3, ::3, ::3].to(torch.float32)
+    batch = torch.cat([vol, vol.flip(2), vol * 0.5])
+    t = RandomMotion(degrees=5, translation=4, num_transforms=2, seed=6, affine=ch2[1])
+    out = t(batch)
+    p = t.last_params
+    assert bool(p["applied"].all())
+    for i in range(3):
+        subject = tio.Subject(img=tio.ScalarImage(tensor=batch[i].clone(), affine=ch2[1]))
+        ref = tio.Motion(degrees=p["degrees"][i], translation=p["translation"][i], times=p["times"][i].astype(np.float32),
+                         image_interpolation="linear")(subject)["img"].data
+        close(out[i], ref, batch[i], rel=3e-6)
+    x = rand((300, 1, 5, 6, 7))
+    t = RandomMotion(degrees=(1, 3), translation=2, num_transforms=3, p=0.5, seed=2)
+    small = t._plan(x)
+    assert 100 < int(small["applied"].sum()) < 200
+    assert ((small["degrees"] >= 1) & (small["degrees"] < 3)).all() and (np.abs(small["translation"]) < 2).all()
+    step = 0.25
+    assert (np.abs(small["times"] - step * np.arange(1, 4)) <= 0.3 * step).all()
+    out = t(x[:6])
+    keep = ~t.last_params["applied"]
+    assert torch.equal(out[keep], x[:6][keep])
+    data = {"a": rand((1, 8, 8, 8), 1) + 10, "b": rand((1, 8, 8, 8), 1) + 10, "label": torch.ones(1, 8, 8, 8)}
+    res = RandomMotion(label_keys=("label",), seed=4)(data)
+    assert res["label"] is data["label"] and not torch.equal(res["a"], res["b"])  # a draw per image
+
+
+def test_motion_argument_errors_match():
+    for kwargs in [dict(num_transforms=0), dict(degrees=(3, 1)), dict(translation=-1)]:
+        with pytest.raises(ValueError):
+            tio.RandomMotion(**kwargs)
+        with pytest.raises(ValueError):
+            RandomMotion(**kwargs)
+    with pytest.raises(ValueError, match="one row per motion"):
+        Motion([[1, 2, 3]], [[1, 2, 3], [4, 5, 6]], [0.5])
+    with pytest.raises(NotImplementedError, match="image_interpolation"):
+        RandomMotion(image_interpolation="bspline")
+
+
 @pytest.mark.parametrize("device", devices())
 def test_device_batches_match_cpu(device):
     x = rand((3, 2, 14, 12, 11), seed=6)
     for t in (lambda: RandomGhosting(seed=1), lambda: RandomSpike(num_spikes=(1, 3), seed=2),
-              lambda: RandKSpaceSpikeNoise(prob=1.0, seed=3), lambda: KSpaceSpikeNoise((3, 4, 5))):
+              lambda: RandKSpaceSpikeNoise(prob=1.0, seed=3), lambda: KSpaceSpikeNoise((3, 4, 5)),
+              lambda: RandomMotion(seed=4)):
         a, b = t()(x), t()(x.to(device))
         assert b.device.type == device
         close(b, a, (a - x).abs().max() + x.abs().max())

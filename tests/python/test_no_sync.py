@@ -111,6 +111,7 @@ RANDOM = {
     "RandomAnisotropy": lambda p: vd.RandomAnisotropy(downsampling=(1.5, 3), p=p, seed=25),
     "RandomGhosting": lambda p: vk.RandomGhosting(p=p, seed=21),
     "RandomSpike": lambda p: vk.RandomSpike(num_spikes=(1, 3), p=p, seed=22),
+    "RandomMotion": lambda p: vk.RandomMotion(p=p, seed=26),
     "RandKSpaceSpikeNoise": lambda p: vk.RandKSpaceSpikeNoise(prob=p, seed=23),
     "RandKSpaceSpikeNoise[range]": lambda p: vk.RandKSpaceSpikeNoise(prob=p, intensity_range=(8, 9),
                                                                      channel_wise=False, seed=24),
