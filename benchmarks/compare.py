@@ -61,6 +61,11 @@ Cases
       vs MONAI's, on 2x1x128^3 (voxaug in one call, the peer looping over the samples) and
       1x1x224x224x160. Checked: finite, changed, and the image mean kept (the k-space artefacts
       leave the DC term alone unless a spike lands on it; anisotropy within 1% of the range)
+  (o) TorchIO preprocessing (--only torchio-pre): Resample to (1.5, 1.5, 2) mm of ch2 (image,
+      linear) + aal (label map, nearest) in one Subject, and of ch2better (0.5 -> 1 mm), and
+      ToCanonical of ch2 under a permuted, flipped affine, vs TorchIO's ("monai ms" is TorchIO);
+      checked against TorchIO's output (values within 1e-5 of the range; labels equal off
+      nearest-neighbour ties; ToCanonical bytes equal)
   (k) nnU-Net chain (--only nnunet): noise, blur, brightness, contrast, low resolution, inverted
       gamma, gamma as one Compose, prob 1 (the bar, 5x on CPU) and nnU-Net's probabilities
 
@@ -1119,6 +1124,63 @@ def kspace_rows(device, args):
     return rows
 
 
+def torchio_pre_rows(device, args):
+    """(o) TorchIO Resample / ToCanonical on ch2 + aal and ch2better."""
+    import numpy as np
+    import voxaug.spatial as vs
+
+    rows = []
+    if tio is None:
+        return rows
+    ch2 = load_meta("ch2.nii.gz", device, "float32")
+    aal = load_meta("aal.nii.gz", device, "int16")
+    aff = ch2.affine.numpy()
+    subject = tio.Subject(image=tio.ScalarImage(tensor=ch2.as_tensor().cpu(), affine=aff),
+                          label=tio.LabelMap(tensor=aal.as_tensor().cpu(), affine=aff))
+    t_r, v_r = tio.Resample((1.5, 1.5, 2.0)), vs.Resample((1.5, 1.5, 2.0), label_keys=("label",))
+
+    def t_pair(_x):
+        out = t_r(subject)
+        return torch.cat([out["image"].data, out["label"].data.float()]).to(device)
+
+    def v_pair(_x):
+        out = v_r({"image": ch2, "label": aal})
+        return torch.cat([plain(out["image"]), plain(out["label"]).float()])[None]
+
+    size, out_aff = vs.torchio_reference_grid(ch2.shape[1:], aff, (1.5, 1.5, 2.0))
+    ties = half_voxel_ties(aff, torch.as_tensor(out_aff), size)
+
+    def check_pair(x, m, v):
+        rng = float(m[0, 0].max() - m[0, 0].min()) or 1.0
+        err = float((m[0, 0].double() - v[0, 0].double()).abs().max()) / rng
+        differ = (m[0, 1] != v[0, 1]) & ~ties.to(m.device)
+        ok = err <= 1e-5 and not bool(differ.any())
+        return ok, f"image max |diff| {err:.1e} of the range, labels equal off ties"
+
+    rows.append(run_case("(o) Resample img+label vs TorchIO", ch2.as_tensor()[None], t_pair, v_pair, check_pair,
+                         device, args))
+    del ch2, aal, subject
+    big = load_meta("ch2better.nii.gz", device, "float32")
+    big_subject = tio.Subject(image=tio.ScalarImage(tensor=big.as_tensor().cpu(), affine=big.affine.numpy()))
+    t_b, v_b = tio.Resample(1.0), vs.Resample(1.0)
+    rows.append(run_case("(o) Resample 0.5->1 mm vs TorchIO", big.as_tensor()[None],
+                         lambda _x: t_b(big_subject)["image"].data.to(device),
+                         lambda _x: plain(v_b(big))[None], check_range(1e-5), device, args))
+    del big, big_subject
+    ch2 = load_meta("ch2.nii.gz", device, "float32")
+    perm = np.array([[0, -1.0, 0, 0], [0, 0, -1.0, 0], [1.0, 0, 0, 0], [0, 0, 0, 1.0]])
+    lip = perm @ ch2.affine.numpy()
+    from monai.data import MetaTensor
+
+    img = MetaTensor(ch2.as_tensor(), affine=torch.as_tensor(lip))
+    c_subject = tio.Subject(image=tio.ScalarImage(tensor=ch2.as_tensor().cpu(), affine=lip))
+    t_c, v_c = tio.ToCanonical(), vs.ToCanonical()
+    rows.append(run_case("(o) ToCanonical vs TorchIO", ch2.as_tensor()[None],
+                         lambda _x: t_c(c_subject)["image"].data.to(device),
+                         lambda _x: plain(v_c(img))[None], check_range(0.0), device, args))
+    return rows
+
+
 def nnunet_pair(prob_one: bool):
     """nnU-Net's default intensity augmentation (REFERENCES.md) as a MONAI and a voxaug Compose:
     Gaussian noise (variance U(0, 0.1): MONAI's sample_std draws std U(0, sqrt(0.1)) instead),
@@ -1253,7 +1315,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="intensity,spatial,deform,filter,crop",
                     help="comma-separated case groups: intensity (a-c, i), spatial (e), deform (f), filter (g), "
                          "crop (h); intensity-new: only (i); intensity-more: (l); degrade (j), nnunet (k), "
-                         "lazy (m), kspace (n)")
+                         "lazy (m), kspace (n), torchio-pre (o)")
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:
         ap.error("--repeats must be >= 1 and --warmup >= 0")
@@ -1279,7 +1341,7 @@ def main(argv=None) -> int:
 
     groups = set(args.only.split(","))
     known = {"intensity", "intensity-new", "intensity-more", "spatial", "deform", "filter", "crop", "degrade",
-             "nnunet", "lazy", "kspace"}
+             "nnunet", "lazy", "kspace", "torchio-pre"}
     if not groups <= known:
         ap.error(f"--only: unknown group(s) {sorted(groups - known)}")
     rows = []
@@ -1323,6 +1385,8 @@ def main(argv=None) -> int:
         rows.extend(lazy_rows(device, args))
     if "kspace" in groups:
         rows.extend(kspace_rows(device, args))
+    if "torchio-pre" in groups:
+        rows.extend(torchio_pre_rows(device, args))
 
     head = (f"{'case':<27} {'shape':<15} {'device':<6} {'monai ms':>9} {'voxaug ms':>9} {'speedup':>8}"
             "  check (monai/voxaug)")

@@ -199,6 +199,7 @@ __all__ = [
     "Zoom", "Zoomd", "RandZoom", "RandZoomd", "Resize", "Resized", "Spacing", "Spacingd", "Orientation", "Orientationd",
     "SpatialCrop", "SpatialCropd", "CenterSpatialCrop", "CenterSpatialCropd", "SpatialPad", "SpatialPadd",
     "BorderPad", "BorderPadd", "DivisiblePad", "DivisiblePadd", "ResizeWithPadOrCrop", "ResizeWithPadOrCropd", "CropOrPad", "CropForeground", "CropForegroundd",
+    "Resample", "ToCanonical",
 ]
 
 _MASK64 = (1 << 64) - 1
@@ -1270,18 +1271,19 @@ def torchio_affine_index_map(scales, degrees, translation, affine, size, center:
     return np.linalg.inv(p) @ e_inv @ s_inv @ p  # composite T = S o E; the resampler uses T^-1
 
 
-def _itk_outside(m: np.ndarray, size, device) -> torch.Tensor:
-    """(D, H, W) bool: output voxels whose input index lies outside [-0.5, S - 0.5) on some axis
-    (ITK's IsInsideBuffer: inside, its linear and nearest interpolators clamp to the edge; outside,
-    the resampler writes the default value). Per (d, h) row the inside w form one interval (each
-    axis a linear inequality in w), so the full-size work is two comparisons and an or."""
+def _itk_outside(m: np.ndarray, size, device, in_size=None) -> torch.Tensor:
+    """(D, H, W) bool over the output grid `size`: output voxels whose input index lies outside
+    [-0.5, S - 0.5) on some axis, S from `in_size` (default: `size`) (ITK's IsInsideBuffer: inside,
+    its linear and nearest interpolators clamp to the edge; outside, the resampler writes the
+    default value). Per (d, h) row the inside w form one interval (each axis a linear inequality
+    in w), so the full-size work is two comparisons and an or."""
     d, h, w = size
     m_t = torch.as_tensor(m, dtype=torch.float64, device=device)
     i = torch.arange(d, dtype=torch.float64, device=device)[:, None]
     j = torch.arange(h, dtype=torch.float64, device=device)[None, :]
     lo = torch.full((d, h), -math.inf, dtype=torch.float64, device=device)
     hi = torch.full((d, h), math.inf, dtype=torch.float64, device=device)
-    for a, s in enumerate(size):
+    for a, s in enumerate(size if in_size is None else in_size):
         base = m_t[a, 0] * i + m_t[a, 1] * j + m_t[a, 3]  # coordinate at w = 0
         slope = float(m[a, 2])
         if slope == 0.0:  # the whole row is in or out on this axis
@@ -1295,6 +1297,196 @@ def _itk_outside(m: np.ndarray, size, device) -> torch.Tensor:
             lo, hi = torch.maximum(lo, torch.floor(k1) + 1), torch.minimum(hi, torch.floor(k0))
     k = torch.arange(w, dtype=torch.float64, device=device)
     return (k < lo[..., None]) | (k > hi[..., None])
+
+
+# ---------------- TorchIO Resample / ToCanonical ----------------
+_LPS = np.diag([-1.0, -1.0, 1.0, 1.0])
+
+
+def torchio_reference_grid(size: Sequence[int], affine: np.ndarray, spacing: Sequence[float]) -> tuple:
+    """TorchIO Resample's grid for a target spacing (its get_reference_image, SimpleITK's
+    geometry): size floor(n * s / s_new) (1 where n is 1), the same direction, centred on the
+    image's centre. Returns (size, RAS affine) of the new grid."""
+    a = np.asarray(affine, dtype=np.float64)
+    p = _LPS @ a  # voxel index -> LPS point
+    old_s = np.sqrt((a[:3, :3] ** 2).sum(axis=0))
+    direction = p[:3, :3] / old_s
+    n = np.asarray(size, dtype=np.int64)
+    new_s = np.asarray(spacing, dtype=np.float64)
+    new_n = np.floor(n * old_s / new_s)
+    new_n[n == 1] = 1
+    origin = p[:3, 3]
+    last = origin + p[:3, :3] @ (n - 1).astype(np.float64)
+    centre = (last + origin) / 2
+    new_origin = centre - direction @ ((new_n - 1) / 2 * new_s)
+    q = np.eye(4)
+    q[:3, :3] = direction * new_s
+    q[:3, 3] = new_origin
+    return tuple(int(v) for v in new_n), _LPS @ q
+
+
+class Resample:
+    """TorchIO Resample(target=1, image_interpolation='linear', label_interpolation='nearest',
+    scalars_only=False): resamples onto TorchIO's grid for a target spacing (a number or three,
+    mm: :func:`torchio_reference_grid`), or onto a given grid (a (shape, affine) pair, or a
+    reference MetaTensor), with SimpleITK's rules: identity transform in physical space, the edge
+    voxel within half a voxel, 0 beyond; nearest rounds half up. One voxaug resample launch per
+    batch and key (the batch shares its affine). Images' physical space: `affine=`, a MetaTensor's
+    affine, else the identity (TorchIO's for a bare tensor). A MetaTensor result carries the new
+    affine (a plain tensor: read ``last_affine``). A dictionary (TorchIO's Subject): every 4-D /
+    5-D tensor; those under `label_keys` are label maps (nearest, their dtype kept; skipped with
+    scalars_only=True). Intensity images keep their dtype (integers truncate, as ITK's cast: where
+    ITK's double interpolation lands a hair below an integer that float32 rounds to, e.g.
+    120.99999999999987, the two differ by one).
+
+    Differences: float32 coordinates and linear interpolation (ITK: double), so values agree to
+    about 1e-6 of the range. Nearest neighbours: on an axis-aligned map (a spacing target) voxels
+    are picked from float64 coordinates rounded half up (exact copies); on a rotated map a voxel
+    within 1e-4 of a tie rounds up. Where the exact coordinate is a tie (e.g. 1.5 -> 0.5 mm
+    spacings), ITK rounds the result of its own floating-point arithmetic, which can fall either
+    side (1.5 vs 1.4999999999999998): such voxels may pick the other neighbour. TorchIO's
+    antialias, pre_affine_name and file-path targets are refused."""
+
+    def __init__(self, target: Any = 1, image_interpolation: str = "linear", label_interpolation: str = "nearest",
+                 scalars_only: bool = False, antialias: bool = False, label_keys: Sequence[str] = (),
+                 affine: Any = None):
+        if antialias:
+            raise NotImplementedError("antialias=True: SimpleITK's recursive Gaussian is not offered; smooth first "
+                                      "(voxaug.filter.GaussianSmooth) if you need it")
+        self.spacing: Optional[tuple] = None
+        self.grid: Optional[tuple] = None
+        self.reference: Any = None
+        if isinstance(target, numbers.Real) and not isinstance(target, bool):
+            self.spacing = (float(target),) * 3
+        elif isinstance(target, tuple) and len(target) == 2 and not isinstance(target[0], numbers.Real):
+            shape, aff = target
+            if len(shape) != 3:
+                raise ValueError(f"Target shape must be a sequence of three integers, but {shape!r} was passed")
+            a = np.asarray(aff, dtype=np.float64)
+            if a.shape != (4, 4):
+                raise ValueError(f"Target affine must have shape (4, 4), got {a.shape}")
+            self.grid = (tuple(int(v) for v in shape), a)
+        elif isinstance(target, torch.Tensor):
+            if not _is_meta_tensor(target):
+                raise ValueError("target: a reference image must be a MetaTensor (its affine gives the grid)")
+            self.reference = target
+        elif isinstance(target, (str, bytes)) or hasattr(target, "__fspath__"):
+            raise NotImplementedError("target: file paths and subject image names are not supported; pass the "
+                                      "reference as a MetaTensor or a (shape, affine) pair")
+        else:
+            try:
+                vals = tuple(float(v) for v in target)
+            except (TypeError, ValueError):
+                vals = ()
+            if len(vals) != 3:
+                raise ValueError(f'Target not understood: "{target!r}"')
+            self.spacing = vals
+        if self.spacing is not None and not all(math.isfinite(v) and v > 0 for v in self.spacing):
+            raise ValueError(f"target spacing must be positive, got {self.spacing}")
+        for name, v in (("image_interpolation", image_interpolation), ("label_interpolation", label_interpolation)):
+            if not isinstance(v, str) or v.lower() not in ("linear", "nearest"):
+                raise NotImplementedError(f"{name}={v!r}: 'linear' and 'nearest' are implemented (voxaug's kernels)")
+        self.image_interpolation = image_interpolation.lower()
+        self.label_interpolation = label_interpolation.lower()
+        self.scalars_only = bool(scalars_only)
+        self.label_keys = tuple(label_keys)
+        self.affine = affine
+        self.last_affine: Optional[np.ndarray] = None
+
+    def _affine_of(self, img: Any) -> np.ndarray:
+        if self.affine is not None:
+            return _one_affine(self.affine, "affine")
+        if _is_meta_tensor(img):
+            return _one_affine(img.affine, "img.affine")
+        return np.eye(4)
+
+    def _target(self, size: Sequence[int], affine: np.ndarray) -> tuple:
+        if self.spacing is not None:
+            return torchio_reference_grid(size, affine, self.spacing)
+        if self.grid is not None:
+            return self.grid
+        ref = self.reference
+        return tuple(int(v) for v in ref.shape[-3:]), _one_affine(ref.affine, "target.affine")
+
+    def _resample(self, img: Any, interp: str, is_label: bool) -> Any:
+        x, restore = _as_batch(img)
+        size = tuple(x.shape[2:])
+        affine = self._affine_of(img)
+        out_size, out_affine = self._target(size, affine)
+        if min(out_size) < 1:
+            raise ValueError(f"the target grid {out_size} is empty (target spacing {self.spacing} for an image of "
+                             f"{size} voxels)")
+        m = np.linalg.inv(_LPS @ affine) @ (_LPS @ out_affine)  # output index -> input index
+        aligned = np.count_nonzero(m[:3, :3] - np.diag(np.diag(m[:3, :3]))) == 0
+        integer = not x.dtype.is_floating_point
+        src = x.float() if (integer and not is_label) or x.dtype == torch.float64 else x
+        if aligned and interp == "nearest":
+            # Per-axis index tables from the float64 coordinates, rounded half up as ITK: exact
+            # copies of the picked voxels (the outside is zeroed below).
+            tables = tuple(tuple(np.clip(np.floor(m[a, a] * np.arange(out_size[a]) + m[a, 3] + 0.5), 0,
+                                         size[a] - 1).astype(np.int64).tolist()) for a in range(3))
+            out = _gather_tables(src, tables)
+        else:
+            mm = m.copy()
+            if interp == "nearest":
+                mm[:3, 3] += 1e-4  # ITK rounds half up; the kernel's nearest rounds half to even
+            m34 = torch.as_tensor(np.broadcast_to(mm[:3], (x.shape[0], 3, 4)).copy(), dtype=torch.float64)
+            (out,) = ops.resample([src], _host_to(m34, x.device), out_size, [interp], ["border"], [0.0])
+        if aligned:
+            # An axis-aligned map: the outside is slabs of each axis (cheap slicing).
+            for a in range(3):
+                j = np.arange(out_size[a])
+                c = m[a, a] * j + m[a, 3]
+                inside = np.flatnonzero((c >= -0.5) & (c < size[a] - 0.5))
+                sl = [slice(None)] * 5
+                if len(inside) == 0:
+                    out.zero_()
+                    continue
+                sl[2 + a] = slice(0, int(inside[0]))
+                out[tuple(sl)] = 0
+                sl[2 + a] = slice(int(inside[-1]) + 1, None)
+                out[tuple(sl)] = 0
+        else:
+            out.masked_fill_(_itk_outside(m, out_size, x.device, in_size=size), 0)
+        if src is not x:
+            if integer:  # ITK's cast: clamp, then truncate
+                info = torch.iinfo(x.dtype)
+                out = out.clamp_(info.min, info.max).trunc_().to(x.dtype)
+            else:
+                out = out.to(x.dtype)
+        self.last_affine = out_affine
+        res = restore(out)
+        if _is_meta_tensor(res):
+            res.affine = torch.as_tensor(out_affine, dtype=res.affine.dtype)
+        return res
+
+    def __call__(self, data: Any) -> Any:
+        if not isinstance(data, collections.abc.Mapping):
+            return self._resample(data, self.image_interpolation, False)
+        out = dict(data)
+        for k, v in data.items():
+            if not (isinstance(v, torch.Tensor) and v.dim() in (4, 5)):
+                continue
+            if k in self.label_keys:
+                if not self.scalars_only:
+                    out[k] = self._resample(v, self.label_interpolation, True)
+            else:
+                out[k] = self._resample(v, self.image_interpolation, False)
+        return out
+
+
+class ToCanonical:
+    """TorchIO ToCanonical: reorients to RAS+ (nibabel's as_closest_canonical), a signed
+    permutation of the voxels (:class:`Orientation`'s exact copy); a MetaTensor (or a dictionary
+    of them) gets the new affine. A plain tensor is taken as RAS already (TorchIO's identity
+    affine for a bare tensor) and returned as it is."""
+
+    def __call__(self, data: Any) -> Any:
+        if isinstance(data, collections.abc.Mapping):
+            return {k: (self(v) if isinstance(v, torch.Tensor) and v.dim() in (4, 5) else v) for k, v in data.items()}
+        if not _is_meta_tensor(data):
+            return data
+        return Orientation(axcodes="RAS")(data)
 
 
 class RandomAffine(_Randomizable):
