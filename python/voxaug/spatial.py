@@ -199,7 +199,7 @@ __all__ = [
     "Zoom", "Zoomd", "RandZoom", "RandZoomd", "Resize", "Resized", "Spacing", "Spacingd", "Orientation", "Orientationd",
     "SpatialCrop", "SpatialCropd", "CenterSpatialCrop", "CenterSpatialCropd", "SpatialPad", "SpatialPadd",
     "BorderPad", "BorderPadd", "DivisiblePad", "DivisiblePadd", "ResizeWithPadOrCrop", "ResizeWithPadOrCropd", "CropOrPad", "CropForeground", "CropForegroundd",
-    "Resample", "ToCanonical",
+    "Resample", "ToCanonical", "SpatialResample", "SpatialResampled", "ResampleToMatch", "ResampleToMatchd",
 ]
 
 _MASK64 = (1 << 64) - 1
@@ -3405,6 +3405,149 @@ class Spacing:
         """Undoes the last call on `data`: the inverted index map onto the original grid (MONAI's
         SpatialResample inverse), the original affine back."""
         return _inverse_array(self, data)
+
+
+class SpatialResample(Spacing):
+    """MONAI SpatialResample(mode, padding_mode, align_corners, dtype): resamples onto `dst_affine`
+    (default: the image's own) and `spatial_size` (None: MONAI's compute_shape_offset of the field
+    of view; -1 entries: the input's), as MONAI's spatial_resample: ``xform = solve(src_affine,
+    dst_affine)`` the output-index -> input-index map, MONAI's "affine unchanged" shortcut (a
+    float32 copy, no resampling), ``affine @ xform`` the new affine. Modes, paddings, dtypes and
+    the return form as :class:`Spacing` (float32 arithmetic; nearest keeps the dtype, which MONAI
+    casts to float32)."""
+
+    def __init__(self, mode="bilinear", padding_mode="border", align_corners: bool = False, dtype=np.float64,
+                 lazy: bool = False):
+        _not_lazy(lazy)
+        self.mode, self.padding_mode, self.align_corners, self.dtype = mode, padding_mode, bool(align_corners), dtype
+        self.recompute_affine = False
+        _grid_opts(mode, padding_mode, align_corners)
+
+    def _plan_to(self, src: np.ndarray, in_size: tuple, dst_affine: Any, spatial_size: Any):
+        _check_invertible(src, "SpatialResample: the input affine (img.affine, or affine=)")
+        dst = src.copy() if dst_affine is None else _one_affine(dst_affine, "dst_affine")
+        if spatial_size is None:
+            out_size, _ = _compute_shape_offset(in_size, src, dst, False)
+            out_size = tuple(int(v) for v in out_size)
+        else:
+            req = [int(spatial_size)] * 3 if _is_number(spatial_size) else [int(v) for v in _as_list(spatial_size)]
+            if len(req) == 1:
+                req = req * 3
+            if len(req) < 3:
+                raise ValueError(f"spatial_size must be 3 integers (or -1), got {spatial_size!r}")
+            out_size = tuple(v if v >= 0 else int(n) for v, n in zip(req[:3], in_size))  # fall_back_tuple
+        if min(out_size) < 1:
+            raise ValueError(f"spatial_size: the output shape {out_size} is empty")
+        try:
+            xform = np.linalg.solve(src, dst)
+        except np.linalg.LinAlgError as e:
+            raise ValueError(f"src affine is not invertible {src.tolist()}, {dst.tolist()}.") from e
+        same = tuple(out_size) == tuple(in_size)
+        unchanged = same and (np.allclose(src, dst, atol=_AFFINE_TOL) or np.allclose(xform, np.eye(4), atol=_AFFINE_TOL))
+        return xform, out_size, unchanged
+
+    def __call__(self, img, dst_affine=None, spatial_size=None, mode=None, padding_mode=None, align_corners=None,
+                 dtype=None, lazy: Optional[bool] = None, affine=None):
+        _not_lazy(lazy)
+        _check_img_affine(img, affine)
+        x, restore = _as_batch(img)
+        src, meta_aff = _source_affine(img, affine)
+        opts = self._options(mode, padding_mode, align_corners)
+        xform, out_size, unchanged = self._plan_to(src, tuple(x.shape[2:]), dst_affine, spatial_size)
+        if unchanged:  # MONAI: the input as float32, affine and size as they are
+            out = restore(x.to(torch.float32, copy=True))
+            out, new = _finish_affine(out, meta_aff, src, np.eye(4))
+            return out if _is_meta_tensor(out) else (out, new)
+        n = x.shape[0]
+        geom = _Geometry(_stack([xform] * n, 3), out_size, _stack([xform] * n), opts.padding)
+        (out,) = _run([x], geom, [opts])
+        out, new = _finish_affine(restore(out), meta_aff, src, xform)
+        if _tracking(img):
+            _push(out, _make_record(self, x.shape[2:], geom, opts, _affine_copy(img),
+                                    torch.from_numpy(np.asarray(xform, dtype=np.float64)), False))
+        return out if _is_meta_tensor(out) else (out, new)
+
+
+class ResampleToMatch(SpatialResample):
+    """MONAI ResampleToMatch: :class:`SpatialResample` onto `img_dst`'s affine (a MetaTensor's; a
+    plain tensor's is the identity) and spatial shape; the result's affine is `img_dst`'s, and its
+    meta dictionary `img_dst`'s except the file name (MONAI's)."""
+
+    def __call__(self, img, img_dst, mode=None, padding_mode=None, align_corners=None, dtype=None,
+                 lazy: Optional[bool] = None, affine=None):
+        if img_dst is None:
+            raise RuntimeError("`img_dst` is missing.")
+        dst_affine = img_dst.affine if _is_meta_tensor(img_dst) else torch.eye(4, dtype=torch.float64)
+        size = tuple(int(v) for v in img_dst.shape[-3:])
+        out = super().__call__(img, dst_affine, size, mode, padding_mode, align_corners, dtype, lazy, affine)
+        if _is_meta_tensor(out):
+            import copy
+
+            out.affine = torch.as_tensor(_one_affine(dst_affine), dtype=torch.float64)
+            if _is_meta_tensor(img_dst):
+                name = out.meta.get("filename_or_obj", "resample_to_match_source")
+                keep_affine = out.meta.get("affine")
+                out.meta = copy.deepcopy(dict(img_dst.meta))
+                out.meta["filename_or_obj"] = name
+                if keep_affine is not None:
+                    out.meta["affine"] = keep_affine
+        return out
+
+
+class SpatialResampled:
+    """MONAI SpatialResampled: each key resampled onto the affine stored under `dst_keys` (per key)."""
+
+    def __init__(self, keys, mode="bilinear", padding_mode="border", align_corners=False, dtype=np.float64,
+                 dst_keys="dst_affine", allow_missing_keys: bool = False, lazy: bool = False):
+        _not_lazy(lazy)
+        self.keys = [keys] if isinstance(keys, (str, int)) or not isinstance(keys, Sequence) else list(keys)
+        n = len(self.keys)
+        self.mode, self.padding_mode = _per_key(mode, n, "mode"), _per_key(padding_mode, n, "padding_mode")
+        self.align_corners, self.dtype = _per_key(align_corners, n, "align_corners"), _per_key(dtype, n, "dtype")
+        self.dst_keys = _per_key(dst_keys, n, "dst_keys")
+        self.allow_missing_keys = allow_missing_keys
+        self.sp_transform = SpatialResample()
+        for i in range(n):
+            self.sp_transform._options(self.mode[i], self.padding_mode[i], self.align_corners[i])
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
+        d = dict(data)
+        for i, key in enumerate(self.keys):
+            if key not in d:
+                if self.allow_missing_keys:
+                    continue
+                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+            d[key] = self.sp_transform(d[key], d[self.dst_keys[i]], None, self.mode[i], self.padding_mode[i],
+                                       self.align_corners[i], self.dtype[i])
+        return d
+
+
+class ResampleToMatchd:
+    """MONAI ResampleToMatchd(keys, key_dst, ...): each key resampled onto `d[key_dst]`'s grid."""
+
+    def __init__(self, keys, key_dst, mode="bilinear", padding_mode="border", align_corners=False,
+                 dtype=np.float64, allow_missing_keys: bool = False, lazy: bool = False):
+        _not_lazy(lazy)
+        self.keys = [keys] if isinstance(keys, (str, int)) or not isinstance(keys, Sequence) else list(keys)
+        n = len(self.keys)
+        self.key_dst = key_dst
+        self.mode, self.padding_mode = _per_key(mode, n, "mode"), _per_key(padding_mode, n, "padding_mode")
+        self.align_corners, self.dtype = _per_key(align_corners, n, "align_corners"), _per_key(dtype, n, "dtype")
+        self.allow_missing_keys = allow_missing_keys
+        self.resampler = ResampleToMatch()
+        for i in range(n):
+            self.resampler._options(self.mode[i], self.padding_mode[i], self.align_corners[i])
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
+        d = dict(data)
+        for i, key in enumerate(self.keys):
+            if key not in d:
+                if self.allow_missing_keys:
+                    continue
+                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+            d[key] = self.resampler(d[key], d[self.key_dst], self.mode[i], self.padding_mode[i],
+                                    self.align_corners[i], self.dtype[i])
+        return d
 
 
 def _orientation_xform(src: np.ndarray, in_size: tuple, axcodes, as_closest_canonical: bool, labels):
