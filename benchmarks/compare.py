@@ -66,6 +66,9 @@ Cases
       ToCanonical of ch2 under a permuted, flipped affine, vs TorchIO's ("monai ms" is TorchIO);
       checked against TorchIO's output (values within 1e-5 of the range; labels equal off
       nearest-neighbour ties; ToCanonical bytes equal)
+  (p) smooth fields (--only smooth): RandSmoothFieldAdjustContrast, RandSmoothFieldAdjustIntensity and
+      RandSmoothDeform (rand_size 8^3, bilinear grid, def_range 0.1), prob 1, vs MONAI on 2x1x128^3
+      (voxaug in one call, MONAI per sample) and 1x1x224x224x160. Checked: range and change
   (k) nnU-Net chain (--only nnunet): noise, blur, brightness, contrast, low resolution, inverted
       gamma, gamma as one Compose, prob 1 (the bar, 5x on CPU) and nnU-Net's probabilities
 
@@ -1181,6 +1184,45 @@ def torchio_pre_rows(device, args):
     return rows
 
 
+def check_smooth(x, m, v):
+    """Random fields differ: both outputs finite, changed, within the input's range scaled by the
+    field's largest factor (contrast and deformation keep it; intensity scales by <= 1)."""
+    lo, hi = float(x.min()), float(x.max())
+    span = hi - lo
+    texts = []
+    for out in (m, v):
+        if not torch.isfinite(out).all() or torch.equal(out, x):
+            return False, "not finite or unchanged"
+        if float(out.min()) < min(lo, 0.0) - 1e-3 * span or float(out.max()) > max(hi, 0.0) + 1e-3 * span:
+            return False, "outside the input's range"
+        texts.append(f"{(out.double() - x.double()).abs().mean().item():.1f}")
+    return True, "mean|d| " + "/".join(texts)
+
+
+def smooth_rows(device, args):
+    """(p) MONAI's smooth-field augmentations, prob 1."""
+    import voxaug.smooth_field as vsf
+
+    rows = []
+    for shape in ((2, 1, 128, 128, 128), (1, 1, 224, 224, 160)):
+        x = make_input(shape, device)
+        per = shape[0] > 1
+        size = shape[2:]
+        for name, m_cls, v_cls, kw in (
+                ("RandSmoothFieldAdjustContrast", mt.RandSmoothFieldAdjustContrast,
+                 vsf.RandSmoothFieldAdjustContrast, {}),
+                ("RandSmoothFieldAdjustIntensity", mt.RandSmoothFieldAdjustIntensity,
+                 vsf.RandSmoothFieldAdjustIntensity, {}),
+                ("RandSmoothDeform", mt.RandSmoothDeform, vsf.RandSmoothDeform,
+                 dict(def_range=0.1, grid_mode="bilinear"))):
+            m_t = m_cls(size, (8, 8, 8), prob=1.0, device=device, **kw)
+            m_t.set_random_state(SEED)
+            rows.append(run_case(f"(p) {name}", x, m_t, v_cls(size, (8, 8, 8), prob=1.0, seed=SEED, **kw),
+                                 check_smooth, device, args, per_sample_monai=per))
+        del x
+    return rows
+
+
 def nnunet_pair(prob_one: bool):
     """nnU-Net's default intensity augmentation (REFERENCES.md) as a MONAI and a voxaug Compose:
     Gaussian noise (variance U(0, 0.1): MONAI's sample_std draws std U(0, sqrt(0.1)) instead),
@@ -1315,7 +1357,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="intensity,spatial,deform,filter,crop",
                     help="comma-separated case groups: intensity (a-c, i), spatial (e), deform (f), filter (g), "
                          "crop (h); intensity-new: only (i); intensity-more: (l); degrade (j), nnunet (k), "
-                         "lazy (m), kspace (n), torchio-pre (o)")
+                         "lazy (m), kspace (n), torchio-pre (o), smooth (p)")
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:
         ap.error("--repeats must be >= 1 and --warmup >= 0")
@@ -1341,7 +1383,7 @@ def main(argv=None) -> int:
 
     groups = set(args.only.split(","))
     known = {"intensity", "intensity-new", "intensity-more", "spatial", "deform", "filter", "crop", "degrade",
-             "nnunet", "lazy", "kspace", "torchio-pre"}
+             "nnunet", "lazy", "kspace", "torchio-pre", "smooth"}
     if not groups <= known:
         ap.error(f"--only: unknown group(s) {sorted(groups - known)}")
     rows = []
@@ -1387,6 +1429,8 @@ def main(argv=None) -> int:
         rows.extend(kspace_rows(device, args))
     if "torchio-pre" in groups:
         rows.extend(torchio_pre_rows(device, args))
+    if "smooth" in groups:
+        rows.extend(smooth_rows(device, args))
 
     head = (f"{'case':<27} {'shape':<15} {'device':<6} {'monai ms':>9} {'voxaug ms':>9} {'speedup':>8}"
             "  check (monai/voxaug)")

@@ -24,6 +24,7 @@ import torch
 from voxaug import degrade as vd
 from voxaug import filter as vf
 from voxaug import kspace as vk
+from voxaug import smooth_field as vsf
 from voxaug import stats as vs
 from voxaug import transforms as vt
 
@@ -112,6 +113,11 @@ RANDOM = {
     "RandomGhosting": lambda p: vk.RandomGhosting(p=p, seed=21),
     "RandomSpike": lambda p: vk.RandomSpike(num_spikes=(1, 3), p=p, seed=22),
     "RandomMotion": lambda p: vk.RandomMotion(p=p, seed=26),
+    "RandSmoothFieldAdjustContrast": lambda p: vsf.RandSmoothFieldAdjustContrast(SHAPE[2:], (3, 4, 3), prob=p, seed=27),
+    "RandSmoothFieldAdjustIntensity": lambda p: vsf.RandSmoothFieldAdjustIntensity(SHAPE[2:], (3, 4, 3), prob=p,
+                                                                                   seed=28),
+    "RandSmoothDeform": lambda p: vsf.RandSmoothDeform(SHAPE[2:], (3, 4, 3), prob=p, def_range=0.2,
+                                                       grid_mode="bilinear", seed=29),
     "RandKSpaceSpikeNoise": lambda p: vk.RandKSpaceSpikeNoise(prob=p, seed=23),
     "RandKSpaceSpikeNoise[range]": lambda p: vk.RandKSpaceSpikeNoise(prob=p, intensity_range=(8, 9),
                                                                      channel_wise=False, seed=24),
