@@ -7,9 +7,11 @@ image size and rescales the result to the coarse field's range; then raises the 
 to [0, 1]) to the field's power, multiplies by it, or adds it to an identity sampling grid. voxaug
 draws every sample's coarse field on the device (Philox, ``ops.uniform_fill_``: no host values,
 no sync), upsamples the whole batch in one ``interpolate`` call and rescales per sample with
-MONAI's operations in MONAI's order, so a sample's result equals MONAI's for the same coarse
-field (the tests give MONAI voxaug's field). RandSmoothDeform gathers through the field in one
-voxaug resample launch (``resample_deformed``, dense field) instead of ``grid_sample``.
+MONAI's operations, so a sample's result equals MONAI's for the same coarse field up to float32
+rounding (the tests give MONAI voxaug's field). The upsampling is three small matrix products
+(every interpolate mode used is a tensor product of 1-D weights), not a 3-D interpolation.
+RandSmoothDeform gathers through the field in one voxaug resample launch (``resample_deformed``,
+dense field) instead of ``grid_sample``.
 The drawn coarse fields of the last call are kept (``last_coarse``, (N, C, *rand_size)).
 """
 from __future__ import annotations
@@ -27,7 +29,7 @@ __all__ = ["SmoothField", "RandSmoothFieldAdjustContrast", "RandSmoothFieldAdjus
            "RandSmoothFieldAdjustIntensity", "RandSmoothFieldAdjustIntensityd", "RandSmoothDeform",
            "RandSmoothDeformd"]
 
-_MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area")
+_MODES = ("nearest", "nearest-exact", "linear", "bilinear", "trilinear", "area")
 
 
 def _mode(mode: Any) -> str:
@@ -35,6 +37,41 @@ def _mode(mode: Any) -> str:
     if m not in _MODES:
         raise ValueError(f"mode must be one of {_MODES} (torch's interpolate), got {mode!r}")
     return "trilinear" if m in ("linear", "bilinear") else m
+
+
+def _weights(mode: str, n_in: int, zoom: float, align_corners: Optional[bool]) -> np.ndarray:
+    """(n_out, n_in) float64 weights of torch's ``interpolate(scale_factor=zoom,
+    recompute_scale_factor=False)`` along one axis (n_out = floor(n_in * zoom)): the source index
+    rules of its CPU / CUDA kernels in float32 ('nearest', 'nearest-exact', 'trilinear' with
+    either align_corners, 'area' = adaptive average pooling)."""
+    n_out = int(np.floor(float(n_in) * zoom))
+    if n_out < 1:
+        raise ValueError(f"spatial_size: a field axis of {n_in} values would interpolate to {n_out}")
+    out_i = np.arange(n_out)
+    w = np.zeros((n_out, n_in))
+    if mode == "area":
+        start = (out_i * n_in) // n_out
+        end = -((-(out_i + 1) * n_in) // n_out)
+        for i in range(n_out):
+            w[i, start[i]:end[i]] = 1.0 / (end[i] - start[i])
+        return w
+    inv = np.float32(1.0 / zoom)
+    dst = out_i.astype(np.float32)
+    if mode in ("nearest", "nearest-exact"):
+        src = np.floor((dst + np.float32(0.5)) * inv) if mode == "nearest-exact" else np.floor(dst * inv)
+        w[out_i, np.minimum(src.astype(np.int64), n_in - 1)] = 1.0
+        return w
+    if align_corners:
+        scale = np.float32((n_in - 1) / (n_out - 1)) if n_out > 1 else np.float32(0.0)
+        src = scale * dst
+    else:
+        src = np.maximum(inv * (dst + np.float32(0.5)) - np.float32(0.5), np.float32(0.0))
+    i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    lam = (src - i0.astype(np.float32)).astype(np.float32)
+    i1 = i0 + (i0 < n_in - 1)
+    np.add.at(w, (out_i, i0), (np.float32(1.0) - lam).astype(np.float64))
+    np.add.at(w, (out_i, i1), lam.astype(np.float64))
+    return w
 
 
 def _sizes(v: Sequence[int], name: str) -> tuple[int, ...]:
@@ -77,17 +114,28 @@ class SmoothField:
         return ops.uniform_fill_(out, self.low, self.high, seed)
 
     def fields(self, coarse: torch.Tensor) -> torch.Tensor:
-        """The upsampled, rescaled fields (N, C, *spatial_size) of coarse values (N, C, *rand_size)."""
+        """The upsampled, rescaled fields (N, C, *out) of coarse values (N, C, *rand_size): out is
+        interpolate's size, floor(padded size * zoom) per axis (the spatial size, up to
+        rounding). Every mode of ``interpolate`` used here is a tensor product of 1-D weights, so
+        the upsampling is three small matrix products (the last writes the field once) instead of
+        a 3-D interpolation; the weights follow torch's index rules (float32 source coordinates),
+        the sums run in another order (within ~1e-7 of the field's range of MONAI's)."""
         field = coarse if self.pad == 0 else F.pad(coarse, (self.pad,) * 6, value=self.pad_val)
         if self.spatial_size is None:
             return field.clone()
         zoom = tuple(s / f for s, f in zip(self.spatial_size, self.total_rand_size))
-        resized = F.interpolate(field, scale_factor=zoom, mode=self.mode, align_corners=self.align_corners,
-                                recompute_scale_factor=False)
+        n, c = field.shape[:2]
+        w = [_weights(self.mode, int(i), z, self.align_corners) for i, z in zip(field.shape[2:], zoom)]
+        w = [_host_to(torch.from_numpy(m).to(field.dtype), field.device) for m in w]
+        d, h, ww = (m.shape[0] for m in w)
+        y = torch.matmul(field, w[2].t())  # (N, C, rd, rh, W)
+        y = torch.matmul(w[1], y)  # (N, C, rd, H, W)
+        resized = torch.matmul(w[0], y.reshape(n, c, y.shape[2], h * ww)).reshape(n, c, d, h, ww)
         dims = (1, 2, 3, 4)
         mina, maxa = resized.amin(dim=dims, keepdim=True), resized.amax(dim=dims, keepdim=True)
         minv, maxv = field.amin(dim=dims, keepdim=True), field.amax(dim=dims, keepdim=True)
-        return (resized - mina).div_(maxa - mina).mul_(maxv - minv).add_(minv)
+        scale = (maxv - minv) / (maxa - mina)
+        return resized.sub_(mina).mul_(scale).add_(minv)
 
 
 class _SmoothBase(_Randomizable):

@@ -24,7 +24,8 @@ def monai_with(monai_t, coarse):
     return monai_t
 
 
-@pytest.mark.parametrize("mode,align", [("area", None), ("trilinear", False), ("trilinear", True), ("nearest", None)])
+@pytest.mark.parametrize("mode,align", [("area", None), ("trilinear", False), ("trilinear", True), ("nearest", None),
+                                        ("nearest-exact", None)])
 @pytest.mark.parametrize("pad", [0, 2])
 def test_smooth_field_equals_monai(mode, align, pad):
     from monai.transforms.smooth_field.array import SmoothField as MonaiField
@@ -38,7 +39,11 @@ def test_smooth_field_equals_monai(mode, align, pad):
         m = MonaiField(RAND, pad=pad, pad_val=0.5, low=-2.0, high=3.0, channels=2, spatial_size=SIZE, mode=mode,
                        align_corners=align)
         m.field[m.rand_slices] = coarse[i].clone()
-        assert torch.equal(got[i], m())
+        ref = m()
+        assert got[i].shape == ref.shape
+        # The same weights (torch's index rules); the sums of the separable products run in
+        # another order than interpolate's.
+        assert float((got[i] - ref).abs().max()) <= 1e-6 * 5.0
 
 
 @pytest.mark.parametrize("cls,monai_cls,kw", [
@@ -54,7 +59,7 @@ def test_field_intensity_transforms_equal_monai(cls, monai_cls, kw):
     for i in range(4):
         ref = monai_with(getattr(mt, monai_cls)(SIZE, RAND, prob=1.0, **kw), t.last_coarse[i])(x[i].clone(),
                                                                                               randomize=False)
-        assert torch.equal(out[i], ref)
+        assert float((out[i] - ref).abs().max()) <= 2e-6 * 100
     assert not torch.equal(out, x)
 
 
@@ -114,7 +119,8 @@ def test_gate_dicts_labels_and_real_volume(ch2):
     out = t(vol)
     ref = monai_with(mt.RandSmoothFieldAdjustContrast(size, (5, 5, 5), prob=1.0), t.last_coarse[0])(vol.clone(),
                                                                                                   randomize=False)
-    assert torch.equal(out, ref) and out.min() >= vol.min() - 1e-3 and out.max() <= vol.max() + 1e-3
+    assert float((out - ref).abs().max()) <= 2e-6 * float(vol.max() - vol.min())
+    assert out.min() >= vol.min() - 1e-3 and out.max() <= vol.max() + 1e-3
 
 
 def test_errors():
