@@ -24,12 +24,13 @@ from typing import Any, Hashable, Iterator, Mapping, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from .spatial import _fall_back_size
+from .spatial import _fall_back_size, _scaled_size
 from .transforms import _as_batch, _is_meta_tensor, _Randomizable
 
 __all__ = [
     "RandCropByPosNegLabel", "RandCropByPosNegLabeld", "RandCropByLabelClasses", "RandCropByLabelClassesd",
-    "RandWeightedCrop", "RandWeightedCropd", "RandSpatialCrop", "RandSpatialCropd", "RandSpatialCropSamples",
+    "RandWeightedCrop", "RandWeightedCropd", "RandSpatialCrop", "RandSpatialCropd", "RandScaleCrop", "RandScaleCropd",
+    "RandSpatialCropSamples",
     "RandSpatialCropSamplesd", "UniformSampler", "WeightedSampler", "LabelSampler", "extract_patches",
     "flush_checks", "PatchQueue", "CropCounts", "FgBgToIndicesd", "ClassesToIndicesd",
 ]
@@ -815,6 +816,26 @@ class RandSpatialCrop(_Randomizable):
         return d[None], patches
 
 
+class RandScaleCrop(RandSpatialCrop):
+    """MONAI RandScaleCrop(roi_scale, max_roi_scale=None, random_center=True, random_size=False):
+    RandSpatialCrop with roi_size = ceil(roi_scale * image size) and max_roi_size = ceil(max_roi_scale
+    * image size) per axis, from each call's image (see RandSpatialCrop for the draws)."""
+
+    def __init__(self, roi_scale, max_roi_scale=None, random_center: bool = True, random_size: bool = False,
+                 lazy: bool = False, seed: Optional[int] = None):
+        super().__init__(-1, None, random_center, random_size, lazy, seed)
+        self.roi_scale, self.max_roi_scale = roi_scale, max_roi_scale
+        _scaled_size(roi_scale, (1, 1, 1), "roi_scale")
+        if max_roi_scale is not None:
+            _scaled_size(max_roi_scale, (1, 1, 1), "max_roi_scale")
+
+    def _draw_size(self, img_size: Sequence[int]) -> tuple[int, int, int]:
+        self.roi_size = _scaled_size(self.roi_scale, img_size, "roi_scale")
+        self.max_roi_size = None if self.max_roi_scale is None else \
+            _scaled_size(self.max_roi_scale, img_size, "max_roi_scale")
+        return super()._draw_size(img_size)
+
+
 class RandSpatialCropd(_Randomizable):
     """MONAI RandSpatialCropd: one draw (from the first key's shape), the same crop for every key.
     In a Compose it fuses with the spatial steps after it as RandSpatialCrop does (`draw_patches`;
@@ -858,6 +879,16 @@ class RandSpatialCropd(_Randomizable):
         if any(_is_meta_tensor(d[k]) for k in self.keys if k in d):
             return _dict_crops(d, self.keys, self.allow_missing_keys, *drawn, 1)[0], {}
         return _patch_placeholders(d, self.keys, self.allow_missing_keys, *drawn, keep_form=True)
+
+class RandScaleCropd(RandSpatialCropd):
+    """MONAI RandScaleCropd: one draw (from the first key's shape), the same crop for every key."""
+
+    def __init__(self, keys, roi_scale, max_roi_scale=None, random_center: bool = True, random_size: bool = False,
+                 allow_missing_keys: bool = False, lazy: bool = False, seed: Optional[int] = None):
+        _Randomizable.__init__(self, seed)
+        self.keys, self.allow_missing_keys = _keys(keys), allow_missing_keys
+        self.cropper = RandScaleCrop(roi_scale, max_roi_scale, random_center, random_size, lazy)
+
 
 
 class RandSpatialCropSamples(_Randomizable):

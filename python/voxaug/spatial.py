@@ -199,7 +199,7 @@ __all__ = [
     "Zoom", "Zoomd", "RandZoom", "RandZoomd", "Resize", "Resized", "Spacing", "Spacingd", "Orientation", "Orientationd",
     "SpatialCrop", "SpatialCropd", "CenterSpatialCrop", "CenterSpatialCropd", "SpatialPad", "SpatialPadd",
     "BorderPad", "BorderPadd", "DivisiblePad", "DivisiblePadd", "ResizeWithPadOrCrop", "ResizeWithPadOrCropd", "CropOrPad", "CropForeground", "CropForegroundd",
-    "Resample", "ToCanonical", "SpatialResample", "SpatialResampled", "ResampleToMatch", "ResampleToMatchd",
+    "CenterScaleCrop", "CenterScaleCropd", "Resample", "ToCanonical", "SpatialResample", "SpatialResampled", "ResampleToMatch", "ResampleToMatchd",
 ]
 
 _MASK64 = (1 << 64) - 1
@@ -2548,6 +2548,29 @@ class CenterSpatialCrop(SpatialCrop):
         return _crop_slices(roi_center=[s // 2 for s in in_size], roi_size=list(size))
 
 
+def _scaled_size(scale: Any, img_size: Sequence[int], name: str) -> list[int]:
+    """MONAI's ROI size from a scale: ceil(scale * size) per axis (a number for every axis); a
+    non-positive result keeps the image's size downstream (fall_back_tuple)."""
+    vals = _rep3(scale, name)
+    if not all(math.isfinite(v) for v in vals):
+        raise ValueError(f"{name} must be finite, got {scale!r}")
+    return [int(math.ceil(v * s)) for v, s in zip(vals, img_size)]
+
+
+class CenterScaleCrop(CenterSpatialCrop):
+    """MONAI CenterScaleCrop: CenterSpatialCrop with roi_size = ceil(roi_scale * image size) per axis
+    (non-positive scales keep the image's size)."""
+
+    def __init__(self, roi_scale, lazy: bool = False):
+        _not_lazy(lazy)
+        self.roi_scale = roi_scale
+        _scaled_size(roi_scale, (1, 1, 1), "roi_scale")  # validate now
+
+    def _slices(self, in_size) -> tuple:
+        self.roi_size = _scaled_size(self.roi_scale, in_size, "roi_scale")
+        return super()._slices(in_size)
+
+
 
 # ---------------- dictionary forms ----------------
 # ---------------- SpatialPad / BorderPad / DivisiblePad ----------------
@@ -3087,6 +3110,11 @@ class SpatialCropd(_SpatialDict):
 class CenterSpatialCropd(_SpatialDict):
     def __init__(self, keys, roi_size, allow_missing_keys: bool = False, lazy: bool = False):
         super().__init__(keys, CenterSpatialCrop(roi_size, lazy), {}, allow_missing_keys)
+
+
+class CenterScaleCropd(_SpatialDict):
+    def __init__(self, keys, roi_scale, allow_missing_keys: bool = False, lazy: bool = False):
+        super().__init__(keys, CenterScaleCrop(roi_scale, lazy), {}, allow_missing_keys)
 
 
 class SpatialPadd(_SpatialDict):
