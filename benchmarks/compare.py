@@ -69,6 +69,10 @@ Cases
   (p) smooth fields (--only smooth): RandSmoothFieldAdjustContrast, RandSmoothFieldAdjustIntensity and
       RandSmoothDeform (rand_size 8^3, bilinear grid, def_range 0.1), prob 1, vs MONAI on 2x1x128^3
       (voxaug in one call, MONAI per sample) and 1x1x224x224x160. Checked: range and change
+  (q) post-processing (--only post): KeepLargestConnectedComponent of a ch2 brain mask (> 40, with
+      islands; applied_labels [1]) and of five AAL regions, and FillHoles of those regions, vs
+      MONAI's (skimage labelling, scipy dilation) on the full-resolution ch2 / aal (181x217x181);
+      checked: equal to MONAI's output
   (k) nnU-Net chain (--only nnunet): noise, blur, brightness, contrast, low resolution, inverted
       gamma, gamma as one Compose, prob 1 (the bar, 5x on CPU) and nnU-Net's probabilities
 
@@ -1223,6 +1227,32 @@ def smooth_rows(device, args):
     return rows
 
 
+def post_rows(device, args):
+    """(q) KeepLargestConnectedComponent and FillHoles on ch2 / aal."""
+    import voxaug.post as vp
+
+    rows = []
+    try:
+        import skimage  # noqa: F401  (MONAI's labelling)
+    except ImportError:
+        return rows
+    img, lab = load_ch2_aal(device)
+    brain = (img > 40).to(torch.uint8)
+    regions = [int(v) for v in torch.unique(lab).tolist()[1:6]]
+
+    def equal(x, m, v):
+        ok = torch.equal(m.to(v.dtype), v)
+        return ok, "equal" if ok else f"{int((m.to(v.dtype) != v).sum())} voxels differ"
+
+    for name, x, kw in (("(q) KeepLargestCC brain mask", brain, dict(applied_labels=[1])),
+                        ("(q) KeepLargestCC 5 AAL regions", lab, dict(applied_labels=regions))):
+        m_t, v_t = mt.KeepLargestConnectedComponent(**kw), vp.KeepLargestConnectedComponent(**kw)
+        rows.append(run_case(name, x, m_t, v_t, equal, device, args))
+    m_f, v_f = mt.FillHoles(applied_labels=regions), vp.FillHoles(applied_labels=regions)
+    rows.append(run_case("(q) FillHoles 5 AAL regions", lab, m_f, v_f, equal, device, args))
+    return rows
+
+
 def nnunet_pair(prob_one: bool):
     """nnU-Net's default intensity augmentation (REFERENCES.md) as a MONAI and a voxaug Compose:
     Gaussian noise (variance U(0, 0.1): MONAI's sample_std draws std U(0, sqrt(0.1)) instead),
@@ -1357,7 +1387,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="intensity,spatial,deform,filter,crop",
                     help="comma-separated case groups: intensity (a-c, i), spatial (e), deform (f), filter (g), "
                          "crop (h); intensity-new: only (i); intensity-more: (l); degrade (j), nnunet (k), "
-                         "lazy (m), kspace (n), torchio-pre (o), smooth (p)")
+                         "lazy (m), kspace (n), torchio-pre (o), smooth (p), post (q)")
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:
         ap.error("--repeats must be >= 1 and --warmup >= 0")
@@ -1383,7 +1413,7 @@ def main(argv=None) -> int:
 
     groups = set(args.only.split(","))
     known = {"intensity", "intensity-new", "intensity-more", "spatial", "deform", "filter", "crop", "degrade",
-             "nnunet", "lazy", "kspace", "torchio-pre", "smooth"}
+             "nnunet", "lazy", "kspace", "torchio-pre", "smooth", "post"}
     if not groups <= known:
         ap.error(f"--only: unknown group(s) {sorted(groups - known)}")
     rows = []
@@ -1431,6 +1461,8 @@ def main(argv=None) -> int:
         rows.extend(torchio_pre_rows(device, args))
     if "smooth" in groups:
         rows.extend(smooth_rows(device, args))
+    if "post" in groups:
+        rows.extend(post_rows(device, args))
 
     head = (f"{'case':<27} {'shape':<15} {'device':<6} {'monai ms':>9} {'voxaug ms':>9} {'speedup':>8}"
             "  check (monai/voxaug)")

@@ -36,7 +36,7 @@ fi
 pip_missing=$("$python" - <<'PY'
 import importlib.metadata as md
 want = {"torch": "2.11.0", "numpy": None, "scipy": None, "pytest": None, "nibabel": None,
-        "monai": None, "torchio": None, "SimpleITK": None, "setuptools": None,
+        "monai": None, "torchio": None, "SimpleITK": None, "scikit-image": None, "setuptools": None,
         "wheel": None}
 out = []
 for name, version in want.items():

@@ -131,6 +131,10 @@ TORCH_LIBRARY(voxaug, m) {
   m.def(
       "class_crop_counts(Tensor label, Tensor? image, float image_threshold, int label_form, "
       "int num_classes) -> Tensor");
+  // Label family (include/voxaug/label.h): connected components of each (n, c) volume of a
+  // mask (nonzero = foreground; bool masks too), int32 (N, C, D, H, W): 0 background, else 1 +
+  // the C-order index of the component's first voxel. connectivity 1 / 2 / 3 (6 / 18 / 26).
+  m.def("connected_components(Tensor mask, int connectivity=3) -> Tensor");
   // Crop-centre samplers (include/voxaug/crop.h), all drawn on the device with Philox.
   // region: [] or [lo_d, lo_h, lo_w, hi_d, hi_h, hi_w] (a hi of 0: the whole axis).
   // label_form: 0 foreground / background, 1 argmax, 2 one-hot; num_classes = len(ratios).
@@ -351,6 +355,11 @@ at::Tensor pos_neg_crop_centers(const at::Tensor& label, const std::optional<at:
       int64_t, int64_t, const std::optional<at::Tensor>&)>("voxaug::pos_neg_crop_centers");
   return op.call(label, image, image_threshold, pos_ratio, num_samples, spatial_size, seed,
                  first_sample, counts);
+}
+at::Tensor connected_components(const at::Tensor& mask, int64_t connectivity) {
+  static auto op =
+      handle<at::Tensor(const at::Tensor&, int64_t)>("voxaug::connected_components");
+  return op.call(mask, connectivity);
 }
 at::Tensor class_crop_counts(const at::Tensor& label, const std::optional<at::Tensor>& image,
                              double image_threshold, int64_t label_form, int64_t num_classes) {

@@ -209,6 +209,14 @@ def foreground_bbox(image: torch.Tensor, threshold: float = 0.0, channel_indices
     return torch.ops.voxaug.foreground_bbox(image, float(threshold), ch)
 
 
+# ---------------- label family ----------------
+def connected_components(mask: torch.Tensor, connectivity: int = 3) -> torch.Tensor:
+    """Canonical connected-component labels of every (n, c) volume of a 5-D mask (nonzero =
+    foreground): int32, 0 background, else 1 + the C-order index of the component's first voxel;
+    connectivity 1 / 2 / 3 (6 / 18 / 26 neighbours). On the mask's device, no host sync."""
+    return torch.ops.voxaug.connected_components(mask, int(connectivity))
+
+
 # ---------------- deform family ----------------
 BSPLINE_FIELD, DENSE_FIELD, SEPARABLE_FIELD = 1, 2, 3
 

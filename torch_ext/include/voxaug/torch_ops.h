@@ -70,6 +70,12 @@ at::Tensor pos_neg_crop_centers(const at::Tensor& label, const std::optional<at:
 // (class = label value), 2 one-hot (class = channel, value != 0).
 at::Tensor class_crop_counts(const at::Tensor& label, const std::optional<at::Tensor>& image,
                              double image_threshold, int64_t label_form, int64_t num_classes);
+
+// The label family (include/voxaug/label.h): connected components of every (n, c) volume of
+// `mask` (nonzero voxels; bool masks too): int32 (N, C, D, H, W), 0 for background, else 1 + the
+// C-order index of the component's first voxel (the same labels on the CPU and on CUDA).
+// connectivity: 1 (6 neighbours), 2 (18), 3 (26). On the mask's device, no host sync.
+at::Tensor connected_components(const at::Tensor& mask, int64_t connectivity = 3);
 // MONAI RandCropByLabelClasses / TorchIO LabelSampler's centres: a class drawn with probability
 // proportional to ratios[k] among the classes present in `region`, then one of its voxels
 // uniformly. region: {} (the whole volume) or {lo_d, lo_h, lo_w, hi_d, hi_h, hi_w}, half-open

@@ -1,0 +1,199 @@
+// voxaug: label family -- connected components (validation, CPU backend, routing to CUDA).
+// CPU: union-find in slabs of planes (threads work on slabs of one volume or on different
+// volumes), the slab boundaries joined per volume, then one ascending flattening pass: a
+// parent's index is never larger than its child's, so at index v the parent already holds its
+// root's final label.
+#include "voxaug/label.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <climits>
+#include <string>
+#include <vector>
+
+#include "../common/device.h"
+#include "label_kernels.h"
+#include "voxaug/detail/convert.h"
+#include "voxaug/error.h"
+
+namespace voxaug {
+namespace detail {
+#if VOXAUG_WITH_CUDA
+void connected_components_cuda(const LabelParams& p, int64_t volumes, int32_t* labels, int device,
+                               cudaStream_t stream);
+#endif
+namespace {
+
+inline int32_t find_root(int32_t* L, int32_t x) {
+  while (L[x] != x) {
+    L[x] = L[L[x]];  // path halving: a parent only moves up to an older (smaller) ancestor
+    x = L[x];
+  }
+  return x;
+}
+
+// Foreground: nonzero, NaN too (compared in the storage type; half types through float).
+template <class T>
+inline bool nonzero(T v) {
+  return !(v == T(0));
+}
+template <>
+inline bool nonzero<half_t>(half_t v) {
+  return !(load_as<float>(v) == 0.0f);
+}
+template <>
+inline bool nonzero<bfloat16_t>(bfloat16_t v) {
+  return !(load_as<float>(v) == 0.0f);
+}
+
+// Every voxel of planes [d0, d1) its own root, or -1 for background.
+template <class T>
+void init_planes(const LabelParams& p, int64_t vol, int32_t* L, int64_t d0, int64_t d1) {
+  const int64_t H = p.size[1], W = p.size[2];
+  const int64_t n = vol / p.channels, c = vol % p.channels;
+  const T* base = static_cast<const T*>(p.mask) + n * p.mask_stride[0] + c * p.mask_stride[1];
+  for (int64_t d = d0; d < d1; ++d)
+    for (int64_t h = 0; h < H; ++h) {
+      const T* row = base + d * p.mask_stride[2] + h * p.mask_stride[3];
+      int32_t* out = L + (d * H + h) * W;
+      const int32_t v0 = static_cast<int32_t>((d * H + h) * W);
+      for (int64_t w = 0; w < W; ++w)
+        out[w] = nonzero(row[w * p.mask_stride[4]]) ? v0 + static_cast<int32_t>(w) : -1;
+    }
+}
+
+void init_planes_dyn(const LabelParams& p, int64_t vol, int32_t* L, int64_t d0, int64_t d1) {
+  switch (p.dtype) {
+    case DType::Float64: return init_planes<double>(p, vol, L, d0, d1);
+    case DType::Float32: return init_planes<float>(p, vol, L, d0, d1);
+    case DType::Float16: return init_planes<half_t>(p, vol, L, d0, d1);
+    case DType::BFloat16: return init_planes<bfloat16_t>(p, vol, L, d0, d1);
+    case DType::UInt8: return init_planes<uint8_t>(p, vol, L, d0, d1);
+    case DType::Int16: return init_planes<int16_t>(p, vol, L, d0, d1);
+    case DType::Int32: return init_planes<int32_t>(p, vol, L, d0, d1);
+    case DType::Int64: return init_planes<int64_t>(p, vol, L, d0, d1);
+  }
+}
+
+// Foreground voxels of planes [d0, d1) of one volume join their foreground backward neighbours
+// in planes >= dmin (the roots' links stay within [dmin's plane, d1) until the slabs are joined).
+void join_planes(const LabelParams& p, int32_t* L, int64_t d0, int64_t d1, int64_t dmin) {
+  const int64_t H = p.size[1], W = p.size[2];
+  for (int64_t d = d0; d < d1; ++d)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t w = 0; w < W; ++w) {
+        const int32_t v = static_cast<int32_t>((d * H + h) * W + w);
+        if (L[v] < 0) continue;
+        // v's root changes only through the links made here: kept in r, not searched again.
+        int32_t r = find_root(L, v);
+        // 26-connectivity: a foreground left neighbour is adjacent to every backward neighbour
+        // of v except the four in column w + 1, and it has joined them already.
+        const bool left = p.connectivity == 3 && w > 0 && L[v - 1] >= 0;
+        for (int k = 0; k < p.num_offsets; ++k) {
+          if (left && p.offsets[k][2] != 1 && !(p.offsets[k][0] == 0 && p.offsets[k][1] == 0))
+            continue;
+          const int64_t nd = d + p.offsets[k][0], nh = h + p.offsets[k][1],
+                        nw = w + p.offsets[k][2];
+          if (nd < dmin || nh < 0 || nh >= H || nw < 0 || nw >= W) continue;
+          const int32_t u = static_cast<int32_t>((nd * H + nh) * W + nw);
+          if (L[u] < 0 || L[u] == r) continue;
+          const int32_t ru = find_root(L, u);
+          if (ru < r) {
+            L[r] = ru;
+            r = ru;
+          } else if (r < ru) {
+            L[ru] = r;
+          }
+        }
+      }
+}
+
+void connected_components_cpu(const LabelParams& p, int64_t volumes, int32_t* labels) {
+  const int64_t D = p.size[0], V = p.volume;
+  const int threads = std::max(1, omp_get_max_threads());
+  // Slabs per volume: enough tasks for the threads, at least 16 planes per slab.
+  int64_t slabs = volumes >= threads ? 1 : (threads + volumes - 1) / volumes;
+  slabs = std::max<int64_t>(1, std::min(slabs, D / 16));
+  const int64_t per = (D + slabs - 1) / slabs;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < volumes * slabs; ++t) {
+    const int64_t vol = t / slabs, s = t % slabs;
+    const int64_t d0 = s * per, d1 = std::min(D, d0 + per);
+    if (d0 < d1) {
+      init_planes_dyn(p, vol, labels + vol * V, d0, d1);
+      join_planes(p, labels + vol * V, d0, d1, d0);
+    }
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t vol = 0; vol < volumes; ++vol) {
+    int32_t* L = labels + vol * V;
+    for (int64_t s = 1; s < slabs; ++s) {
+      const int64_t d0 = s * per;
+      if (d0 < D) join_planes(p, L, d0, d0 + 1, d0 - 1);
+    }
+    for (int32_t v = 0; v < static_cast<int32_t>(V); ++v) {
+      const int32_t q = L[v];
+      L[v] = q < 0 ? 0 : (q == v ? v + 1 : L[q]);  // L[q] (q < v) already holds the root's label
+    }
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+void connected_components(const VolumeView& mask, const VolumeView& labels, int connectivity,
+                          cudaStream_t stream) {
+#if !VOXAUG_WITH_CUDA
+  (void)stream;
+#endif
+  for (int a = 0; a < 5; ++a) {
+    VOXAUG_EXPECTS(mask.shape[a] >= 0, "mask sizes must be >= 0");
+    VOXAUG_EXPECTS(
+        labels.shape[a] == mask.shape[a],
+        "labels must have mask's shape " + mask.describe() + ", got " + labels.describe());
+  }
+  VOXAUG_EXPECTS(connectivity >= 1 && connectivity <= 3,
+                 "connectivity must be 1 (6 neighbours), 2 (18) or 3 (26), got " +
+                     std::to_string(connectivity));
+  VOXAUG_EXPECTS(labels.dtype == DType::Int32,
+                 std::string("labels must be int32, got ") + dtype_name(labels.dtype));
+  VOXAUG_EXPECTS(labels.device == mask.device && labels.device_index == mask.device_index,
+                 "labels must be on mask's device");
+  const int64_t volumes = mask.shape[0] * mask.shape[1];
+  const int64_t V = mask.shape[2] * mask.shape[3] * mask.shape[4];
+  if (volumes == 0 || V == 0) return;
+  VOXAUG_EXPECTS(V < INT32_MAX,
+                 "connected_components: a volume must hold fewer than 2^31 - 1 voxels, got " +
+                     std::to_string(V));
+  const int64_t dense[5] = {mask.shape[1] * V, V, mask.shape[3] * mask.shape[4], mask.shape[4], 1};
+  for (int a = 0; a < 5; ++a)
+    VOXAUG_EXPECTS(
+        labels.strides[a] == dense[a] || labels.shape[a] == 1,
+        "labels must be a dense C-order (N, C, D, H, W) buffer, got " + labels.describe());
+  VOXAUG_EXPECTS(mask.data != nullptr && labels.data != nullptr,
+                 "mask and labels must not be null");
+  detail::LabelParams p{};
+  p.mask = mask.data;
+  p.dtype = mask.dtype;
+  for (int a = 0; a < 5; ++a) p.mask_stride[a] = mask.strides[a];
+  p.channels = mask.shape[1];
+  for (int a = 0; a < 3; ++a) p.size[a] = mask.shape[a + 2];
+  p.volume = V;
+  p.connectivity = connectivity;
+  detail::label_offsets(p);
+  auto* out = static_cast<int32_t*>(labels.data);
+  if (mask.device == Device::CPU) {
+    detail::connected_components_cpu(p, volumes, out);
+    return;
+  }
+#if VOXAUG_WITH_CUDA
+  detail::check_device_pointer(mask.data, mask.device_index, "mask");
+  detail::check_device_pointer(labels.data, labels.device_index, "labels");
+  detail::connected_components_cuda(p, volumes, out, mask.device_index, stream);
+#else
+  VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
+#endif
+}
+
+}  // namespace voxaug

@@ -1,0 +1,106 @@
+// voxaug: CUDA backend of the label family. Union-find over the whole batch (Playne and
+// Hawick's scheme): every voxel starts as its own root, joins its foreground backward
+// neighbours with an atomicMin union that always links the larger root below the smaller, the
+// paths are compressed, and the roots become labels. Roots are the components' smallest
+// indices whatever the order of the unions, so the labels equal the CPU's exactly.
+#include <climits>
+
+#include "../common/cuda_check.cuh"
+#include "../common/device.h"
+#include "label_kernels.h"
+
+namespace voxaug::detail {
+namespace {
+
+__device__ __forceinline__ int32_t cc_find(const int32_t* L, int32_t x) {
+  const volatile int32_t* l = L;  // other threads lower parents while this one walks
+  for (;;) {
+    const int32_t y = l[x];
+    if (y == x) return x;
+    x = y;
+  }
+}
+
+__device__ __forceinline__ void cc_unite(int32_t* L, int32_t a, int32_t b) {
+  for (;;) {
+    a = cc_find(L, a);
+    b = cc_find(L, b);
+    if (a == b) return;
+    if (a < b) {
+      const int32_t old = atomicMin(&L[b], a);
+      if (old == b) return;
+      b = old;  // another union moved b: retry from where it went
+    } else {
+      const int32_t old = atomicMin(&L[a], b);
+      if (old == a) return;
+      a = old;
+    }
+  }
+}
+
+__global__ void cc_init(const LabelParams p, int64_t total, int32_t* L) {
+  const int64_t H = p.size[1], W = p.size[2];
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t vol = i / p.volume, v = i % p.volume;
+    const int64_t w = v % W, h = (v / W) % H, d = v / (W * H);
+    L[i] = label_foreground(p, vol, d, h, w) ? static_cast<int32_t>(v) : -1;
+  }
+}
+
+__global__ void cc_merge(const LabelParams p, int64_t total, int32_t* L) {
+  const int64_t D = p.size[0], H = p.size[1], W = p.size[2];
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    if (L[i] < 0) continue;
+    const int64_t vol = i / p.volume, v = i % p.volume;
+    const int64_t w = v % W, h = (v / W) % H, d = v / (W * H);
+    int32_t* Lv = L + vol * p.volume;
+    for (int k = 0; k < p.num_offsets; ++k) {
+      const int64_t nd = d + p.offsets[k][0], nh = h + p.offsets[k][1], nw = w + p.offsets[k][2];
+      if (nd < 0 || nd >= D || nh < 0 || nh >= H || nw < 0 || nw >= W) continue;
+      const int64_t u = (nd * H + nh) * W + nw;
+      if (Lv[u] >= 0) cc_unite(Lv, static_cast<int32_t>(v), static_cast<int32_t>(u));
+    }
+  }
+}
+
+__global__ void cc_compress(int64_t total, int64_t volume, int32_t* L) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    if (L[i] < 0) continue;
+    int32_t* Lv = L + (i / volume) * volume;
+    const int32_t v = static_cast<int32_t>(i % volume);
+    const int32_t r = cc_find(Lv, v);
+    if (r != v) Lv[v] = r;  // only ever lowered to an ancestor: other walks stay valid
+  }
+}
+
+__global__ void cc_final(int64_t total, int32_t* L) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x)
+    L[i] = L[i] < 0 ? 0 : L[i] + 1;
+}
+
+}  // namespace
+
+void connected_components_cuda(const LabelParams& p, int64_t volumes, int32_t* labels, int device,
+                               cudaStream_t stream) {
+  CudaDeviceGuard guard(device);
+  const int64_t total = volumes * p.volume;
+  int64_t blocks = (total + 255) / 256;
+  const int64_t cap = int64_t(cuda_sm_count(device)) * 16;
+  if (blocks > cap) blocks = cap;
+  if (blocks < 1) blocks = 1;
+  const unsigned grid = static_cast<unsigned>(blocks);
+  cc_init<<<grid, 256, 0, stream>>>(p, total, labels);
+  VOXAUG_CUDA_CHECK_LAUNCH();
+  cc_merge<<<grid, 256, 0, stream>>>(p, total, labels);
+  VOXAUG_CUDA_CHECK_LAUNCH();
+  cc_compress<<<grid, 256, 0, stream>>>(total, p.volume, labels);
+  VOXAUG_CUDA_CHECK_LAUNCH();
+  cc_final<<<grid, 256, 0, stream>>>(total, labels);
+  VOXAUG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace voxaug::detail

@@ -1,0 +1,152 @@
+// Connected components (include/voxaug/label.h): the CPU backend against a naive breadth-first
+// flood fill (labels = 1 + the first voxel's index), every connectivity, awkward shapes, a
+// strided mask, many threads' slabs; the CUDA backend against the CPU twin (bit-identical), which
+// skips without a device. Bad arguments throw.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <vector>
+
+#include "test_support.h"
+#include "voxaug/error.h"
+#include "voxaug/label.h"
+
+using namespace voxaug;
+using voxaug_test::Vol;
+
+namespace {
+
+// Breadth-first flood fill of one D x H x W volume: every component labelled 1 + its smallest
+// C-order index (the first voxel met by the ascending scan starts the fill).
+std::vector<int32_t> flood(const std::vector<uint8_t>& m, int64_t D, int64_t H, int64_t W,
+                           int conn) {
+  std::vector<int32_t> out(m.size(), 0);
+  for (int64_t s = 0; s < D * H * W; ++s) {
+    if (!m[s] || out[s]) continue;
+    std::deque<int64_t> q{s};
+    out[s] = static_cast<int32_t>(s + 1);
+    while (!q.empty()) {
+      const int64_t v = q.front();
+      q.pop_front();
+      const int64_t d = v / (H * W), h = (v / W) % H, w = v % W;
+      for (int dd = -1; dd <= 1; ++dd)
+        for (int dh = -1; dh <= 1; ++dh)
+          for (int dw = -1; dw <= 1; ++dw) {
+            const int hops = (dd != 0) + (dh != 0) + (dw != 0);
+            if (hops == 0 || hops > conn) continue;
+            const int64_t nd = d + dd, nh = h + dh, nw = w + dw;
+            if (nd < 0 || nd >= D || nh < 0 || nh >= H || nw < 0 || nw >= W) continue;
+            const int64_t u = (nd * H + nh) * W + nw;
+            if (m[u] && !out[u]) {
+              out[u] = static_cast<int32_t>(s + 1);
+              q.push_back(u);
+            }
+          }
+    }
+  }
+  return out;
+}
+
+std::vector<uint8_t> random_mask(const Vol& v, double density, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::bernoulli_distribution b(density);
+  std::vector<uint8_t> m(static_cast<size_t>(v.numel()));
+  for (auto& x : m) x = b(rng) ? 1 : 0;
+  return m;
+}
+
+std::vector<int32_t> reference(const std::vector<uint8_t>& m, const Vol& v, int conn) {
+  std::vector<int32_t> out;
+  const int64_t V = v.d * v.h * v.w;
+  for (int64_t k = 0; k < v.n * v.c; ++k) {
+    std::vector<uint8_t> one(m.begin() + k * V, m.begin() + (k + 1) * V);
+    auto f = flood(one, v.d, v.h, v.w, conn);
+    out.insert(out.end(), f.begin(), f.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Label, ConnectedComponentsMatchFloodFill) {
+  const Vol shapes[] = {{2, 3, 9, 11, 7}, {1, 1, 70, 9, 8}, {3, 1, 1, 1, 13}, {1, 2, 40, 1, 33}};
+  for (const Vol& v : shapes)
+    for (int conn = 1; conn <= 3; ++conn)
+      for (double density : {0.2, 0.45, 0.8}) {
+        auto m = random_mask(v, density, static_cast<uint32_t>(conn * 1000 + v.d));
+        std::vector<int32_t> got(m.size(), -7);
+        connected_components(voxaug_test::view(m.data(), DType::UInt8, v),
+                             voxaug_test::view(got.data(), DType::Int32, v), conn);
+        ASSERT_EQ(got, reference(m, v, conn))
+            << "shape " << v.n << "x" << v.c << "x" << v.d << "x" << v.h << "x" << v.w << " conn "
+            << conn << " density " << density;
+      }
+}
+
+TEST(Label, StridedFloatMaskAndEdgeCases) {
+  // A float mask read through a transposed (W, H, D) view; NaN counts as foreground.
+  const Vol v{1, 1, 12, 10, 9};
+  auto m8 = random_mask(v, 0.5, 3);
+  std::vector<float> t(m8.size());
+  for (int64_t d = 0; d < v.d; ++d)
+    for (int64_t h = 0; h < v.h; ++h)
+      for (int64_t w = 0; w < v.w; ++w) {
+        const uint8_t x = m8[(d * v.h + h) * v.w + w];
+        t[(w * v.h + h) * v.d + d] = x ? ((d + h + w) % 5 == 0 ? NAN : -2.5f) : 0.0f;
+      }
+  VolumeView mv = voxaug_test::view(t.data(), DType::Float32, v);
+  mv.strides[2] = 1, mv.strides[3] = v.d, mv.strides[4] = v.d * v.h;
+  std::vector<int32_t> got(m8.size());
+  connected_components(mv, voxaug_test::view(got.data(), DType::Int32, v), 3);
+  EXPECT_EQ(got, reference(m8, v, 3));
+  // All foreground: one component labelled 1; all background: zeros.
+  std::vector<uint8_t> ones(m8.size(), 1), zeros(m8.size(), 0);
+  connected_components(voxaug_test::view(ones.data(), DType::UInt8, v),
+                       voxaug_test::view(got.data(), DType::Int32, v), 1);
+  EXPECT_EQ(got, std::vector<int32_t>(got.size(), 1));
+  connected_components(voxaug_test::view(zeros.data(), DType::UInt8, v),
+                       voxaug_test::view(got.data(), DType::Int32, v), 2);
+  EXPECT_EQ(got, std::vector<int32_t>(got.size(), 0));
+}
+
+TEST(Label, BadArguments) {
+  const Vol v{1, 1, 4, 4, 4};
+  std::vector<uint8_t> m(64, 1);
+  std::vector<int32_t> l(64);
+  std::vector<int64_t> l64(64);
+  const auto mv = voxaug_test::view(m.data(), DType::UInt8, v);
+  EXPECT_THROW(connected_components(mv, voxaug_test::view(l.data(), DType::Int32, v), 0), Error);
+  EXPECT_THROW(connected_components(mv, voxaug_test::view(l.data(), DType::Int32, v), 4), Error);
+  EXPECT_THROW(connected_components(mv, voxaug_test::view(l64.data(), DType::Int64, v), 3), Error);
+  EXPECT_THROW(
+      connected_components(mv, voxaug_test::view(l.data(), DType::Int32, {1, 1, 4, 4, 3}), 3),
+      Error);
+  VolumeView strided = voxaug_test::view(l.data(), DType::Int32, v);
+  strided.strides[4] = 2;
+  EXPECT_THROW(connected_components(mv, strided, 3), Error);
+}
+
+#if VOXAUG_WITH_CUDA
+using voxaug_test::DeviceBuffer;
+using voxaug_test::have_device;
+
+TEST(LabelCuda, TwinBitIdentical) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const Vol shapes[] = {{2, 3, 9, 11, 7}, {1, 1, 96, 80, 72}, {4, 2, 33, 17, 29}, {1, 1, 1, 1, 1}};
+  for (const Vol& v : shapes)
+    for (int conn = 1; conn <= 3; ++conn)
+      for (double density : {0.3, 0.5, 0.9}) {
+        auto m = random_mask(v, density, static_cast<uint32_t>(conn + 17 * v.d));
+        std::vector<int32_t> cpu(m.size());
+        connected_components(voxaug_test::view(m.data(), DType::UInt8, v),
+                             voxaug_test::view(cpu.data(), DType::Int32, v), conn);
+        DeviceBuffer dm(m), dl(m.size() * sizeof(int32_t));
+        connected_components(voxaug_test::view(dm.p, DType::UInt8, v, Device::CUDA),
+                             voxaug_test::view(dl.p, DType::Int32, v, Device::CUDA), conn);
+        CUDA_OK(cudaDeviceSynchronize());
+        ASSERT_EQ(dl.to_host<int32_t>(m.size()), cpu) << "conn " << conn << " density " << density;
+      }
+}
+#endif

@@ -1,0 +1,224 @@
+"""Connected components and the label post-processing built on them (voxaug.post) against
+scipy.ndimage.label, MONAI's KeepLargestConnectedComponent / FillHoles (skimage / scipy), and
+naive numpy; the op through torch.library.opcheck; the CUDA path against the CPU twin."""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import TEMPLATES, devices, sync_is_error
+from voxaug import ops
+from voxaug.post import (FillHoles, FillHolesd, KeepLargestConnectedComponent, KeepLargestConnectedComponentd,
+                         connected_components, largest_components_mask)
+
+ndi = pytest.importorskip("scipy.ndimage")
+
+
+def canonical(mask: np.ndarray, connectivity: int) -> np.ndarray:
+    """scipy's labels of a 3-D mask renamed to 1 + the first voxel's C-order index."""
+    lab, n = ndi.label(mask, structure=ndi.generate_binary_structure(3, connectivity))
+    flat = lab.ravel()
+    first = np.full(n + 1, flat.size, dtype=np.int64)
+    fg = np.flatnonzero(flat)
+    np.minimum.at(first, flat[fg], fg)
+    out = np.zeros(flat.size, dtype=np.int64)
+    out[fg] = first[flat[fg]] + 1
+    return out.reshape(mask.shape)
+
+
+def rand_mask(shape, density, seed):
+    return np.random.default_rng(seed).random(shape) < density
+
+
+@pytest.mark.parametrize("connectivity", [1, 2, 3])
+@pytest.mark.parametrize("shape", [(2, 3, 9, 11, 7), (1, 1, 70, 9, 8), (3, 1, 1, 1, 13), (1, 2, 40, 1, 33)])
+@pytest.mark.parametrize("density", [0.2, 0.5, 0.85])
+def test_connected_components_equal_scipy(connectivity, shape, density):
+    m = rand_mask(shape, density, seed=connectivity * 7 + shape[2])
+    got = ops.connected_components(torch.from_numpy(m), connectivity)
+    assert got.dtype == torch.int32 and got.shape == m.shape
+    for n in range(shape[0]):
+        for c in range(shape[1]):
+            np.testing.assert_array_equal(got[n, c].numpy(), canonical(m[n, c], connectivity))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int64, torch.float32, torch.float16, torch.float64])
+def test_connected_components_dtypes_views_and_edges(dtype):
+    m = rand_mask((1, 2, 12, 10, 9), 0.5, seed=4)
+    x = torch.from_numpy(m).to(dtype) * 3
+    if dtype.is_floating_point:
+        x[x != 0] = -0.5
+        x[0, 0, 0, 0, 0] = float("nan")  # NaN is foreground
+        m = m.copy()
+        m[0, 0, 0, 0, 0] = True
+    t = x.permute(0, 1, 4, 3, 2).contiguous().permute(0, 1, 4, 3, 2)  # a non-contiguous view
+    assert not t.is_contiguous()
+    got = connected_components(t)
+    for c in range(2):
+        np.testing.assert_array_equal(got[0, c].numpy(), canonical(m[0, c], 3))
+    assert torch.equal(connected_components(x[0]), got[0])  # (C, D, H, W)
+    assert torch.equal(connected_components(torch.ones(1, 1, 3, 4, 5)), torch.ones(1, 1, 3, 4, 5, dtype=torch.int32))
+    assert connected_components(torch.zeros(1, 1, 3, 4, 5)).abs().sum() == 0
+    assert ops.connected_components(torch.zeros(0, 1, 3, 4, 5)).shape == (0, 1, 3, 4, 5)
+
+
+def test_connected_components_opcheck_and_errors():
+    m = torch.from_numpy(rand_mask((2, 1, 6, 7, 5), 0.5, 1))
+    torch.library.opcheck(torch.ops.voxaug.connected_components.default, (m, 2))
+    with pytest.raises(ValueError, match="connectivity"):
+        ops.connected_components(m, 0)
+    with pytest.raises(ValueError, match="5-D"):
+        ops.connected_components(m[0], 3)
+    with pytest.raises(ValueError, match="connectivity"):
+        connected_components(m, 4)
+
+
+def naive_keep(mask: np.ndarray, connectivity: int, k: int) -> np.ndarray:
+    """The k largest components, ties to the component that starts first (numpy, float-free)."""
+    lab = canonical(mask, connectivity)
+    ids, counts = np.unique(lab[lab > 0], return_counts=True)
+    order = sorted(zip(-counts, ids))[:k]
+    return np.isin(lab, [i for _, i in order])
+
+
+@pytest.mark.parametrize("connectivity", [1, 3])
+@pytest.mark.parametrize("k", [1, 2, 5, 12])
+def test_largest_components_mask_equals_naive(connectivity, k):
+    m = rand_mask((3, 2, 11, 12, 10), 0.3, seed=k)
+    got = largest_components_mask(torch.from_numpy(m), connectivity, k)
+    for n in range(3):
+        for c in range(2):
+            np.testing.assert_array_equal(got[n, c].numpy(), naive_keep(m[n, c], connectivity, k))
+
+
+def blobs(seed: int, shape=(24, 26, 22)) -> np.ndarray:
+    """(1, D, H, W) label map: balls of labels 1-3 (two of label 1), a hollow ball of label 2
+    with a cavity holding a label-1 voxel, and scattered single voxels (islands)."""
+    rng = np.random.default_rng(seed)
+    g = np.stack(np.meshgrid(*[np.arange(s) for s in shape], indexing="ij"), -1)
+    out = np.zeros(shape, np.int64)
+    for lab, r in ((1, 4.5), (3, 5.0), (1, 3.0)):
+        c = rng.uniform(5, np.array(shape) - 5)
+        out[((g - c) ** 2).sum(-1) <= r * r] = lab
+    c = np.array(shape) / 2 + rng.uniform(-1, 1, 3)
+    d2 = ((g - c) ** 2).sum(-1)
+    out[(d2 <= 36) & (d2 > 6)] = 2
+    out[(d2 <= 6)] = 0
+    out[tuple(np.round(c).astype(int))] = 1
+    islands = rng.random(shape) < 0.01
+    out[islands & (out == 0)] = rng.integers(1, 4, int((islands & (out == 0)).sum()))
+    return out[None]
+
+
+def tie_free(label_map: np.ndarray, labels, connectivity: int, k: int) -> bool:
+    """Whether the k-th and (k+1)-th largest components of every label differ in size (MONAI's
+    argsort leaves ties to numpy's unstable sort)."""
+    for lab in labels:
+        cc = canonical(label_map == lab, connectivity)
+        sizes = sorted(np.unique(cc[cc > 0], return_counts=True)[1], reverse=True)
+        if len(sizes) > k and sizes[k - 1] == sizes[k]:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(applied_labels=[1, 2]), dict(independent=False, applied_labels=[1, 3]),
+                                dict(connectivity=1), dict(connectivity=2, num_components=2)])
+def test_keep_largest_equals_monai(kw):
+    mt = pytest.importorskip("monai.transforms")
+    pytest.importorskip("skimage")
+    for seed in range(20):
+        x = blobs(seed)
+        if tie_free(x[0], [1, 2, 3], kw.get("connectivity") or 3, kw.get("num_components", 1)):
+            break
+    else:
+        pytest.fail("no tie-free random label map in 20 draws")
+    img = torch.from_numpy(x).float()
+    got = KeepLargestConnectedComponent(**kw)(img)
+    ref = torch.as_tensor(mt.KeepLargestConnectedComponent(**kw)(img.clone()))
+    assert torch.equal(got, ref) and not torch.equal(got, img)
+    onehot = torch.nn.functional.one_hot(img[0].long(), 4).permute(3, 0, 1, 2).to(torch.uint8)
+    got = KeepLargestConnectedComponent(**kw)(onehot)
+    ref = torch.as_tensor(mt.KeepLargestConnectedComponent(**kw)(onehot.clone()))
+    assert torch.equal(got, ref) and got.dtype == torch.uint8
+    # A batch: each sample as MONAI transforms it alone.
+    batch = torch.stack([img, img.flip(1)])
+    got = KeepLargestConnectedComponentd("seg", **kw)({"seg": batch})["seg"]
+    for n in range(2):
+        assert torch.equal(got[n], torch.as_tensor(mt.KeepLargestConnectedComponent(**kw)(batch[n].clone())))
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(connectivity=1), dict(applied_labels=[2])])
+def test_fill_holes_equals_monai(kw):
+    mt = pytest.importorskip("monai.transforms")
+    y = torch.from_numpy(blobs(5)).float()
+    got = FillHoles(**kw)(y)
+    ref = torch.as_tensor(mt.FillHoles(**kw)(y.clone()))
+    assert torch.equal(got, ref) and not torch.equal(got, y)
+    onehot = torch.nn.functional.one_hot(y[0].long(), 4).permute(3, 0, 1, 2).float()
+    assert torch.equal(FillHolesd("s", **kw)({"s": onehot})["s"],
+                       torch.as_tensor(mt.FillHoles(**kw)(onehot.clone())))
+
+
+def test_real_atlas(ch2):
+    mt = pytest.importorskip("monai.transforms")
+    pytest.importorskip("skimage")
+    nib = pytest.importorskip("nibabel")
+    path = os.path.join(TEMPLATES, "aal.nii.gz")
+    if not os.path.exists(path):
+        pytest.skip("mricron-data not installed")
+    aal = torch.from_numpy(np.asarray(nib.load(path).dataobj).astype(np.int16))[None, ::2, ::2, ::2].contiguous()
+    # Brain mask of ch2 with islands: the largest component is the brain.
+    brain = (ch2[0][:, ::2, ::2, ::2] > 40).to(torch.uint8)
+    got = KeepLargestConnectedComponent(applied_labels=[1])(brain)
+    ref = torch.as_tensor(mt.KeepLargestConnectedComponent(applied_labels=[1])(brain.clone()))
+    assert torch.equal(got, ref) and int((brain - got).sum()) > 0
+    labels = [int(v) for v in torch.unique(aal).tolist()[1:6]]
+    if tie_free(aal[0].numpy(), labels, 3, 1):
+        got = KeepLargestConnectedComponent(applied_labels=labels)(aal)
+        assert torch.equal(got, torch.as_tensor(mt.KeepLargestConnectedComponent(applied_labels=labels)(aal.clone())))
+    got = FillHoles(applied_labels=labels[:2])(aal)
+    assert torch.equal(got, torch.as_tensor(mt.FillHoles(applied_labels=labels[:2])(aal.clone())))
+
+
+@pytest.mark.parametrize("device", devices())
+def test_device_matches_cpu(device):
+    m = torch.from_numpy(rand_mask((2, 2, 30, 25, 20), 0.45, 9))
+    for conn in (1, 2, 3):
+        assert torch.equal(ops.connected_components(m.to(device), conn).cpu(), ops.connected_components(m, conn))
+    x = torch.from_numpy(np.random.default_rng(2).integers(0, 3, (2, 1, 20, 21, 22)))
+    for t in (KeepLargestConnectedComponent(applied_labels=[1, 2], num_components=2), FillHoles(applied_labels=[1])):
+        assert torch.equal(t(x.to(device)).cpu(), t(x))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (sync checks need one)")
+def test_cuda_no_host_sync():
+    x = torch.from_numpy(np.random.default_rng(3).integers(0, 3, (2, 1, 20, 21, 22))).cuda()
+    torch.cuda.synchronize()
+    with sync_is_error():
+        a = KeepLargestConnectedComponent(applied_labels=[1, 2])(x)
+        b = FillHoles(applied_labels=[1, 2])(x)
+    torch.cuda.synchronize()
+    assert a.is_cuda and b.is_cuda
+
+
+def test_fill_holes_cavities_open_through_each_face():
+    """A label-1 wall around a cavity that opens through one face only: open, so not filled; the
+    same cavity closed: filled (and MONAI's result equal)."""
+    mt = pytest.importorskip("monai.transforms")
+    shape = (9, 10, 11)
+    for axis in range(3):
+        for end in (0, -1):
+            x = np.ones(shape, np.int64)
+            inner = tuple(slice(2, s - 2) for s in shape)
+            x[inner] = 0  # a cavity, closed
+            closed = torch.from_numpy(x.copy())[None]
+            sl = [slice(2, s - 2) for s in shape]
+            sl[axis] = slice(0, 3) if end == 0 else slice(shape[axis] - 3, shape[axis])
+            x[tuple(sl)] = 0  # a channel from the cavity to one face
+            opened = torch.from_numpy(x)[None]
+            got_open, got_closed = FillHoles()(opened), FillHoles()(closed)
+            assert torch.equal(got_open, opened), (axis, end)
+            assert bool((got_closed == 1).all()), (axis, end)
+            assert torch.equal(got_open, torch.as_tensor(mt.FillHoles()(opened.clone())))
+            assert torch.equal(got_closed, torch.as_tensor(mt.FillHoles()(closed.clone())))
