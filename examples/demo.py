@@ -43,6 +43,7 @@ from voxaug import deform as D
 from voxaug import degrade as Dg
 from voxaug import filter as Fl
 from voxaug import kspace as Ks
+from voxaug import smooth_field as Sf
 from voxaug import stats as St
 from voxaug import transforms as T
 
@@ -316,6 +317,13 @@ def main(argv: list[str] | None = None) -> int:
         ("TorchIO RandomSpike", batch, Ks.RandomSpike(intensity=(0.05, 0.1), seed=seed + 33)),
         ("TorchIO RandomMotion", batch, Ks.RandomMotion(degrees=4, translation=4, seed=seed + 36)),
         ("TorchIO RandomAnisotropy", batch, Dg.RandomAnisotropy(downsampling=(3, 5), seed=seed + 35)),
+        ("RandSmoothFieldAdjustContrast", batch, Sf.RandSmoothFieldAdjustContrast(
+            tuple(batch.shape[2:]), (6, 6, 6), mode="trilinear", prob=1.0, gamma=(0.6, 1.6), seed=seed + 37)),
+        ("RandSmoothFieldAdjustIntensity", batch, Sf.RandSmoothFieldAdjustIntensity(
+            tuple(batch.shape[2:]), (6, 6, 6), mode="trilinear", prob=1.0, gamma=(0.6, 1.0), seed=seed + 38)),
+        ("RandSmoothDeform", batch, Sf.RandSmoothDeform(tuple(batch.shape[2:]), (6, 6, 6), field_mode="trilinear",
+                                                        prob=1.0, def_range=0.05, grid_mode="bilinear",
+                                                        seed=seed + 39)),
         ("RandKSpaceSpikeNoise", batch, Ks.RandKSpaceSpikeNoise(prob=1.0, intensity_range=(11.0, 12.0),
                                                                  seed=seed + 34)),
     ]
