@@ -87,7 +87,8 @@ class KeepLargestConnectedComponent:
     connectivity=None, num_components=1): voxels of the applied labels outside their largest
     `num_components` components become 0 -- each label on its own (independent) or their union.
     is_onehot None: more than one channel means one-hot (channel i is label i). Every sample of a
-    batch on its own, in one connected-components call per label. The input's dtype is kept."""
+    batch on its own; one connected-components call for all the labels (their masks as channels).
+    The input's dtype is kept."""
 
     def __init__(self, applied_labels: Union[Sequence[int], int, None] = None, is_onehot: Optional[bool] = None,
                  independent: bool = True, connectivity: Optional[int] = None, num_components: int = 1):
@@ -114,11 +115,16 @@ class KeepLargestConnectedComponent:
         if not labels:
             return restore(out)
         if self.independent:
-            for i in labels:
-                fg = x[:, i:i + 1] > 0 if onehot else x[:, :1] == i
-                keep = largest_components_mask(fg, self.connectivity, self.num_components)
-                target = out[:, i:i + 1] if onehot else out[:, :1]
-                target.masked_fill_(fg & ~keep, 0)
+            # Every label's mask as one channel: one labelling call for all of them.
+            if onehot:
+                fg = x[:, list(labels)] > 0
+            else:
+                fg = torch.cat([x[:, :1] == i for i in labels], 1)
+            drop = fg & ~largest_components_mask(fg, self.connectivity, self.num_components)
+            if onehot:
+                out[:, list(labels)] = out[:, list(labels)].masked_fill(drop, 0)
+            else:
+                out[:, :1].masked_fill_(drop.any(1, keepdim=True), 0)
             return restore(out)
         if onehot:
             fg = (x[:, list(labels)] == 1).any(1, keepdim=True)
