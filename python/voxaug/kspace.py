@@ -1,6 +1,6 @@
-"""k-space artefacts, batched on the data's device: TorchIO Ghosting / RandomGhosting and Spike /
-RandomSpike, MONAI KSpaceSpikeNoise(d) / RandKSpaceSpikeNoise(d). (MONAI's Gibbs ringing is in
-:mod:`voxaug.degrade`.)
+"""k-space artefacts, batched on the data's device: TorchIO Ghosting / RandomGhosting, Spike /
+RandomSpike and Motion / RandomMotion, MONAI KSpaceSpikeNoise(d) / RandKSpaceSpikeNoise(d).
+(MONAI's Gibbs ringing and TorchIO's RandomAnisotropy are in :mod:`voxaug.degrade`.)
 
 TorchIO and MONAI transform one channel of one image at a time: the centred spectrum (``fftn``,
 ``fftshift``), the change in k-space, the inverse (``ifftshift``, ``ifftn``) and its real part.
@@ -18,9 +18,13 @@ Philox (no host sync: the draws need the shape only), and uses what each artefac
   added to the image directly (one batched matrix product per batch, separable in the three
   axes) and no inverse FFT runs. TorchIO's spike height is a fraction of the spectrum's maximum
   magnitude (recomputed before every spike, as TorchIO does): one ``rfftn`` per batch and a
-  maximum of the magnitudes per spike. MONAI's spike sets the log-magnitude at the location, keeping its
-  phase: the value there comes from a float64 DFT at that one frequency (a pass over the image),
-  and an FFT runs only for MONAI's default intensity (the mean log-magnitude of the spectrum).
+  maximum of the magnitudes per spike. MONAI's spike sets the log-magnitude at the location,
+  keeping its phase: the value there comes from a float64 DFT at that one frequency (a pass
+  over the image), and an FFT runs only for MONAI's default intensity (the mean log-magnitude
+  of the spectrum).
+- **Motion** fills segments of the last frequency axis from the spectra of the original and the
+  moved images: again a filter along one axis per image, so 1-D real transforms along it and one
+  inverse; the moved images come from voxaug's resample with SimpleITK's geometry and edge rule.
 
 The results equal TorchIO's and MONAI's up to the rounding of their FFT round trips (about
 1e-6 of the image's range in float32); MONAI's log / exp of every k-space value (which also
@@ -450,8 +454,9 @@ class RandomSpike(_SpikeBase, _Randomizable):
     a no-op draw (no spikes, intensity 0) or a closed gate leaves the sample unchanged (float32
     when others in the batch are transformed)."""
 
-    def __init__(self, num_spikes: Union[int, tuple[int, int]] = (1, 1), intensity: Union[float, tuple[float, float]] = (1, 3),
-                 p: float = 1.0, label_keys: Sequence[str] = (), seed: Optional[int] = None):
+    def __init__(self, num_spikes: Union[int, tuple[int, int]] = (1, 1),
+                 intensity: Union[float, tuple[float, float]] = (1, 3), p: float = 1.0,
+                 label_keys: Sequence[str] = (), seed: Optional[int] = None):
         _Randomizable.__init__(self, seed)
         self.intensity_range = _torchio_range(intensity, "intensity_range")
         self.num_spikes_range = _torchio_int_range(num_spikes, "num_spikes")
@@ -607,9 +612,11 @@ class Motion(_MotionBase):
 
     def _plan(self, x: torch.Tensor) -> dict:
         n = x.shape[0]
-        return {"applied": torch.ones(n, dtype=torch.bool), "degrees": np.broadcast_to(self.degrees, (n,) + self.degrees.shape),
-                "translation": np.broadcast_to(self.translation, (n,) + self.translation.shape),
-                "times": np.broadcast_to(self.times, (n,) + self.times.shape)}
+        def each(a: np.ndarray) -> np.ndarray:
+            return np.broadcast_to(a, (n,) + a.shape)
+
+        return {"applied": torch.ones(n, dtype=torch.bool), "degrees": each(self.degrees),
+                "translation": each(self.translation), "times": each(self.times)}
 
 
 class RandomMotion(_MotionBase, _Randomizable):
@@ -798,7 +805,8 @@ class RandKSpaceSpikeNoise(_Degrade, _Randomizable):
         locs = np.minimum(np.floor(loc_u * size).astype(np.int64), size - 1)
         vu = u[:, 1 + 3 * c:]
         if not self.channel_wise and self.intensity_range is not None:
-            vu = np.broadcast_to(vu[:, :1], (n, c))  # one draw for every channel (MONAI: default ranges draw per channel)
+            # One draw for every channel (with its default ranges MONAI draws one per channel).
+            vu = np.broadcast_to(vu[:, :1], (n, c))
         return {"applied": torch.from_numpy(u[:, 0] < self.prob), "locs": np.ascontiguousarray(locs),
                 "u": np.ascontiguousarray(vu)}
 

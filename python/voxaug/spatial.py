@@ -3471,7 +3471,8 @@ class SpatialResample(Spacing):
         except np.linalg.LinAlgError as e:
             raise ValueError(f"src affine is not invertible {src.tolist()}, {dst.tolist()}.") from e
         same = tuple(out_size) == tuple(in_size)
-        unchanged = same and (np.allclose(src, dst, atol=_AFFINE_TOL) or np.allclose(xform, np.eye(4), atol=_AFFINE_TOL))
+        unchanged = same and (np.allclose(src, dst, atol=_AFFINE_TOL)
+                              or np.allclose(xform, np.eye(4), atol=_AFFINE_TOL))
         return xform, out_size, unchanged
 
     def __call__(self, img, dst_affine=None, spatial_size=None, mode=None, padding_mode=None, align_corners=None,

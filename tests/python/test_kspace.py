@@ -354,8 +354,8 @@ def test_random_motion_per_sample_real_volume_and_dict(ch2):
     assert bool(p["applied"].all())
     for i in range(3):
         subject = tio.Subject(img=tio.ScalarImage(tensor=batch[i].clone(), affine=ch2[1]))
-        ref = tio.Motion(degrees=p["degrees"][i], translation=p["translation"][i], times=p["times"][i].astype(np.float32),
-                         image_interpolation="linear")(subject)["img"].data
+        ref = tio.Motion(degrees=p["degrees"][i], translation=p["translation"][i],
+                         times=p["times"][i].astype(np.float32), image_interpolation="linear")(subject)["img"].data
         close(out[i], ref, batch[i], rel=3e-6)
     x = rand((300, 1, 5, 6, 7))
     t = RandomMotion(degrees=(1, 3), translation=2, num_transforms=3, p=0.5, seed=2)

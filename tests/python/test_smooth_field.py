@@ -1,6 +1,5 @@
 """MONAI's smooth-field augmentations (voxaug.smooth_field) against MONAI's, given voxaug's coarse
 field (MONAI's ``sfield.field`` overwritten after its own draw)."""
-import numpy as np
 import pytest
 import torch
 
