@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from . import ops
-from .transforms import _as_batch, _check_prob, _Dict, _host_to, _Randomizable
+from .transforms import _as_batch, _check_prob, _Dict, _host_to, _Randomizable, _torchio_range
 
 __all__ = [
     "RandCoarseDropout", "RandCoarseDropoutd", "RandSimulateLowResolution", "RandSimulateLowResolutiond",
@@ -333,8 +333,6 @@ class RandomAnisotropy(_Randomizable):
         if not axes_t:
             raise ValueError("axes must name at least one axis")
         self.axes = tuple(int(a) for a in axes_t)
-        from .transforms import _torchio_range
-
         self.downsampling_range = _torchio_range(downsampling, "downsampling", min_constraint=1.0)
         if not isinstance(image_interpolation, str):
             raise TypeError(f"Interpolation must be a string, not {type(image_interpolation)}")

@@ -199,7 +199,8 @@ __all__ = [
     "Zoom", "Zoomd", "RandZoom", "RandZoomd", "Resize", "Resized", "Spacing", "Spacingd", "Orientation", "Orientationd",
     "SpatialCrop", "SpatialCropd", "CenterSpatialCrop", "CenterSpatialCropd", "SpatialPad", "SpatialPadd",
     "BorderPad", "BorderPadd", "DivisiblePad", "DivisiblePadd", "ResizeWithPadOrCrop", "ResizeWithPadOrCropd", "CropOrPad", "CropForeground", "CropForegroundd",
-    "CenterScaleCrop", "CenterScaleCropd", "Resample", "ToCanonical", "SpatialResample", "SpatialResampled", "ResampleToMatch", "ResampleToMatchd",
+    "CenterScaleCrop", "CenterScaleCropd", "Resample", "ToCanonical", "SpatialResample", "SpatialResampled",
+    "ResampleToMatch", "ResampleToMatchd",
 ]
 
 _MASK64 = (1 << 64) - 1
