@@ -19,7 +19,7 @@ from typing import Any, Hashable, Mapping, Optional, Sequence, Union
 import torch
 
 from . import ops
-from .transforms import _as_batch
+from .transforms import _as_batch, _host_to
 
 __all__ = ["connected_components", "largest_components_mask", "KeepLargestConnectedComponent",
            "KeepLargestConnectedComponentd", "FillHoles", "FillHolesd"]
@@ -114,20 +114,22 @@ class KeepLargestConnectedComponent:
         out = x.clone()
         if not labels:
             return restore(out)
+        # One-hot channels by an index tensor sent without a blocking copy (no host sync).
+        idx = _host_to(torch.tensor(labels, dtype=torch.int64), x.device) if onehot else None
         if self.independent:
             # Every label's mask as one channel: one labelling call for all of them.
             if onehot:
-                fg = x[:, list(labels)] > 0
+                fg = x.index_select(1, idx) > 0
             else:
                 fg = torch.cat([x[:, :1] == i for i in labels], 1)
             drop = fg & ~largest_components_mask(fg, self.connectivity, self.num_components)
             if onehot:
-                out[:, list(labels)] = out[:, list(labels)].masked_fill(drop, 0)
+                out.index_copy_(1, idx, out.index_select(1, idx).masked_fill_(drop, 0))
             else:
                 out[:, :1].masked_fill_(drop.any(1, keepdim=True), 0)
             return restore(out)
         if onehot:
-            fg = (x[:, list(labels)] == 1).any(1, keepdim=True)
+            fg = (x.index_select(1, idx) == 1).any(1, keepdim=True)
         else:
             fg = torch.zeros_like(x[:, :1], dtype=torch.bool)
             for i in labels:

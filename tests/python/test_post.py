@@ -195,11 +195,16 @@ def test_device_matches_cpu(device):
 def test_cuda_no_host_sync():
     x = torch.from_numpy(np.random.default_rng(3).integers(0, 3, (2, 1, 20, 21, 22))).cuda()
     torch.cuda.synchronize()
+    onehot = torch.nn.functional.one_hot(x[:, 0].long(), 3).permute(0, 4, 1, 2, 3).contiguous()
+    torch.cuda.synchronize()
     with sync_is_error():
         a = KeepLargestConnectedComponent(applied_labels=[1, 2])(x)
         b = FillHoles(applied_labels=[1, 2])(x)
+        c = KeepLargestConnectedComponent(applied_labels=[1, 2], is_onehot=True)(onehot)
+        d = KeepLargestConnectedComponent(applied_labels=[1, 2], is_onehot=True, independent=False)(onehot)
+        e = FillHoles(applied_labels=[1, 2])(onehot)
     torch.cuda.synchronize()
-    assert a.is_cuda and b.is_cuda
+    assert all(t.is_cuda for t in (a, b, c, d, e))
 
 
 def test_fill_holes_cavities_open_through_each_face():
