@@ -103,6 +103,22 @@ def _targets(data: Any, label_keys: Sequence[str]) -> tuple[bool, list]:
     return False, []
 
 
+def _on_applied(x: torch.Tensor, applied: torch.Tensor, fn, out_dtype: Optional[torch.dtype] = torch.float32
+                ) -> torch.Tensor:
+    """fn(part, idx) on the samples whose gate is open (idx: their host indices; part: those
+    samples, or x itself when all are), merged into a copy of x in out_dtype (x's dtype for None)
+    where only some are."""
+    sel = torch.nonzero(applied).flatten()
+    idx = sel.numpy()
+    if len(idx) == x.shape[0]:
+        return fn(x, idx)
+    dev_sel = _host_to(sel, x.device)
+    part = fn(x.index_select(0, dev_sel), idx)
+    out = x.to(out_dtype or x.dtype, copy=True)
+    out.index_copy_(0, dev_sel, part)
+    return out
+
+
 class _TorchIOIntensity(_Degrade):
     """TorchIO's intensity-transform calling convention: a tensor ((C, D, H, W) or a batch), or a
     dictionary whose intensity images (4-D / 5-D tensors not under `label_keys`) each get their
@@ -190,18 +206,12 @@ def _resolve_axes(axes: tuple, img: Any) -> list[int]:
 
 class _GhostingBase(_TorchIOIntensity):
     def _run(self, x: torch.Tensor, params: dict) -> torch.Tensor:
-        applied = params["applied"]
-        sel = torch.nonzero(applied).flatten()
-        idx = sel.numpy()
-        restore = [params["restore"][i] for i in idx]
-        part = _ghost(x.index_select(0, _host_to(sel, x.device)) if len(idx) < x.shape[0] else x,
-                      params["axis"][idx], params["ghosts"][idx], params["intensity"][idx], restore)
-        part = part.to(torch.float32)
-        if len(idx) == x.shape[0]:
-            return part
-        out = x.to(torch.float32, copy=True)
-        out.index_copy_(0, _host_to(sel, x.device), part)
-        return out
+        def ghost(part: torch.Tensor, idx: np.ndarray) -> torch.Tensor:
+            restore = [params["restore"][i] for i in idx]
+            return _ghost(part, params["axis"][idx], params["ghosts"][idx], params["intensity"][idx],
+                          restore).to(torch.float32)
+
+        return _on_applied(x, params["applied"], ghost)
 
     def _record(self, x: torch.Tensor, params: dict) -> None:
         self.last_params = params
@@ -398,23 +408,19 @@ def _torchio_spike_heights(xw: torch.Tensor, freqs: np.ndarray, counts: np.ndarr
 
 class _SpikeBase(_TorchIOIntensity):
     def _run(self, x: torch.Tensor, params: dict) -> torch.Tensor:
-        applied = params["applied"]
-        sel = torch.nonzero(applied).flatten()
-        idx = sel.numpy()
-        part_in = _work(x.index_select(0, _host_to(sel, x.device)) if len(idx) < x.shape[0] else x)
         size = x.shape[2:]
-        counts = params["counts"][idx]
-        s_max = int(counts.max())
-        loc = np.floor(params["positions"][idx, :s_max] * np.asarray(size, dtype=np.float64)).astype(np.int64)
-        freqs = _natural(loc, size)  # (M, S, 3)
-        heights = _torchio_spike_heights(part_in, freqs, counts, params["intensity"][idx])
-        c = x.shape[1]
-        part = _add_waves(part_in, np.broadcast_to(freqs[:, None], (len(idx), c, s_max, 3)), heights, torch.float32)
-        if len(idx) == x.shape[0]:
-            return part
-        out = x.to(torch.float32, copy=True)
-        out.index_copy_(0, _host_to(sel, x.device), part)
-        return out
+
+        def spike(part: torch.Tensor, idx: np.ndarray) -> torch.Tensor:
+            part = _work(part)
+            counts = params["counts"][idx]
+            s_max = int(counts.max())
+            loc = np.floor(params["positions"][idx, :s_max] * np.asarray(size, dtype=np.float64)).astype(np.int64)
+            freqs = _natural(loc, size)  # (M, S, 3)
+            heights = _torchio_spike_heights(part, freqs, counts, params["intensity"][idx])
+            waves = np.broadcast_to(freqs[:, None], (len(idx), x.shape[1], s_max, 3))
+            return _add_waves(part, waves, heights, torch.float32)
+
+        return _on_applied(x, params["applied"], spike)
 
     def _record(self, x: torch.Tensor, params: dict) -> None:
         self.last_params = params
@@ -531,24 +537,23 @@ class _MotionBase(_TorchIOIntensity):
         self.last_params = params
 
     def _run(self, x: torch.Tensor, params: dict) -> torch.Tensor:
+        affine = self._affine_of(self._img)
+        return _on_applied(x, params["applied"], lambda part, idx: self._moved(part.to(torch.float32), idx,
+                                                                               params, affine))
+
+    def _moved(self, part_in: torch.Tensor, idx: np.ndarray, params: dict, affine: np.ndarray) -> torch.Tensor:
         from .spatial import _itk_outside
 
-        applied = params["applied"].numpy()
-        idx = np.flatnonzero(applied)
-        xf = x.to(torch.float32)
-        part_in = xf if len(idx) == x.shape[0] else xf.index_select(0, _host_to(torch.from_numpy(idx), x.device))
-        size = tuple(x.shape[2:])
-        w = size[2]
-        affine = self._affine_of(self._img)
+        size = tuple(part_in.shape[2:])
+        w, dev = size[2], part_in.device
         maps = [_motion_maps(params["degrees"][i], params["translation"][i], affine) for i in idx]
         pad = ops.minmax(part_in, True)[..., 0].float()  # TorchIO: each channel's minimum
         images = [part_in]
         for j in range(maps[0].shape[0]):
             m34 = torch.as_tensor(np.stack([mp[j] for mp in maps])[:, :3, :], dtype=torch.float64)
-            (res,) = ops.resample([part_in], _host_to(m34, x.device), size, [self.image_interpolation], ["border"],
-                                  [0.0])
+            (res,) = ops.resample([part_in], _host_to(m34, dev), size, [self.image_interpolation], ["border"], [0.0])
             for r, mp in enumerate(maps):
-                out_r = _itk_outside(mp[j], size, x.device)
+                out_r = _itk_outside(mp[j], size, dev)
                 for c in range(res.shape[1]):
                     res[r, c].masked_fill_(out_r, pad[r, c])
             images.append(res)
@@ -563,15 +568,11 @@ class _MotionBase(_TorchIOIntensity):
             masks = _motion_masks(times, w)
             spec = None
             for seg, src in enumerate(order):
-                f = _host_to(torch.from_numpy(masks[seg]).to(torch.float32), x.device)
+                f = _host_to(torch.from_numpy(masks[seg]).to(torch.float32), dev)
                 term = torch.fft.rfft(images[src][r], dim=-1).mul_(f)
                 spec = term if spec is None else spec.add_(term)
             torch.fft.irfft(spec, n=w, dim=-1, out=part[r])
-        if len(idx) == x.shape[0]:
-            return part
-        out = xf if xf is not x else x.clone()  # a float32 copy of the input is ours to write
-        out.index_copy_(0, _host_to(torch.from_numpy(idx), x.device), part)
-        return out
+        return part
 
 
 def _check_interp(image_interpolation: Any) -> str:
@@ -831,20 +832,14 @@ class RandKSpaceSpikeNoise(_Degrade, _Randomizable):
                 self.sampled_k_intensity = [a + (b - a) * float(params["u"][0, ch]) for ch, (a, b) in enumerate(pairs)]
 
     def _run(self, x: torch.Tensor, params: dict) -> torch.Tensor:
-        applied = params["applied"]
-        sel = torch.nonzero(applied).flatten()
-        idx = sel.numpy()
-        part_in = x.index_select(0, _host_to(sel, x.device)) if len(idx) < x.shape[0] else x
-        lo, hi = self._ranges(part_in)
-        u = _host_to(torch.from_numpy(params["u"][idx]), x.device)
-        log_k = (lo + (hi - lo) * u)[..., None]  # (M, C, 1)
-        freqs = _natural(params["locs"][idx], x.shape[2:])[:, :, None, :]  # (M, C, 1, 3)
-        part = _monai_spikes(part_in, freqs, log_k)
-        if len(idx) == x.shape[0]:
-            return part
-        out = x.clone()
-        out.index_copy_(0, _host_to(sel, x.device), part)
-        return out
+        def spikes(part: torch.Tensor, idx: np.ndarray) -> torch.Tensor:
+            lo, hi = self._ranges(part)
+            u = _host_to(torch.from_numpy(params["u"][idx]), x.device)
+            log_k = (lo + (hi - lo) * u)[..., None]  # (M, C, 1)
+            freqs = _natural(params["locs"][idx], x.shape[2:])[:, :, None, :]  # (M, C, 1, 3)
+            return _monai_spikes(part, freqs, log_k)
+
+        return _on_applied(x, params["applied"], spikes, out_dtype=None)  # MONAI keeps the dtype
 
 
 class KSpaceSpikeNoised:

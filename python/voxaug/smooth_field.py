@@ -181,15 +181,13 @@ class _SmoothBase(_Randomizable):
         return restore(out)
 
 
-class RandSmoothFieldAdjustContrast(_SmoothBase):
-    """MONAI RandSmoothFieldAdjustContrast(spatial_size, rand_size, pad=0, mode='area',
-    align_corners=None, prob=0.1, gamma=(0.5, 4.5)): per sample, with probability `prob`, the image
-    rescaled to [0, 1] by its own min and max (all channels), raised to the power of a smooth field
-    (values in gamma, 1 in the padded border), rescaled back. Every channel sees the same field."""
+class _FieldIntensity(_SmoothBase):
+    """Shared by the contrast and intensity forms: a one-channel field in `gamma` (a number g
+    means (0.5, g), MONAI's), 1 in the padded border."""
 
-    def __init__(self, spatial_size: Sequence[int], rand_size: Sequence[int], pad: int = 0, mode: str = "area",
-                 align_corners: Optional[bool] = None, prob: float = 0.1,
-                 gamma: Union[Sequence[float], float] = (0.5, 4.5), device: Any = None, seed: Optional[int] = None):
+    def __init__(self, spatial_size: Sequence[int], rand_size: Sequence[int], pad: int, mode: str,
+                 align_corners: Optional[bool], prob: float, gamma: Union[Sequence[float], float], device: Any,
+                 seed: Optional[int]):
         _Randomizable.__init__(self, seed)
         self.prob = _check_prob(prob)
         if isinstance(gamma, (int, float)):
@@ -204,6 +202,18 @@ class RandSmoothFieldAdjustContrast(_SmoothBase):
 
     def set_mode(self, mode: str) -> None:
         self.sfield.set_mode(mode)
+
+
+class RandSmoothFieldAdjustContrast(_FieldIntensity):
+    """MONAI RandSmoothFieldAdjustContrast(spatial_size, rand_size, pad=0, mode='area',
+    align_corners=None, prob=0.1, gamma=(0.5, 4.5)): per sample, with probability `prob`, the image
+    rescaled to [0, 1] by its own min and max (all channels), raised to the power of a smooth field
+    (values in gamma, 1 in the padded border), rescaled back. Every channel sees the same field."""
+
+    def __init__(self, spatial_size: Sequence[int], rand_size: Sequence[int], pad: int = 0, mode: str = "area",
+                 align_corners: Optional[bool] = None, prob: float = 0.1,
+                 gamma: Union[Sequence[float], float] = (0.5, 4.5), device: Any = None, seed: Optional[int] = None):
+        super().__init__(spatial_size, rand_size, pad, mode, align_corners, prob, gamma, device, seed)
 
     def _transform(self, x: torch.Tensor, coarse: torch.Tensor) -> torch.Tensor:
         field = self.sfield.fields(coarse).to(x.dtype)
@@ -215,7 +225,7 @@ class RandSmoothFieldAdjustContrast(_SmoothBase):
         return (img * img_rng) + img_min
 
 
-class RandSmoothFieldAdjustIntensity(_SmoothBase):
+class RandSmoothFieldAdjustIntensity(_FieldIntensity):
     """MONAI RandSmoothFieldAdjustIntensity(spatial_size, rand_size, pad=0, mode='area',
     align_corners=None, prob=0.1, gamma=(0.1, 1.0)): per sample, with probability `prob`, the image
     times a smooth field (values in gamma, 1 in the padded border)."""
@@ -223,20 +233,7 @@ class RandSmoothFieldAdjustIntensity(_SmoothBase):
     def __init__(self, spatial_size: Sequence[int], rand_size: Sequence[int], pad: int = 0, mode: str = "area",
                  align_corners: Optional[bool] = None, prob: float = 0.1,
                  gamma: Union[Sequence[float], float] = (0.1, 1.0), device: Any = None, seed: Optional[int] = None):
-        _Randomizable.__init__(self, seed)
-        self.prob = _check_prob(prob)
-        if isinstance(gamma, (int, float)):
-            self.gamma = (0.5, float(gamma))
-        else:
-            if len(gamma) != 2:
-                raise ValueError("Argument `gamma` should be a number or pair of numbers.")
-            self.gamma = (float(min(gamma)), float(max(gamma)))
-        self.sfield = SmoothField(rand_size, pad, 1.0, self.gamma[0], self.gamma[1], 1, spatial_size, mode,
-                                  align_corners)
-        self.device = device
-
-    def set_mode(self, mode: str) -> None:
-        self.sfield.set_mode(mode)
+        super().__init__(spatial_size, rand_size, pad, mode, align_corners, prob, gamma, device, seed)
 
     def _transform(self, x: torch.Tensor, coarse: torch.Tensor) -> torch.Tensor:
         return x * self.sfield.fields(coarse).to(x.dtype)
