@@ -44,7 +44,7 @@ import torch
 from . import ops
 from .degrade import _Degrade
 from .spatial import _ANATOMICAL_OPPOSITE, _anatomical_indices
-from .transforms import _as_batch, _check_prob, _host_to, _Randomizable, _torchio_range
+from .transforms import _as_batch, _check_prob, _host_to, _present_keys, _Randomizable, _torchio_range
 
 __all__ = [
     "Ghosting", "RandomGhosting", "Spike", "RandomSpike", "Motion", "RandomMotion",
@@ -853,11 +853,7 @@ class KSpaceSpikeNoised:
 
     def __call__(self, data: Any) -> dict:
         d = dict(data)
-        for key in self.keys:
-            if key not in d:
-                if self.allow_missing_keys:
-                    continue
-                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+        for _, key in _present_keys(d, self.keys, self.allow_missing_keys):
             d[key] = self.transform(d[key])
         return d
 
@@ -880,11 +876,7 @@ class RandKSpaceSpikeNoised:
     def __call__(self, data: Any) -> dict:
         d = dict(data)
         gate = None
-        for key in self.keys:
-            if key not in d:
-                if self.allow_missing_keys:
-                    continue
-                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+        for _, key in _present_keys(d, self.keys, self.allow_missing_keys):
             x, _ = _as_batch(d[key])
             if gate is None:
                 gate = ops.philox_uniform(self.transform._next_seed(), 0, x.shape[0], 1)[:, 0] < self.prob

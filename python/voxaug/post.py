@@ -19,7 +19,7 @@ from typing import Any, Hashable, Mapping, Optional, Sequence, Union
 import torch
 
 from . import ops
-from .transforms import _as_batch, _host_to
+from .transforms import _as_batch, _host_to, _present_keys
 
 __all__ = ["connected_components", "largest_components_mask", "KeepLargestConnectedComponent",
            "KeepLargestConnectedComponentd", "FillHoles", "FillHolesd"]
@@ -192,11 +192,7 @@ class _PostDict:
 
     def __call__(self, data: Mapping[Hashable, Any]) -> dict:
         d = dict(data)
-        for key in self.keys:
-            if key not in d:
-                if self.allow_missing_keys:
-                    continue
-                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+        for _, key in _present_keys(d, self.keys, self.allow_missing_keys):
             d[key] = self.transform(d[key])
         return d
 

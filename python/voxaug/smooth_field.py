@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from . import ops
-from .transforms import _as_batch, _check_prob, _host_to, _Randomizable
+from .transforms import _as_batch, _check_prob, _host_to, _present_keys, _Randomizable
 
 __all__ = ["SmoothField", "RandSmoothFieldAdjustContrast", "RandSmoothFieldAdjustContrastd",
            "RandSmoothFieldAdjustIntensity", "RandSmoothFieldAdjustIntensityd", "RandSmoothDeform",
@@ -331,11 +331,7 @@ class _SmoothDict:
     def __call__(self, data: Mapping[Hashable, Any]) -> dict:
         d = dict(data)
         params = None
-        for idx, key in enumerate(self.keys):
-            if key not in d:
-                if self.allow_missing_keys:
-                    continue
-                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+        for idx, key in _present_keys(d, self.keys, self.allow_missing_keys):
             if params is None:
                 x, _ = _as_batch(d[key])
                 params = self.transform._plan(x.shape[0], x.device)

@@ -190,7 +190,7 @@ import torch
 import torch.nn.functional as F
 
 from . import ops
-from .transforms import _as_batch, _check_prob, _host_to, _is_meta_tensor, _Randomizable
+from .transforms import _as_batch, _check_prob, _host_to, _is_meta_tensor, _present_keys, _Randomizable
 
 __all__ = [
     "Flip", "Flipd", "RandFlip", "RandFlipd", "RandAxisFlip", "RandAxisFlipd", "RandomFlip", "RandomAffine",
@@ -3542,11 +3542,7 @@ class SpatialResampled:
 
     def __call__(self, data: Mapping[Hashable, Any]) -> dict:
         d = dict(data)
-        for i, key in enumerate(self.keys):
-            if key not in d:
-                if self.allow_missing_keys:
-                    continue
-                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+        for i, key in _present_keys(d, self.keys, self.allow_missing_keys):
             d[key] = self.sp_transform(d[key], d[self.dst_keys[i]], None, self.mode[i], self.padding_mode[i],
                                        self.align_corners[i], self.dtype[i])
         return d
@@ -3570,11 +3566,7 @@ class ResampleToMatchd:
 
     def __call__(self, data: Mapping[Hashable, Any]) -> dict:
         d = dict(data)
-        for i, key in enumerate(self.keys):
-            if key not in d:
-                if self.allow_missing_keys:
-                    continue
-                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+        for i, key in _present_keys(d, self.keys, self.allow_missing_keys):
             d[key] = self.resampler(d[key], d[self.key_dst], self.mode[i], self.padding_mode[i],
                                     self.align_corners[i], self.dtype[i])
         return d

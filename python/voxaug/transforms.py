@@ -108,6 +108,16 @@ class _Randomizable:
         return (hi << 32) | lo
 
 
+def _present_keys(d: Mapping, keys: Sequence, allow_missing_keys: bool):
+    """(index, key) of each of `keys` present in `d`, in order; a missing key raises KeyError
+    unless allow_missing_keys (MONAI's key_iterator)."""
+    for i, key in enumerate(keys):
+        if key in d:
+            yield i, key
+        elif not allow_missing_keys:
+            raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+
+
 def _check_prob(prob: float) -> float:
     prob = float(prob)
     if not 0.0 <= prob <= 1.0:
