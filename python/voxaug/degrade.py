@@ -256,6 +256,17 @@ class RandSimulateLowResolution(_Degrade, _Randomizable):
 
 
 # ---------------- TorchIO RandomAnisotropy ----------------
+def _check_interp(image_interpolation: Any) -> str:
+    """TorchIO's image_interpolation, of those voxaug's kernels offer (linear, nearest)."""
+    if not isinstance(image_interpolation, str):
+        raise TypeError(f"Interpolation must be a string, not {type(image_interpolation)}")
+    name = image_interpolation.lower()
+    if name not in ("linear", "nearest"):
+        raise NotImplementedError(f"image_interpolation={image_interpolation!r}: 'linear' (TorchIO's default) and "
+                                  "'nearest' are implemented")
+    return name
+
+
 def _anisotropy_axis(n: int, spacing: float, new_spacing: float, linear: bool) -> tuple:
     """One axis of TorchIO's RandomAnisotropy: SimpleITK resamples to `new_spacing` with nearest
     neighbours on TorchIO's grid (size floor(n * spacing / new_spacing), centred on the image),
@@ -334,13 +345,7 @@ class RandomAnisotropy(_Randomizable):
             raise ValueError("axes must name at least one axis")
         self.axes = tuple(int(a) for a in axes_t)
         self.downsampling_range = _torchio_range(downsampling, "downsampling", min_constraint=1.0)
-        if not isinstance(image_interpolation, str):
-            raise TypeError(f"Interpolation must be a string, not {type(image_interpolation)}")
-        interp = image_interpolation.lower()
-        if interp not in ("linear", "nearest"):
-            raise NotImplementedError(f"image_interpolation={image_interpolation!r}: 'linear' (TorchIO's default) "
-                                      "and 'nearest' are implemented")
-        self.image_interpolation = interp
+        self.image_interpolation = _check_interp(image_interpolation)
         self.scalars_only = bool(scalars_only)
         self.p = _check_prob(p)
         self.label_keys = tuple(label_keys)

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from . import ops
-from .degrade import _Degrade
+from .degrade import _check_interp, _Degrade
 from .spatial import _ANATOMICAL_OPPOSITE, _anatomical_indices
 from .transforms import _as_batch, _check_prob, _host_to, _present_keys, _Randomizable, _torchio_range
 
@@ -205,6 +205,12 @@ def _resolve_axes(axes: tuple, img: Any) -> list[int]:
 
 
 class _GhostingBase(_TorchIOIntensity):
+    _img: Any = None  # the call's input (its affine resolves anatomical axis names)
+
+    def apply(self, img: Any, params: Any = None) -> Any:
+        self._img = img
+        return super().apply(img, params)
+
     def _run(self, x: torch.Tensor, params: dict) -> torch.Tensor:
         def ghost(part: torch.Tensor, idx: np.ndarray) -> torch.Tensor:
             restore = [params["restore"][i] for i in idx]
@@ -237,10 +243,6 @@ class Ghosting(_GhostingBase):
         self.restore = None if restore is None else float(restore)
         self.label_keys = tuple(label_keys)
         self._img: Any = None
-
-    def apply(self, img: Any, params: Any = None) -> Any:
-        self._img = img
-        return super().apply(img, params)
 
     def _plan(self, x: torch.Tensor) -> dict:
         n = x.shape[0]
@@ -276,10 +278,6 @@ class RandomGhosting(_GhostingBase, _Randomizable):
         self.label_keys = tuple(label_keys)
         self.last_params: Optional[dict] = None
         self._img: Any = None
-
-    def apply(self, img: Any, params: Any = None) -> Any:
-        self._img = img
-        return super().apply(img, params)
 
     def _plan(self, x: torch.Tensor) -> dict:
         n = x.shape[0]
@@ -573,16 +571,6 @@ class _MotionBase(_TorchIOIntensity):
                 spec = term if spec is None else spec.add_(term)
             torch.fft.irfft(spec, n=w, dim=-1, out=part[r])
         return part
-
-
-def _check_interp(image_interpolation: Any) -> str:
-    if not isinstance(image_interpolation, str):
-        raise TypeError(f"Interpolation must be a string, not {type(image_interpolation)}")
-    name = image_interpolation.lower()
-    if name not in ("linear", "nearest"):
-        raise NotImplementedError(f"image_interpolation={image_interpolation!r}: 'linear' (TorchIO's default) and "
-                                  "'nearest' are implemented")
-    return name
 
 
 class Motion(_MotionBase):
