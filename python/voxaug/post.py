@@ -47,13 +47,18 @@ def largest_components_mask(mask: torch.Tensor, connectivity: Optional[int] = No
     x, _ = _as_batch(mask)
     n, c = x.shape[:2]
     v = x.shape[2] * x.shape[3] * x.shape[4]
-    labels = ops.connected_components(x, _connectivity(connectivity)).reshape(n * c, v).long()
+    nc = n * c
+    labels = ops.connected_components(x, _connectivity(connectivity)).reshape(nc, v)  # int32
     if x.device.type == "cpu":  # bincount needs the maximum (a sync on CUDA, free here)
-        offsets = torch.arange(n * c, dtype=torch.int64).mul_(v + 1)[:, None]
-        counts = torch.bincount((labels + offsets).view(-1), minlength=n * c * (v + 1)).view(n * c, v + 1)
+        if nc == 1:
+            flat = labels[0]
+        else:
+            wide = torch.int32 if nc * (v + 1) < (1 << 31) else torch.int64
+            flat = (labels.to(wide) + torch.arange(nc, dtype=wide)[:, None] * (v + 1)).view(-1)
+        counts = torch.bincount(flat, minlength=nc * (v + 1)).view(nc, v + 1)
     else:
-        counts = torch.zeros(n * c, v + 1, dtype=torch.int64, device=x.device)
-        counts.scatter_add_(1, labels, torch.ones_like(labels))
+        counts = torch.zeros(nc, v + 1, dtype=torch.int64, device=x.device)
+        counts.scatter_add_(1, labels.long(), torch.ones(nc, v, dtype=torch.int64, device=x.device))
     counts[:, 0] = 0  # background
     k = min(int(num_components), v + 1)
     # Larger first; among equal sizes the component that starts first (smaller label): argmax
@@ -67,9 +72,17 @@ def largest_components_mask(mask: torch.Tensor, connectivity: Optional[int] = No
         top = torch.cat(picks, 1)
     else:
         top = (counts * (v + 2) - torch.arange(v + 1, device=x.device)).topk(k, dim=1).indices
-    keep = torch.zeros(n * c, v + 1, dtype=torch.bool, device=x.device)
-    keep.scatter_(1, top, counts.gather(1, top) > 0)
-    return keep.gather(1, labels).reshape(x.shape)
+    top = torch.where(counts.gather(1, top) > 0, top, -1)  # fewer components than k: no label
+    if k <= 8:  # a comparison pass per kept component beats a gather through a table
+        top32 = top.to(torch.int32)
+        keep = labels == top32[:, :1]
+        for j in range(1, k):
+            keep |= labels == top32[:, j:j + 1]
+        return keep.reshape(x.shape)
+    table = torch.zeros(nc, v + 2, dtype=torch.bool, device=x.device)
+    table.scatter_(1, top + 1, True)  # shifted by one: -1 lands in the unused slot 0
+    table[:, 0] = False
+    return table.gather(1, labels.long() + 1).reshape(x.shape)
 
 
 def _applied_labels(x: torch.Tensor, applied_labels: Optional[Sequence[int]], is_onehot: bool) -> list[int]:
