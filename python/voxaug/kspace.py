@@ -227,7 +227,7 @@ class Ghosting(_GhostingBase):
     """TorchIO Ghosting(num_ghosts, axis, intensity, restore): every `num_ghosts`-th plane of the
     centred spectrum along `axis` scaled by (1 - intensity), the central plane (restore=None) or
     the central round(restore * size) planes kept; the real part of the inverse, float32. Every
-    sample and channel of a batch the same way (one real FFT pair for the batch; see the module
+    sample and channel of a batch the same way (1-D real transforms along the axis; see the module
     notes). num_ghosts == 0 or intensity == 0 returns the input as it is, as TorchIO does."""
 
     def __init__(self, num_ghosts: int, axis: Union[int, str], intensity: float, restore: Optional[float] = None,

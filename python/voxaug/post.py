@@ -4,9 +4,10 @@ FillHoles(d), on ``torch.ops.voxaug.connected_components`` (include/voxaug/label
 MONAI labels the components with skimage on the CPU (cuCIM on the GPU when installed), one
 image at a time, and FillHoles runs scipy's iterated binary dilation per label. voxaug labels
 every (sample, channel) volume of a batch in one call on the data's device (union-find; CUDA:
-atomicMin unions), counts the components' sizes with a scatter-add and picks the largest with a
-top-k, all without reading anything back to the host. Only ``applied_labels=None`` reads the
-label set back (MONAI's get_unique_labels): pass the labels to stay asynchronous.
+atomicMin unions), counts the components' sizes (a scatter-add on the device, a bincount on the
+host) and picks the largest by arg-maxima (a top-k beyond eight), all without reading anything
+back to the host. Only ``applied_labels=None`` reads the label set back (MONAI's
+get_unique_labels): pass the labels to stay asynchronous.
 
 Components are canonical: label = 1 + the C-order index of the component's first voxel. Among
 components of equal size the one that starts first is kept (MONAI's argsort leaves such ties to

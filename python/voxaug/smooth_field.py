@@ -6,10 +6,11 @@ inside a border of ``pad`` voxels set to ``pad_val``), upsamples it with ``inter
 image size and rescales the result to the coarse field's range; then raises the image (rescaled
 to [0, 1]) to the field's power, multiplies by it, or adds it to an identity sampling grid. voxaug
 draws every sample's coarse field on the device (Philox, ``ops.uniform_fill_``: no host values,
-no sync), upsamples the whole batch in one ``interpolate`` call and rescales per sample with
-MONAI's operations, so a sample's result equals MONAI's for the same coarse field up to float32
-rounding (the tests give MONAI voxaug's field). The upsampling is three small matrix products
-(every interpolate mode used is a tensor product of 1-D weights), not a 3-D interpolation.
+no sync), upsamples the whole batch at once with interpolate's weights and rescales per sample
+with MONAI's operations, so a sample's result equals MONAI's for the same coarse field up to
+float32 rounding (the tests give MONAI voxaug's field). The upsampling is three small matrix
+products (every interpolate mode used is a tensor product of 1-D weights), not a 3-D
+interpolation.
 RandSmoothDeform gathers through the field in one voxaug resample launch (``resample_deformed``,
 dense field) instead of ``grid_sample``.
 The drawn coarse fields of the last call are kept (``last_coarse``, (N, C, *rand_size)).
@@ -86,10 +87,10 @@ def _sizes(v: Sequence[int], name: str) -> tuple[int, ...]:
 
 class SmoothField:
     """MONAI SmoothField for a batch: coarse fields (N, C, *rand_size) ~ U(low, high) (Philox on the
-    device), padded by `pad` voxels of `pad_val`, upsampled by ``interpolate(scale_factor=spatial_size /
-    padded size, mode, align_corners, recompute_scale_factor=False)`` and rescaled per sample to
-    the padded coarse field's [min, max] (MONAI's operations, in its order). spatial_size None:
-    the padded coarse field itself."""
+    device), padded by `pad` voxels of `pad_val`, upsampled as ``interpolate(scale_factor=
+    spatial_size / padded size, mode, align_corners, recompute_scale_factor=False)`` does (its
+    weights, see :meth:`fields`) and rescaled per sample to the padded coarse field's [min, max].
+    spatial_size None: the padded coarse field itself."""
 
     def __init__(self, rand_size: Sequence[int], pad: int = 0, pad_val: float = 0.0, low: float = -1.0,
                  high: float = 1.0, channels: int = 1, spatial_size: Optional[Sequence[int]] = None,
