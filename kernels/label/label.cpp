@@ -1,8 +1,8 @@
 // voxaug: label family -- connected components (validation, CPU backend, routing to CUDA).
 // CPU: union-find in slabs of planes (threads work on slabs of one volume or on different
-// volumes), the slab boundaries joined per volume, then one ascending flattening pass: a
-// parent's index is never larger than its child's, so at index v the parent already holds its
-// root's final label.
+// volumes), the slab boundaries joined per volume, then every voxel pointed at its root (slabs
+// in parallel) and the roots turned into labels. A parent's index is never larger than its
+// child's, so every root is its component's smallest index.
 #include "voxaug/label.h"
 
 #include <omp.h>
@@ -125,18 +125,36 @@ void connected_components_cpu(const LabelParams& p, int64_t volumes, int32_t* la
       join_planes(p, labels + vol * V, d0, d1, d0);
     }
   }
+  if (slabs > 1) {
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t vol = 0; vol < volumes; ++vol) {
-    int32_t* L = labels + vol * V;
-    for (int64_t s = 1; s < slabs; ++s) {
-      const int64_t d0 = s * per;
-      if (d0 < D) join_planes(p, L, d0, d0 + 1, d0 - 1);
-    }
-    for (int32_t v = 0; v < static_cast<int32_t>(V); ++v) {
-      const int32_t q = L[v];
-      L[v] = q < 0 ? 0 : (q == v ? v + 1 : L[q]);  // L[q] (q < v) already holds the root's label
+    for (int64_t vol = 0; vol < volumes; ++vol) {
+      int32_t* L = labels + vol * V;
+      for (int64_t s = 1; s < slabs; ++s) {
+        const int64_t d0 = s * per;
+        if (d0 < D) join_planes(p, L, d0, d0 + 1, d0 - 1);
+      }
     }
   }
+  // Every voxel to its root, slabs in parallel: a walk may pass through a voxel another thread
+  // is lowering to its root; both values lead to the same root (relaxed atomics: no data race).
+  const int64_t plane = p.size[1] * p.size[2];
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < volumes * slabs; ++t) {
+    int32_t* L = labels + (t / slabs) * V;
+    const int64_t d0 = (t % slabs) * per, d1 = std::min(D, d0 + per);
+    for (int64_t v = d0 * plane; v < d1 * plane; ++v) {
+      int32_t r = __atomic_load_n(&L[v], __ATOMIC_RELAXED);
+      if (r < 0 || r == v) continue;
+      for (int32_t up = __atomic_load_n(&L[r], __ATOMIC_RELAXED); up != r;
+           up = __atomic_load_n(&L[r], __ATOMIC_RELAXED))
+        r = up;
+      __atomic_store_n(&L[v], r, __ATOMIC_RELAXED);
+    }
+  }
+  // Roots to labels: background 0, else 1 + the root's index.
+  const int64_t total = volumes * V;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < total; ++i) labels[i] = labels[i] < 0 ? 0 : labels[i] + 1;
 }
 
 }  // namespace
