@@ -33,20 +33,6 @@ inline int32_t find_root(int32_t* L, int32_t x) {
   return x;
 }
 
-// Foreground: nonzero, NaN too (compared in the storage type; half types through float).
-template <class T>
-inline bool nonzero(T v) {
-  return !(v == T(0));
-}
-template <>
-inline bool nonzero<half_t>(half_t v) {
-  return !(load_as<float>(v) == 0.0f);
-}
-template <>
-inline bool nonzero<bfloat16_t>(bfloat16_t v) {
-  return !(load_as<float>(v) == 0.0f);
-}
-
 // Every voxel of planes [d0, d1) its own root, or -1 for background.
 template <class T>
 void init_planes(const LabelParams& p, int64_t vol, int32_t* L, int64_t d0, int64_t d1) {
@@ -59,7 +45,7 @@ void init_planes(const LabelParams& p, int64_t vol, int32_t* L, int64_t d0, int6
       int32_t* out = L + (d * H + h) * W;
       const int32_t v0 = static_cast<int32_t>((d * H + h) * W);
       for (int64_t w = 0; w < W; ++w)
-        out[w] = nonzero(row[w * p.mask_stride[4]]) ? v0 + static_cast<int32_t>(w) : -1;
+        out[w] = label_nonzero(row[w * p.mask_stride[4]]) ? v0 + static_cast<int32_t>(w) : -1;
     }
 }
 

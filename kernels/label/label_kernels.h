@@ -40,13 +40,35 @@ inline void label_offsets(LabelParams& p) {
       }
 }
 
-// Whether voxel (d, h, w) of volume `vol` (= n * C + c) is foreground: nonzero (NaN too).
+// The foreground rule: nonzero, NaN too. Compared as float (a nonzero integer or half value stays
+// nonzero there); float64 as itself (a tiny float64 would round to a float zero).
+template <class T>
+VOXAUG_HD VOXAUG_FORCEINLINE bool label_nonzero(T v) {
+  return !(load_as<float>(v) == 0.0f);
+}
+template <>
+VOXAUG_HD VOXAUG_FORCEINLINE bool label_nonzero<double>(double v) {
+  return !(v == 0.0);
+}
+
+// Whether voxel (d, h, w) of volume `vol` (= n * C + c) is foreground (label_nonzero of the
+// mask's dtype).
 VOXAUG_HD VOXAUG_FORCEINLINE bool label_foreground(const LabelParams& p, int64_t vol, int64_t d,
                                                    int64_t h, int64_t w) {
   const int64_t n = vol / p.channels, c = vol % p.channels;
   const int64_t off = n * p.mask_stride[0] + c * p.mask_stride[1] + d * p.mask_stride[2] +
                       h * p.mask_stride[3] + w * p.mask_stride[4];
-  return !(load_dyn<double>(p.mask, p.dtype, off) == 0.0);
+  switch (p.dtype) {
+    case DType::Float64: return label_nonzero(static_cast<const double*>(p.mask)[off]);
+    case DType::Float32: return label_nonzero(static_cast<const float*>(p.mask)[off]);
+    case DType::Float16: return label_nonzero(static_cast<const half_t*>(p.mask)[off]);
+    case DType::BFloat16: return label_nonzero(static_cast<const bfloat16_t*>(p.mask)[off]);
+    case DType::UInt8: return label_nonzero(static_cast<const uint8_t*>(p.mask)[off]);
+    case DType::Int16: return label_nonzero(static_cast<const int16_t*>(p.mask)[off]);
+    case DType::Int32: return label_nonzero(static_cast<const int32_t*>(p.mask)[off]);
+    case DType::Int64: return label_nonzero(static_cast<const int64_t*>(p.mask)[off]);
+  }
+  return false;
 }
 
 }  // namespace voxaug::detail

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from . import ops
+from .spatial import _one_affine, _spacing_of
 from .transforms import _as_batch, _check_prob, _Dict, _host_to, _Randomizable, _torchio_range
 
 __all__ = [
@@ -356,11 +357,7 @@ class RandomAnisotropy(_Randomizable):
     @staticmethod
     def _spacing(img: Any) -> np.ndarray:
         aff = getattr(img, "affine", None)
-        if aff is None or not isinstance(aff, torch.Tensor):
-            return np.ones(3)
-        a = aff.detach().cpu().to(torch.float64).numpy()
-        a = a[0] if a.ndim == 3 else a
-        return np.sqrt((a[:3, :3] ** 2).sum(axis=0))
+        return _spacing_of(_one_affine(aff, "img.affine")) if isinstance(aff, torch.Tensor) else np.ones(3)
 
     def _draw(self, n: int) -> None:
         u = ops.philox_uniform(self._next_seed(), 0, n, 3).numpy()

@@ -43,7 +43,7 @@ import torch
 
 from . import ops
 from .degrade import _check_interp, _Degrade
-from .spatial import _ANATOMICAL_OPPOSITE, _anatomical_indices
+from .spatial import _anatomical_indices, _torchio_axes
 from .transforms import _as_batch, _check_prob, _host_to, _present_keys, _Randomizable, _torchio_range
 
 __all__ = [
@@ -179,25 +179,6 @@ def _ghost(x: torch.Tensor, axis: np.ndarray, ghosts: np.ndarray, strength: np.n
     return out
 
 
-def _parse_axes(axes: Any) -> tuple:
-    if axes is None:
-        raise ValueError("Axes cannot be None")
-    parsed = []
-    for a in (list(axes) if isinstance(axes, (list, tuple)) else [axes]):
-        if isinstance(a, str):
-            if not a or a[0].upper() not in _ANATOMICAL_OPPOSITE:
-                raise ValueError(f"axes: {a!r} is not an anatomical axis name (Left / Right, Anterior / Posterior, "
-                                 "Inferior / Superior)")
-            parsed.append(a[0].upper())
-        elif isinstance(a, (int, np.integer)) and not isinstance(a, bool) and int(a) in (0, 1, 2):
-            parsed.append(int(a))
-        else:
-            raise ValueError(f'Axes must be in (0, 1, 2), not "{axes}"')
-    if not parsed:
-        raise ValueError("axes must name at least one axis")
-    return tuple(parsed)
-
-
 def _resolve_axes(axes: tuple, img: Any) -> list[int]:
     named = [a for a in axes if isinstance(a, str)]
     found = iter(_anatomical_indices(img, named)) if named else iter(())
@@ -237,7 +218,7 @@ class Ghosting(_GhostingBase):
         self.num_ghosts, self.intensity = int(num_ghosts), float(intensity)
         if isinstance(axis, (list, tuple)):
             raise ValueError(f"axis must be one axis (0, 1, 2 or an anatomical name), got {axis!r}")
-        (self.axis,) = _parse_axes(axis)
+        (self.axis,) = _torchio_axes(axis)
         if restore is not None and not 0.0 <= float(restore) <= 1.0:
             raise ValueError(f"restore must be in [0, 1] or None, got {restore!r}")
         self.restore = None if restore is None else float(restore)
@@ -270,7 +251,7 @@ class RandomGhosting(_GhostingBase, _Randomizable):
                  intensity: Union[float, tuple[float, float]] = (0.5, 1), restore: Any = None, p: float = 1.0,
                  label_keys: Sequence[str] = (), seed: Optional[int] = None):
         _Randomizable.__init__(self, seed)
-        self.axes = _parse_axes(axes)
+        self.axes = _torchio_axes(axes)
         self.num_ghosts_range = _torchio_int_range(num_ghosts, "num_ghosts")
         self.intensity_range = _torchio_range(intensity, "intensity_range", min_constraint=0.0)
         self.restore_range = None if restore is None else _torchio_range(restore, "restore", 0.0, 1.0)

@@ -75,6 +75,12 @@ def _weights(mode: str, n_in: int, zoom: float, align_corners: Optional[bool]) -
     return w
 
 
+def _sample_minmax(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each sample's min and max over all its values, (N, 1, 1, 1, 1) each, in one pass."""
+    lo, hi = torch.aminmax(t.reshape(t.shape[0], -1), dim=1)
+    return lo.reshape(-1, 1, 1, 1, 1), hi.reshape(-1, 1, 1, 1, 1)
+
+
 def _sizes(v: Sequence[int], name: str) -> tuple[int, ...]:
     try:
         out = tuple(int(s) for s in v)
@@ -132,9 +138,8 @@ class SmoothField:
         y = torch.matmul(field, w[2].t())  # (N, C, rd, rh, W)
         y = torch.matmul(w[1], y)  # (N, C, rd, H, W)
         resized = torch.matmul(w[0], y.reshape(n, c, y.shape[2], h * ww)).reshape(n, c, d, h, ww)
-        dims = (1, 2, 3, 4)
-        mina, maxa = resized.amin(dim=dims, keepdim=True), resized.amax(dim=dims, keepdim=True)
-        minv, maxv = field.amin(dim=dims, keepdim=True), field.amax(dim=dims, keepdim=True)
+        mina, maxa = _sample_minmax(resized)
+        minv, maxv = _sample_minmax(field)
         scale = (maxv - minv) / (maxa - mina)
         return resized.sub_(mina).mul_(scale).add_(minv)
 
@@ -218,8 +223,7 @@ class RandSmoothFieldAdjustContrast(_FieldIntensity):
 
     def _transform(self, x: torch.Tensor, coarse: torch.Tensor) -> torch.Tensor:
         field = self.sfield.fields(coarse).to(x.dtype)
-        dims = (1, 2, 3, 4)
-        img_min, img_max = x.amin(dim=dims, keepdim=True), x.amax(dim=dims, keepdim=True)
+        img_min, img_max = _sample_minmax(x)
         img_rng = img_max - img_min
         img = (x - img_min) / (img_rng + 1e-10)
         img = img ** field

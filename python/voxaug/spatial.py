@@ -1212,6 +1212,28 @@ def _anatomical_indices(img: Any, names: Sequence[str]) -> list[int]:
     return [codes.index(c) if c in codes else codes.index(_ANATOMICAL_OPPOSITE[c]) for c in names]
 
 
+def _torchio_axes(axes: Any) -> tuple:
+    """TorchIO's spatial axes argument: indices 0, 1, 2 and anatomical names (kept as their first
+    letter, resolved later by :func:`_anatomical_indices`), one or a sequence."""
+    if axes is None:
+        raise ValueError("Axes cannot be None")
+    parsed: list = []
+    for a in (list(axes) if isinstance(axes, (list, tuple)) else [axes]):
+        if isinstance(a, str):
+            if not a or a[0].upper() not in _ANATOMICAL_OPPOSITE:
+                raise ValueError(f"axes: {a!r} is not an anatomical axis name (Left / Right, Anterior / "
+                                 "Posterior, Inferior / Superior; TorchIO's 2-D names Height / Width / Top / "
+                                 "Bottom have no 3-D meaning)")
+            parsed.append(a[0].upper())
+        elif isinstance(a, (int, np.integer)) and not isinstance(a, bool) and int(a) in (0, 1, 2):
+            parsed.append(int(a))
+        else:
+            raise ValueError(f"axes must be 0, 1, 2 or anatomical names, got {a!r}")
+    if not parsed:
+        raise ValueError("axes must name at least one axis")
+    return tuple(parsed)
+
+
 # ---------------- TorchIO RandomAffine ----------------
 def _torchio_sextet(value: Any, around: Optional[float], name: str, min_constraint: Optional[float] = None
                     ) -> tuple[float, ...]:
@@ -1310,7 +1332,7 @@ def torchio_reference_grid(size: Sequence[int], affine: np.ndarray, spacing: Seq
     image's centre. Returns (size, RAS affine) of the new grid."""
     a = np.asarray(affine, dtype=np.float64)
     p = _LPS @ a  # voxel index -> LPS point
-    old_s = np.sqrt((a[:3, :3] ** 2).sum(axis=0))
+    old_s = _spacing_of(a)
     direction = p[:3, :3] / old_s
     n = np.asarray(size, dtype=np.int64)
     new_s = np.asarray(spacing, dtype=np.float64)
@@ -1656,20 +1678,7 @@ class RandomFlip(_RandomSpatial):
     def __init__(self, axes: Union[int, str, Sequence[Union[int, str]]] = 0, flip_probability: float = 0.5,
                  p: float = 1.0, seed: Optional[int] = None):
         super().__init__(p, seed)
-        parsed: list = []
-        for a in (list(axes) if isinstance(axes, (list, tuple)) else [axes]):
-            if isinstance(a, str):
-                if not a or a[0].upper() not in _ANATOMICAL_OPPOSITE:
-                    raise ValueError(f"axes: {a!r} is not an anatomical axis name (Left / Right, Anterior / "
-                                     "Posterior, Inferior / Superior; TorchIO's 2-D names Height / Width / Top / "
-                                     "Bottom have no 3-D meaning)")
-                parsed.append(a[0].upper())
-            elif isinstance(a, (int, np.integer)) and not isinstance(a, bool) and int(a) in (0, 1, 2):
-                parsed.append(int(a))
-            else:
-                raise ValueError(f"axes must be 0, 1, 2 or anatomical names, got {a!r}")
-        if not parsed:
-            raise ValueError("axes must name at least one axis")
+        parsed = _torchio_axes(axes)
         fp = float(flip_probability)
         if not 0.0 <= fp <= 1.0:
             raise ValueError(f"flip_probability must be in [0, 1], got {flip_probability!r}")
@@ -3323,6 +3332,31 @@ def _check_img_affine(img: Any, affine: Any) -> None:
         raise ValueError("affine: pass affine= only with a plain tensor; a MetaTensor carries its own affine")
 
 
+def _requested_size(req: Any, in_size: Sequence[int], name: str) -> tuple[int, int, int]:
+    """A requested output shape: a number or 3 (a single one repeats); negative entries take the
+    input's size (MONAI's fall_back_tuple)."""
+    vals = [req] if _is_number(req) else _as_list(req)
+    if len(vals) == 1:
+        vals = vals * 3
+    if len(vals) < 3 or not all(_is_number(v) for v in vals[:3]):
+        raise ValueError(f"{name} must be 3 integers (negative: the input's size), got {req!r}")
+    return tuple(int(v) if v >= 0 else int(s) for v, s in zip(vals[:3], in_size))
+
+
+def _xform_to(src: np.ndarray, dst: np.ndarray, in_size: Sequence[int], out_size: Sequence[int], name: str
+              ) -> tuple[np.ndarray, bool]:
+    """MONAI's output-index -> input-index map solve(src, dst) and its "affine unchanged" test."""
+    if min(out_size) < 1:
+        raise ValueError(f"{name}: the output shape {tuple(out_size)} is empty")
+    try:
+        xform = np.linalg.solve(src, dst)
+    except np.linalg.LinAlgError as e:
+        raise ValueError(f"affine: the source affine {src.tolist()} is not invertible") from e
+    unchanged = tuple(out_size) == tuple(in_size) and (np.allclose(src, dst, atol=_AFFINE_TOL)
+                                                       or np.allclose(xform, np.eye(4), atol=_AFFINE_TOL))
+    return xform, unchanged
+
+
 class Spacing:
     """MONAI Spacing: resamples to voxel spacing `pixdim`, keeping the affine's orientation (or a
     diagonal affine with ``diagonal=True``). MONAI's geometry exactly: min/max_pixdim, zoom_affine,
@@ -3385,24 +3419,9 @@ class Spacing:
         se = self.scale_extent if scale_extent is None else bool(scale_extent)
         shape, offset = _compute_shape_offset(in_size, src, new_affine, se)
         new_affine[:3, -1] = offset[:3]
-        if output_spatial_shape is None:
-            out_size = tuple(int(v) for v in shape)
-        else:
-            req = _as_list(output_spatial_shape)
-            if len(req) == 1:
-                req = req * 3
-            if len(req) < 3 or not all(_is_number(v) for v in req[:3]):
-                raise ValueError(f"output_spatial_shape must be 3 integers, got {output_spatial_shape!r}")
-            out_size = tuple(int(v) if v >= 0 else int(s) for v, s in zip(req[:3], in_size))  # fall_back_tuple
-        if min(out_size) < 1:
-            raise ValueError(f"pixdim: the output shape {out_size} is empty")
-        try:
-            xform = np.linalg.solve(src, new_affine)
-        except np.linalg.LinAlgError as e:
-            raise ValueError(f"affine: the source affine {src.tolist()} is not invertible") from e
-        same_size = tuple(out_size) == tuple(in_size)
-        unchanged = same_size and (np.allclose(src, new_affine, atol=_AFFINE_TOL)
-                                   or np.allclose(xform, np.eye(4), atol=_AFFINE_TOL))
+        out_size = tuple(int(v) for v in shape) if output_spatial_shape is None else \
+            _requested_size(output_spatial_shape, in_size, "output_spatial_shape")
+        xform, unchanged = _xform_to(src, new_affine, in_size, out_size, "pixdim")
         replace = _scale_affine(in_size, out_size, align_corners) if self.recompute_affine else None
         return xform, out_size, unchanged, replace
 
@@ -3456,24 +3475,10 @@ class SpatialResample(Spacing):
         _check_invertible(src, "SpatialResample: the input affine (img.affine, or affine=)")
         dst = src.copy() if dst_affine is None else _one_affine(dst_affine, "dst_affine")
         if spatial_size is None:
-            out_size, _ = _compute_shape_offset(in_size, src, dst, False)
-            out_size = tuple(int(v) for v in out_size)
+            out_size = tuple(int(v) for v in _compute_shape_offset(in_size, src, dst, False)[0])
         else:
-            req = [int(spatial_size)] * 3 if _is_number(spatial_size) else [int(v) for v in _as_list(spatial_size)]
-            if len(req) == 1:
-                req = req * 3
-            if len(req) < 3:
-                raise ValueError(f"spatial_size must be 3 integers (or -1), got {spatial_size!r}")
-            out_size = tuple(v if v >= 0 else int(n) for v, n in zip(req[:3], in_size))  # fall_back_tuple
-        if min(out_size) < 1:
-            raise ValueError(f"spatial_size: the output shape {out_size} is empty")
-        try:
-            xform = np.linalg.solve(src, dst)
-        except np.linalg.LinAlgError as e:
-            raise ValueError(f"src affine is not invertible {src.tolist()}, {dst.tolist()}.") from e
-        same = tuple(out_size) == tuple(in_size)
-        unchanged = same and (np.allclose(src, dst, atol=_AFFINE_TOL)
-                              or np.allclose(xform, np.eye(4), atol=_AFFINE_TOL))
+            out_size = _requested_size(spatial_size, in_size, "spatial_size")
+        xform, unchanged = _xform_to(src, dst, in_size, out_size, "spatial_size")
         return xform, out_size, unchanged
 
     def __call__(self, img, dst_affine=None, spatial_size=None, mode=None, padding_mode=None, align_corners=None,

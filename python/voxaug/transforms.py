@@ -1390,11 +1390,7 @@ class _Dict:
         # _steps (Compose only): the plan drawn already (Compose._post_plan), replayed.
         d = dict(data)
         steps: Optional[list[Step]] = _steps  # one random draw per call, shared by every key
-        for key in self.keys:
-            if key not in d:
-                if self.allow_missing_keys:
-                    continue
-                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+        for _, key in _present_keys(d, self.keys, self.allow_missing_keys):
             in_place = id(d[key]) in _in_place and self._can_update_in_place(d[key])
             x5 = d[key] if not in_place or d[key].dim() == 5 else d[key].unsqueeze(0)
             if not isinstance(self.transform, _Randomizable):  # e.g. statistics of each key's image
@@ -1426,11 +1422,7 @@ class _DictSharedSeed(_Dict):
     def __call__(self, data: Mapping[Hashable, Any]) -> dict:
         d = dict(data)
         seed = self.transform._next_seed()
-        for key in self.keys:
-            if key not in d:
-                if self.allow_missing_keys:
-                    continue
-                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+        for _, key in _present_keys(d, self.keys, self.allow_missing_keys):
             d[key] = self.transform.apply(d[key], self.transform._plan(_as_batch(d[key])[0], seed))
         return d
 
@@ -1566,11 +1558,7 @@ class MaskIntensityd:
     def __call__(self, data: Mapping[Hashable, Any]) -> dict:
         d = dict(data)
         mask = d[self.mask_key] if self.mask_key is not None else None
-        for key in self.keys:
-            if key not in d:
-                if self.allow_missing_keys:
-                    continue
-                raise KeyError(f"key {key!r} is not in the data and allow_missing_keys is False")
+        for _, key in _present_keys(d, self.keys, self.allow_missing_keys):
             d[key] = self.transform(d[key], mask)
         return d
 
