@@ -1,8 +1,12 @@
-// voxaug torch_ext: the label family's op (include/voxaug/label.h). CPU and CUDA share one
-// entry; Meta computes the shape. Bool masks are read as uint8 (the same bytes).
+// voxaug torch_ext: the label family's ops (include/voxaug/label.h). connected_components: CPU
+// and CUDA share one entry; largest_components: the core on the CPU, device reductions on CUDA;
+// Meta computes the shapes. Bool masks are read as uint8 (the same bytes).
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "autograd_guard.h"
 #include "tensor_view.h"
@@ -30,6 +34,72 @@ at::Tensor connected_components_impl(const at::Tensor& mask, int64_t connectivit
   return labels;
 }
 
+void check_largest(const at::Tensor& labels, int64_t num_components) {
+  TORCH_CHECK_VALUE(labels.dim() == 5, "labels must be 5-D (N, C, D, H, W), got ", labels.dim(),
+                    "-D");
+  TORCH_CHECK_VALUE(labels.scalar_type() == at::kInt,
+                    "labels must be int32 (connected_components output), got ",
+                    labels.scalar_type());
+  TORCH_CHECK_VALUE(num_components >= 1, "num_components must be >= 1, got ", num_components);
+}
+
+// CPU: the core's three passes (include/voxaug/label.h).
+at::Tensor largest_components_cpu(const at::Tensor& labels, int64_t num_components) {
+  check_largest(labels, num_components);
+  const at::Tensor l = labels.contiguous();
+  at::Tensor keep = at::empty(labels.sizes(), labels.options().dtype(at::kBool));
+  if (labels.numel() == 0) return keep;
+  at::Tensor k8 = keep.view(at::kByte);
+  call_core([&] { largest_components(to_view(l, "labels"), num_components, to_view(k8, "keep")); });
+  return keep;
+}
+
+// CUDA: sizes by a scatter-add, the k largest by repeated argmax (top-k with the label in its
+// key for k > 8), the mask by comparisons: device reductions, no host synchronisation. Labels
+// are not checked for being canonical here (that would read back); out-of-range values are
+// clamped into the counting table, so they cannot write outside it.
+at::Tensor largest_components_device(const at::Tensor& labels, int64_t num_components) {
+  check_largest(labels, num_components);
+  const int64_t nc = labels.size(0) * labels.size(1);
+  if (labels.numel() == 0) return at::empty(labels.sizes(), labels.options().dtype(at::kBool));
+  const int64_t v = labels.numel() / nc;
+  const at::Tensor lab = labels.reshape({nc, v}).to(at::kLong).clamp(0, v);
+  at::Tensor counts = at::zeros({nc, v + 1}, lab.options());
+  counts.scatter_add_(1, lab, at::ones({nc, v}, lab.options()));
+  counts.select(1, 0).zero_();  // background
+  const int64_t k = std::min(num_components, v + 1);
+  at::Tensor top;
+  if (k <= 8) {  // argmax returns the first maximum: the smaller label among equal sizes
+    at::Tensor sizes = counts.clone();
+    std::vector<at::Tensor> picks;
+    for (int64_t j = 0; j < k; ++j) {
+      at::Tensor i = sizes.argmax(1, true);
+      picks.push_back(i);
+      sizes.scatter_(1, i, -1);
+    }
+    top = at::cat(picks, 1);
+  } else {
+    top = std::get<1>((counts * (v + 2) - at::arange(v + 1, counts.options())).topk(k, 1));
+  }
+  top = at::where(counts.gather(1, top) > 0, top, -1);  // fewer components than k
+  at::Tensor keep;
+  if (k <= 8) {
+    keep = lab == top.narrow(1, 0, 1);
+    for (int64_t j = 1; j < k; ++j) keep.logical_or_(lab == top.narrow(1, j, 1));
+  } else {
+    at::Tensor table = at::zeros({nc, v + 2}, labels.options().dtype(at::kBool));
+    table.scatter_(1, top + 1, true);  // shifted by one: -1 lands in the unused slot 0
+    table.select(1, 0).fill_(false);
+    keep = table.gather(1, lab + 1);
+  }
+  return keep.reshape(labels.sizes());
+}
+
+at::Tensor largest_components_meta(const at::Tensor& labels, int64_t num_components) {
+  check_largest(labels, num_components);
+  return at::empty(labels.sizes(), labels.options().dtype(at::kBool));
+}
+
 at::Tensor connected_components_meta(const at::Tensor& mask, int64_t connectivity) {
   check_5d(mask, "mask", true);
   check_connectivity(connectivity);
@@ -40,15 +110,18 @@ at::Tensor connected_components_meta(const at::Tensor& mask, int64_t connectivit
 
 TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
   m.impl("connected_components", &connected_components_impl);
+  m.impl("largest_components", &largest_components_cpu);
 }
 TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
   m.impl("connected_components", &connected_components_impl);
+  m.impl("largest_components", &largest_components_device);
 }
 TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("connected_components", &connected_components_meta);
+  m.impl("largest_components", &largest_components_meta);
 }
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
-  const char* const no_backward[] = {"connected_components"};
+  const char* const no_backward[] = {"connected_components", "largest_components"};
   register_no_backward(m, no_backward);
 }
 

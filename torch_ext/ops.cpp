@@ -135,6 +135,9 @@ TORCH_LIBRARY(voxaug, m) {
   // mask (nonzero = foreground; bool masks too), int32 (N, C, D, H, W): 0 background, else 1 +
   // the C-order index of the component's first voxel. connectivity 1 / 2 / 3 (6 / 18 / 26).
   m.def("connected_components(Tensor mask, int connectivity=3) -> Tensor");
+  // Bool mask of the num_components largest components of each (n, c) volume of canonical
+  // connected_components labels (larger first, then the smaller label).
+  m.def("largest_components(Tensor labels, int num_components=1) -> Tensor");
   // Crop-centre samplers (include/voxaug/crop.h), all drawn on the device with Philox.
   // region: [] or [lo_d, lo_h, lo_w, hi_d, hi_h, hi_w] (a hi of 0: the whole axis).
   // label_form: 0 foreground / background, 1 argmax, 2 one-hot; num_classes = len(ratios).
@@ -360,6 +363,11 @@ at::Tensor connected_components(const at::Tensor& mask, int64_t connectivity) {
   static auto op =
       handle<at::Tensor(const at::Tensor&, int64_t)>("voxaug::connected_components");
   return op.call(mask, connectivity);
+}
+at::Tensor largest_components(const at::Tensor& labels, int64_t num_components) {
+  static auto op =
+      handle<at::Tensor(const at::Tensor&, int64_t)>("voxaug::largest_components");
+  return op.call(labels, num_components);
 }
 at::Tensor class_crop_counts(const at::Tensor& label, const std::optional<at::Tensor>& image,
                              double image_threshold, int64_t label_form, int64_t num_classes) {

@@ -25,4 +25,18 @@ namespace voxaug {
 void connected_components(const VolumeView& mask, const VolumeView& labels, int connectivity,
                           cudaStream_t stream = nullptr);
 
+// The `num_components` largest components of each (n, c) volume of `labels`, the canonical
+// output of connected_components: keep[n, c, v] = 1 where labels[n, c, v] belongs to one of them,
+// else 0. Larger first; among equal sizes the smaller label (the component whose first voxel
+// comes first in C-order), as MONAI's get_largest_connected_component_mask (the argmax of a
+// bincount over skimage's raster-order labels). Fewer components than num_components: all.
+//
+// labels: int32 (N, C, D, H, W), dense C-order; every nonzero label l must be canonical (the
+// voxel l - 1 exists and carries l), which is checked. keep: uint8 (a bool tensor's bytes), the same shape,
+// dense, not overlapping labels. CPU only: the torch op `largest_components` runs CUDA tensors
+// through device reductions (torch_ext/label.cpp). Per volume: one pass collects the roots, one
+// counts the sizes (runs of equal labels, one atomic add per run), one writes the mask. Throws
+// voxaug::Error on bad arguments or non-canonical labels.
+void largest_components(const VolumeView& labels, int64_t num_components, const VolumeView& keep);
+
 }  // namespace voxaug

@@ -217,6 +217,13 @@ def connected_components(mask: torch.Tensor, connectivity: int = 3) -> torch.Ten
     return torch.ops.voxaug.connected_components(mask, int(connectivity))
 
 
+def largest_components(labels: torch.Tensor, num_components: int = 1) -> torch.Tensor:
+    """Bool mask of the `num_components` largest components of each (n, c) volume of
+    `connected_components` labels (int32, 5-D): larger first, then the smaller label (MONAI's
+    get_largest_connected_component_mask). On the labels' device, no host sync."""
+    return torch.ops.voxaug.largest_components(labels, int(num_components))
+
+
 # ---------------- deform family ----------------
 BSPLINE_FIELD, DENSE_FIELD, SEPARABLE_FIELD = 1, 2, 3
 

@@ -1,11 +1,14 @@
 // Connected components (include/voxaug/label.h): the CPU backend against a naive breadth-first
 // flood fill (labels = 1 + the first voxel's index), every connectivity, awkward shapes, a
 // strided mask, many threads' slabs; the CUDA backend against the CPU twin (bit-identical), which
-// skips without a device. Bad arguments throw.
+// skips without a device. Bad arguments throw. largest_components against naive counting.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <deque>
+#include <map>
+#include <set>
 #include <random>
 #include <vector>
 
@@ -126,6 +129,65 @@ TEST(Label, BadArguments) {
   VolumeView strided = voxaug_test::view(l.data(), DType::Int32, v);
   strided.strides[4] = 2;
   EXPECT_THROW(connected_components(mv, strided, 3), Error);
+}
+
+// The k largest components by naive counting: sizes in a map, sorted by (size descending, label
+// ascending), then a membership test per voxel.
+std::vector<uint8_t> naive_largest(const std::vector<int32_t>& labels, int64_t V, int64_t k) {
+  std::vector<uint8_t> out(labels.size(), 0);
+  for (size_t base = 0; base < labels.size(); base += static_cast<size_t>(V)) {
+    std::map<int32_t, int64_t> sizes;
+    for (size_t i = base; i < base + static_cast<size_t>(V); ++i)
+      if (labels[i] != 0) ++sizes[labels[i]];
+    std::vector<std::pair<int64_t, int32_t>> order;
+    for (const auto& [l, n] : sizes) order.emplace_back(-n, l);
+    std::sort(order.begin(), order.end());
+    std::set<int32_t> kept;
+    for (size_t j = 0; j < order.size() && static_cast<int64_t>(j) < k; ++j)
+      kept.insert(order[j].second);
+    for (size_t i = base; i < base + static_cast<size_t>(V); ++i)
+      out[i] = kept.count(labels[i]) ? 1 : 0;
+  }
+  return out;
+}
+
+TEST(Label, LargestComponentsMatchNaiveCounting) {
+  const Vol shapes[] = {{2, 3, 9, 11, 7}, {1, 1, 70, 33, 30}, {3, 1, 1, 1, 13}};
+  for (const Vol& v : shapes)
+    for (double density : {0.15, 0.3, 0.6})
+      for (int64_t k : {1, 2, 4, 5, 40}) {
+        auto m = random_mask(v, density, static_cast<uint32_t>(k * 31 + v.d));
+        std::vector<int32_t> lab(m.size());
+        connected_components(voxaug_test::view(m.data(), DType::UInt8, v),
+                             voxaug_test::view(lab.data(), DType::Int32, v), 1);
+        std::vector<uint8_t> keep(m.size(), 7);
+        largest_components(voxaug_test::view(lab.data(), DType::Int32, v), k,
+                           voxaug_test::view(keep.data(), DType::UInt8, v));
+        ASSERT_EQ(keep, naive_largest(lab, v.d * v.h * v.w, k))
+            << "shape " << v.n << "x" << v.c << "x" << v.d << "x" << v.h << "x" << v.w << " k "
+            << k << " density " << density;
+      }
+}
+
+TEST(Label, LargestComponentsBadArguments) {
+  const Vol v{1, 1, 2, 2, 2};
+  std::vector<int32_t> lab = {1, 1, 0, 0, 5, 5, 0, 0};
+  std::vector<uint8_t> keep(8);
+  std::vector<int32_t> keep32(8);
+  const auto lv = voxaug_test::view(lab.data(), DType::Int32, v);
+  const auto kv = voxaug_test::view(keep.data(), DType::UInt8, v);
+  largest_components(lv, 1, kv);
+  EXPECT_EQ(keep, (std::vector<uint8_t>{1, 1, 0, 0, 0, 0, 0, 0}));  // a tie: the first label
+  EXPECT_THROW(largest_components(lv, 0, kv), Error);
+  EXPECT_THROW(largest_components(lv, 1, voxaug_test::view(keep32.data(), DType::Int32, v)),
+               Error);
+  EXPECT_THROW(largest_components(voxaug_test::view(lab.data(), DType::Int32, {1, 1, 2, 2, 1}), 1,
+                                  kv),
+               Error);
+  std::vector<int32_t> bad = {1, 1, 0, 0, 4, 4, 0, 0};  // voxel 3 does not carry label 4
+  EXPECT_THROW(largest_components(voxaug_test::view(bad.data(), DType::Int32, v), 1, kv), Error);
+  bad = {1, 1, 0, 0, 9, 0, 0, 0};  // beyond the volume
+  EXPECT_THROW(largest_components(voxaug_test::view(bad.data(), DType::Int32, v), 1, kv), Error);
 }
 
 #if VOXAUG_WITH_CUDA

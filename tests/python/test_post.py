@@ -92,6 +92,36 @@ def test_largest_components_mask_equals_naive(connectivity, k):
             np.testing.assert_array_equal(got[n, c].numpy(), naive_keep(m[n, c], connectivity, k))
 
 
+def test_largest_components_op_ties_opcheck_and_errors():
+    # Two components of 3 voxels and one of 2: among equal sizes the one that starts first.
+    m = torch.zeros(1, 1, 1, 3, 8, dtype=torch.bool)
+    m[0, 0, 0, 0, 5:8] = True  # first voxel 5
+    m[0, 0, 0, 2, 0:3] = True  # first voxel 16, the same size
+    m[0, 0, 0, 2, 6:8] = True  # 2 voxels
+    lab = ops.connected_components(m, 1)
+    assert torch.equal(ops.largest_components(lab, 1), lab == 6)
+    assert torch.equal(ops.largest_components(lab, 2), (lab == 6) | (lab == 17))
+    assert torch.equal(ops.largest_components(lab, 9), m)  # fewer components than asked: all
+    assert not ops.largest_components(torch.zeros(2, 1, 3, 3, 3, dtype=torch.int32)).any()
+    assert ops.largest_components(torch.zeros(0, 1, 3, 3, 3, dtype=torch.int32)).shape == (0, 1, 3, 3, 3)
+    big = ops.connected_components(torch.from_numpy(rand_mask((2, 1, 7, 6, 5), 0.4, 3)), 3)
+    torch.library.opcheck(torch.ops.voxaug.largest_components.default, (big, 3))
+    with pytest.raises(ValueError, match="num_components"):
+        ops.largest_components(lab, 0)
+    with pytest.raises(ValueError, match="int32"):
+        ops.largest_components(lab.long(), 1)
+    with pytest.raises(ValueError, match="5-D"):
+        ops.largest_components(lab[0], 1)
+    bad = lab.clone()
+    bad[0, 0, 0, 0, 6] = 2  # voxel 1 is background, so label 2 is not canonical
+    with pytest.raises(ValueError, match="connected_components output"):
+        ops.largest_components(bad, 1)
+    bad = lab.clone()
+    bad[0, 0, 0, 1, 1] = -4
+    with pytest.raises(ValueError, match="negative label"):
+        ops.largest_components(bad, 1)
+
+
 def blobs(seed: int, shape=(24, 26, 22)) -> np.ndarray:
     """(1, D, H, W) label map: balls of labels 1-3 (two of label 1), a hollow ball of label 2
     with a cavity holding a label-1 voxel, and scattered single voxels (islands)."""
@@ -137,6 +167,10 @@ def test_keep_largest_equals_monai(kw):
     got = KeepLargestConnectedComponent(**kw)(img)
     ref = torch.as_tensor(mt.KeepLargestConnectedComponent(**kw)(img.clone()))
     assert torch.equal(got, ref) and not torch.equal(got, img)
+    for dtype in (torch.uint8, torch.int64):  # integer label maps (voxaug multiplies by the kept mask)
+        lab = img.to(dtype)
+        got = KeepLargestConnectedComponent(**kw)(lab)
+        assert got.dtype == dtype and torch.equal(got, ref.to(dtype))
     onehot = torch.nn.functional.one_hot(img[0].long(), 4).permute(3, 0, 1, 2).to(torch.uint8)
     got = KeepLargestConnectedComponent(**kw)(onehot)
     ref = torch.as_tensor(mt.KeepLargestConnectedComponent(**kw)(onehot.clone()))

@@ -76,6 +76,11 @@ at::Tensor class_crop_counts(const at::Tensor& label, const std::optional<at::Te
 // C-order index of the component's first voxel (the same labels on the CPU and on CUDA).
 // connectivity: 1 (6 neighbours), 2 (18), 3 (26). On the mask's device, no host sync.
 at::Tensor connected_components(const at::Tensor& mask, int64_t connectivity = 3);
+// Bool (N, C, D, H, W): the voxels of the num_components largest components of each (n, c)
+// volume of connected_components labels (larger first, then the smaller label: MONAI's
+// get_largest_connected_component_mask). CPU: three passes in the core; CUDA: device
+// reductions, no host sync.
+at::Tensor largest_components(const at::Tensor& labels, int64_t num_components = 1);
 // MONAI RandCropByLabelClasses / TorchIO LabelSampler's centres: a class drawn with probability
 // proportional to ratios[k] among the classes present in `region`, then one of its voxels
 // uniformly. region: {} (the whole volume) or {lo_d, lo_h, lo_w, hi_d, hi_h, hi_w}, half-open
