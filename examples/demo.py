@@ -43,6 +43,7 @@ from voxaug import deform as D
 from voxaug import degrade as Dg
 from voxaug import filter as Fl
 from voxaug import kspace as Ks
+from voxaug import post as Po
 from voxaug import smooth_field as Sf
 from voxaug import stats as St
 from voxaug import transforms as T
@@ -387,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
         ("RandCropByPosNeg 4x96^3", lambda t=C.RandCropByPosNegLabeld(
             ["image", "label"], "label", (96, 96, 96), num_samples=4, seed=seed + 15):
             t({"image": fused_out, "label": lab_batch})),
+        # Label post-processing on the atlas batch (connected components per sample and label).
+        ("KeepLargestCC 3 AAL labels", lambda t=Po.KeepLargestConnectedComponent(
+            applied_labels=[int(v) for v in np.unique(label)[1:4]]): t(lab_batch)),
+        ("RemoveSmallObjects AAL", lambda t=Po.RemoveSmallObjects(min_size=64): t(lab_batch)),
     ]
     for name, fn in spatial_cases:
         ms, _ = time_call(fn, device, args.repeats)

@@ -34,12 +34,16 @@ at::Tensor connected_components_impl(const at::Tensor& mask, int64_t connectivit
   return labels;
 }
 
-void check_largest(const at::Tensor& labels, int64_t num_components) {
+void check_labels(const at::Tensor& labels) {
   TORCH_CHECK_VALUE(labels.dim() == 5, "labels must be 5-D (N, C, D, H, W), got ", labels.dim(),
                     "-D");
   TORCH_CHECK_VALUE(labels.scalar_type() == at::kInt,
                     "labels must be int32 (connected_components output), got ",
                     labels.scalar_type());
+}
+
+void check_largest(const at::Tensor& labels, int64_t num_components) {
+  check_labels(labels);
   TORCH_CHECK_VALUE(num_components >= 1, "num_components must be >= 1, got ", num_components);
 }
 
@@ -95,6 +99,35 @@ at::Tensor largest_components_device(const at::Tensor& labels, int64_t num_compo
   return keep.reshape(labels.sizes());
 }
 
+// CPU: the core's passes (roots, sizes, the per-voxel size).
+at::Tensor component_sizes_cpu(const at::Tensor& labels) {
+  check_labels(labels);
+  const at::Tensor l = labels.contiguous();
+  at::Tensor sizes = at::empty(labels.sizes(), labels.options());
+  if (labels.numel() == 0) return sizes;
+  call_core([&] { component_sizes(to_view(l, "labels"), to_view(sizes, "sizes")); });
+  return sizes;
+}
+
+// CUDA: a scatter-add of the sizes, then a gather per voxel (labels clamped into the table, as
+// in largest_components_device).
+at::Tensor component_sizes_device(const at::Tensor& labels) {
+  check_labels(labels);
+  const int64_t nc = labels.size(0) * labels.size(1);
+  if (labels.numel() == 0) return at::empty(labels.sizes(), labels.options());
+  const int64_t v = labels.numel() / nc;
+  const at::Tensor lab = labels.reshape({nc, v}).to(at::kLong).clamp(0, v);
+  at::Tensor counts = at::zeros({nc, v + 1}, lab.options());
+  counts.scatter_add_(1, lab, at::ones({nc, v}, lab.options()));
+  counts.select(1, 0).zero_();  // background
+  return counts.gather(1, lab).to(at::kInt).reshape(labels.sizes());
+}
+
+at::Tensor component_sizes_meta(const at::Tensor& labels) {
+  check_labels(labels);
+  return at::empty(labels.sizes(), labels.options());
+}
+
 at::Tensor largest_components_meta(const at::Tensor& labels, int64_t num_components) {
   check_largest(labels, num_components);
   return at::empty(labels.sizes(), labels.options().dtype(at::kBool));
@@ -111,17 +144,21 @@ at::Tensor connected_components_meta(const at::Tensor& mask, int64_t connectivit
 TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
   m.impl("connected_components", &connected_components_impl);
   m.impl("largest_components", &largest_components_cpu);
+  m.impl("component_sizes", &component_sizes_cpu);
 }
 TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
   m.impl("connected_components", &connected_components_impl);
   m.impl("largest_components", &largest_components_device);
+  m.impl("component_sizes", &component_sizes_device);
 }
 TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("connected_components", &connected_components_meta);
   m.impl("largest_components", &largest_components_meta);
+  m.impl("component_sizes", &component_sizes_meta);
 }
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
-  const char* const no_backward[] = {"connected_components", "largest_components"};
+  const char* const no_backward[] = {"connected_components", "largest_components",
+                                        "component_sizes"};
   register_no_backward(m, no_backward);
 }
 

@@ -138,6 +138,8 @@ TORCH_LIBRARY(voxaug, m) {
   // Bool mask of the num_components largest components of each (n, c) volume of canonical
   // connected_components labels (larger first, then the smaller label).
   m.def("largest_components(Tensor labels, int num_components=1) -> Tensor");
+  // int32: each voxel's component size (0 for background).
+  m.def("component_sizes(Tensor labels) -> Tensor");
   // Crop-centre samplers (include/voxaug/crop.h), all drawn on the device with Philox.
   // region: [] or [lo_d, lo_h, lo_w, hi_d, hi_h, hi_w] (a hi of 0: the whole axis).
   // label_form: 0 foreground / background, 1 argmax, 2 one-hot; num_classes = len(ratios).
@@ -368,6 +370,10 @@ at::Tensor largest_components(const at::Tensor& labels, int64_t num_components) 
   static auto op =
       handle<at::Tensor(const at::Tensor&, int64_t)>("voxaug::largest_components");
   return op.call(labels, num_components);
+}
+at::Tensor component_sizes(const at::Tensor& labels) {
+  static auto op = handle<at::Tensor(const at::Tensor&)>("voxaug::component_sizes");
+  return op.call(labels);
 }
 at::Tensor class_crop_counts(const at::Tensor& label, const std::optional<at::Tensor>& image,
                              double image_threshold, int64_t label_form, int64_t num_classes) {

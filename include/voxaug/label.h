@@ -39,4 +39,10 @@ void connected_components(const VolumeView& mask, const VolumeView& labels, int 
 // voxaug::Error on bad arguments or non-canonical labels.
 void largest_components(const VolumeView& labels, int64_t num_components, const VolumeView& keep);
 
+// The size (voxel count) of each voxel's component: sizes[n, c, v] = the number of voxels of
+// volume (n, c) that carry labels[n, c, v], 0 for background. labels as for largest_components;
+// sizes: int32, the same shape, dense, not overlapping labels. CPU only, like largest_components
+// (the torch op `component_sizes` covers CUDA). Thresholds on it give MONAI's RemoveSmallObjects.
+void component_sizes(const VolumeView& labels, const VolumeView& sizes);
+
 }  // namespace voxaug

@@ -143,19 +143,17 @@ void connected_components_cpu(const LabelParams& p, int64_t volumes, int32_t* la
   for (int64_t i = 0; i < total; ++i) labels[i] = labels[i] < 0 ? 0 : labels[i] + 1;
 }
 
-// ---- largest components (CPU) ----
+// ---- component sizes and the largest components (CPU) ----
 
 // Voxel chunks of one volume for the parallel passes (several per thread, in C-order).
 struct Chunks {
   int64_t count, V;
+  explicit Chunks(int64_t volume)
+      : count(std::max<int64_t>(1, std::min<int64_t>(volume / 4096, 8 * omp_get_max_threads()))),
+        V(volume) {}
   int64_t begin(int64_t i) const { return V * i / count; }
   int64_t end(int64_t i) const { return V * (i + 1) / count; }
 };
-
-// Index of root voxel `root` in the ascending `roots` (present: the label was checked).
-inline int64_t root_id(const std::vector<int64_t>& roots, int64_t root) {
-  return std::lower_bound(roots.begin(), roots.end(), root) - roots.begin();
-}
 
 // Whether label l (> 0) of voxel v is canonical: its root l - 1 is v or an earlier voxel and
 // carries l itself.
@@ -163,61 +161,92 @@ inline bool canonical(const int32_t* L, int64_t v, int32_t l) {
   return l - 1 <= v && L[l - 1] == l;
 }
 
+// The components of one volume of canonical labels: their roots (the voxels whose label is 1 +
+// their own index), ascending, and their sizes.
+struct ComponentTable {
+  std::vector<int64_t> roots, sizes;
+  // Index of root voxel `root` (present: its label was checked canonical).
+  int64_t id(int64_t root) const {
+    return std::lower_bound(roots.begin(), roots.end(), root) - roots.begin();
+  }
+  // Two passes: the roots, then the sizes (a run of equal labels adds once). False on a
+  // non-canonical or negative label.
+  bool build(const int32_t* L, const Chunks& ch) {
+    std::vector<std::vector<int64_t>> part(static_cast<size_t>(ch.count));
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < ch.count; ++i) {
+      const int64_t b = ch.begin(i), e = ch.end(i);
+      for (int64_t v = b; v < e; ++v)
+        if (L[v] == v + 1) part[static_cast<size_t>(i)].push_back(v);
+    }
+    roots.clear();
+    for (const auto& r : part) roots.insert(roots.end(), r.begin(), r.end());
+    sizes.assign(roots.size(), 0);
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (int64_t i = 0; i < ch.count; ++i) {
+      int32_t prev = 0;
+      int64_t cur = -1, run = 0;
+      const int64_t b = ch.begin(i), e = ch.end(i);
+      for (int64_t v = b; v < e; ++v) {
+        const int32_t l = L[v];
+        if (l == prev) {
+          run += l != 0;
+          continue;
+        }
+        if (run > 0) __atomic_fetch_add(&sizes[static_cast<size_t>(cur)], run, __ATOMIC_RELAXED);
+        prev = l, run = 0;
+        if (l == 0) continue;
+        if (l < 0 || !canonical(L, v, l)) {
+          bad = 1;
+          prev = 0;
+          continue;
+        }
+        cur = id(l - 1);
+        run = 1;
+      }
+      if (run > 0) __atomic_fetch_add(&sizes[static_cast<size_t>(cur)], run, __ATOMIC_RELAXED);
+    }
+    return !bad;
+  }
+  // out[v] = value[id of v's component] (runs of equal labels look up once), 0 for background.
+  template <class T, class U>
+  void scatter(const int32_t* L, const Chunks& ch, const std::vector<U>& value, T* out) const {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < ch.count; ++i) {
+      int32_t prev = 0;
+      T cur = 0;
+      const int64_t b = ch.begin(i), e = ch.end(i);
+      for (int64_t v = b; v < e; ++v) {
+        const int32_t l = L[v];
+        if (l != prev) {
+          prev = l;
+          cur = l == 0 ? T(0) : static_cast<T>(value[static_cast<size_t>(id(l - 1))]);
+        }
+        out[v] = cur;
+      }
+    }
+  }
+};
+
 // Returns false on a non-canonical label.
 bool largest_components_volume(const int32_t* L, int64_t V, int64_t k, uint8_t* keep) {
-  const Chunks ch{std::max<int64_t>(1, std::min<int64_t>(V / 4096, 8 * omp_get_max_threads())), V};
-  // Roots (the voxels whose label is 1 + their own index), ascending.
-  std::vector<std::vector<int64_t>> part(static_cast<size_t>(ch.count));
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < ch.count; ++i) {
-    const int64_t b = ch.begin(i), e = ch.end(i);
-    for (int64_t v = b; v < e; ++v)
-      if (L[v] == v + 1) part[static_cast<size_t>(i)].push_back(v);
-  }
-  std::vector<int64_t> roots;
-  for (const auto& r : part) roots.insert(roots.end(), r.begin(), r.end());
-  part.clear();
-  // Sizes: a run of equal labels adds once.
-  const int64_t R = static_cast<int64_t>(roots.size());
-  std::vector<int64_t> sizes(static_cast<size_t>(R), 0);
-  int bad = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad)
-  for (int64_t i = 0; i < ch.count; ++i) {
-    int32_t prev = 0;
-    int64_t id = -1, run = 0;
-    const int64_t b = ch.begin(i), e = ch.end(i);
-    for (int64_t v = b; v < e; ++v) {
-      const int32_t l = L[v];
-      if (l == prev) {
-        run += l != 0;
-        continue;
-      }
-      if (run > 0) __atomic_fetch_add(&sizes[static_cast<size_t>(id)], run, __ATOMIC_RELAXED);
-      prev = l, run = 0;
-      if (l == 0) continue;
-      if (l < 0 || !canonical(L, v, l)) {
-        bad = 1;
-        prev = 0;
-        continue;
-      }
-      id = root_id(roots, l - 1);
-      run = 1;
-    }
-    if (run > 0) __atomic_fetch_add(&sizes[static_cast<size_t>(id)], run, __ATOMIC_RELAXED);
-  }
-  if (bad) return false;
+  const Chunks ch(V);
+  ComponentTable t;
+  if (!t.build(L, ch)) return false;
   // The k largest: size descending, then root (label) ascending.
-  const int64_t kept = std::min(k, R);
+  const int64_t R = static_cast<int64_t>(t.roots.size()), kept = std::min(k, R);
   std::vector<int64_t> order(static_cast<size_t>(R));
   for (int64_t i = 0; i < R; ++i) order[static_cast<size_t>(i)] = i;
   std::partial_sort(order.begin(), order.begin() + kept, order.end(), [&](int64_t a, int64_t b) {
-    const int64_t sa = sizes[static_cast<size_t>(a)], sb = sizes[static_cast<size_t>(b)];
+    const int64_t sa = t.sizes[static_cast<size_t>(a)], sb = t.sizes[static_cast<size_t>(b)];
     return sa != sb ? sa > sb : a < b;
   });
   if (kept <= 4) {                       // compare with the kept labels (vectorises)
     int32_t want[4] = {-1, -1, -1, -1};  // -1: no label matches
     for (int64_t j = 0; j < kept; ++j)
-      want[j] = static_cast<int32_t>(roots[static_cast<size_t>(order[static_cast<size_t>(j)])] + 1);
+      want[j] =
+          static_cast<int32_t>(t.roots[static_cast<size_t>(order[static_cast<size_t>(j)])] + 1);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < ch.count; ++i) {
       // Bounds and wanted labels in locals: `keep` is a char pointer, which may alias them.
@@ -232,20 +261,15 @@ bool largest_components_volume(const int32_t* L, int64_t V, int64_t k, uint8_t* 
   }
   std::vector<uint8_t> chosen(static_cast<size_t>(R), 0);
   for (int64_t j = 0; j < kept; ++j) chosen[static_cast<size_t>(order[static_cast<size_t>(j)])] = 1;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < ch.count; ++i) {
-    int32_t prev = 0;
-    uint8_t flag = 0;
-    const int64_t b = ch.begin(i), e = ch.end(i);
-    for (int64_t v = b; v < e; ++v) {
-      const int32_t l = L[v];
-      if (l != prev) {
-        prev = l;
-        flag = l == 0 ? 0 : chosen[static_cast<size_t>(root_id(roots, l - 1))];
-      }
-      keep[v] = flag;
-    }
-  }
+  t.scatter(L, ch, chosen, keep);
+  return true;
+}
+
+bool component_sizes_volume(const int32_t* L, int64_t V, int32_t* sizes) {
+  const Chunks ch(V);
+  ComponentTable t;
+  if (!t.build(L, ch)) return false;
+  t.scatter(L, ch, t.sizes, sizes);
   return true;
 }
 
@@ -306,44 +330,72 @@ void connected_components(const VolumeView& mask, const VolumeView& labels, int 
 #endif
 }
 
-void largest_components(const VolumeView& labels, int64_t num_components, const VolumeView& keep) {
-  VOXAUG_EXPECTS(num_components >= 1, "largest_components: num_components must be >= 1, got " +
-                                          std::to_string(num_components));
-  VOXAUG_EXPECTS(
-      labels.dtype == DType::Int32,
-      std::string("largest_components: labels must be int32, got ") + dtype_name(labels.dtype));
-  VOXAUG_EXPECTS(
-      keep.dtype == DType::UInt8,
-      std::string("largest_components: keep must be uint8, got ") + dtype_name(keep.dtype));
+namespace {
+
+// Validates labels and a same-shape dense CPU output of `out_t`; returns the volume count and size.
+void check_component_args(const char* fn, const VolumeView& labels, const VolumeView& out,
+                          const char* out_name, DType out_t, int64_t& volumes, int64_t& V) {
+  const std::string f = std::string(fn) + ": ";
+  VOXAUG_EXPECTS(labels.dtype == DType::Int32,
+                 f + "labels must be int32, got " + dtype_name(labels.dtype));
+  VOXAUG_EXPECTS(out.dtype == out_t,
+                 f + out_name + " must be " + dtype_name(out_t) + ", got " + dtype_name(out.dtype));
   for (int a = 0; a < 5; ++a) {
-    VOXAUG_EXPECTS(labels.shape[a] >= 0, "largest_components: labels sizes must be >= 0");
-    VOXAUG_EXPECTS(keep.shape[a] == labels.shape[a],
-                   "largest_components: keep must have labels' shape " + labels.describe() +
-                       ", got " + keep.describe());
+    VOXAUG_EXPECTS(labels.shape[a] >= 0, f + "labels sizes must be >= 0");
+    VOXAUG_EXPECTS(
+        out.shape[a] == labels.shape[a],
+        f + out_name + " must have labels' shape " + labels.describe() + ", got " + out.describe());
   }
-  VOXAUG_EXPECTS(labels.device == Device::CPU && keep.device == Device::CPU,
-                 "largest_components: labels and keep must be CPU buffers (CUDA tensors: the "
-                 "torch op voxaug::largest_components)");
-  const int64_t volumes = labels.shape[0] * labels.shape[1];
-  const int64_t V = labels.shape[2] * labels.shape[3] * labels.shape[4];
+  VOXAUG_EXPECTS(labels.device == Device::CPU && out.device == Device::CPU,
+                 f + "labels and " + out_name +
+                     " must be CPU buffers (CUDA tensors: the torch op "
+                     "voxaug::" +
+                     fn + ")");
+  volumes = labels.shape[0] * labels.shape[1];
+  V = labels.shape[2] * labels.shape[3] * labels.shape[4];
   if (volumes == 0 || V == 0) return;
   const int64_t dense[5] = {labels.shape[1] * V, V, labels.shape[3] * labels.shape[4],
                             labels.shape[4], 1};
   for (int a = 0; a < 5; ++a) {
     VOXAUG_EXPECTS(labels.strides[a] == dense[a] || labels.shape[a] == 1,
-                   "largest_components: labels must be dense C-order, got " + labels.describe());
-    VOXAUG_EXPECTS(keep.strides[a] == dense[a] || keep.shape[a] == 1,
-                   "largest_components: keep must be dense C-order, got " + keep.describe());
+                   f + "labels must be dense C-order, got " + labels.describe());
+    VOXAUG_EXPECTS(out.strides[a] == dense[a] || out.shape[a] == 1,
+                   f + out_name + " must be dense C-order, got " + out.describe());
   }
-  VOXAUG_EXPECTS(labels.data != nullptr && keep.data != nullptr,
-                 "largest_components: labels and keep must not be null");
+  VOXAUG_EXPECTS(labels.data != nullptr && out.data != nullptr,
+                 f + "labels and " + out_name + " must not be null");
+}
+
+std::string not_canonical(const char* fn, int64_t vol) {
+  return std::string(fn) + ": labels must be connected_components output (volume " +
+         std::to_string(vol) +
+         " has a label l whose voxel l - 1 does not carry l, or a negative label)";
+}
+
+}  // namespace
+
+void largest_components(const VolumeView& labels, int64_t num_components, const VolumeView& keep) {
+  VOXAUG_EXPECTS(num_components >= 1, "largest_components: num_components must be >= 1, got " +
+                                          std::to_string(num_components));
+  int64_t volumes = 0, V = 0;
+  check_component_args("largest_components", labels, keep, "keep", DType::UInt8, volumes, V);
+  if (volumes == 0 || V == 0) return;
   const auto* L = static_cast<const int32_t*>(labels.data);
   auto* K = static_cast<uint8_t*>(keep.data);
   for (int64_t vol = 0; vol < volumes; ++vol)
     VOXAUG_EXPECTS(detail::largest_components_volume(L + vol * V, V, num_components, K + vol * V),
-                   "largest_components: labels must be connected_components output (volume " +
-                       std::to_string(vol) +
-                       " has a label l whose voxel l - 1 does not carry l, or a negative label)");
+                   not_canonical("largest_components", vol));
+}
+
+void component_sizes(const VolumeView& labels, const VolumeView& sizes) {
+  int64_t volumes = 0, V = 0;
+  check_component_args("component_sizes", labels, sizes, "sizes", DType::Int32, volumes, V);
+  if (volumes == 0 || V == 0) return;
+  const auto* L = static_cast<const int32_t*>(labels.data);
+  auto* S = static_cast<int32_t*>(sizes.data);
+  for (int64_t vol = 0; vol < volumes; ++vol)
+    VOXAUG_EXPECTS(detail::component_sizes_volume(L + vol * V, V, S + vol * V),
+                   not_canonical("component_sizes", vol));
 }
 
 }  // namespace voxaug

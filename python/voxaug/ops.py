@@ -224,6 +224,12 @@ def largest_components(labels: torch.Tensor, num_components: int = 1) -> torch.T
     return torch.ops.voxaug.largest_components(labels, int(num_components))
 
 
+def component_sizes(labels: torch.Tensor) -> torch.Tensor:
+    """int32: the voxel count of each voxel's component in `connected_components` labels (0 for
+    background). On the labels' device, no host sync."""
+    return torch.ops.voxaug.component_sizes(labels)
+
+
 # ---------------- deform family ----------------
 BSPLINE_FIELD, DENSE_FIELD, SEPARABLE_FIELD = 1, 2, 3
 

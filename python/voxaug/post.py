@@ -16,15 +16,17 @@ numpy's sort).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Hashable, Mapping, Optional, Sequence, Union
 
+import numpy as np
 import torch
 
 from . import ops
-from .transforms import _as_batch, _host_to, _present_keys
+from .transforms import _as_batch, _host_to, _is_meta_tensor, _present_keys
 
 __all__ = ["connected_components", "largest_components_mask", "KeepLargestConnectedComponent",
-           "KeepLargestConnectedComponentd", "FillHoles", "FillHolesd"]
+           "KeepLargestConnectedComponentd", "FillHoles", "FillHolesd", "RemoveSmallObjects", "RemoveSmallObjectsd"]
 
 
 def _connectivity(connectivity: Optional[int]) -> int:
@@ -173,6 +175,118 @@ class FillHoles:
         return restore(out)
 
 
+class RemoveSmallObjects:
+    """MONAI RemoveSmallObjects(min_size=64, connectivity=1, independent_channels=True,
+    by_measure=False, pixdim=None): objects with fewer than `min_size` voxels (by_measure: a
+    volume in the units of pixdim -- a MetaTensor's own, else `pixdim`, else 1 with MONAI's
+    warning -- turned into ceil(min_size / voxel volume) voxels) are removed. MONAI's rules, per
+    sample of a batch:
+
+    - a sample holding a single value is returned unchanged;
+    - independent_channels=False: the components of ``img > 0``; out = img * kept;
+    - independent_channels=True and the sample's maximum <= 1: the components of ``img != 0``
+      (bool); out = kept (0 / 1 in the input's dtype);
+    - independent_channels=True otherwise: the values (truncated to int32) are the objects, as
+      skimage reads an int array: a value is removed (set to 0) when it occurs fewer than
+      min_size times in the sample, connected or not; negative values raise on the CPU (on CUDA
+      they count as objects: the check would read back).
+
+    Components are per channel with the given connectivity (1-3). MONAI hands skimage the whole
+    (C, D, H, W) array, so its components also join across neighbouring channels where both are
+    foreground at the same voxel (or diagonally at connectivity >= 2); voxaug keeps channels
+    independent, as MONAI documents: equal for one channel, and for one-hot data at
+    connectivity 1. No host sync on CUDA (both rules are computed and selected per sample)."""
+
+    def __init__(self, min_size: int = 64, connectivity: Optional[int] = 1, independent_channels: bool = True,
+                 by_measure: bool = False, pixdim: Union[Sequence[float], float, None] = None):
+        self.min_size = min_size
+        self.connectivity = _connectivity(connectivity)
+        self.independent_channels = bool(independent_channels)
+        self.by_measure = bool(by_measure)
+        self.pixdim = pixdim
+
+    def _threshold(self, img: Any) -> float:
+        if not self.by_measure:
+            if self.pixdim is not None:
+                warnings.warn("`pixdim` is specified but not in use when computing the volume.")
+            return float(self.min_size)
+        if _is_meta_tensor(img):
+            from .spatial import _spacing_of
+            pix = _spacing_of(np.asarray(torch.as_tensor(img.affine, dtype=torch.float64).cpu()))
+        elif self.pixdim is not None:
+            pix = [float(self.pixdim)] * 3 if isinstance(self.pixdim, (int, float)) else [float(p) for p in self.pixdim]
+            if len(pix) != 3:
+                raise ValueError(f"pixdim must be a number or 3 numbers, got {self.pixdim!r}")
+        else:
+            warnings.warn("`img` is not of type MetaTensor and `pixdim` is None, assuming affine to be identity.")
+            pix = [1.0, 1.0, 1.0]
+        vol = float(np.prod(np.asarray(pix, dtype=np.float64)))
+        if vol == 0:
+            warnings.warn("Invalid `pixdim` value detected, set it to 1. Please verify the pixdim settings.")
+            vol = 1.0
+        return float(np.ceil(self.min_size / vol))
+
+    def __call__(self, img: Any) -> Any:
+        x, restore = _as_batch(img)
+        threshold = self._threshold(img)
+        if x.numel() == 0:
+            return restore(x.clone())
+        flat = x.flatten(1)
+        lo, hi = flat.amin(1), flat.amax(1)  # aminmax(dim=1) is 6-40x slower than these on the CPU
+        shape = (-1,) + (1,) * (x.dim() - 1)
+        single = (lo == hi).view(shape)  # MONAI: one unique value, the image as it is
+        on_cpu = x.device.type == "cpu"
+
+        def finish(out: torch.Tensor) -> Any:
+            if on_cpu and not bool(single.any()):  # host checks are free on the CPU
+                return restore(out)
+            return restore(torch.where(single, x, out))
+
+        def kept(mask: torch.Tensor) -> torch.Tensor:
+            labels = ops.connected_components(mask, self.connectivity)
+            return ops.component_sizes(labels) >= max(threshold, 1.0)  # background stays out
+
+        if not self.independent_channels:
+            return finish(x * kept(x > 0).to(x.dtype))
+        binary = (hi <= 1).view(shape)
+        flags = binary.flatten().tolist() if on_cpu else None  # run only the rules needed
+        results = []
+        if not on_cpu or any(flags):
+            results.append(kept(x != 0).to(x.dtype))
+        if not on_cpu or not all(flags):
+            results.append(self._by_value(x, threshold).to(x.dtype))
+        return finish(results[0] if len(results) == 1 else torch.where(binary, results[0], results[1]))
+
+    @staticmethod
+    def _by_value(x: torch.Tensor, threshold: float) -> torch.Tensor:
+        """skimage's rule for an int array: each value is one object; values rarer than the
+        threshold become 0 (per sample, over all channels). int32 out."""
+        n = x.shape[0]
+        vals = x.to(torch.int32).contiguous()  # truncation, as numpy's astype
+        if x.device.type != "cpu":  # counts by sorting: no read-back of the largest value
+            flat = vals.reshape(n, -1)
+            srt = flat.sort(1).values
+            counts = torch.searchsorted(srt, flat, right=True) - torch.searchsorted(srt, flat)
+            return flat.masked_fill(counts < threshold, 0).reshape(x.shape)
+        for i in range(n):
+            v = vals[i].view(-1)
+            if int(v.min()) < 0:
+                raise ValueError("Negative value labels are not supported. Try relabeling the input with "
+                                 "`scipy.ndimage.label` or `skimage.morphology.label`.")
+            counts = torch.bincount(v)
+            rare = torch.nonzero((counts < threshold) & (counts > 0)).flatten().tolist()
+            if not rare or rare == [0]:
+                continue
+            if len(rare) <= 8:  # comparisons beat torch's gather through a table on the CPU
+                drop = v == rare[0]
+                for r in rare[1:]:
+                    drop |= v == r
+            else:
+                drop = (counts < threshold)[v.long()]
+            v.masked_fill_(drop, 0)
+        return vals
+
+
 class _PostDict:
     def __init__(self, keys, transform, allow_missing_keys: bool):
         self.keys = [keys] if isinstance(keys, (str, int)) or not isinstance(keys, Sequence) else list(keys)
@@ -190,6 +304,13 @@ class KeepLargestConnectedComponentd(_PostDict):
                  connectivity: Optional[int] = None, num_components: int = 1, allow_missing_keys: bool = False):
         super().__init__(keys, KeepLargestConnectedComponent(applied_labels, is_onehot, independent, connectivity,
                                                              num_components), allow_missing_keys)
+
+
+class RemoveSmallObjectsd(_PostDict):
+    def __init__(self, keys, min_size: int = 64, connectivity: Optional[int] = 1, independent_channels: bool = True,
+                 by_measure: bool = False, pixdim=None, allow_missing_keys: bool = False):
+        super().__init__(keys, RemoveSmallObjects(min_size, connectivity, independent_channels, by_measure, pixdim),
+                         allow_missing_keys)
 
 
 class FillHolesd(_PostDict):

@@ -76,8 +76,11 @@ def _weights(mode: str, n_in: int, zoom: float, align_corners: Optional[bool]) -
 
 
 def _sample_minmax(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each sample's min and max over all its values, (N, 1, 1, 1, 1) each, in one pass."""
-    lo, hi = torch.aminmax(t.reshape(t.shape[0], -1), dim=1)
+    """Each sample's min and max over all its values, (N, 1, 1, 1, 1) each: one aminmax pass on
+    the device; two reductions on the CPU, where torch's aminmax(dim=1) is 6x slower than amin +
+    amax (5.4 vs 0.9 ms for 2 x 128^3 float32, 2 threads)."""
+    flat = t.reshape(t.shape[0], -1)
+    lo, hi = torch.aminmax(flat, dim=1) if flat.is_cuda else (flat.amin(1), flat.amax(1))
     return lo.reshape(-1, 1, 1, 1, 1), hi.reshape(-1, 1, 1, 1, 1)
 
 

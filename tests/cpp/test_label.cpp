@@ -169,6 +169,31 @@ TEST(Label, LargestComponentsMatchNaiveCounting) {
       }
 }
 
+TEST(Label, ComponentSizesMatchNaiveCounting) {
+  const Vol v{2, 2, 17, 13, 11};
+  for (double density : {0.2, 0.5}) {
+    auto m = random_mask(v, density, static_cast<uint32_t>(density * 100));
+    std::vector<int32_t> lab(m.size()), sizes(m.size(), -1);
+    connected_components(voxaug_test::view(m.data(), DType::UInt8, v),
+                         voxaug_test::view(lab.data(), DType::Int32, v), 2);
+    component_sizes(voxaug_test::view(lab.data(), DType::Int32, v),
+                    voxaug_test::view(sizes.data(), DType::Int32, v));
+    const int64_t V = v.d * v.h * v.w;
+    for (int64_t k = 0; k < v.n * v.c; ++k) {
+      std::map<int32_t, int32_t> count;
+      for (int64_t i = k * V; i < (k + 1) * V; ++i) ++count[lab[static_cast<size_t>(i)]];
+      for (int64_t i = k * V; i < (k + 1) * V; ++i) {
+        const int32_t l = lab[static_cast<size_t>(i)];
+        ASSERT_EQ(sizes[static_cast<size_t>(i)], l == 0 ? 0 : count[l]) << "voxel " << i;
+      }
+    }
+  }
+  std::vector<int32_t> bad = {1, 0, 0, 2}, out(4);  // voxel 1 does not carry label 2
+  EXPECT_THROW(component_sizes(voxaug_test::view(bad.data(), DType::Int32, {1, 1, 1, 1, 4}),
+                               voxaug_test::view(out.data(), DType::Int32, {1, 1, 1, 1, 4})),
+               Error);
+}
+
 TEST(Label, LargestComponentsBadArguments) {
   const Vol v{1, 1, 2, 2, 2};
   std::vector<int32_t> lab = {1, 1, 0, 0, 5, 5, 0, 0};

@@ -10,7 +10,7 @@ import torch
 from conftest import TEMPLATES, devices, sync_is_error
 from voxaug import ops
 from voxaug.post import (FillHoles, FillHolesd, KeepLargestConnectedComponent, KeepLargestConnectedComponentd,
-                         connected_components, largest_components_mask)
+                         RemoveSmallObjects, RemoveSmallObjectsd, connected_components, largest_components_mask)
 
 ndi = pytest.importorskip("scipy.ndimage")
 
@@ -261,3 +261,117 @@ def test_fill_holes_cavities_open_through_each_face():
             assert bool((got_closed == 1).all()), (axis, end)
             assert torch.equal(got_open, torch.as_tensor(mt.FillHoles()(opened.clone())))
             assert torch.equal(got_closed, torch.as_tensor(mt.FillHoles()(closed.clone())))
+
+
+def test_component_sizes_equal_numpy():
+    m = rand_mask((2, 3, 13, 9, 11), 0.35, seed=8)
+    lab = ops.connected_components(torch.from_numpy(m), 2)
+    got = ops.component_sizes(lab)
+    assert got.dtype == torch.int32 and got.shape == m.shape
+    for n in range(2):
+        for c in range(3):
+            ref = canonical(m[n, c], 2)
+            sizes = np.bincount(ref.ravel())
+            np.testing.assert_array_equal(got[n, c].numpy(), np.where(ref > 0, sizes[ref], 0))
+    torch.library.opcheck(torch.ops.voxaug.component_sizes.default, (lab,))
+    with pytest.raises(ValueError, match="int32"):
+        ops.component_sizes(lab.float())
+    bad = torch.tensor([1, 0, 0, 2], dtype=torch.int32).view(1, 1, 1, 1, 4)  # voxel 1 does not carry 2
+    with pytest.raises(ValueError, match="connected_components output"):
+        ops.component_sizes(bad)
+
+
+def _skimage_rule_inclusive() -> bool:
+    """skimage >= 0.26 maps the positional min_size MONAI passes to max_size: objects of size <=
+    min_size go (MONAI documents < min_size, which older skimage did)."""
+    morphology = pytest.importorskip("skimage.morphology")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return not morphology.remove_small_objects(np.ones((1, 3), bool), 3).any()
+
+
+def _monai_remove_small(x, **kw):
+    import warnings
+    mt = pytest.importorskip("monai.transforms")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.as_tensor(mt.RemoveSmallObjects(**kw)(x.clone()))
+
+
+@pytest.mark.parametrize("kw", [dict(min_size=3), dict(min_size=5, connectivity=2), dict(min_size=4, connectivity=3),
+                                dict(min_size=4, independent_channels=False), dict(min_size=20)])
+def test_remove_small_objects_equals_monai(kw):
+    """voxaug follows MONAI's documented rule (size < min_size goes); against a MONAI running on
+    skimage's inclusive rule, voxaug's min_size + 1 is the same integer threshold."""
+    shift = 1 if _skimage_rule_inclusive() else 0
+    vk = dict(kw, min_size=kw["min_size"] + shift)
+    rng = np.random.default_rng(kw["min_size"])
+    binary = torch.from_numpy((rng.random((1, 14, 12, 13)) < 0.3).astype(np.float32))
+    got = RemoveSmallObjects(**vk)(binary)
+    assert torch.equal(got, _monai_remove_small(binary, **kw)) and not torch.equal(got, binary)
+    for dtype in (torch.uint8, torch.int64):
+        assert torch.equal(RemoveSmallObjects(**vk)(binary.to(dtype)), _monai_remove_small(binary.to(dtype), **kw))
+    # A label map (max > 1): independent: each value is one object, connected or not.
+    labels = torch.from_numpy(rng.integers(0, 5, (1, 14, 12, 13))).float()
+    labels[labels == 3] = 0
+    labels[0, 0, 0, :2] = 3  # a rare value
+    labels[0, 5, 5, 5] = 2.7  # truncated to 2, as astype(int32)
+    got = RemoveSmallObjects(**vk)(labels)
+    assert torch.equal(got, _monai_remove_small(labels, **kw))
+    # One-hot (exclusive channels): at connectivity 1 MONAI's 4-D labelling has no cross-channel joins.
+    if kw.get("connectivity", 1) == 1:
+        onehot = torch.nn.functional.one_hot(labels[0].long(), 5).permute(3, 0, 1, 2).float()
+        assert torch.equal(RemoveSmallObjects(**vk)(onehot), _monai_remove_small(onehot, **kw))
+    # A batch: each sample as MONAI transforms it alone (one binary, one a label map).
+    batch = torch.stack([binary, labels])
+    got = RemoveSmallObjectsd("s", **vk)({"s": batch})["s"]
+    for n in range(2):
+        assert torch.equal(got[n], _monai_remove_small(batch[n], **kw))
+
+
+def test_remove_small_objects_rules_and_errors():
+    # Single-valued samples are returned as they are (MONAI), even an all-ones mask below min_size.
+    ones = torch.ones(1, 3, 3, 3)
+    assert torch.equal(RemoveSmallObjects(min_size=100)(ones), ones)
+    # min_size 0 removes nothing; the background stays background.
+    m = torch.from_numpy(rand_mask((1, 6, 7, 8), 0.3, 2)).float()
+    assert torch.equal(RemoveSmallObjects(min_size=0)(m), m)
+    # by_measure: min_size in mm^3 -> ceil(min_size / voxel volume) voxels, spacing from the affine.
+    mt = pytest.importorskip("monai.data")
+    lab = canonical(m[0].numpy() > 0, 1)
+    sizes = np.bincount(lab.ravel())
+    for pixdim, mm3 in (((2.0, 1.0, 1.5), 10.0), ((0.5, 0.5, 0.5), 0.3)):
+        need = np.ceil(mm3 / np.prod(pixdim))
+        ref = torch.from_numpy(((lab > 0) & (sizes[lab] >= need)).astype(np.float32))[None]
+        assert torch.equal(RemoveSmallObjects(min_size=mm3, by_measure=True, pixdim=pixdim)(m), ref)
+        meta = mt.MetaTensor(m.clone(), affine=torch.diag(torch.tensor([*pixdim, 1.0], dtype=torch.float64)))
+        assert torch.equal(torch.as_tensor(RemoveSmallObjects(min_size=mm3, by_measure=True)(meta)), ref)
+    with pytest.warns(UserWarning, match="assuming affine to be identity"):
+        RemoveSmallObjects(min_size=3, by_measure=True)(m)
+    with pytest.warns(UserWarning, match="not in use"):
+        RemoveSmallObjects(min_size=3, pixdim=2.0)(m)
+    # A label map through a transposed view (each value one object).
+    lab_map = torch.from_numpy(np.random.default_rng(1).integers(0, 6, (1, 9, 8, 7))).float()
+    lab_map[0, 0, 0, :3] = 9
+    t = lab_map.permute(0, 3, 2, 1).contiguous().permute(0, 3, 2, 1)
+    assert not t.is_contiguous()
+    ref = torch.where(lab_map == 9, 0.0, lab_map)
+    assert torch.equal(RemoveSmallObjects(min_size=4)(t), ref)
+    with pytest.raises(ValueError, match="Negative value labels"):
+        RemoveSmallObjects()(torch.tensor([[[[0.0, -2.0, 3.0]]]]))
+    with pytest.raises(ValueError, match="connectivity"):
+        RemoveSmallObjects(connectivity=4)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_remove_small_objects_device_matches_cpu(device):
+    rng = np.random.default_rng(4)
+    x = torch.from_numpy(rng.integers(0, 4, (2, 1, 16, 15, 14))).float()
+    x[1] = (x[1] > 1).float()  # one label map, one binary sample
+    for t in (RemoveSmallObjects(min_size=3), RemoveSmallObjects(min_size=5, independent_channels=False)):
+        assert torch.equal(t(x.to(device)).cpu(), t(x))
+    if torch.device(device).type == "cuda":
+        with sync_is_error():
+            out = RemoveSmallObjects(min_size=3)(x.to(device))
+        assert out.is_cuda

@@ -81,6 +81,9 @@ at::Tensor connected_components(const at::Tensor& mask, int64_t connectivity = 3
 // get_largest_connected_component_mask). CPU: three passes in the core; CUDA: device
 // reductions, no host sync.
 at::Tensor largest_components(const at::Tensor& labels, int64_t num_components = 1);
+// int32 (N, C, D, H, W): the size of each voxel's component in connected_components labels (0
+// for background). CPU: the core's passes; CUDA: a scatter-add and a gather, no host sync.
+at::Tensor component_sizes(const at::Tensor& labels);
 // MONAI RandCropByLabelClasses / TorchIO LabelSampler's centres: a class drawn with probability
 // proportional to ratios[k] among the classes present in `region`, then one of its voxels
 // uniformly. region: {} (the whole volume) or {lo_d, lo_h, lo_w, hi_d, hi_h, hi_w}, half-open
