@@ -65,7 +65,9 @@ Cases
       linear) + aal (label map, nearest) in one Subject, and of ch2better (0.5 -> 1 mm), and
       ToCanonical of ch2 under a permuted, flipped affine, vs TorchIO's ("monai ms" is TorchIO);
       checked against TorchIO's output (values within 1e-5 of the range; labels equal off
-      nearest-neighbour ties; ToCanonical bytes equal)
+      nearest-neighbour ties; ToCanonical bytes equal); RandomLabelsToImage of the AAL atlas at
+      half resolution (117 labels, TorchIO's default ranges), checked by each output's per-label
+      means and stds lying in those ranges
   (p) smooth fields (--only smooth): RandSmoothFieldAdjustContrast, RandSmoothFieldAdjustIntensity and
       RandSmoothDeform (rand_size 8^3, bilinear grid, def_range 0.1), prob 1, vs MONAI on 2x1x128^3
       (voxaug in one call, MONAI per sample) and 1x1x224x224x160. Checked: range and change
@@ -1133,7 +1135,7 @@ def kspace_rows(device, args):
 
 
 def torchio_pre_rows(device, args):
-    """(o) TorchIO Resample / ToCanonical on ch2 + aal and ch2better."""
+    """(o) TorchIO Resample / ToCanonical on ch2 + aal and ch2better; RandomLabelsToImage on aal."""
     import numpy as np
     import voxaug.spatial as vs
 
@@ -1186,6 +1188,35 @@ def torchio_pre_rows(device, args):
     rows.append(run_case("(o) ToCanonical vs TorchIO", ch2.as_tensor()[None],
                          lambda _x: t_c(c_subject)["image"].data.to(device),
                          lambda _x: plain(v_c(img))[None], check_range(0.0), device, args))
+    # RandomLabelsToImage on the AAL atlas at half resolution (91x109x91, 117 labels): TorchIO
+    # draws a noise volume per label. The draws differ, so the check is the distribution: each
+    # output's voxels of a label have one mean and std (std within TorchIO's default range).
+    import voxaug.labels as vl
+
+    aal_half = torch.from_numpy(np.ascontiguousarray(
+        load_meta("aal.nii.gz", torch.device("cpu"), "int16").as_tensor()[:, ::2, ::2, ::2].numpy()))
+    l_subject = tio.Subject(label=tio.LabelMap(tensor=aal_half))
+    t_l, v_l = tio.RandomLabelsToImage(label_key="label"), vl.RandomLabelsToImage(seed=0)
+    aal2 = aal_half.to(device)
+    ids = aal_half.reshape(-1).long()
+
+    def check_tissues(x, m, v):
+        texts, ok = [], True
+        for out in (m, v):
+            flat = out.reshape(-1).double().cpu()
+            n = torch.bincount(ids).double()
+            mean = torch.bincount(ids, flat) / n.clamp(min=1)
+            var = torch.bincount(ids, flat * flat) / n.clamp(min=1) - mean * mean
+            std = var.clamp(min=0).sqrt()[n > 100]
+            good = bool(((std > 0.005) & (std < 0.11)).all()) and bool(((mean[n > 100] > 0.05) &
+                                                                          (mean[n > 100] < 0.95)).all())
+            ok &= good
+            texts.append(f"label std {float(std.min()):.3f}-{float(std.max()):.3f}")
+        return ok, " / ".join(texts)
+
+    rows.append(run_case("(o) RandomLabelsToImage AAL/2 vs TorchIO", aal2[None],
+                         lambda _x: t_l(l_subject)["image_from_labels"].data.to(device),
+                         lambda _x: plain(v_l(aal2))[None], check_tissues, device, args))
     return rows
 
 

@@ -43,6 +43,7 @@ from voxaug import deform as D
 from voxaug import degrade as Dg
 from voxaug import filter as Fl
 from voxaug import kspace as Ks
+from voxaug import labels as Lb
 from voxaug import post as Po
 from voxaug import smooth_field as Sf
 from voxaug import stats as St
@@ -392,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
         ("KeepLargestCC 3 AAL labels", lambda t=Po.KeepLargestConnectedComponent(
             applied_labels=[int(v) for v in np.unique(label)[1:4]]): t(lab_batch)),
         ("RemoveSmallObjects AAL", lambda t=Po.RemoveSmallObjects(min_size=64): t(lab_batch)),
+        ("RandomLabelsToImage AAL", lambda t=Lb.RandomLabelsToImage(num_labels=int(label.max()) + 1, seed=seed + 16):
+            t(lab_batch)),
     ]
     for name, fn in spatial_cases:
         ms, _ = time_call(fn, device, args.repeats)

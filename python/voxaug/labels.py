@@ -1,5 +1,6 @@
 """TorchIO's label-map and shape utilities, batched on the data's device: OneHot, RemapLabels,
-RemoveLabels, SequentialLabels, Mask and EnsureShapeMultiple.
+RemoveLabels, SequentialLabels, Mask and EnsureShapeMultiple; and RandomLabelsToImage (images
+generated from segmentations).
 
 Inputs are (C, D, H, W) tensors or (N, C, D, H, W) batches; a dictionary (TorchIO's Subject) is
 transformed key by key: the label transforms touch the keys under `label_keys` (TorchIO's
@@ -18,9 +19,11 @@ import torch.nn.functional as F
 
 from .spatial import CropOrPad, _rep3
 from .stats import _torchio_mask
-from .transforms import _as_batch, _host_to
+from . import ops
+from .transforms import _as_batch, _host_to, _Randomizable
 
-__all__ = ["OneHot", "RemapLabels", "RemoveLabels", "SequentialLabels", "Mask", "EnsureShapeMultiple"]
+__all__ = ["OneHot", "RemapLabels", "RemoveLabels", "SequentialLabels", "Mask", "EnsureShapeMultiple",
+           "RandomLabelsToImage"]
 
 
 def _mask_for(x: torch.Tensor, masking_method: Any, data: Optional[Mapping], labels: Optional[Sequence[int]]
@@ -211,3 +214,201 @@ class EnsureShapeMultiple:
         else:
             shape = torch.as_tensor(data).shape[-3:] if not isinstance(data, torch.Tensor) else data.shape[-3:]
         return CropOrPad(self.target_shape(tuple(int(s) for s in shape)))(data)
+
+
+def _gaussian_parameter(value: Any, name: str) -> tuple[float, float]:
+    """TorchIO's parse_gaussian_parameter: a number v means (v, v); else (min, max), min <= max."""
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return float(value), float(value)
+    try:
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"If {name} is a sequence, it must be of len 2, not {value!r}") from None
+    if lo > hi:
+        raise ValueError(f"If {name} is a sequence, the second value must be equal or greater than the first, "
+                         f"not {value!r}")
+    return lo, hi
+
+
+class RandomLabelsToImage(_Randomizable):
+    """TorchIO RandomLabelsToImage(label_key=None, used_labels=None, image_key='image_from_labels',
+    mean=None, std=None, default_mean=(0.1, 0.9), default_std=(0.01, 0.1), discretize=False,
+    ignore_background=False): an image generated from a segmentation (Billot et al.'s SynthSeg
+    scheme): each label k gets a tissue ``N(mean_k, std_k)`` with mean_k ~ U(mean[k]) and
+    std_k ~ U(std[k]) (``default_mean`` / ``default_std`` when not given; a number v means
+    (v, v)), drawn per sample from Philox, and the tissues fill their labels' voxels. Float32.
+
+    - A label map (one channel, integral values): each voxel is ``mean_k + std_k * z`` of its
+      label k, z ~ N(0, 1) per voxel (TorchIO draws a noise volume per label and keeps each one's
+      voxels: the same distribution).
+    - A partial-volume map (several channels: one-hot or probabilities): ``sum_k p_k (mean_k +
+      std_k z_k)``, z_k independent per channel, summed in channel order in float32 as TorchIO's;
+      ``discretize=True`` takes each voxel's arg-max channel instead (voxels whose channels are all
+      0: background).
+    - ``used_labels``: other labels are background: the original image (``image_key`` already in
+      the dictionary, or ``image=``) shows through there, else 0. ``ignore_background``: label 0
+      gets no tissue (0, never the original image). Partial volumes: background where the used
+      channels sum below 0.5.
+
+    Call it on a dictionary (TorchIO's Subject; ``label_key`` names the label map, and the
+    result is stored under ``image_key``) or on the label map itself (``t(label_map, image=None)``
+    returns the image). (C, D, H, W) or (N, C, D, H, W); (1, D, H, W) / (N, 1, D, H, W) out.
+
+    The table of label parameters has K rows: len(mean) / len(std) when given (indexed by label
+    value, as TorchIO's get_params; a larger label raises), else 1 + the largest label, which
+    reads the maximum back on CUDA unless ``num_labels`` (a voxaug extension) gives K. Label
+    checks (integral, non-negative, < K) are made on the CPU; on CUDA they would read back, so
+    out-of-range labels are clamped there. Not TorchIO's: one draw stream for every label value
+    (TorchIO draws only for the labels present, and its mean list must then cover exactly those);
+    no ``p`` (a batch needs an image for every sample). Draws of the last call: ``last_mean``,
+    ``last_std`` ((N, K) numpy arrays)."""
+
+    def __init__(self, label_key: Optional[str] = None, used_labels: Optional[Sequence[int]] = None,
+                 image_key: str = "image_from_labels", mean: Optional[Sequence[Any]] = None,
+                 std: Optional[Sequence[Any]] = None, default_mean: Any = (0.1, 0.9), default_std: Any = (0.01, 0.1),
+                 discretize: bool = False, ignore_background: bool = False, num_labels: Optional[int] = None,
+                 seed: Optional[int] = None):
+        _Randomizable.__init__(self, seed)
+        if used_labels is not None:
+            if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in used_labels):
+                raise ValueError(f'Items in "used_labels" must be integers, but some are not: {used_labels}')
+            used_labels = [int(v) for v in used_labels]
+        self.label_key, self.used_labels, self.image_key = label_key, used_labels, image_key
+        parse = lambda seq, name: None if seq is None else [  # noqa: E731
+            _gaussian_parameter(v, f"{name}[{i}]") for i, v in enumerate(seq)]
+        self.mean_ranges, self.std_ranges = parse(mean, "mean"), parse(std, "std")
+        for ranges, name in ((self.mean_ranges, "mean"), (self.std_ranges, "std")):
+            if ranges is not None and used_labels is not None and len(ranges) != len(used_labels):
+                raise ValueError(f'If both "{name}" and "used_labels" are defined, they must have the same length')
+        if self.mean_ranges is not None and self.std_ranges is not None and \
+                len(self.mean_ranges) != len(self.std_ranges):
+            raise ValueError('If both "mean" and "std" are defined they must have the same length')
+        self.default_mean = _gaussian_parameter(default_mean, "default_mean")
+        self.default_std = _gaussian_parameter(default_std, "default_std")
+        self.discretize, self.ignore_background = bool(discretize), bool(ignore_background)
+        if num_labels is not None and int(num_labels) < 1:
+            raise ValueError(f"num_labels must be >= 1, got {num_labels}")
+        self.num_labels = None if num_labels is None else int(num_labels)
+        self.last_mean: Optional[np.ndarray] = None
+        self.last_std: Optional[np.ndarray] = None
+
+    def __call__(self, data: Any, image: Any = None) -> Any:
+        if not isinstance(data, collections.abc.Mapping):
+            return self._generate(data, image)
+        if self.label_key is None:
+            raise ValueError("label_key must name the label map of the dictionary")
+        if self.label_key not in data:
+            raise KeyError(f"label_key {self.label_key!r} is not in the data")
+        out = dict(data)
+        out[self.image_key] = self._generate(data[self.label_key], data.get(self.image_key))
+        return out
+
+    def _table_size(self, lab: torch.Tensor, channels: int, label_map: bool) -> int:
+        given = self.mean_ranges if self.mean_ranges is not None else self.std_ranges
+        if not label_map:
+            k = channels
+        elif given is not None:
+            k = len(given)
+        elif self.num_labels is not None:
+            k = self.num_labels
+        else:
+            k = int(lab.max()) + 1 if lab.numel() else 1  # reads back on CUDA (see the class notes)
+        if given is not None and len(given) < k:
+            raise RuntimeError(f'"mean" / "std" must define a value for each label: {len(given)} given for '
+                               f"{k} labels")
+        return max(k, 1)
+
+    def _draw(self, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        u = ops.philox_uniform(self._next_seed(), 0, n, 2 * k).numpy().reshape(n, k, 2)
+        def ranges(given, default):  # noqa: E306
+            r = np.array(given[:k] if given is not None else [default] * k, dtype=np.float64).reshape(k, 2)
+            return r[:, 0], r[:, 1]
+        m_lo, m_hi = ranges(self.mean_ranges, self.default_mean)
+        s_lo, s_hi = ranges(self.std_ranges, self.default_std)
+        self.last_mean = m_lo + (m_hi - m_lo) * u[..., 0]
+        self.last_std = s_lo + (s_hi - s_lo) * u[..., 1]
+        return self.last_mean, self.last_std
+
+    def _normals(self, shape, device) -> torch.Tensor:
+        z = torch.zeros(shape, dtype=torch.float32, device=device)
+        return ops.pointwise_chain_(z, [ops.Step(ops.GAUSSIAN_NOISE, 0, (0.0, 1.0), 1.0, self._next_seed())])
+
+    def _generate(self, labels: Any, image: Any) -> Any:
+        lab, restore = _as_batch(labels)
+        n, c = lab.shape[:2]
+        on_cpu = lab.device.type == "cpu"
+        label_map = c == 1
+        if label_map and not lab.dtype.is_floating_point and lab.dtype != torch.bool:
+            pass
+        elif label_map and on_cpu and not bool((lab == lab.round()).all()):
+            label_map = False  # TorchIO: a one-channel map with fractional values is a partial volume
+        orig = None
+        if image is not None:
+            orig, _ = _as_batch(image)
+            if orig.shape[0] != n or orig.shape[2:] != lab.shape[2:]:
+                raise ValueError(f"the image {tuple(orig.shape)} must match the label map {tuple(lab.shape)} in batch "
+                                 "and spatial size")
+            orig = orig[:, :1].to(device=lab.device, dtype=torch.float32)
+        used = None if self.used_labels is None else set(self.used_labels)
+        if not label_map and self.discretize:
+            best, arg = lab.max(dim=1, keepdim=True)
+            lab = arg.masked_fill(best == 0, -1)
+            label_map = True
+        k = self._table_size(lab, c, label_map)
+        mean, std = self._draw(n, k)
+        shape = (n, 1, *lab.shape[2:])
+        if label_map:
+            idx = lab.to(torch.int64)
+            bg: Any = True  # whether labels < 0 (background) may occur
+            if on_cpu:
+                lo, hi = (int(idx.min()), int(idx.max())) if idx.numel() else (0, 0)
+                if lo < -1 or (lo == -1 and not self.discretize):
+                    raise ValueError(f"label values must be >= 0, got {lo}")
+                if hi >= k:
+                    raise RuntimeError(f'"mean" / "std" must define a value for each label: label {hi} found, '
+                                       f"{k} values given")
+                bg = lo < 0
+            if bg is not False:
+                bg = idx < 0
+                idx = idx.clamp(0, k - 1)
+            gen = np.ones((n, k), dtype=bool)
+            if used is not None:
+                gen[:, [j for j in range(k) if j not in used]] = False
+            if self.ignore_background:
+                gen[:, 0] = False
+            table = np.stack([mean, std, gen], -1).astype(np.float32)  # (n, k, 3)
+            tab = _host_to(torch.from_numpy(table), lab.device)
+            flat = idx.reshape(n, -1)
+            pick = lambda j: tab[:, :, j].gather(1, flat).view(shape)  # noqa: E731
+            out = torch.addcmul(pick(0), self._normals(shape, lab.device), pick(1))
+            if not gen.all():
+                out *= pick(2)
+            if orig is not None:
+                back = bg
+                if used is not None:  # unused labels are background (label 0 not with ignore_background)
+                    unused = torch.zeros(k, dtype=torch.bool)
+                    unused[[j for j in range(k) if j not in used and not (j == 0 and self.ignore_background)]] = True
+                    back = back | _host_to(unused, lab.device)[idx]
+                if back is not False:
+                    out = torch.where(back, orig, out)
+            return restore(out)
+        # Partial volume: channel by channel, in TorchIO's order of additions.
+        p = lab.to(torch.float32)
+        z = self._normals((n, k, *lab.shape[2:]), lab.device)
+        m_t = _host_to(torch.from_numpy(mean.astype(np.float32)), lab.device).view(n, k, 1, 1, 1)
+        s_t = _host_to(torch.from_numpy(std.astype(np.float32)), lab.device).view(n, k, 1, 1, 1)
+        out = torch.zeros(shape, dtype=torch.float32, device=lab.device)
+        weight = torch.zeros(shape, dtype=torch.float32, device=lab.device) if orig is not None else None
+        for j in range(k):
+            if j == 0 and self.ignore_background:
+                if weight is not None:
+                    weight += p[:, :1]
+                continue
+            if used is not None and j not in used:
+                continue
+            out += (z[:, j:j + 1] * s_t[:, j:j + 1] + m_t[:, j:j + 1]) * p[:, j:j + 1]
+            if weight is not None:
+                weight += p[:, j:j + 1]
+        if orig is not None:
+            out = torch.where(weight < 0.5, orig, out)
+        return restore(out)
