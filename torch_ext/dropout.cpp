@@ -14,9 +14,9 @@
 #include <cmath>
 
 #include "autograd_guard.h"
+#include "host_cache.h"
 #include "tensor_view.h"
 #include "voxaug/dropout.h"
-#include "host_cache.h"
 
 namespace voxaug::torch_ext {
 namespace {
@@ -130,11 +130,11 @@ at::Tensor coarse_dropout_call(const at::Tensor& image, const at::Tensor& boxes,
                                const at::Tensor& counts, bool dropout_holes, int64_t fill_mode,
                                double fill_value, double fill_low, double fill_high, int64_t seed,
                                int64_t first_sample) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("voxaug::coarse_dropout", "")
-                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                         bool, int64_t, double, double, double, int64_t,
-                                         int64_t)>();
+  static auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("voxaug::coarse_dropout", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, int64_t,
+                            double, double, double, int64_t, int64_t)>();
   return op.call(image, boxes, counts, dropout_holes, fill_mode, fill_value, fill_low, fill_high,
                  seed, first_sample);
 }
@@ -142,51 +142,108 @@ at::Tensor coarse_dropout_call(const at::Tensor& image, const at::Tensor& boxes,
 struct CoarseDropoutFunction : public torch::autograd::Function<CoarseDropoutFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& image,
                             const at::Tensor& boxes, const at::Tensor& counts, bool dropout_holes,
-                            int64_t fill_mode, double fill_value, double fill_low,
-                            double fill_high, int64_t seed, int64_t first_sample) {
+                            int64_t fill_mode, double fill_value, double fill_low, double fill_high,
+                            int64_t seed, int64_t first_sample) {
     ctx->saved_data["boxes"] = boxes;
     ctx->saved_data["counts"] = counts;
     ctx->saved_data["dropout_holes"] = dropout_holes;
     at::AutoDispatchBelowADInplaceOrView below;
-    return coarse_dropout_call(image, boxes, counts, dropout_holes, fill_mode, fill_value,
-                               fill_low, fill_high, seed, first_sample);
+    return coarse_dropout_call(image, boxes, counts, dropout_holes, fill_mode, fill_value, fill_low,
+                               fill_high, seed, first_sample);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const at::Tensor g = coarse_dropout_call(
         grads[0], ctx->saved_data["boxes"].toTensor(), ctx->saved_data["counts"].toTensor(),
         ctx->saved_data["dropout_holes"].toBool(), /*fill_mode=*/0, 0.0, 0.0, 0.0, 0, 0);
-    return {g,          at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {g,
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor()};
   }
 };
 
 at::Tensor coarse_dropout_autograd(const at::Tensor& image, const at::Tensor& boxes,
-                                   const at::Tensor& counts, bool dropout_holes,
-                                   int64_t fill_mode, double fill_value, double fill_low,
-                                   double fill_high, int64_t seed, int64_t first_sample) {
+                                   const at::Tensor& counts, bool dropout_holes, int64_t fill_mode,
+                                   double fill_value, double fill_low, double fill_high,
+                                   int64_t seed, int64_t first_sample) {
   return CoarseDropoutFunction::apply(image, boxes, counts, dropout_holes, fill_mode, fill_value,
                                       fill_low, fill_high, seed, first_sample);
 }
 
 }  // namespace
 
+// Coarse shuffle: the core permutes `x`'s boxes in place (host tables).
+void run_shuffle(const at::Tensor& x, const at::Tensor& boxes, const at::Tensor& counts,
+                 int64_t seed, int64_t first_sample) {
+  check_args(x, boxes, counts, 0, false);
+  TORCH_CHECK_VALUE(first_sample >= 0 && first_sample + x.size(0) <= (int64_t(1) << 32),
+                    "first_sample must be in [0, 2^32 - N], got ", first_sample);
+  if (x.numel() == 0) return;
+  const at::Tensor b = boxes.contiguous(), c = counts.contiguous();
+  CoarseShuffleParams p;
+  p.boxes = b.data_ptr<int64_t>();
+  p.counts = c.data_ptr<int64_t>();
+  p.max_boxes = boxes.size(1);
+  p.seed = static_cast<uint64_t>(seed);
+  const c10::DeviceGuard guard(x.device());
+  call_core([&] {
+    coarse_shuffle_(to_view(x, "image"), p, current_stream(x), static_cast<uint32_t>(first_sample));
+  });
+}
+
+at::Tensor coarse_shuffle_impl(const at::Tensor& image, const at::Tensor& boxes,
+                               const at::Tensor& counts, int64_t seed, int64_t first_sample) {
+  check_args(image, boxes, counts, 0, false);
+  at::Tensor out = image.clone(at::MemoryFormat::Contiguous);
+  run_shuffle(out, boxes, counts, seed, first_sample);
+  return out;
+}
+
+void coarse_shuffle_inplace_impl(const at::Tensor& image, const at::Tensor& boxes,
+                                 const at::Tensor& counts, int64_t seed, int64_t first_sample) {
+  run_shuffle(image, boxes, counts, seed, first_sample);
+}
+
+void coarse_shuffle_inplace_meta(const at::Tensor& image, const at::Tensor& boxes,
+                                 const at::Tensor& counts, int64_t, int64_t) {
+  check_args(image, boxes, counts, 0, true);
+}
+
+at::Tensor coarse_shuffle_meta(const at::Tensor& image, const at::Tensor& boxes,
+                               const at::Tensor& counts, int64_t, int64_t) {
+  check_args(image, boxes, counts, 0, true);
+  return at::empty_like(image, at::MemoryFormat::Contiguous);
+}
+
 TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
+  m.impl("coarse_shuffle", &coarse_shuffle_impl);
+  m.impl("coarse_shuffle_", &coarse_shuffle_inplace_impl);
   m.impl("coarse_dropout", &coarse_dropout_impl);
   m.impl("coarse_dropout_", &coarse_dropout_inplace_impl);
 }
 TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
+  m.impl("coarse_shuffle", &coarse_shuffle_impl);
+  m.impl("coarse_shuffle_", &coarse_shuffle_inplace_impl);
   m.impl("coarse_dropout", &coarse_dropout_impl);
   m.impl("coarse_dropout_", &coarse_dropout_inplace_impl);
 }
 TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
+  m.impl("coarse_shuffle", &coarse_shuffle_meta);
+  m.impl("coarse_shuffle_", &coarse_shuffle_inplace_meta);
   m.impl("coarse_dropout", &coarse_dropout_meta);
   m.impl("coarse_dropout_", &coarse_dropout_inplace_meta);
 }
 
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
   m.impl("coarse_dropout", &coarse_dropout_autograd);
-  const char* const no_backward[] = {"coarse_dropout_"};
+  const char* const no_backward[] = {"coarse_dropout_", "coarse_shuffle", "coarse_shuffle_"};
   register_no_backward(m, no_backward);
 }
 

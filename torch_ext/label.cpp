@@ -158,7 +158,7 @@ TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
 }
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
   const char* const no_backward[] = {"connected_components", "largest_components",
-                                        "component_sizes"};
+                                     "component_sizes"};
   register_no_backward(m, no_backward);
 }
 

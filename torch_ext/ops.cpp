@@ -222,6 +222,14 @@ TORCH_LIBRARY(voxaug, m) {
       "coarse_dropout_(Tensor(a!) image, Tensor boxes, Tensor counts, bool dropout_holes=True, "
       "int fill_mode=0, float fill_value=0.0, float fill_low=0.0, float fill_high=0.0, "
       "int seed=0, int first_sample=0) -> ()");
+  // MONAI RandCoarseShuffle: a copy with the voxels of each box permuted per channel, box after
+  // box (the same host tables as coarse_dropout); Philox-keyed, the same on CPU and CUDA.
+  m.def(
+      "coarse_shuffle(Tensor image, Tensor boxes, Tensor counts, int seed=0, int first_sample=0) "
+      "-> Tensor");
+  m.def(
+      "coarse_shuffle_(Tensor(a!) image, Tensor boxes, Tensor counts, int seed=0, "
+      "int first_sample=0) -> ()");
   // Lowres family (include/voxaug/lowres.h): MONAI RandSimulateLowResolution as one gather:
   // interpolate(nearest, size=low_size[n]) then interpolate(upsample_mode: 0 trilinear,
   // 1 nearest, back to the image size). low_size: (N, 3) int64 CPU. Output float32 by default.

@@ -50,4 +50,27 @@ struct CoarseDropoutParams {
 void coarse_dropout(const VolumeView& in, const VolumeView& out, const CoarseDropoutParams& params,
                     cudaStream_t stream = nullptr, uint32_t first_sample = 0);
 
+// MONAI RandCoarseShuffle, batched: the voxels of each box, channel by channel, randomly
+// permuted in place, box after box (a box overlapping an earlier one permutes that one's result,
+// as MONAI's loop). The permutation of box j, channel c of global sample g is the stable
+// ascending argsort of 32-bit Philox keys (seed, sample g, stream Shuffle, counter (j * C + c) <<
+// 40 | i >> 2, word i & 3) of the box's voxels i in C-order: new[i] = old[perm[i]] -- the same
+// permutation on the CPU (LSD radix sort) and on CUDA (CUB radix sort), for any thread count.
+struct CoarseShuffleParams {
+  // HOST tables: (N, max_boxes, 6) int64 rows (d0, h0, w0, d1, h1, w1), half-open boxes inside
+  // the volume, and (N,) int64 boxes used per sample (0: the sample is unchanged).
+  const int64_t* boxes = nullptr;
+  const int64_t* counts = nullptr;
+  int64_t max_boxes = 0;
+  uint64_t seed = 0;
+};
+
+// x: (N, C, D, H, W), any dtype and strides (elements must not alias each other), shuffled in
+// place. A box must lie inside the volume and hold fewer than 2^32 voxels. CUDA: per box and
+// sample a key launch, a radix sort per channel, a gather and a store on `stream` (workspace
+// from cudaMallocAsync, freed on the stream), no host synchronisation. Throws voxaug::Error on bad
+// arguments.
+void coarse_shuffle_(const VolumeView& x, const CoarseShuffleParams& params,
+                     cudaStream_t stream = nullptr, uint32_t first_sample = 0);
+
 }  // namespace voxaug

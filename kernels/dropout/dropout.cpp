@@ -32,6 +32,8 @@ VOXAUG_DROPOUT_CUDA_DECL(int16_t)
 VOXAUG_DROPOUT_CUDA_DECL(int32_t)
 VOXAUG_DROPOUT_CUDA_DECL(int64_t)
 #undef VOXAUG_DROPOUT_CUDA_DECL
+void coarse_shuffle_cuda(const VolumeView& x, const CoarseShuffleParams& p, cudaStream_t stream,
+                         uint32_t first_sample);
 #endif
 namespace {
 
@@ -70,14 +72,14 @@ void fill_uniform_baseline(const DropoutFunctor<T>& f, const typename DropoutFun
 #if VOXAUG_CPU_CLONES
 template <class T>
 VOXAUG_TARGET_AVX2 void fill_uniform_avx2(const DropoutFunctor<T>& f,
-                                           const typename DropoutFunctor<T>::State& s, int64_t n,
-                                           int64_t e, int64_t cnt, T* dst) {
+                                          const typename DropoutFunctor<T>::State& s, int64_t n,
+                                          int64_t e, int64_t cnt, T* dst) {
   fill_uniform_dense(f, s, n, e, cnt, dst);
 }
 template <class T>
 VOXAUG_TARGET_AVX512 void fill_uniform_avx512(const DropoutFunctor<T>& f,
-                                               const typename DropoutFunctor<T>::State& s,
-                                               int64_t n, int64_t e, int64_t cnt, T* dst) {
+                                              const typename DropoutFunctor<T>::State& s, int64_t n,
+                                              int64_t e, int64_t cnt, T* dst) {
   fill_uniform_dense(f, s, n, e, cnt, dst);
 }
 #endif
@@ -347,8 +349,174 @@ void run(const VolumeView& in, const VolumeView& out, const CoarseDropoutParams&
 #endif
 }
 
+// ---- coarse shuffle (CPU) ----
+
+// Stable ascending argsort of n keys (LSD radix: 11, 11 and 10 bits): perm[r] = the index of the
+// r-th smallest key, ties in index order (as CUB's radix sort). keys and the scratch k2 / p2
+// (n entries each) are clobbered.
+void radix_argsort(uint32_t* keys, size_t n, uint32_t* perm, uint32_t* k2, uint32_t* p2) {
+  for (size_t i = 0; i < n; ++i) p2[i] = static_cast<uint32_t>(i);
+  // (keys, p2) -> (k2, perm) -> (keys, p2) -> (k2, perm): the third pass writes `perm`.
+  uint32_t *ka = keys, *pa = p2, *kb = k2, *pb = perm;
+  const int shifts[3] = {0, 11, 22};
+  std::vector<size_t> start(2049);
+  for (int pass = 0; pass < 3; ++pass) {
+    const int shift = shifts[pass];
+    std::fill(start.begin(), start.end(), size_t(0));
+    for (size_t i = 0; i < n; ++i) ++start[((ka[i] >> shift) & 2047u) + 1];
+    for (int b = 0; b < 2048; ++b) start[b + 1] += start[b];
+    for (size_t i = 0; i < n; ++i) {
+      const size_t d = start[(ka[i] >> shift) & 2047u]++;
+      kb[d] = ka[i];
+      pb[d] = pa[i];
+    }
+    std::swap(ka, kb);
+    std::swap(pa, pb);
+  }
+}
+
+ShuffleBox shuffle_box(const VolumeView& x, const int64_t* row, int64_t n) {
+  ShuffleBox b{};
+  b.base = n * x.strides[0] + row[0] * x.strides[2] + row[1] * x.strides[3] + row[2] * x.strides[4];
+  for (int a = 0; a < 4; ++a) b.stride[a] = x.strides[a + 1];
+  for (int a = 0; a < 3; ++a) b.size[a] = row[a + 3] - row[a];
+  b.channels = x.shape[1];
+  b.volume = b.size[0] * b.size[1] * b.size[2];
+  return b;
+}
+
+// The permutations do not depend on the data: every (sample, channel, box) one is computed in
+// parallel first (keys, radix argsort); then each (sample, channel) applies its boxes in order.
+template <class T>
+void coarse_shuffle_cpu(const VolumeView& x, const CoarseShuffleParams& p, uint32_t first_sample) {
+  const int64_t N = x.shape[0], C = x.shape[1];
+  struct Task {
+    int64_t n, c, j;
+    size_t offset;
+    ShuffleBox box;
+  };
+  std::vector<Task> tasks;
+  std::vector<size_t> first_task(static_cast<size_t>(N * C + 1), 0);
+  size_t total = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) {
+      first_task[static_cast<size_t>(n * C + c)] = tasks.size();
+      for (int64_t j = 0; j < p.counts[n]; ++j) {
+        const ShuffleBox b = shuffle_box(x, p.boxes + (n * p.max_boxes + j) * 6, n);
+        if (b.volume < 2) continue;
+        tasks.push_back({n, c, j, total, b});
+        total += static_cast<size_t>(b.volume);
+      }
+    }
+  first_task[static_cast<size_t>(N * C)] = tasks.size();
+  std::vector<uint32_t> perms(total);
+  const int64_t num_tasks = static_cast<int64_t>(tasks.size());
+#pragma omp parallel
+  {
+    std::vector<uint32_t> keys, k2, p2;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < num_tasks; ++t) {
+      const Task& tk = tasks[static_cast<size_t>(t)];
+      const int64_t V = tk.box.volume;
+      keys.resize(static_cast<size_t>(V));
+      k2.resize(static_cast<size_t>(V));
+      p2.resize(static_cast<size_t>(V));
+      const uint32_t g = first_sample + static_cast<uint32_t>(tk.n);
+      const uint64_t seg = static_cast<uint64_t>(tk.j * C + tk.c);
+      // shuffle_key's words, block by block: words 4b .. 4b + 3 of block (seg << 40) | b.
+      keys.resize(static_cast<size_t>((V + 3) / 4 * 4 + 64));
+      philox_words(p.seed, seg << 40, (V + 3) / 4, g, PhiloxStream::Shuffle, keys.data());
+      radix_argsort(keys.data(), static_cast<size_t>(V), perms.data() + tk.offset, k2.data(),
+                    p2.data());
+    }
+  }
+  T* data = static_cast<T*>(x.data);
+#pragma omp parallel
+  {
+    std::vector<T> dense, tmp;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t nc = 0; nc < N * C; ++nc)
+      for (size_t t = first_task[static_cast<size_t>(nc)];
+           t < first_task[static_cast<size_t>(nc) + 1]; ++t) {
+        const Task& tk = tasks[t];
+        const ShuffleBox& b = tk.box;
+        const uint32_t* perm = perms.data() + tk.offset;
+        const int64_t V = b.volume, rows = b.size[0] * b.size[1], W = b.size[2];
+        dense.resize(static_cast<size_t>(V));
+        tmp.resize(static_cast<size_t>(V));
+        // Box rows to a dense buffer, permuted there (within the cache), rows back: no
+        // per-voxel index arithmetic (ShuffleBox::offset's divisions are the device's way).
+        const T* src = data + b.base + tk.c * b.stride[0];
+        for (int64_t r = 0; r < rows; ++r) {
+          const T* row = src + (r / b.size[1]) * b.stride[1] + (r % b.size[1]) * b.stride[2];
+          T* d = dense.data() + r * W;
+          for (int64_t w = 0; w < W; ++w) d[w] = row[w * b.stride[3]];
+        }
+        for (int64_t i = 0; i < V; ++i) tmp[static_cast<size_t>(i)] = dense[perm[i]];
+        T* dst = data + b.base + tk.c * b.stride[0];
+        for (int64_t r = 0; r < rows; ++r) {
+          T* row = dst + (r / b.size[1]) * b.stride[1] + (r % b.size[1]) * b.stride[2];
+          const T* s = tmp.data() + r * W;
+          for (int64_t w = 0; w < W; ++w) row[w * b.stride[3]] = s[w];
+        }
+      }
+  }
+}
+
 }  // namespace
 }  // namespace detail
+
+void coarse_shuffle_(const VolumeView& x, const CoarseShuffleParams& p, cudaStream_t stream,
+                     uint32_t first_sample) {
+#if !VOXAUG_WITH_CUDA
+  (void)stream;
+#endif
+  for (int a = 0; a < 5; ++a)
+    VOXAUG_EXPECTS(x.shape[a] >= 0,
+                   "coarse_shuffle: image sizes must be >= 0, got " + x.describe());
+  VOXAUG_EXPECTS(p.max_boxes >= 0,
+                 "coarse_shuffle: max_boxes must be >= 0, got " + std::to_string(p.max_boxes));
+  VOXAUG_EXPECTS(first_sample + static_cast<uint64_t>(x.shape[0]) <= (uint64_t(1) << 32),
+                 "coarse_shuffle: first_sample + batch must be <= 2^32");
+  if (x.numel() == 0) return;
+  VOXAUG_EXPECTS(x.data != nullptr, "coarse_shuffle: image must not be null");
+  VOXAUG_EXPECTS(p.counts != nullptr && (p.boxes != nullptr || p.max_boxes == 0),
+                 "coarse_shuffle: boxes and counts (host tables) must not be null");
+  VOXAUG_EXPECTS(x.shape[1] < (int64_t(1) << 20), "coarse_shuffle: at most 2^20 channels");
+  for (int64_t n = 0; n < x.shape[0]; ++n) {
+    VOXAUG_EXPECTS(p.counts[n] >= 0 && p.counts[n] <= p.max_boxes,
+                   "coarse_shuffle: counts[" + std::to_string(n) +
+                       "] = " + std::to_string(p.counts[n]) +
+                       " must be in [0, max_boxes = " + std::to_string(p.max_boxes) + "]");
+    for (int64_t j = 0; j < p.counts[n]; ++j) {
+      const int64_t* row = p.boxes + (n * p.max_boxes + j) * 6;
+      int64_t volume = 1;
+      for (int a = 0; a < 3; ++a) {
+        VOXAUG_EXPECTS(row[a] >= 0 && row[a] <= row[a + 3] && row[a + 3] <= x.shape[a + 2],
+                       "coarse_shuffle: box " + std::to_string(j) + " of sample " +
+                           std::to_string(n) + " must lie inside the volume " + x.describe());
+        volume *= row[a + 3] - row[a];
+      }
+      VOXAUG_EXPECTS(volume < (int64_t(1) << 32),
+                     "coarse_shuffle: a box must hold fewer than 2^32 voxels");
+    }
+  }
+  if (x.device == Device::CUDA) {
+#if VOXAUG_WITH_CUDA
+    detail::check_device_pointer(x.data, x.device_index, "image");
+    detail::coarse_shuffle_cuda(x, p, stream, first_sample);
+    return;
+#else
+    VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
+#endif
+  }
+  switch (dtype_size(x.dtype)) {  // a permutation moves whole elements: by size
+    case 1: return detail::coarse_shuffle_cpu<uint8_t>(x, p, first_sample);
+    case 2: return detail::coarse_shuffle_cpu<uint16_t>(x, p, first_sample);
+    case 4: return detail::coarse_shuffle_cpu<uint32_t>(x, p, first_sample);
+    default: return detail::coarse_shuffle_cpu<uint64_t>(x, p, first_sample);
+  }
+}
 
 void coarse_dropout(const VolumeView& in, const VolumeView& out, const CoarseDropoutParams& p,
                     cudaStream_t stream, uint32_t first_sample) {

@@ -1,4 +1,10 @@
-// voxaug: CUDA backend of coarse dropout: the shared functor through the generic launcher.
+// voxaug: CUDA backend of coarse dropout (the shared functor through the generic launcher) and
+// coarse shuffle (shared key / move bodies, CUB radix sorts).
+#include <cub/device/device_radix_sort.cuh>
+
+#include <algorithm>
+#include <cstdint>
+
 #include "../common/cuda_check.cuh"
 #include "../common/launch_cuda.cuh"
 #include "dropout_kernels.h"
@@ -20,5 +26,90 @@ VOXAUG_DROPOUT_CUDA(int16_t)
 VOXAUG_DROPOUT_CUDA(int32_t)
 VOXAUG_DROPOUT_CUDA(int64_t)
 #undef VOXAUG_DROPOUT_CUDA
+
+}  // namespace voxaug::detail
+
+// ---- coarse shuffle ----
+
+namespace voxaug::detail {
+namespace {
+
+size_t align256(size_t b) {
+  return (b + 255) / 256 * 256;
+}
+
+// Per (sample, box): keys + indices, a stable radix sort of each channel's pairs (CUB), the
+// permuted values into a scratch buffer, then back into the box. One workspace for the call.
+template <class T>
+void coarse_shuffle_cuda_typed(const VolumeView& x, const CoarseShuffleParams& p,
+                               cudaStream_t stream, uint32_t first_sample) {
+  const int64_t N = x.shape[0], C = x.shape[1];
+  int64_t max_volume = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < p.counts[n]; ++j) {
+      const int64_t* r = p.boxes + (n * p.max_boxes + j) * 6;
+      max_volume = std::max(max_volume, (r[3] - r[0]) * (r[4] - r[1]) * (r[5] - r[2]));
+    }
+  if (max_volume < 2) return;
+  const size_t items = static_cast<size_t>(max_volume * C);
+  size_t sort_bytes = 0;
+  VOXAUG_CUDA_TRY(cub::DeviceRadixSort::SortPairs(
+      nullptr, sort_bytes, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
+      static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
+      static_cast<int64_t>(max_volume), 0, 32));
+  const size_t word_bytes = align256(items * sizeof(uint32_t));
+  const size_t tmp_bytes = align256(items * sizeof(T));
+  const size_t total = 4 * word_bytes + tmp_bytes + align256(sort_bytes);
+  char* ws = nullptr;
+  VOXAUG_CUDA_TRY(cudaMallocAsync(reinterpret_cast<void**>(&ws), total, stream));
+  uint32_t* keys_in = reinterpret_cast<uint32_t*>(ws);
+  uint32_t* keys_out = reinterpret_cast<uint32_t*>(ws + word_bytes);
+  uint32_t* idx_in = reinterpret_cast<uint32_t*>(ws + 2 * word_bytes);
+  uint32_t* idx_out = reinterpret_cast<uint32_t*>(ws + 3 * word_bytes);
+  T* tmp = reinterpret_cast<T*>(ws + 4 * word_bytes);
+  void* sort_tmp = ws + 4 * word_bytes + tmp_bytes;
+  try {
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = 0; j < p.counts[n]; ++j) {
+        const int64_t* r = p.boxes + (n * p.max_boxes + j) * 6;
+        ShuffleBox b{};
+        b.base = n * x.strides[0] + r[0] * x.strides[2] + r[1] * x.strides[3] + r[2] * x.strides[4];
+        for (int a = 0; a < 4; ++a) b.stride[a] = x.strides[a + 1];
+        for (int a = 0; a < 3; ++a) b.size[a] = r[a + 3] - r[a];
+        b.channels = C;
+        b.volume = b.size[0] * b.size[1] * b.size[2];
+        if (b.volume < 2) continue;
+        const uint32_t g = first_sample + static_cast<uint32_t>(n);
+        CudaLauncher::launch(ShuffleKeysBody{b, p.seed, g, j, keys_in, idx_in}, 1, stream);
+        for (int64_t c = 0; c < C; ++c) {
+          size_t bytes = sort_bytes;
+          const int64_t o = c * b.volume;
+          VOXAUG_CUDA_TRY(cub::DeviceRadixSort::SortPairs(sort_tmp, bytes, keys_in + o,
+                                                          keys_out + o, idx_in + o, idx_out + o,
+                                                          b.volume, 0, 32, stream));
+        }
+        T* data = static_cast<T*>(x.data);
+        CudaLauncher::launch(ShuffleMoveBody<T, false>{b, data, tmp, idx_out}, 1, stream);
+        CudaLauncher::launch(ShuffleMoveBody<T, true>{b, data, tmp, idx_out}, 1, stream);
+      }
+  } catch (...) {
+    cudaFreeAsync(ws, stream);
+    throw;
+  }
+  VOXAUG_CUDA_TRY(cudaFreeAsync(ws, stream));
+}
+
+}  // namespace
+
+void coarse_shuffle_cuda(const VolumeView& x, const CoarseShuffleParams& p, cudaStream_t stream,
+                         uint32_t first_sample) {
+  CudaDeviceGuard guard(x.device_index);
+  switch (dtype_size(x.dtype)) {  // a permutation moves whole elements: by size
+    case 1: return coarse_shuffle_cuda_typed<uint8_t>(x, p, stream, first_sample);
+    case 2: return coarse_shuffle_cuda_typed<uint16_t>(x, p, stream, first_sample);
+    case 4: return coarse_shuffle_cuda_typed<uint32_t>(x, p, stream, first_sample);
+    default: return coarse_shuffle_cuda_typed<uint64_t>(x, p, stream, first_sample);
+  }
+}
 
 }  // namespace voxaug::detail

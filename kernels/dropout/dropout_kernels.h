@@ -68,4 +68,73 @@ struct DropoutFunctor {
   }
 };
 
+// ---- coarse shuffle ----
+
+// The sort key of voxel i (C-order within the box) of box j, channel c (of `channels`), global
+// sample g.
+VOXAUG_HD VOXAUG_FORCEINLINE uint32_t shuffle_key(uint64_t seed, uint32_t g, int64_t j, int64_t c,
+                                                  int64_t channels, int64_t i) {
+  const uint64_t seg = static_cast<uint64_t>(j * channels + c);
+  const U32x4 r =
+      philox_block(seed, (seg << 40) | static_cast<uint64_t>(i >> 2), g, PhiloxStream::Shuffle);
+  switch (i & 3) {
+    case 0: return r.x;
+    case 1: return r.y;
+    case 2: return r.z;
+    default: return r.w;
+  }
+}
+
+// One box of one sample: where its voxels live.
+struct ShuffleBox {
+  int64_t base;       // element offset of (n, c = 0, d0, h0, w0)
+  int64_t stride[4];  // C, D, H, W strides (elements)
+  int64_t size[3];    // box extent (D, H, W)
+  int64_t channels;
+  int64_t volume;  // size[0] * size[1] * size[2]
+  VOXAUG_HD VOXAUG_FORCEINLINE int64_t offset(int64_t c, int64_t i) const {
+    const int64_t w = i % size[2], t = i / size[2];
+    return base + c * stride[0] + (t / size[1]) * stride[1] + (t % size[1]) * stride[2] +
+           w * stride[3];
+  }
+};
+
+// Keys and indices of every (channel, voxel) of a box, channel-major: keys[c V + i], idx[c V + i] =
+// i.
+struct ShuffleKeysBody {
+  ShuffleBox b;
+  uint64_t seed;
+  uint32_t g;
+  int64_t j;
+  uint32_t* keys;
+  uint32_t* idx;
+  struct State {};
+  VOXAUG_HD int64_t items() const { return b.channels * b.volume; }
+  VOXAUG_HD void begin_sample(int64_t, State&) const {}
+  VOXAUG_HD VOXAUG_FORCEINLINE void operator()(State&, int64_t, int64_t e) const {
+    const int64_t c = e / b.volume, i = e - c * b.volume;
+    keys[e] = shuffle_key(seed, g, j, c, b.channels, i);
+    idx[e] = static_cast<uint32_t>(i);
+  }
+};
+
+// tmp[c V + i] = x[box voxel perm[c V + i] of channel c] (Store: x[voxel i] = tmp[c V + i]).
+template <class T, bool Store>
+struct ShuffleMoveBody {
+  ShuffleBox b;
+  T* x;
+  T* tmp;
+  const uint32_t* perm;
+  struct State {};
+  VOXAUG_HD int64_t items() const { return b.channels * b.volume; }
+  VOXAUG_HD void begin_sample(int64_t, State&) const {}
+  VOXAUG_HD VOXAUG_FORCEINLINE void operator()(State&, int64_t, int64_t e) const {
+    const int64_t c = e / b.volume, i = e - c * b.volume;
+    if (Store)
+      x[b.offset(c, i)] = tmp[e];
+    else
+      tmp[e] = x[b.offset(c, static_cast<int64_t>(perm[e]))];
+  }
+};
+
 }  // namespace voxaug::detail

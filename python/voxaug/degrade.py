@@ -1,6 +1,6 @@
-"""Image degradations with MONAI's names and arguments: RandCoarseDropout(d) and
-RandSimulateLowResolution(d), backed by ``torch.ops.voxaug.coarse_dropout`` and
-``torch.ops.voxaug.simulate_low_resolution``: a batch is transformed in one launch, each sample
+"""Image degradations with MONAI's names and arguments: RandCoarseDropout(d), RandCoarseShuffle(d)
+and RandSimulateLowResolution(d), backed by ``torch.ops.voxaug.coarse_dropout``,
+``torch.ops.voxaug.coarse_shuffle`` and ``torch.ops.voxaug.simulate_low_resolution``: a batch is transformed in one launch, each sample
 with its own random parameters; GibbsNoise(d) / RandGibbsNoise(d) through torch's FFTs (one
 forward and one inverse transform per batch).
 
@@ -31,7 +31,8 @@ from .spatial import _one_affine, _spacing_of
 from .transforms import _as_batch, _check_prob, _Dict, _host_to, _Randomizable, _torchio_range
 
 __all__ = [
-    "RandCoarseDropout", "RandCoarseDropoutd", "RandSimulateLowResolution", "RandSimulateLowResolutiond",
+    "RandCoarseDropout", "RandCoarseDropoutd", "RandCoarseShuffle", "RandCoarseShuffled",
+    "RandSimulateLowResolution", "RandSimulateLowResolutiond",
     "RandomAnisotropy",
     "GibbsNoise", "GibbsNoised", "RandGibbsNoise", "RandGibbsNoised",
 ]
@@ -88,29 +89,17 @@ class _Degrade:
         return restore(self._run(x, params))
 
 
-class RandCoarseDropout(_Degrade, _Randomizable):
-    """MONAI RandCoarseDropout, batched. Per sample, with probability `prob`: the number of holes
-    is `holes`, or uniform in [holes, max_holes]; each hole's size is `spatial_size` or, with
-    `max_spatial_size`, uniform per axis in [previous hole's size, max_spatial_size] (MONAI's
+class _CoarseHoles(_Degrade, _Randomizable):
+    """MONAI RandCoarseTransform's holes, batched: per sample, with probability `prob`, the number
+    of holes is `holes`, or uniform in [holes, max_holes]; each hole's size is `spatial_size` or,
+    with `max_spatial_size`, uniform per axis in [previous hole's size, max_spatial_size] (MONAI's
     loop reuses the last size as the next minimum; the first hole starts from `spatial_size`),
     clipped to the image; its corner is uniform over the positions where it fits. Non-positive
-    sizes mean the image's size. The holes cover all channels.
+    sizes mean the image's size. The holes cover all channels. Drawn on the host from Philox."""
 
-    dropout_holes=True fills the holes, False keeps them and fills everything else. fill_value:
-    a number (constant), a (low, high) pair (uniform per voxel), or None (uniform per voxel in
-    [min, max] of the sample's image, computed on the device). Integer images get the fill
-    truncated towards zero, as numpy's assignment does.
-
-    in_place (voxaug's addition, keyword only): write into the input instead of a new tensor, as
-    MONAI does for CPU tensors (on the CPU only the filled voxels are then written).
-    """
-
-    def __init__(self, holes: int, spatial_size: Union[Sequence[int], int], dropout_holes: bool = True,
-                 fill_value: Union[tuple[float, float], float, None] = None, max_holes: Optional[int] = None,
-                 max_spatial_size: Union[Sequence[int], int, None] = None, prob: float = 0.1,
-                 seed: Optional[int] = None, *, in_place: bool = False):
+    def _init_holes(self, holes: int, spatial_size, max_holes: Optional[int], max_spatial_size, prob: float,
+                    seed: Optional[int]) -> None:
         _Randomizable.__init__(self, seed)
-        self.in_place = bool(in_place)
         if int(holes) < 1:
             raise ValueError(f"number of holes must be greater than 0, got holes={holes}")
         if max_holes is not None and int(max_holes) < int(holes):
@@ -119,19 +108,6 @@ class RandCoarseDropout(_Degrade, _Randomizable):
         self.max_holes = None if max_holes is None else int(max_holes)
         self.spatial_size = spatial_size
         self.max_spatial_size = max_spatial_size
-        self.dropout_holes = bool(dropout_holes)
-        if isinstance(fill_value, (tuple, list)):
-            if len(fill_value) != 2:
-                raise ValueError("fill value should contain 2 numbers if providing the `min` and `max`, "
-                                 f"got {fill_value}")
-            fill_value = (float(fill_value[0]), float(fill_value[1]))
-            if not all(np.isfinite(fill_value)):
-                raise ValueError(f"fill_value range must be finite, got {fill_value}")
-        elif fill_value is not None:
-            fill_value = float(fill_value)
-            if np.isnan(fill_value):
-                raise ValueError("fill_value must not be NaN")
-        self.fill_value = fill_value
         self.prob = _check_prob(prob)
         self.hole_coords: list = []
         self.last_boxes: Optional[torch.Tensor] = None
@@ -176,6 +152,41 @@ class RandCoarseDropout(_Degrade, _Randomizable):
             for b in params["boxes"][0, : int(params["counts"][0])].tolist():
                 self.hole_coords.append((slice(None),) + tuple(slice(b[a], b[a + 3]) for a in range(3)))
 
+
+
+class RandCoarseDropout(_CoarseHoles):
+    """MONAI RandCoarseDropout, batched, with the holes of :class:`_CoarseHoles` (MONAI's draw
+    rules).
+
+    dropout_holes=True fills the holes, False keeps them and fills everything else. fill_value:
+    a number (constant), a (low, high) pair (uniform per voxel), or None (uniform per voxel in
+    [min, max] of the sample's image, computed on the device). Integer images get the fill
+    truncated towards zero, as numpy's assignment does.
+
+    in_place (voxaug's addition, keyword only): write into the input instead of a new tensor, as
+    MONAI does for CPU tensors (on the CPU only the filled voxels are then written).
+    """
+
+    def __init__(self, holes: int, spatial_size: Union[Sequence[int], int], dropout_holes: bool = True,
+                 fill_value: Union[tuple[float, float], float, None] = None, max_holes: Optional[int] = None,
+                 max_spatial_size: Union[Sequence[int], int, None] = None, prob: float = 0.1,
+                 seed: Optional[int] = None, *, in_place: bool = False):
+        self._init_holes(holes, spatial_size, max_holes, max_spatial_size, prob, seed)
+        self.in_place = bool(in_place)
+        self.dropout_holes = bool(dropout_holes)
+        if isinstance(fill_value, (tuple, list)):
+            if len(fill_value) != 2:
+                raise ValueError("fill value should contain 2 numbers if providing the `min` and `max`, "
+                                 f"got {fill_value}")
+            fill_value = (float(fill_value[0]), float(fill_value[1]))
+            if not all(np.isfinite(fill_value)):
+                raise ValueError(f"fill_value range must be finite, got {fill_value}")
+        elif fill_value is not None:
+            fill_value = float(fill_value)
+            if np.isnan(fill_value):
+                raise ValueError("fill_value must not be NaN")
+        self.fill_value = fill_value
+
     def _run(self, x: torch.Tensor, params: dict) -> torch.Tensor:
         fv = self.fill_value
         if fv is None:
@@ -190,6 +201,31 @@ class RandCoarseDropout(_Degrade, _Randomizable):
             torch.ops.voxaug.coarse_dropout_(x, *args)
             return x
         return torch.ops.voxaug.coarse_dropout(x, *args)
+
+
+class RandCoarseShuffle(_CoarseHoles):
+    """MONAI RandCoarseShuffle(holes, spatial_size, max_holes=None, max_spatial_size=None,
+    prob=0.1), batched: the holes of :class:`_CoarseHoles` (MONAI's draw rules), and the voxels
+    of each hole randomly permuted, every channel on its own, hole after hole (an overlapping
+    hole permutes the earlier one's result, as MONAI's loop). Permutations are Philox-keyed
+    (include/voxaug/dropout.h): the same on the CPU and on CUDA, not numpy's shuffle. A new
+    tensor of the input's dtype; no host sync (the hole tables are drawn on the host).
+
+    in_place (voxaug's addition, keyword only): permute the input itself, as MONAI does for CPU
+    tensors (only the holes are touched: no copy of the volume)."""
+
+    def __init__(self, holes: int, spatial_size: Union[Sequence[int], int], max_holes: Optional[int] = None,
+                 max_spatial_size: Union[Sequence[int], int, None] = None, prob: float = 0.1,
+                 seed: Optional[int] = None, *, in_place: bool = False):
+        self._init_holes(holes, spatial_size, max_holes, max_spatial_size, prob, seed)
+        self.in_place = bool(in_place)
+
+    def _run(self, x: torch.Tensor, params: dict) -> torch.Tensor:
+        args = (params["boxes"], params["counts"], _signed64(params["seed"]), 0)
+        if self.in_place:
+            torch.ops.voxaug.coarse_shuffle_(x, *args)
+            return x
+        return torch.ops.voxaug.coarse_shuffle(x, *args)
 
 
 class RandSimulateLowResolution(_Degrade, _Randomizable):
@@ -513,6 +549,17 @@ class RandCoarseDropoutd(_Dict):
         super().__init__(keys, RandCoarseDropout(holes, spatial_size, dropout_holes, fill_value, max_holes,
                                                  max_spatial_size, prob, seed, in_place=in_place),
                          allow_missing_keys)
+
+
+class RandCoarseShuffled(_Dict):
+    """MONAI RandCoarseShuffled: one draw of holes per call (from the first key's shape), used for
+    every key; keys of the same channel count get the same permutations."""
+
+    def __init__(self, keys, holes: int, spatial_size: Union[Sequence[int], int], max_holes: Optional[int] = None,
+                 max_spatial_size: Union[Sequence[int], int, None] = None, prob: float = 0.1,
+                 allow_missing_keys: bool = False, seed: Optional[int] = None, *, in_place: bool = False):
+        super().__init__(keys, RandCoarseShuffle(holes, spatial_size, max_holes, max_spatial_size, prob, seed,
+                                                 in_place=in_place), allow_missing_keys)
 
 
 class RandSimulateLowResolutiond(_Dict):

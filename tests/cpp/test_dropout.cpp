@@ -2,9 +2,12 @@
 // every voxel against every box, plus the CUDA twin (skips without a device).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "../../kernels/dropout/dropout_kernels.h"
@@ -372,3 +375,117 @@ TEST(CoarseDropout, LargeOutOfPlaceReductionCopiesRowsInTheReductionPass) {
     EXPECT_LT(changed, static_cast<int64_t>(x.size()));
   }
 }
+
+// ---- coarse shuffle ----
+
+namespace {
+
+// Boxes (host tables) for a {3, C, 8, 9, 10} volume: overlapping, one-row, empty, one-voxel and
+// whole-volume boxes.
+struct ShuffleCase {
+  std::vector<int64_t> boxes = std::vector<int64_t>(3 * 3 * 6, 0);
+  std::vector<int64_t> counts = {2, 3, 1};
+  ShuffleCase() {
+    set(0, 0, {0, 0, 0, 4, 5, 6});
+    set(0, 1, {2, 3, 4, 7, 9, 8});
+    set(1, 0, {1, 1, 1, 2, 2, 9});
+    set(1, 1, {3, 3, 3, 3, 5, 5});
+    set(1, 2, {5, 0, 2, 6, 1, 3});
+    set(2, 0, {0, 0, 0, 8, 9, 10});
+  }
+  void set(int n, int j, std::initializer_list<int64_t> r) {
+    std::copy(r.begin(), r.end(), boxes.begin() + (n * 3 + j) * 6);
+  }
+  CoarseShuffleParams params(uint64_t seed) const {
+    CoarseShuffleParams p;
+    p.boxes = boxes.data();
+    p.counts = counts.data();
+    p.max_boxes = 3;
+    p.seed = seed;
+    return p;
+  }
+};
+
+}  // namespace
+
+// The CPU radix argsort path against the CUDA backend's bodies run on the host (keys and indices
+// by ShuffleKeysBody, std::stable_sort per channel, the two ShuffleMoveBody passes): the logic CUDA
+// runs, checked without a device; and every voxel of a box keeps its value multiset.
+TEST(CoarseShuffle, CpuEqualsDeviceBodiesOnHost) {
+  const Vol v{3, 2, 8, 9, 10};
+  const ShuffleCase sc;
+  const std::vector<float> x = random_volume(v, 21);
+  std::vector<float> cpu = x;
+  const auto p = sc.params(0x1234abcdull);
+  coarse_shuffle_(voxaug_test::view(cpu.data(), DType::Float32, v), p, nullptr, 5);
+  EXPECT_NE(cpu, x);
+  std::vector<float> emu = x;
+  const VolumeView ev = voxaug_test::view(emu.data(), DType::Float32, v);
+  for (int64_t n = 0; n < v.n; ++n)
+    for (int64_t j = 0; j < sc.counts[n]; ++j) {
+      const int64_t* r = sc.boxes.data() + (n * 3 + j) * 6;
+      detail::ShuffleBox b{};
+      b.base =
+          n * ev.strides[0] + r[0] * ev.strides[2] + r[1] * ev.strides[3] + r[2] * ev.strides[4];
+      for (int a = 0; a < 4; ++a) b.stride[a] = ev.strides[a + 1];
+      for (int a = 0; a < 3; ++a) b.size[a] = r[a + 3] - r[a];
+      b.channels = v.c;
+      b.volume = b.size[0] * b.size[1] * b.size[2];
+      if (b.volume < 2) continue;
+      const size_t items = static_cast<size_t>(b.volume * v.c);
+      std::vector<uint32_t> keys(items), idx(items);
+      std::vector<float> tmp(items);
+      detail::CpuLauncher::launch(detail::ShuffleKeysBody{b, p.seed, 5 + static_cast<uint32_t>(n),
+                                                          j, keys.data(), idx.data()},
+                                  1, nullptr);
+      for (int64_t c = 0; c < v.c; ++c) {
+        const size_t o = static_cast<size_t>(c * b.volume);
+        std::vector<std::pair<uint32_t, uint32_t>> kv;
+        for (size_t i = 0; i < static_cast<size_t>(b.volume); ++i)
+          kv.emplace_back(keys[o + i], idx[o + i]);
+        std::stable_sort(kv.begin(), kv.end(),
+                         [](const auto& a, const auto& b2) { return a.first < b2.first; });
+        for (size_t i = 0; i < kv.size(); ++i) idx[o + i] = kv[i].second;
+      }
+      detail::CpuLauncher::launch(
+          detail::ShuffleMoveBody<float, false>{b, emu.data(), tmp.data(), idx.data()}, 1, nullptr);
+      detail::CpuLauncher::launch(
+          detail::ShuffleMoveBody<float, true>{b, emu.data(), tmp.data(), idx.data()}, 1, nullptr);
+    }
+  EXPECT_EQ(emu, cpu);
+  // Sample 2's box is the whole volume: each channel is a permutation of the input's.
+  const int64_t vol = v.d * v.h * v.w;
+  for (int64_t c = 0; c < v.c; ++c) {
+    std::vector<float> a(x.begin() + (2 * v.c + c) * vol, x.begin() + (2 * v.c + c + 1) * vol);
+    std::vector<float> b(cpu.begin() + (2 * v.c + c) * vol, cpu.begin() + (2 * v.c + c + 1) * vol);
+    EXPECT_NE(a, b);
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    EXPECT_EQ(a, b);
+  }
+  // Bad tables throw.
+  ShuffleCase bad;
+  bad.set(0, 0, {0, 0, 0, 9, 1, 1});  // beyond D = 8
+  EXPECT_THROW(coarse_shuffle_(voxaug_test::view(cpu.data(), DType::Float32, v), bad.params(1)),
+               Error);
+  bad = ShuffleCase();
+  bad.counts[1] = 4;
+  EXPECT_THROW(coarse_shuffle_(voxaug_test::view(cpu.data(), DType::Float32, v), bad.params(1)),
+               Error);
+}
+
+#if VOXAUG_WITH_CUDA
+TEST(CoarseShuffleCuda, MatchesCpuTwinBitForBit) {
+  if (!voxaug_test::have_device()) GTEST_SKIP() << "no CUDA device: CUDA twin not run";
+  const Vol v{3, 2, 8, 9, 10};
+  const ShuffleCase sc;
+  const std::vector<float> x = random_volume(v, 22);
+  std::vector<float> cpu = x;
+  const auto p = sc.params(0x77ull);
+  coarse_shuffle_(voxaug_test::view(cpu.data(), DType::Float32, v), p, nullptr, 3);
+  voxaug_test::DeviceBuffer dx(x);
+  coarse_shuffle_(voxaug_test::view(dx.p, DType::Float32, v, Device::CUDA), p, nullptr, 3);
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(dx.to_host<float>(x.size()), cpu);
+}
+#endif

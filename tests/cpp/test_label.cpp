@@ -4,12 +4,12 @@
 // skips without a device. Bad arguments throw. largest_components against naive counting.
 #include <gtest/gtest.h>
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <deque>
 #include <map>
-#include <set>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "test_support.h"
@@ -164,8 +164,8 @@ TEST(Label, LargestComponentsMatchNaiveCounting) {
         largest_components(voxaug_test::view(lab.data(), DType::Int32, v), k,
                            voxaug_test::view(keep.data(), DType::UInt8, v));
         ASSERT_EQ(keep, naive_largest(lab, v.d * v.h * v.w, k))
-            << "shape " << v.n << "x" << v.c << "x" << v.d << "x" << v.h << "x" << v.w << " k "
-            << k << " density " << density;
+            << "shape " << v.n << "x" << v.c << "x" << v.d << "x" << v.h << "x" << v.w << " k " << k
+            << " density " << density;
       }
 }
 
@@ -204,11 +204,10 @@ TEST(Label, LargestComponentsBadArguments) {
   largest_components(lv, 1, kv);
   EXPECT_EQ(keep, (std::vector<uint8_t>{1, 1, 0, 0, 0, 0, 0, 0}));  // a tie: the first label
   EXPECT_THROW(largest_components(lv, 0, kv), Error);
-  EXPECT_THROW(largest_components(lv, 1, voxaug_test::view(keep32.data(), DType::Int32, v)),
-               Error);
-  EXPECT_THROW(largest_components(voxaug_test::view(lab.data(), DType::Int32, {1, 1, 2, 2, 1}), 1,
-                                  kv),
-               Error);
+  EXPECT_THROW(largest_components(lv, 1, voxaug_test::view(keep32.data(), DType::Int32, v)), Error);
+  EXPECT_THROW(
+      largest_components(voxaug_test::view(lab.data(), DType::Int32, {1, 1, 2, 2, 1}), 1, kv),
+      Error);
   std::vector<int32_t> bad = {1, 1, 0, 0, 4, 4, 0, 0};  // voxel 3 does not carry label 4
   EXPECT_THROW(largest_components(voxaug_test::view(bad.data(), DType::Int32, v), 1, kv), Error);
   bad = {1, 1, 0, 0, 9, 0, 0, 0};  // beyond the volume

@@ -58,7 +58,8 @@ enum class PhiloxStream : uint32_t {
   Sample = 1,
   Channel = 2,
   Params = 3,
-  ElementAux = 4
+  ElementAux = 4,
+  Shuffle = 5  // coarse shuffle's sort keys
 };
 
 VOXAUG_HD VOXAUG_FORCEINLINE U32x4 philox_block(uint64_t seed, uint64_t block, uint32_t sample,
