@@ -216,6 +216,64 @@ void coarse_shuffle_inplace_meta(const at::Tensor& image, const at::Tensor& boxe
   check_args(image, boxes, counts, 0, true);
 }
 
+// Patch swaps: a copy of the image (or the image itself), the core swapping in place.
+void check_swap_args(const at::Tensor& image, const at::Tensor& locations, const at::Tensor& counts,
+                     at::IntArrayRef patch_size, bool meta) {
+  check_5d(image, "image", meta);
+  (void)to_voxaug_dtype(image.scalar_type(), "image");
+  const int64_t n = image.size(0);
+  TORCH_CHECK_VALUE(locations.dim() == 3 && locations.size(0) == n && locations.size(2) == 6,
+                    "locations must be (N, K, 6) with N = ", n,
+                    " (first d, h, w, second d, h, w per swap), got shape ", locations.sizes());
+  TORCH_CHECK_VALUE(counts.dim() == 1 && counts.size(0) == n, "counts must be (N,) with N = ", n,
+                    ", got shape ", counts.sizes());
+  TORCH_CHECK_VALUE(locations.scalar_type() == at::kLong && counts.scalar_type() == at::kLong,
+                    "locations and counts must be int64");
+  TORCH_CHECK_VALUE((locations.device().is_cpu() && counts.device().is_cpu()) ||
+                        (meta && locations.is_meta() && counts.is_meta()),
+                    "locations and counts must be CPU tensors (drawn on the host)");
+  TORCH_CHECK_VALUE(patch_size.size() == 3, "patch_size must have 3 entries, got ",
+                    patch_size.size());
+}
+
+void run_swap(const at::Tensor& x, const at::Tensor& locations, const at::Tensor& counts,
+              at::IntArrayRef patch_size) {
+  check_swap_args(x, locations, counts, patch_size, false);
+  if (x.numel() == 0) return;
+  const at::Tensor l = locations.contiguous(), c = counts.contiguous();
+  PatchSwapParams p;
+  p.locations = l.data_ptr<int64_t>();
+  p.counts = c.data_ptr<int64_t>();
+  p.max_swaps = locations.size(1);
+  for (int a = 0; a < 3; ++a) p.patch[a] = patch_size[a];
+  const c10::DeviceGuard guard(x.device());
+  call_core([&] { swap_patches_(to_view(x, "image"), p, current_stream(x)); });
+}
+
+at::Tensor swap_patches_impl(const at::Tensor& image, const at::Tensor& locations,
+                             const at::Tensor& counts, at::IntArrayRef patch_size) {
+  check_swap_args(image, locations, counts, patch_size, false);
+  at::Tensor out = image.clone(at::MemoryFormat::Contiguous);
+  run_swap(out, locations, counts, patch_size);
+  return out;
+}
+
+void swap_patches_inplace_impl(const at::Tensor& image, const at::Tensor& locations,
+                               const at::Tensor& counts, at::IntArrayRef patch_size) {
+  run_swap(image, locations, counts, patch_size);
+}
+
+at::Tensor swap_patches_meta(const at::Tensor& image, const at::Tensor& locations,
+                             const at::Tensor& counts, at::IntArrayRef patch_size) {
+  check_swap_args(image, locations, counts, patch_size, true);
+  return at::empty_like(image, at::MemoryFormat::Contiguous);
+}
+
+void swap_patches_inplace_meta(const at::Tensor& image, const at::Tensor& locations,
+                               const at::Tensor& counts, at::IntArrayRef patch_size) {
+  check_swap_args(image, locations, counts, patch_size, true);
+}
+
 at::Tensor coarse_shuffle_meta(const at::Tensor& image, const at::Tensor& boxes,
                                const at::Tensor& counts, int64_t, int64_t) {
   check_args(image, boxes, counts, 0, true);
@@ -223,18 +281,24 @@ at::Tensor coarse_shuffle_meta(const at::Tensor& image, const at::Tensor& boxes,
 }
 
 TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
+  m.impl("swap_patches", &swap_patches_impl);
+  m.impl("swap_patches_", &swap_patches_inplace_impl);
   m.impl("coarse_shuffle", &coarse_shuffle_impl);
   m.impl("coarse_shuffle_", &coarse_shuffle_inplace_impl);
   m.impl("coarse_dropout", &coarse_dropout_impl);
   m.impl("coarse_dropout_", &coarse_dropout_inplace_impl);
 }
 TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
+  m.impl("swap_patches", &swap_patches_impl);
+  m.impl("swap_patches_", &swap_patches_inplace_impl);
   m.impl("coarse_shuffle", &coarse_shuffle_impl);
   m.impl("coarse_shuffle_", &coarse_shuffle_inplace_impl);
   m.impl("coarse_dropout", &coarse_dropout_impl);
   m.impl("coarse_dropout_", &coarse_dropout_inplace_impl);
 }
 TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
+  m.impl("swap_patches", &swap_patches_meta);
+  m.impl("swap_patches_", &swap_patches_inplace_meta);
   m.impl("coarse_shuffle", &coarse_shuffle_meta);
   m.impl("coarse_shuffle_", &coarse_shuffle_inplace_meta);
   m.impl("coarse_dropout", &coarse_dropout_meta);
@@ -243,7 +307,8 @@ TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
 
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
   m.impl("coarse_dropout", &coarse_dropout_autograd);
-  const char* const no_backward[] = {"coarse_dropout_", "coarse_shuffle", "coarse_shuffle_"};
+  const char* const no_backward[] = {"coarse_dropout_", "coarse_shuffle", "coarse_shuffle_",
+                                        "swap_patches", "swap_patches_"};
   register_no_backward(m, no_backward);
 }
 

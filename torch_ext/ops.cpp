@@ -230,6 +230,11 @@ TORCH_LIBRARY(voxaug, m) {
   m.def(
       "coarse_shuffle_(Tensor(a!) image, Tensor boxes, Tensor counts, int seed=0, "
       "int first_sample=0) -> ()");
+  // TorchIO Swap: per sample counts[n] patch swaps in order; locations (N, K, 6) int64 CPU rows
+  // (first d, h, w, second d, h, w), patch_size (D, H, W); a true swap (both patches read first).
+  m.def("swap_patches(Tensor image, Tensor locations, Tensor counts, int[] patch_size) -> Tensor");
+  m.def(
+      "swap_patches_(Tensor(a!) image, Tensor locations, Tensor counts, int[] patch_size) -> ()");
   // Lowres family (include/voxaug/lowres.h): MONAI RandSimulateLowResolution as one gather:
   // interpolate(nearest, size=low_size[n]) then interpolate(upsample_mode: 0 trilinear,
   // 1 nearest, back to the image size). low_size: (N, 3) int64 CPU. Output float32 by default.

@@ -73,4 +73,24 @@ struct CoarseShuffleParams {
 void coarse_shuffle_(const VolumeView& x, const CoarseShuffleParams& params,
                      cudaStream_t stream = nullptr, uint32_t first_sample = 0);
 
+// TorchIO Swap / RandomSwap, batched: per sample, `counts[n]` swaps in order; swap k exchanges
+// the patch of size `patch` at `first` with the one at `second` in every channel, both read
+// before either is written (a true swap, also for overlapping patches: TorchIO copies its first
+// patch through a view, which overlapping patches alias).
+struct PatchSwapParams {
+  // HOST tables: (N, max_swaps, 6) int64 rows (first d, h, w, second d, h, w), the patches'
+  // corners, each patch inside the volume; (N,) int64 swaps per sample (0: unchanged).
+  const int64_t* locations = nullptr;
+  const int64_t* counts = nullptr;
+  int64_t max_swaps = 0;
+  int64_t patch[3] = {0, 0, 0};  // D, H, W extent, >= 1 each
+};
+
+// x: (N, C, D, H, W), any dtype and strides (elements must not alias), swapped in place. CUDA:
+// one launch (a block per (sample, channel) runs its swaps in order), the table copied from the
+// host without a device synchronisation, workspace from cudaMallocAsync freed on the stream.
+// Throws voxaug::Error on bad arguments.
+void swap_patches_(const VolumeView& x, const PatchSwapParams& params,
+                   cudaStream_t stream = nullptr);
+
 }  // namespace voxaug

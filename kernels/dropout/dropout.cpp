@@ -34,6 +34,7 @@ VOXAUG_DROPOUT_CUDA_DECL(int64_t)
 #undef VOXAUG_DROPOUT_CUDA_DECL
 void coarse_shuffle_cuda(const VolumeView& x, const CoarseShuffleParams& p, cudaStream_t stream,
                          uint32_t first_sample);
+void swap_patches_cuda(const VolumeView& x, const PatchSwapParams& p, cudaStream_t stream);
 #endif
 namespace {
 
@@ -463,6 +464,46 @@ void coarse_shuffle_cpu(const VolumeView& x, const CoarseShuffleParams& p, uint3
   }
 }
 
+// ---- patch swaps (CPU) ----
+
+// One (sample, channel) task: its swaps in order, each patch's rows through a buffer.
+template <class T>
+void swap_patches_cpu(const VolumeView& x, const PatchSwapParams& p) {
+  const int64_t N = x.shape[0], C = x.shape[1];
+  const int64_t P0 = p.patch[0], P1 = p.patch[1], P2 = p.patch[2], rows = P0 * P1;
+  T* data = static_cast<T*>(x.data);
+  const int64_t* st = x.strides;
+#pragma omp parallel
+  {
+    std::vector<T> a(static_cast<size_t>(rows * P2)), b(static_cast<size_t>(rows * P2));
+    auto move = [&](T* base, T* buf, bool to_buf) {
+      for (int64_t r = 0; r < rows; ++r) {
+        T* row = base + (r / P1) * st[2] + (r % P1) * st[3];
+        T* d = buf + r * P2;
+        for (int64_t w = 0; w < P2; ++w) {
+          if (to_buf)
+            d[w] = row[w * st[4]];
+          else
+            row[w * st[4]] = d[w];
+        }
+      }
+    };
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t nc = 0; nc < N * C; ++nc) {
+      const int64_t n = nc / C, c = nc % C;
+      for (int64_t k = 0; k < p.counts[n]; ++k) {
+        const int64_t* l = p.locations + (n * p.max_swaps + k) * 6;
+        T* first = data + n * st[0] + c * st[1] + l[0] * st[2] + l[1] * st[3] + l[2] * st[4];
+        T* second = data + n * st[0] + c * st[1] + l[3] * st[2] + l[4] * st[3] + l[5] * st[4];
+        move(first, a.data(), true);
+        move(second, b.data(), true);
+        move(second, a.data(), false);
+        move(first, b.data(), false);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -515,6 +556,54 @@ void coarse_shuffle_(const VolumeView& x, const CoarseShuffleParams& p, cudaStre
     case 2: return detail::coarse_shuffle_cpu<uint16_t>(x, p, first_sample);
     case 4: return detail::coarse_shuffle_cpu<uint32_t>(x, p, first_sample);
     default: return detail::coarse_shuffle_cpu<uint64_t>(x, p, first_sample);
+  }
+}
+
+void swap_patches_(const VolumeView& x, const PatchSwapParams& p, cudaStream_t stream) {
+#if !VOXAUG_WITH_CUDA
+  (void)stream;
+#endif
+  for (int a = 0; a < 5; ++a)
+    VOXAUG_EXPECTS(x.shape[a] >= 0, "swap_patches: image sizes must be >= 0, got " + x.describe());
+  VOXAUG_EXPECTS(p.max_swaps >= 0,
+                 "swap_patches: max_swaps must be >= 0, got " + std::to_string(p.max_swaps));
+  for (int a = 0; a < 3; ++a)
+    VOXAUG_EXPECTS(
+        p.patch[a] >= 1 && p.patch[a] <= std::max<int64_t>(x.shape[a + 2], 1),
+        "swap_patches: the patch size must be in [1, the image size] on every axis, got (" +
+            std::to_string(p.patch[0]) + ", " + std::to_string(p.patch[1]) + ", " +
+            std::to_string(p.patch[2]) + ") for " + x.describe());
+  if (x.numel() == 0) return;
+  VOXAUG_EXPECTS(x.data != nullptr, "swap_patches: image must not be null");
+  VOXAUG_EXPECTS(p.counts != nullptr && (p.locations != nullptr || p.max_swaps == 0),
+                 "swap_patches: locations and counts (host tables) must not be null");
+  for (int64_t n = 0; n < x.shape[0]; ++n) {
+    VOXAUG_EXPECTS(p.counts[n] >= 0 && p.counts[n] <= p.max_swaps,
+                   "swap_patches: counts[" + std::to_string(n) +
+                       "] = " + std::to_string(p.counts[n]) +
+                       " must be in [0, max_swaps = " + std::to_string(p.max_swaps) + "]");
+    for (int64_t k = 0; k < p.counts[n]; ++k) {
+      const int64_t* l = p.locations + (n * p.max_swaps + k) * 6;
+      for (int a = 0; a < 6; ++a)
+        VOXAUG_EXPECTS(l[a] >= 0 && l[a] + p.patch[a % 3] <= x.shape[a % 3 + 2],
+                       "swap_patches: swap " + std::to_string(k) + " of sample " +
+                           std::to_string(n) + " puts a patch outside the volume " + x.describe());
+    }
+  }
+  if (x.device == Device::CUDA) {
+#if VOXAUG_WITH_CUDA
+    detail::check_device_pointer(x.data, x.device_index, "image");
+    detail::swap_patches_cuda(x, p, stream);
+    return;
+#else
+    VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
+#endif
+  }
+  switch (dtype_size(x.dtype)) {  // whole elements move: by size
+    case 1: return detail::swap_patches_cpu<uint8_t>(x, p);
+    case 2: return detail::swap_patches_cpu<uint16_t>(x, p);
+    case 4: return detail::swap_patches_cpu<uint32_t>(x, p);
+    default: return detail::swap_patches_cpu<uint64_t>(x, p);
   }
 }
 

@@ -3,11 +3,13 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 #include "../common/cuda_check.cuh"
 #include "../common/launch_cuda.cuh"
 #include "dropout_kernels.h"
+#include "voxaug/error.h"
 
 namespace voxaug::detail {
 
@@ -109,6 +111,90 @@ void coarse_shuffle_cuda(const VolumeView& x, const CoarseShuffleParams& p, cuda
     case 2: return coarse_shuffle_cuda_typed<uint16_t>(x, p, stream, first_sample);
     case 4: return coarse_shuffle_cuda_typed<uint32_t>(x, p, stream, first_sample);
     default: return coarse_shuffle_cuda_typed<uint64_t>(x, p, stream, first_sample);
+  }
+}
+
+// ---- patch swaps ----
+
+namespace {
+
+// A block per (sample, channel): its swaps in order, each through the block's two scratch
+// patches (both read before either is written), the threads striding over the patch voxels.
+template <class T>
+__global__ void __launch_bounds__(256)
+    swap_patches_kernel(T* x, int64_t s0, int64_t s1, int64_t s2, int64_t s3, int64_t s4,
+                        int64_t channels, const int64_t* locations, const int64_t* counts,
+                        int64_t max_swaps, int64_t p0, int64_t p1, int64_t p2, T* scratch) {
+  const int64_t nc = blockIdx.x, n = nc / channels, c = nc % channels;
+  const int64_t V = p0 * p1 * p2;
+  T* a = scratch + nc * 2 * V;
+  T* b = a + V;
+  T* base = x + n * s0 + c * s1;
+  for (int64_t k = 0; k < counts[n]; ++k) {
+    const int64_t* l = locations + (n * max_swaps + k) * 6;
+    T* first = base + l[0] * s2 + l[1] * s3 + l[2] * s4;
+    T* second = base + l[3] * s2 + l[4] * s3 + l[5] * s4;
+    for (int64_t e = threadIdx.x; e < V; e += blockDim.x) {
+      const int64_t w = e % p2, t = e / p2;
+      const int64_t off = (t / p1) * s2 + (t % p1) * s3 + w * s4;
+      a[e] = first[off];
+      b[e] = second[off];
+    }
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < V; e += blockDim.x) {
+      const int64_t w = e % p2, t = e / p2;
+      const int64_t off = (t / p1) * s2 + (t % p1) * s3 + w * s4;
+      second[off] = a[e];
+      first[off] = b[e];
+    }
+    __syncthreads();
+  }
+}
+
+template <class T>
+void swap_patches_cuda_typed(const VolumeView& x, const PatchSwapParams& p, cudaStream_t stream) {
+  const int64_t N = x.shape[0], C = x.shape[1];
+  const int64_t V = p.patch[0] * p.patch[1] * p.patch[2];
+  int64_t any = 0;
+  for (int64_t n = 0; n < N; ++n) any += p.counts[n];
+  if (any == 0) return;
+  VOXAUG_EXPECTS(N * C <= INT32_MAX, "swap_patches: too many (sample, channel) volumes for CUDA");
+  const size_t loc_bytes = align256(static_cast<size_t>(N * p.max_swaps * 6) * sizeof(int64_t));
+  const size_t cnt_bytes = align256(static_cast<size_t>(N) * sizeof(int64_t));
+  const size_t scratch_bytes = static_cast<size_t>(N * C * 2 * V) * sizeof(T);
+  char* ws = nullptr;
+  VOXAUG_CUDA_TRY(cudaMallocAsync(reinterpret_cast<void**>(&ws),
+                                  loc_bytes + cnt_bytes + scratch_bytes, stream));
+  try {
+    auto* loc = reinterpret_cast<int64_t*>(ws);
+    auto* cnt = reinterpret_cast<int64_t*>(ws + loc_bytes);
+    // Pageable host -> device: staged at once, no device synchronisation.
+    VOXAUG_CUDA_TRY(cudaMemcpyAsync(loc, p.locations,
+                                    static_cast<size_t>(N * p.max_swaps * 6) * sizeof(int64_t),
+                                    cudaMemcpyHostToDevice, stream));
+    VOXAUG_CUDA_TRY(cudaMemcpyAsync(cnt, p.counts, static_cast<size_t>(N) * sizeof(int64_t),
+                                    cudaMemcpyHostToDevice, stream));
+    swap_patches_kernel<T><<<static_cast<unsigned>(N * C), 256, 0, stream>>>(
+        static_cast<T*>(x.data), x.strides[0], x.strides[1], x.strides[2], x.strides[3],
+        x.strides[4], C, loc, cnt, p.max_swaps, p.patch[0], p.patch[1], p.patch[2],
+        reinterpret_cast<T*>(ws + loc_bytes + cnt_bytes));
+    VOXAUG_CUDA_CHECK_LAUNCH();
+  } catch (...) {
+    cudaFreeAsync(ws, stream);
+    throw;
+  }
+  VOXAUG_CUDA_TRY(cudaFreeAsync(ws, stream));
+}
+
+}  // namespace
+
+void swap_patches_cuda(const VolumeView& x, const PatchSwapParams& p, cudaStream_t stream) {
+  CudaDeviceGuard guard(x.device_index);
+  switch (dtype_size(x.dtype)) {  // whole elements move: by size
+    case 1: return swap_patches_cuda_typed<uint8_t>(x, p, stream);
+    case 2: return swap_patches_cuda_typed<uint16_t>(x, p, stream);
+    case 4: return swap_patches_cuda_typed<uint32_t>(x, p, stream);
+    default: return swap_patches_cuda_typed<uint64_t>(x, p, stream);
   }
 }
 

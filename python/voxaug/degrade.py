@@ -1,6 +1,7 @@
 """Image degradations with MONAI's names and arguments: RandCoarseDropout(d), RandCoarseShuffle(d)
 and RandSimulateLowResolution(d), backed by ``torch.ops.voxaug.coarse_dropout``,
-``torch.ops.voxaug.coarse_shuffle`` and ``torch.ops.voxaug.simulate_low_resolution``: a batch is transformed in one launch, each sample
+``torch.ops.voxaug.coarse_shuffle`` and ``torch.ops.voxaug.simulate_low_resolution`` (and TorchIO's
+RandomAnisotropy and Swap / RandomSwap, ``torch.ops.voxaug.swap_patches``): a batch is transformed in one launch, each sample
 with its own random parameters; GibbsNoise(d) / RandGibbsNoise(d) through torch's FFTs (one
 forward and one inverse transform per batch).
 
@@ -21,7 +22,7 @@ while a call where no sample is transformed returns the input itself, as MONAI d
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -33,7 +34,7 @@ from .transforms import _as_batch, _check_prob, _Dict, _host_to, _Randomizable, 
 __all__ = [
     "RandCoarseDropout", "RandCoarseDropoutd", "RandCoarseShuffle", "RandCoarseShuffled",
     "RandSimulateLowResolution", "RandSimulateLowResolutiond",
-    "RandomAnisotropy",
+    "RandomAnisotropy", "Swap", "RandomSwap",
     "GibbsNoise", "GibbsNoised", "RandGibbsNoise", "RandGibbsNoised",
 ]
 
@@ -226,6 +227,122 @@ class RandCoarseShuffle(_CoarseHoles):
             torch.ops.voxaug.coarse_shuffle_(x, *args)
             return x
         return torch.ops.voxaug.coarse_shuffle(x, *args)
+
+
+def _patch_size3(patch_size: Any) -> tuple[int, int, int]:
+    vals = list(patch_size) if isinstance(patch_size, (list, tuple, np.ndarray)) else [patch_size]
+    if len(vals) == 1:
+        vals = vals * 3
+    if len(vals) != 3 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1
+                                 for v in vals):
+        raise ValueError(f"patch_size must be a positive int or 3 positive ints, got {patch_size!r}")
+    return int(vals[0]), int(vals[1]), int(vals[2])
+
+
+class Swap:
+    """TorchIO Swap(patch_size, locations): the patches at each pair of corners ((d, h, w), (d, h,
+    w)) swapped in order, in every channel and sample. A true swap: both patches are read before
+    either is written (TorchIO copies its first patch through a view, so partially overlapping
+    patches come out differently there; equal without overlap). in_place (keyword only): swap in
+    the input itself."""
+
+    def __init__(self, patch_size: Any, locations: Sequence, *, in_place: bool = False):
+        self.patch_size = _patch_size3(patch_size)
+        loc = np.asarray(locations, dtype=np.int64).reshape(-1, 6)
+        self.locations = loc
+        self.in_place = bool(in_place)
+
+    def __call__(self, img: Any) -> Any:
+        x, restore = _as_batch(img)
+        n, k = x.shape[0], self.locations.shape[0]
+        table = torch.from_numpy(np.broadcast_to(self.locations, (n, k, 6)).copy())
+        counts = torch.full((n,), k, dtype=torch.int64)
+        return restore(_swap_patches(x, table, counts, self.patch_size, self.in_place))
+
+
+def _swap_patches(x: torch.Tensor, locations: torch.Tensor, counts: torch.Tensor, patch: Sequence[int],
+                  in_place: bool) -> torch.Tensor:
+    if in_place:
+        torch.ops.voxaug.swap_patches_(x, locations, counts, list(patch))
+        return x
+    return torch.ops.voxaug.swap_patches(x, locations, counts, list(patch))
+
+
+class RandomSwap(_Randomizable):
+    """TorchIO RandomSwap(patch_size=15, num_iterations=100, p=1): per sample (with probability
+    `p`) `num_iterations` swaps of two patches at random corners, in order (the context-restoration
+    pretext task of self-supervised learning). TorchIO's draws: each corner coordinate uniform in
+    [0, size - patch) (TorchIO's randint excludes the last position; an axis with patch == size
+    gives 0), the second corner redrawn while it equals the first. Philox draws on the host, one
+    launch for the batch; a true swap (see :class:`Swap`). A dictionary (TorchIO's Subject):
+    every 4-D / 5-D tensor not under `label_keys` gets its own draws (TorchIO draws per image), the
+    label maps are left alone. in_place (keyword only): swap in the inputs themselves. Draws of
+    the last tensor: ``last_locations`` ((N, num_iterations, 6) int64), ``last_applied``."""
+
+    _CANDIDATES = 8  # second corners drawn per swap before a redraw round
+
+    def __init__(self, patch_size: Any = 15, num_iterations: int = 100, p: float = 1.0,
+                 label_keys: Sequence[str] = (), seed: Optional[int] = None, *, in_place: bool = False):
+        _Randomizable.__init__(self, seed)
+        self.patch_size = _patch_size3(patch_size)
+        if not isinstance(num_iterations, (int, np.integer)) or isinstance(num_iterations, bool):
+            raise TypeError(f"num_iterations must be an int,not {num_iterations}")
+        if num_iterations < 0:
+            raise ValueError(f"num_iterations must be positive,not {num_iterations}")
+        self.num_iterations = int(num_iterations)
+        self.p = _check_prob(p)
+        self.label_keys = tuple(label_keys)
+        self.in_place = bool(in_place)
+        self.last_locations: Optional[np.ndarray] = None
+        self.last_applied: Optional[np.ndarray] = None
+
+    def _draw(self, n: int, spatial: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        size, patch = np.array(spatial, dtype=np.int64), np.array(self.patch_size, dtype=np.int64)
+        if (size < patch).any():
+            raise ValueError(f"Patch size {list(self.patch_size)} cannot be larger than image spatial shape "
+                             f"{tuple(int(s) for s in spatial)}")
+        positions = np.maximum(size - patch, 1)  # randint(size - patch), or 0 when that is 0
+        it, r = self.num_iterations, self._CANDIDATES
+        if it > 0 and (positions == 1).all():
+            raise ValueError(f"a {list(self.patch_size)} patch has a single position in {tuple(spatial)}: no "
+                             "second patch can differ from the first (TorchIO would loop forever)")
+        u = ops.philox_uniform(self._next_seed(), 0, n, 1 + it * 3 * (1 + r)).numpy()
+        applied = u[:, 0] < self.p
+
+        def corner(v: np.ndarray) -> np.ndarray:
+            return np.minimum(np.floor(v * positions).astype(np.int64), positions - 1)
+
+        first = corner(u[:, 1:1 + 3 * it].reshape(n, it, 3))
+        cand = corner(u[:, 1 + 3 * it:].reshape(n, it, r, 3))
+        differ = (cand != first[:, :, None, :]).any(-1)  # (n, it, r)
+        second = np.take_along_axis(cand, differ.argmax(-1)[:, :, None, None], 2)[:, :, 0]
+        todo = ~differ.any(-1)
+        while todo.any():  # every candidate equal to the first corner: another round for those
+            more = ops.philox_uniform(self._next_seed(), 0, n, it * 3).numpy().reshape(n, it, 3)
+            c2 = corner(more)
+            ok = todo & (c2 != first).any(-1)
+            second[ok] = c2[ok]
+            todo &= ~ok
+        loc = np.concatenate([first, second], -1)
+        return loc, np.where(applied, it, 0).astype(np.int64)
+
+    def _apply(self, img: Any) -> Any:
+        x, restore = _as_batch(img)
+        loc, counts = self._draw(x.shape[0], x.shape[2:])
+        self.last_locations, self.last_applied = loc, counts > 0
+        if not counts.any():
+            return img
+        return restore(_swap_patches(x, torch.from_numpy(loc), torch.from_numpy(counts), self.patch_size,
+                                     self.in_place))
+
+    def __call__(self, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return self._apply(data)
+        out = dict(data)
+        for k, v in data.items():
+            if k not in self.label_keys and isinstance(v, torch.Tensor) and v.dim() in (4, 5):
+                out[k] = self._apply(v)
+        return out
 
 
 class RandSimulateLowResolution(_Degrade, _Randomizable):

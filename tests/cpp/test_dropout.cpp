@@ -489,3 +489,89 @@ TEST(CoarseShuffleCuda, MatchesCpuTwinBitForBit) {
   EXPECT_EQ(dx.to_host<float>(x.size()), cpu);
 }
 #endif
+
+// ---- patch swaps ----
+
+namespace {
+
+// A true swap by copies (both patches read, then written), dense float volumes.
+void naive_swaps(std::vector<float>& x, const Vol& v, const std::vector<int64_t>& loc,
+                 const std::vector<int64_t>& counts, int64_t max_swaps, const int64_t P[3]) {
+  const int64_t V = v.d * v.h * v.w;
+  for (int64_t n = 0; n < v.n; ++n)
+    for (int64_t c = 0; c < v.c; ++c) {
+      float* vol = x.data() + (n * v.c + c) * V;
+      for (int64_t k = 0; k < counts[static_cast<size_t>(n)]; ++k) {
+        const int64_t* l = loc.data() + (n * max_swaps + k) * 6;
+        std::vector<float> a, b;
+        for (int64_t d = 0; d < P[0]; ++d)
+          for (int64_t h = 0; h < P[1]; ++h)
+            for (int64_t w = 0; w < P[2]; ++w) {
+              a.push_back(vol[((l[0] + d) * v.h + l[1] + h) * v.w + l[2] + w]);
+              b.push_back(vol[((l[3] + d) * v.h + l[4] + h) * v.w + l[5] + w]);
+            }
+        size_t i = 0;
+        for (int64_t d = 0; d < P[0]; ++d)
+          for (int64_t h = 0; h < P[1]; ++h)
+            for (int64_t w = 0; w < P[2]; ++w, ++i) {
+              vol[((l[3] + d) * v.h + l[4] + h) * v.w + l[5] + w] = a[i];
+              vol[((l[0] + d) * v.h + l[1] + h) * v.w + l[2] + w] = b[i];
+            }
+      }
+    }
+}
+
+PatchSwapParams swap_params(const std::vector<int64_t>& loc, const std::vector<int64_t>& counts,
+                            int64_t max_swaps, const int64_t P[3]) {
+  PatchSwapParams p;
+  p.locations = loc.data();
+  p.counts = counts.data();
+  p.max_swaps = max_swaps;
+  for (int a = 0; a < 3; ++a) p.patch[a] = P[a];
+  return p;
+}
+
+}  // namespace
+
+TEST(PatchSwap, MatchesNaiveCopiesWithOverlaps) {
+  const Vol v{2, 3, 9, 10, 11};
+  const int64_t P[3] = {4, 3, 5};
+  // Sample 0: overlapping and disjoint swaps; sample 1: none.
+  const std::vector<int64_t> loc = {0, 0, 0, 1, 2, 3, 5, 7, 6, 0, 0, 0, 2, 2, 2, 3, 3, 3,
+                                    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  const std::vector<int64_t> counts = {3, 0};
+  const std::vector<float> x = random_volume(v, 31);
+  std::vector<float> got = x, ref = x;
+  swap_patches_(voxaug_test::view(got.data(), DType::Float32, v), swap_params(loc, counts, 3, P));
+  naive_swaps(ref, v, loc, counts, 3, P);
+  EXPECT_EQ(got, ref);
+  EXPECT_NE(got, x);
+  std::vector<int64_t> bad = loc;
+  bad[3] = 6;  // the second patch of swap 0 would end at d = 10 > 9
+  EXPECT_THROW(swap_patches_(voxaug_test::view(got.data(), DType::Float32, v),
+                             swap_params(bad, counts, 3, P)),
+               Error);
+  const int64_t big[3] = {10, 3, 5};
+  EXPECT_THROW(swap_patches_(voxaug_test::view(got.data(), DType::Float32, v),
+                             swap_params(loc, counts, 3, big)),
+               Error);
+}
+
+#if VOXAUG_WITH_CUDA
+TEST(PatchSwapCuda, MatchesCpuTwinBitForBit) {
+  if (!voxaug_test::have_device()) GTEST_SKIP() << "no CUDA device: CUDA twin not run";
+  const Vol v{2, 3, 9, 10, 11};
+  const int64_t P[3] = {4, 3, 5};
+  const std::vector<int64_t> loc = {0, 0, 0, 1, 2, 3, 5, 7, 6, 0, 0, 0, 2, 2, 2, 3, 3, 3,
+                                    1, 1, 1, 4, 5, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  const std::vector<int64_t> counts = {3, 1};
+  const std::vector<float> x = random_volume(v, 32);
+  std::vector<float> cpu = x;
+  swap_patches_(voxaug_test::view(cpu.data(), DType::Float32, v), swap_params(loc, counts, 3, P));
+  voxaug_test::DeviceBuffer dx(x);
+  swap_patches_(voxaug_test::view(dx.p, DType::Float32, v, Device::CUDA),
+                swap_params(loc, counts, 3, P));
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(dx.to_host<float>(x.size()), cpu);
+}
+#endif
