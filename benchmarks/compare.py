@@ -1057,6 +1057,19 @@ def check_shuffle(x, m, v):
     return True, "moved " + "/".join(texts)
 
 
+def check_swap(x, m, v):
+    """Patches moved: every output value is one of the input's (overlapping patches overwrite each
+    other, so not a permutation), some voxels changed."""
+    texts = []
+    for out in (m, v):
+        for n in range(x.shape[0]):
+            moved = (out[n] != x[n]).double().mean().item()
+            if not 0.0 < moved < 1.0 or not bool(torch.isin(out[n], x[n]).all()):
+                return False, "values not from the input, or nothing moved"
+        texts.append(f"{moved * 100:.0f}%")
+    return True, "moved " + "/".join(texts)
+
+
 def check_lowres(x, m, v):
     """Nearest-then-linear resampling: a convex combination of input voxels, not the input."""
     texts = []
@@ -1117,7 +1130,7 @@ def degrade_rows(device, args):
             by_ptr_s = {x[i].data_ptr(): subjects[i] for i in range(shape[0])}
             rows.append(run_case("(j) RandomSwap vs TorchIO", x,
                                  lambda x1: t_sw(by_ptr_s[x1.data_ptr()])["img"].data.to(device),
-                                 vd.RandomSwap(seed=SEED), check_shuffle, device, args, per_sample_monai=per))
+                                 vd.RandomSwap(seed=SEED), check_swap, device, args, per_sample_monai=per))
         m_l = mt.RandSimulateLowResolution(prob=1.0)
         m_l.set_random_state(SEED)
         rows.append(run_case("(j) RandSimulateLowRes", x, m_l, vd.RandSimulateLowResolution(prob=1.0, seed=SEED),

@@ -328,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
                                                         seed=seed + 39)),
         ("RandKSpaceSpikeNoise", batch, Ks.RandKSpaceSpikeNoise(prob=1.0, intensity_range=(11.0, 12.0),
                                                                  seed=seed + 34)),
+        ("RandCoarseShuffle", batch, Dg.RandCoarseShuffle(holes=6, spatial_size=12, max_spatial_size=32, prob=1.0,
+                                                          seed=seed + 40)),
+        ("TorchIO RandomSwap", batch, Dg.RandomSwap(patch_size=15, num_iterations=100, seed=seed + 41)),
     ]
     chain = fused_chain(a_min, a_max, seed)
     unfused = fused_chain(a_min, a_max, seed).transforms  # the same steps, one call (one pass) each
