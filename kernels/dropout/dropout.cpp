@@ -507,6 +507,30 @@ void swap_patches_cpu(const VolumeView& x, const PatchSwapParams& p) {
 }  // namespace
 }  // namespace detail
 
+namespace {
+
+// The per-sample counts of a host table: each in [0, max_rows].
+void check_host_counts(const char* fn, const int64_t* counts, int64_t n, int64_t max_rows,
+                       const char* max_name) {
+  VOXAUG_EXPECTS(counts[n] >= 0 && counts[n] <= max_rows,
+                 std::string(fn) + ": counts[" + std::to_string(n) +
+                     "] = " + std::to_string(counts[n]) + " must be in [0, " + max_name + " = " +
+                     std::to_string(max_rows) + "]");
+}
+
+// f(T{}) with T the unsigned integer of the dtype's size: ops that only move whole elements.
+template <class F>
+void by_element_size(DType t, F&& f) {
+  switch (dtype_size(t)) {
+    case 1: return f(uint8_t{});
+    case 2: return f(uint16_t{});
+    case 4: return f(uint32_t{});
+    default: return f(uint64_t{});
+  }
+}
+
+}  // namespace
+
 void coarse_shuffle_(const VolumeView& x, const CoarseShuffleParams& p, cudaStream_t stream,
                      uint32_t first_sample) {
 #if !VOXAUG_WITH_CUDA
@@ -525,10 +549,7 @@ void coarse_shuffle_(const VolumeView& x, const CoarseShuffleParams& p, cudaStre
                  "coarse_shuffle: boxes and counts (host tables) must not be null");
   VOXAUG_EXPECTS(x.shape[1] < (int64_t(1) << 20), "coarse_shuffle: at most 2^20 channels");
   for (int64_t n = 0; n < x.shape[0]; ++n) {
-    VOXAUG_EXPECTS(p.counts[n] >= 0 && p.counts[n] <= p.max_boxes,
-                   "coarse_shuffle: counts[" + std::to_string(n) +
-                       "] = " + std::to_string(p.counts[n]) +
-                       " must be in [0, max_boxes = " + std::to_string(p.max_boxes) + "]");
+    check_host_counts("coarse_shuffle", p.counts, n, p.max_boxes, "max_boxes");
     for (int64_t j = 0; j < p.counts[n]; ++j) {
       const int64_t* row = p.boxes + (n * p.max_boxes + j) * 6;
       int64_t volume = 1;
@@ -551,12 +572,8 @@ void coarse_shuffle_(const VolumeView& x, const CoarseShuffleParams& p, cudaStre
     VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
 #endif
   }
-  switch (dtype_size(x.dtype)) {  // a permutation moves whole elements: by size
-    case 1: return detail::coarse_shuffle_cpu<uint8_t>(x, p, first_sample);
-    case 2: return detail::coarse_shuffle_cpu<uint16_t>(x, p, first_sample);
-    case 4: return detail::coarse_shuffle_cpu<uint32_t>(x, p, first_sample);
-    default: return detail::coarse_shuffle_cpu<uint64_t>(x, p, first_sample);
-  }
+  by_element_size(x.dtype,
+                  [&](auto t) { detail::coarse_shuffle_cpu<decltype(t)>(x, p, first_sample); });
 }
 
 void swap_patches_(const VolumeView& x, const PatchSwapParams& p, cudaStream_t stream) {
@@ -578,10 +595,7 @@ void swap_patches_(const VolumeView& x, const PatchSwapParams& p, cudaStream_t s
   VOXAUG_EXPECTS(p.counts != nullptr && (p.locations != nullptr || p.max_swaps == 0),
                  "swap_patches: locations and counts (host tables) must not be null");
   for (int64_t n = 0; n < x.shape[0]; ++n) {
-    VOXAUG_EXPECTS(p.counts[n] >= 0 && p.counts[n] <= p.max_swaps,
-                   "swap_patches: counts[" + std::to_string(n) +
-                       "] = " + std::to_string(p.counts[n]) +
-                       " must be in [0, max_swaps = " + std::to_string(p.max_swaps) + "]");
+    check_host_counts("swap_patches", p.counts, n, p.max_swaps, "max_swaps");
     for (int64_t k = 0; k < p.counts[n]; ++k) {
       const int64_t* l = p.locations + (n * p.max_swaps + k) * 6;
       for (int a = 0; a < 6; ++a)
@@ -599,12 +613,7 @@ void swap_patches_(const VolumeView& x, const PatchSwapParams& p, cudaStream_t s
     VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
 #endif
   }
-  switch (dtype_size(x.dtype)) {  // whole elements move: by size
-    case 1: return detail::swap_patches_cpu<uint8_t>(x, p);
-    case 2: return detail::swap_patches_cpu<uint16_t>(x, p);
-    case 4: return detail::swap_patches_cpu<uint32_t>(x, p);
-    default: return detail::swap_patches_cpu<uint64_t>(x, p);
-  }
+  by_element_size(x.dtype, [&](auto t) { detail::swap_patches_cpu<decltype(t)>(x, p); });
 }
 
 void coarse_dropout(const VolumeView& in, const VolumeView& out, const CoarseDropoutParams& p,

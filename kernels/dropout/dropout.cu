@@ -134,18 +134,16 @@ __global__ void __launch_bounds__(256)
     const int64_t* l = locations + (n * max_swaps + k) * 6;
     T* first = base + l[0] * s2 + l[1] * s3 + l[2] * s4;
     T* second = base + l[3] * s2 + l[4] * s3 + l[5] * s4;
+    // Patch voxel e (C-order) -> its element offset from the patch's corner.
+    auto off = [=](int64_t e) { return (e / p2 / p1) * s2 + (e / p2 % p1) * s3 + (e % p2) * s4; };
     for (int64_t e = threadIdx.x; e < V; e += blockDim.x) {
-      const int64_t w = e % p2, t = e / p2;
-      const int64_t off = (t / p1) * s2 + (t % p1) * s3 + w * s4;
-      a[e] = first[off];
-      b[e] = second[off];
+      a[e] = first[off(e)];
+      b[e] = second[off(e)];
     }
     __syncthreads();
     for (int64_t e = threadIdx.x; e < V; e += blockDim.x) {
-      const int64_t w = e % p2, t = e / p2;
-      const int64_t off = (t / p1) * s2 + (t % p1) * s3 + w * s4;
-      second[off] = a[e];
-      first[off] = b[e];
+      second[off(e)] = a[e];
+      first[off(e)] = b[e];
     }
     __syncthreads();
   }
