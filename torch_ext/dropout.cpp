@@ -179,6 +179,14 @@ at::Tensor coarse_dropout_autograd(const at::Tensor& image, const at::Tensor& bo
 
 }  // namespace
 
+// A dense copy of `image` for the ops that then move its elements in place: through the host
+// cache (a fresh 32 MiB+ CPU tensor page-faults on every write, see host_cache.h).
+at::Tensor copy_output(const at::Tensor& image) {
+  at::Tensor out = empty_output(image.sizes(), image.options());
+  out.copy_(image);
+  return out;
+}
+
 // Coarse shuffle: the core permutes `x`'s boxes in place (host tables).
 void run_shuffle(const at::Tensor& x, const at::Tensor& boxes, const at::Tensor& counts,
                  int64_t seed, int64_t first_sample) {
@@ -201,7 +209,7 @@ void run_shuffle(const at::Tensor& x, const at::Tensor& boxes, const at::Tensor&
 at::Tensor coarse_shuffle_impl(const at::Tensor& image, const at::Tensor& boxes,
                                const at::Tensor& counts, int64_t seed, int64_t first_sample) {
   check_args(image, boxes, counts, 0, false);
-  at::Tensor out = image.clone(at::MemoryFormat::Contiguous);
+  at::Tensor out = copy_output(image);
   run_shuffle(out, boxes, counts, seed, first_sample);
   return out;
 }
@@ -253,7 +261,7 @@ void run_swap(const at::Tensor& x, const at::Tensor& locations, const at::Tensor
 at::Tensor swap_patches_impl(const at::Tensor& image, const at::Tensor& locations,
                              const at::Tensor& counts, at::IntArrayRef patch_size) {
   check_swap_args(image, locations, counts, patch_size, false);
-  at::Tensor out = image.clone(at::MemoryFormat::Contiguous);
+  at::Tensor out = copy_output(image);
   run_swap(out, locations, counts, patch_size);
   return out;
 }
