@@ -29,7 +29,8 @@ Cases
       Also RandCropByPosNegLabeld (4 x 96^3 patches) then Rand3DElasticd: voxaug's Compose
       gathers each deformed patch straight from the full volume (one launch); and
       Rand3DElasticd then RandFlipd x 3 (nnU-Net's order): voxaug folds the flips into the gather
-  (g) filter: GaussianSmooth (sigma 1 and 3) on 1x1x128^3 and 1x1x224x224x160 vs MONAI's
+  (g) filter: GaussianSmooth (sigma 1 and 3) and MedianSmooth (radius 1, checked equal) on
+      1x1x128^3 and 1x1x224x224x160 vs MONAI's
   (i) RandStdShiftIntensity(0.5), RandScaleIntensityFixedMean(0.5), RandHistogramShift(10), prob 1, on
       1x1x224x224x160 and on 2x1x128^3 (voxaug in one call, MONAI looping over the samples); bar
       (issue 5): >= 3x MONAI on CPU. `--only intensity-new` runs only these.
@@ -761,7 +762,7 @@ def check_close(tol):
 
 
 def filter_rows(device, args):
-    """(g): GaussianSmooth vs MONAI's (the same erf kernel, zero padding)."""
+    """(g): GaussianSmooth vs MONAI's (the same erf kernel, zero padding); MedianSmooth (radius 1)."""
     import voxaug.filter as vf
 
     rows = []
@@ -770,6 +771,8 @@ def filter_rows(device, args):
         for sigma in (1.0, 3.0):
             rows.append(run_case(f"(g) GaussianSmooth s={sigma:g}", x, mt.GaussianSmooth(sigma),
                                  vf.GaussianSmooth(sigma), check_close(1e-5), device, args))
+        rows.append(run_case("(g) MedianSmooth r=1", x, mt.MedianSmooth(1), vf.MedianSmooth(1), check_close(0.0),
+                             device, args))
         del x
     return rows
 

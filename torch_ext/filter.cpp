@@ -14,10 +14,11 @@
 
 #include <cmath>
 
+#include "autograd_guard.h"
+#include "host_cache.h"
 #include "tensor_view.h"
 #include "voxaug/error.h"
 #include "voxaug/filter.h"
-#include "host_cache.h"
 
 namespace voxaug::torch_ext {
 namespace {
@@ -136,17 +137,47 @@ at::Tensor gaussian_smooth_autograd(const at::Tensor& image, const at::Tensor& s
 
 }  // namespace
 
+// Median filter: float32 out, the core's box median (include/voxaug/filter.h).
+void check_median(const at::Tensor& image, at::IntArrayRef radius, bool meta) {
+  check_5d(image, "image", meta);
+  (void)to_voxaug_dtype(image.scalar_type(), "image");
+  TORCH_CHECK_VALUE(radius.size() == 3, "radius must have 3 entries (D, H, W), got ",
+                    radius.size());
+}
+
+at::Tensor median_filter_impl(const at::Tensor& image, at::IntArrayRef radius) {
+  check_median(image, radius, false);
+  at::Tensor out = empty_output(image.sizes(), image.options().dtype(at::kFloat));
+  if (image.numel() == 0) return out;
+  const int64_t r[3] = {radius[0], radius[1], radius[2]};
+  const c10::DeviceGuard guard(image.device());
+  call_core([&] {
+    median_filter(to_view(image, "image"), to_view(out, "out"), r, current_stream(image));
+  });
+  return out;
+}
+
+at::Tensor median_filter_meta(const at::Tensor& image, at::IntArrayRef radius) {
+  check_median(image, radius, true);
+  return at::empty(image.sizes(), image.options().dtype(at::kFloat));
+}
+
 TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
+  m.impl("median_filter", &median_filter_impl);
   m.impl("gaussian_smooth", &gaussian_smooth_impl);
 }
 TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
+  m.impl("median_filter", &median_filter_impl);
   m.impl("gaussian_smooth", &gaussian_smooth_impl);
 }
 TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
+  m.impl("median_filter", &median_filter_meta);
   m.impl("gaussian_smooth", &gaussian_smooth_meta);
 }
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
   m.impl("gaussian_smooth", &gaussian_smooth_autograd);
+  const char* const no_backward[] = {"median_filter"};
+  register_no_backward(m, no_backward);
 }
 
 }  // namespace voxaug::torch_ext

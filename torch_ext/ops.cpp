@@ -195,6 +195,9 @@ TORCH_LIBRARY(voxaug, m) {
   m.def(
       "gaussian_smooth(Tensor image, Tensor sigma, float truncated=4.0, ScalarType? dtype=None) "
       "-> Tensor");
+  // MONAI MedianSmooth / median_filter: float32, the median of the (2 r + 1)^3 box around each
+  // voxel, edges replicated; radius (D, H, W), a box of at most 343 voxels.
+  m.def("median_filter(Tensor image, int[] radius) -> Tensor");
   // Stats family (include/voxaug/stats.h): per-sample (or per (sample, channel) with
   // channel_wise) statistics as float64 on the image's device, never read back to the host.
   // moments: (N, 1 or C, 3) count, mean, population std (nonzero: only values != 0 count).

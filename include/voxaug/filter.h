@@ -80,4 +80,15 @@ int64_t separable_filter_workspace_bytes(const VolumeView& in, const VolumeView&
 void separable_filter(const VolumeView& in, const VolumeView& out, const FilterTaps& taps,
                       void* workspace, int64_t workspace_bytes, cudaStream_t stream = nullptr);
 
+// ---- the median filter (MONAI MedianSmooth / median_filter) ----
+//
+// out = the median of the (2 r_d + 1) x (2 r_h + 1) x (2 r_w + 1) box around each voxel, edges
+// replicated (MONAI pads with "replicate"), every channel on its own; values are taken as
+// float32 (MONAI's cast) and a box holding NaN gives NaN (torch.median). `in`: (N, C, D, H, W),
+// any dtype and strides; `out`: float32, dense, the same shape and device, not overlapping `in`.
+// radius: three values >= 0 whose box holds at most 343 voxels. CUDA: one launch on `stream`, no
+// host synchronisation. Throws voxaug::Error naming the bad argument.
+void median_filter(const VolumeView& in, const VolumeView& out, const int64_t radius[3],
+                   cudaStream_t stream = nullptr);
+
 }  // namespace voxaug

@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "../common/cpu_isa.h"
+#include "../common/device.h"
 #include "../common/launch_cpu.h"
+#include "median_kernels.h"
 #include "voxaug/detail/filter.h"
 #include "voxaug/error.h"
 
@@ -18,6 +20,7 @@ namespace voxaug {
 namespace detail {
 #if VOXAUG_WITH_CUDA
 void filter_pass_cuda(const FilterPass& p, bool use_double, int device, cudaStream_t stream);
+void median_filter_cuda(const MedianBody& f, int64_t batch, int device, cudaStream_t stream);
 void filter_check_cuda_pointers(const FilterTaps& taps, const void* workspace, int64_t ws_bytes,
                                 int device);
 #endif
@@ -176,8 +179,9 @@ VOXAUG_FORCEINLINE void cpu_items_body(const FilterForward<Acc>& f,
 
 // cpu_items_body in instruction-set clones (cpu_isa.h): wider vectors, the same bits.
 template <class Acc>
-VOXAUG_TARGET_BASELINE void cpu_items_baseline(const FilterForward<Acc>& f, typename FilterForward<Acc>::State& st,
-                        int64_t n, int64_t begin, int64_t end) {
+VOXAUG_TARGET_BASELINE void cpu_items_baseline(const FilterForward<Acc>& f,
+                                               typename FilterForward<Acc>::State& st, int64_t n,
+                                               int64_t begin, int64_t end) {
   cpu_items_body(f, st, n, begin, end);
 }
 #if VOXAUG_CPU_CLONES
@@ -206,6 +210,135 @@ void cpu_items(const FilterForward<Acc>& f, typename FilterForward<Acc>::State& 
   }
 #endif
   cpu_items_baseline(f, st, n, begin, end);
+}
+
+// The median filter on the host: items in runs along W. Each column of the run's boxes
+// ((2 r_d + 1) x (2 r_h + 1) values at one w, edges replicated) is gathered and sorted once (a
+// sorting network for 9 values, else insertion sort), followed by a +inf sentinel; a voxel's median
+// is then the
+// ((m - 1) / 2)-th value of the merge of its 2 r_w + 1 sorted columns: MedianBody's value (the
+// box's lower median; NaN for a box holding a NaN).
+template <class T>
+void median_rows(const MedianBody& f, int64_t n, int64_t begin, int64_t end) {
+  const int64_t D = f.size[1], H = f.size[2], W = f.size[3];
+  const int64_t rd = f.radius[0], rh = f.radius[1], rw = f.radius[2];
+  const int64_t K = (2 * rd + 1) * (2 * rh + 1), S = K + 1, cols_per_box = 2 * rw + 1;
+  const int64_t kth = (K * cols_per_box - 1) / 2;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  constexpr int64_t kRun = 256;
+  thread_local std::vector<float> colv;      // (run + 2 rw) columns of K sorted values + sentinel
+  thread_local std::vector<uint8_t> colnan;  // whether each column holds a NaN
+  colv.resize(static_cast<size_t>((kRun + 2 * rw) * S));
+  colnan.resize(static_cast<size_t>(kRun + 2 * rw));
+  const T* in = static_cast<const T*>(f.in);
+  const int64_t* st = f.in_stride;
+  int64_t i = begin;
+  while (i < end) {
+    const int64_t w0 = i % W;
+    int64_t r = i / W;
+    const int64_t h = r % H;
+    r /= H;
+    const int64_t d = r % D;
+    const int64_t c = r / D;
+    const int64_t cnt = std::min({W - w0, end - i, kRun});
+    const T* base = in + n * st[0] + c * st[1];
+    const int64_t ncols = cnt + 2 * rw;
+    for (int64_t j = 0; j < ncols; ++j) {
+      const int64_t w = std::min<int64_t>(std::max<int64_t>(w0 - rw + j, 0), W - 1);
+      float* col = colv.data() + j * S;
+      bool nan = false;
+      int64_t k = 0;
+      for (int64_t a = d - rd; a <= d + rd; ++a) {
+        const T* pa = base + std::min<int64_t>(std::max<int64_t>(a, 0), D - 1) * st[2] + w * st[4];
+        for (int64_t b = h - rh; b <= h + rh; ++b) {
+          const float v =
+              load_as<float>(pa[std::min<int64_t>(std::max<int64_t>(b, 0), H - 1) * st[3]]);
+          nan |= v != v;
+          col[k++] = v;
+        }
+      }
+      if (K == 9) {  // radius 1 in D and H: a 25-comparator sorting network, branch-free
+        static constexpr uint8_t kNet[25][2] = {
+            {0, 3}, {1, 7}, {2, 5}, {4, 8}, {0, 7}, {2, 4}, {3, 8}, {5, 6}, {0, 2},
+            {1, 3}, {4, 5}, {7, 8}, {1, 4}, {3, 6}, {5, 7}, {0, 1}, {2, 4}, {3, 5},
+            {6, 8}, {2, 3}, {4, 5}, {6, 7}, {1, 2}, {3, 4}, {5, 6}};
+        for (const auto& e : kNet) {
+          const float x = col[e[0]], y = col[e[1]];
+          col[e[0]] = std::min(x, y);
+          col[e[1]] = std::max(x, y);
+        }
+      } else {
+        for (int64_t q = 1; q < K; ++q) {  // insertion sort: a few dozen values
+          const float v = col[q];
+          int64_t p = q;
+          while (p > 0 && v < col[p - 1]) {
+            col[p] = col[p - 1];
+            --p;
+          }
+          col[p] = v;
+        }
+      }
+      col[K] = kInf;
+      colnan[static_cast<size_t>(j)] = nan;
+    }
+    float* out = f.out + n * f.items() + i;
+    int64_t head[2 * 171 + 1];
+    for (int64_t j = 0; j < cnt; ++j) {
+      bool nan = false;
+      for (int64_t q = 0; q < cols_per_box; ++q) nan |= colnan[static_cast<size_t>(j + q)] != 0;
+      if (nan) {
+        out[j] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      const float* cols = colv.data() + j * S;
+      float v = 0.0f;
+      if (cols_per_box == 3) {  // radius 0 or 1 along W: three heads in registers
+        const float *A = cols, *B = cols + S, *C = cols + 2 * S;
+        int64_t ia = 0, ib = 0, ic = 0;
+        for (int64_t step = 0; step <= kth; ++step) {
+          const float a = A[ia], b = B[ib], cc = C[ic];
+          const bool ab = a <= b;
+          const float mab = ab ? a : b;
+          const bool pc = cc < mab;
+          v = pc ? cc : mab;
+          if (v == kInf) break;  // every remaining value is +inf
+          ia += !pc & ab;
+          ib += !pc & !ab;
+          ic += pc;
+        }
+      } else {
+        for (int64_t q = 0; q < cols_per_box; ++q) head[q] = 0;
+        for (int64_t step = 0; step <= kth; ++step) {
+          int64_t best = 0;
+          v = cols[head[0]];
+          for (int64_t q = 1; q < cols_per_box; ++q) {
+            const float x = cols[q * S + head[q]];
+            if (x < v) {
+              v = x;
+              best = q;
+            }
+          }
+          if (v == kInf) break;
+          ++head[best];
+        }
+      }
+      out[j] = v;
+    }
+    i += cnt;
+  }
+}
+
+void cpu_items(const MedianBody& f, MedianBody::State&, int64_t n, int64_t begin, int64_t end) {
+  switch (f.in_t) {
+    case DType::Float64: return median_rows<double>(f, n, begin, end);
+    case DType::Float32: return median_rows<float>(f, n, begin, end);
+    case DType::Float16: return median_rows<half_t>(f, n, begin, end);
+    case DType::BFloat16: return median_rows<bfloat16_t>(f, n, begin, end);
+    case DType::UInt8: return median_rows<uint8_t>(f, n, begin, end);
+    case DType::Int16: return median_rows<int16_t>(f, n, begin, end);
+    case DType::Int32: return median_rows<int32_t>(f, n, begin, end);
+    case DType::Int64: return median_rows<int64_t>(f, n, begin, end);
+  }
 }
 
 }  // namespace detail
@@ -425,6 +558,61 @@ void separable_filter(const VolumeView& in, const VolumeView& out, const FilterT
       detail::CpuLauncher::launch(detail::FilterForward<float>{p}, in.shape[0], stream);
     }
   }
+}
+
+void median_filter(const VolumeView& in, const VolumeView& out, const int64_t radius[3],
+                   cudaStream_t stream) {
+#if !VOXAUG_WITH_CUDA
+  (void)stream;
+#endif
+  for (int a = 0; a < 5; ++a) {
+    VOXAUG_EXPECTS(in.shape[a] >= 0,
+                   "median_filter: image sizes must be >= 0, got " + in.describe());
+    VOXAUG_EXPECTS(out.shape[a] == in.shape[a], "median_filter: out must have the image's shape " +
+                                                    in.describe() + ", got " + out.describe());
+  }
+  VOXAUG_EXPECTS(out.dtype == DType::Float32,
+                 std::string("median_filter: out must be float32, got ") + dtype_name(out.dtype));
+  VOXAUG_EXPECTS(out.device == in.device && out.device_index == in.device_index,
+                 "median_filter: out must be on the image's device");
+  int64_t window = 1;
+  for (int a = 0; a < 3; ++a) {
+    VOXAUG_EXPECTS(radius[a] >= 0 && radius[a] <= 171,
+                   "median_filter: radius must be >= 0 on every axis, got " +
+                       std::to_string(radius[a]) + " on axis " + std::to_string(a));
+    window *= 2 * radius[a] + 1;
+  }
+  VOXAUG_EXPECTS(window <= detail::kMaxMedianWindow,
+                 "median_filter: the box (2 r + 1 per axis) may hold at most " +
+                     std::to_string(detail::kMaxMedianWindow) + " voxels, got " +
+                     std::to_string(window));
+  if (in.numel() == 0) return;
+  VOXAUG_EXPECTS(in.data != nullptr && out.data != nullptr,
+                 "median_filter: image and out must not be null");
+  const int64_t dense[5] = {out.shape[1] * out.shape[2] * out.shape[3] * out.shape[4],
+                            out.shape[2] * out.shape[3] * out.shape[4], out.shape[3] * out.shape[4],
+                            out.shape[4], 1};
+  for (int a = 0; a < 5; ++a)
+    VOXAUG_EXPECTS(out.strides[a] == dense[a] || out.shape[a] == 1,
+                   "median_filter: out must be dense C-order, got " + out.describe());
+  detail::MedianBody f{};
+  f.in = in.data;
+  f.in_t = in.dtype;
+  for (int a = 0; a < 5; ++a) f.in_stride[a] = in.strides[a];
+  f.out = static_cast<float*>(out.data);
+  for (int a = 0; a < 4; ++a) f.size[a] = in.shape[a + 1];
+  for (int a = 0; a < 3; ++a) f.radius[a] = radius[a];
+  if (in.device == Device::CPU) {
+    detail::CpuLauncher::launch(f, in.shape[0], nullptr);
+    return;
+  }
+#if VOXAUG_WITH_CUDA
+  detail::check_device_pointer(in.data, in.device_index, "image");
+  detail::check_device_pointer(out.data, out.device_index, "out");
+  detail::median_filter_cuda(f, in.shape[0], in.device_index, stream);
+#else
+  VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
+#endif
 }
 
 }  // namespace voxaug

@@ -8,6 +8,7 @@
 
 #include "../common/cuda_check.cuh"
 #include "../common/launch_cuda.cuh"
+#include "median_kernels.h"
 #include "voxaug/detail/filter.h"
 #include "voxaug/filter.h"
 
@@ -133,6 +134,11 @@ void filter_check_cuda_pointers(const FilterTaps& taps, const void* workspace, i
   CudaDeviceGuard guard(device);
   if (taps.table != nullptr) check_device_pointer(taps.table, device, "taps.table");
   if (ws_bytes > 0) check_device_pointer(workspace, device, "workspace");
+}
+
+void median_filter_cuda(const MedianBody& f, int64_t batch, int device, cudaStream_t stream) {
+  CudaDeviceGuard guard(device);
+  CudaLauncher::launch(f, batch, stream);
 }
 
 }  // namespace voxaug::detail

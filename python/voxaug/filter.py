@@ -1,6 +1,6 @@
 """Gaussian smoothing and sharpening (MONAI names and arguments) and TorchIO's RandomBlur,
 backed by ``torch.ops.voxaug.gaussian_smooth``: a batch is filtered in one launch per axis,
-each sample with its own sigmas.
+each sample with its own sigmas; MONAI's MedianSmooth (``torch.ops.voxaug.median_filter``).
 
 Semantics are MONAI's GaussianFilter: erf taps, not renormalised, radius
 int(max(sigma * truncated, 0.5) + 0.5), zero padding, applied along D, H, W; sigma == 0 on an
@@ -30,7 +30,7 @@ from .transforms import _as_batch, _check_prob, _Dict, _host_to, _is_meta_tensor
 __all__ = [
     "GaussianSmooth", "GaussianSmoothd", "RandGaussianSmooth", "RandGaussianSmoothd",
     "GaussianSharpen", "GaussianSharpend", "RandGaussianSharpen", "RandGaussianSharpend",
-    "RandomBlur",
+    "RandomBlur", "MedianSmooth", "MedianSmoothd",
 ]
 
 _MONAI_TRUNCATED = 4.0  # GaussianSmooth / GaussianSharpen build GaussianFilter(truncated=4.0)
@@ -287,6 +287,30 @@ class RandomBlur(_Filter, _Randomizable):
 
 
 # ---------------- dictionary forms ----------------
+class MedianSmooth(_Filter):
+    """MONAI MedianSmooth(radius=1): the median of the (2 r + 1)-voxel box around each voxel
+    (radius a number or one per spatial axis), edges replicated, every channel on its own, float32
+    out (MONAI's cast); a box holding NaN gives NaN (torch.median). One launch for the batch
+    (include/voxaug/filter.h; on the CPU each box column is sorted once and shared along W). The
+    box may hold at most 343 voxels (radius 3 on every axis); MONAI's unfold-based filter builds
+    a (2 r + 1)^3-channel copy of the volume instead."""
+
+    def __init__(self, radius: Union[Sequence[int], int] = 1):
+        vals = list(radius) if isinstance(radius, (list, tuple)) else [radius] * 3
+        if len(vals) != 3 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0
+                                     for v in vals):
+            raise ValueError(f"radius must be a non-negative int or 3 of them, got {radius!r}")
+        self.radius = tuple(int(v) for v in vals)
+
+    def _run(self, x, params):
+        return torch.ops.voxaug.median_filter(x, list(self.radius))
+
+
+class MedianSmoothd(_Dict):
+    def __init__(self, keys, radius: Union[Sequence[int], int] = 1, allow_missing_keys: bool = False):
+        super().__init__(keys, MedianSmooth(radius), allow_missing_keys)
+
+
 class GaussianSmoothd(_Dict):
     def __init__(self, keys, sigma: Union[Sequence[float], float] = 1.0, approx: str = "erf",
                  allow_missing_keys: bool = False):

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "../../kernels/filter/median_kernels.h"
+#include "test_support.h"
 #include "voxaug/detail/convert.h"
 #include "voxaug/detail/filter.h"
 #include "voxaug/error.h"
@@ -421,4 +423,79 @@ TEST(Filter, BadArgumentsNameTheArgument) {
   std::vector<double> small(3 * 4);
   expect_error([&] { gaussian_table(s3, 1, 4.0, 4, small.data()); }, "width");
   expect_error([] { gaussian_radius(1e9, 4.0); }, "too large");
+}
+
+// ---- the median filter ----
+
+namespace {
+
+// The median of each replicate-padded box by a full sort (float64-free: the values are floats).
+std::vector<float> naive_median(const std::vector<float>& x, const voxaug_test::Vol& v,
+                                const int64_t r[3]) {
+  std::vector<float> out(x.size());
+  for (int64_t nc = 0; nc < v.n * v.c; ++nc)
+    for (int64_t d = 0; d < v.d; ++d)
+      for (int64_t h = 0; h < v.h; ++h)
+        for (int64_t w = 0; w < v.w; ++w) {
+          std::vector<float> box;
+          for (int64_t a = d - r[0]; a <= d + r[0]; ++a)
+            for (int64_t b = h - r[1]; b <= h + r[1]; ++b)
+              for (int64_t c = w - r[2]; c <= w + r[2]; ++c) {
+                const int64_t ca = std::clamp<int64_t>(a, 0, v.d - 1);
+                const int64_t cb = std::clamp<int64_t>(b, 0, v.h - 1);
+                const int64_t cc = std::clamp<int64_t>(c, 0, v.w - 1);
+                box.push_back(x[static_cast<size_t>(((nc * v.d + ca) * v.h + cb) * v.w + cc)]);
+              }
+          std::sort(box.begin(), box.end());
+          out[static_cast<size_t>(((nc * v.d + d) * v.h + h) * v.w + w)] =
+              box[(box.size() - 1) / 2];
+        }
+  return out;
+}
+
+}  // namespace
+
+// The CPU path (sorted columns, merge-select) against a full sort per box, and the per-voxel
+// body the CUDA backend runs (quickselect), run here on the host.
+TEST(MedianFilter, MatchesNaiveAndTheDeviceBody) {
+  const voxaug_test::Vol v{2, 2, 7, 9, 11};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  std::vector<float> x(static_cast<size_t>(v.numel()));
+  for (auto& e : x) e = std::round(u(rng) * 4.0f) / 4.0f;  // ties on purpose
+  const int64_t radii[][3] = {{1, 1, 1}, {0, 2, 1}, {2, 1, 0}, {3, 3, 3}, {0, 0, 0}, {1, 0, 3}};
+  for (const auto& r : radii) {
+    std::vector<float> got(x.size(), -99.0f);
+    median_filter(voxaug_test::view(x.data(), DType::Float32, v),
+                  voxaug_test::view(got.data(), DType::Float32, v), r);
+    const std::vector<float> ref = naive_median(x, v, r);
+    EXPECT_EQ(got, ref) << "radius " << r[0] << " " << r[1] << " " << r[2];
+    detail::MedianBody f{};
+    f.in = x.data();
+    f.in_t = DType::Float32;
+    const VolumeView xv = voxaug_test::view(x.data(), DType::Float32, v);
+    for (int a = 0; a < 5; ++a) f.in_stride[a] = xv.strides[a];
+    std::vector<float> body(x.size());
+    f.out = body.data();
+    f.size[0] = v.c, f.size[1] = v.d, f.size[2] = v.h, f.size[3] = v.w;
+    for (int a = 0; a < 3; ++a) f.radius[a] = r[a];
+    detail::MedianBody::State st;
+    for (int64_t n = 0; n < v.n; ++n)
+      for (int64_t e = 0; e < f.items(); ++e) f(st, n, e);
+    EXPECT_EQ(body, ref) << "device body, radius " << r[0] << " " << r[1] << " " << r[2];
+  }
+  std::vector<float> out(x.size());
+  const int64_t big[3] = {4, 3, 3};  // 9 x 7 x 7 = 441 voxels > 343
+  EXPECT_THROW(median_filter(voxaug_test::view(x.data(), DType::Float32, v),
+                             voxaug_test::view(out.data(), DType::Float32, v), big),
+               Error);
+  const int64_t neg[3] = {1, -1, 1};
+  EXPECT_THROW(median_filter(voxaug_test::view(x.data(), DType::Float32, v),
+                             voxaug_test::view(out.data(), DType::Float32, v), neg),
+               Error);
+  std::vector<double> out64(x.size());
+  const int64_t one[3] = {1, 1, 1};
+  EXPECT_THROW(median_filter(voxaug_test::view(x.data(), DType::Float32, v),
+                             voxaug_test::view(out64.data(), DType::Float64, v), one),
+               Error);
 }

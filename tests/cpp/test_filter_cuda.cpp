@@ -128,3 +128,25 @@ TEST(FilterCuda, Float32TwinBitIdentical) {
   GTEST_SKIP() << "built without CUDA: CUDA-vs-CPU twin comparison skipped";
 }
 #endif
+
+#if VOXAUG_WITH_CUDA
+TEST(MedianFilterCuda, TwinBitIdentical) {
+  if (!voxaug::cuda_device_count()) GTEST_SKIP() << "no CUDA device: CUDA twin not run";
+  const Vol v{2, 3, 9, 10, 11};
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(v.numel()));
+  for (auto& e : x) e = u(rng);
+  const int64_t radii[][3] = {{1, 1, 1}, {0, 2, 1}, {3, 3, 3}};
+  for (const auto& r : radii) {
+    std::vector<float> cpu(x.size());
+    median_filter(view(x.data(), DType::Float32, v), view(cpu.data(), DType::Float32, v), r);
+    DeviceBuffer dx(x), dout(x.size() * sizeof(float));
+    median_filter(view(dx.p, DType::Float32, v, Device::CUDA),
+                  view(dout.p, DType::Float32, v, Device::CUDA), r);
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(dout.to_host<float>(x.size()), cpu)
+        << "radius " << r[0] << " " << r[1] << " " << r[2];
+  }
+}
+#endif
