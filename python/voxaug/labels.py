@@ -338,9 +338,7 @@ class RandomLabelsToImage(_Randomizable):
         n, c = lab.shape[:2]
         on_cpu = lab.device.type == "cpu"
         label_map = c == 1
-        if label_map and not lab.dtype.is_floating_point and lab.dtype != torch.bool:
-            pass
-        elif label_map and on_cpu and not bool((lab == lab.round()).all()):
+        if label_map and lab.dtype.is_floating_point and on_cpu and not bool((lab == lab.round()).all()):
             label_map = False  # TorchIO: a one-channel map with fractional values is a partial volume
         orig = None
         if image is not None:
