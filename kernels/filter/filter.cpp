@@ -103,6 +103,17 @@ void store_row(const Acc* v, int64_t cnt, void* base, DType t, int64_t off, int6
 
 }  // namespace
 
+// Item i of a sample (C-order over C, D, H, W) as the start of a run along W: its channel and
+// row, its w, and the run's length (within the row and [i, end), at most max_run).
+struct RowRun {
+  int64_t c, d, h, w0, cnt;
+};
+VOXAUG_FORCEINLINE RowRun row_run(int64_t i, int64_t end, int64_t D, int64_t H, int64_t W,
+                                  int64_t max_run) {
+  const int64_t w0 = i % W, r = i / W;
+  return {r / H / D, (r / H) % D, r % H, w0, std::min({W - w0, end - i, max_run})};
+}
+
 // The host launcher's hook (launch_cpu.h), found by argument-dependent lookup: items are
 // processed in runs along W. Along D and H every tap adds a whole input row to the run
 // (vectorised); along W the run's input span is gathered once and each tap adds a shifted
@@ -125,13 +136,7 @@ VOXAUG_FORCEINLINE void cpu_items_body(const FilterForward<Acc>& f,
   Acc* b = buf.data();
   int64_t i = begin;
   while (i < end) {
-    const int64_t w0 = i % W;
-    int64_t r = i / W;
-    const int64_t h = r % H;
-    r /= H;
-    const int64_t d = r % D;
-    const int64_t c = r / D;
-    const int64_t cnt = std::min({W - w0, end - i, kRun});
+    const auto [c, d, h, w0, cnt] = row_run(i, end, D, H, W, kRun);
     for (int64_t j = 0; j < cnt; ++j) acc[j] = Acc(0);
     const int64_t src_nc = n * ss[0] + c * ss[1];
     if (p.axis == 2) {
@@ -234,13 +239,7 @@ void median_rows(const MedianBody& f, int64_t n, int64_t begin, int64_t end) {
   const int64_t* st = f.in_stride;
   int64_t i = begin;
   while (i < end) {
-    const int64_t w0 = i % W;
-    int64_t r = i / W;
-    const int64_t h = r % H;
-    r /= H;
-    const int64_t d = r % D;
-    const int64_t c = r / D;
-    const int64_t cnt = std::min({W - w0, end - i, kRun});
+    const auto [c, d, h, w0, cnt] = row_run(i, end, D, H, W, kRun);
     const T* base = in + n * st[0] + c * st[1];
     const int64_t ncols = cnt + 2 * rw;
     for (int64_t j = 0; j < ncols; ++j) {
