@@ -32,9 +32,9 @@ void connected_components(const VolumeView& mask, const VolumeView& labels, int 
 // bincount over skimage's raster-order labels). Fewer components than num_components: all.
 //
 // labels: int32 (N, C, D, H, W), dense C-order; every nonzero label l must be canonical (the
-// voxel l - 1 exists and carries l), which is checked. keep: uint8 (a bool tensor's bytes), the same shape,
-// dense, not overlapping labels. CPU only: the torch op `largest_components` runs CUDA tensors
-// through device reductions (torch_ext/label.cpp). Per volume: one pass collects the roots, one
+// voxel l - 1 exists and carries l), which is checked. keep: uint8 (a bool tensor's bytes), the
+// same shape, dense, not overlapping labels. CPU only: the torch op `largest_components` runs
+// CUDA tensors through device reductions (torch_ext/label.cpp). Per volume: one pass collects the roots, one
 // counts the sizes (runs of equal labels, one atomic add per run), one writes the mask. Throws
 // voxaug::Error on bad arguments or non-canonical labels.
 void largest_components(const VolumeView& labels, int64_t num_components, const VolumeView& keep);

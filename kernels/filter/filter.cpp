@@ -577,7 +577,7 @@ void median_filter(const VolumeView& in, const VolumeView& out, const int64_t ra
   int64_t window = 1;
   for (int a = 0; a < 3; ++a) {
     VOXAUG_EXPECTS(radius[a] >= 0 && radius[a] <= 171,
-                   "median_filter: radius must be >= 0 on every axis, got " +
+                   "median_filter: radius must be in [0, 171] on every axis, got " +
                        std::to_string(radius[a]) + " on axis " + std::to_string(a));
     window *= 2 * radius[a] + 1;
   }
