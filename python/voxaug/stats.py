@@ -21,12 +21,12 @@ import numpy as np
 import torch
 
 from . import ops
-from .transforms import DtypeLike, _as_batch, _Dict, _host_to, _torch_dtype, _torchio_range
+from .transforms import DtypeLike, _as_batch, _Dict, _host_to, _present_keys, _torch_dtype, _torchio_range
 
 __all__ = [
     "NormalizeIntensity", "NormalizeIntensityd", "ScaleIntensityRangePercentiles",
     "ScaleIntensityRangePercentilesd", "ZNormalization", "RescaleIntensity", "ClipIntensityPercentiles",
-    "ClipIntensityPercentilesd",
+    "ClipIntensityPercentilesd", "HistogramNormalize", "HistogramNormalized",
 ]
 
 
@@ -395,3 +395,116 @@ class ScaleIntensityRangePercentilesd(_Dict):
                  dtype: DtypeLike = np.float32, allow_missing_keys: bool = False):
         super().__init__(keys, ScaleIntensityRangePercentiles(lower, upper, b_min, b_max, clip, relative,
                                                               channel_wise, dtype), allow_missing_keys)
+
+
+class HistogramNormalize:
+    """MONAI HistogramNormalize(num_bins=256, min=0, max=255, mask=None, dtype=float32): histogram
+    equalisation of each sample (all channels together), as MONAI's equalize_hist with
+    scikit-image: a histogram of `num_bins` equal bins between the sample's min and max (numpy's
+    float32 edges, [e_i, e_i+1), the last bin closed; a constant sample widens to +-0.5), its
+    cumulative counts rescaled to [min, max] in float32 (MONAI's rescale_array), then every voxel
+    mapped through np.interp on the bin centres (float64; below / above the centres: the first /
+    last value). `mask` (or the call's `mask`): only those voxels make the histogram (every voxel
+    is mapped). CPU: numpy's histogram and interp per sample (MONAI's computation, its speed);
+    CUDA: the same rules in torch (searchsorted, scatter-adds), batched, no host sync.
+    Floating images only (scikit-image histograms integer images per integer value instead:
+    convert those to float first); a NaN or infinite sample makes its histogram undefined
+    (numpy raises; here its output is NaN)."""
+
+    def __init__(self, num_bins: int = 256, min: int = 0, max: int = 255, mask: Any = None,  # noqa: A002
+                 dtype: DtypeLike = np.float32):
+        if not isinstance(num_bins, (int, np.integer)) or num_bins < 1:
+            raise ValueError(f"num_bins must be a positive int, got {num_bins!r}")
+        self.num_bins, self.min, self.max = int(num_bins), min, max
+        self.mask = mask
+        self.dtype = _torch_dtype(dtype) if dtype is not None else None
+
+    def __call__(self, img: Any, mask: Any = None) -> Any:
+        x, restore = _as_batch(img)
+        if not x.is_floating_point():
+            raise TypeError(f"HistogramNormalize needs a floating image, got {x.dtype} (scikit-image histograms "
+                            "integer images per value: convert to float first)")
+        n = x.shape[0]
+        t = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+        flat = x.reshape(n, -1).to(t)
+        m = mask if mask is not None else self.mask
+        keep = None
+        if m is not None:
+            mk = torch.as_tensor(m).to(device=x.device, dtype=torch.bool)
+            keep = (mk if mk.dim() == x.dim() else mk[None]).expand(x.shape).reshape(n, -1)
+        equalize = _equalize_numpy if x.device.type == "cpu" else _equalize_device
+        out = equalize(flat, keep, self.num_bins, self.min, self.max).reshape(x.shape)
+        return restore(out.to(self.dtype if self.dtype is not None else x.dtype))
+
+
+def _rescale_cum(cum: torch.Tensor, minv, maxv) -> torch.Tensor:
+    """MONAI's rescale_array(cum, minv, maxv) in float32, per row."""
+    cum = cum.to(torch.float32)
+    mina, maxa = cum.amin(1, keepdim=True), cum.amax(1, keepdim=True)
+    return torch.where(mina == maxa, cum * minv, (cum - mina) / (maxa - mina) * (maxv - minv) + minv)
+
+
+def _equalize_numpy(flat: torch.Tensor, keep: Optional[torch.Tensor], k: int, minv, maxv) -> torch.Tensor:
+    """The CPU path: numpy's histogram and interp per sample, exactly MONAI's computation
+    (float64 out). Faster on the CPU than the device path's searchsorted / gathers in torch."""
+    out = np.empty(tuple(flat.shape), dtype=np.float64)
+    a = flat.numpy()
+    for i in range(a.shape[0]):
+        hv = a[i] if keep is None else a[i][keep[i].numpy()]
+        hist, edges = np.histogram(hv, bins=k)
+        centers = (edges[:-1] + edges[1:]) / 2.0
+        cum = _rescale_cum(torch.from_numpy(hist.cumsum())[None], minv, maxv)[0].numpy()
+        out[i] = np.interp(a[i], centers, cum)
+    return torch.from_numpy(out)
+
+
+def _equalize_device(flat: torch.Tensor, keep: Optional[torch.Tensor], k: int, minv, maxv) -> torch.Tensor:
+    """The device path (any device; tested on the CPU against MONAI): numpy's rules in torch, no
+    host sync. Edges as numpy's float linspace ((hi - lo) / k steps, the last edge hi), bins
+    [e_i, e_i+1) with the last closed (searchsorted), counts by scatter-add; np.interp on the
+    centres in float64 (below / above them: the first / last value; numpy's retry from the right
+    point when a slope overflows)."""
+    n, t, dev = flat.shape[0], flat.dtype, flat.device
+    inf = torch.tensor(float("inf"), dtype=t, device=dev)
+    lo = (flat if keep is None else torch.where(keep, flat, inf)).amin(1)
+    hi = (flat if keep is None else torch.where(keep, flat, -inf)).amax(1)
+    same = lo == hi  # numpy widens a degenerate range by 0.5 each side
+    lo, hi = torch.where(same, lo - 0.5, lo), torch.where(same, hi + 0.5, hi)
+    step = (hi - lo) / k
+    edges = torch.arange(k + 1, dtype=t, device=dev)[None] * step[:, None] + lo[:, None]
+    edges[:, -1] = hi
+    idx = (torch.searchsorted(edges.contiguous(), flat.contiguous(), right=True) - 1).clamp_(0, k - 1)
+    weight = torch.ones_like(idx) if keep is None else keep.to(idx.dtype)
+    hist = torch.zeros(n, k, dtype=idx.dtype, device=dev).scatter_add_(1, idx, weight)
+    fp = _rescale_cum(hist.cumsum(1), minv, maxv).to(torch.float64)
+    centers = ((edges[:, :-1] + edges[:, 1:]) / 2.0).to(torch.float64)
+    xv = flat.to(torch.float64)
+    if k == 1:
+        return fp[:, :1].expand_as(xv).clone()
+    j = (torch.searchsorted(centers.contiguous(), xv.contiguous(), right=True) - 1).clamp_(0, k - 2)
+    slopes = (fp[:, 1:] - fp[:, :-1]) / (centers[:, 1:] - centers[:, :-1])
+    s = slopes.gather(1, j)
+    x0, y0 = centers.gather(1, j), fp.gather(1, j)
+    x1, y1 = centers.gather(1, j + 1), fp.gather(1, j + 1)
+    res = s * (xv - x0) + y0
+    res = torch.where(torch.isnan(res), s * (xv - x1) + y1, res)
+    res = torch.where(torch.isnan(res) & (y0 == y1), y0, res)
+    res = torch.where(xv < centers[:, :1], fp[:, :1], res)
+    return torch.where(xv >= centers[:, -1:], fp[:, -1:], res)
+
+
+class HistogramNormalized(_Dict):
+    """MONAI HistogramNormalized(keys, num_bins, min, max, mask=None, mask_key=None, dtype)."""
+
+    def __init__(self, keys, num_bins: int = 256, min: int = 0, max: int = 255, mask: Any = None,  # noqa: A002
+                 mask_key: Optional[str] = None, dtype: DtypeLike = np.float32, allow_missing_keys: bool = False):
+        super().__init__(keys, HistogramNormalize(num_bins, min, max, mask, dtype), allow_missing_keys)
+        self.mask_key = mask_key
+
+    def __call__(self, data):
+        if self.mask_key is None:
+            return super().__call__(data)
+        out = dict(data)
+        for _, key in _present_keys(data, self.keys, self.allow_missing_keys):
+            out[key] = self.transform(data[key], mask=data[self.mask_key])
+        return out
