@@ -236,8 +236,7 @@ TORCH_LIBRARY(voxaug, m) {
   // TorchIO Swap: per sample counts[n] patch swaps in order; locations (N, K, 6) int64 CPU rows
   // (first d, h, w, second d, h, w), patch_size (D, H, W); a true swap (both patches read first).
   m.def("swap_patches(Tensor image, Tensor locations, Tensor counts, int[] patch_size) -> Tensor");
-  m.def(
-      "swap_patches_(Tensor(a!) image, Tensor locations, Tensor counts, int[] patch_size) -> ()");
+  m.def("swap_patches_(Tensor(a!) image, Tensor locations, Tensor counts, int[] patch_size) -> ()");
   // Lowres family (include/voxaug/lowres.h): MONAI RandSimulateLowResolution as one gather:
   // interpolate(nearest, size=low_size[n]) then interpolate(upsample_mode: 0 trilinear,
   // 1 nearest, back to the image size). low_size: (N, 3) int64 CPU. Output float32 by default.
@@ -378,18 +377,34 @@ at::Tensor pos_neg_crop_centers(const at::Tensor& label, const std::optional<at:
                  first_sample, counts);
 }
 at::Tensor connected_components(const at::Tensor& mask, int64_t connectivity) {
-  static auto op =
-      handle<at::Tensor(const at::Tensor&, int64_t)>("voxaug::connected_components");
+  static auto op = handle<at::Tensor(const at::Tensor&, int64_t)>("voxaug::connected_components");
   return op.call(mask, connectivity);
 }
 at::Tensor largest_components(const at::Tensor& labels, int64_t num_components) {
-  static auto op =
-      handle<at::Tensor(const at::Tensor&, int64_t)>("voxaug::largest_components");
+  static auto op = handle<at::Tensor(const at::Tensor&, int64_t)>("voxaug::largest_components");
   return op.call(labels, num_components);
 }
 at::Tensor component_sizes(const at::Tensor& labels) {
   static auto op = handle<at::Tensor(const at::Tensor&)>("voxaug::component_sizes");
   return op.call(labels);
+}
+at::Tensor median_filter(const at::Tensor& image, at::IntArrayRef radius) {
+  static auto op = handle<at::Tensor(const at::Tensor&, at::IntArrayRef)>("voxaug::median_filter");
+  return op.call(image, radius);
+}
+at::Tensor coarse_shuffle(const at::Tensor& image, const at::Tensor& boxes,
+                          const at::Tensor& counts, int64_t seed, int64_t first_sample) {
+  static auto op =
+      handle<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, int64_t)>(
+          "voxaug::coarse_shuffle");
+  return op.call(image, boxes, counts, seed, first_sample);
+}
+at::Tensor swap_patches(const at::Tensor& image, const at::Tensor& locations,
+                        const at::Tensor& counts, at::IntArrayRef patch_size) {
+  static auto op =
+      handle<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef)>(
+          "voxaug::swap_patches");
+  return op.call(image, locations, counts, patch_size);
 }
 at::Tensor class_crop_counts(const at::Tensor& label, const std::optional<at::Tensor>& image,
                              double image_threshold, int64_t label_form, int64_t num_classes) {

@@ -32,8 +32,7 @@ at::Tensor rand_gaussian_noise(const at::Tensor& image, double mean, double std,
 // sigma, zero padding): sigma (N, 3) floating CPU tensor, per sample and spatial axis (D, H, W),
 // in voxels; output dtype `dtype`, else the image's (float32 for integer images).
 // Differentiable w.r.t. image.
-at::Tensor gaussian_smooth(const at::Tensor& image, const at::Tensor& sigma,
-                           double truncated = 4.0,
+at::Tensor gaussian_smooth(const at::Tensor& image, const at::Tensor& sigma, double truncated = 4.0,
                            std::optional<c10::ScalarType> dtype = std::nullopt);
 
 // (batch, count) float64 uniforms in [0, 1) on the CPU: Philox keyed by `seed`, row i is global
@@ -84,6 +83,18 @@ at::Tensor largest_components(const at::Tensor& labels, int64_t num_components =
 // int32 (N, C, D, H, W): the size of each voxel's component in connected_components labels (0
 // for background). CPU: the core's passes; CUDA: a scatter-add and a gather, no host sync.
 at::Tensor component_sizes(const at::Tensor& labels);
+
+// MONAI MedianSmooth: float32 box medians (radius (D, H, W), a box of at most 343 voxels), edges
+// replicated (include/voxaug/filter.h).
+at::Tensor median_filter(const at::Tensor& image, at::IntArrayRef radius);
+// MONAI RandCoarseShuffle with host-drawn boxes (N, K, 6) int64 CPU and counts (N,) int64 CPU:
+// a copy with each box's voxels permuted per channel (Philox-keyed, include/voxaug/dropout.h).
+at::Tensor coarse_shuffle(const at::Tensor& image, const at::Tensor& boxes,
+                          const at::Tensor& counts, int64_t seed, int64_t first_sample = 0);
+// TorchIO Swap: a copy with counts[n] patch swaps per sample, locations (N, K, 6) int64 CPU
+// (first d, h, w, second d, h, w), patch_size (D, H, W).
+at::Tensor swap_patches(const at::Tensor& image, const at::Tensor& locations,
+                        const at::Tensor& counts, at::IntArrayRef patch_size);
 // MONAI RandCropByLabelClasses / TorchIO LabelSampler's centres: a class drawn with probability
 // proportional to ratios[k] among the classes present in `region`, then one of its voxels
 // uniformly. region: {} (the whole volume) or {lo_d, lo_h, lo_w, hi_d, hi_h, hi_w}, half-open
