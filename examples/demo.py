@@ -331,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         ("RandCoarseShuffle", batch, Dg.RandCoarseShuffle(holes=6, spatial_size=12, max_spatial_size=32, prob=1.0,
                                                           seed=seed + 40)),
         ("TorchIO RandomSwap", batch, Dg.RandomSwap(patch_size=15, num_iterations=100, seed=seed + 41)),
+        ("MedianSmooth r=1", batch, Fl.MedianSmooth(1)),
+        ("HistogramNormalize", batch, St.HistogramNormalize(num_bins=256, max=1)),
     ]
     chain = fused_chain(a_min, a_max, seed)
     unfused = fused_chain(a_min, a_max, seed).transforms  # the same steps, one call (one pass) each
