@@ -48,6 +48,13 @@ void check_args(const at::Tensor& image, const at::Tensor& boxes, const at::Tens
 }
 
 // Runs the op into `out` (which may be `image` itself).
+// A host table (int64, CPU) on `like`'s device: itself on the CPU, else through pinned memory with
+// a non-blocking copy (no host synchronisation).
+at::Tensor table_to(const at::Tensor& t, const at::Tensor& like) {
+  if (!like.is_cuda()) return t.contiguous();
+  return t.contiguous().pin_memory().to(like.device(), at::kLong, /*non_blocking=*/true);
+}
+
 void run_dropout(const at::Tensor& image, const at::Tensor& out, const at::Tensor& boxes,
                  const at::Tensor& counts, bool dropout_holes, int64_t fill_mode, double fill_value,
                  double fill_low, double fill_high, int64_t seed, int64_t first_sample) {
@@ -63,11 +70,7 @@ void run_dropout(const at::Tensor& image, const at::Tensor& out, const at::Tenso
                       "]");
   const bool cuda = image.is_cuda();
   const c10::DeviceGuard guard(image.device());
-  auto to_dev = [&](const at::Tensor& t) {
-    if (!cuda) return t.contiguous();
-    return t.contiguous().pin_memory().to(image.device(), at::kLong, /*non_blocking=*/true);
-  };
-  const at::Tensor b = to_dev(boxes), cd = to_dev(cnt);
+  const at::Tensor b = table_to(boxes, image), cd = table_to(cnt, image);
   CoarseDropoutParams p;
   p.boxes = b.data_ptr<int64_t>();
   p.counts = cd.data_ptr<int64_t>();
@@ -254,7 +257,12 @@ void run_swap(const at::Tensor& x, const at::Tensor& locations, const at::Tensor
   p.counts = c.data_ptr<int64_t>();
   p.max_swaps = locations.size(1);
   for (int a = 0; a < 3; ++a) p.patch[a] = patch_size[a];
+  // The core checks host tables itself; device tables only get clamped, so check the host copies.
+  if (x.is_cuda()) call_core([&] { check_swap_tables(to_view(x, "image"), p); });
   const c10::DeviceGuard guard(x.device());
+  const at::Tensor ld = table_to(l, x), cd = table_to(c, x);
+  p.locations = ld.data_ptr<int64_t>();
+  p.counts = cd.data_ptr<int64_t>();
   call_core([&] { swap_patches_(to_view(x, "image"), p, current_stream(x)); });
 }
 
@@ -316,7 +324,7 @@ TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
   m.impl("coarse_dropout", &coarse_dropout_autograd);
   const char* const no_backward[] = {"coarse_dropout_", "coarse_shuffle", "coarse_shuffle_",
-                                        "swap_patches", "swap_patches_"};
+                                     "swap_patches", "swap_patches_"};
   register_no_backward(m, no_backward);
 }
 

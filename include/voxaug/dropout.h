@@ -78,18 +78,24 @@ void coarse_shuffle_(const VolumeView& x, const CoarseShuffleParams& params,
 // before either is written (a true swap, also for overlapping patches: TorchIO copies its first
 // patch through a view, which overlapping patches alias).
 struct PatchSwapParams {
-  // HOST tables: (N, max_swaps, 6) int64 rows (first d, h, w, second d, h, w), the patches'
-  // corners, each patch inside the volume; (N,) int64 swaps per sample (0: unchanged).
+  // Tables on the data's device (host memory for CPU views), like CoarseDropoutParams': (N,
+  // max_swaps, 6) int64 rows (first d, h, w, second d, h, w), the patches' corners, each patch
+  // inside the volume; (N,) int64 swaps per sample (0: unchanged).
   const int64_t* locations = nullptr;
   const int64_t* counts = nullptr;
   int64_t max_swaps = 0;
   int64_t patch[3] = {0, 0, 0};  // D, H, W extent, >= 1 each
 };
 
+// Validates swap tables held in host memory against `x`'s shape (counts in [0, max_swaps], every
+// patch inside the volume, the patch size in [1, the image size]): what swap_patches_ checks
+// itself for CPU views, for callers to run before sending host tables to the device.
+void check_swap_tables(const VolumeView& x, const PatchSwapParams& host_params);
+
 // x: (N, C, D, H, W), any dtype and strides (elements must not alias), swapped in place. CUDA:
-// one launch (a block per (sample, channel) runs its swaps in order), the table copied from the
-// host without a device synchronisation, workspace from cudaMallocAsync freed on the stream.
-// Throws voxaug::Error on bad arguments.
+// one launch (a block per (sample, channel) runs its swaps in order; device tables are clamped
+// into range, not checked: check_swap_tables checks host copies), scratch from cudaMallocAsync
+// freed on the stream, no host synchronisation. Throws voxaug::Error on bad arguments.
 void swap_patches_(const VolumeView& x, const PatchSwapParams& params,
                    cudaStream_t stream = nullptr);
 

@@ -376,16 +376,6 @@ void radix_argsort(uint32_t* keys, size_t n, uint32_t* perm, uint32_t* k2, uint3
   }
 }
 
-ShuffleBox shuffle_box(const VolumeView& x, const int64_t* row, int64_t n) {
-  ShuffleBox b{};
-  b.base = n * x.strides[0] + row[0] * x.strides[2] + row[1] * x.strides[3] + row[2] * x.strides[4];
-  for (int a = 0; a < 4; ++a) b.stride[a] = x.strides[a + 1];
-  for (int a = 0; a < 3; ++a) b.size[a] = row[a + 3] - row[a];
-  b.channels = x.shape[1];
-  b.volume = b.size[0] * b.size[1] * b.size[2];
-  return b;
-}
-
 // The permutations do not depend on the data: every (sample, channel, box) one is computed in
 // parallel first (keys, radix argsort); then each (sample, channel) applies its boxes in order.
 template <class T>
@@ -576,10 +566,10 @@ void coarse_shuffle_(const VolumeView& x, const CoarseShuffleParams& p, cudaStre
                   [&](auto t) { detail::coarse_shuffle_cpu<decltype(t)>(x, p, first_sample); });
 }
 
-void swap_patches_(const VolumeView& x, const PatchSwapParams& p, cudaStream_t stream) {
-#if !VOXAUG_WITH_CUDA
-  (void)stream;
-#endif
+namespace {
+
+// The view and the patch size (what the CUDA kernel's clamps rely on).
+void check_swap_shape(const VolumeView& x, const PatchSwapParams& p) {
   for (int a = 0; a < 5; ++a)
     VOXAUG_EXPECTS(x.shape[a] >= 0, "swap_patches: image sizes must be >= 0, got " + x.describe());
   VOXAUG_EXPECTS(p.max_swaps >= 0,
@@ -590,10 +580,12 @@ void swap_patches_(const VolumeView& x, const PatchSwapParams& p, cudaStream_t s
         "swap_patches: the patch size must be in [1, the image size] on every axis, got (" +
             std::to_string(p.patch[0]) + ", " + std::to_string(p.patch[1]) + ", " +
             std::to_string(p.patch[2]) + ") for " + x.describe());
-  if (x.numel() == 0) return;
-  VOXAUG_EXPECTS(x.data != nullptr, "swap_patches: image must not be null");
   VOXAUG_EXPECTS(p.counts != nullptr && (p.locations != nullptr || p.max_swaps == 0),
-                 "swap_patches: locations and counts (host tables) must not be null");
+                 "swap_patches: locations and counts must not be null");
+}
+
+// The entries of host tables: counts in range, every patch inside the volume.
+void check_swap_entries(const VolumeView& x, const PatchSwapParams& p) {
   for (int64_t n = 0; n < x.shape[0]; ++n) {
     check_host_counts("swap_patches", p.counts, n, p.max_swaps, "max_swaps");
     for (int64_t k = 0; k < p.counts[n]; ++k) {
@@ -604,15 +596,34 @@ void swap_patches_(const VolumeView& x, const PatchSwapParams& p, cudaStream_t s
                            std::to_string(n) + " puts a patch outside the volume " + x.describe());
     }
   }
+}
+
+}  // namespace
+
+void check_swap_tables(const VolumeView& x, const PatchSwapParams& p) {
+  check_swap_shape(x, p);
+  check_swap_entries(x, p);
+}
+
+void swap_patches_(const VolumeView& x, const PatchSwapParams& p, cudaStream_t stream) {
+#if !VOXAUG_WITH_CUDA
+  (void)stream;
+#endif
+  check_swap_shape(x, p);
+  if (x.numel() == 0) return;
+  VOXAUG_EXPECTS(x.data != nullptr, "swap_patches: image must not be null");
   if (x.device == Device::CUDA) {
 #if VOXAUG_WITH_CUDA
     detail::check_device_pointer(x.data, x.device_index, "image");
+    detail::check_device_pointer(p.counts, x.device_index, "counts");
+    if (p.max_swaps > 0) detail::check_device_pointer(p.locations, x.device_index, "locations");
     detail::swap_patches_cuda(x, p, stream);
     return;
 #else
     VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
 #endif
   }
+  check_swap_entries(x, p);  // host tables: checked here
   by_element_size(x.dtype, [&](auto t) { detail::swap_patches_cpu<decltype(t)>(x, p); });
 }
 

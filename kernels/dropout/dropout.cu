@@ -49,8 +49,8 @@ void coarse_shuffle_cuda_typed(const VolumeView& x, const CoarseShuffleParams& p
   int64_t max_volume = 0;
   for (int64_t n = 0; n < N; ++n)
     for (int64_t j = 0; j < p.counts[n]; ++j) {
-      const int64_t* r = p.boxes + (n * p.max_boxes + j) * 6;
-      max_volume = std::max(max_volume, (r[3] - r[0]) * (r[4] - r[1]) * (r[5] - r[2]));
+      max_volume =
+          std::max(max_volume, shuffle_box(x, p.boxes + (n * p.max_boxes + j) * 6, n).volume);
     }
   if (max_volume < 2) return;
   const size_t items = static_cast<size_t>(max_volume * C);
@@ -74,12 +74,7 @@ void coarse_shuffle_cuda_typed(const VolumeView& x, const CoarseShuffleParams& p
     for (int64_t n = 0; n < N; ++n)
       for (int64_t j = 0; j < p.counts[n]; ++j) {
         const int64_t* r = p.boxes + (n * p.max_boxes + j) * 6;
-        ShuffleBox b{};
-        b.base = n * x.strides[0] + r[0] * x.strides[2] + r[1] * x.strides[3] + r[2] * x.strides[4];
-        for (int a = 0; a < 4; ++a) b.stride[a] = x.strides[a + 1];
-        for (int a = 0; a < 3; ++a) b.size[a] = r[a + 3] - r[a];
-        b.channels = C;
-        b.volume = b.size[0] * b.size[1] * b.size[2];
+        const ShuffleBox b = shuffle_box(x, r, n);
         if (b.volume < 2) continue;
         const uint32_t g = first_sample + static_cast<uint32_t>(n);
         CudaLauncher::launch(ShuffleKeysBody{b, p.seed, g, j, keys_in, idx_in}, 1, stream);
@@ -124,16 +119,21 @@ template <class T>
 __global__ void __launch_bounds__(256)
     swap_patches_kernel(T* x, int64_t s0, int64_t s1, int64_t s2, int64_t s3, int64_t s4,
                         int64_t channels, const int64_t* locations, const int64_t* counts,
-                        int64_t max_swaps, int64_t p0, int64_t p1, int64_t p2, T* scratch) {
+                        int64_t max_swaps, int64_t p0, int64_t p1, int64_t p2, int64_t lim0,
+                        int64_t lim1, int64_t lim2, T* scratch) {
   const int64_t nc = blockIdx.x, n = nc / channels, c = nc % channels;
   const int64_t V = p0 * p1 * p2;
   T* a = scratch + nc * 2 * V;
   T* b = a + V;
   T* base = x + n * s0 + c * s1;
-  for (int64_t k = 0; k < counts[n]; ++k) {
+  // The device tables are clamped (the host checked them where it read them): a bad table
+  // cannot move memory outside the volume.
+  const int64_t count = counts[n] < 0 ? 0 : (counts[n] > max_swaps ? max_swaps : counts[n]);
+  auto corner = [](int64_t v, int64_t lim) { return v < 0 ? 0 : (v > lim ? lim : v); };
+  for (int64_t k = 0; k < count; ++k) {
     const int64_t* l = locations + (n * max_swaps + k) * 6;
-    T* first = base + l[0] * s2 + l[1] * s3 + l[2] * s4;
-    T* second = base + l[3] * s2 + l[4] * s3 + l[5] * s4;
+    T* first = base + corner(l[0], lim0) * s2 + corner(l[1], lim1) * s3 + corner(l[2], lim2) * s4;
+    T* second = base + corner(l[3], lim0) * s2 + corner(l[4], lim1) * s3 + corner(l[5], lim2) * s4;
     // Patch voxel e (C-order) -> its element offset from the patch's corner.
     auto off = [=](int64_t e) { return (e / p2 / p1) * s2 + (e / p2 % p1) * s3 + (e % p2) * s4; };
     for (int64_t e = threadIdx.x; e < V; e += blockDim.x) {
@@ -153,35 +153,18 @@ template <class T>
 void swap_patches_cuda_typed(const VolumeView& x, const PatchSwapParams& p, cudaStream_t stream) {
   const int64_t N = x.shape[0], C = x.shape[1];
   const int64_t V = p.patch[0] * p.patch[1] * p.patch[2];
-  int64_t any = 0;
-  for (int64_t n = 0; n < N; ++n) any += p.counts[n];
-  if (any == 0) return;
+  if (p.max_swaps == 0) return;
   VOXAUG_EXPECTS(N * C <= INT32_MAX, "swap_patches: too many (sample, channel) volumes for CUDA");
-  const size_t loc_bytes = align256(static_cast<size_t>(N * p.max_swaps * 6) * sizeof(int64_t));
-  const size_t cnt_bytes = align256(static_cast<size_t>(N) * sizeof(int64_t));
-  const size_t scratch_bytes = static_cast<size_t>(N * C * 2 * V) * sizeof(T);
-  char* ws = nullptr;
-  VOXAUG_CUDA_TRY(cudaMallocAsync(reinterpret_cast<void**>(&ws),
-                                  loc_bytes + cnt_bytes + scratch_bytes, stream));
-  try {
-    auto* loc = reinterpret_cast<int64_t*>(ws);
-    auto* cnt = reinterpret_cast<int64_t*>(ws + loc_bytes);
-    // Pageable host -> device: staged at once, no device synchronisation.
-    VOXAUG_CUDA_TRY(cudaMemcpyAsync(loc, p.locations,
-                                    static_cast<size_t>(N * p.max_swaps * 6) * sizeof(int64_t),
-                                    cudaMemcpyHostToDevice, stream));
-    VOXAUG_CUDA_TRY(cudaMemcpyAsync(cnt, p.counts, static_cast<size_t>(N) * sizeof(int64_t),
-                                    cudaMemcpyHostToDevice, stream));
-    swap_patches_kernel<T><<<static_cast<unsigned>(N * C), 256, 0, stream>>>(
-        static_cast<T*>(x.data), x.strides[0], x.strides[1], x.strides[2], x.strides[3],
-        x.strides[4], C, loc, cnt, p.max_swaps, p.patch[0], p.patch[1], p.patch[2],
-        reinterpret_cast<T*>(ws + loc_bytes + cnt_bytes));
-    VOXAUG_CUDA_CHECK_LAUNCH();
-  } catch (...) {
-    cudaFreeAsync(ws, stream);
-    throw;
-  }
-  VOXAUG_CUDA_TRY(cudaFreeAsync(ws, stream));
+  T* scratch = nullptr;
+  VOXAUG_CUDA_TRY(cudaMallocAsync(reinterpret_cast<void**>(&scratch),
+                                  static_cast<size_t>(N * C * 2 * V) * sizeof(T), stream));
+  swap_patches_kernel<T><<<static_cast<unsigned>(N * C), 256, 0, stream>>>(
+      static_cast<T*>(x.data), x.strides[0], x.strides[1], x.strides[2], x.strides[3], x.strides[4],
+      C, p.locations, p.counts, p.max_swaps, p.patch[0], p.patch[1], p.patch[2],
+      x.shape[2] - p.patch[0], x.shape[3] - p.patch[1], x.shape[4] - p.patch[2], scratch);
+  const cudaError_t launch = cudaGetLastError();
+  cudaFreeAsync(scratch, stream);
+  VOXAUG_CUDA_TRY(launch);
 }
 
 }  // namespace

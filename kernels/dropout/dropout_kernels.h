@@ -7,6 +7,7 @@
 #include "voxaug/detail/dropout.h"
 #include "voxaug/detail/indexer.h"
 #include "voxaug/detail/philox.h"
+#include "voxaug/types.h"
 
 namespace voxaug::detail {
 
@@ -98,6 +99,18 @@ struct ShuffleBox {
            w * stride[3];
   }
 };
+
+// The box of table row `row` (d0, h0, w0, d1, h1, w1) of sample n of `x` (host code: CPU and the
+// CUDA backend's launch loop).
+inline ShuffleBox shuffle_box(const VolumeView& x, const int64_t* row, int64_t n) {
+  ShuffleBox b{};
+  b.base = n * x.strides[0] + row[0] * x.strides[2] + row[1] * x.strides[3] + row[2] * x.strides[4];
+  for (int a = 0; a < 4; ++a) b.stride[a] = x.strides[a + 1];
+  for (int a = 0; a < 3; ++a) b.size[a] = row[a + 3] - row[a];
+  b.channels = x.shape[1];
+  b.volume = b.size[0] * b.size[1] * b.size[2];
+  return b;
+}
 
 // Keys and indices of every (channel, voxel) of a box, channel-major: keys[c V + i], idx[c V + i] =
 // i.

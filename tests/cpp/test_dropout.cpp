@@ -424,13 +424,7 @@ TEST(CoarseShuffle, CpuEqualsDeviceBodiesOnHost) {
   for (int64_t n = 0; n < v.n; ++n)
     for (int64_t j = 0; j < sc.counts[n]; ++j) {
       const int64_t* r = sc.boxes.data() + (n * 3 + j) * 6;
-      detail::ShuffleBox b{};
-      b.base =
-          n * ev.strides[0] + r[0] * ev.strides[2] + r[1] * ev.strides[3] + r[2] * ev.strides[4];
-      for (int a = 0; a < 4; ++a) b.stride[a] = ev.strides[a + 1];
-      for (int a = 0; a < 3; ++a) b.size[a] = r[a + 3] - r[a];
-      b.channels = v.c;
-      b.volume = b.size[0] * b.size[1] * b.size[2];
+      const detail::ShuffleBox b = detail::shuffle_box(ev, r, n);
       if (b.volume < 2) continue;
       const size_t items = static_cast<size_t>(b.volume * v.c);
       std::vector<uint32_t> keys(items), idx(items);
@@ -551,6 +545,12 @@ TEST(PatchSwap, MatchesNaiveCopiesWithOverlaps) {
   EXPECT_THROW(swap_patches_(voxaug_test::view(got.data(), DType::Float32, v),
                              swap_params(bad, counts, 3, P)),
                Error);
+  // The host-table check that callers run before sending tables to the device.
+  EXPECT_THROW(check_swap_tables(voxaug_test::view(got.data(), DType::Float32, v),
+                                 swap_params(bad, counts, 3, P)),
+               Error);
+  check_swap_tables(voxaug_test::view(got.data(), DType::Float32, v),
+                    swap_params(loc, counts, 3, P));
   const int64_t big[3] = {10, 3, 5};
   EXPECT_THROW(swap_patches_(voxaug_test::view(got.data(), DType::Float32, v),
                              swap_params(loc, counts, 3, big)),
@@ -568,9 +568,11 @@ TEST(PatchSwapCuda, MatchesCpuTwinBitForBit) {
   const std::vector<float> x = random_volume(v, 32);
   std::vector<float> cpu = x;
   swap_patches_(voxaug_test::view(cpu.data(), DType::Float32, v), swap_params(loc, counts, 3, P));
-  voxaug_test::DeviceBuffer dx(x);
-  swap_patches_(voxaug_test::view(dx.p, DType::Float32, v, Device::CUDA),
-                swap_params(loc, counts, 3, P));
+  voxaug_test::DeviceBuffer dx(x), dl(loc), dc(counts);
+  PatchSwapParams dp = swap_params(loc, counts, 3, P);
+  dp.locations = dl.as<int64_t>();
+  dp.counts = dc.as<int64_t>();
+  swap_patches_(voxaug_test::view(dx.p, DType::Float32, v, Device::CUDA), dp);
   CUDA_OK(cudaDeviceSynchronize());
   EXPECT_EQ(dx.to_host<float>(x.size()), cpu);
 }
