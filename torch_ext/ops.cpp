@@ -268,7 +268,8 @@ TORCH_LIBRARY(voxaug, m) {
       "int first_window, int padding_mode=0, float cval=0.0) -> ()");
   m.def(
       "window_stitch_(Tensor(a!) acc, Tensor pred, Tensor? weight, int[] image_size, "
-      "int[] roi_size, float[] overlap, int first_window) -> ()");
+      "int[] roi_size, float[] overlap, int first_window, bool first_store=False, "
+      "bool last_divide=False, Tensor? count=None) -> ()");
   m.def(
       "window_count(Tensor acc, Tensor? weight, int[] image_size, int[] roi_size, "
       "float[] overlap) -> Tensor");

@@ -200,24 +200,42 @@ const void* weight_ptr(const std::optional<at::Tensor>& weight, const at::Tensor
   return weight->data_ptr();
 }
 
+// A count map (window_count's) as the core takes it, checked against acc; null when absent.
+const void* count_ptr(const std::optional<at::Tensor>& count, const at::Tensor& acc,
+                      const WindowLayout& l) {
+  if (!count.has_value() || !count->defined()) return nullptr;
+  TORCH_CHECK_VALUE(
+      count->scalar_type() == acc.scalar_type() && count->device() == acc.device() &&
+          count->is_contiguous() && count->numel() == l.padded[0] * l.padded[1] * l.padded[2],
+      "count must be acc's dtype and device, contiguous, of the padded size (", l.padded[0], ", ",
+      l.padded[1], ", ", l.padded[2], "), got ", count->sizes(), " ", count->scalar_type(), " on ",
+      count->device());
+  return count->data_ptr();
+}
+
 void window_stitch__impl(const at::Tensor& acc, const at::Tensor& pred,
                          const std::optional<at::Tensor>& weight, at::IntArrayRef image_size,
                          at::IntArrayRef roi_size, at::ArrayRef<double> overlap,
-                         int64_t first_window) {
+                         int64_t first_window, bool first_store, bool last_divide,
+                         const std::optional<at::Tensor>& count) {
   check_5d(acc, "acc");
   check_5d(pred, "pred");
   check_float(pred, "pred");
   const WindowLayout l = layout_of(image_size, roi_size, overlap);
   const void* w = weight_ptr(weight, acc, l);
+  const StitchFuse fuse{first_store, last_divide, count_ptr(count, acc, l)};
+  TORCH_CHECK_VALUE(fuse.count == nullptr || last_divide,
+                    "count is read only with last_divide=True");
   const c10::DeviceGuard guard(acc.device());
   call_core([&] {
-    window_stitch(to_view(acc, "acc"), to_view(pred, "pred"), w, l, first_window,
+    window_stitch(to_view(acc, "acc"), to_view(pred, "pred"), w, l, first_window, fuse,
                   current_stream(acc));
   });
 }
 
 void window_stitch__meta(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                         at::IntArrayRef, at::IntArrayRef, at::ArrayRef<double>, int64_t) {}
+                         at::IntArrayRef, at::IntArrayRef, at::ArrayRef<double>, int64_t, bool,
+                         bool, const std::optional<at::Tensor>&) {}
 
 at::Tensor count_output(const at::Tensor& acc, const WindowLayout& l) {
   return at::empty({l.padded[0], l.padded[1], l.padded[2]}, acc.options());
@@ -257,15 +275,7 @@ at::Tensor finalize_output(const at::Tensor& acc, const WindowLayout& l,
 void finalize_into(const at::Tensor& acc, const std::optional<at::Tensor>& count,
                    const std::optional<at::Tensor>& weight, const WindowLayout& l,
                    const at::Tensor& out, bool argmax) {
-  const void* cp = nullptr;
-  if (count.has_value() && count->defined()) {
-    TORCH_CHECK_VALUE(
-        count->scalar_type() == acc.scalar_type() && count->device() == acc.device() &&
-            count->is_contiguous() && count->numel() == l.padded[0] * l.padded[1] * l.padded[2],
-        "count must be acc's dtype and device, contiguous, of the padded size (", l.padded[0], ", ",
-        l.padded[1], ", ", l.padded[2], "), got ", count->sizes(), " ", count->scalar_type());
-    cp = count->data_ptr();
-  }
+  const void* cp = count_ptr(count, acc, l);
   const void* wp = weight_ptr(weight, acc, l);
   const c10::DeviceGuard guard(acc.device());
   call_core([&] {
@@ -382,9 +392,10 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
   const int64_t N = inputs.size(0);
   const int64_t total = N * l.windows_per_image();
 
-  // Importance map, per call or cached by the inferer. The count map is computed on the fly in
-  // the final pass, except that the inferer keeps one for non-constant weights (a read is then
-  // cheaper than summing the map over every covering window again).
+  // Importance map, per call or cached by the inferer. The count map is computed on the fly
+  // where a voxel is divided (its last window, or the final pass), except that the inferer keeps
+  // one for non-constant weights (a read is then cheaper than summing the map over every
+  // covering window again).
   at::Tensor weight, count, base_map;
   const int64_t roi_voxels = l.roi[0] * l.roi[1] * l.roi[2];
   if (process) {
@@ -436,6 +447,14 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
   const VolumeView in_view = to_view(inputs, "inputs");
   check_cval(l, o.padding_mode, o.cval);
   at::Tensor acc, first_weight;
+  // The stitch stores on each voxel's first window (no zero fill) and, where the result is the
+  // accumulator itself (nothing cropped, no cast, no argmax) and the count map is fixed (no
+  // process_fn), divides on its last (no final pass).
+  const bool cropped =
+      l.padded[0] != l.size[0] || l.padded[1] != l.size[1] || l.padded[2] != l.size[2];
+  const at::ScalarType out_t = o.output_dtype.value_or(o.argmax ? at::kLong : inputs.scalar_type());
+  const bool in_place = !o.argmax && !cropped && out_t == acc_t;
+  const bool last_divide = in_place && !process;
   // Messages name what returned the stitched output: the predictor, or process_fn after it.
   const char* source = process ? "process_fn" : "the predictor";
   const char* source_output = process ? "process_fn's output" : "the predictor's output";
@@ -476,7 +495,7 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
     if (pred.device() != device) pred = pred.to(device);
     if (!acc.defined()) {
       acc = device_tensor({N, pred.size(1), l.padded[0], l.padded[1], l.padded[2]}, acc_t, device,
-                          true);
+                          false);
     }
     TORCH_CHECK_VALUE(pred.size(1) == acc.size(1), source, " returned ", pred.size(1),
                       " channels after ", acc.size(1), " in earlier windows");
@@ -484,8 +503,9 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
       Range r("voxaug.window.stitch");
       const c10::DeviceGuard guard(device);
       call_core([&] {
+        const StitchFuse fuse{true, last_divide, count.defined() ? count.data_ptr() : nullptr};
         window_stitch(to_view(acc, "acc"), to_view(pred, "pred"),
-                      weight.defined() ? weight.data_ptr() : nullptr, l, first,
+                      weight.defined() ? weight.data_ptr() : nullptr, l, first, fuse,
                       current_stream(acc));
       });
     }
@@ -494,16 +514,11 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
                    static_cast<long long>(b + 1), static_cast<long long>(batches));
   }
 
+  if (last_divide) return acc;  // divided voxel by voxel in the stitch
   Range r("voxaug.window.finalize");
   if (process) weight = first_weight;  // MONAI builds the count map from the first batch's weight
-  const bool cropped =
-      l.padded[0] != l.size[0] || l.padded[1] != l.size[1] || l.padded[2] != l.size[2];
-  const at::ScalarType out_t = o.output_dtype.value_or(o.argmax ? at::kLong : inputs.scalar_type());
-  at::Tensor out;
-  if (!o.argmax && !cropped && out_t == acc_t)
-    out = acc;  // in place: no second full-size buffer
-  else
-    out = finalize_output(acc, l, out_t, o.argmax);
+  // In place where possible: no second full-size buffer.
+  at::Tensor out = in_place ? acc : finalize_output(acc, l, out_t, o.argmax);
   finalize_into(acc, count, weight, l, out, o.argmax);
   return out;
 }

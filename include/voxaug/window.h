@@ -14,7 +14,8 @@
 //                     float32 result equals MONAI's bit for bit;
 // then window_count (the sum of the importance map over all windows; depends only on the
 // layout, so callers cache it) and window_finalize (accumulator / count, crop of the padding,
-// cast or channel argmax) once. Nothing here synchronises the host or allocates.
+// cast or channel argmax) once -- or, with StitchFuse, neither the zero fill nor the final pass.
+// Nothing here synchronises the host or allocates.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +68,24 @@ void window_gather(const VolumeView& image, const WindowLayout& layout, int64_t 
 // then the prediction itself, as MONAI's multiplication by 1).
 void window_stitch(const VolumeView& acc, const VolumeView& pred, const void* weight,
                    const WindowLayout& layout, int64_t first_window, cudaStream_t stream = nullptr);
+
+// A pass that stitches every window of the batch exactly once, in window order, can fold the
+// accumulator's zero fill and the final division into the stitch:
+// - first_store: where a window is a voxel's first (the lowest-numbered window covering it), the
+//   stitch stores 0 + round_P(pred * weight) instead of adding to acc, so acc needs no zero fill
+//   (its earlier contents are never read);
+// - last_divide: where a window is a voxel's last, the sum is divided by the voxel's count right
+//   after its addition (`count`: window_count's map on acc's device, or null to compute it from
+//   `weight` as window_finalize does), so acc ends the pass holding window_finalize's in-place
+//   result, the same bits, with no final pass. Needs nothing to crop (image size == padded size).
+struct StitchFuse {
+  bool first_store = false;
+  bool last_divide = false;
+  const void* count = nullptr;  // acc's dtype, the padded size, dense
+};
+void window_stitch(const VolumeView& acc, const VolumeView& pred, const void* weight,
+                   const WindowLayout& layout, int64_t first_window, const StitchFuse& fuse,
+                   cudaStream_t stream = nullptr);
 
 // count[voxel] = sum of weight over the windows covering it, added in window order (MONAI's
 // count map), at the padded size, dense, dtype `dtype` (float32 or float64) on `device`.

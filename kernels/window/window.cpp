@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -206,17 +207,99 @@ VOXAUG_FORCEINLINE void stitch_row(A* acc, const P* pred, int64_t sp, const A* w
   for (int64_t x = 0; x < n; ++x) acc[x] = stitch_add<A, P>(acc[x], pred[x * sp], wrow, x);
 }
 
+// Per-w window counts (constant weights: count = product of the per-axis counts).
+std::vector<int64_t> counts_along_w(const WindowLayout& l) {
+  std::vector<int64_t> per_w(static_cast<size_t>(l.padded[2]));
+  for (int64_t x = 0; x < l.padded[2]; ++x) {
+    int64_t lo, hi;
+    window_cover(l, 2, x, lo, hi);
+    per_w[static_cast<size_t>(x)] = hi - lo + 1;
+  }
+  return per_w;
+}
+
+// The per-w counts of counts_along_w, also as A (each < 2^24 where used, so exact).
+template <class A>
+struct CountsAlongW {
+  std::vector<int64_t> n;
+  std::vector<A> a;
+  explicit CountsAlongW(const WindowLayout& l) : n(counts_along_w(l)), a(n.begin(), n.end()) {}
+};
+
+// Constant weights: the count at column x of a row covered by dh (d, h) window pairs, as
+// window_count_at's static_cast<A>(product). dh and the per-w counts below 2^24 are exact in
+// float and double, so their product rounds once, as the integer product's conversion does: the
+// same count without an int64 conversion per voxel (that was ~10% of a CPU sliding-window call).
+template <class A>
+VOXAUG_FORCEINLINE void constant_count_row(const WindowLayout& l, const CountsAlongW<A>& per_w,
+                                           int64_t dh, A* row, int64_t x0, int64_t x1) {
+  if (dh < (int64_t(1) << 24) && l.count[2] < (int64_t(1) << 24)) {
+    const A a = static_cast<A>(dh);
+    for (int64_t x = x0; x < x1; ++x) row[x] = a * per_w.a[static_cast<size_t>(x)];
+    return;
+  }
+  for (int64_t x = x0; x < x1; ++x) row[x] = static_cast<A>(dh * per_w.n[static_cast<size_t>(x)]);
+}
+
+// Padded row (d, h) of the count map over the columns [x0, x1), into row[x0, x1)
+// (window_count_at for each, as row loops).
+template <class A>
+void count_row(const WindowLayout& l, const A* weight, const CountsAlongW<A>& per_w, int64_t d,
+               int64_t h, A* row, int64_t x0, int64_t x1) {
+  int64_t lo[3], hi[3];
+  window_cover(l, 0, d, lo[0], hi[0]);
+  window_cover(l, 1, h, lo[1], hi[1]);
+  if (weight == nullptr)
+    return constant_count_row(l, per_w, (hi[0] - lo[0] + 1) * (hi[1] - lo[1] + 1), row, x0, x1);
+  std::fill(row + x0, row + x1, A(0));
+  if (x1 <= x0) return;
+  int64_t unused;
+  window_cover(l, 2, x0, lo[2], unused);  // the windows along w meeting [x0, x1)
+  window_cover(l, 2, x1 - 1, unused, hi[2]);
+  // Per voxel the additions run over (i, j, k) in lexicographic order: window order.
+  for (int64_t i = lo[0]; i <= hi[0]; ++i)
+    for (int64_t j = lo[1]; j <= hi[1]; ++j) {
+      const A* wrow = weight + ((d - l.start(0, i)) * l.roi[1] + h - l.start(1, j)) * l.roi[2];
+      for (int64_t k = lo[2]; k <= hi[2]; ++k) {
+        const int64_t o = l.start(2, k);
+        const int64_t b = std::max(x0, o), e = std::min(x1, o + l.roi[2]);
+        stitch_row<A, A>(row + b, wrow + (b - o), 1, nullptr, e - b);  // row += wrow (vectorised)
+      }
+    }
+}
+
+// acc[x] = 0 + round_P(pred[x] * w[x]): a voxel's first contribution (StitchFuse::first_store),
+// the bits of stitch_add onto a zeroed accumulator.
+template <class A, class P>
+VOXAUG_FORCEINLINE void store_row(A* acc, const P* pred, int64_t sp, const A* wrow, int64_t n) {
+  if constexpr (std::is_same_v<A, P>) {
+    if (sp == 1) {
+      if (wrow == nullptr) {
+        for (int64_t x = 0; x < n; ++x) acc[x] = A(0) + pred[x];
+      } else {
+        for (int64_t x = 0; x < n; ++x) acc[x] = A(0) + pred[x] * wrow[x];
+      }
+      return;
+    }
+  }
+  for (int64_t x = 0; x < n; ++x) acc[x] = stitch_add<A, P>(A(0), pred[x * sp], wrow, x);
+}
+
 // Accumulator plane by accumulator plane: a task is one (image, channel, padded d) plane of the
 // accumulator, and adds the matching plane of every window of the launch that covers it, in
 // window order (MONAI's order of additions for every element, with no barrier between
 // windows). The windows of a launch overlap (consecutive windows along w share about `overlap`
 // of their voxels), so the plane's rows stay in L1 / L2 from one window's addition to the
 // next, where window-by-window sweeps re-read the whole overlapping region from L3 or memory.
+// StitchFuse: in a row where the window is the voxels' first along d and h, the columns where it
+// is first along w too store instead of adding; where it is their last along d and h, the
+// columns where it is last along w are divided by their count right after the addition.
 template <class A, class P>
 void stitch_rows(const StitchParams& p) {
   const WindowLayout& l = p.l;
   const int64_t pv = l.padded[0] * l.padded[1] * l.padded[2];
   const A* weight = static_cast<const A*>(p.weight);
+  const A* count = static_cast<const A*>(p.count);
   A* acc_base = static_cast<A*>(p.acc);
   const P* pred_base = static_cast<const P*>(p.pred);
   const int64_t Rd = l.roi[0], Rh = l.roi[1], Rw = l.roi[2], sp = p.pred_stride[4];
@@ -240,23 +323,74 @@ void stitch_rows(const StitchParams& p) {
     spans[s].first_task = tasks;
     tasks += p.channels * (spans[s].d1 - spans[s].d0);
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < tasks; ++t) {
-    int s = num_spans - 1;
-    while (spans[s].first_task > t) --s;
-    const int64_t depth = spans[s].d1 - spans[s].d0, local = t - spans[s].first_task;
-    const int64_t n = spans[s].n, c = local / depth, d = spans[s].d0 + local % depth;
-    A* plane = acc_base + (n * p.channels + c) * pv + d * l.padded[1] * l.padded[2];
-    for (int64_t j = 0; j < p.batch; ++j) {
-      const int64_t z = d - p.win[j][1];
-      if (p.win[j][0] != n || z < 0 || z >= Rd) continue;
-      A* acc = plane + p.win[j][2] * l.padded[2] + p.win[j][3];
-      const P* pred =
-          pred_base + j * p.pred_stride[0] + c * p.pred_stride[1] + z * p.pred_stride[2];
-      const A* wplane = weight ? weight + z * Rh * Rw : nullptr;
-      for (int64_t y = 0; y < Rh; ++y)
-        stitch_row<A, P>(acc + y * l.padded[2], pred + y * p.pred_stride[3], sp,
-                         wplane ? wplane + y * Rw : nullptr, Rw);
+  // The division's count without a map: constant weights from the per-axis window counts
+  // (window_cover once per coordinate, not per row), weights summed per row segment.
+  const bool on_fly = p.last_divide && count == nullptr;
+  std::vector<int64_t> cover[2];
+  std::unique_ptr<CountsAlongW<A>> per_w;
+  if (on_fly) {
+    per_w = std::make_unique<CountsAlongW<A>>(l);
+    for (int a = 0; a < 2 && weight == nullptr; ++a) {
+      cover[a].resize(static_cast<size_t>(l.padded[a]));
+      for (int64_t q = 0; q < l.padded[a]; ++q) {
+        int64_t lo, hi;
+        window_cover(l, a, q, lo, hi);
+        cover[a][static_cast<size_t>(q)] = hi - lo + 1;
+      }
+    }
+  }
+#pragma omp parallel
+  {
+    std::vector<A> crow(on_fly ? static_cast<size_t>(l.padded[2]) : 0);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tasks; ++t) {
+      int s = num_spans - 1;
+      while (spans[s].first_task > t) --s;
+      const int64_t depth = spans[s].d1 - spans[s].d0, local = t - spans[s].first_task;
+      const int64_t n = spans[s].n, c = local / depth, d = spans[s].d0 + local % depth;
+      A* plane = acc_base + (n * p.channels + c) * pv + d * l.padded[1] * l.padded[2];
+      for (int64_t j = 0; j < p.batch; ++j) {
+        const int64_t z = d - p.win[j][1];
+        if (p.win[j][0] != n || z < 0 || z >= Rd) continue;
+        const int64_t h0 = p.win[j][2], w0 = p.win[j][3];
+        A* acc = plane + h0 * l.padded[2] + w0;
+        const P* pred =
+            pred_base + j * p.pred_stride[0] + c * p.pred_stride[1] + z * p.pred_stride[2];
+        const A* wplane = weight ? weight + z * Rh * Rw : nullptr;
+        const bool d_first = p.first_store && d >= p.first_from[j][0];
+        const bool d_last = p.last_divide && d < p.last_until[j][0];
+        // The window's columns that are first along w, [xf, Rw), and last, [0, xl).
+        const int64_t xf = std::clamp<int64_t>(p.first_from[j][2] - w0, 0, Rw);
+        const int64_t xl = std::clamp<int64_t>(p.last_until[j][2] - w0, 0, Rw);
+        for (int64_t y = 0; y < Rh; ++y) {
+          A* arow = acc + y * l.padded[2];
+          const P* prow = pred + y * p.pred_stride[3];
+          const A* wrow = wplane ? wplane + y * Rw : nullptr;
+          const int64_t h = h0 + y;
+          const bool first = d_first && h >= p.first_from[j][1];
+          const bool last = d_last && h < p.last_until[j][1] && xl > 0;
+          if (!first) {
+            stitch_row<A, P>(arow, prow, sp, wrow, Rw);
+          } else {
+            stitch_row<A, P>(arow, prow, sp, wrow, xf);
+            store_row<A, P>(arow + xf, prow + xf * sp, sp, wrow ? wrow + xf : nullptr, Rw - xf);
+          }
+          if (!last) continue;
+          const A* cnt;
+          if (count != nullptr) {
+            cnt = count + (d * l.padded[1] + h) * l.padded[2] + w0;
+          } else {
+            if (weight == nullptr)
+              constant_count_row(l, *per_w,
+                                 cover[0][static_cast<size_t>(d)] * cover[1][static_cast<size_t>(h)],
+                                 crow.data(), w0, w0 + xl);
+            else
+              count_row(l, weight, *per_w, d, h, crow.data(), w0, w0 + xl);
+            cnt = crow.data() + w0;
+          }
+          for (int64_t x = 0; x < xl; ++x) arow[x] = fdiv(arow[x], cnt[x]);
+        }
+      }
     }
   }
 }
@@ -272,60 +406,13 @@ void stitch_cpu_acc(const StitchParams& p, DType pred_t) {
   }
 }
 
-// Per-w window counts (constant weights: count = product of the per-axis counts).
-std::vector<int64_t> counts_along_w(const WindowLayout& l) {
-  std::vector<int64_t> per_w(static_cast<size_t>(l.padded[2]));
-  for (int64_t x = 0; x < l.padded[2]; ++x) {
-    int64_t lo, hi;
-    window_cover(l, 2, x, lo, hi);
-    per_w[static_cast<size_t>(x)] = hi - lo + 1;
-  }
-  return per_w;
-}
-
-// One padded row (d, h) of the count map (window_count_at for every w, as row loops).
-template <class A>
-void count_row(const WindowLayout& l, const A* weight, const std::vector<int64_t>& per_w,
-               const A* per_w_a, int64_t d, int64_t h, A* row) {
-  const int64_t W = l.padded[2];
-  int64_t lo[2], hi[2];
-  window_cover(l, 0, d, lo[0], hi[0]);
-  window_cover(l, 1, h, lo[1], hi[1]);
-  if (weight == nullptr) {
-    const int64_t dh = (hi[0] - lo[0] + 1) * (hi[1] - lo[1] + 1);
-    const int64_t* pw = per_w.data();
-    if (dh < (int64_t(1) << 24) && l.count[2] < (int64_t(1) << 24)) {
-      // dh and the per-w counts (per_w_a: per_w as A, each < 2^24) are exact in float and
-      // double, so their product rounds once, as the integer product's conversion does: the
-      // same count without an int64 conversion per voxel (that was ~10% of a CPU
-      // sliding-window call).
-      const A a = static_cast<A>(dh);
-      for (int64_t x = 0; x < W; ++x) row[x] = a * per_w_a[x];
-      return;
-    }
-    for (int64_t x = 0; x < W; ++x) row[x] = static_cast<A>(dh * pw[x]);
-    return;
-  }
-  std::fill(row, row + W, A(0));
-  // Per voxel the additions run over (i, j, k) in lexicographic order: window order.
-  for (int64_t i = lo[0]; i <= hi[0]; ++i)
-    for (int64_t j = lo[1]; j <= hi[1]; ++j) {
-      const A* wrow = weight + ((d - l.start(0, i)) * l.roi[1] + h - l.start(1, j)) * l.roi[2];
-      for (int64_t k = 0; k < l.count[2]; ++k) {
-        A* o = row + l.start(2, k);
-        for (int64_t x = 0; x < l.roi[2]; ++x) o[x] = o[x] + wrow[x];
-      }
-    }
-}
-
 template <class A>
 void count_cpu(const WindowLayout& l, const A* weight, A* count) {
   const int64_t rows = l.padded[0] * l.padded[1], W = l.padded[2];
-  const std::vector<int64_t> per_w = counts_along_w(l);
-  const std::vector<A> per_w_a(per_w.begin(), per_w.end());
+  const CountsAlongW<A> per_w(l);
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < rows; ++t)
-    count_row(l, weight, per_w, per_w_a.data(), t / l.padded[1], t % l.padded[1], count + t * W);
+    count_row(l, weight, per_w, t / l.padded[1], t % l.padded[1], count + t * W, 0, W);
 }
 
 template <class T>
@@ -341,8 +428,7 @@ void finalize_rows_typed(const FinalizeParams& p, int64_t batch) {
   const int64_t rows = l.size[0] * l.size[1], W = l.size[2];
   const int64_t pv = l.padded[0] * l.padded[1] * l.padded[2];
   const int64_t sv = l.size[0] * l.size[1] * l.size[2];
-  const std::vector<int64_t> per_w = counts_along_w(l);
-  const std::vector<A> per_w_a(per_w.begin(), per_w.end());
+  const CountsAlongW<A> per_w(l);
   const A* weight = static_cast<const A*>(p.weight);
 #pragma omp parallel
   {
@@ -358,7 +444,7 @@ void finalize_rows_typed(const FinalizeParams& p, int64_t batch) {
       if (p.count != nullptr) {
         cnt = static_cast<const A*>(p.count) + q;
       } else {
-        count_row(l, weight, per_w, per_w_a.data(), pd, ph, crow.data());
+        count_row(l, weight, per_w, pd, ph, crow.data(), 0, l.padded[2]);
         cnt = crow.data() + l.pad_before[2];
       }
       for (int64_t n = 0; n < batch; ++n) {
@@ -516,6 +602,12 @@ void window_gather(const VolumeView& image, const WindowLayout& l, int64_t first
 
 void window_stitch(const VolumeView& acc, const VolumeView& pred, const void* weight,
                    const WindowLayout& l, int64_t first_window, cudaStream_t stream) {
+  window_stitch(acc, pred, weight, l, first_window, StitchFuse{}, stream);
+}
+
+void window_stitch(const VolumeView& acc, const VolumeView& pred, const void* weight,
+                   const WindowLayout& l, int64_t first_window, const StitchFuse& fuse,
+                   cudaStream_t stream) {
 #if !VOXAUG_WITH_CUDA
   (void)stream;  // the CPU-only build has no stream
 #endif
@@ -540,8 +632,17 @@ void window_stitch(const VolumeView& acc, const VolumeView& pred, const void* we
                  "window_stitch: windows [" + std::to_string(first_window) + ", " +
                      std::to_string(first_window + pred.shape[0]) + ") run past the " +
                      std::to_string(total) + " windows of the batch");
+  if (fuse.last_divide)
+    for (int a = 0; a < 3; ++a)
+      VOXAUG_EXPECTS(l.padded[a] == l.size[a],
+                     "window_stitch: last_divide leaves the result in acc, so it needs an image "
+                     "at least as large as the roi on every axis (nothing to crop), got size " +
+                         detail::dims(l.size) + " and roi " + detail::dims(l.roi));
   if (pred.shape[0] == 0 || acc.numel() == 0) return;
   detail::StitchParams p;
+  p.first_store = fuse.first_store;
+  p.last_divide = fuse.last_divide;
+  p.count = fuse.last_divide ? fuse.count : nullptr;
   p.acc = acc.data;
   p.channels = acc.shape[1];
   p.pred = pred.data;
@@ -555,14 +656,9 @@ void window_stitch(const VolumeView& acc, const VolumeView& pred, const void* we
   // Consecutive launches of at most kStitchWindows windows: the same order of additions.
   const int64_t esize = dtype_size(pred.dtype);
   for (int64_t j0 = 0; j0 < pred.shape[0]; j0 += detail::kStitchWindows) {
-    p.batch = std::min(detail::kStitchWindows, pred.shape[0] - j0);
+    detail::stitch_launch_windows(p, first_window + j0,
+                                  std::min(detail::kStitchWindows, pred.shape[0] - j0));
     p.pred = static_cast<const char*>(pred.data) + j0 * pred.strides[0] * esize;
-    for (int64_t j = 0; j < p.batch; ++j) {
-      int64_t n, k[3];
-      detail::window_index(l, first_window + j0 + j, n, k);
-      p.win[j][0] = static_cast<int32_t>(n);
-      for (int a = 0; a < 3; ++a) p.win[j][1 + a] = static_cast<int32_t>(l.start(a, k[a]));
-    }
 #if VOXAUG_WITH_CUDA
     if (acc.device == Device::CUDA) {
       detail::window_stitch_cuda(p, acc.dtype, pred.dtype, acc.device_index, stream);

@@ -35,6 +35,7 @@ void window_stitch_cuda(const StitchParams& p, DType acc_t, DType pred_t, int de
   check_device_pointer(p.acc, device, "acc");
   check_device_pointer(p.pred, device, "pred");
   if (p.weight != nullptr) check_device_pointer(p.weight, device, "weight");
+  if (p.count != nullptr) check_device_pointer(p.count, device, "count");
   if (acc_t == DType::Float32)
     stitch_acc<float>(p, pred_t, stream);
   else

@@ -40,7 +40,39 @@ struct StitchParams {
   const void* weight = nullptr;
   WindowLayout l;
   int32_t win[kStitchWindows][4] = {};  // image, start d, h, w of window j of the launch
+  // StitchFuse: window j is a voxel's first where the voxel's padded coordinates are all >=
+  // first_from[j], its last where they are all < last_until[j] (window_first_from / _last_until).
+  bool first_store = false, last_divide = false;
+  const void* count = nullptr;  // last_divide's count map (null: from weight, per voxel)
+  int32_t first_from[kStitchWindows][3] = {};
+  int32_t last_until[kStitchWindows][3] = {};
 };
+
+// Fills p.batch and the per-window tables of p for windows [first, first + batch) of the pass
+// (batch <= kStitchWindows).
+inline void stitch_launch_windows(StitchParams& p, int64_t first, int64_t batch) {
+  p.batch = batch;
+  for (int64_t j = 0; j < batch; ++j) {
+    int64_t n, k[3];
+    window_index(p.l, first + j, n, k);
+    p.win[j][0] = static_cast<int32_t>(n);
+    for (int a = 0; a < 3; ++a) {
+      p.win[j][1 + a] = static_cast<int32_t>(p.l.start(a, k[a]));
+      p.first_from[j][a] = static_cast<int32_t>(window_first_from(p.l, a, k[a]));
+      p.last_until[j][a] = static_cast<int32_t>(window_last_until(p.l, a, k[a]));
+    }
+  }
+}
+
+// The count that divides padded voxel (d, h, w) (window_finalize's: the map, or on the fly).
+template <class A>
+VOXAUG_HD VOXAUG_FORCEINLINE A window_count_of(const WindowLayout& l, const void* count,
+                                               const void* weight, int64_t d, int64_t h,
+                                               int64_t w) {
+  if (count != nullptr)
+    return static_cast<const A*>(count)[(d * l.padded[1] + h) * l.padded[2] + w];
+  return window_count_at<A>(l, static_cast<const A*>(weight), d, h, w);
+}
 
 struct FinalizeParams {
   const void* acc = nullptr;     // dense (N, K, padded)
@@ -108,8 +140,22 @@ struct StitchBody {
     A* acc = static_cast<A*>(p.acc) + (n * p.channels) * pv +
              (g[0] * l.padded[1] + g[1]) * l.padded[2] + g[2];
     const A* weight = static_cast<const A*>(p.weight);
+    // StitchFuse: the owner (the launch's first covering window) may be the voxel's first window
+    // of the pass; the launch's last covering window may be its last.
+    const bool store = p.first_store && g[0] >= p.first_from[j][0] &&
+                       g[1] >= p.first_from[j][1] && g[2] >= p.first_from[j][2];
+    bool divide = false;
+    A cnt = A(1);
+    if (p.last_divide) {
+      int64_t last = j;
+      for (int64_t o = j + 1; o < p.batch; ++o)
+        if (covers(o, n, g, nullptr)) last = o;
+      divide = g[0] < p.last_until[last][0] && g[1] < p.last_until[last][1] &&
+               g[2] < p.last_until[last][2];
+      if (divide) cnt = window_count_of<A>(l, p.count, p.weight, g[0], g[1], g[2]);
+    }
     for (int64_t c = 0; c < p.channels; ++c) {
-      A a = acc[c * pv];
+      A a = store ? A(0) : acc[c * pv];
       for (int64_t o = j; o < p.batch; ++o) {
         int64_t off[3];
         if (!covers(o, n, g, off)) continue;
@@ -118,7 +164,7 @@ struct StitchBody {
                         off[1] * p.pred_stride[3] + off[2] * p.pred_stride[4];
         a = stitch_add<A, P>(a, *pred, weight, (off[0] * l.roi[1] + off[1]) * l.roi[2] + off[2]);
       }
-      acc[c * pv] = a;
+      acc[c * pv] = divide ? fdiv(a, cnt) : a;
     }
   }
   // Whether window `o` of the batch lies in image n and covers padded voxel g (offset in `off`).
@@ -164,10 +210,8 @@ struct FinalizeBody {
     const int64_t sv = l.size[0] * l.size[1] * l.size[2];
     const int64_t q = ((z + l.pad_before[0]) * l.padded[1] + y + l.pad_before[1]) * l.padded[2] +
                       x + l.pad_before[2];
-    const A cnt = p.count != nullptr
-                      ? static_cast<const A*>(p.count)[q]
-                      : window_count_at<A>(l, static_cast<const A*>(p.weight), z + l.pad_before[0],
-                                           y + l.pad_before[1], x + l.pad_before[2]);
+    const A cnt = window_count_of<A>(l, p.count, p.weight, z + l.pad_before[0],
+                                     y + l.pad_before[1], x + l.pad_before[2]);
     const A* acc = static_cast<const A*>(p.acc) + n * p.channels * pv + q;
     if (p.argmax) {
       int64_t best = 0;

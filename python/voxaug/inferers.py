@@ -208,6 +208,17 @@ def sliding_window_inference(
         cached["weight"] = weight
 
     total = inputs.shape[0] * layout.per_image
+    # The stitch stores on each voxel's first window (no zero fill of the accumulators) and, where
+    # the result is the accumulator itself (nothing cropped, no cast, no argmax) and the count map
+    # is fixed (no process_fn), divides on its last (no final pass): the same bits either way.
+    out_dtype = output_dtype or (torch.int64 if argmax else inputs.dtype)
+    in_place = not argmax and out_dtype == acc_dtype and list(layout.padded) == size
+    last_divide = in_place and process_fn is None
+    count = cached.get("count")
+    if last_divide and count is None and _cache is not None and weight is not None:
+        like = torch.empty((0, 0, 0, 0, 0), dtype=acc_dtype, device=device)  # the map's dtype and device
+        count = torch.ops.voxaug.window_count(like, weight, size, roi, overlap_l)
+        cached["count"] = count
     # Buffer and accumulator from window_accumulator: on the host on transparent huge pages
     # (fresh 4 KiB pages fault once each, which dominates small-overlap runs on the CPU).
     buffer = torch.ops.voxaug.window_accumulator([min(sw_batch_size, total), inputs.shape[1], *roi],
@@ -243,36 +254,45 @@ def sliding_window_inference(
                     pred = pred.to(device)
                 if len(accs) <= i:
                     accs.append(torch.ops.voxaug.window_accumulator(
-                        [inputs.shape[0], pred.shape[1], *layout.padded], acc_dtype, device, True))
+                        [inputs.shape[0], pred.shape[1], *layout.padded], acc_dtype, device, False))
                 elif pred.shape[1] != accs[i].shape[1]:
                     raise ValueError(f"the predictor returned {pred.shape[1]} channels in output {i} after "
                                      f"{accs[i].shape[1]} in earlier windows")
-                torch.ops.voxaug.window_stitch_(accs[i], pred, weight, size, roi, overlap_l, first)
+                torch.ops.voxaug.window_stitch_(accs[i], pred, weight, size, roi, overlap_l, first, True,
+                                                last_divide, count if last_divide else None)
         if progress:
             print(f"voxaug sliding window: batch {b + 1}/{batches}", file=sys.stderr)
 
-    with _nvtx("voxaug.window.finalize", on_cuda):
-        # The count map is computed on the fly in the final pass; an inferer keeps one for
-        # non-constant weights (reading it beats re-summing the map over every window).
+    if last_divide:
+        results = accs  # divided voxel by voxel in the stitch
+    else:
         if process_fn is not None:
             weight = first_weight  # MONAI builds the count map from the first batch's weight
-        count = cached.get("count")
-        if count is None and _cache is not None and process_fn is None and weight is not None:
-            count = torch.ops.voxaug.window_count(accs[0], weight, size, roi, overlap_l)
-            cached["count"] = count
-        out_dtype = output_dtype or (torch.int64 if argmax else inputs.dtype)
-        in_place = not argmax and out_dtype == acc_dtype and list(layout.padded) == size
-        results = []
-        for acc in accs:
-            if in_place:  # no second full-size buffer
-                torch.ops.voxaug.window_finalize_(acc, count, weight, size, roi, overlap_l)
-                results.append(acc)
-            else:
-                results.append(torch.ops.voxaug.window_finalize(acc, count, weight, size, roi, overlap_l,
-                                                                out_dtype, argmax))
+        with _nvtx("voxaug.window.finalize", on_cuda):
+            results = _finalize(accs, cached if _cache is not None and process_fn is None else None, weight,
+                                layout, overlap_l, in_place, out_dtype, argmax)
     if meta_source is not None:
         results = [_with_meta(r, meta_source) for r in results]
     return _pack(keys, results)
+
+
+def _finalize(accs: list[torch.Tensor], cache: Optional[dict], weight: Optional[torch.Tensor], layout: _Layout,
+              overlap: list[float], in_place: bool, out_dtype: torch.dtype, argmax: bool) -> list[torch.Tensor]:
+    """The final pass over each accumulator: / count, crop, cast or argmax. The count map is computed
+    on the fly; an inferer (``cache``) keeps one for non-constant weights (reading it beats
+    re-summing the map over every window)."""
+    size, roi = layout.size, layout.roi
+    count = cache.get("count") if cache is not None else None
+    if count is None and cache is not None and weight is not None:
+        count = cache["count"] = torch.ops.voxaug.window_count(accs[0], weight, size, roi, overlap)
+    results = []
+    for acc in accs:
+        if in_place:  # no second full-size buffer
+            torch.ops.voxaug.window_finalize_(acc, count, weight, size, roi, overlap)
+            results.append(acc)
+        else:
+            results.append(torch.ops.voxaug.window_finalize(acc, count, weight, size, roi, overlap, out_dtype, argmax))
+    return results
 
 
 def _with_meta(out: torch.Tensor, src: Any) -> Any:

@@ -254,6 +254,100 @@ TEST(WindowCpu, StitchCountFinalizeEqualMonaiOrderBitExact) {
     }
 }
 
+// StitchFuse: a pass that stores on each voxel's first window into an accumulator of NaNs and
+// divides on its last equals zero fill + stitch + window_finalize in place, bit for bit; with
+// first_store alone, the finalized output equals the plain pass's. The per-element body the CUDA
+// backend launches (run here on the host) gives the same bits. float16 predictions exercise the
+// rounded products; a batch of every window crosses images and kStitchWindows launches.
+TEST(WindowCpu, StitchFuseEqualsZeroFillStitchFinalize) {
+  const float nan = std::nanf("");
+  for (const Case& c : kCases)
+    for (bool gaussian : {false, true})
+      for (DType pt : {DType::Float32, DType::Float16})
+        for (int64_t B : {int64_t(3), int64_t(1000)}) {
+          const WindowLayout l = window_layout(c.size, c.roi, c.overlap);
+          bool cropped = false;
+          for (int a = 0; a < 3; ++a) cropped |= l.padded[a] != l.size[a];
+          const int64_t N = 2, K = 2, total = N * l.windows_per_image();
+          const int64_t pv = l.padded[0] * l.padded[1] * l.padded[2];
+          const int64_t rv = l.roi[0] * l.roi[1] * l.roi[2];
+          const auto w = weight_map(l.roi, 21);
+          const float* wp = gaussian ? w.data() : nullptr;
+          const auto pf = randn(static_cast<size_t>(total * K * rv), 23);
+          std::vector<uint16_t> ph(pf.size());
+          for (size_t i = 0; i < pf.size(); ++i) ph[i] = detail::float_to_half(pf[i]);
+          void* preds = pt == DType::Float32 ? static_cast<void*>(const_cast<float*>(pf.data()))
+                                             : static_cast<void*>(ph.data());
+          const int64_t esize = pt == DType::Float32 ? 4 : 2;
+          const Vol av{N, K, l.padded[0], l.padded[1], l.padded[2]};
+          std::vector<float> count(pv);
+          window_count(wp, DType::Float32, Device::CPU, 0, l, count.data());
+          auto pass = [&](std::vector<float>& acc, const StitchFuse& fuse) {
+            for (int64_t first = 0; first < total; first += B) {
+              const int64_t b = std::min(B, total - first);
+              window_stitch(view(acc.data(), DType::Float32, av),
+                            view(static_cast<char*>(preds) + first * K * rv * esize, pt,
+                                 {b, K, l.roi[0], l.roi[1], l.roi[2]}),
+                            wp, l, first, fuse);
+            }
+          };
+          std::vector<float> ref(N * K * pv, 0.f);
+          pass(ref, StitchFuse{});
+          const Vol ov{N, K, l.size[0], l.size[1], l.size[2]};
+          std::vector<float> want(ov.numel());
+          window_finalize(view(ref.data(), DType::Float32, av), count.data(), nullptr, l,
+                          view(want.data(), DType::Float32, ov), false);
+
+          // first_store alone: no zero fill, then the usual final pass.
+          std::vector<float> acc(N * K * pv, nan), got(ov.numel());
+          pass(acc, StitchFuse{true, false, nullptr});
+          ASSERT_EQ(0, std::memcmp(acc.data(), ref.data(), acc.size() * sizeof(float)));
+          window_finalize(view(acc.data(), DType::Float32, av), count.data(), nullptr, l,
+                          view(got.data(), DType::Float32, ov), false);
+          ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+          if (cropped) {  // last_divide would leave the padding in acc
+            EXPECT_THROW(pass(acc, StitchFuse{true, true, nullptr}), Error);
+            continue;
+          }
+          // first_store + last_divide, with the count map and with the count on the fly.
+          for (const float* cnt : {static_cast<const float*>(count.data()),
+                                   static_cast<const float*>(nullptr)}) {
+            std::vector<float> fused(N * K * pv, nan);
+            pass(fused, StitchFuse{true, true, cnt});
+            ASSERT_EQ(0, std::memcmp(fused.data(), want.data(), want.size() * sizeof(float)))
+                << "gaussian " << gaussian << " count map " << (cnt != nullptr);
+            // The device body on the host.
+            std::vector<float> body(N * K * pv, nan);
+            for (int64_t first = 0; first < total; first += B) {
+              const int64_t b = std::min(B, total - first);
+              for (int64_t j0 = 0; j0 < b; j0 += detail::kStitchWindows) {
+                detail::StitchParams p;
+                p.acc = body.data();
+                p.channels = K;
+                p.pred = static_cast<char*>(preds) + (first + j0) * K * rv * esize;
+                const int64_t st[5] = {K * rv, rv, l.roi[1] * l.roi[2], l.roi[2], 1};
+                std::copy(st, st + 5, p.pred_stride);
+                p.weight = wp;
+                p.l = l;
+                p.first_store = p.last_divide = true;
+                p.count = cnt;
+                detail::stitch_launch_windows(p, first + j0,
+                                              std::min(detail::kStitchWindows, b - j0));
+                auto run = [&](auto body_fn) {
+                  typename decltype(body_fn)::State s;
+                  for (int64_t i = 0; i < body_fn.items(); ++i) body_fn(s, 0, i);
+                };
+                if (pt == DType::Float32)
+                  run(detail::StitchBody<float, float>{p});
+                else
+                  run(detail::StitchBody<float, detail::half_t>{p});
+              }
+            }
+            ASSERT_EQ(0, std::memcmp(body.data(), want.data(), want.size() * sizeof(float)));
+          }
+        }
+}
+
 // The per-element bodies the CUDA backend launches, run on the host, equal the CPU twin.
 TEST(WindowCpu, RowLoopsEqualDeviceBodies) {
   for (const Case& c : kCases) {
@@ -280,15 +374,9 @@ TEST(WindowCpu, RowLoopsEqualDeviceBodies) {
       p.pred = preds.data() + first * K * rv;
       const int64_t st[5] = {K * rv, rv, l.roi[1] * l.roi[2], l.roi[2], 1};
       std::copy(st, st + 5, p.pred_stride);
-      p.batch = b;
       p.weight = w.data();
       p.l = l;
-      for (int64_t j = 0; j < b; ++j) {
-        int64_t n, k[3];
-        detail::window_index(l, first + j, n, k);
-        p.win[j][0] = static_cast<int32_t>(n);
-        for (int a = 0; a < 3; ++a) p.win[j][1 + a] = static_cast<int32_t>(l.start(a, k[a]));
-      }
+      detail::stitch_launch_windows(p, first, b);
       const detail::StitchBody<float, detail::half_t> body{p};
       detail::StitchBody<float, detail::half_t>::State s;
       for (int64_t i = 0; i < body.items(); ++i) body(s, 0, i);

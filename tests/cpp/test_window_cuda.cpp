@@ -2,6 +2,7 @@
 // the same order of additions). Compiled everywhere; skips without a device.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -56,6 +57,7 @@ TEST(WindowCuda, PipelineTwinBitIdentical) {
       const Vol av{N, K, l.padded[0], l.padded[1], l.padded[2]};
       std::vector<float> acc(av.numel(), 0.f);
       DeviceBuffer d_acc(acc);
+      std::vector<std::vector<float>> preds;  // per batch, for the StitchFuse pass below
       const int64_t B = 70;  // > 64: the stitch splits the batch into two launches
       for (int64_t first = 0; first < total; first += B) {
         const int64_t b = std::min(B, total - first);
@@ -77,6 +79,7 @@ TEST(WindowCuda, PipelineTwinBitIdentical) {
             for (int64_t v = 0; v < rv; ++v)
               pred[(j * K + k) * rv + v] = win[(j * C + k % C) * rv + v] * float(k + 1);
         DeviceBuffer d_pred(pred);
+        preds.push_back(pred);
         window_stitch(view(acc.data(), DType::Float32, av), view(pred.data(), DType::Float32, pvl),
                       hw, l, first);
         window_stitch(view(d_acc.p, DType::Float32, av, Device::CUDA),
@@ -117,6 +120,30 @@ TEST(WindowCuda, PipelineTwinBitIdentical) {
                       view(d_lab.p, DType::Int64, lv, Device::CUDA), true);
       CUDA_OK(cudaDeviceSynchronize());
       ASSERT_EQ(lab, d_lab.to_host<int64_t>(lab.size()));
+
+      // StitchFuse: first_store into accumulators of NaNs, and last_divide (with the count map,
+      // and computed per voxel) where nothing is cropped; the device equals the host bit for bit.
+      bool cropped = false;
+      for (int a = 0; a < 3; ++a) cropped |= l.padded[a] != l.size[a];
+      for (int m = 0; m < (cropped ? 1 : 3); ++m) {
+        const StitchFuse fuse{true, m > 0, m == 1 ? count.data() : nullptr};
+        const StitchFuse dfuse{true, m > 0, m == 1 ? d_count.p : nullptr};
+        std::vector<float> f_acc(av.numel(), std::nanf(""));
+        DeviceBuffer d_f(f_acc);
+        for (int64_t first = 0, bi = 0; first < total; first += B, ++bi) {
+          const int64_t b = std::min(B, total - first);
+          const Vol pvl{b, K, l.roi[0], l.roi[1], l.roi[2]};
+          DeviceBuffer d_pred(preds[bi]);
+          window_stitch(view(f_acc.data(), DType::Float32, av),
+                        view(preds[bi].data(), DType::Float32, pvl), hw, l, first, fuse);
+          window_stitch(view(d_f.p, DType::Float32, av, Device::CUDA),
+                        view(d_pred.p, DType::Float32, pvl, Device::CUDA), dw, l, first, dfuse);
+          CUDA_OK(cudaDeviceSynchronize());
+        }
+        ASSERT_EQ(0, std::memcmp(f_acc.data(), d_f.to_host<float>(f_acc.size()).data(),
+                                 f_acc.size() * sizeof(float)))
+            << "StitchFuse mode " << m;
+      }
     }
 }
 

@@ -249,6 +249,62 @@ def test_ops_opcheck():
     torch.library.opcheck(torch.ops.voxaug.window_finalize_, (big, None, w, [9, 10, 11], roi, ov))
 
 
+@pytest.mark.parametrize("mode", ["constant", "gaussian"])
+@pytest.mark.parametrize("pred_dtype", [torch.float32, torch.float16])
+def test_fused_stitch_equals_zero_fill_stitch_finalize(mode, pred_dtype):
+    """window_stitch_'s first_store into an accumulator of NaNs and last_divide (with the count map,
+    and computed on the fly) give the bits of zeros + plain stitch + window_finalize_; the sliding
+    window takes that path whenever nothing is cropped."""
+    size, roi, ov, sw = [13, 11, 17], [6, 5, 7], [0.5, 0.25, 0.8], 5
+    lay = torch.ops.voxaug.window_layout(size, roi, ov)
+    total = 2 * lay[0] * lay[1] * lay[2]
+    g = torch.Generator().manual_seed(3)
+    preds = torch.randn(total, 3, *roi, generator=g).to(pred_dtype)
+    w = None if mode == "constant" else torch.ops.voxaug.window_importance_map(
+        roi, mode, [0.125], torch.float32, torch.device("cpu"))
+    plain = torch.zeros(2, 3, *size)
+    for first in range(0, total, sw):
+        torch.ops.voxaug.window_stitch_(plain, preds[first:first + sw], w, size, roi, ov, first)
+    torch.ops.voxaug.window_finalize_(plain, None, w, size, roi, ov)
+    count = torch.ops.voxaug.window_count(plain, w, size, roi, ov)
+    for cnt in (count, None):
+        fused = torch.full((2, 3, *size), float("nan"))
+        for first in range(0, total, sw):
+            torch.ops.voxaug.window_stitch_(fused, preds[first:first + sw], w, size, roi, ov, first, True, True, cnt)
+        assert torch.equal(fused.view(torch.int32), plain.view(torch.int32))
+    # The reference is MONAI's: the same bits through its Python loop.
+    want = monai_inferers.sliding_window_inference(torch.randn(2, 3, *size), roi, sw, _Replay(preds), overlap=ov,
+                                                   mode=mode)
+    assert want.dtype == torch.float32 and torch.equal(want, plain)
+    # first_store alone leaves the sum for window_finalize_.
+    summed = torch.full((2, 3, *size), float("nan"))
+    for first in range(0, total, sw):
+        torch.ops.voxaug.window_stitch_(summed, preds[first:first + sw], w, size, roi, ov, first, True)
+    torch.ops.voxaug.window_finalize_(summed, None, w, size, roi, ov)
+    assert torch.equal(summed.view(torch.int32), plain.view(torch.int32))
+    # count without last_divide, and last_divide with a cropped layout, are refused.
+    with pytest.raises(ValueError, match="count is read only with last_divide"):
+        torch.ops.voxaug.window_stitch_(fused, preds[:sw], w, size, roi, ov, 0, True, False, count)
+    small = [4, 11, 17]
+    lay_s = torch.ops.voxaug.window_layout(small, roi, ov)
+    acc_s = torch.zeros(2, 3, *lay_s[3:6])
+    with pytest.raises(ValueError, match="last_divide leaves the result in acc"):
+        torch.ops.voxaug.window_stitch_(acc_s, preds[:sw], w, small, roi, ov, 0, True, True)
+    torch.library.opcheck(torch.ops.voxaug.window_stitch_, (fused, preds[:sw], w, size, roi, ov, 0, True, True, count))
+
+
+class _Replay:
+    """A predictor that returns the next stored window outputs (MONAI's loop sees the same values)."""
+
+    def __init__(self, outs):
+        self.outs, self.i = outs, 0
+
+    def __call__(self, x):
+        out = self.outs[self.i:self.i + x.shape[0]].clone()
+        self.i += x.shape[0]
+        return out
+
+
 def test_importance_map_matches_monai():
     from monai.data.utils import compute_importance_map
 

@@ -48,6 +48,21 @@ VOXAUG_HD VOXAUG_FORCEINLINE void window_cover(const WindowLayout& l, int axis, 
   }
 }
 
+// Window k along `axis` is the first window covering padded coordinate q (the lowest-numbered
+// one) exactly when q >= window_first_from(k), and the last when q < window_last_until(k): the
+// starts strictly increase, so the windows before k cover q only if k - 1 does (q below its
+// end), those after k only if k + 1 does (q at or past its start). A voxel's first window over
+// the whole grid is the first along every axis (window order is lexicographic), its last the
+// last along every axis.
+VOXAUG_HD VOXAUG_FORCEINLINE int64_t window_first_from(const WindowLayout& l, int axis,
+                                                       int64_t k) {
+  return k == 0 ? l.start(axis, 0) : l.start(axis, k - 1) + l.roi[axis];
+}
+VOXAUG_HD VOXAUG_FORCEINLINE int64_t window_last_until(const WindowLayout& l, int axis,
+                                                       int64_t k) {
+  return k == l.count[axis] - 1 ? l.start(axis, k) + l.roi[axis] : l.start(axis, k + 1);
+}
+
 // Window number w (image-major, then d, h, w) -> image n and per-axis window indices.
 VOXAUG_HD VOXAUG_FORCEINLINE void window_index(const WindowLayout& l, int64_t w, int64_t& n,
                                                int64_t k[3]) {
