@@ -238,7 +238,7 @@ void window_stitch__meta(const at::Tensor&, const at::Tensor&, const std::option
                          bool, const std::optional<at::Tensor>&) {}
 
 at::Tensor count_output(const at::Tensor& acc, const WindowLayout& l) {
-  return at::empty({l.padded[0], l.padded[1], l.padded[2]}, acc.options());
+  return torch_ext::empty_output({l.padded[0], l.padded[1], l.padded[2]}, acc.options());
 }
 
 at::Tensor window_count_impl(const at::Tensor& acc, const std::optional<at::Tensor>& weight,
@@ -392,10 +392,16 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
   const int64_t N = inputs.size(0);
   const int64_t total = N * l.windows_per_image();
 
-  // Importance map, per call or cached by the inferer. The count map is computed on the fly
-  // where a voxel is divided (its last window, or the final pass), except that the inferer keeps
-  // one for non-constant weights (a read is then cheaper than summing the map over every
-  // covering window again).
+  // The stitch stores on each voxel's first window (no zero fill) and, where the result is the
+  // accumulator itself (nothing cropped, no cast, no argmax) and the count map is fixed (no
+  // process_fn), divides on its last (no final pass).
+  const bool cropped =
+      l.padded[0] != l.size[0] || l.padded[1] != l.size[1] || l.padded[2] != l.size[2];
+  const at::ScalarType out_t = o.output_dtype.value_or(o.argmax ? at::kLong : inputs.scalar_type());
+  const bool in_place = !o.argmax && !cropped && out_t == acc_t;
+  const bool last_divide = in_place && !process;
+  // Importance map, per call or cached by the inferer. Constant weights: the count is computed
+  // where a voxel is divided (its last window, or the final pass).
   at::Tensor weight, count, base_map;
   const int64_t roi_voxels = l.roi[0] * l.roi[1] * l.roi[2];
   if (process) {
@@ -424,10 +430,12 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
                    .to(device, acc_t)
                    .contiguous();
     }
-    if (cache != nullptr && weight.defined()) {
+    // Non-constant weights: the last-window division reads a count map (computing the count
+    // per divided row segment would re-walk the covering windows for each); the inferer keeps it.
+    if ((cache != nullptr || last_divide) && weight.defined()) {
       Range r("voxaug.window.count");
       at::Tensor like = at::empty({0}, at::TensorOptions().dtype(acc_t).device(device));
-      count = at::empty({l.padded[0], l.padded[1], l.padded[2]}, like.options());
+      count = count_output(like, l);
       const c10::DeviceGuard guard(device);
       call_core([&] {
         window_count(weight.data_ptr(), to_voxaug_dtype(acc_t, "acc"),
@@ -447,14 +455,6 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
   const VolumeView in_view = to_view(inputs, "inputs");
   check_cval(l, o.padding_mode, o.cval);
   at::Tensor acc, first_weight;
-  // The stitch stores on each voxel's first window (no zero fill) and, where the result is the
-  // accumulator itself (nothing cropped, no cast, no argmax) and the count map is fixed (no
-  // process_fn), divides on its last (no final pass).
-  const bool cropped =
-      l.padded[0] != l.size[0] || l.padded[1] != l.size[1] || l.padded[2] != l.size[2];
-  const at::ScalarType out_t = o.output_dtype.value_or(o.argmax ? at::kLong : inputs.scalar_type());
-  const bool in_place = !o.argmax && !cropped && out_t == acc_t;
-  const bool last_divide = in_place && !process;
   // Messages name what returned the stitched output: the predictor, or process_fn after it.
   const char* source = process ? "process_fn" : "the predictor";
   const char* source_output = process ? "process_fn's output" : "the predictor's output";

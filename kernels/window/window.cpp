@@ -156,6 +156,36 @@ __attribute__((target("avx512f"))) void mul_add_row_avx512(float* acc, const flo
                                                       _mm512_maskz_loadu_ps(m, w + x))));
   }
 }
+// StitchFuse's rows: acc = 0 + pred (* w), a voxel's first contribution; acc = acc / count, its
+// division after its last. The same IEEE operations per element as the plain loops (tested).
+__attribute__((target("avx512f"))) void store_row_avx512(float* acc, const float* pred,
+                                                         const float* w, int64_t n) {
+  const __m512 zero = _mm512_setzero_ps();
+  int64_t x = 0;
+  for (; x + 16 <= n; x += 16) {
+    const __m512 p = _mm512_loadu_ps(pred + x);
+    _mm512_storeu_ps(acc + x, _mm512_add_ps(zero, w ? _mm512_mul_ps(p, _mm512_loadu_ps(w + x)) : p));
+  }
+  if (x < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - x)) - 1u);
+    const __m512 p = _mm512_maskz_loadu_ps(m, pred + x);
+    _mm512_mask_storeu_ps(
+        acc + x, m,
+        _mm512_add_ps(zero, w ? _mm512_mul_ps(p, _mm512_maskz_loadu_ps(m, w + x)) : p));
+  }
+}
+__attribute__((target("avx512f"))) void div_row_avx512(float* acc, const float* cnt, int64_t n) {
+  int64_t x = 0;
+  for (; x + 16 <= n; x += 16)
+    _mm512_storeu_ps(acc + x, _mm512_div_ps(_mm512_loadu_ps(acc + x), _mm512_loadu_ps(cnt + x)));
+  if (x < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - x)) - 1u);
+    // Masked-off lanes divide 0 by 1 (no spurious exception), and are not stored.
+    _mm512_mask_storeu_ps(acc + x, m,
+                          _mm512_div_ps(_mm512_maskz_loadu_ps(m, acc + x),
+                                        _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), m, cnt + x)));
+  }
+}
 __attribute__((target("avx2"))) void add_row_avx2(float* acc, const float* pred, int64_t n) {
   int64_t x = 0;
   for (; x + 8 <= n; x += 8)
@@ -241,6 +271,57 @@ VOXAUG_FORCEINLINE void constant_count_row(const WindowLayout& l, const CountsAl
   for (int64_t x = x0; x < x1; ++x) row[x] = static_cast<A>(dh * per_w.n[static_cast<size_t>(x)]);
 }
 
+// The weighted count of padded row (d, h), columns [x0, x1), float32 on AVX-512: blocks of four
+// 16-column vectors kept in registers through every covering (i, j, k) (masked adds of the map's
+// row), so per voxel the same additions in the same order (i, j outer, k ascending) as the row
+// loops below, which add window run after window run into the row in memory (a load, add and
+// store per vector per run, each run re-reading most of the previous one's stores).
+__attribute__((target("avx512f"))) void weighted_count_row_avx512(const WindowLayout& l,
+                                                                  const float* weight,
+                                                                  const int64_t lo[2],
+                                                                  const int64_t hi[2], int64_t d,
+                                                                  int64_t h, float* row,
+                                                                  int64_t x0, int64_t x1) {
+  const int64_t R = l.roi[2];
+  constexpr int kMaxRuns = 64;  // windows along w meeting one 16-column vector (else row loops)
+  for (int64_t b0 = x0; b0 < x1; b0 += 64) {
+    const int64_t b1 = std::min(b0 + 64, x1);
+    int64_t klo, khi, unused;
+    window_cover(l, 2, b0, klo, unused);
+    window_cover(l, 2, b1 - 1, unused, khi);
+    // Per vector q of the block: the runs of the windows k meeting it (offset into a map row,
+    // lanes), in k order; the same for every (i, j).
+    int64_t off[4][kMaxRuns];
+    __mmask16 mask[4][kMaxRuns];
+    int runs[4] = {0, 0, 0, 0};
+    for (int64_t k = klo; k <= khi; ++k) {
+      const int64_t s = l.start(2, k);
+      for (int q = 0; q < 4; ++q) {
+        const int64_t c = b0 + 16 * q;
+        const int64_t a = std::max(s, c) - c, e = std::min({s + R, c + 16, b1}) - c;
+        if (e <= a || runs[q] == kMaxRuns) continue;
+        off[q][runs[q]] = c - s;
+        mask[q][runs[q]++] = static_cast<__mmask16>(((1u << e) - 1u) & ~((1u << a) - 1u));
+      }
+    }
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
+    for (int64_t i = lo[0]; i <= hi[0]; ++i)
+      for (int64_t j = lo[1]; j <= hi[1]; ++j) {
+        const float* wrow = weight + ((d - l.start(0, i)) * l.roi[1] + h - l.start(1, j)) * R;
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q)
+          for (int r = 0; r < runs[q]; ++r)
+            acc[q] = _mm512_mask_add_ps(acc[q], mask[q][r], acc[q],
+                                        _mm512_maskz_loadu_ps(mask[q][r], wrow + off[q][r]));
+      }
+    for (int q = 0; q < 4 && b0 + 16 * q < b1; ++q) {
+      const int64_t n = std::min<int64_t>(16, b1 - b0 - 16 * q);
+      _mm512_mask_storeu_ps(row + b0 + 16 * q, static_cast<__mmask16>((1u << n) - 1u), acc[q]);
+    }
+  }
+}
+
 // Padded row (d, h) of the count map over the columns [x0, x1), into row[x0, x1)
 // (window_count_at for each, as row loops).
 template <class A>
@@ -251,8 +332,13 @@ void count_row(const WindowLayout& l, const A* weight, const CountsAlongW<A>& pe
   window_cover(l, 1, h, lo[1], hi[1]);
   if (weight == nullptr)
     return constant_count_row(l, per_w, (hi[0] - lo[0] + 1) * (hi[1] - lo[1] + 1), row, x0, x1);
-  std::fill(row + x0, row + x1, A(0));
   if (x1 <= x0) return;
+  if constexpr (std::is_same_v<A, float>) {
+    // (At most 64 windows along w meet a 16-column vector unless the interval is tiny.)
+    if (window_cpu_isa() == 2 && 16 + l.roi[2] <= 63 * l.interval[2])
+      return weighted_count_row_avx512(l, weight, lo, hi, d, h, row, x0, x1);
+  }
+  std::fill(row + x0, row + x1, A(0));
   int64_t unused;
   window_cover(l, 2, x0, lo[2], unused);  // the windows along w meeting [x0, x1)
   window_cover(l, 2, x1 - 1, unused, hi[2]);
@@ -268,10 +354,22 @@ void count_row(const WindowLayout& l, const A* weight, const CountsAlongW<A>& pe
     }
 }
 
+// acc[x] /= cnt[x]: a voxel's division after its last contribution (StitchFuse::last_divide).
+template <class A>
+VOXAUG_FORCEINLINE void div_row(A* acc, const A* cnt, int64_t n) {
+  if constexpr (std::is_same_v<A, float>) {
+    if (window_cpu_isa() == 2) return div_row_avx512(acc, cnt, n);
+  }
+  for (int64_t x = 0; x < n; ++x) acc[x] = fdiv(acc[x], cnt[x]);
+}
+
 // acc[x] = 0 + round_P(pred[x] * w[x]): a voxel's first contribution (StitchFuse::first_store),
 // the bits of stitch_add onto a zeroed accumulator.
 template <class A, class P>
 VOXAUG_FORCEINLINE void store_row(A* acc, const P* pred, int64_t sp, const A* wrow, int64_t n) {
+  if constexpr (std::is_same_v<A, float> && std::is_same_v<P, float>) {
+    if (sp == 1 && window_cpu_isa() == 2) return store_row_avx512(acc, pred, wrow, n);
+  }
   if constexpr (std::is_same_v<A, P>) {
     if (sp == 1) {
       if (wrow == nullptr) {
@@ -388,7 +486,7 @@ void stitch_rows(const StitchParams& p) {
               count_row(l, weight, *per_w, d, h, crow.data(), w0, w0 + xl);
             cnt = crow.data() + w0;
           }
-          for (int64_t x = 0; x < xl; ++x) arow[x] = fdiv(arow[x], cnt[x]);
+          div_row(arow, cnt, xl);
         }
       }
     }

@@ -214,11 +214,12 @@ def sliding_window_inference(
     out_dtype = output_dtype or (torch.int64 if argmax else inputs.dtype)
     in_place = not argmax and out_dtype == acc_dtype and list(layout.padded) == size
     last_divide = in_place and process_fn is None
+    # Non-constant weights: the division reads a count map (computing the count per divided row
+    # segment in the stitch would re-walk the covering windows for each one); an inferer keeps it.
     count = cached.get("count")
-    if last_divide and count is None and _cache is not None and weight is not None:
+    if last_divide and count is None and weight is not None:
         like = torch.empty((0, 0, 0, 0, 0), dtype=acc_dtype, device=device)  # the map's dtype and device
-        count = torch.ops.voxaug.window_count(like, weight, size, roi, overlap_l)
-        cached["count"] = count
+        count = cached["count"] = torch.ops.voxaug.window_count(like, weight, size, roi, overlap_l)
     # Buffer and accumulator from window_accumulator: on the host on transparent huge pages
     # (fresh 4 KiB pages fault once each, which dominates small-overlap runs on the CPU).
     buffer = torch.ops.voxaug.window_accumulator([min(sw_batch_size, total), inputs.shape[1], *roi],
