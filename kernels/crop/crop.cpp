@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../common/cpu_isa.h"
 #include "../common/device.h"
 #include "crop_kernels.h"
 #include "voxaug/error.h"
@@ -70,6 +71,75 @@ VOXAUG_FORCEINLINE int argmax_class(L val, int K) {
   }
 }
 
+// The image threshold as the image's comparison type: float images compare in float against the
+// largest float <= t, which gives the float64 comparison's answer for every float x (x > t
+// implies x > that float; x above it is at least the next float, which exceeds t); NaN stays NaN.
+template <class I>
+struct ThresholdOf {
+  using type = double;
+  static double of(double t) { return t; }
+};
+template <>
+struct ThresholdOf<float> {
+  using type = float;
+  static float of(double t) {
+    float f = static_cast<float>(t);
+    if (static_cast<double>(f) > t) f = std::nextafter(f, -INFINITY);
+    return f;
+  }
+};
+
+// Foreground / background candidates of the run [a, b) (Foreground form), added to fg and bg:
+// 32-bit sums and branch-free compares, written once and compiled for each instruction set.
+template <class L, class I>
+VOXAUG_FORCEINLINE void fg_run_body(const L* lp, const I* ip, typename ThresholdOf<I>::type t,
+                                    int64_t a, int64_t b, int32_t& fg, int32_t& bg) {
+  int32_t f_sum = 0, b_sum = 0;
+  if (ip == nullptr) {
+    for (int64_t x = a; x < b; ++x) f_sum += lp[x] > L(0);
+    fg += f_sum;
+    bg += static_cast<int32_t>(b - a) - f_sum;
+    return;
+  }
+  for (int64_t x = a; x < b; ++x) {
+    const int32_t cand = static_cast<typename ThresholdOf<I>::type>(ip[x]) > t;
+    const int32_t f = lp[x] > L(0);
+    f_sum += cand & f;
+    b_sum += cand & (f ^ 1);
+  }
+  fg += f_sum;
+  bg += b_sum;
+}
+template <class L, class I>
+VOXAUG_TARGET_BASELINE void fg_run_baseline(const L* lp, const I* ip,
+                                            typename ThresholdOf<I>::type t, int64_t a, int64_t b,
+                                            int32_t& fg, int32_t& bg) {
+  fg_run_body(lp, ip, t, a, b, fg, bg);
+}
+#if VOXAUG_CPU_CLONES
+template <class L, class I>
+VOXAUG_TARGET_AVX2 void fg_run_avx2(const L* lp, const I* ip, typename ThresholdOf<I>::type t,
+                                    int64_t a, int64_t b, int32_t& fg, int32_t& bg) {
+  fg_run_body(lp, ip, t, a, b, fg, bg);
+}
+template <class L, class I>
+VOXAUG_TARGET_AVX512 void fg_run_avx512(const L* lp, const I* ip, typename ThresholdOf<I>::type t,
+                                        int64_t a, int64_t b, int32_t& fg, int32_t& bg) {
+  fg_run_body(lp, ip, t, a, b, fg, bg);
+}
+#endif
+template <class L, class I>
+void fg_run(CpuIsa isa, const L* lp, const I* ip, typename ThresholdOf<I>::type t, int64_t a,
+            int64_t b, int32_t& fg, int32_t& bg) {
+#if VOXAUG_CPU_CLONES
+  if (isa == CpuIsa::Avx512) return fg_run_avx512(lp, ip, t, a, b, fg, bg);
+  if (isa == CpuIsa::Avx2) return fg_run_avx2(lp, ip, t, a, b, fg, bg);
+#else
+  (void)isa;
+#endif
+  fg_run_baseline(lp, ip, t, a, b, fg, bg);
+}
+
 // Host fast path of the class counts: one dense channel of native dtype for the label (and the
 // image), Foreground or Argmax, the dtype switch outside the voxel loop. Same comparisons as
 // center_count_voxel (the image threshold a float64 comparison).
@@ -77,6 +147,8 @@ template <class L, class I>
 void count_classes_dense(const CenterParams& p, int64_t batch, int64_t* counts) {
   const int K = p.num_classes;
   const int64_t voxels = center_voxels(p);
+  const CpuIsa isa = cpu_isa();
+  const auto thr = ThresholdOf<I>::of(p.image_threshold);
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < batch * p.chunks; ++t) {
     const int64_t n = t / p.chunks, chunk = t % p.chunks;
@@ -85,14 +157,9 @@ void count_classes_dense(const CenterParams& p, int64_t batch, int64_t* counts) 
     const I* ip = p.image ? static_cast<const I*>(p.image) + n * p.image_stride[0] : nullptr;
     int64_t* h = counts + t * K;
     if (p.form == CropLabelForm::Foreground) {
-      // 32-bit sums within a chunk and branch-free compares, so the loops vectorise.
       int32_t fg = 0, bg = 0;
-      for_region_voxels(p, begin, end, [&](int64_t x) {
-        const int32_t cand = ip == nullptr || static_cast<double>(ip[x]) > p.image_threshold;
-        const int32_t f = lp[x] > L(0);
-        fg += cand & f;
-        bg += cand & (f ^ 1);
-      });
+      for_region_runs(p, begin, end,
+                      [&](int64_t a, int64_t b) { fg_run(isa, lp, ip, thr, a, b, fg, bg); });
       h[0] = fg;
       h[1] = bg;
       continue;

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -253,6 +255,41 @@ TEST(Crop, CachedCountsGiveTheSameCenters) {
   EXPECT_THROW(class_crop_centers(lv, nullptr, 0.0, CropLabelForm::Foreground, 2, ratios, nullptr,
                                   o, a.data(), nullptr, nullptr, counts.data()),
                voxaug::Error);
+}
+
+// The float32 image fast path compares in float against the threshold rounded down, which must
+// give the float64 comparison's answer (x > t as real numbers) for every float: thresholds that
+// round up, round down, are exact, or lie beyond the float range, with image values at and next
+// to their float neighbours (uint8 and float labels, the dense path; a strided image takes the
+// per-voxel path for reference).
+TEST(Crop, FloatImageThresholdIsTheFloat64Comparison) {
+  const Vol s{1, 1, 6, 7, 24};
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> coin(0, 1);
+  for (double t : {0.1, 0.3, -0.7, 16777217.0, 1.0, 1e300, -1e300, 0.0}) {
+    const float f = static_cast<float>(t);
+    const float near[] = {f, std::nextafter(f, -INFINITY), std::nextafter(f, INFINITY),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::infinity(), 0.0f, -0.0f};
+    std::vector<float> img(s.numel());
+    std::vector<uint8_t> lab(s.numel());
+    for (int64_t i = 0; i < s.numel(); ++i) {
+      img[i] = near[i % 7];
+      lab[i] = static_cast<uint8_t>(coin(rng));
+    }
+    int64_t want[2] = {0, 0};
+    for (int64_t i = 0; i < s.numel(); ++i)
+      if (static_cast<double>(img[i]) > t) want[lab[i] ? 0 : 1] += 1;
+    const VolumeView lv = view(lab.data(), DType::UInt8, s);
+    const VolumeView iv = view(img.data(), DType::Float32, s);
+    std::vector<int64_t> counts(2 * class_crop_chunks(s.d, s.h, s.w));
+    class_crop_counts(lv, &iv, t, CropLabelForm::Foreground, 2, counts.data());
+    int64_t got[2] = {0, 0};
+    for (size_t c = 0; c < counts.size(); ++c) got[c % 2] += counts[c];
+    EXPECT_EQ(got[0], want[0]) << "threshold " << t;
+    EXPECT_EQ(got[1], want[1]) << "threshold " << t;
+    EXPECT_GT(want[0] + want[1], 0) << "threshold " << t;
+  }
 }
 
 #if VOXAUG_WITH_CUDA
