@@ -5,8 +5,11 @@
 // sw_batch_size 4 (MONAI's BTCV validation settings), per batch one window_gather and one
 // window_stitch, then window_finalize with the count computed on the fly (no count map) and
 // the output written in place over the accumulator. The accumulator is zeroed inside the
-// timed loop (as a caller must). items_per_second counts window voxels (every voxel of every
-// window, gathered once and stitched once).
+// timed loop (as a caller must). The _fused cases run the inferers' path instead: the stitch
+// stores on each voxel's first window and divides on its last (StitchFuse), so there is no zero
+// fill and no final pass; Gaussian weights read a count map made once before the timed loop (the
+// inferer caches it). items_per_second counts window voxels (every voxel of every window,
+// gathered once and stitched once).
 //
 // CPU cases (OpenMP) are always registered and timed by wall clock. CUDA cases are registered
 // only when a device is visible; each runs on its own stream and is timed with CUDA events.
@@ -62,9 +65,10 @@ std::vector<float> gaussian_map() {
   return w;
 }
 
-std::string case_name(const char* backend, bool gaussian, double ov) {
+std::string case_name(const char* backend, bool gaussian, double ov, bool fused) {
   return std::string(backend) + "/sliding_window_" + (gaussian ? "gaussian" : "constant") + "_ov" +
-         std::to_string(static_cast<int>(ov * 100 + 0.5)) + "/1x1x255x223x276";
+         std::to_string(static_cast<int>(ov * 100 + 0.5)) + (fused ? "_fused" : "") +
+         "/1x1x255x223x276";
 }
 
 void set_counters(benchmark::State& state, const WindowLayout& l) {
@@ -72,7 +76,7 @@ void set_counters(benchmark::State& state, const WindowLayout& l) {
   state.counters["windows"] = static_cast<double>(l.windows_per_image());
 }
 
-void bench_cpu(benchmark::State& state, bool gaussian, double ov) {
+void bench_cpu(benchmark::State& state, bool gaussian, double ov, bool fused) {
   const double o[3] = {ov, ov, ov};
   const WindowLayout l = voxaug::window_layout(kSize, kRoi, o);
   const auto in = random_volume(kSize[0] * kSize[1] * kSize[2]);
@@ -85,33 +89,39 @@ void bench_cpu(benchmark::State& state, bool gaussian, double ov) {
   const auto vacc = voxaug::contiguous_view(acc.data(), DType::Float32, voxaug::Device::CPU, 1, 1,
                                             l.padded[0], l.padded[1], l.padded[2]);
   const int64_t total = l.windows_per_image();
+  std::vector<float> count(gaussian && fused ? acc.size() : 0);
+  if (!count.empty())
+    voxaug::window_count(wp, DType::Float32, voxaug::Device::CPU, 0, l, count.data());
+  const voxaug::StitchFuse fuse{fused, fused, count.empty() ? nullptr : count.data()};
   for (auto _ : state) {
-    std::memset(acc.data(), 0, acc.size() * sizeof(float));
+    if (!fused) std::memset(acc.data(), 0, acc.size() * sizeof(float));
     for (int64_t first = 0; first < total; first += kSw) {
       const int64_t b = std::min(kSw, total - first);
       const auto vbuf = voxaug::contiguous_view(buf.data(), DType::Float32, voxaug::Device::CPU, b,
                                                 1, kRoi[0], kRoi[1], kRoi[2]);
       voxaug::window_gather(vin, l, first, voxaug::WindowPad::Constant, 0.0, vbuf);
-      voxaug::window_stitch(vacc, vbuf, wp, l, first);
+      voxaug::window_stitch(vacc, vbuf, wp, l, first, fuse);
     }
-    voxaug::window_finalize(vacc, nullptr, wp, l, vacc, false);
+    if (!fused) voxaug::window_finalize(vacc, nullptr, wp, l, vacc, false);
     benchmark::DoNotOptimize(acc.data());
   }
   set_counters(state, l);
 }
 
 void register_cpu_cases() {
-  for (bool g : {false, true})
-    for (double ov : kOverlaps)
-      benchmark::RegisterBenchmark(case_name("cpu", g, ov).c_str(), bench_cpu, g, ov)
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime();
+  for (bool fused : {false, true})
+    for (bool g : {false, true})
+      for (double ov : kOverlaps)
+        benchmark::RegisterBenchmark(case_name("cpu", g, ov, fused).c_str(), bench_cpu, g, ov,
+                                     fused)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
 }
 
 #if VOXAUG_WITH_CUDA
 using voxaug_bench::DeviceBuffer;
 
-void bench_cuda(benchmark::State& state, bool gaussian, double ov) {
+void bench_cuda(benchmark::State& state, bool gaussian, double ov, bool fused) {
   try {
     const double o[3] = {ov, ov, ov};
     const WindowLayout l = voxaug::window_layout(kSize, kRoi, o);
@@ -131,17 +141,22 @@ void bench_cuda(benchmark::State& state, bool gaussian, double ov) {
     voxaug_bench::CudaStream stream;
     voxaug_bench::CudaEvent start, stop;
     const int64_t total = l.windows_per_image();
+    DeviceBuffer count(gaussian && fused ? l.padded[0] * l.padded[1] * l.padded[2] * 4 : 4);
+    if (gaussian && fused)
+      voxaug::window_count(wp, DType::Float32, voxaug::Device::CUDA, 0, l, count.p, stream.get());
+    const voxaug::StitchFuse fuse{fused, fused, gaussian && fused ? count.p : nullptr};
     auto pass = [&] {
-      BENCH_CUDA_TRY(
-          cudaMemsetAsync(acc.p, 0, l.padded[0] * l.padded[1] * l.padded[2] * 4, stream.get()));
+      if (!fused)
+        BENCH_CUDA_TRY(
+            cudaMemsetAsync(acc.p, 0, l.padded[0] * l.padded[1] * l.padded[2] * 4, stream.get()));
       for (int64_t first = 0; first < total; first += kSw) {
         const int64_t b = std::min(kSw, total - first);
         const auto vbuf = voxaug::contiguous_view(buf.p, DType::Float32, voxaug::Device::CUDA, b, 1,
                                                   kRoi[0], kRoi[1], kRoi[2]);
         voxaug::window_gather(vin, l, first, voxaug::WindowPad::Constant, 0.0, vbuf, stream.get());
-        voxaug::window_stitch(vacc, vbuf, wp, l, first, stream.get());
+        voxaug::window_stitch(vacc, vbuf, wp, l, first, fuse, stream.get());
       }
-      voxaug::window_finalize(vacc, nullptr, wp, l, vacc, false, stream.get());
+      if (!fused) voxaug::window_finalize(vacc, nullptr, wp, l, vacc, false, stream.get());
     };
     pass();  // warm-up
     BENCH_CUDA_TRY(cudaStreamSynchronize(stream.get()));
@@ -161,11 +176,13 @@ void bench_cuda(benchmark::State& state, bool gaussian, double ov) {
 }
 
 void register_cuda_cases() {
-  for (bool g : {false, true})
-    for (double ov : kOverlaps)
-      benchmark::RegisterBenchmark(case_name("cuda", g, ov).c_str(), bench_cuda, g, ov)
-          ->Unit(benchmark::kMillisecond)
-          ->UseManualTime();
+  for (bool fused : {false, true})
+    for (bool g : {false, true})
+      for (double ov : kOverlaps)
+        benchmark::RegisterBenchmark(case_name("cuda", g, ov, fused).c_str(), bench_cuda, g, ov,
+                                     fused)
+            ->Unit(benchmark::kMillisecond)
+            ->UseManualTime();
 }
 #endif
 
