@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,9 @@ namespace detail {
 #if VOXAUG_WITH_CUDA
 void connected_components_cuda(const LabelParams& p, int64_t volumes, int32_t* labels, int device,
                                cudaStream_t stream);
+void distance_transform_cuda(const LabelParams& p, int64_t volumes, const double w2[3],
+                             const EdtLayout& e, void* workspace, void* out, bool out_f64,
+                             int device, cudaStream_t stream);
 #endif
 namespace {
 
@@ -396,6 +400,137 @@ void component_sizes(const VolumeView& labels, const VolumeView& sizes) {
   for (int64_t vol = 0; vol < volumes; ++vol)
     VOXAUG_EXPECTS(detail::component_sizes_volume(L + vol * V, V, S + vol * V),
                    not_canonical("component_sizes", vol));
+}
+
+namespace detail {
+namespace {
+
+// The CPU passes: squared distances in sq (out itself when out is float64), lines in parallel;
+// lines of the h and d passes run w-fastest, so neighbouring threads' lines share cache lines.
+void distance_transform_cpu(const LabelParams& p, int64_t volumes, const double w2[3], void* out,
+                            bool out_f64) {
+  const int64_t D = p.size[0], H = p.size[1], W = p.size[2], V = p.volume;
+  std::vector<double> own;
+  double* sq = static_cast<double*>(out);
+  if (!out_f64) {
+    own.resize(static_cast<size_t>(volumes * V));
+    sq = own.data();
+  }
+  const int64_t nmax = std::max({D, H, W});
+#pragma omp parallel
+  {
+    std::vector<int32_t> v(static_cast<size_t>(nmax));
+    std::vector<double> z(static_cast<size_t>(nmax + 1)), fv(static_cast<size_t>(nmax));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < volumes * D * H; ++r) {  // the mask: 0 background, +inf foreground
+      const int64_t vol = r / (D * H), d = (r / H) % D, h = r % H;
+      double* row = sq + vol * V + (d * H + h) * W;
+      for (int64_t x = 0; x < W; ++x) row[x] = label_foreground(p, vol, d, h, x) ? kEdtInf : 0.0;
+    }
+    for (int axis : {2, 1, 0}) {  // the lines of each axis (the CUDA passes' numbering)
+      const int64_t per_vol = V / p.size[axis];
+#pragma omp for schedule(static)
+      for (int64_t l = 0; l < volumes * per_vol; ++l) {
+        int64_t base, stride;
+        edt_line_at(p.size, axis, l % per_vol, base, stride);
+        double* line = sq + (l / per_vol) * V + base;
+        edt_line(line, stride, p.size[axis], w2[axis], line, stride, v.data(), z.data(), fv.data(),
+                 1);
+      }
+    }
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < volumes * V; ++i) {
+      const int64_t x = i % W, h = (i / W) % H, d = (i / (H * W)) % D;
+      const double dist = edt_distance(sq[i], w2, d, h, x);
+      if (out_f64)
+        sq[i] = dist;
+      else
+        static_cast<float*>(out)[i] = static_cast<float>(dist);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+namespace {
+// The mask's LabelParams (the foreground rule of connected_components), after the shared checks.
+detail::LabelParams edt_params(const VolumeView& mask) {
+  for (int a = 0; a < 5; ++a) VOXAUG_EXPECTS(mask.shape[a] >= 0, "mask sizes must be >= 0");
+  detail::LabelParams p{};
+  p.mask = mask.data;
+  p.dtype = mask.dtype;
+  for (int a = 0; a < 5; ++a) p.mask_stride[a] = mask.strides[a];
+  p.channels = mask.shape[1];
+  for (int a = 0; a < 3; ++a) p.size[a] = mask.shape[a + 2];
+  p.volume = mask.shape[2] * mask.shape[3] * mask.shape[4];
+  return p;
+}
+}  // namespace
+
+int64_t distance_transform_workspace_bytes(const VolumeView& mask) {
+  if (mask.device != Device::CUDA) return 0;
+  const detail::LabelParams p = edt_params(mask);
+  const int64_t volumes = mask.shape[0] * mask.shape[1];
+  if (volumes == 0 || p.volume == 0) return 0;
+  return detail::edt_layout(volumes, p.size).bytes();
+}
+
+void distance_transform_edt(const VolumeView& mask, const double spacing[3], const VolumeView& out,
+                            void* workspace, int64_t workspace_bytes, cudaStream_t stream) {
+#if !VOXAUG_WITH_CUDA
+  (void)stream;
+#endif
+  const detail::LabelParams p = edt_params(mask);
+  for (int a = 0; a < 5; ++a)
+    VOXAUG_EXPECTS(out.shape[a] == mask.shape[a], "distance_transform_edt: out must have mask's shape " +
+                                                      mask.describe() + ", got " + out.describe());
+  VOXAUG_EXPECTS(out.dtype == DType::Float32 || out.dtype == DType::Float64,
+                 std::string("distance_transform_edt: out must be float32 or float64, got ") +
+                     dtype_name(out.dtype));
+  VOXAUG_EXPECTS(out.device == mask.device && out.device_index == mask.device_index,
+                 "distance_transform_edt: out must be on mask's device");
+  VOXAUG_EXPECTS(spacing != nullptr, "distance_transform_edt: spacing must not be null");
+  double w2[3];
+  for (int a = 0; a < 3; ++a) {
+    VOXAUG_EXPECTS(std::isfinite(spacing[a]) && spacing[a] > 0.0,
+                   "distance_transform_edt: spacing must be three positive finite values, got " +
+                       std::to_string(spacing[a]) + " on axis " + std::to_string(a));
+    w2[a] = spacing[a] * spacing[a];
+  }
+  const int64_t volumes = mask.shape[0] * mask.shape[1];
+  if (volumes == 0 || p.volume == 0) return;
+  const int64_t V = p.volume;
+  const int64_t dense[5] = {mask.shape[1] * V, V, mask.shape[3] * mask.shape[4], mask.shape[4], 1};
+  for (int a = 0; a < 5; ++a)
+    VOXAUG_EXPECTS(out.strides[a] == dense[a] || out.shape[a] == 1,
+                   "distance_transform_edt: out must be a dense C-order (N, C, D, H, W) buffer, "
+                   "got " + out.describe());
+  for (int a = 0; a < 3; ++a)
+    VOXAUG_EXPECTS(p.size[a] < INT32_MAX, "distance_transform_edt: axes must be shorter than 2^31");
+  VOXAUG_EXPECTS(mask.data != nullptr && out.data != nullptr,
+                 "distance_transform_edt: mask and out must not be null");
+  const bool f64 = out.dtype == DType::Float64;
+  if (mask.device == Device::CPU) {
+    detail::distance_transform_cpu(p, volumes, w2, out.data, f64);
+    return;
+  }
+#if VOXAUG_WITH_CUDA
+  const detail::EdtLayout e = detail::edt_layout(volumes, p.size);
+  VOXAUG_EXPECTS(workspace != nullptr && workspace_bytes >= e.bytes(),
+                 "distance_transform_edt: workspace needs " + std::to_string(e.bytes()) +
+                     " bytes (distance_transform_workspace_bytes), got " +
+                     std::to_string(workspace_bytes));
+  detail::check_device_pointer(mask.data, mask.device_index, "mask");
+  detail::check_device_pointer(out.data, out.device_index, "out");
+  detail::check_device_pointer(workspace, mask.device_index, "workspace");
+  detail::distance_transform_cuda(p, volumes, w2, e, workspace, out.data, f64, mask.device_index,
+                                  stream);
+#else
+  (void)workspace;
+  (void)workspace_bytes;
+  VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
+#endif
 }
 
 }  // namespace voxaug

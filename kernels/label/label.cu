@@ -82,7 +82,75 @@ __global__ void cc_final(int64_t total, int32_t* L) {
     L[i] = L[i] < 0 ? 0 : L[i] + 1;
 }
 
+// ---- distance transform: the CPU twin's passes, one thread per line (edt_line) ----
+__global__ void edt_init(const LabelParams p, int64_t total, double* sq) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t x = i % p.size[2], h = (i / p.size[2]) % p.size[1];
+    const int64_t d = (i / (p.size[2] * p.size[1])) % p.size[0], vol = i / p.volume;
+    sq[i] = label_foreground(p, vol, d, h, x) ? kEdtInf : 0.0;
+  }
+}
+
+// Lines along `axis` (0 d, 1 h, 2 w) of every volume, in place; thread t walks lines t, t + T, ...
+// with its scratch interleaved after sq in the workspace.
+__global__ void edt_pass(const LabelParams p, int64_t volumes, int axis, double w, EdtLayout e,
+                         double* sq) {
+  const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (t >= e.threads) return;
+  const int64_t T = e.threads;
+  double* z = sq + e.sq_elems + t;
+  double* fv = z + (e.nmax + 1) * T;
+  int32_t* v = reinterpret_cast<int32_t*>(sq + e.sq_elems + (2 * e.nmax + 1) * T) + t;
+  const int64_t n = p.size[axis];
+  const int64_t per_vol = p.volume / n;  // lines per volume
+  for (int64_t l = t; l < volumes * per_vol; l += T) {
+    int64_t base, stride;
+    edt_line_at(p.size, axis, l % per_vol, base, stride);
+    double* line = sq + (l / per_vol) * p.volume + base;
+    edt_line(line, stride, n, w, line, stride, v, z, fv, T);
+  }
+}
+
+template <class O>
+__global__ void edt_final(const LabelParams p, int64_t total, const double w2x, const double w2y,
+                          const double w2z, const double* sq, O* out) {
+  const double w2[3] = {w2x, w2y, w2z};
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t x = i % p.size[2], h = (i / p.size[2]) % p.size[1];
+    const int64_t d = (i / (p.size[2] * p.size[1])) % p.size[0];
+    out[i] = static_cast<O>(edt_distance(sq[i], w2, d, h, x));
+  }
+}
+
 }  // namespace
+
+void distance_transform_cuda(const LabelParams& p, int64_t volumes, const double w2[3],
+                             const EdtLayout& e, void* workspace, void* out, bool out_f64,
+                             int device, cudaStream_t stream) {
+  CudaDeviceGuard guard(device);
+  const int64_t total = volumes * p.volume;
+  int64_t blocks = (total + 255) / 256;
+  const int64_t cap = int64_t(cuda_sm_count(device)) * 16;
+  if (blocks > cap) blocks = cap;
+  if (blocks < 1) blocks = 1;
+  double* sq = static_cast<double*>(workspace);
+  edt_init<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, total, sq);
+  VOXAUG_CUDA_CHECK_LAUNCH();
+  const unsigned line_blocks = static_cast<unsigned>((e.threads + 127) / 128);
+  for (int axis : {2, 1, 0}) {
+    edt_pass<<<line_blocks, 128, 0, stream>>>(p, volumes, axis, w2[axis], e, sq);
+    VOXAUG_CUDA_CHECK_LAUNCH();
+  }
+  if (out_f64)
+    edt_final<double><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+        p, total, w2[0], w2[1], w2[2], sq, static_cast<double*>(out));
+  else
+    edt_final<float><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+        p, total, w2[0], w2[1], w2[2], sq, static_cast<float*>(out));
+  VOXAUG_CUDA_CHECK_LAUNCH();
+}
 
 void connected_components_cuda(const LabelParams& p, int64_t volumes, int32_t* labels, int device,
                                cudaStream_t stream) {

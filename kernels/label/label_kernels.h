@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "voxaug/detail/convert.h"
+#include "voxaug/detail/fmath.h"
 #include "voxaug/types.h"
 
 namespace voxaug::detail {
@@ -69,6 +71,124 @@ VOXAUG_HD VOXAUG_FORCEINLINE bool label_foreground(const LabelParams& p, int64_t
     case DType::Int64: return label_nonzero(static_cast<const int64_t*>(p.mask)[off]);
   }
   return false;
+}
+
+
+// ---- Euclidean distance transform (scipy.ndimage.distance_transform_edt) ----
+// Squared distances in float64, one axis after the other (w, then h, then d), each pass the 1-D
+// lower envelope of parabolas of Felzenszwalb & Huttenlocher over one line: out[y] = min over q
+// of f[q] + w * (y - q)^2, w the axis's squared spacing. The first pass starts from f = 0 on
+// background and +inf on foreground. CPU and CUDA run this same line function (the CUDA
+// backend one thread per line, its scratch interleaved in a workspace), so the two agree bit
+// for bit.
+
+constexpr double kEdtInf = std::numeric_limits<double>::infinity();
+
+// One candidate: f + w * k^2 (k^2 exact as an integer, then the float64 rounding of each step).
+VOXAUG_HD VOXAUG_FORCEINLINE double edt_candidate(double f, double w, int64_t k) {
+  return fadd(f, fmul(w, static_cast<double>(k * k)));
+}
+
+// The squared-distance transform of one line of n values (element i at f[i * fs]) into out (may
+// be f itself: every value is read before any is written). Scratch: v (n), z (n + 1), fv (n),
+// element i at [i * ss]. Values of +inf carry no parabola; a line of only +inf stays +inf. After
+// the envelope's walk each output is the least of the chosen parabola and its two neighbours in
+// the envelope, so an intersection that rounded past an integer still gives the line's minimum.
+VOXAUG_HD inline void edt_line(const double* f, int64_t fs, int64_t n, double w, double* out,
+                               int64_t os, int32_t* v, double* z, double* fv, int64_t ss) {
+  int64_t k = -1;
+  for (int64_t q = 0; q < n; ++q) {
+    const double fq = f[q * fs];
+    if (!(fq < kEdtInf)) continue;
+    const double hq = edt_candidate(fq, w, q);
+    double s = -kEdtInf;
+    while (k >= 0) {
+      const int64_t vk = v[k * ss];
+      // Where the parabolas of v[k] and q meet: ((fq + w q^2) - (f_vk + w vk^2)) / (2 w (q - vk)).
+      s = fdiv(fsub(hq, edt_candidate(fv[k * ss], w, vk)), fmul(fadd(w, w), static_cast<double>(q - vk)));
+      if (s <= z[k * ss]) {
+        --k;
+        s = -kEdtInf;
+      } else {
+        break;
+      }
+    }
+    ++k;
+    v[k * ss] = static_cast<int32_t>(q);
+    fv[k * ss] = fq;
+    z[k * ss] = s;
+  }
+  if (k < 0) {
+    for (int64_t y = 0; y < n; ++y) out[y * os] = kEdtInf;
+    return;
+  }
+  z[(k + 1) * ss] = kEdtInf;
+  int64_t j = 0;
+  for (int64_t y = 0; y < n; ++y) {
+    while (z[(j + 1) * ss] < static_cast<double>(y)) ++j;
+    double best = edt_candidate(fv[j * ss], w, y - v[j * ss]);
+    if (j > 0) {
+      const double c = edt_candidate(fv[(j - 1) * ss], w, y - v[(j - 1) * ss]);
+      best = c < best ? c : best;
+    }
+    if (j < k) {
+      const double c = edt_candidate(fv[(j + 1) * ss], w, y - v[(j + 1) * ss]);
+      best = c < best ? c : best;
+    }
+    out[y * os] = best;
+  }
+}
+
+// Line r (of the volume's D * H * W / size[axis] lines along `axis`, w fastest in the others)
+// of a D x H x W volume: the offset of its first voxel and its stride.
+VOXAUG_HD VOXAUG_FORCEINLINE void edt_line_at(const int64_t size[3], int axis, int64_t r,
+                                              int64_t& base, int64_t& stride) {
+  const int64_t H = size[1], W = size[2];
+  if (axis == 2) {  // r = d * H + h
+    base = r * W;
+    stride = 1;
+  } else if (axis == 1) {  // r = d * W + x
+    base = (r / W) * H * W + r % W;
+    stride = W;
+  } else {  // r = h * W + x
+    base = r;
+    stride = H * W;
+  }
+}
+
+// The distance of voxel (d, h, w) from its squared distance sq; +inf means the volume has no
+// background voxel, where scipy measures from the virtual voxel (-1, 0, 0) (its feature
+// transform's answer there), which the same expression gives.
+VOXAUG_HD VOXAUG_FORCEINLINE double edt_distance(double sq, const double w2[3], int64_t d, int64_t h,
+                                                 int64_t x) {
+  if (!(sq < kEdtInf))
+    sq = edt_candidate(edt_candidate(fmul(w2[0], static_cast<double>((d + 1) * (d + 1))), w2[1], h),
+                       w2[2], x);
+  return fsqrt(sq);
+}
+
+// Threads of the CUDA line passes (each walks lines t, t + threads, ...) and the workspace they
+// share with the squared distances: sq (volumes * volume doubles), then per thread z (nmax + 1),
+// fv (nmax) doubles and v (nmax) int32, interleaved (element i of thread t at i * threads + t).
+constexpr int64_t kEdtMaxThreads = 16384;
+struct EdtLayout {
+  int64_t threads, nmax, sq_elems;
+  VOXAUG_HD int64_t bytes() const {
+    return sq_elems * 8 + threads * ((2 * nmax + 1) * 8 + nmax * 4);
+  }
+};
+inline EdtLayout edt_layout(int64_t volumes, const int64_t size[3]) {
+  EdtLayout e;
+  e.nmax = size[0] > size[1] ? (size[0] > size[2] ? size[0] : size[2])
+                             : (size[1] > size[2] ? size[1] : size[2]);
+  const int64_t lines = volumes * (size[0] * size[1] > size[0] * size[2]
+                                       ? (size[0] * size[1] > size[1] * size[2] ? size[0] * size[1]
+                                                                                : size[1] * size[2])
+                                       : (size[0] * size[2] > size[1] * size[2] ? size[0] * size[2]
+                                                                                : size[1] * size[2]));
+  e.threads = lines < kEdtMaxThreads ? lines : kEdtMaxThreads;
+  e.sq_elems = volumes * size[0] * size[1] * size[2];
+  return e;
 }
 
 }  // namespace voxaug::detail

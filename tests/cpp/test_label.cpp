@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -214,6 +215,104 @@ TEST(Label, LargestComponentsBadArguments) {
   EXPECT_THROW(largest_components(voxaug_test::view(bad.data(), DType::Int32, v), 1, kv), Error);
 }
 
+// Distance transform vs brute force: for every foreground voxel the least squared distance to
+// any background voxel of its volume, in float64 with scipy's per-axis terms ((s * delta)^2,
+// summed d, h, w), then the square root. Unit and integer spacings give exact integers, so the
+// results must be equal; other spacings within a few float64 ulps. A volume without background:
+// scipy's virtual voxel (-1, 0, 0). Sparse and dense masks, a strided float mask, float32 output
+// (the float64 result rounded).
+std::vector<double> naive_edt(const std::vector<uint8_t>& m, const Vol& v, const double s[3]) {
+  const int64_t V = v.d * v.h * v.w;
+  std::vector<double> out(m.size());
+  for (int64_t vol = 0; vol < v.n * v.c; ++vol) {
+    const uint8_t* mv = m.data() + vol * V;
+    std::vector<int64_t> bg;
+    for (int64_t i = 0; i < V; ++i)
+      if (!mv[i]) bg.push_back(i);
+    for (int64_t i = 0; i < V; ++i) {
+      const int64_t d = i / (v.h * v.w), h = (i / v.w) % v.h, x = i % v.w;
+      if (!mv[i]) {
+        out[vol * V + i] = 0.0;
+        continue;
+      }
+      auto sq = [&](double dd, double dh, double dw) {
+        return (s[0] * dd) * (s[0] * dd) + (s[1] * dh) * (s[1] * dh) + (s[2] * dw) * (s[2] * dw);
+      };
+      double best = bg.empty() ? sq(double(d + 1), double(h), double(x)) : INFINITY;
+      for (int64_t b : bg) {
+        const int64_t bd = b / (v.h * v.w), bh = (b / v.w) % v.h, bw = b % v.w;
+        best = std::min(best, sq(double(d - bd), double(h - bh), double(x - bw)));
+      }
+      out[vol * V + i] = std::sqrt(best);
+    }
+  }
+  return out;
+}
+
+TEST(Label, DistanceTransformMatchesBruteForce) {
+  const Vol shapes[] = {{2, 2, 9, 11, 7}, {1, 1, 17, 5, 23}, {1, 1, 1, 1, 12}, {1, 3, 6, 1, 6}};
+  const double spacings[][3] = {{1, 1, 1}, {2, 1, 3}, {0.7, 1.3, 2.45}, {1.5, 0.25, 1}};
+  for (const Vol& v : shapes)
+    for (double density : {0.05, 0.6, 0.97})
+      for (const auto& s : spacings) {
+        auto m = random_mask(v, density, static_cast<uint32_t>(v.d * 31 + v.w));
+        if (v.c >= 2)  // one volume without background, one without foreground
+          std::fill(m.begin(), m.begin() + v.d * v.h * v.w, uint8_t(1));
+        if (v.c >= 3) std::fill(m.begin() + 2 * v.d * v.h * v.w, m.begin() + 3 * v.d * v.h * v.w,
+                                uint8_t(0));
+        const auto want = naive_edt(m, v, s);
+        std::vector<double> got(m.size(), -1.0);
+        std::vector<float> got32(m.size(), -1.0f);
+        distance_transform_edt(voxaug_test::view(m.data(), DType::UInt8, v), s,
+                               voxaug_test::view(got.data(), DType::Float64, v), nullptr, 0);
+        distance_transform_edt(voxaug_test::view(m.data(), DType::UInt8, v), s,
+                               voxaug_test::view(got32.data(), DType::Float32, v), nullptr, 0);
+        const bool integral = s[0] == std::floor(s[0]) && s[1] == std::floor(s[1]) &&
+                              s[2] == std::floor(s[2]);
+        for (size_t i = 0; i < m.size(); ++i) {
+          if (integral)
+            ASSERT_EQ(got[i], want[i]) << i << " spacing " << s[0] << " " << s[1] << " " << s[2];
+          else
+            ASSERT_NEAR(got[i], want[i], 4e-15 * want[i]) << i;
+          ASSERT_EQ(got32[i], static_cast<float>(got[i])) << i;
+        }
+      }
+  // A strided float mask (every other w of a wider buffer; NaN counts as foreground).
+  const Vol v{1, 1, 8, 9, 10}, wide{1, 1, 8, 9, 20};
+  auto m = random_mask(v, 0.7, 5);
+  std::vector<float> fm(wide.n * wide.c * wide.d * wide.h * wide.w, -3.0f);
+  for (size_t i = 0; i < m.size(); ++i) fm[2 * i] = m[i] ? (i % 7 == 0 ? NAN : 0.5f) : 0.0f;
+  VolumeView sv = voxaug_test::view(fm.data(), DType::Float32, v);
+  const int64_t st[5] = {8 * 9 * 20, 8 * 9 * 20, 9 * 20, 20, 2};
+  for (int a = 0; a < 5; ++a) sv.strides[a] = st[a];
+  const double unit[3] = {1, 1, 1};
+  std::vector<double> got(m.size());
+  distance_transform_edt(sv, unit, voxaug_test::view(got.data(), DType::Float64, v), nullptr, 0);
+  EXPECT_EQ(got, naive_edt(m, v, unit));
+}
+
+TEST(Label, DistanceTransformBadArguments) {
+  const Vol v{1, 1, 4, 4, 4};
+  std::vector<uint8_t> m(64, 1);
+  std::vector<double> out(64);
+  std::vector<int32_t> iout(64);
+  const double ok[3] = {1, 1, 1}, zero[3] = {1, 0, 1}, nan[3] = {1, 1, NAN};
+  const VolumeView mv = voxaug_test::view(m.data(), DType::UInt8, v);
+  EXPECT_THROW(distance_transform_edt(mv, zero, voxaug_test::view(out.data(), DType::Float64, v),
+                                      nullptr, 0),
+               Error);
+  EXPECT_THROW(distance_transform_edt(mv, nan, voxaug_test::view(out.data(), DType::Float64, v),
+                                      nullptr, 0),
+               Error);
+  EXPECT_THROW(distance_transform_edt(mv, ok, voxaug_test::view(iout.data(), DType::Int32, v),
+                                      nullptr, 0),
+               Error);
+  EXPECT_THROW(distance_transform_edt(mv, ok,
+                                      voxaug_test::view(out.data(), DType::Float64, {1, 1, 4, 4, 2}),
+                                      nullptr, 0),
+               Error);
+}
+
 #if VOXAUG_WITH_CUDA
 using voxaug_test::DeviceBuffer;
 using voxaug_test::have_device;
@@ -234,5 +333,36 @@ TEST(LabelCuda, TwinBitIdentical) {
         CUDA_OK(cudaDeviceSynchronize());
         ASSERT_EQ(dl.to_host<int32_t>(m.size()), cpu) << "conn " << conn << " density " << density;
       }
+}
+
+TEST(LabelCuda, DistanceTransformTwinBitIdentical) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const Vol shapes[] = {{2, 3, 9, 11, 7}, {1, 1, 64, 40, 36}, {1, 2, 33, 17, 29}, {1, 1, 1, 1, 1}};
+  const double spacing[3] = {0.7, 1.3, 2.45};
+  for (const Vol& v : shapes)
+    for (double density : {0.05, 0.5, 0.97}) {
+      auto m = random_mask(v, density, static_cast<uint32_t>(3 + v.d));
+      std::fill(m.begin(), m.begin() + v.d * v.h * v.w, uint8_t(1));  // a volume without background
+      for (DType t : {DType::Float64, DType::Float32}) {
+        const size_t es = t == DType::Float64 ? 8 : 4;
+        std::vector<uint8_t> cpu(m.size() * es);
+        distance_transform_edt(voxaug_test::view(m.data(), DType::UInt8, v), spacing,
+                               voxaug_test::view(cpu.data(), t, v), nullptr, 0);
+        DeviceBuffer dm(m), dout(m.size() * es);
+        const VolumeView mv = voxaug_test::view(dm.p, DType::UInt8, v, Device::CUDA);
+        const int64_t wb = distance_transform_workspace_bytes(mv);
+        DeviceBuffer ws(static_cast<size_t>(wb));
+        distance_transform_edt(mv, spacing, voxaug_test::view(dout.p, t, v, Device::CUDA), ws.p, wb);
+        CUDA_OK(cudaDeviceSynchronize());
+        ASSERT_EQ(dout.to_host<uint8_t>(cpu.size()), cpu) << "density " << density;
+      }
+      // Too small a workspace is refused.
+      DeviceBuffer dm(m), dout(m.size() * 8), ws(8);
+      EXPECT_THROW(distance_transform_edt(voxaug_test::view(dm.p, DType::UInt8, v, Device::CUDA),
+                                          spacing,
+                                          voxaug_test::view(dout.p, DType::Float64, v, Device::CUDA),
+                                          ws.p, 8),
+                   Error);
+    }
 }
 #endif
