@@ -1,14 +1,17 @@
-// voxaug torch_ext: the label family's ops (include/voxaug/label.h). connected_components: CPU
-// and CUDA share one entry; largest_components: the core on the CPU, device reductions on CUDA;
+// voxaug torch_ext: the label family's ops (include/voxaug/label.h). connected_components and
+// distance_transform_edt: CPU and CUDA share one entry; largest_components: the core on the CPU, device reductions on CUDA;
 // Meta computes the shapes. Bool masks are read as uint8 (the same bytes).
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <vector>
 
 #include "autograd_guard.h"
+#include "host_cache.h"
 #include "tensor_view.h"
 #include "voxaug/label.h"
 
@@ -123,6 +126,55 @@ at::Tensor component_sizes_device(const at::Tensor& labels) {
   return counts.gather(1, lab).to(at::kInt).reshape(labels.sizes());
 }
 
+at::ScalarType edt_dtype(std::optional<at::ScalarType> dtype) {
+  const at::ScalarType t = dtype.value_or(at::kDouble);
+  TORCH_CHECK_VALUE(t == at::kFloat || t == at::kDouble,
+                    "dtype must be torch.float32 or torch.float64, got ", t);
+  return t;
+}
+
+std::array<double, 3> edt_spacing(at::ArrayRef<double> spacing) {
+  TORCH_CHECK_VALUE(spacing.size() == 1 || spacing.size() == 3,
+                    "spacing must have one value or three (d, h, w), got ", spacing.size());
+  std::array<double, 3> s{};
+  for (int a = 0; a < 3; ++a) {
+    s[a] = spacing[spacing.size() == 1 ? 0 : a];
+    TORCH_CHECK_VALUE(std::isfinite(s[a]) && s[a] > 0.0,
+                      "spacing must be positive and finite, got ", s[a]);
+  }
+  return s;
+}
+
+// The distance transform: CPU and CUDA share the core (CUDA with a workspace from the caching
+// allocator, stream-ordered).
+at::Tensor distance_transform_impl(const at::Tensor& mask, at::ArrayRef<double> spacing,
+                                   std::optional<at::ScalarType> dtype) {
+  check_5d(mask, "mask");
+  const auto s = edt_spacing(spacing);
+  const at::Tensor m = mask.scalar_type() == at::kBool ? mask.view(at::kByte) : mask;
+  // (Large CPU outputs from the host cache: fresh 4 KiB pages would fault once each.)
+  at::Tensor out = empty_output(mask.sizes(), mask.options().dtype(edt_dtype(dtype)));
+  if (mask.numel() == 0) return out;
+  const VolumeView mv = to_view(m, "mask");
+  const int64_t wb =
+      distance_transform_workspace_bytes(mv, out.scalar_type() == at::kFloat ? DType::Float32
+                                                                              : DType::Float64);
+  at::Tensor ws = empty_output({std::max<int64_t>(wb, 1)}, mask.options().dtype(at::kByte));
+  const c10::DeviceGuard guard(mask.device());
+  call_core([&] {
+    distance_transform_edt(mv, s.data(), to_view(out, "out"), ws.data_ptr(), wb,
+                           current_stream(mask));
+  });
+  return out;
+}
+
+at::Tensor distance_transform_meta(const at::Tensor& mask, at::ArrayRef<double> spacing,
+                                   std::optional<at::ScalarType> dtype) {
+  check_5d(mask, "mask", true);
+  edt_spacing(spacing);
+  return at::empty(mask.sizes(), mask.options().dtype(edt_dtype(dtype)));
+}
+
 at::Tensor component_sizes_meta(const at::Tensor& labels) {
   check_labels(labels);
   return at::empty(labels.sizes(), labels.options());
@@ -145,20 +197,23 @@ TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
   m.impl("connected_components", &connected_components_impl);
   m.impl("largest_components", &largest_components_cpu);
   m.impl("component_sizes", &component_sizes_cpu);
+  m.impl("distance_transform_edt", &distance_transform_impl);
 }
 TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
   m.impl("connected_components", &connected_components_impl);
   m.impl("largest_components", &largest_components_device);
   m.impl("component_sizes", &component_sizes_device);
+  m.impl("distance_transform_edt", &distance_transform_impl);
 }
 TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("connected_components", &connected_components_meta);
   m.impl("largest_components", &largest_components_meta);
   m.impl("component_sizes", &component_sizes_meta);
+  m.impl("distance_transform_edt", &distance_transform_meta);
 }
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
   const char* const no_backward[] = {"connected_components", "largest_components",
-                                     "component_sizes"};
+                                     "component_sizes", "distance_transform_edt"};
   register_no_backward(m, no_backward);
 }
 

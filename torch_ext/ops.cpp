@@ -140,6 +140,9 @@ TORCH_LIBRARY(voxaug, m) {
   m.def("largest_components(Tensor labels, int num_components=1) -> Tensor");
   // int32: each voxel's component size (0 for background).
   m.def("component_sizes(Tensor labels) -> Tensor");
+  // float64 (dtype None) or float32: each voxel's Euclidean distance to its volume's nearest
+  // zero voxel, axes scaled by spacing (one value or d, h, w), scipy's distance_transform_edt.
+  m.def("distance_transform_edt(Tensor mask, float[] spacing=[1.0], ScalarType? dtype=None) -> Tensor");
   // Crop-centre samplers (include/voxaug/crop.h), all drawn on the device with Philox.
   // region: [] or [lo_d, lo_h, lo_w, hi_d, hi_h, hi_w] (a hi of 0: the whole axis).
   // label_form: 0 foreground / background, 1 argmax, 2 one-hot; num_classes = len(ratios).
@@ -388,6 +391,13 @@ at::Tensor largest_components(const at::Tensor& labels, int64_t num_components) 
 at::Tensor component_sizes(const at::Tensor& labels) {
   static auto op = handle<at::Tensor(const at::Tensor&)>("voxaug::component_sizes");
   return op.call(labels);
+}
+at::Tensor distance_transform_edt(const at::Tensor& mask, at::ArrayRef<double> spacing,
+                                  std::optional<at::ScalarType> dtype) {
+  static auto op =
+      handle<at::Tensor(const at::Tensor&, at::ArrayRef<double>, std::optional<at::ScalarType>)>(
+          "voxaug::distance_transform_edt");
+  return op.call(mask, spacing, dtype);
 }
 at::Tensor median_filter(const at::Tensor& image, at::IntArrayRef radius) {
   static auto op = handle<at::Tensor(const at::Tensor&, at::IntArrayRef)>("voxaug::median_filter");

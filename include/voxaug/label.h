@@ -56,10 +56,12 @@ void component_sizes(const VolumeView& labels, const VolumeView& sizes);
 //
 // mask: (N, C, D, H, W), any dtype and strides (nonzero, NaN too, is foreground). out: float32 or
 // float64, the same shape, dense C-order, not overlapping mask, on mask's device. spacing: three
-// positive finite values. workspace: distance_transform_workspace_bytes(mask) bytes of device
-// memory on CUDA (the squared distances and the lines' scratch; ignored on the CPU). CUDA: five
-// launches on `stream`, no host synchronisation. Throws voxaug::Error on bad arguments.
-int64_t distance_transform_workspace_bytes(const VolumeView& mask);
+// positive finite values. workspace: distance_transform_workspace_bytes(mask, out.dtype) bytes on
+// mask's device -- CUDA: the squared distances and the lines' scratch (required); CPU: the
+// squared distances of a float32 result (null: allocated per call; a float64 result holds them
+// itself). CUDA: four launches on `stream`, no host synchronisation. Throws voxaug::Error on bad
+// arguments.
+int64_t distance_transform_workspace_bytes(const VolumeView& mask, DType out_dtype);
 void distance_transform_edt(const VolumeView& mask, const double spacing[3], const VolumeView& out,
                             void* workspace, int64_t workspace_bytes,
                             cudaStream_t stream = nullptr);

@@ -408,13 +408,17 @@ namespace {
 // The CPU passes: squared distances in sq (out itself when out is float64), lines in parallel;
 // lines of the h and d passes run w-fastest, so neighbouring threads' lines share cache lines.
 void distance_transform_cpu(const LabelParams& p, int64_t volumes, const double w2[3], void* out,
-                            bool out_f64) {
+                            bool out_f64, void* workspace, int64_t workspace_bytes) {
   const int64_t D = p.size[0], H = p.size[1], W = p.size[2], V = p.volume;
   std::vector<double> own;
   double* sq = static_cast<double*>(out);
   if (!out_f64) {
-    own.resize(static_cast<size_t>(volumes * V));
-    sq = own.data();
+    if (workspace != nullptr && workspace_bytes >= volumes * V * 8) {
+      sq = static_cast<double*>(workspace);
+    } else {
+      own.resize(static_cast<size_t>(volumes * V));
+      sq = own.data();
+    }
   }
   const int64_t nmax = std::max({D, H, W});
 #pragma omp parallel
@@ -422,12 +426,11 @@ void distance_transform_cpu(const LabelParams& p, int64_t volumes, const double 
     std::vector<int32_t> v(static_cast<size_t>(nmax));
     std::vector<double> z(static_cast<size_t>(nmax + 1)), fv(static_cast<size_t>(nmax));
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < volumes * D * H; ++r) {  // the mask: 0 background, +inf foreground
+    for (int64_t r = 0; r < volumes * D * H; ++r) {  // rows along w, from the mask
       const int64_t vol = r / (D * H), d = (r / H) % D, h = r % H;
-      double* row = sq + vol * V + (d * H + h) * W;
-      for (int64_t x = 0; x < W; ++x) row[x] = label_foreground(p, vol, d, h, x) ? kEdtInf : 0.0;
+      edt_row_from_mask(p, vol, d, h, w2[2], sq + vol * V + (d * H + h) * W);
     }
-    for (int axis : {2, 1, 0}) {  // the lines of each axis (the CUDA passes' numbering)
+    for (int axis : {1, 0}) {  // the lines of h, then d (the CUDA passes' numbering)
       const int64_t per_vol = V / p.size[axis];
 #pragma omp for schedule(static)
       for (int64_t l = 0; l < volumes * per_vol; ++l) {
@@ -468,11 +471,11 @@ detail::LabelParams edt_params(const VolumeView& mask) {
 }
 }  // namespace
 
-int64_t distance_transform_workspace_bytes(const VolumeView& mask) {
-  if (mask.device != Device::CUDA) return 0;
+int64_t distance_transform_workspace_bytes(const VolumeView& mask, DType out_dtype) {
   const detail::LabelParams p = edt_params(mask);
   const int64_t volumes = mask.shape[0] * mask.shape[1];
   if (volumes == 0 || p.volume == 0) return 0;
+  if (mask.device != Device::CUDA) return out_dtype == DType::Float64 ? 0 : volumes * p.volume * 8;
   return detail::edt_layout(volumes, p.size).bytes();
 }
 
@@ -512,7 +515,7 @@ void distance_transform_edt(const VolumeView& mask, const double spacing[3], con
                  "distance_transform_edt: mask and out must not be null");
   const bool f64 = out.dtype == DType::Float64;
   if (mask.device == Device::CPU) {
-    detail::distance_transform_cpu(p, volumes, w2, out.data, f64);
+    detail::distance_transform_cpu(p, volumes, w2, out.data, f64, workspace, workspace_bytes);
     return;
   }
 #if VOXAUG_WITH_CUDA

@@ -3,6 +3,7 @@
 // neighbours with an atomicMin union that always links the larger root below the smaller, the
 // paths are compressed, and the roots become labels. Roots are the components' smallest
 // indices whatever the order of the unions, so the labels equal the CPU's exactly.
+#include <algorithm>
 #include <climits>
 
 #include "../common/cuda_check.cuh"
@@ -83,12 +84,13 @@ __global__ void cc_final(int64_t total, int32_t* L) {
 }
 
 // ---- distance transform: the CPU twin's passes, one thread per line (edt_line) ----
-__global__ void edt_init(const LabelParams p, int64_t total, double* sq) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t x = i % p.size[2], h = (i / p.size[2]) % p.size[1];
-    const int64_t d = (i / (p.size[2] * p.size[1])) % p.size[0], vol = i / p.volume;
-    sq[i] = label_foreground(p, vol, d, h, x) ? kEdtInf : 0.0;
+// The w pass from the mask, one thread per row (volume, d, h).
+__global__ void edt_rows(const LabelParams p, int64_t rows, double w, double* sq) {
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows;
+       r += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t DH = p.size[0] * p.size[1];
+    const int64_t vol = r / DH, d = (r / p.size[1]) % p.size[0], h = r % p.size[1];
+    edt_row_from_mask(p, vol, d, h, w, sq + vol * p.volume + (d * p.size[1] + h) * p.size[2]);
   }
 }
 
@@ -136,10 +138,12 @@ void distance_transform_cuda(const LabelParams& p, int64_t volumes, const double
   if (blocks > cap) blocks = cap;
   if (blocks < 1) blocks = 1;
   double* sq = static_cast<double*>(workspace);
-  edt_init<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, total, sq);
+  const int64_t rows = volumes * p.size[0] * p.size[1];
+  edt_rows<<<static_cast<unsigned>(std::min<int64_t>((rows + 127) / 128, 65535)), 128, 0, stream>>>(
+      p, rows, w2[2], sq);
   VOXAUG_CUDA_CHECK_LAUNCH();
   const unsigned line_blocks = static_cast<unsigned>((e.threads + 127) / 128);
-  for (int axis : {2, 1, 0}) {
+  for (int axis : {1, 0}) {
     edt_pass<<<line_blocks, 128, 0, stream>>>(p, volumes, axis, w2[axis], e, sq);
     VOXAUG_CUDA_CHECK_LAUNCH();
   }

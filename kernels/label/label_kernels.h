@@ -78,7 +78,7 @@ VOXAUG_HD VOXAUG_FORCEINLINE bool label_foreground(const LabelParams& p, int64_t
 // Squared distances in float64, one axis after the other (w, then h, then d), each pass the 1-D
 // lower envelope of parabolas of Felzenszwalb & Huttenlocher over one line: out[y] = min over q
 // of f[q] + w * (y - q)^2, w the axis's squared spacing. The first pass starts from f = 0 on
-// background and +inf on foreground. CPU and CUDA run this same line function (the CUDA
+// background and +inf on foreground (edt_row_from_mask: two scans give its result directly). CPU and CUDA run this same line function (the CUDA
 // backend one thread per line, its scratch interleaved in a workspace), so the two agree bit
 // for bit.
 
@@ -96,6 +96,14 @@ VOXAUG_HD VOXAUG_FORCEINLINE double edt_candidate(double f, double w, int64_t k)
 // the envelope, so an intersection that rounded past an integer still gives the line's minimum.
 VOXAUG_HD inline void edt_line(const double* f, int64_t fs, int64_t n, double w, double* out,
                                int64_t os, int32_t* v, double* z, double* fv, int64_t ss) {
+  // A line of zeros (all background) is its own transform: common, and cheap to see.
+  int64_t nz = 0;
+  while (nz < n && f[nz * fs] == 0.0) ++nz;
+  if (nz == n) {
+    if (out != f)
+      for (int64_t y = 0; y < n; ++y) out[y * os] = 0.0;
+    return;
+  }
   int64_t k = -1;
   for (int64_t q = 0; q < n; ++q) {
     const double fq = f[q * fs];
@@ -136,6 +144,50 @@ VOXAUG_HD inline void edt_line(const double* f, int64_t fs, int64_t n, double w,
       best = c < best ? c : best;
     }
     out[y * os] = best;
+  }
+}
+
+// The first pass, along w, straight from the mask: row (vol, d, h) gets w * k^2, k the distance
+// to the row's nearest background voxel (+inf without one) -- edt_line's result for a row of
+// 0 (background) and +inf, whose least candidate is 0 + w k^2, from two scans and no parabolas.
+template <class T>
+VOXAUG_HD inline void edt_row_typed(const T* row, int64_t stride, int64_t n, double w,
+                                    double* out) {
+  int64_t last = -1;
+  for (int64_t x = 0; x < n; ++x) {
+    if (!label_nonzero(row[x * stride])) {
+      last = x;
+      out[x] = 0.0;
+    } else {
+      out[x] = last < 0 ? kEdtInf : edt_candidate(0.0, w, x - last);
+    }
+  }
+  int64_t next = -1;
+  for (int64_t x = n - 1; x >= 0; --x) {
+    if (out[x] == 0.0) {  // background (a foreground value is at least w > 0)
+      next = x;
+    } else if (next >= 0) {
+      const double c = edt_candidate(0.0, w, next - x);
+      out[x] = c < out[x] ? c : out[x];
+    }
+  }
+}
+VOXAUG_HD inline void edt_row_from_mask(const LabelParams& p, int64_t vol, int64_t d, int64_t h,
+                                        double w, double* out) {
+  const int64_t n = p.size[2], nn = vol / p.channels, c = vol % p.channels;
+  const int64_t off = nn * p.mask_stride[0] + c * p.mask_stride[1] + d * p.mask_stride[2] +
+                      h * p.mask_stride[3];
+  const int64_t sw = p.mask_stride[4];
+  switch (p.dtype) {
+    case DType::Float64: return edt_row_typed(static_cast<const double*>(p.mask) + off, sw, n, w, out);
+    case DType::Float32: return edt_row_typed(static_cast<const float*>(p.mask) + off, sw, n, w, out);
+    case DType::Float16: return edt_row_typed(static_cast<const half_t*>(p.mask) + off, sw, n, w, out);
+    case DType::BFloat16:
+      return edt_row_typed(static_cast<const bfloat16_t*>(p.mask) + off, sw, n, w, out);
+    case DType::UInt8: return edt_row_typed(static_cast<const uint8_t*>(p.mask) + off, sw, n, w, out);
+    case DType::Int16: return edt_row_typed(static_cast<const int16_t*>(p.mask) + off, sw, n, w, out);
+    case DType::Int32: return edt_row_typed(static_cast<const int32_t*>(p.mask) + off, sw, n, w, out);
+    case DType::Int64: return edt_row_typed(static_cast<const int64_t*>(p.mask) + off, sw, n, w, out);
   }
 }
 

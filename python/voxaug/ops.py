@@ -230,6 +230,15 @@ def component_sizes(labels: torch.Tensor) -> torch.Tensor:
     return torch.ops.voxaug.component_sizes(labels)
 
 
+def distance_transform_edt(mask: torch.Tensor, spacing=(1.0,), dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """Each voxel's Euclidean distance to the nearest zero voxel of its (n, c) volume of a 5-D mask,
+    axes scaled by `spacing` (one value or (d, h, w)); 0 on zero voxels; scipy's
+    distance_transform_edt per volume (a volume without zeros: scipy's virtual voxel (-1, 0, 0)).
+    float64 unless `dtype` is torch.float32. On the mask's device, no host sync."""
+    sp = [float(spacing)] if isinstance(spacing, (int, float)) else [float(v) for v in spacing]
+    return torch.ops.voxaug.distance_transform_edt(mask, sp, dtype)
+
+
 # ---------------- deform family ----------------
 BSPLINE_FIELD, DENSE_FIELD, SEPARABLE_FIELD = 1, 2, 3
 

@@ -1,5 +1,6 @@
-"""Post-processing of label maps on the data's device: MONAI KeepLargestConnectedComponent(d) and
-FillHoles(d), on ``torch.ops.voxaug.connected_components`` (include/voxaug/label.h).
+"""Post-processing of label maps on the data's device: MONAI KeepLargestConnectedComponent(d),
+FillHoles(d), RemoveSmallObjects(d) on ``torch.ops.voxaug.connected_components``, and
+DistanceTransformEDT(d) on ``torch.ops.voxaug.distance_transform_edt`` (include/voxaug/label.h).
 
 MONAI labels the components with skimage on the CPU (cuCIM on the GPU when installed), one
 image at a time, and FillHoles runs scipy's iterated binary dilation per label. voxaug labels
@@ -26,7 +27,8 @@ from . import ops
 from .transforms import _as_batch, _host_to, _is_meta_tensor, _present_keys
 
 __all__ = ["connected_components", "largest_components_mask", "KeepLargestConnectedComponent",
-           "KeepLargestConnectedComponentd", "FillHoles", "FillHolesd", "RemoveSmallObjects", "RemoveSmallObjectsd"]
+           "KeepLargestConnectedComponentd", "FillHoles", "FillHolesd", "RemoveSmallObjects", "RemoveSmallObjectsd",
+           "DistanceTransformEDT", "DistanceTransformEDTd"]
 
 
 def _connectivity(connectivity: Optional[int]) -> int:
@@ -287,6 +289,37 @@ class RemoveSmallObjects:
         return vals
 
 
+class DistanceTransformEDT:
+    """MONAI DistanceTransformEDT(sampling=None): per channel, each voxel's Euclidean distance to the
+    nearest zero voxel of its channel (0 on zeros), axes scaled by `sampling` (a number or one
+    value per spatial axis) -- scipy.ndimage.distance_transform_edt channel by channel, as MONAI
+    runs it on the CPU (cuCIM on the GPU), for every sample of a batch in one call on the data's
+    device. Exact (float64 squared distances); float64 results for CPU data (MONAI / scipy),
+    float32 for CUDA data (MONAI / cuCIM's default) unless `dtype` says otherwise. A channel with
+    no zero voxel gets scipy's answer (the distance to the virtual voxel (-1, 0, 0)). 3-D images
+    (C, D, H, W) or batches (N, C, D, H, W)."""
+
+    def __init__(self, sampling: Union[float, Sequence[float], None] = None, dtype: Optional[torch.dtype] = None):
+        if sampling is None:
+            sp = [1.0]
+        elif isinstance(sampling, (int, float)):
+            sp = [float(sampling)]
+        else:
+            sp = [float(v) for v in sampling]
+            if len(sp) != 3:
+                raise ValueError(f"sampling must be a number or one value per spatial axis (3), got {sampling!r}")
+        if any(not (np.isfinite(v) and v > 0) for v in sp):
+            raise ValueError(f"sampling must be positive and finite, got {sampling!r}")
+        if dtype not in (None, torch.float32, torch.float64):
+            raise ValueError(f"dtype must be None, torch.float32 or torch.float64, got {dtype}")
+        self.sampling, self.dtype = sp, dtype
+
+    def __call__(self, img: Any) -> Any:
+        x, restore = _as_batch(img)
+        dtype = self.dtype or (torch.float32 if x.is_cuda else torch.float64)
+        return restore(ops.distance_transform_edt(x, self.sampling, dtype))
+
+
 class _PostDict:
     def __init__(self, keys, transform, allow_missing_keys: bool):
         self.keys = [keys] if isinstance(keys, (str, int)) or not isinstance(keys, Sequence) else list(keys)
@@ -317,3 +350,9 @@ class FillHolesd(_PostDict):
     def __init__(self, keys, applied_labels=None, connectivity: Optional[int] = None,
                  allow_missing_keys: bool = False):
         super().__init__(keys, FillHoles(applied_labels, connectivity), allow_missing_keys)
+
+
+class DistanceTransformEDTd(_PostDict):
+    def __init__(self, keys, allow_missing_keys: bool = False, sampling: Union[float, Sequence[float], None] = None,
+                 dtype: Optional[torch.dtype] = None):
+        super().__init__(keys, DistanceTransformEDT(sampling, dtype), allow_missing_keys)

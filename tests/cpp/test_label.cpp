@@ -350,7 +350,7 @@ TEST(LabelCuda, DistanceTransformTwinBitIdentical) {
                                voxaug_test::view(cpu.data(), t, v), nullptr, 0);
         DeviceBuffer dm(m), dout(m.size() * es);
         const VolumeView mv = voxaug_test::view(dm.p, DType::UInt8, v, Device::CUDA);
-        const int64_t wb = distance_transform_workspace_bytes(mv);
+        const int64_t wb = distance_transform_workspace_bytes(mv, t);
         DeviceBuffer ws(static_cast<size_t>(wb));
         distance_transform_edt(mv, spacing, voxaug_test::view(dout.p, t, v, Device::CUDA), ws.p, wb);
         CUDA_OK(cudaDeviceSynchronize());

@@ -375,3 +375,104 @@ def test_remove_small_objects_device_matches_cpu(device):
         with sync_is_error():
             out = RemoveSmallObjects(min_size=3)(x.to(device))
         assert out.is_cuda
+
+
+# ---------------- distance transform (MONAI DistanceTransformEDT, scipy) ----------------
+def _scipy_edt(m: np.ndarray, sampling=None) -> np.ndarray:
+    """scipy.ndimage.distance_transform_edt of every (n, c) volume of a 5-D array."""
+    out = np.zeros(m.shape, dtype=np.float64)
+    for n in range(m.shape[0]):
+        for c in range(m.shape[1]):
+            out[n, c] = ndi.distance_transform_edt(m[n, c], sampling=sampling)
+    return out
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 9, 11, 7), (1, 1, 40, 9, 33), (1, 2, 1, 17, 13)])
+@pytest.mark.parametrize("density", [0.03, 0.5, 0.97])
+@pytest.mark.parametrize("sampling", [None, 2.0, (1.0, 3.0, 2.0), (0.7, 1.3, 2.45)])
+def test_distance_transform_equals_scipy(shape, density, sampling):
+    m = rand_mask(shape, density, seed=shape[2] + int(density * 100))
+    m[0, 0] = True  # a volume without background: scipy's virtual voxel (-1, 0, 0)
+    if shape[1] > 1:
+        m[0, 1] = False  # and one without foreground
+    want = torch.from_numpy(_scipy_edt(m, sampling))
+    got = ops.distance_transform_edt(torch.from_numpy(m), 1.0 if sampling is None else sampling)
+    assert got.dtype == torch.float64 and got.shape == m.shape
+    integral = sampling is None or all(float(v).is_integer() for v in np.atleast_1d(sampling))
+    if integral:  # squared distances are exact integers on both sides
+        assert torch.equal(got, want)
+    else:  # scipy sums (s * delta)^2 per axis in its own order: a few float64 ulps
+        torch.testing.assert_close(got, want, rtol=4e-15, atol=0)
+    f32 = ops.distance_transform_edt(torch.from_numpy(m), 1.0 if sampling is None else sampling, torch.float32)
+    assert f32.dtype == torch.float32 and torch.equal(f32, got.float())
+
+
+def test_distance_transform_equals_monai_on_ch2(ch2):
+    """The ch2 brain mask at its 1 mm spacing and at a 2 mm grid with anisotropic sampling, as
+    MONAI's DistanceTransformEDT(d) computes it (scipy per channel), with the inside and the outside
+    of the mask as two channels (a signed distance map's two halves)."""
+    mt = pytest.importorskip("monai.transforms")
+    from voxaug.post import DistanceTransformEDT, DistanceTransformEDTd
+
+    brain = ch2[0][0] > 40
+    img = torch.stack([brain, ~brain]).to(torch.uint8)  # (2, 181, 217, 181)
+    for x, sampling in ((img, None), (img[:, ::2, ::2, ::2].contiguous(), [2.0, 2.5, 3.0])):
+        want = torch.as_tensor(mt.DistanceTransformEDT(sampling=sampling)(x.clone()))
+        got = DistanceTransformEDT(sampling=sampling)(x)
+        assert got.dtype == torch.float64 == want.dtype and got.shape == want.shape
+        if sampling is None:
+            assert torch.equal(got, want)
+        else:
+            torch.testing.assert_close(got, want, rtol=4e-15, atol=0)
+        assert float(got.max()) > 10
+        d = DistanceTransformEDTd(keys="m", sampling=sampling)({"m": x, "other": 1})
+        assert torch.equal(d["m"], got) and d["other"] == 1
+
+
+def test_distance_transform_inputs_and_errors():
+    from voxaug.post import DistanceTransformEDT
+
+    m = rand_mask((2, 1, 6, 7, 8), 0.6, 4)
+    ref = ops.distance_transform_edt(torch.from_numpy(m))
+    # Any dtype (nonzero, NaN too, is foreground), any strides, a batch or one sample, numpy input.
+    f = torch.from_numpy(np.where(m, np.float32(-2.5), np.float32(0.0)))
+    f[0, 0, 0, 0, 0] = float("nan") if m[0, 0, 0, 0, 0] else 0.0
+    assert torch.equal(ops.distance_transform_edt(f), ref)
+    wide = torch.zeros(2, 1, 6, 7, 16, dtype=torch.int16)
+    wide[..., ::2] = torch.from_numpy(m.astype(np.int16))
+    assert torch.equal(ops.distance_transform_edt(wide[..., ::2]), ref)
+    assert torch.equal(DistanceTransformEDT()(torch.from_numpy(m[1])), ref[1])
+    assert torch.equal(DistanceTransformEDT()(m[1]), ref[1])
+    torch.library.opcheck(torch.ops.voxaug.distance_transform_edt, (torch.from_numpy(m), [1.0, 2.0, 0.5], None))
+    torch.library.opcheck(torch.ops.voxaug.distance_transform_edt, (torch.from_numpy(m), [1.5], torch.float32))
+    with pytest.raises(ValueError, match="spacing must have one value or three"):
+        ops.distance_transform_edt(torch.from_numpy(m), (1.0, 2.0))
+    with pytest.raises(ValueError, match="spacing must be positive"):
+        ops.distance_transform_edt(torch.from_numpy(m), -1.0)
+    with pytest.raises(ValueError, match="dtype must be torch.float32 or torch.float64"):
+        ops.distance_transform_edt(torch.from_numpy(m), 1.0, torch.float16)
+    with pytest.raises(ValueError, match="sampling must be a number or one value per spatial axis"):
+        DistanceTransformEDT(sampling=(1.0, 2.0))
+    with pytest.raises(ValueError, match="img must be"):
+        DistanceTransformEDT()(torch.zeros(3, 4, 5))
+
+
+@pytest.mark.parametrize("device", devices())
+def test_distance_transform_device_matches_cpu(device):
+    from voxaug.post import DistanceTransformEDT
+
+    m = torch.from_numpy(rand_mask((2, 2, 30, 25, 20), 0.7, 5))
+    m[1, 1] = True
+    for dtype in (torch.float32, torch.float64):
+        got = ops.distance_transform_edt(m.to(device), (0.7, 1.3, 2.45), dtype)
+        assert got.device.type == device
+        assert torch.equal(got.cpu(), ops.distance_transform_edt(m, (0.7, 1.3, 2.45), dtype))
+    want_dtype = torch.float32 if device == "cuda" else torch.float64  # MONAI: cuCIM / scipy
+    assert DistanceTransformEDT()(m.to(device)).dtype == want_dtype
+    if device == "cuda":
+        md = m.to(device)
+        torch.cuda.synchronize()
+        with sync_is_error():
+            out = DistanceTransformEDT(sampling=2.0)(md)
+        torch.cuda.synchronize()
+        assert torch.equal(out.cpu(), ops.distance_transform_edt(m, 2.0, torch.float32))

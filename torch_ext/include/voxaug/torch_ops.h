@@ -83,6 +83,10 @@ at::Tensor largest_components(const at::Tensor& labels, int64_t num_components =
 // int32 (N, C, D, H, W): the size of each voxel's component in connected_components labels (0
 // for background). CPU: the core's passes; CUDA: a scatter-add and a gather, no host sync.
 at::Tensor component_sizes(const at::Tensor& labels);
+// Each voxel's Euclidean distance to the nearest zero voxel of its (n, c) volume, axes scaled by
+// spacing (one value or d, h, w), scipy's distance_transform_edt; float64 unless dtype float32.
+at::Tensor distance_transform_edt(const at::Tensor& mask, at::ArrayRef<double> spacing = {1.0},
+                                  std::optional<at::ScalarType> dtype = std::nullopt);
 
 // MONAI MedianSmooth: float32 box medians (radius (D, H, W), a box of at most 343 voxels), edges
 // replicated (include/voxaug/filter.h).
