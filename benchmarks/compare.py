@@ -76,9 +76,11 @@ Cases
       (voxaug in one call, MONAI per sample) and 1x1x224x224x160. Checked: range and change
   (q) post-processing (--only post): KeepLargestConnectedComponent of a ch2 brain mask (> 40, with
       islands; applied_labels [1]) and of five AAL regions, FillHoles of those regions, and
-      RemoveSmallObjects (min_size 64) of the mask and of the AAL map (by value), vs
-      MONAI's (skimage labelling, scipy dilation) on the full-resolution ch2 / aal (181x217x181);
-      checked: equal to MONAI's output
+      RemoveSmallObjects (min_size 64) of the mask and of the AAL map (by value), and
+      DistanceTransformEDT of the mask and its complement (two channels; unit and (1.5, 1, 2)
+      sampling), vs MONAI's (skimage labelling, scipy dilation, scipy's EDT) on the
+      full-resolution ch2 / aal (181x217x181); checked: equal to MONAI's output (the EDT with
+      anisotropic sampling within 4e-15 relative: scipy sums the axes' terms in its own order)
   (k) nnU-Net chain (--only nnunet): noise, blur, brightness, contrast, low resolution, inverted
       gamma, gamma as one Compose, prob 1 (the bar, 5x on CPU) and nnU-Net's probabilities
 
@@ -1314,7 +1316,8 @@ def smooth_rows(device, args):
 
 
 def post_rows(device, args):
-    """(q) KeepLargestConnectedComponent and FillHoles on ch2 / aal."""
+    """(q) KeepLargestConnectedComponent, FillHoles, RemoveSmallObjects and DistanceTransformEDT on
+    ch2 / aal."""
     import voxaug.post as vp
 
     rows = []
@@ -1349,6 +1352,19 @@ def post_rows(device, args):
         m_r, v_r = mt.RemoveSmallObjects(min_size=64), vp.RemoveSmallObjects(min_size=64 + shift)
         rows.append(run_case("(q) RemoveSmallObjects brain mask", brain, m_r, v_r, equal, device, args))
         rows.append(run_case("(q) RemoveSmallObjects 5 AAL regions", lab, m_r, v_r, equal, device, args))
+
+    # DistanceTransformEDT of the brain mask and its complement (a signed distance map's halves),
+    # at 1 mm (exact integers: equal) and at ch2's grid with anisotropic sampling.
+    def close(x, m, v):
+        m = m.to(v.dtype)
+        err = float(((m - v).abs() / m.abs().clamp_min(1e-300)).max())
+        return err <= 4e-15, "equal" if err == 0 else f"max rel diff {err:.1e}"
+
+    two = torch.cat([brain, 1 - brain], 1)
+    for name, sampling in (("(q) DistanceTransformEDT brain + outside", None),
+                           ("(q) DistanceTransformEDT sampling (1.5, 1, 2)", [1.5, 1.0, 2.0])):
+        rows.append(run_case(name, two, mt.DistanceTransformEDT(sampling=sampling),
+                             vp.DistanceTransformEDT(sampling=sampling), close, device, args))
     return rows
 
 

@@ -1,11 +1,13 @@
 // The typed LibTorch entry points of session 22's ops (voxaug/torch_ops.h) against naive loops
 // and torch's own ops on small tensors: component sizes and the largest components (counting
 // by std::map), the median filter (a sort per box), patch swaps (torch slicing with clones) and
-// coarse shuffle (a permutation inside each box, nothing outside).
+// coarse shuffle (a permutation inside each box, nothing outside); the distance transform (brute
+// force over the background voxels).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <vector>
@@ -46,6 +48,42 @@ TEST(TorchOpsMore, ComponentSizesAndLargest) {
         ASSERT_EQ(kp[i].item<bool>(), want) << "voxel " << i;
       }
     }
+  }
+}
+
+// distance_transform_edt: for every foreground voxel the least Euclidean distance (spacing 2, 1,
+// 3: squared distances are exact integers) to a background voxel of its volume, by brute force
+// with torch ops; float32 is the float64 result rounded.
+TEST(TorchOpsMore, DistanceTransformMatchesBruteForce) {
+  torch::manual_seed(4);
+  const torch::Tensor mask = torch::rand({2, 2, 6, 7, 8}) < 0.8;
+  const double sp[3] = {2.0, 1.0, 3.0};
+  const torch::Tensor grid = torch::stack(torch::meshgrid({torch::arange(6), torch::arange(7),
+                                                           torch::arange(8)}, "ij"))
+                                 .reshape({3, -1})
+                                 .to(torch::kDouble);
+  const torch::Tensor scale = torch::tensor({sp[0], sp[1], sp[2]}, torch::kDouble).reshape({3, 1});
+  const torch::Tensor pts = grid * scale;  // (3, V) in mm
+  for (const auto& dev : devices()) {
+    const torch::Tensor got = voxaug::ops::distance_transform_edt(mask.to(dev), sp).cpu();
+    const torch::Tensor got32 =
+        voxaug::ops::distance_transform_edt(mask.to(dev), sp, torch::kFloat).cpu();
+    ASSERT_EQ(got.scalar_type(), torch::kDouble);
+    ASSERT_TRUE(torch::equal(got32, got.to(torch::kFloat)));
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t c = 0; c < 2; ++c) {
+        const torch::Tensor m = mask[n][c].reshape({-1});
+        const torch::Tensor bg = pts.index({Slice(), m.logical_not()});  // (3, B)
+        ASSERT_GT(bg.size(1), 0);
+        const torch::Tensor diff = pts.unsqueeze(2) - bg.unsqueeze(1);
+        const torch::Tensor d2 = (diff * diff).sum(0);  // (V, B), exact integers
+        // (std::sqrt: torch's vectorised CPU sqrt of float64 is not always correctly rounded.)
+        torch::Tensor want = d2.amin(1).contiguous();
+        double* wp = want.data_ptr<double>();
+        for (int64_t i = 0; i < want.numel(); ++i) wp[i] = std::sqrt(wp[i]);
+        want = want.reshape({6, 7, 8});
+        ASSERT_TRUE(torch::equal(got[n][c], want)) << "volume " << n << " " << c;
+      }
   }
 }
 
