@@ -398,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         ("KeepLargestCC 3 AAL labels", lambda t=Po.KeepLargestConnectedComponent(
             applied_labels=[int(v) for v in np.unique(label)[1:4]]): t(lab_batch)),
         ("RemoveSmallObjects AAL", lambda t=Po.RemoveSmallObjects(min_size=64): t(lab_batch)),
+        ("DistanceTransformEDT AAL", lambda t=Po.DistanceTransformEDT(): t(lab_batch)),
         ("RandomLabelsToImage AAL", lambda t=Lb.RandomLabelsToImage(num_labels=int(label.max()) + 1, seed=seed + 16):
             t(lab_batch)),
     ]
