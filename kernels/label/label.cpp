@@ -280,6 +280,21 @@ bool component_sizes_volume(const int32_t* L, int64_t V, int32_t* sizes) {
 }  // namespace
 }  // namespace detail
 
+namespace {
+// The mask's LabelParams: what a foreground voxel is (label_foreground) and where it lies.
+detail::LabelParams mask_params(const VolumeView& mask) {
+  for (int a = 0; a < 5; ++a) VOXAUG_EXPECTS(mask.shape[a] >= 0, "mask sizes must be >= 0");
+  detail::LabelParams p{};
+  p.mask = mask.data;
+  p.dtype = mask.dtype;
+  for (int a = 0; a < 5; ++a) p.mask_stride[a] = mask.strides[a];
+  p.channels = mask.shape[1];
+  for (int a = 0; a < 3; ++a) p.size[a] = mask.shape[a + 2];
+  p.volume = mask.shape[2] * mask.shape[3] * mask.shape[4];
+  return p;
+}
+}  // namespace
+
 void connected_components(const VolumeView& mask, const VolumeView& labels, int connectivity,
                           cudaStream_t stream) {
 #if !VOXAUG_WITH_CUDA
@@ -311,13 +326,7 @@ void connected_components(const VolumeView& mask, const VolumeView& labels, int 
         "labels must be a dense C-order (N, C, D, H, W) buffer, got " + labels.describe());
   VOXAUG_EXPECTS(mask.data != nullptr && labels.data != nullptr,
                  "mask and labels must not be null");
-  detail::LabelParams p{};
-  p.mask = mask.data;
-  p.dtype = mask.dtype;
-  for (int a = 0; a < 5; ++a) p.mask_stride[a] = mask.strides[a];
-  p.channels = mask.shape[1];
-  for (int a = 0; a < 3; ++a) p.size[a] = mask.shape[a + 2];
-  p.volume = V;
+  detail::LabelParams p = mask_params(mask);
   p.connectivity = connectivity;
   detail::label_offsets(p);
   auto* out = static_cast<int32_t*>(labels.data);
@@ -456,23 +465,8 @@ void distance_transform_cpu(const LabelParams& p, int64_t volumes, const double 
 }  // namespace
 }  // namespace detail
 
-namespace {
-// The mask's LabelParams (the foreground rule of connected_components), after the shared checks.
-detail::LabelParams edt_params(const VolumeView& mask) {
-  for (int a = 0; a < 5; ++a) VOXAUG_EXPECTS(mask.shape[a] >= 0, "mask sizes must be >= 0");
-  detail::LabelParams p{};
-  p.mask = mask.data;
-  p.dtype = mask.dtype;
-  for (int a = 0; a < 5; ++a) p.mask_stride[a] = mask.strides[a];
-  p.channels = mask.shape[1];
-  for (int a = 0; a < 3; ++a) p.size[a] = mask.shape[a + 2];
-  p.volume = mask.shape[2] * mask.shape[3] * mask.shape[4];
-  return p;
-}
-}  // namespace
-
 int64_t distance_transform_workspace_bytes(const VolumeView& mask, DType out_dtype) {
-  const detail::LabelParams p = edt_params(mask);
+  const detail::LabelParams p = mask_params(mask);
   const int64_t volumes = mask.shape[0] * mask.shape[1];
   if (volumes == 0 || p.volume == 0) return 0;
   if (mask.device != Device::CUDA) return out_dtype == DType::Float64 ? 0 : volumes * p.volume * 8;
@@ -484,7 +478,7 @@ void distance_transform_edt(const VolumeView& mask, const double spacing[3], con
 #if !VOXAUG_WITH_CUDA
   (void)stream;
 #endif
-  const detail::LabelParams p = edt_params(mask);
+  const detail::LabelParams p = mask_params(mask);
   for (int a = 0; a < 5; ++a)
     VOXAUG_EXPECTS(out.shape[a] == mask.shape[a], "distance_transform_edt: out must have mask's shape " +
                                                       mask.describe() + ", got " + out.describe());

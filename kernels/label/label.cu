@@ -126,6 +126,15 @@ __global__ void edt_final(const LabelParams p, int64_t total, const double w2x, 
   }
 }
 
+// Blocks of 256 threads for a grid-stride loop over `total` items (at most 16 per SM).
+unsigned voxel_blocks(int64_t total, int device) {
+  int64_t blocks = (total + 255) / 256;
+  const int64_t cap = int64_t(cuda_sm_count(device)) * 16;
+  if (blocks > cap) blocks = cap;
+  if (blocks < 1) blocks = 1;
+  return static_cast<unsigned>(blocks);
+}
+
 }  // namespace
 
 void distance_transform_cuda(const LabelParams& p, int64_t volumes, const double w2[3],
@@ -133,10 +142,7 @@ void distance_transform_cuda(const LabelParams& p, int64_t volumes, const double
                              int device, cudaStream_t stream) {
   CudaDeviceGuard guard(device);
   const int64_t total = volumes * p.volume;
-  int64_t blocks = (total + 255) / 256;
-  const int64_t cap = int64_t(cuda_sm_count(device)) * 16;
-  if (blocks > cap) blocks = cap;
-  if (blocks < 1) blocks = 1;
+  const unsigned blocks = voxel_blocks(total, device);
   double* sq = static_cast<double*>(workspace);
   const int64_t rows = volumes * p.size[0] * p.size[1];
   edt_rows<<<static_cast<unsigned>(std::min<int64_t>((rows + 127) / 128, 65535)), 128, 0, stream>>>(
@@ -148,10 +154,10 @@ void distance_transform_cuda(const LabelParams& p, int64_t volumes, const double
     VOXAUG_CUDA_CHECK_LAUNCH();
   }
   if (out_f64)
-    edt_final<double><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+    edt_final<double><<<blocks, 256, 0, stream>>>(
         p, total, w2[0], w2[1], w2[2], sq, static_cast<double*>(out));
   else
-    edt_final<float><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+    edt_final<float><<<blocks, 256, 0, stream>>>(
         p, total, w2[0], w2[1], w2[2], sq, static_cast<float*>(out));
   VOXAUG_CUDA_CHECK_LAUNCH();
 }
@@ -160,11 +166,7 @@ void connected_components_cuda(const LabelParams& p, int64_t volumes, int32_t* l
                                cudaStream_t stream) {
   CudaDeviceGuard guard(device);
   const int64_t total = volumes * p.volume;
-  int64_t blocks = (total + 255) / 256;
-  const int64_t cap = int64_t(cuda_sm_count(device)) * 16;
-  if (blocks > cap) blocks = cap;
-  if (blocks < 1) blocks = 1;
-  const unsigned grid = static_cast<unsigned>(blocks);
+  const unsigned grid = voxel_blocks(total, device);
   cc_init<<<grid, 256, 0, stream>>>(p, total, labels);
   VOXAUG_CUDA_CHECK_LAUNCH();
   cc_merge<<<grid, 256, 0, stream>>>(p, total, labels);
