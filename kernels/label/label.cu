@@ -94,24 +94,11 @@ __global__ void edt_rows(const LabelParams p, int64_t rows, double w, double* sq
   }
 }
 
-// Lines along `axis` (0 d, 1 h, 2 w) of every volume, in place; thread t walks lines t, t + T, ...
-// with its scratch interleaved after sq in the workspace.
+// Lines along `axis` (0 d, 1 h) of every volume, in place: edt_pass_thread per thread.
 __global__ void edt_pass(const LabelParams p, int64_t volumes, int axis, double w, EdtLayout e,
                          double* sq) {
   const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (t >= e.threads) return;
-  const int64_t T = e.threads;
-  double* z = sq + e.sq_elems + t;
-  double* fv = z + (e.nmax + 1) * T;
-  int32_t* v = reinterpret_cast<int32_t*>(sq + e.sq_elems + (2 * e.nmax + 1) * T) + t;
-  const int64_t n = p.size[axis];
-  const int64_t per_vol = p.volume / n;  // lines per volume
-  for (int64_t l = t; l < volumes * per_vol; l += T) {
-    int64_t base, stride;
-    edt_line_at(p.size, axis, l % per_vol, base, stride);
-    double* line = sq + (l / per_vol) * p.volume + base;
-    edt_line(line, stride, n, w, line, stride, v, z, fv, T);
-  }
+  if (t < e.threads) edt_pass_thread(p.size, volumes, axis, w, e, sq, t);
 }
 
 template <class O>

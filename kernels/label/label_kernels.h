@@ -229,6 +229,24 @@ struct EdtLayout {
     return sq_elems * 8 + threads * ((2 * nmax + 1) * 8 + nmax * 4);
   }
 };
+// Thread t of a CUDA line pass along `axis` (0 d, 1 h): lines t, t + threads, ... of every
+// volume, in place in sq, its scratch interleaved after sq in the same workspace.
+VOXAUG_HD inline void edt_pass_thread(const int64_t size[3], int64_t volumes, int axis, double w,
+                                      const EdtLayout& e, double* sq, int64_t t) {
+  const int64_t T = e.threads;
+  double* z = sq + e.sq_elems + t;
+  double* fv = z + (e.nmax + 1) * T;
+  int32_t* v = reinterpret_cast<int32_t*>(sq + e.sq_elems + (2 * e.nmax + 1) * T) + t;
+  const int64_t volume = size[0] * size[1] * size[2];
+  const int64_t n = size[axis], per_vol = volume / n;  // lines per volume
+  for (int64_t l = t; l < volumes * per_vol; l += T) {
+    int64_t base, stride;
+    edt_line_at(size, axis, l % per_vol, base, stride);
+    double* line = sq + (l / per_vol) * volume + base;
+    edt_line(line, stride, n, w, line, stride, v, z, fv, T);
+  }
+}
+
 inline EdtLayout edt_layout(int64_t volumes, const int64_t size[3]) {
   EdtLayout e;
   e.nmax = size[0] > size[1] ? (size[0] > size[2] ? size[0] : size[2])

@@ -1,7 +1,8 @@
 // Connected components (include/voxaug/label.h): the CPU backend against a naive breadth-first
 // flood fill (labels = 1 + the first voxel's index), every connectivity, awkward shapes, a
 // strided mask, many threads' slabs; the CUDA backend against the CPU twin (bit-identical), which
-// skips without a device. Bad arguments throw. largest_components against naive counting.
+// skips without a device. Bad arguments throw. largest_components against naive counting. The
+// distance transform against brute force, its CUDA passes run on the host, and its CUDA twin.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <set>
 #include <vector>
 
+#include "../../kernels/label/label_kernels.h"
 #include "test_support.h"
 #include "voxaug/error.h"
 #include "voxaug/label.h"
@@ -289,6 +291,46 @@ TEST(Label, DistanceTransformMatchesBruteForce) {
   std::vector<double> got(m.size());
   distance_transform_edt(sv, unit, voxaug_test::view(got.data(), DType::Float64, v), nullptr, 0);
   EXPECT_EQ(got, naive_edt(m, v, unit));
+}
+
+// The CUDA backend's passes run on the host: rows from the mask, then every thread of the h and d
+// passes (edt_pass_thread: lines t, t + threads, ..., scratch interleaved after the squared
+// distances in one workspace of EdtLayout's size), then edt_distance; equal to the CPU backend.
+TEST(Label, DistanceTransformDevicePassesOnTheHost) {
+  const Vol v{2, 3, 13, 9, 21};
+  auto m = random_mask(v, 0.8, 12);
+  std::fill(m.begin(), m.begin() + 13 * 9 * 21, uint8_t(1));  // a volume without background
+  const double s[3] = {0.7, 1.3, 2.45}, w2[3] = {s[0] * s[0], s[1] * s[1], s[2] * s[2]};
+  std::vector<double> want(m.size());
+  distance_transform_edt(voxaug_test::view(m.data(), DType::UInt8, v), s,
+                         voxaug_test::view(want.data(), DType::Float64, v), nullptr, 0);
+  detail::LabelParams p{};
+  p.mask = m.data();
+  p.dtype = DType::UInt8;
+  const int64_t st[5] = {3 * 13 * 9 * 21, 13 * 9 * 21, 9 * 21, 21, 1};
+  for (int a = 0; a < 5; ++a) p.mask_stride[a] = st[a];
+  p.channels = 3;
+  p.size[0] = 13;
+  p.size[1] = 9;
+  p.size[2] = 21;
+  p.volume = 13 * 9 * 21;
+  const int64_t volumes = 6;
+  for (int64_t threads : {int64_t(0), int64_t(7)}) {  // 0: EdtLayout's own count
+    detail::EdtLayout e = detail::edt_layout(volumes, p.size);
+    if (threads > 0) e.threads = threads;  // fewer threads than lines: each walks several
+    std::vector<double> ws(static_cast<size_t>((e.bytes() + 7) / 8), -1.0);
+    double* sq = ws.data();
+    for (int64_t r = 0; r < volumes * 13 * 9; ++r)
+      detail::edt_row_from_mask(p, r / (13 * 9), (r / 9) % 13, r % 9, w2[2],
+                                sq + (r / (13 * 9)) * p.volume + (r % (13 * 9)) * 21);
+    for (int axis : {1, 0})
+      for (int64_t t = 0; t < e.threads; ++t)
+        detail::edt_pass_thread(p.size, volumes, axis, w2[axis], e, sq, t);
+    for (int64_t i = 0; i < volumes * p.volume; ++i) {
+      const int64_t x = i % 21, h = (i / 21) % 9, d = (i / (21 * 9)) % 13;
+      ASSERT_EQ(detail::edt_distance(sq[i], w2, d, h, x), want[i]) << i << " threads " << e.threads;
+    }
+  }
 }
 
 TEST(Label, DistanceTransformBadArguments) {
