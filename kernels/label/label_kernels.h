@@ -108,6 +108,10 @@ VOXAUG_HD inline void edt_line(const double* f, int64_t fs, int64_t n, double w,
   for (int64_t q = 0; q < n; ++q) {
     const double fq = f[q * fs];
     if (!(fq < kEdtInf)) continue;
+    // Inside a run of zeros only the run's ends can be a minimum outside it (they are closer),
+    // and inside it the minimum is 0 (written directly below): no parabola for the interior.
+    if (fq == 0.0 && q > 0 && q + 1 < n && f[(q - 1) * fs] == 0.0 && f[(q + 1) * fs] == 0.0)
+      continue;
     const double hq = edt_candidate(fq, w, q);
     double s = -kEdtInf;
     while (k >= 0) {
@@ -133,7 +137,12 @@ VOXAUG_HD inline void edt_line(const double* f, int64_t fs, int64_t n, double w,
   z[(k + 1) * ss] = kEdtInf;
   int64_t j = 0;
   for (int64_t y = 0; y < n; ++y) {
+    const double fy = f[y * fs];  // (read before out[y] is written: out may be f)
     while (z[(j + 1) * ss] < static_cast<double>(y)) ++j;
+    if (fy == 0.0) {
+      out[y * os] = 0.0;
+      continue;
+    }
     double best = edt_candidate(fv[j * ss], w, y - v[j * ss]);
     if (j > 0) {
       const double c = edt_candidate(fv[(j - 1) * ss], w, y - v[(j - 1) * ss]);
