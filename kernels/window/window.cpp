@@ -248,12 +248,84 @@ std::vector<int64_t> counts_along_w(const WindowLayout& l) {
   return per_w;
 }
 
-// The per-w counts of counts_along_w, also as A (each < 2^24 where used, so exact).
+// The weighted count of padded row (d, h) in blocks of up to 64 columns, float32 on AVX-512: the
+// block's four 16-column vectors stay in registers through every covering (i, j, k) (masked adds
+// of the map's row), so per voxel the same additions in the same order (i, j outer, k ascending)
+// as the row loops below, which add window run after window run into the row in memory (a load,
+// add and store per vector per run, each run re-reading most of the previous one's stores).
+// A block's runs -- per vector q the windows k along w meeting it, as an offset into a map row
+// and the lanes they cover, in k order -- depend on the columns only: whole rows share one plan.
+constexpr int kCountMaxRuns = 64;  // windows along w meeting one 16-column vector (else row loops)
+struct CountBlock {
+  int64_t b0 = 0, b1 = 0;
+  int runs[4] = {0, 0, 0, 0};
+  int64_t off[4][kCountMaxRuns];
+  uint16_t mask[4][kCountMaxRuns];
+};
+bool count_blocks_fit(const WindowLayout& l) {
+  return 16 + l.roi[2] <= (kCountMaxRuns - 1) * l.interval[2];
+}
+void plan_count_block(const WindowLayout& l, int64_t b0, int64_t b1, CountBlock& blk) {
+  const int64_t R = l.roi[2];
+  blk.b0 = b0;
+  blk.b1 = b1;
+  for (int q = 0; q < 4; ++q) blk.runs[q] = 0;
+  int64_t klo, khi, unused;
+  window_cover(l, 2, b0, klo, unused);
+  window_cover(l, 2, b1 - 1, unused, khi);
+  for (int64_t k = klo; k <= khi; ++k) {
+    const int64_t s = l.start(2, k);
+    for (int q = 0; q < 4; ++q) {
+      const int64_t c = b0 + 16 * q;
+      const int64_t a = std::max(s, c) - c, e = std::min({s + R, c + 16, b1}) - c;
+      if (e <= a) continue;
+      blk.off[q][blk.runs[q]] = c - s;
+      blk.mask[q][blk.runs[q]++] = static_cast<uint16_t>(((1u << e) - 1u) & ~((1u << a) - 1u));
+    }
+  }
+}
+std::vector<CountBlock> plan_count_row(const WindowLayout& l) {
+  std::vector<CountBlock> plan;
+  if (window_cpu_isa() != 2 || !count_blocks_fit(l)) return plan;
+  for (int64_t b0 = 0; b0 < l.padded[2]; b0 += 64) {
+    plan.emplace_back();
+    plan_count_block(l, b0, std::min(b0 + 64, l.padded[2]), plan.back());
+  }
+  return plan;
+}
+__attribute__((target("avx512f"))) void sum_count_block(const WindowLayout& l, const float* weight,
+                                                        const int64_t lo[2], const int64_t hi[2],
+                                                        int64_t d, int64_t h,
+                                                        const CountBlock& blk, float* row) {
+  const int64_t R = l.roi[2];
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                   _mm512_setzero_ps()};
+  for (int64_t i = lo[0]; i <= hi[0]; ++i)
+    for (int64_t j = lo[1]; j <= hi[1]; ++j) {
+      const float* wrow = weight + ((d - l.start(0, i)) * l.roi[1] + h - l.start(1, j)) * R;
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q)
+        for (int r = 0; r < blk.runs[q]; ++r) {
+          const __mmask16 m = blk.mask[q][r];
+          acc[q] = _mm512_mask_add_ps(acc[q], m, acc[q], _mm512_maskz_loadu_ps(m, wrow + blk.off[q][r]));
+        }
+    }
+  for (int q = 0; q < 4 && blk.b0 + 16 * q < blk.b1; ++q) {
+    const int64_t n = std::min<int64_t>(16, blk.b1 - blk.b0 - 16 * q);
+    _mm512_mask_storeu_ps(row + blk.b0 + 16 * q, static_cast<__mmask16>((1u << n) - 1u), acc[q]);
+  }
+}
+
+// What every row of a count shares: the per-w window counts (also as A, each < 2^24 where used,
+// so exact) and, for weights on AVX-512, the whole row's block plan.
 template <class A>
 struct CountsAlongW {
   std::vector<int64_t> n;
   std::vector<A> a;
-  explicit CountsAlongW(const WindowLayout& l) : n(counts_along_w(l)), a(n.begin(), n.end()) {}
+  std::vector<CountBlock> plan;
+  explicit CountsAlongW(const WindowLayout& l) : n(counts_along_w(l)), a(n.begin(), n.end()) {
+    if constexpr (std::is_same_v<A, float>) plan = plan_count_row(l);
+  }
 };
 
 // Constant weights: the count at column x of a row covered by dh (d, h) window pairs, as
@@ -271,57 +343,6 @@ VOXAUG_FORCEINLINE void constant_count_row(const WindowLayout& l, const CountsAl
   for (int64_t x = x0; x < x1; ++x) row[x] = static_cast<A>(dh * per_w.n[static_cast<size_t>(x)]);
 }
 
-// The weighted count of padded row (d, h), columns [x0, x1), float32 on AVX-512: blocks of four
-// 16-column vectors kept in registers through every covering (i, j, k) (masked adds of the map's
-// row), so per voxel the same additions in the same order (i, j outer, k ascending) as the row
-// loops below, which add window run after window run into the row in memory (a load, add and
-// store per vector per run, each run re-reading most of the previous one's stores).
-__attribute__((target("avx512f"))) void weighted_count_row_avx512(const WindowLayout& l,
-                                                                  const float* weight,
-                                                                  const int64_t lo[2],
-                                                                  const int64_t hi[2], int64_t d,
-                                                                  int64_t h, float* row,
-                                                                  int64_t x0, int64_t x1) {
-  const int64_t R = l.roi[2];
-  constexpr int kMaxRuns = 64;  // windows along w meeting one 16-column vector (else row loops)
-  for (int64_t b0 = x0; b0 < x1; b0 += 64) {
-    const int64_t b1 = std::min(b0 + 64, x1);
-    int64_t klo, khi, unused;
-    window_cover(l, 2, b0, klo, unused);
-    window_cover(l, 2, b1 - 1, unused, khi);
-    // Per vector q of the block: the runs of the windows k meeting it (offset into a map row,
-    // lanes), in k order; the same for every (i, j).
-    int64_t off[4][kMaxRuns];
-    __mmask16 mask[4][kMaxRuns];
-    int runs[4] = {0, 0, 0, 0};
-    for (int64_t k = klo; k <= khi; ++k) {
-      const int64_t s = l.start(2, k);
-      for (int q = 0; q < 4; ++q) {
-        const int64_t c = b0 + 16 * q;
-        const int64_t a = std::max(s, c) - c, e = std::min({s + R, c + 16, b1}) - c;
-        if (e <= a || runs[q] == kMaxRuns) continue;
-        off[q][runs[q]] = c - s;
-        mask[q][runs[q]++] = static_cast<__mmask16>(((1u << e) - 1u) & ~((1u << a) - 1u));
-      }
-    }
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                     _mm512_setzero_ps()};
-    for (int64_t i = lo[0]; i <= hi[0]; ++i)
-      for (int64_t j = lo[1]; j <= hi[1]; ++j) {
-        const float* wrow = weight + ((d - l.start(0, i)) * l.roi[1] + h - l.start(1, j)) * R;
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q)
-          for (int r = 0; r < runs[q]; ++r)
-            acc[q] = _mm512_mask_add_ps(acc[q], mask[q][r], acc[q],
-                                        _mm512_maskz_loadu_ps(mask[q][r], wrow + off[q][r]));
-      }
-    for (int q = 0; q < 4 && b0 + 16 * q < b1; ++q) {
-      const int64_t n = std::min<int64_t>(16, b1 - b0 - 16 * q);
-      _mm512_mask_storeu_ps(row + b0 + 16 * q, static_cast<__mmask16>((1u << n) - 1u), acc[q]);
-    }
-  }
-}
-
 // Padded row (d, h) of the count map over the columns [x0, x1), into row[x0, x1)
 // (window_count_at for each, as row loops).
 template <class A>
@@ -334,9 +355,18 @@ void count_row(const WindowLayout& l, const A* weight, const CountsAlongW<A>& pe
     return constant_count_row(l, per_w, (hi[0] - lo[0] + 1) * (hi[1] - lo[1] + 1), row, x0, x1);
   if (x1 <= x0) return;
   if constexpr (std::is_same_v<A, float>) {
-    // (At most 64 windows along w meet a 16-column vector unless the interval is tiny.)
-    if (window_cpu_isa() == 2 && 16 + l.roi[2] <= 63 * l.interval[2])
-      return weighted_count_row_avx512(l, weight, lo, hi, d, h, row, x0, x1);
+    if (x0 == 0 && x1 == l.padded[2] && !per_w.plan.empty()) {  // a whole row: the shared plan
+      for (const CountBlock& blk : per_w.plan) sum_count_block(l, weight, lo, hi, d, h, blk, row);
+      return;
+    }
+    if (window_cpu_isa() == 2 && count_blocks_fit(l)) {  // a segment: planned block by block
+      CountBlock blk;
+      for (int64_t b0 = x0; b0 < x1; b0 += 64) {
+        plan_count_block(l, b0, std::min(b0 + 64, x1), blk);
+        sum_count_block(l, weight, lo, hi, d, h, blk, row);
+      }
+      return;
+    }
   }
   std::fill(row + x0, row + x1, A(0));
   int64_t unused;
