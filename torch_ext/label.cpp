@@ -1,6 +1,7 @@
 // voxaug torch_ext: the label family's ops (include/voxaug/label.h). connected_components and
-// distance_transform_edt: CPU and CUDA share one entry; largest_components: the core on the CPU, device reductions on CUDA;
-// Meta computes the shapes. Bool masks are read as uint8 (the same bytes).
+// distance_transform_edt: CPU and CUDA share one entry; largest_components and component_sizes:
+// the core on the CPU, device reductions on CUDA; Meta computes the shapes. Bool masks are read
+// as uint8 (the same bytes).
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -156,9 +157,8 @@ at::Tensor distance_transform_impl(const at::Tensor& mask, at::ArrayRef<double> 
   at::Tensor out = empty_output(mask.sizes(), mask.options().dtype(edt_dtype(dtype)));
   if (mask.numel() == 0) return out;
   const VolumeView mv = to_view(m, "mask");
-  const int64_t wb =
-      distance_transform_workspace_bytes(mv, out.scalar_type() == at::kFloat ? DType::Float32
-                                                                              : DType::Float64);
+  const int64_t wb = distance_transform_workspace_bytes(
+      mv, out.scalar_type() == at::kFloat ? DType::Float32 : DType::Float64);
   at::Tensor ws = empty_output({std::max<int64_t>(wb, 1)}, mask.options().dtype(at::kByte));
   const c10::DeviceGuard guard(mask.device());
   call_core([&] {

@@ -142,7 +142,9 @@ TORCH_LIBRARY(voxaug, m) {
   m.def("component_sizes(Tensor labels) -> Tensor");
   // float64 (dtype None) or float32: each voxel's Euclidean distance to its volume's nearest
   // zero voxel, axes scaled by spacing (one value or d, h, w), scipy's distance_transform_edt.
-  m.def("distance_transform_edt(Tensor mask, float[] spacing=[1.0], ScalarType? dtype=None) -> Tensor");
+  m.def(
+      "distance_transform_edt(Tensor mask, float[] spacing=[1.0], ScalarType? dtype=None) -> "
+      "Tensor");
   // Crop-centre samplers (include/voxaug/crop.h), all drawn on the device with Philox.
   // region: [] or [lo_d, lo_h, lo_w, hi_d, hi_h, hi_w] (a hi of 0: the whole axis).
   // label_form: 0 foreground / background, 1 argmax, 2 one-hot; num_classes = len(ratios).

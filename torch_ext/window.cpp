@@ -204,12 +204,12 @@ const void* weight_ptr(const std::optional<at::Tensor>& weight, const at::Tensor
 const void* count_ptr(const std::optional<at::Tensor>& count, const at::Tensor& acc,
                       const WindowLayout& l) {
   if (!count.has_value() || !count->defined()) return nullptr;
-  TORCH_CHECK_VALUE(
-      count->scalar_type() == acc.scalar_type() && count->device() == acc.device() &&
-          count->is_contiguous() && count->numel() == l.padded[0] * l.padded[1] * l.padded[2],
-      "count must be acc's dtype and device, contiguous, of the padded size (", l.padded[0], ", ",
-      l.padded[1], ", ", l.padded[2], "), got ", count->sizes(), " ", count->scalar_type(), " on ",
-      count->device());
+  TORCH_CHECK_VALUE(count->scalar_type() == acc.scalar_type() && count->device() == acc.device() &&
+                        count->is_contiguous() &&
+                        count->numel() == l.padded[0] * l.padded[1] * l.padded[2],
+                    "count must be acc's dtype and device, contiguous, of the padded size (",
+                    l.padded[0], ", ", l.padded[1], ", ", l.padded[2], "), got ", count->sizes(),
+                    " ", count->scalar_type(), " on ", count->device());
   return count->data_ptr();
 }
 

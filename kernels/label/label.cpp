@@ -480,8 +480,9 @@ void distance_transform_edt(const VolumeView& mask, const double spacing[3], con
 #endif
   const detail::LabelParams p = mask_params(mask);
   for (int a = 0; a < 5; ++a)
-    VOXAUG_EXPECTS(out.shape[a] == mask.shape[a], "distance_transform_edt: out must have mask's shape " +
-                                                      mask.describe() + ", got " + out.describe());
+    VOXAUG_EXPECTS(out.shape[a] == mask.shape[a],
+                   "distance_transform_edt: out must have mask's shape " + mask.describe() +
+                       ", got " + out.describe());
   VOXAUG_EXPECTS(out.dtype == DType::Float32 || out.dtype == DType::Float64,
                  std::string("distance_transform_edt: out must be float32 or float64, got ") +
                      dtype_name(out.dtype));
@@ -500,9 +501,9 @@ void distance_transform_edt(const VolumeView& mask, const double spacing[3], con
   const int64_t V = p.volume;
   const int64_t dense[5] = {mask.shape[1] * V, V, mask.shape[3] * mask.shape[4], mask.shape[4], 1};
   for (int a = 0; a < 5; ++a)
-    VOXAUG_EXPECTS(out.strides[a] == dense[a] || out.shape[a] == 1,
-                   "distance_transform_edt: out must be a dense C-order (N, C, D, H, W) buffer, "
-                   "got " + out.describe());
+    VOXAUG_EXPECTS(
+        out.strides[a] == dense[a] || out.shape[a] == 1,
+        "distance_transform_edt: out must be dense C-order (N, C, D, H, W), got " + out.describe());
   for (int a = 0; a < 3; ++a)
     VOXAUG_EXPECTS(p.size[a] < INT32_MAX, "distance_transform_edt: axes must be shorter than 2^31");
   VOXAUG_EXPECTS(mask.data != nullptr && out.data != nullptr,

@@ -141,11 +141,11 @@ void distance_transform_cuda(const LabelParams& p, int64_t volumes, const double
     VOXAUG_CUDA_CHECK_LAUNCH();
   }
   if (out_f64)
-    edt_final<double><<<blocks, 256, 0, stream>>>(
-        p, total, w2[0], w2[1], w2[2], sq, static_cast<double*>(out));
+    edt_final<double>
+        <<<blocks, 256, 0, stream>>>(p, total, w2[0], w2[1], w2[2], sq, static_cast<double*>(out));
   else
-    edt_final<float><<<blocks, 256, 0, stream>>>(
-        p, total, w2[0], w2[1], w2[2], sq, static_cast<float*>(out));
+    edt_final<float>
+        <<<blocks, 256, 0, stream>>>(p, total, w2[0], w2[1], w2[2], sq, static_cast<float*>(out));
   VOXAUG_CUDA_CHECK_LAUNCH();
 }
 

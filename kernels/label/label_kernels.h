@@ -73,14 +73,13 @@ VOXAUG_HD VOXAUG_FORCEINLINE bool label_foreground(const LabelParams& p, int64_t
   return false;
 }
 
-
 // ---- Euclidean distance transform (scipy.ndimage.distance_transform_edt) ----
 // Squared distances in float64, one axis after the other (w, then h, then d), each pass the 1-D
 // lower envelope of parabolas of Felzenszwalb & Huttenlocher over one line: out[y] = min over q
 // of f[q] + w * (y - q)^2, w the axis's squared spacing. The first pass starts from f = 0 on
-// background and +inf on foreground (edt_row_from_mask: two scans give its result directly). CPU and CUDA run this same line function (the CUDA
-// backend one thread per line, its scratch interleaved in a workspace), so the two agree bit
-// for bit.
+// background and +inf on foreground (edt_row_from_mask: two scans give its result directly). CPU
+// and CUDA run this same line function (the CUDA backend one thread per line, its scratch
+// interleaved in a workspace), so the two agree bit for bit.
 
 constexpr double kEdtInf = std::numeric_limits<double>::infinity();
 
@@ -117,7 +116,8 @@ VOXAUG_HD inline void edt_line(const double* f, int64_t fs, int64_t n, double w,
     while (k >= 0) {
       const int64_t vk = v[k * ss];
       // Where the parabolas of v[k] and q meet: ((fq + w q^2) - (f_vk + w vk^2)) / (2 w (q - vk)).
-      s = fdiv(fsub(hq, edt_candidate(fv[k * ss], w, vk)), fmul(fadd(w, w), static_cast<double>(q - vk)));
+      s = fdiv(fsub(hq, edt_candidate(fv[k * ss], w, vk)),
+               fmul(fadd(w, w), static_cast<double>(q - vk)));
       if (s <= z[k * ss]) {
         --k;
         s = -kEdtInf;
@@ -184,19 +184,26 @@ VOXAUG_HD inline void edt_row_typed(const T* row, int64_t stride, int64_t n, dou
 VOXAUG_HD inline void edt_row_from_mask(const LabelParams& p, int64_t vol, int64_t d, int64_t h,
                                         double w, double* out) {
   const int64_t n = p.size[2], nn = vol / p.channels, c = vol % p.channels;
-  const int64_t off = nn * p.mask_stride[0] + c * p.mask_stride[1] + d * p.mask_stride[2] +
-                      h * p.mask_stride[3];
+  const int64_t off =
+      nn * p.mask_stride[0] + c * p.mask_stride[1] + d * p.mask_stride[2] + h * p.mask_stride[3];
   const int64_t sw = p.mask_stride[4];
   switch (p.dtype) {
-    case DType::Float64: return edt_row_typed(static_cast<const double*>(p.mask) + off, sw, n, w, out);
-    case DType::Float32: return edt_row_typed(static_cast<const float*>(p.mask) + off, sw, n, w, out);
-    case DType::Float16: return edt_row_typed(static_cast<const half_t*>(p.mask) + off, sw, n, w, out);
+    case DType::Float64:
+      return edt_row_typed(static_cast<const double*>(p.mask) + off, sw, n, w, out);
+    case DType::Float32:
+      return edt_row_typed(static_cast<const float*>(p.mask) + off, sw, n, w, out);
+    case DType::Float16:
+      return edt_row_typed(static_cast<const half_t*>(p.mask) + off, sw, n, w, out);
     case DType::BFloat16:
       return edt_row_typed(static_cast<const bfloat16_t*>(p.mask) + off, sw, n, w, out);
-    case DType::UInt8: return edt_row_typed(static_cast<const uint8_t*>(p.mask) + off, sw, n, w, out);
-    case DType::Int16: return edt_row_typed(static_cast<const int16_t*>(p.mask) + off, sw, n, w, out);
-    case DType::Int32: return edt_row_typed(static_cast<const int32_t*>(p.mask) + off, sw, n, w, out);
-    case DType::Int64: return edt_row_typed(static_cast<const int64_t*>(p.mask) + off, sw, n, w, out);
+    case DType::UInt8:
+      return edt_row_typed(static_cast<const uint8_t*>(p.mask) + off, sw, n, w, out);
+    case DType::Int16:
+      return edt_row_typed(static_cast<const int16_t*>(p.mask) + off, sw, n, w, out);
+    case DType::Int32:
+      return edt_row_typed(static_cast<const int32_t*>(p.mask) + off, sw, n, w, out);
+    case DType::Int64:
+      return edt_row_typed(static_cast<const int64_t*>(p.mask) + off, sw, n, w, out);
   }
 }
 
@@ -220,8 +227,8 @@ VOXAUG_HD VOXAUG_FORCEINLINE void edt_line_at(const int64_t size[3], int axis, i
 // The distance of voxel (d, h, w) from its squared distance sq; +inf means the volume has no
 // background voxel, where scipy measures from the virtual voxel (-1, 0, 0) (its feature
 // transform's answer there), which the same expression gives.
-VOXAUG_HD VOXAUG_FORCEINLINE double edt_distance(double sq, const double w2[3], int64_t d, int64_t h,
-                                                 int64_t x) {
+VOXAUG_HD VOXAUG_FORCEINLINE double edt_distance(double sq, const double w2[3], int64_t d,
+                                                 int64_t h, int64_t x) {
   if (!(sq < kEdtInf))
     sq = edt_candidate(edt_candidate(fmul(w2[0], static_cast<double>((d + 1) * (d + 1))), w2[1], h),
                        w2[2], x);
@@ -260,11 +267,11 @@ inline EdtLayout edt_layout(int64_t volumes, const int64_t size[3]) {
   EdtLayout e;
   e.nmax = size[0] > size[1] ? (size[0] > size[2] ? size[0] : size[2])
                              : (size[1] > size[2] ? size[1] : size[2]);
-  const int64_t lines = volumes * (size[0] * size[1] > size[0] * size[2]
-                                       ? (size[0] * size[1] > size[1] * size[2] ? size[0] * size[1]
-                                                                                : size[1] * size[2])
-                                       : (size[0] * size[2] > size[1] * size[2] ? size[0] * size[2]
-                                                                                : size[1] * size[2]));
+  const int64_t lines =
+      volumes *
+      (size[0] * size[1] > size[0] * size[2]
+           ? (size[0] * size[1] > size[1] * size[2] ? size[0] * size[1] : size[1] * size[2])
+           : (size[0] * size[2] > size[1] * size[2] ? size[0] * size[2] : size[1] * size[2]));
   e.threads = lines < kEdtMaxThreads ? lines : kEdtMaxThreads;
   e.sq_elems = volumes * size[0] * size[1] * size[2];
   return e;

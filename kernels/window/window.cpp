@@ -164,14 +164,14 @@ __attribute__((target("avx512f"))) void store_row_avx512(float* acc, const float
   int64_t x = 0;
   for (; x + 16 <= n; x += 16) {
     const __m512 p = _mm512_loadu_ps(pred + x);
-    _mm512_storeu_ps(acc + x, _mm512_add_ps(zero, w ? _mm512_mul_ps(p, _mm512_loadu_ps(w + x)) : p));
+    _mm512_storeu_ps(acc + x,
+                     _mm512_add_ps(zero, w ? _mm512_mul_ps(p, _mm512_loadu_ps(w + x)) : p));
   }
   if (x < n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - x)) - 1u);
     const __m512 p = _mm512_maskz_loadu_ps(m, pred + x);
     _mm512_mask_storeu_ps(
-        acc + x, m,
-        _mm512_add_ps(zero, w ? _mm512_mul_ps(p, _mm512_maskz_loadu_ps(m, w + x)) : p));
+        acc + x, m, _mm512_add_ps(zero, w ? _mm512_mul_ps(p, _mm512_maskz_loadu_ps(m, w + x)) : p));
   }
 }
 __attribute__((target("avx512f"))) void div_row_avx512(float* acc, const float* cnt, int64_t n) {
@@ -295,8 +295,8 @@ std::vector<CountBlock> plan_count_row(const WindowLayout& l) {
 }
 __attribute__((target("avx512f"))) void sum_count_block(const WindowLayout& l, const float* weight,
                                                         const int64_t lo[2], const int64_t hi[2],
-                                                        int64_t d, int64_t h,
-                                                        const CountBlock& blk, float* row) {
+                                                        int64_t d, int64_t h, const CountBlock& blk,
+                                                        float* row) {
   const int64_t R = l.roi[2];
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                    _mm512_setzero_ps()};
@@ -307,7 +307,8 @@ __attribute__((target("avx512f"))) void sum_count_block(const WindowLayout& l, c
       for (int q = 0; q < 4; ++q)
         for (int r = 0; r < blk.runs[q]; ++r) {
           const __mmask16 m = blk.mask[q][r];
-          acc[q] = _mm512_mask_add_ps(acc[q], m, acc[q], _mm512_maskz_loadu_ps(m, wrow + blk.off[q][r]));
+          acc[q] =
+              _mm512_mask_add_ps(acc[q], m, acc[q], _mm512_maskz_loadu_ps(m, wrow + blk.off[q][r]));
         }
     }
   for (int q = 0; q < 4 && blk.b0 + 16 * q < blk.b1; ++q) {
@@ -509,9 +510,9 @@ void stitch_rows(const StitchParams& p) {
             cnt = count + (d * l.padded[1] + h) * l.padded[2] + w0;
           } else {
             if (weight == nullptr)
-              constant_count_row(l, *per_w,
-                                 cover[0][static_cast<size_t>(d)] * cover[1][static_cast<size_t>(h)],
-                                 crow.data(), w0, w0 + xl);
+              constant_count_row(
+                  l, *per_w, cover[0][static_cast<size_t>(d)] * cover[1][static_cast<size_t>(h)],
+                  crow.data(), w0, w0 + xl);
             else
               count_row(l, weight, *per_w, d, h, crow.data(), w0, w0 + xl);
             cnt = crow.data() + w0;

@@ -142,8 +142,8 @@ struct StitchBody {
     const A* weight = static_cast<const A*>(p.weight);
     // StitchFuse: the owner (the launch's first covering window) may be the voxel's first window
     // of the pass; the launch's last covering window may be its last.
-    const bool store = p.first_store && g[0] >= p.first_from[j][0] &&
-                       g[1] >= p.first_from[j][1] && g[2] >= p.first_from[j][2];
+    const bool store = p.first_store && g[0] >= p.first_from[j][0] && g[1] >= p.first_from[j][1] &&
+                       g[2] >= p.first_from[j][2];
     bool divide = false;
     A cnt = A(1);
     if (p.last_divide) {
@@ -210,8 +210,8 @@ struct FinalizeBody {
     const int64_t sv = l.size[0] * l.size[1] * l.size[2];
     const int64_t q = ((z + l.pad_before[0]) * l.padded[1] + y + l.pad_before[1]) * l.padded[2] +
                       x + l.pad_before[2];
-    const A cnt = window_count_of<A>(l, p.count, p.weight, z + l.pad_before[0],
-                                     y + l.pad_before[1], x + l.pad_before[2]);
+    const A cnt = window_count_of<A>(l, p.count, p.weight, z + l.pad_before[0], y + l.pad_before[1],
+                                     x + l.pad_before[2]);
     const A* acc = static_cast<const A*>(p.acc) + n * p.channels * pv + q;
     if (p.argmax) {
       int64_t best = 0;

@@ -268,9 +268,13 @@ TEST(Crop, FloatImageThresholdIsTheFloat64Comparison) {
   std::uniform_int_distribution<int> coin(0, 1);
   for (double t : {0.1, 0.3, -0.7, 16777217.0, 1.0, 1e300, -1e300, 0.0}) {
     const float f = static_cast<float>(t);
-    const float near[] = {f, std::nextafter(f, -INFINITY), std::nextafter(f, INFINITY),
+    const float near[] = {f,
+                          std::nextafter(f, -INFINITY),
+                          std::nextafter(f, INFINITY),
                           -std::numeric_limits<float>::infinity(),
-                          std::numeric_limits<float>::infinity(), 0.0f, -0.0f};
+                          std::numeric_limits<float>::infinity(),
+                          0.0f,
+                          -0.0f};
     std::vector<float> img(s.numel());
     std::vector<uint8_t> lab(s.numel());
     for (int64_t i = 0; i < s.numel(); ++i) {

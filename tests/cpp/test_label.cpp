@@ -260,8 +260,8 @@ TEST(Label, DistanceTransformMatchesBruteForce) {
         auto m = random_mask(v, density, static_cast<uint32_t>(v.d * 31 + v.w));
         if (v.c >= 2)  // one volume without background, one without foreground
           std::fill(m.begin(), m.begin() + v.d * v.h * v.w, uint8_t(1));
-        if (v.c >= 3) std::fill(m.begin() + 2 * v.d * v.h * v.w, m.begin() + 3 * v.d * v.h * v.w,
-                                uint8_t(0));
+        if (v.c >= 3)
+          std::fill(m.begin() + 2 * v.d * v.h * v.w, m.begin() + 3 * v.d * v.h * v.w, uint8_t(0));
         const auto want = naive_edt(m, v, s);
         std::vector<double> got(m.size(), -1.0);
         std::vector<float> got32(m.size(), -1.0f);
@@ -269,8 +269,8 @@ TEST(Label, DistanceTransformMatchesBruteForce) {
                                voxaug_test::view(got.data(), DType::Float64, v), nullptr, 0);
         distance_transform_edt(voxaug_test::view(m.data(), DType::UInt8, v), s,
                                voxaug_test::view(got32.data(), DType::Float32, v), nullptr, 0);
-        const bool integral = s[0] == std::floor(s[0]) && s[1] == std::floor(s[1]) &&
-                              s[2] == std::floor(s[2]);
+        const bool integral =
+            s[0] == std::floor(s[0]) && s[1] == std::floor(s[1]) && s[2] == std::floor(s[2]);
         for (size_t i = 0; i < m.size(); ++i) {
           if (integral)
             ASSERT_EQ(got[i], want[i]) << i << " spacing " << s[0] << " " << s[1] << " " << s[2];
@@ -343,16 +343,16 @@ TEST(Label, DistanceTransformBadArguments) {
   EXPECT_THROW(distance_transform_edt(mv, zero, voxaug_test::view(out.data(), DType::Float64, v),
                                       nullptr, 0),
                Error);
-  EXPECT_THROW(distance_transform_edt(mv, nan, voxaug_test::view(out.data(), DType::Float64, v),
-                                      nullptr, 0),
-               Error);
-  EXPECT_THROW(distance_transform_edt(mv, ok, voxaug_test::view(iout.data(), DType::Int32, v),
-                                      nullptr, 0),
-               Error);
-  EXPECT_THROW(distance_transform_edt(mv, ok,
-                                      voxaug_test::view(out.data(), DType::Float64, {1, 1, 4, 4, 2}),
-                                      nullptr, 0),
-               Error);
+  EXPECT_THROW(
+      distance_transform_edt(mv, nan, voxaug_test::view(out.data(), DType::Float64, v), nullptr, 0),
+      Error);
+  EXPECT_THROW(
+      distance_transform_edt(mv, ok, voxaug_test::view(iout.data(), DType::Int32, v), nullptr, 0),
+      Error);
+  EXPECT_THROW(
+      distance_transform_edt(mv, ok, voxaug_test::view(out.data(), DType::Float64, {1, 1, 4, 4, 2}),
+                             nullptr, 0),
+      Error);
 }
 
 #if VOXAUG_WITH_CUDA
@@ -394,16 +394,16 @@ TEST(LabelCuda, DistanceTransformTwinBitIdentical) {
         const VolumeView mv = voxaug_test::view(dm.p, DType::UInt8, v, Device::CUDA);
         const int64_t wb = distance_transform_workspace_bytes(mv, t);
         DeviceBuffer ws(static_cast<size_t>(wb));
-        distance_transform_edt(mv, spacing, voxaug_test::view(dout.p, t, v, Device::CUDA), ws.p, wb);
+        distance_transform_edt(mv, spacing, voxaug_test::view(dout.p, t, v, Device::CUDA), ws.p,
+                               wb);
         CUDA_OK(cudaDeviceSynchronize());
         ASSERT_EQ(dout.to_host<uint8_t>(cpu.size()), cpu) << "density " << density;
       }
       // Too small a workspace is refused.
       DeviceBuffer dm(m), dout(m.size() * 8), ws(8);
-      EXPECT_THROW(distance_transform_edt(voxaug_test::view(dm.p, DType::UInt8, v, Device::CUDA),
-                                          spacing,
-                                          voxaug_test::view(dout.p, DType::Float64, v, Device::CUDA),
-                                          ws.p, 8),
+      EXPECT_THROW(distance_transform_edt(
+                       voxaug_test::view(dm.p, DType::UInt8, v, Device::CUDA), spacing,
+                       voxaug_test::view(dout.p, DType::Float64, v, Device::CUDA), ws.p, 8),
                    Error);
     }
 }

@@ -310,8 +310,8 @@ TEST(WindowCpu, StitchFuseEqualsZeroFillStitchFinalize) {
             continue;
           }
           // first_store + last_divide, with the count map and with the count on the fly.
-          for (const float* cnt : {static_cast<const float*>(count.data()),
-                                   static_cast<const float*>(nullptr)}) {
+          for (const float* cnt :
+               {static_cast<const float*>(count.data()), static_cast<const float*>(nullptr)}) {
             std::vector<float> fused(N * K * pv, nan);
             pass(fused, StitchFuse{true, true, cnt});
             ASSERT_EQ(0, std::memcmp(fused.data(), want.data(), want.size() * sizeof(float)))

@@ -58,7 +58,7 @@ TEST(WindowCuda, PipelineTwinBitIdentical) {
       std::vector<float> acc(av.numel(), 0.f);
       DeviceBuffer d_acc(acc);
       std::vector<std::vector<float>> preds;  // per batch, for the StitchFuse pass below
-      const int64_t B = 70;  // > 64: the stitch splits the batch into two launches
+      const int64_t B = 70;                   // > 64: the stitch splits the batch into two launches
       for (int64_t first = 0; first < total; first += B) {
         const int64_t b = std::min(B, total - first);
         const Vol wv{b, C, l.roi[0], l.roi[1], l.roi[2]};

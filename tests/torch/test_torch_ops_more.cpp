@@ -58,10 +58,10 @@ TEST(TorchOpsMore, DistanceTransformMatchesBruteForce) {
   torch::manual_seed(4);
   const torch::Tensor mask = torch::rand({2, 2, 6, 7, 8}) < 0.8;
   const double sp[3] = {2.0, 1.0, 3.0};
-  const torch::Tensor grid = torch::stack(torch::meshgrid({torch::arange(6), torch::arange(7),
-                                                           torch::arange(8)}, "ij"))
-                                 .reshape({3, -1})
-                                 .to(torch::kDouble);
+  const torch::Tensor grid =
+      torch::stack(torch::meshgrid({torch::arange(6), torch::arange(7), torch::arange(8)}, "ij"))
+          .reshape({3, -1})
+          .to(torch::kDouble);
   const torch::Tensor scale = torch::tensor({sp[0], sp[1], sp[2]}, torch::kDouble).reshape({3, 1});
   const torch::Tensor pts = grid * scale;  // (3, V) in mm
   for (const auto& dev : devices()) {

@@ -54,12 +54,10 @@ VOXAUG_HD VOXAUG_FORCEINLINE void window_cover(const WindowLayout& l, int axis, 
 // end), those after k only if k + 1 does (q at or past its start). A voxel's first window over
 // the whole grid is the first along every axis (window order is lexicographic), its last the
 // last along every axis.
-VOXAUG_HD VOXAUG_FORCEINLINE int64_t window_first_from(const WindowLayout& l, int axis,
-                                                       int64_t k) {
+VOXAUG_HD VOXAUG_FORCEINLINE int64_t window_first_from(const WindowLayout& l, int axis, int64_t k) {
   return k == 0 ? l.start(axis, 0) : l.start(axis, k - 1) + l.roi[axis];
 }
-VOXAUG_HD VOXAUG_FORCEINLINE int64_t window_last_until(const WindowLayout& l, int axis,
-                                                       int64_t k) {
+VOXAUG_HD VOXAUG_FORCEINLINE int64_t window_last_until(const WindowLayout& l, int axis, int64_t k) {
   return k == l.count[axis] - 1 ? l.start(axis, k) + l.roi[axis] : l.start(axis, k + 1);
 }
 
