@@ -409,7 +409,6 @@ void coarse_shuffle_cpu(const VolumeView& x, const CoarseShuffleParams& p, uint3
     for (int64_t t = 0; t < num_tasks; ++t) {
       const Task& tk = tasks[static_cast<size_t>(t)];
       const int64_t V = tk.box.volume;
-      keys.resize(static_cast<size_t>(V));
       k2.resize(static_cast<size_t>(V));
       p2.resize(static_cast<size_t>(V));
       const uint32_t g = first_sample + static_cast<uint32_t>(tk.n);

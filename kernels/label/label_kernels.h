@@ -53,6 +53,21 @@ VOXAUG_HD VOXAUG_FORCEINLINE bool label_nonzero<double>(double v) {
   return !(v == 0.0);
 }
 
+// fn(typed pointer) to element `off` of the mask, in the mask's dtype.
+template <class F>
+VOXAUG_HD VOXAUG_FORCEINLINE auto with_mask(const LabelParams& p, int64_t off, F&& fn) {
+  switch (p.dtype) {
+    case DType::Float64: return fn(static_cast<const double*>(p.mask) + off);
+    case DType::Float32: return fn(static_cast<const float*>(p.mask) + off);
+    case DType::Float16: return fn(static_cast<const half_t*>(p.mask) + off);
+    case DType::BFloat16: return fn(static_cast<const bfloat16_t*>(p.mask) + off);
+    case DType::UInt8: return fn(static_cast<const uint8_t*>(p.mask) + off);
+    case DType::Int16: return fn(static_cast<const int16_t*>(p.mask) + off);
+    case DType::Int32: return fn(static_cast<const int32_t*>(p.mask) + off);
+    default: return fn(static_cast<const int64_t*>(p.mask) + off);
+  }
+}
+
 // Whether voxel (d, h, w) of volume `vol` (= n * C + c) is foreground (label_nonzero of the
 // mask's dtype).
 VOXAUG_HD VOXAUG_FORCEINLINE bool label_foreground(const LabelParams& p, int64_t vol, int64_t d,
@@ -60,17 +75,7 @@ VOXAUG_HD VOXAUG_FORCEINLINE bool label_foreground(const LabelParams& p, int64_t
   const int64_t n = vol / p.channels, c = vol % p.channels;
   const int64_t off = n * p.mask_stride[0] + c * p.mask_stride[1] + d * p.mask_stride[2] +
                       h * p.mask_stride[3] + w * p.mask_stride[4];
-  switch (p.dtype) {
-    case DType::Float64: return label_nonzero(static_cast<const double*>(p.mask)[off]);
-    case DType::Float32: return label_nonzero(static_cast<const float*>(p.mask)[off]);
-    case DType::Float16: return label_nonzero(static_cast<const half_t*>(p.mask)[off]);
-    case DType::BFloat16: return label_nonzero(static_cast<const bfloat16_t*>(p.mask)[off]);
-    case DType::UInt8: return label_nonzero(static_cast<const uint8_t*>(p.mask)[off]);
-    case DType::Int16: return label_nonzero(static_cast<const int16_t*>(p.mask)[off]);
-    case DType::Int32: return label_nonzero(static_cast<const int32_t*>(p.mask)[off]);
-    case DType::Int64: return label_nonzero(static_cast<const int64_t*>(p.mask)[off]);
-  }
-  return false;
+  return with_mask(p, off, [](const auto* m) { return label_nonzero(*m); });
 }
 
 // ---- Euclidean distance transform (scipy.ndimage.distance_transform_edt) ----
@@ -187,24 +192,7 @@ VOXAUG_HD inline void edt_row_from_mask(const LabelParams& p, int64_t vol, int64
   const int64_t off =
       nn * p.mask_stride[0] + c * p.mask_stride[1] + d * p.mask_stride[2] + h * p.mask_stride[3];
   const int64_t sw = p.mask_stride[4];
-  switch (p.dtype) {
-    case DType::Float64:
-      return edt_row_typed(static_cast<const double*>(p.mask) + off, sw, n, w, out);
-    case DType::Float32:
-      return edt_row_typed(static_cast<const float*>(p.mask) + off, sw, n, w, out);
-    case DType::Float16:
-      return edt_row_typed(static_cast<const half_t*>(p.mask) + off, sw, n, w, out);
-    case DType::BFloat16:
-      return edt_row_typed(static_cast<const bfloat16_t*>(p.mask) + off, sw, n, w, out);
-    case DType::UInt8:
-      return edt_row_typed(static_cast<const uint8_t*>(p.mask) + off, sw, n, w, out);
-    case DType::Int16:
-      return edt_row_typed(static_cast<const int16_t*>(p.mask) + off, sw, n, w, out);
-    case DType::Int32:
-      return edt_row_typed(static_cast<const int32_t*>(p.mask) + off, sw, n, w, out);
-    case DType::Int64:
-      return edt_row_typed(static_cast<const int64_t*>(p.mask) + off, sw, n, w, out);
-  }
+  with_mask(p, off, [&](const auto* row) { edt_row_typed(row, sw, n, w, out); });
 }
 
 // Line r (of the volume's D * H * W / size[axis] lines along `axis`, w fastest in the others)

@@ -430,7 +430,7 @@ class HistogramNormalize:
         m = mask if mask is not None else self.mask
         keep = None
         if m is not None:
-            mk = torch.as_tensor(m).to(device=x.device, dtype=torch.bool)
+            mk = _host_to(torch.as_tensor(m).to(torch.bool), x.device)  # a host mask: no blocking copy
             keep = (mk if mk.dim() == x.dim() else mk[None]).expand(x.shape).reshape(n, -1)
         equalize = _equalize_numpy if x.device.type == "cpu" else _equalize_device
         out = equalize(flat, keep, self.num_bins, self.min, self.max).reshape(x.shape)
