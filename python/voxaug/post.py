@@ -296,8 +296,10 @@ class DistanceTransformEDT:
     runs it on the CPU (cuCIM on the GPU), for every sample of a batch in one call on the data's
     device. Exact (float64 squared distances); float64 results for CPU data (MONAI / scipy),
     float32 for CUDA data (MONAI / cuCIM's default) unless `dtype` says otherwise. A channel with
-    no zero voxel gets scipy's answer (the distance to the virtual voxel (-1, 0, 0)). 3-D images
-    (C, D, H, W) or batches (N, C, D, H, W)."""
+    no zero voxel gets scipy's answer (the distance to the virtual voxel (-1, 0, 0), or (-1, 0) in
+    2-D). 3-D images (C, D, H, W) or batches (N, C, D, H, W), and 2-D images (C, H, W) as MONAI
+    takes them (computed as (C, H, W, 1) volumes: the same distances, scipy's virtual voxel
+    included); a 2-D image needs a number or two values for `sampling`."""
 
     def __init__(self, sampling: Union[float, Sequence[float], None] = None, dtype: Optional[torch.dtype] = None):
         if sampling is None:
@@ -306,8 +308,9 @@ class DistanceTransformEDT:
             sp = [float(sampling)]
         else:
             sp = [float(v) for v in sampling]
-            if len(sp) != 3:
-                raise ValueError(f"sampling must be a number or one value per spatial axis (3), got {sampling!r}")
+            if len(sp) not in (2, 3):
+                raise ValueError("sampling must be a number or one value per spatial axis (2 or 3), "
+                                 f"got {sampling!r}")
         if any(not (np.isfinite(v) and v > 0) for v in sp):
             raise ValueError(f"sampling must be positive and finite, got {sampling!r}")
         if dtype not in (None, torch.float32, torch.float64):
@@ -315,6 +318,23 @@ class DistanceTransformEDT:
         self.sampling, self.dtype = sp, dtype
 
     def __call__(self, img: Any) -> Any:
+        src = torch.as_tensor(img) if isinstance(img, np.ndarray) else img
+        if isinstance(src, torch.Tensor) and src.dim() == 3:  # a 2-D image (C, H, W)
+            if len(self.sampling) == 3:
+                raise ValueError("sampling must be a number or two values for a 2-D image (C, H, W), "
+                                 f"got {self.sampling}")
+            x = src.as_tensor() if _is_meta_tensor(src) else src
+            sp = self.sampling if len(self.sampling) == 1 else [*self.sampling, 1.0]
+            dtype = self.dtype or (torch.float32 if x.is_cuda else torch.float64)
+            out = ops.distance_transform_edt(x[None, ..., None], sp, dtype)[0, ..., 0]
+            if _is_meta_tensor(src):
+                from monai.data import MetaTensor  # only when the caller passed one
+
+                return MetaTensor(out, meta=dict(src.meta), applied_operations=list(src.applied_operations))
+            return out
+        if len(self.sampling) == 2:
+            raise ValueError("sampling must be a number or three values for a 3-D image (C, D, H, W) or a "
+                             f"batch (N, C, D, H, W), got {self.sampling}")
         x, restore = _as_batch(img)
         dtype = self.dtype or (torch.float32 if x.is_cuda else torch.float64)
         return restore(ops.distance_transform_edt(x, self.sampling, dtype))

@@ -452,9 +452,37 @@ def test_distance_transform_inputs_and_errors():
     with pytest.raises(ValueError, match="dtype must be torch.float32 or torch.float64"):
         ops.distance_transform_edt(torch.from_numpy(m), 1.0, torch.float16)
     with pytest.raises(ValueError, match="sampling must be a number or one value per spatial axis"):
-        DistanceTransformEDT(sampling=(1.0, 2.0))
+        DistanceTransformEDT(sampling=(1.0, 2.0, 3.0, 4.0))
+    with pytest.raises(ValueError, match="sampling must be a number or three values for a 3-D image"):
+        DistanceTransformEDT(sampling=(1.0, 2.0))(torch.from_numpy(m[1]))
+    with pytest.raises(ValueError, match="sampling must be a number or two values for a 2-D image"):
+        DistanceTransformEDT(sampling=(1.0, 2.0, 3.0))(torch.zeros(3, 4, 5))
     with pytest.raises(ValueError, match="img must be"):
-        DistanceTransformEDT()(torch.zeros(3, 4, 5))
+        DistanceTransformEDT()(torch.zeros(4, 5))
+
+
+@pytest.mark.parametrize("sampling", [None, 1.5, (2.0, 0.5)])
+def test_distance_transform_2d_equals_scipy_and_monai(sampling):
+    """MONAI's DistanceTransformEDT also takes 2-D images (C, H, W): scipy per channel, including a
+    channel without zeros (scipy's virtual pixel (-1, 0)), and numpy or MetaTensor input."""
+    from voxaug.post import DistanceTransformEDT, DistanceTransformEDTd
+
+    m = rand_mask((1, 3, 23, 31, 1), 0.8, 11)[0, ..., 0]  # (3, 23, 31)
+    m[1] = True
+    want = np.stack([ndi.distance_transform_edt(c, sampling=sampling) for c in m])
+    got = DistanceTransformEDT(sampling=sampling)(torch.from_numpy(m))
+    assert got.dtype == torch.float64 and got.shape == m.shape
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-15, atol=0)
+    assert torch.equal(DistanceTransformEDT(sampling=sampling)(m), got)
+    assert torch.equal(DistanceTransformEDT(sampling=sampling, dtype=torch.float32)(m), got.float())
+    mt = pytest.importorskip("monai.transforms")
+    from monai.data import MetaTensor
+
+    x = MetaTensor(torch.from_numpy(m).to(torch.uint8), meta={"tag": 7})
+    ref = torch.as_tensor(mt.DistanceTransformEDT(sampling=sampling)(x.clone()))
+    out = DistanceTransformEDTd(keys="m", sampling=sampling)({"m": x})["m"]
+    assert isinstance(out, MetaTensor) and out.meta["tag"] == 7
+    np.testing.assert_allclose(out.as_tensor().numpy(), ref.numpy(), rtol=1e-15, atol=0)
 
 
 @pytest.mark.parametrize("device", devices())
