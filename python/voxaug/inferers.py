@@ -147,8 +147,19 @@ def sliding_window_inference(
     the one returned for the first batch. Its map is copied to ``device`` per batch (a host sync
     when that copy leaves the GPU); the default path (no ``process_fn``) is unchanged.
 
-    Not supported (ValueError / NotImplementedError): ``buffer_steps`` and predictor outputs whose
-    spatial size differs from the roi's (MONAI's multi-resolution outputs).
+    Multi-resolution outputs (MONAI's zoom): an output whose spatial size differs from the roi's,
+    scale z = out / roi per axis, is stitched as MONAI does, into an output of int(padded size * z)
+    at the windows' scaled slices int(start * z) : int(stop * z), with the weight map resized by
+    ``nearest-exact`` interpolation (within a batch each scaled output resizes the map the previous
+    scaled output used, as MONAI's loop does), a count map of its own from the first batch, the
+    final crop of a padded image at round(pad * out / roi). That path adds window by window with
+    torch ops (no host sync, but a launch per window on CUDA); outputs at the roi's size keep the
+    fused stitch (after a scaled output, where MONAI fails on the resized map, they use the map).
+
+    ``buffer_steps`` / ``buffer_dim`` (MONAI's buffered stitching, a memory and copy saver) are
+    checked as MONAI checks them and change nothing else: the result is the unbuffered one (MONAI's
+    buffered order adds the windows of a voxel in another order, so it can differ in the last
+    bits; MONAI's buffered mode also returns only the first of several outputs, voxaug all).
     """
     if not isinstance(inputs, torch.Tensor) or inputs.dim() != 5:
         got = f"{inputs.dim()}-D" if isinstance(inputs, torch.Tensor) else type(inputs).__name__
@@ -167,10 +178,8 @@ def sliding_window_inference(
     if process_fn is not None and not callable(process_fn):
         raise ValueError("process_fn must be callable (outputs, windows, importance_map) -> (outputs, weight), "
                          f"got {type(process_fn).__name__}")
-    if buffer_steps is not None and buffer_steps > 0:
-        raise NotImplementedError("voxaug.inferers.sliding_window_inference: buffer_steps is not supported; "
-                                  "use device='cpu' to stitch on the host")
-    del buffer_dim
+    if buffer_steps is not None and buffer_steps > 0 and not -3 <= buffer_dim <= 3:
+        raise ValueError(f"buffer_dim must be in [-3, 3], got {buffer_dim}.")  # MONAI's check (and range)
     overlap_l = _per_axis(overlap, "overlap")
     for o in overlap_l:
         if not 0.0 <= o < 1.0:
@@ -249,29 +258,40 @@ def sliding_window_inference(
         elif (k is None) != (keys is None) or len(outs) != max(len(accs), 1):
             raise ValueError("the predictor returned a different structure of outputs than in earlier windows")
         with _nvtx("voxaug.window.stitch", on_cuda):
+            w_run = None  # MONAI's w_t within a batch: each scaled output resizes the previous one's
             for i, pred in enumerate(outs):
-                pred = _check_pred(pred, count_b, roi, i)
+                pred = _check_pred(pred, count_b, i)
+                if list(pred.shape[2:]) != roi or (len(accs) > i and isinstance(accs[i], _Zoomed)):
+                    if w_run is None:
+                        w_run = weight if weight is not None else torch.ones(roi, dtype=acc_dtype, device=device)
+                    if len(accs) <= i:
+                        accs.append(_Zoomed(layout, inputs.shape[0], pred, acc_dtype, device, i))
+                    w_run = accs[i].add(pred, w_run, first, count_b, i)
+                    continue
+                if len(accs) > i and accs[i].shape[1] != pred.shape[1]:
+                    raise ValueError(f"the predictor returned {pred.shape[1]} channels in output {i} after "
+                                     f"{accs[i].shape[1]} in earlier windows")
                 if pred.device != device:
                     pred = pred.to(device)
                 if len(accs) <= i:
                     accs.append(torch.ops.voxaug.window_accumulator(
                         [inputs.shape[0], pred.shape[1], *layout.padded], acc_dtype, device, False))
-                elif pred.shape[1] != accs[i].shape[1]:
-                    raise ValueError(f"the predictor returned {pred.shape[1]} channels in output {i} after "
-                                     f"{accs[i].shape[1]} in earlier windows")
                 torch.ops.voxaug.window_stitch_(accs[i], pred, weight, size, roi, overlap_l, first, True,
                                                 last_divide, count if last_divide else None)
         if progress:
             print(f"voxaug sliding window: batch {b + 1}/{batches}", file=sys.stderr)
 
+    plain = [a for a in accs if not isinstance(a, _Zoomed)]
     if last_divide:
-        results = accs  # divided voxel by voxel in the stitch
+        done = plain  # divided voxel by voxel in the stitch
     else:
         if process_fn is not None:
             weight = first_weight  # MONAI builds the count map from the first batch's weight
         with _nvtx("voxaug.window.finalize", on_cuda):
-            results = _finalize(accs, cached if _cache is not None and process_fn is None else None, weight,
-                                layout, overlap_l, in_place, out_dtype, argmax)
+            done = _finalize(plain, cached if _cache is not None and process_fn is None else None, weight,
+                             layout, overlap_l, in_place, out_dtype, argmax)
+    done.reverse()
+    results = [a.finish(out_dtype, argmax) if isinstance(a, _Zoomed) else done.pop() for a in accs]
     if meta_source is not None:
         results = [_with_meta(r, meta_source) for r in results]
     return _pack(keys, results)
@@ -324,17 +344,77 @@ def _process(process_fn: Callable, outs: list[torch.Tensor], windows: torch.Tens
     return new_outs, w
 
 
-def _check_pred(pred: Any, count: int, roi: Sequence[int], i: int) -> torch.Tensor:
+def _check_pred(pred: Any, count: int, i: int) -> torch.Tensor:
     if not isinstance(pred, torch.Tensor) or pred.dim() != 5:
         raise ValueError(f"the predictor's output {i} must be a 5-D (B, K, D, H, W) tensor, got "
                          f"{tuple(pred.shape) if isinstance(pred, torch.Tensor) else type(pred).__name__}")
-    if pred.shape[0] != count or list(pred.shape[2:]) != list(roi):
-        raise ValueError(
-            f"the predictor changed the window shape: given ({count}, C, {', '.join(map(str, roi))}), output {i} "
-            f"is {tuple(pred.shape)}; voxaug stitches outputs of the window's batch and spatial size only")
+    if pred.shape[0] != count:
+        raise ValueError(f"the predictor changed the window batch: given {count} windows, output {i} is "
+                         f"{tuple(pred.shape)}")
+    if min(pred.shape[1:]) < 1:
+        raise ValueError(f"the predictor's output {i} is empty: {tuple(pred.shape)}")
     if not pred.is_floating_point():
         raise ValueError(f"the predictor's output {i} must be a float tensor, got {pred.dtype}")
     return pred
+
+
+class _Zoomed:
+    """One multi-resolution output (spatial size != roi), stitched as MONAI's loop does: windows at
+    int(start * z) : int(stop * z), the weight map resized by nearest-exact interpolation, a count
+    map from the first batch's map, the final crop of a padded image at round(pad * out / roi)."""
+
+    def __init__(self, layout: _Layout, batch: int, pred: torch.Tensor, acc_dtype: torch.dtype,
+                 device: torch.device, i: int):
+        self.layout, self.seg = layout, list(pred.shape[2:])
+        self.z = [o / float(r) for o, r in zip(self.seg, layout.roi)]  # MONAI's z_scale
+        self.shape = [int(p * z) for p, z in zip(layout.padded, self.z)]
+        self.slices = []
+        for k in range(layout.per_image):
+            sl = []
+            for a, s in enumerate(layout.starts(k)):
+                lo, hi = int(s * self.z[a]), int((s + layout.roi[a]) * self.z[a])
+                if hi - lo != self.seg[a]:
+                    raise ValueError(
+                        f"the predictor's output {i} ({tuple(pred.shape)}) scales the roi {layout.roi} by {self.z}: "
+                        f"window {k} would cover {hi - lo} voxels of axis {a} at that scale, not {self.seg[a]} "
+                        "(MONAI cannot place it either)")
+                sl.append(slice(lo, hi))
+            self.slices.append(tuple(sl))
+        self.channels = pred.shape[1]
+        self.acc = torch.zeros([batch, self.channels, *self.shape], dtype=acc_dtype, device=device)
+        self.count: Optional[torch.Tensor] = None
+
+    def add(self, pred: torch.Tensor, w_prev: torch.Tensor, first: int, count: int, i: int) -> torch.Tensor:
+        """Adds one batch of output i; returns the map it used (the next scaled output resizes it)."""
+        if list(pred.shape[2:]) != self.seg or pred.shape[1] != self.channels:
+            raise ValueError(f"the predictor's output {i} is {tuple(pred.shape)} after ({count}, {self.channels}, "
+                             f"{', '.join(map(str, self.seg))}) in earlier windows")
+        w = w_prev.reshape(1, 1, *w_prev.shape[-3:])
+        if list(w.shape[2:]) != self.seg:
+            w = torch.nn.functional.interpolate(w, self.seg, mode="nearest-exact")
+        if self.count is None:  # MONAI: the count map from the first batch's map
+            self.count = torch.zeros([1, 1, *self.shape], dtype=self.acc.dtype, device=self.acc.device)
+            wc = w.to(device=self.acc.device, dtype=self.acc.dtype)
+            for sl in self.slices:
+                self.count[(slice(None), slice(None), *sl)] += wc
+        # MONAI multiplies the predictor's output in place (rounded to its dtype), then adds it.
+        prod = (pred * w.to(pred.device)).to(pred.dtype).to(self.acc.device)
+        for j in range(count):
+            n, k = divmod(first + j, self.layout.per_image)
+            self.acc[(slice(n, n + 1), slice(None), *self.slices[k])] += prod[j:j + 1]
+        return w
+
+    def finish(self, out_dtype: torch.dtype, argmax: bool) -> torch.Tensor:
+        out = self.acc.div_(self.count)
+        lay = self.layout
+        if list(lay.padded) != list(lay.size):  # MONAI's final slicing, zoom = output / roi
+            zs = [o / r for o, r in zip(self.shape, lay.roi)]
+            out = out[(slice(None), slice(None), *(
+                slice(int(round(lay.pad_before[a] * zs[a])), int(round((lay.pad_before[a] + lay.size[a]) * zs[a])))
+                for a in range(3)))]
+        if argmax:
+            out = torch.argmax(out, dim=1, keepdim=True)
+        return out.to(out_dtype)
 
 
 def _coords(layout: _Layout, first: int, count: int) -> list:

@@ -214,10 +214,6 @@ def test_bad_inputs():
         sliding_window_inference(x, (4, 4, 4), 1, _identity, overlap=(0.2, -0.1, 0.2))
     with pytest.raises(ValueError, match="sw_batch_size must be an int >= 1"):
         sliding_window_inference(x, (4, 4, 4), 0, _identity)
-    with pytest.raises(ValueError, match="changed the window shape"):
-        sliding_window_inference(x, (4, 4, 4), 2, lambda t: t[:, :, :2])
-    with pytest.raises(ValueError, match="changed the window shape"):
-        sliding_window_inference(x, (4, 4, 4), 2, lambda t: t[:1])
     with pytest.raises(ValueError, match="5-D"):
         sliding_window_inference(x[0], (4, 4, 4), 1, _identity)
     with pytest.raises(ValueError, match="mode must be one of"):
@@ -226,8 +222,91 @@ def test_bad_inputs():
         sliding_window_inference(x, (4, 4, 4), 1, _identity, padding_mode="edge")
     with pytest.raises(ValueError, match="reflect padding"):
         sliding_window_inference(torch.randn(1, 1, 2, 10, 10), (8, 4, 4), 1, _identity, padding_mode="reflect")
-    with pytest.raises(NotImplementedError):
-        sliding_window_inference(x, (4, 4, 4), 1, _identity, buffer_steps=2)
+    with pytest.raises(ValueError, match="buffer_dim must be in"):
+        sliding_window_inference(x, (4, 4, 4), 1, _identity, buffer_steps=2, buffer_dim=4)
+    with pytest.raises(ValueError, match="changed the window batch"):
+        sliding_window_inference(x, (4, 4, 4), 2, lambda t: t[:1])
+    with pytest.raises(ValueError, match="cannot place it either"):  # int(27 * 13 / 3.) - int(24 * 13 / 3.) = 12
+        sliding_window_inference(torch.randn(1, 1, 27, 4, 4), (3, 4, 4), 9,
+                                 lambda t: torch.nn.functional.interpolate(t, size=(13, 4, 4)), overlap=0.0)
+    with pytest.raises(ValueError, match="after"):  # the scaled output's size changes between batches
+        calls = iter(range(100))
+        sliding_window_inference(x, (4, 4, 4), 1, lambda t: t[:, :, :2] if next(calls) == 0 else t[:, :, :1])
+
+
+@pytest.mark.parametrize("mode", ["constant", "gaussian"])
+@pytest.mark.parametrize("overlap", [0.25, 0.5, (0.5, 0.25, 0.8)])
+def test_buffer_steps_match_monai_buffered_and_unbuffered(mode, overlap):
+    """buffer_steps / buffer_dim are accepted and leave the result MONAI's unbuffered one (bit for
+    bit on the CPU); MONAI's buffered order agrees within the issue's tolerances."""
+    x = torch.randn(2, 2, 17, 15, 19)
+    net = _net()
+    for dim in (-1, 0, 1):
+        with torch.no_grad():
+            got = sliding_window_inference(x, (8, 7, 9), 3, net, overlap, mode, buffer_steps=2, buffer_dim=dim)
+            plain = monai_inferers.sliding_window_inference(x, (8, 7, 9), 3, net, overlap, mode)
+            buffered = monai_inferers.sliding_window_inference(x, (8, 7, 9), 3, net, overlap, mode,
+                                                               buffer_steps=2, buffer_dim=dim)
+        assert torch.equal(got, plain)
+        assert (got - buffered).abs().max() <= _tol(mode)
+
+
+def _zoom(scale):
+    """A predictor whose output is the window resized by `scale` (trilinear up, average-pooled
+    down), through a small conv net."""
+    net = _net(cout=2)
+
+    def run(t):
+        y = net(t)
+        if scale == 1:
+            return y
+        if scale < 1:
+            return torch.nn.functional.avg_pool3d(y, int(round(1 / scale)))
+        return torch.nn.functional.interpolate(y, scale_factor=scale, mode="trilinear")
+
+    return run
+
+
+@pytest.mark.parametrize("mode", ["constant", "gaussian"])
+@pytest.mark.parametrize("scale", [0.5, 2])
+@pytest.mark.parametrize("shape,roi,overlap", [((2, 2, 20, 18, 22), (8, 6, 10), 0.25),
+                                               ((1, 2, 14, 9, 24), (8, 12, 8), (0.5, 0.0, 0.75)),
+                                               ((1, 2, 6, 17, 16), (8, 6, 4), 0.5)])
+def test_multi_resolution_outputs_match_monai(mode, scale, shape, roi, overlap):
+    """Outputs at another resolution than the window (MONAI's zoom): scaled slices, the nearest-exact
+    resized map, the count map, the crop of padded axes (roi larger than the image)."""
+    x = torch.randn(*shape)
+    got, want = _compare(x, roi, 3, _zoom(scale), overlap=overlap, mode=mode)
+    assert (got - want).abs().max() <= _tol(mode)
+
+
+def test_multi_resolution_tuple_dict_argmax_and_inferer():
+    """Full-resolution and scaled outputs of one predictor (a deep-supervision head): each as MONAI
+    computes it, including MONAI's chain of resized maps (the second scaled output resizes the first
+    one's map), in tuples, dicts, with argmax and output_dtype, and through the inferer class."""
+    x = torch.randn(2, 2, 19, 16, 21)
+    full, half, quarter = _zoom(1), _zoom(0.5), _zoom(0.25)
+
+    def heads(t):
+        return full(t), half(t), quarter(t)
+
+    roi = (8, 8, 12)
+    for mode in ("constant", "gaussian"):
+        with torch.no_grad():
+            want = monai_inferers.sliding_window_inference(x, roi, 4, heads, 0.5, mode)
+            got = sliding_window_inference(x, roi, 4, heads, 0.5, mode)
+            assert len(got) == 3
+            for g, w in zip(got, want):
+                assert g.shape == w.shape and (g - w).abs().max() <= _tol(mode)
+            named = sliding_window_inference(x, roi, 4, lambda t: {"b": half(t), "a": full(t)}, 0.5, mode)
+            assert torch.equal(named["a"], got[0]) and torch.equal(named["b"], got[1])
+            labels = sliding_window_inference(x, roi, 4, half, 0.5, mode, argmax=True)
+            assert labels.dtype == torch.int64 and torch.equal(labels, got[1].argmax(1, keepdim=True))
+            halfp = sliding_window_inference(x, roi, 4, half, 0.5, mode, output_dtype=torch.float16)
+            assert halfp.dtype == torch.float16 and torch.equal(halfp, got[1].half())
+            inf = SlidingWindowInferer(roi, 4, 0.5, mode)
+            for _ in range(2):
+                assert torch.equal(inf(x, half), got[1])
 
 
 def test_ops_opcheck():
@@ -571,8 +650,25 @@ def test_process_fn_bad_arguments():
     with pytest.raises(ValueError, match="process_fn must return a roi-sized weight map"):
         sliding_window_inference(x, (4, 4, 4), 2, _identity,
                                  process_fn=lambda o, w, m: (o, m.expand(2, 1, 4, 4, 4)))
-    with pytest.raises(ValueError, match="changed the window shape"):
-        sliding_window_inference(x, (4, 4, 4), 2, _identity, process_fn=lambda o, w, m: ([o[0][:, :, :2]], m))
+    with pytest.raises(ValueError, match="changed the window batch"):
+        sliding_window_inference(x, (4, 4, 4), 2, _identity, process_fn=lambda o, w, m: ([o[0][:1]], m))
+
+
+@pytest.mark.parametrize("mode", ["constant", "gaussian"])
+def test_process_fn_with_scaled_outputs_matches_monai(mode):
+    """process_fn returning outputs at another resolution: MONAI resizes process_fn's map to them."""
+    x = torch.randn(2, 2, 13, 16, 11)
+    net = _net()
+
+    def fn(outs, windows, imap):
+        # (MONAI fails on an output at the roi's size after a scaled one: its map was resized)
+        return [outs[0], torch.nn.functional.avg_pool3d(outs[0], 2)], imap * 0.5 + 0.25
+
+    with torch.no_grad():
+        got, want = (f(x, (6, 8, 6), 3, net, 0.5, mode, process_fn=fn) for f in (
+            sliding_window_inference, monai_inferers.sliding_window_inference))
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and (g - w).abs().max() <= _tol(mode)
 
 
 @pytest.mark.parametrize("padding_mode", ["reflect", "replicate", "circular"])
