@@ -16,6 +16,7 @@
 #include "autograd_guard.h"
 #include "host_cache.h"
 #include "tensor_view.h"
+#include "transform_common.h"
 #include "voxaug/dropout.h"
 
 namespace voxaug::torch_ext {
@@ -52,7 +53,7 @@ void check_args(const at::Tensor& image, const at::Tensor& boxes, const at::Tens
 // a non-blocking copy (no host synchronisation).
 at::Tensor table_to(const at::Tensor& t, const at::Tensor& like) {
   if (!like.is_cuda()) return t.contiguous();
-  return t.contiguous().pin_memory().to(like.device(), at::kLong, /*non_blocking=*/true);
+  return transforms::common::pinned_host_copy(t.contiguous()).to(like.device(), at::kLong, /*non_blocking=*/true);
 }
 
 void run_dropout(const at::Tensor& image, const at::Tensor& out, const at::Tensor& boxes,

@@ -7,6 +7,7 @@
 
 #include "autograd_guard.h"
 #include "tensor_view.h"
+#include "transform_common.h"
 #include "voxaug/lowres.h"
 #include "host_cache.h"
 
@@ -52,7 +53,7 @@ at::Tensor simulate_low_resolution_impl(const at::Tensor& image, const at::Tenso
     TORCH_CHECK_VALUE(l[i] >= 1, "low_size[", i / 3, "][", i % 3, "] must be >= 1, got ", l[i]);
   const c10::DeviceGuard guard(image.device());
   const at::Tensor table =
-      image.is_cuda() ? ls.pin_memory().to(image.device(), at::kLong, /*non_blocking=*/true) : ls;
+      image.is_cuda() ? transforms::common::pinned_host_copy(ls).to(image.device(), at::kLong, /*non_blocking=*/true) : ls;
   LowResolutionParams p;
   p.low_size = table.data_ptr<int64_t>();
   p.upsample = static_cast<LowresUpsample>(upsample_mode);

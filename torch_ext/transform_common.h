@@ -173,9 +173,16 @@ inline int64_t grid_padding(const std::string& p, const std::string& arg) {
 // be staged synchronously by the driver); the caching host allocator keeps the pinned buffer
 // until the copy has run. Python's transforms._host_to. Tensors already off the host, or bound
 // for the CPU or the meta device (Compose's planning): a plain non-blocking .to.
+// A pinned copy of host tensor `t` that no caller holds: pin_memory() returns an already pinned
+// tensor itself (e.g. a DataLoader's pinned batch), which its owner may change once the op has
+// returned while the non-blocking copy from it has not run yet.
+inline at::Tensor pinned_host_copy(const at::Tensor& t) {
+  if (t.is_pinned()) return t.new_empty(t.sizes(), t.options().pinned_memory(true)).copy_(t);
+  return t.pin_memory();
+}
 inline at::Tensor host_to(const at::Tensor& t, const c10::Device& device) {
   if (!device.is_cuda() || !t.is_cpu()) return t.to(device, /*non_blocking=*/true);
-  return t.pin_memory().to(device, /*non_blocking=*/true);
+  return pinned_host_copy(t).to(device, /*non_blocking=*/true);
 }
 
 inline double check_prob(double prob, const char* name = "prob") {

@@ -343,6 +343,9 @@ Prepared prepare(const at::Tensor& inputs, std::vector<int64_t> roi, int64_t sw_
                  const SlidingWindowOptions& o) {
   check_5d(inputs, "inputs");
   check_float(inputs, "inputs");
+  // (No window, no predictor output: its channel count, hence the result's shape, is unknown.)
+  TORCH_CHECK_VALUE(inputs.size(0) >= 1, "inputs must hold at least one image, got batch size ",
+                    inputs.size(0));
   TORCH_CHECK_VALUE(sw_batch_size >= 1, "sw_batch_size must be >= 1, got ", sw_batch_size);
   TORCH_CHECK_VALUE(roi.size() == 1 || roi.size() == 3,
                     "roi_size must have one value per spatial axis of the 5-D input (3), got ",

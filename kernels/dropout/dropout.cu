@@ -115,6 +115,8 @@ namespace {
 
 // A block per (sample, channel): its swaps in order, each through the block's two scratch
 // patches (both read before either is written), the threads striding over the patch voxels.
+// Overlapping patches: all of the second patch is written before any of the first (a barrier
+// between), so the first patch's values land last in the overlap, as on the host.
 template <class T>
 __global__ void __launch_bounds__(256)
     swap_patches_kernel(T* x, int64_t s0, int64_t s1, int64_t s2, int64_t s3, int64_t s4,
@@ -141,10 +143,9 @@ __global__ void __launch_bounds__(256)
       b[e] = second[off(e)];
     }
     __syncthreads();
-    for (int64_t e = threadIdx.x; e < V; e += blockDim.x) {
-      second[off(e)] = a[e];
-      first[off(e)] = b[e];
-    }
+    for (int64_t e = threadIdx.x; e < V; e += blockDim.x) second[off(e)] = a[e];
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < V; e += blockDim.x) first[off(e)] = b[e];
     __syncthreads();
   }
 }

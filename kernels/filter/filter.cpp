@@ -321,7 +321,7 @@ void median_rows(const MedianBody& f, int64_t n, int64_t begin, int64_t end) {
           ++head[best];
         }
       }
-      out[j] = v;
+      out[j] = v + 0.0f;  // a zero median as +0 (ties of -0 and +0 order either way), as the device
     }
     i += cnt;
   }

@@ -60,7 +60,6 @@ struct MedianBody {
     float v[kMaxMedianWindow];
     int64_t m = 0;
     bool nan = false;
-    float nan_value = 0.0f;
     const int64_t base = n * in_stride[0] + c * in_stride[1];
     for (int64_t a = d - radius[0]; a <= d + radius[0]; ++a) {
       const int64_t ca = a < 0 ? 0 : (a >= size[1] ? size[1] - 1 : a);
@@ -70,15 +69,15 @@ struct MedianBody {
         for (int64_t x = w - radius[2]; x <= w + radius[2]; ++x) {
           const int64_t cx = x < 0 ? 0 : (x >= size[3] ? size[3] - 1 : x);
           const float f = load_dyn<float>(in, in_t, row + cx * in_stride[4]);
-          if (f != f) {
-            nan = true;
-            nan_value = f;
-          }
+          nan = nan || f != f;
           v[m++] = f;
         }
       }
     }
-    out[n * items() + e] = nan ? nan_value : select_kth(v, m, (m - 1) / 2);
+    // A window with NaN: the host backend's NaN (std::numeric_limits<float>::quiet_NaN(), the
+    // positive default quiet NaN), not the input's own payload or sign; a zero median as +0 (the
+    // host's sorting network and this selection order ties of -0 and +0 differently).
+    out[n * items() + e] = nan ? bits_float(0x7fc00000u) : select_kth(v, m, (m - 1) / 2) + 0.0f;
   }
 };
 

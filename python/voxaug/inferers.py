@@ -91,10 +91,7 @@ def _map_to(t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.
     never the caller's own tensor, so changing the caller's map after the call cannot race it."""
     if t.device.type != "cpu" or device.type != "cuda":
         return t.to(device=device, dtype=dtype)
-    host = t.to(dtype)
-    if host.is_pinned():  # the caller's pinned tensor itself: stage a copy of it instead
-        host = host.clone()
-    return _host_to(host, device)
+    return _host_to(t.to(dtype), device)  # a fresh pinned buffer even for a pinned map
 
 
 def _nvtx(name: str, on_cuda: bool):

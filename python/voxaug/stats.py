@@ -465,7 +465,7 @@ def _equalize_device(flat: torch.Tensor, keep: Optional[torch.Tensor], k: int, m
     centres in float64 (below / above them: the first / last value; numpy's retry from the right
     point when a slope overflows)."""
     n, t, dev = flat.shape[0], flat.dtype, flat.device
-    inf = torch.tensor(float("inf"), dtype=t, device=dev)
+    inf = torch.full((), float("inf"), dtype=t, device=dev)  # torch.tensor(x, device=cuda) copies with a sync
     lo = (flat if keep is None else torch.where(keep, flat, inf)).amin(1)
     hi = (flat if keep is None else torch.where(keep, flat, -inf)).amax(1)
     same = lo == hi  # numpy widens a degenerate range by 0.5 each side

@@ -407,11 +407,14 @@ def _host_to(t: torch.Tensor, device: Any) -> torch.Tensor:
     """A small host-made parameter tensor onto the data's device without a blocking copy: to a
     CUDA device from the host through pinned memory (a non-blocking copy from pageable memory
     may be staged synchronously by the driver); anything else a plain non-blocking ``.to`` (the
-    tensor itself when it is already there)."""
+    tensor itself when it is already there). The pinned buffer is always a fresh one: pin_memory()
+    returns an already pinned tensor itself, which its owner may change once the call has
+    returned, before the copy has run."""
     device = torch.device(device)
     if device.type != "cuda" or t.device.type != "cpu":
         return t.to(device, non_blocking=True)
-    return t.pin_memory().to(device, non_blocking=True)
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t) if t.is_pinned() else t.pin_memory()
+    return host.to(device, non_blocking=True)
 
 
 class _BiasField(_Pointwise, _Randomizable):

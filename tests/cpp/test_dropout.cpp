@@ -504,13 +504,17 @@ void naive_swaps(std::vector<float>& x, const Vol& v, const std::vector<int64_t>
               a.push_back(vol[((l[0] + d) * v.h + l[1] + h) * v.w + l[2] + w]);
               b.push_back(vol[((l[3] + d) * v.h + l[4] + h) * v.w + l[5] + w]);
             }
-        size_t i = 0;
-        for (int64_t d = 0; d < P[0]; ++d)
-          for (int64_t h = 0; h < P[1]; ++h)
-            for (int64_t w = 0; w < P[2]; ++w, ++i) {
-              vol[((l[3] + d) * v.h + l[4] + h) * v.w + l[5] + w] = a[i];
-              vol[((l[0] + d) * v.h + l[1] + h) * v.w + l[2] + w] = b[i];
-            }
+        // The whole second patch, then the whole first (TorchIO's _swap: where the patches
+        // overlap, the first patch's new values -- the second's old ones -- are the result).
+        for (int pass = 0; pass < 2; ++pass) {
+          size_t i = 0;
+          for (int64_t d = 0; d < P[0]; ++d)
+            for (int64_t h = 0; h < P[1]; ++h)
+              for (int64_t w = 0; w < P[2]; ++w, ++i) {
+                if (pass == 0) vol[((l[3] + d) * v.h + l[4] + h) * v.w + l[5] + w] = a[i];
+                else vol[((l[0] + d) * v.h + l[1] + h) * v.w + l[2] + w] = b[i];
+              }
+        }
       }
     }
 }
@@ -540,6 +544,16 @@ TEST(PatchSwap, MatchesNaiveCopiesWithOverlaps) {
   naive_swaps(ref, v, loc, counts, 3, P);
   EXPECT_EQ(got, ref);
   EXPECT_NE(got, x);
+  {  // Overlaps with the second corner before the first (C-order), and patches of 512 voxels.
+    const Vol v2{1, 2, 12, 12, 12};
+    const int64_t P2[3] = {8, 8, 8};
+    const std::vector<int64_t> l2 = {3, 0, 0, 0, 0, 0, 1, 2, 3, 0, 1, 1};
+    const std::vector<float> y = random_volume(v2, 33);
+    std::vector<float> g2 = y, r2 = y;
+    swap_patches_(voxaug_test::view(g2.data(), DType::Float32, v2), swap_params(l2, {2}, 2, P2));
+    naive_swaps(r2, v2, l2, {2}, 2, P2);
+    EXPECT_EQ(g2, r2);
+  }
   std::vector<int64_t> bad = loc;
   bad[3] = 6;  // the second patch of swap 0 would end at d = 10 > 9
   EXPECT_THROW(swap_patches_(voxaug_test::view(got.data(), DType::Float32, v),
@@ -575,5 +589,20 @@ TEST(PatchSwapCuda, MatchesCpuTwinBitForBit) {
   swap_patches_(voxaug_test::view(dx.p, DType::Float32, v, Device::CUDA), dp);
   CUDA_OK(cudaDeviceSynchronize());
   EXPECT_EQ(dx.to_host<float>(x.size()), cpu);
+  {  // second corner before the first, 512 voxels > 256 threads: several grid-stride passes
+    const Vol v2{1, 2, 12, 12, 12};
+    const int64_t P2[3] = {8, 8, 8};
+    const std::vector<int64_t> l2 = {3, 0, 0, 0, 0, 0, 1, 2, 3, 0, 1, 1}, c2 = {2};
+    const std::vector<float> y = random_volume(v2, 33);
+    std::vector<float> ref = y;
+    swap_patches_(voxaug_test::view(ref.data(), DType::Float32, v2), swap_params(l2, c2, 2, P2));
+    voxaug_test::DeviceBuffer dy(y), dl2(l2), dc2(c2);
+    PatchSwapParams q = swap_params(l2, c2, 2, P2);
+    q.locations = dl2.as<int64_t>();
+    q.counts = dc2.as<int64_t>();
+    swap_patches_(voxaug_test::view(dy.p, DType::Float32, v2, Device::CUDA), q);
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(dy.to_host<float>(y.size()), ref);
+  }
 }
 #endif

@@ -484,6 +484,33 @@ TEST(MedianFilter, MatchesNaiveAndTheDeviceBody) {
       for (int64_t e = 0; e < f.items(); ++e) f(st, n, e);
     EXPECT_EQ(body, ref) << "device body, radius " << r[0] << " " << r[1] << " " << r[2];
   }
+  {  // NaN with a sign and a payload, signed zeros: the same bits from the host and the device body
+    std::vector<float> xn = x;
+    uint32_t neg_nan = 0xffc00123u;
+    std::memcpy(&xn[17], &neg_nan, sizeof neg_nan);
+    std::memcpy(&xn[600], &neg_nan, sizeof neg_nan);
+    const int64_t r[3] = {1, 1, 1};
+    std::vector<float> got(x.size());
+    median_filter(voxaug_test::view(xn.data(), DType::Float32, v),
+                  voxaug_test::view(got.data(), DType::Float32, v), r);
+    detail::MedianBody f{};
+    f.in = xn.data();
+    f.in_t = DType::Float32;
+    const VolumeView xv = voxaug_test::view(xn.data(), DType::Float32, v);
+    for (int a = 0; a < 5; ++a) f.in_stride[a] = xv.strides[a];
+    std::vector<float> body(x.size());
+    f.out = body.data();
+    f.size[0] = v.c, f.size[1] = v.d, f.size[2] = v.h, f.size[3] = v.w;
+    for (int a = 0; a < 3; ++a) f.radius[a] = r[a];
+    detail::MedianBody::State st;
+    for (int64_t n = 0; n < v.n; ++n)
+      for (int64_t e = 0; e < f.items(); ++e) f(st, n, e);
+    int nans = 0;
+    for (float g : got) nans += g != g;
+    EXPECT_GE(nans, 27);  // every window around each NaN
+    // Bit for bit (the data has -0 and +0 ties too: a zero median is +0 on both).
+    EXPECT_EQ(std::memcmp(got.data(), body.data(), got.size() * sizeof(float)), 0);
+  }
   std::vector<float> out(x.size());
   const int64_t big[3] = {4, 3, 3};  // 9 x 7 x 7 = 441 voxels > 343
   EXPECT_THROW(median_filter(voxaug_test::view(x.data(), DType::Float32, v),

@@ -223,6 +223,16 @@ def test_device_matches_cpu(device):
     x = torch.from_numpy(np.random.default_rng(2).integers(0, 3, (2, 1, 20, 21, 22)))
     for t in (KeepLargestConnectedComponent(applied_labels=[1, 2], num_components=2), FillHoles(applied_labels=[1])):
         assert torch.equal(t(x.to(device)).cpu(), t(x))
+    sparse = torch.from_numpy(rand_mask((2, 2, 30, 25, 20), 0.2, 9))
+    lab = ops.connected_components(sparse, 1)  # many components, ties among the small ones
+    for k in (1, 3, 9, 40):  # 9, 40: the device's top-k branch
+        assert torch.equal(ops.largest_components(lab.to(device), k).cpu(), ops.largest_components(lab, k))
+    assert torch.equal(ops.component_sizes(lab.to(device)).cpu(), ops.component_sizes(lab))
+    for dt in (torch.float16, torch.bfloat16, torch.int64, torch.float64):  # other mask dtypes, strided
+        t = (m.to(dt) * 3).permute(0, 1, 4, 3, 2).contiguous().permute(0, 1, 4, 3, 2)
+        assert torch.equal(ops.connected_components(t.to(device), 2).cpu(), ops.connected_components(m, 2))
+        assert torch.equal(ops.distance_transform_edt(t.to(device), (0.7, 1.3, 2.45)).cpu(),
+                           ops.distance_transform_edt(m, (0.7, 1.3, 2.45)))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (sync checks need one)")
@@ -372,8 +382,10 @@ def test_remove_small_objects_device_matches_cpu(device):
     for t in (RemoveSmallObjects(min_size=3), RemoveSmallObjects(min_size=5, independent_channels=False)):
         assert torch.equal(t(x.to(device)).cpu(), t(x))
     if torch.device(device).type == "cuda":
+        xd = x.to(device)  # the blocking upload outside the no-sync block
+        torch.cuda.synchronize()
         with sync_is_error():
-            out = RemoveSmallObjects(min_size=3)(x.to(device))
+            out = RemoveSmallObjects(min_size=3)(xd)
         assert out.is_cuda
 
 

@@ -97,6 +97,11 @@ def test_device_matches_cpu(device):
     ref = RandomSwap(patch_size=(4, 5, 6), num_iterations=40, p=0.8, seed=5)(x)
     got = RandomSwap(patch_size=(4, 5, 6), num_iterations=40, p=0.8, seed=5)(x.to(device))
     assert torch.equal(got.cpu(), ref)
+    # TorchIO's default patch (15^3 = 3375 voxels, many passes of a CUDA block) on a small volume:
+    # overlapping swaps in both corner orders.
+    y = torch.rand(2, 1, 32, 32, 32)
+    ref = RandomSwap(patch_size=15, num_iterations=30, seed=7)(y)
+    assert torch.equal(RandomSwap(patch_size=15, num_iterations=30, seed=7)(y.to(device)).cpu(), ref)
     if torch.device(device).type == "cuda":
         xd = x.to(device)
         torch.cuda.synchronize()

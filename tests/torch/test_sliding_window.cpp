@@ -277,6 +277,10 @@ TEST(SlidingWindowTorch, BadArgumentsNameTheArgument) {
               voxaug::sliding_window_inference(x, {4, 4, 4}, 0, id, o);
             }).find("sw_batch_size must be >= 1"),
             std::string::npos);
+  EXPECT_NE(message([&] {
+              voxaug::sliding_window_inference(x.slice(0, 0, 0), {4, 4, 4}, 1, id, o);
+            }).find("inputs must hold at least one image, got batch size 0"),
+            std::string::npos);
   o.overlap = {1.0};
   EXPECT_NE(message([&] {
               voxaug::sliding_window_inference(x, {4, 4, 4}, 1, id, o);
