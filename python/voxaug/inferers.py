@@ -153,6 +153,11 @@ def sliding_window_inference(
     torch ops (no host sync, but a launch per window on CUDA); outputs at the roi's size keep the
     fused stitch (after a scaled output, where MONAI fails on the resized map, they use the map).
 
+    ``condition=`` (a keyword, MONAI's conditional predictors): a (N, Cc, D, H, W) tensor of the
+    inputs' batch and spatial size, padded as the inputs and cut into the same windows, handed to
+    the predictor as ``condition=`` with each batch (float conditions through the window gather into
+    a buffer reused from batch to batch, others by slicing as MONAI does).
+
     ``buffer_steps`` / ``buffer_dim`` (MONAI's buffered stitching, a memory and copy saver) are
     checked as MONAI checks them and change nothing else: the result is the unbuffered one (MONAI's
     buffered order adds the windows of a voxel in another order, so it can differ in the last
@@ -185,6 +190,15 @@ def sliding_window_inference(
     size = list(inputs.shape[2:])
     roi = _roi(roi_size, size)
     layout = _Layout(size, roi, overlap_l)
+    condition = kwargs.pop("condition", None)
+    if condition is not None:
+        if _is_meta_tensor(condition):
+            condition = condition.as_tensor()
+        if (not isinstance(condition, torch.Tensor) or condition.dim() != 5 or condition.shape[0] != inputs.shape[0]
+                or list(condition.shape[2:]) != size):
+            got = tuple(condition.shape) if isinstance(condition, torch.Tensor) else type(condition).__name__
+            raise ValueError(f"condition must be a 5-D tensor of the inputs' batch and spatial size "
+                             f"({inputs.shape[0]}, C, {', '.join(map(str, size))}), got {got}")
     sw_device = torch.device(sw_device) if sw_device is not None else inputs.device
     device = torch.device(device) if device is not None else inputs.device
     acc_dtype = torch.float64 if inputs.dtype == torch.float64 else torch.float32
@@ -230,6 +244,21 @@ def sliding_window_inference(
     # (fresh 4 KiB pages fault once each, which dominates small-overlap runs on the CPU).
     buffer = torch.ops.voxaug.window_accumulator([min(sw_batch_size, total), inputs.shape[1], *roi],
                                                  window_dtype or inputs.dtype, inputs.device, False)
+    cond_buffer = cond_padded = None
+    if condition is not None and condition.is_floating_point():
+        cond_buffer = torch.ops.voxaug.window_accumulator([min(sw_batch_size, total), condition.shape[1], *roi],
+                                                          condition.dtype, condition.device, False)
+    elif condition is not None:  # MONAI's F.pad of the condition, then its slices
+        pad = []
+        for a in (2, 1, 0):
+            before = layout.pad_before[a]
+            pad += [before, layout.padded[a] - size[a] - before]
+        cond_padded = condition
+        if any(pad):
+            mode_ = {"constant": "constant", "reflect": "reflect", "replicate": "replicate",
+                     "circular": "circular"}[padding_mode]
+            cond_padded = torch.nn.functional.pad(condition, pad, mode=mode_,
+                                                  value=cval if mode_ == "constant" else None)
     accs: list[torch.Tensor] = []
     keys: Any = None
     first_weight: Optional[torch.Tensor] = None
@@ -240,6 +269,14 @@ def sliding_window_inference(
         with _nvtx("voxaug.window.gather", on_cuda):
             torch.ops.voxaug.window_gather_(inputs, win, roi, overlap_l, first, _PAD_MODES[padding_mode], float(cval))
         x = win if win.device == sw_device else win.to(sw_device)
+        if cond_buffer is not None:
+            cwin = cond_buffer if count_b == cond_buffer.shape[0] else cond_buffer[:count_b]
+            torch.ops.voxaug.window_gather_(condition, cwin, roi, overlap_l, first, _PAD_MODES[padding_mode],
+                                            float(cval))
+            kwargs["condition"] = cwin if cwin.device == sw_device else cwin.to(sw_device)
+        elif cond_padded is not None:
+            kwargs["condition"] = torch.cat([cond_padded[sl] for sl in (
+                tuple(c) for c in _coords(layout, first, count_b))]).to(sw_device)
         with _nvtx("voxaug.window.predict", on_cuda):
             if with_coord:
                 out = predictor(x, _coords(layout, first, count_b), *args, **kwargs)

@@ -687,3 +687,38 @@ def test_cval_with_a_padding_mode_that_takes_none_fails_as_monai(padding_mode):
                                                    cval=0.75)
     got = sliding_window_inference(big, (10, 6, 12), 2, _identity, padding_mode=padding_mode, cval=0.75)
     assert torch.equal(got, torch.as_tensor(want))
+
+
+class _Conditioned(torch.nn.Module):
+    """A conditional predictor: the window and its condition concatenated along channels."""
+
+    def __init__(self, cin, ccond):
+        super().__init__()
+        torch.manual_seed(3)
+        self.conv = torch.nn.Conv3d(cin + ccond, 2, 3, padding=1)
+
+    def forward(self, x, condition=None):
+        return self.conv(torch.cat([x, condition.to(x.dtype)], 1))
+
+
+@pytest.mark.parametrize("mode", ["constant", "gaussian"])
+@pytest.mark.parametrize("padding_mode", ["constant", "replicate"])
+@pytest.mark.parametrize("sw", [1, 3])
+def test_condition_is_windowed_as_monai(mode, padding_mode, sw):
+    """MONAI's condition= keyword: cut into the inputs' windows (padded alike when the roi is larger
+    than the image) and passed to the predictor; float conditions through the gather, integer ones
+    by slicing."""
+    x = torch.randn(2, 1, 12, 7, 15)
+    net = _Conditioned(1, 2)
+    for cond in (torch.randn(2, 2, 12, 7, 15), torch.randint(0, 4, (2, 2, 12, 7, 15), dtype=torch.uint8)):
+        with torch.no_grad():
+            want = monai_inferers.sliding_window_inference(x, (6, 9, 8), sw, net, 0.5, mode, padding_mode=padding_mode,
+                                                           condition=cond)
+            got = sliding_window_inference(x, (6, 9, 8), sw, net, 0.5, mode, padding_mode=padding_mode, condition=cond)
+            inf = SlidingWindowInferer((6, 9, 8), sw, 0.5, mode, padding_mode=padding_mode)(x, net, condition=cond)
+        assert got.shape == want.shape and (got - want).abs().max() <= _tol(mode)
+        assert torch.equal(inf, got)
+    with pytest.raises(ValueError, match="condition must be a 5-D tensor of the inputs' batch and spatial size"):
+        sliding_window_inference(x, (6, 9, 8), sw, net, condition=torch.randn(2, 2, 12, 7, 14))
+    with pytest.raises(ValueError, match="condition must be a 5-D tensor"):
+        sliding_window_inference(x, (6, 9, 8), sw, net, condition=torch.randn(1, 2, 12, 7, 15))
