@@ -426,6 +426,8 @@ def test_cuda_graph_needs_cuda_inputs():
     inf = SlidingWindowInferer((8, 8, 8), 2, cuda_graph=True)
     with pytest.raises(ValueError, match="cuda_graph=True needs CUDA inputs"):
         inf(torch.randn(1, 2, 12, 12, 12), _net())
+    with pytest.raises(ValueError, match="cuda_graph=True does not take condition="):
+        inf(torch.randn(1, 2, 12, 12, 12), _net(), condition=torch.randn(1, 1, 12, 12, 12))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: CUDA-graph capture not tested")
