@@ -513,12 +513,12 @@ class SlidingWindowInferer:
             output_dtype=self.output_dtype, argmax=self.argmax, _cache=cache, **kwargs)
 
     def _graphed(self, inputs: torch.Tensor, network: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if not isinstance(inputs, torch.Tensor) or not inputs.is_cuda:
-            raise ValueError("cuda_graph=True needs CUDA inputs, got "
-                             f"{inputs.device if isinstance(inputs, torch.Tensor) else type(inputs).__name__}")
         if kwargs.get("condition") is not None:
             raise ValueError("cuda_graph=True does not take condition= (a replay would reuse the capturing call's "
                              "condition); use cuda_graph=False")
+        if not isinstance(inputs, torch.Tensor) or not inputs.is_cuda:
+            raise ValueError("cuda_graph=True needs CUDA inputs, got "
+                             f"{inputs.device if isinstance(inputs, torch.Tensor) else type(inputs).__name__}")
         for name, dev in (("sw_device", self.sw_device), ("device", self.device)):
             if dev is not None and torch.device(dev) != inputs.device:
                 raise ValueError(f"cuda_graph=True needs {name} on the inputs' device {inputs.device}, got {dev}")
