@@ -16,6 +16,7 @@
 #include "autograd_guard.h"
 #include "host_cache.h"
 #include "tensor_view.h"
+#include "transform_common.h"
 #include "voxaug/error.h"
 #include "voxaug/intensity.h"
 
@@ -674,7 +675,7 @@ at::Tensor philox_uniform_impl(int64_t seed, int64_t first_sample, int64_t batch
   call_core([&] {
     philox_uniforms(static_cast<uint64_t>(seed), first, batch, count, out.data_ptr<double>());
   });
-  return device ? out.to(*device) : out;
+  return device ? transforms::common::host_to(out, *device) : out;  // pinned, no blocking copy
 }
 
 TORCH_LIBRARY_IMPL(voxaug, CompositeExplicitAutograd, m) {

@@ -172,7 +172,9 @@ inline int64_t grid_padding(const std::string& p, const std::string& arg) {
 // the host: to a CUDA device through pinned memory (a non-blocking copy from pageable memory may
 // be staged synchronously by the driver); the caching host allocator keeps the pinned buffer
 // until the copy has run. Python's transforms._host_to. Tensors already off the host, or bound
-// for the CPU or the meta device (Compose's planning): a plain non-blocking .to.
+// for the CPU or the meta device (Compose's planning): a plain .to, non-blocking except from a
+// GPU to the host (a non-blocking one lands in pinned memory that the host may read before the
+// copy has run).
 // A pinned copy of host tensor `t` that no caller holds: pin_memory() returns an already pinned
 // tensor itself (e.g. a DataLoader's pinned batch), which its owner may change once the op has
 // returned while the non-blocking copy from it has not run yet.
@@ -181,7 +183,8 @@ inline at::Tensor pinned_host_copy(const at::Tensor& t) {
   return t.pin_memory();
 }
 inline at::Tensor host_to(const at::Tensor& t, const c10::Device& device) {
-  if (!device.is_cuda() || !t.is_cpu()) return t.to(device, /*non_blocking=*/true);
+  if (!device.is_cuda() || !t.is_cpu())
+    return t.to(device, /*non_blocking=*/!(t.is_cuda() && device.is_cpu()));
   return pinned_host_copy(t).to(device, /*non_blocking=*/true);
 }
 

@@ -24,11 +24,20 @@
 
 #include "host_cache.h"
 #include "tensor_view.h"
+#include "transform_common.h"
 #include "voxaug/sliding_window.h"
 #include "voxaug/window.h"
 
 namespace voxaug {
 namespace torch_ext {
+
+// A device with its index: "cuda" without one is the current CUDA device (as at::empty reads
+// it), so the core gets a real index and devices compare equal to tensors' devices.
+c10::Device indexed(c10::Device d) {
+  if (!d.is_cuda() || d.has_index()) return d;
+  return at::empty({0}, at::TensorOptions().device(d)).device();
+}
+
 namespace {
 
 // NVTX range for profilers (a no-op without CUDA or without a profiler attached).
@@ -389,8 +398,8 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
   const bool process = static_cast<bool>(o.process_fn);
   if (process) cache = nullptr;  // process_fn's weights are per batch: nothing to cache
   const WindowLayout& l = pr.layout;
-  const c10::Device sw_device = o.sw_device.value_or(inputs.device());
-  const c10::Device device = o.device.value_or(inputs.device());
+  const c10::Device sw_device = indexed(o.sw_device.value_or(inputs.device()));
+  const c10::Device device = indexed(o.device.value_or(inputs.device()));
   const at::ScalarType acc_t = inputs.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const int64_t N = inputs.size(0);
   const int64_t total = N * l.windows_per_image();
@@ -414,7 +423,8 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
       TORCH_CHECK_VALUE(o.roi_weight_map->numel() == roi_voxels,
                         "roi_weight_map must have the roi's ", roi_voxels, " voxels, got shape ",
                         o.roi_weight_map->sizes());
-      base_map = o.roi_weight_map->to(sw_device, inputs.scalar_type());
+      // (A host map bound for a GPU through a fresh pinned buffer: no blocking copy.)
+      base_map = transforms::common::host_to(o.roi_weight_map->to(inputs.scalar_type()), sw_device);
     } else {
       base_map =
           window_importance_map(pr.roi, o.mode, o.sigma_scale, inputs.scalar_type(), sw_device);
@@ -427,7 +437,7 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
       TORCH_CHECK_VALUE(o.roi_weight_map->numel() == l.roi[0] * l.roi[1] * l.roi[2],
                         "roi_weight_map must have the roi's ", l.roi[0] * l.roi[1] * l.roi[2],
                         " voxels, got shape ", o.roi_weight_map->sizes());
-      weight = o.roi_weight_map->to(device, acc_t).contiguous();
+      weight = transforms::common::host_to(o.roi_weight_map->to(acc_t).contiguous(), device);
     } else if (o.mode == BlendMode::Gaussian) {
       weight = window_importance_map(pr.roi, o.mode, o.sigma_scale, inputs.scalar_type(), sw_device)
                    .to(device, acc_t)
@@ -599,9 +609,9 @@ at::Tensor SlidingWindowInferer::graphed(const at::Tensor& inputs, const Predict
   TORCH_CHECK_VALUE(false, "cuda_graph: this voxaug was built without CUDA");
 #else
   TORCH_CHECK_VALUE(inputs.is_cuda(), "cuda_graph needs CUDA inputs, got ", inputs.device());
-  TORCH_CHECK_VALUE(!options_.device || *options_.device == inputs.device(),
+  TORCH_CHECK_VALUE(!options_.device || torch_ext::indexed(*options_.device) == inputs.device(),
                     "cuda_graph needs device on the inputs' device ", inputs.device());
-  TORCH_CHECK_VALUE(!options_.sw_device || *options_.sw_device == inputs.device(),
+  TORCH_CHECK_VALUE(!options_.sw_device || torch_ext::indexed(*options_.sw_device) == inputs.device(),
                     "cuda_graph needs sw_device on the inputs' device ", inputs.device());
   const std::vector<int64_t> key = {
       inputs.size(0),         inputs.size(1), inputs.size(2),
@@ -653,7 +663,7 @@ at::Tensor SlidingWindowInferer::graphed(const at::Tensor& inputs, const Predict
 
 at::Tensor SlidingWindowInferer::eager(const at::Tensor& inputs, const Predictor& predictor) {
   torch_ext::check_5d(inputs, "inputs");
-  const c10::Device device = options_.device.value_or(inputs.device());
+  const c10::Device device = torch_ext::indexed(options_.device.value_or(inputs.device()));
   std::vector<int64_t> key = {inputs.size(2), inputs.size(3),
                               inputs.size(4), static_cast<int64_t>(device.type()),
                               device.index(), inputs.scalar_type() == at::kDouble ? 1 : 0};

@@ -533,8 +533,7 @@ class _MotionBase(_TorchIOIntensity):
             (res,) = ops.resample([part_in], _host_to(m34, dev), size, [self.image_interpolation], ["border"], [0.0])
             for r, mp in enumerate(maps):
                 out_r = _itk_outside(mp[j], size, dev)
-                for c in range(res.shape[1]):
-                    res[r, c].masked_fill_(out_r, pad[r, c])
+                res[r] = torch.where(out_r, pad[r, :, None, None, None], res[r])
             images.append(res)
         # TorchIO's order: the spectrum of the original image swaps with that of the first motion
         # whose time is past the middle (else the last); spectrum j fills segment j of the last axis.

@@ -40,7 +40,7 @@ def _mask_for(x: torch.Tensor, masking_method: Any, data: Optional[Mapping], lab
         else:
             lab = torch.as_tensor(masking_method)
             lab = lab[None] if lab.dim() == 4 else lab
-        lab = lab.to(x.device)
+        lab = _host_to(lab, x.device)
         if labels is None:
             m = lab != 0
         else:

@@ -1301,13 +1301,12 @@ def _itk_outside(m: np.ndarray, size, device, in_size=None) -> torch.Tensor:
     default value). Per (d, h) row the inside w form one interval (each axis a linear inequality
     in w), so the full-size work is two comparisons and an or."""
     d, h, w = size
-    m_t = torch.as_tensor(m, dtype=torch.float64, device=device)
     i = torch.arange(d, dtype=torch.float64, device=device)[:, None]
     j = torch.arange(h, dtype=torch.float64, device=device)[None, :]
     lo = torch.full((d, h), -math.inf, dtype=torch.float64, device=device)
     hi = torch.full((d, h), math.inf, dtype=torch.float64, device=device)
     for a, s in enumerate(size if in_size is None else in_size):
-        base = m_t[a, 0] * i + m_t[a, 1] * j + m_t[a, 3]  # coordinate at w = 0
+        base = float(m[a, 0]) * i + float(m[a, 1]) * j + float(m[a, 3])  # host floats: no tensor of m on `device`
         slope = float(m[a, 2])
         if slope == 0.0:  # the whole row is in or out on this axis
             out = (base < -0.5) | (base >= s - 0.5)
@@ -1615,16 +1614,15 @@ class RandomAffine(_Randomizable):
         m34 = torch.as_tensor(mats[:, :3, :], dtype=torch.float64)
         if is_label:
             (out,) = ops.resample([x], _host_to(m34, x.device), size, [self.label_interpolation], ["border"], [0.0])
-            pad = torch.tensor(self.default_pad_label, dtype=torch.float64).to(x.dtype).to(x.device)
+            pad = torch.full((), self.default_pad_label, dtype=torch.float64, device=x.device).to(x.dtype)
             pad = pad.expand(x.shape[0], x.shape[1], 1, 1, 1)
         else:
             xf = x.float()
             (out,) = ops.resample([xf], _host_to(m34, x.device), size, [self.image_interpolation], ["border"], [0.0])
             pad = self._pad_values(xf)
         for n, out_n in enumerate(outside):
-            if out_n is not None:  # in place (the output is ours), one channel at a time
-                for c in range(out.shape[1]):
-                    out[n, c].masked_fill_(out_n, pad[n, c, 0, 0, 0])
+            if out_n is not None:  # masked_fill_ with a CUDA tensor value calls item()
+                out[n] = torch.where(out_n, pad[n], out[n])
         return out
 
     def __call__(self, data: Any) -> Any:

@@ -275,10 +275,10 @@ def _torchio_mask(x: torch.Tensor, masking_method: Any) -> Optional[torch.Tensor
             if tuple(m.shape) != tuple(x.shape[1:]):
                 raise ValueError(f"masking_method must return a mask of the image's shape {tuple(x.shape[1:])}, "
                                  f"got {tuple(m.shape)}")
-            masks.append(m.to(x.device) != 0)
+            masks.append(_host_to(m, x.device) != 0)
         return torch.stack(masks)
     if isinstance(masking_method, (torch.Tensor, np.ndarray)):
-        m = torch.as_tensor(masking_method).to(x.device)
+        m = _host_to(torch.as_tensor(masking_method), x.device)
         m = m[None] if m.dim() == 4 else m
         try:
             return (m != 0).expand(x.shape)
@@ -369,12 +369,13 @@ class RescaleIntensity:
         # Samples TorchIO leaves unchanged get neutral values (clip to (-inf, inf), - 0, / 1,
         # * 1, + -0.0: every value and its sign kept), so no per-sample branch or host read.
         f32 = dict(dtype=torch.float32, device=xf.device)
-        one, inf = torch.ones((), **f32), torch.tensor(float("inf"), **f32)
+        one, inf = torch.ones((), **f32), torch.full((), float("inf"), **f32)
         lo, hi = torch.where(keep, -inf, lo), torch.where(keep, inf, hi)
-        in_min = torch.where(keep, torch.zeros((), **f32), torch.as_tensor(in_min, **f32))
+        in_min = torch.where(keep, torch.zeros((), **f32),
+                             in_min if isinstance(in_min, torch.Tensor) else torch.full((), float(in_min), **f32))
         in_range = torch.where(keep, one, in_range)
-        out_range = torch.where(keep, one, torch.tensor(self.out_max - self.out_min, **f32))
-        out_min = torch.where(keep, torch.tensor(-0.0, **f32), torch.tensor(self.out_min, **f32))
+        out_range = torch.where(keep, one, torch.full((), float(self.out_max - self.out_min), **f32))
+        out_min = torch.where(keep, torch.full((), -0.0, **f32), torch.full((), float(self.out_min), **f32))
         # One new buffer, then in-place passes (each intermediate would be a fresh large
         # allocation); the numbers are float32, as numpy's scalars act on TorchIO's array.
         out = torch.maximum(xf, lo)

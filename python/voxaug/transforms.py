@@ -406,13 +406,14 @@ class RandRicianNoise(_Pointwise, _Randomizable):
 def _host_to(t: torch.Tensor, device: Any) -> torch.Tensor:
     """A small host-made parameter tensor onto the data's device without a blocking copy: to a
     CUDA device from the host through pinned memory (a non-blocking copy from pageable memory
-    may be staged synchronously by the driver); anything else a plain non-blocking ``.to`` (the
-    tensor itself when it is already there). The pinned buffer is always a fresh one: pin_memory()
-    returns an already pinned tensor itself, which its owner may change once the call has
-    returned, before the copy has run."""
+    may be staged synchronously by the driver); anything else a plain ``.to`` (the tensor itself
+    when it is already there), non-blocking except from a GPU to the host (a non-blocking one
+    lands in pinned memory that the host may read before the copy has run). The pinned buffer is
+    always a fresh one: pin_memory() returns an already pinned tensor itself, which its owner may
+    change once the call has returned, before the copy has run."""
     device = torch.device(device)
     if device.type != "cuda" or t.device.type != "cpu":
-        return t.to(device, non_blocking=True)
+        return t.to(device, non_blocking=not (t.device.type == "cuda" and device.type == "cpu"))
     host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t) if t.is_pinned() else t.pin_memory()
     return host.to(device, non_blocking=True)
 
@@ -845,7 +846,7 @@ class ThresholdIntensity:
     def __call__(self, img: Any) -> Any:
         x, restore = _as_batch(img)
         keep = x > self.threshold if self.above else x < self.threshold
-        fill = torch.tensor(self.cval, dtype=torch.float64).to(x.dtype).to(x.device)
+        fill = torch.full((), self.cval, dtype=torch.float64, device=x.device).to(x.dtype)
         return restore(torch.where(keep, x, fill))
 
 

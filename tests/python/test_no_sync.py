@@ -25,6 +25,7 @@ from voxaug import degrade as vd
 from voxaug import filter as vf
 from voxaug import kspace as vk
 from voxaug import smooth_field as vsf
+from voxaug import spatial as vsp
 from voxaug import stats as vs
 from voxaug import transforms as vt
 
@@ -113,6 +114,7 @@ RANDOM = {
     "RandomGhosting": lambda p: vk.RandomGhosting(p=p, seed=21),
     "RandomSpike": lambda p: vk.RandomSpike(num_spikes=(1, 3), p=p, seed=22),
     "RandomMotion": lambda p: vk.RandomMotion(p=p, seed=26),
+    "RandomAffine[torchio]": lambda p: vsp.RandomAffine(degrees=15, p=p, seed=27),
     "RandSmoothFieldAdjustContrast": lambda p: vsf.RandSmoothFieldAdjustContrast(SHAPE[2:], (3, 4, 3), prob=p, seed=27),
     "RandSmoothFieldAdjustIntensity": lambda p: vsf.RandSmoothFieldAdjustIntensity(SHAPE[2:], (3, 4, 3), prob=p,
                                                                                    seed=28),
@@ -152,6 +154,10 @@ DETERMINISTIC = {
     "Spike": lambda: vk.Spike([[0.1, 0.2, 0.3], [0.6, 0.6, 0.1]], 1.5),
     "KSpaceSpikeNoise": lambda: vk.KSpaceSpikeNoise((3, 4, 5)),
     "KSpaceSpikeNoise[given]": lambda: vk.KSpaceSpikeNoise(((0, 3, 4, 5), (1, 2, 2, 2)), (9.0, 10.0)),
+    "Motion": lambda: vk.Motion([[5, 3, 2], [-4, 2, 1]], [[1, 2, 0], [-1, 0, 1]], [0.3, 0.7]),
+    "RescaleIntensity": lambda: vs.RescaleIntensity((0, 1), percentiles=(1, 99)),
+    "RescaleIntensity[in_min_max]": lambda: vs.RescaleIntensity((-1, 1), in_min_max=(0, 50)),
+    "ThresholdIntensity": lambda: vt.ThresholdIntensity(10.0, above=True, cval=-1.0),
 }
 
 
@@ -281,3 +287,19 @@ def test_cuda_sync_debug_mode_is_restored_and_catches_a_sync():
         with sync_is_error():
             x.cpu()
     assert torch.cuda.get_sync_debug_mode() == old
+
+
+def test_cuda_torchio_label_affine_and_rotated_resample_do_not_sync():
+    """TorchIO RandomAffine with a label map (its default_pad_label, the outside mask of ITK's
+    rules) and Resample through a rotated affine (the same mask), on CUDA data."""
+    x = volume(seed=5)
+    seg = (volume(seed=6, lo=0.0, hi=3.0)[:, :1]).to(torch.uint8)
+    t = vsp.RandomAffine(degrees=15, label_keys=("seg",), seed=4)
+    out = run_without_sync(t, {"img": x, "seg": seg})
+    check_result(out["img"], x)
+    assert out["seg"].is_cuda and out["seg"].dtype == torch.uint8
+    aff = np.eye(4)
+    c, s = np.cos(0.3), np.sin(0.3)
+    aff[:3, :3] = [[c, -s, 0], [s, c, 0], [0, 0, 1]]
+    res = run_without_sync(vsp.Resample(1.5, affine=aff), x)
+    assert res.is_cuda and torch.isfinite(res).all()

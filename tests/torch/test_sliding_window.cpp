@@ -338,6 +338,26 @@ TEST(SlidingWindowTorch, CudaGraphReplayEqualsEager) {
   EXPECT_EQ(graphed.graph_count(), 1u);
 }
 
+// device / sw_device given as "cuda" without an index: the current device, as an indexed one
+// (the count map's core call needs a real index; the graphed path compares devices).
+TEST(SlidingWindowTorch, CudaDeviceWithoutIndexEqualsIndexed) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: device options not tested";
+  torch::NoGradGuard no_grad;
+  auto id = [](const torch::Tensor& t) { return t * 2; };
+  const torch::Tensor x = torch::randn({1, 1, 20, 18, 22}).to(torch::kCUDA);
+  voxaug::SlidingWindowOptions o;
+  o.mode = voxaug::BlendMode::Gaussian;
+  o.device = torch::Device(torch::kCUDA, 0);
+  o.sw_device = torch::Device(torch::kCUDA, 0);
+  const torch::Tensor want = voxaug::SlidingWindowInferer({8, 8, 8}, 2, o)(x, id);
+  o.device = torch::Device(torch::kCUDA);
+  o.sw_device = torch::Device(torch::kCUDA);
+  EXPECT_TRUE(torch::equal(voxaug::SlidingWindowInferer({8, 8, 8}, 2, o)(x, id), want));
+  EXPECT_TRUE(torch::equal(voxaug::sliding_window_inference(x, {8, 8, 8}, 2, id, o), want));
+  o.cuda_graph = true;
+  EXPECT_TRUE(torch::equal(voxaug::SlidingWindowInferer({8, 8, 8}, 2, o)(x, id), want));
+}
+
 // The TorchScript branch of the predictor adapter (module.forward({x}).toTensor()): a small conv
 // net built as a torch::jit::Module in the test, run through the free function and the inferer.
 // The reference calls the same conv net written with ATen ops directly (torch::conv3d, relu),
