@@ -1,6 +1,8 @@
 """Post-processing of label maps on the data's device: MONAI KeepLargestConnectedComponent(d),
-FillHoles(d), RemoveSmallObjects(d) on ``torch.ops.voxaug.connected_components``, and
-DistanceTransformEDT(d) on ``torch.ops.voxaug.distance_transform_edt`` (include/voxaug/label.h).
+FillHoles(d), RemoveSmallObjects(d) on ``torch.ops.voxaug.connected_components``,
+DistanceTransformEDT(d) on ``torch.ops.voxaug.distance_transform_edt`` (include/voxaug/label.h),
+and MONAI's validation post-processing (Activations, AsDiscrete, LabelFilter, LabelToContour,
+ConvertToMultiChannelBasedOnBratsClasses and their dict forms) in torch, batched, without a sync.
 
 MONAI labels the components with skimage on the CPU (cuCIM on the GPU when installed), one
 image at a time, and FillHoles runs scipy's iterated binary dilation per label. voxaug labels
@@ -28,7 +30,9 @@ from .transforms import _as_batch, _host_to, _is_meta_tensor, _present_keys
 
 __all__ = ["connected_components", "largest_components_mask", "KeepLargestConnectedComponent",
            "KeepLargestConnectedComponentd", "FillHoles", "FillHolesd", "RemoveSmallObjects", "RemoveSmallObjectsd",
-           "DistanceTransformEDT", "DistanceTransformEDTd"]
+           "DistanceTransformEDT", "DistanceTransformEDTd", "Activations", "Activationsd", "AsDiscrete",
+           "AsDiscreted", "LabelFilter", "LabelFilterd", "LabelToContour", "LabelToContourd",
+           "ConvertToMultiChannelBasedOnBratsClasses", "ConvertToMultiChannelBasedOnBratsClassesd"]
 
 
 def _connectivity(connectivity: Optional[int]) -> int:
@@ -376,3 +380,223 @@ class DistanceTransformEDTd(_PostDict):
     def __init__(self, keys, allow_missing_keys: bool = False, sampling: Union[float, Sequence[float], None] = None,
                  dtype: Optional[torch.dtype] = None):
         super().__init__(keys, DistanceTransformEDT(sampling, dtype), allow_missing_keys)
+
+
+# ---------------- MONAI's validation post-processing (Activations, AsDiscrete, ...) ----------------
+# Plain torch on the data's device, no host sync, for an image (C, D, H, W) as MONAI takes it or a
+# batch (N, C, D, H, W) at once. MONAI's `dim` keyword counts in the image (0: the channel), also
+# for a batch (the same axis of each sample).
+
+
+def _image_dim(dim: int) -> int:
+    """MONAI's `dim` (in the image) in the 5-D batch the transforms work on."""
+    return dim + 1 if dim >= 0 else dim
+
+
+class Activations:
+    """MONAI Activations(sigmoid=False, softmax=False, other=None, dim=0): in float32, sigmoid, then
+    softmax along `dim`, then `other`; the result in the input's dtype. The call's arguments act as
+    MONAI's (``sigmoid or self.sigmoid``)."""
+
+    def __init__(self, sigmoid: bool = False, softmax: bool = False, other: Optional[Any] = None, **kwargs):
+        if other is not None and not callable(other):
+            raise TypeError(f"other must be None or callable but is {type(other).__name__}.")
+        self.sigmoid, self.softmax, self.other, self.kwargs = bool(sigmoid), bool(softmax), other, kwargs
+
+    def __call__(self, img: Any, sigmoid: Optional[bool] = None, softmax: Optional[bool] = None,
+                 other: Optional[Any] = None) -> Any:
+        if sigmoid and softmax:
+            raise ValueError("Incompatible values: sigmoid=True and softmax=True.")
+        if other is not None and not callable(other):
+            raise TypeError(f"other must be None or callable but is {type(other).__name__}.")
+        x, restore = _as_batch(img)
+        t = x.float()
+        if sigmoid or self.sigmoid:
+            t = torch.sigmoid(t)
+        if softmax or self.softmax:
+            t = torch.softmax(t, dim=_image_dim(self.kwargs.get("dim", 0)))
+        act = self.other if other is None else other
+        if act is not None:
+            t = act(t)
+        return restore(t.to(x.dtype))
+
+
+def _one_hot(labels: torch.Tensor, num_classes: int, dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """MONAI's one_hot along `dim` (size 1 there) by comparisons with 0 .. K-1: no scatter, so no
+    device assert and no sync; a label outside [0, K) gives a zero vector (MONAI's scatter fails)."""
+    if labels.shape[dim] != 1:
+        raise ValueError(f"to_onehot needs a channel of length one to expand (MONAI's one_hot), got shape "
+                         f"{tuple(labels.shape)}")
+    shape = [1] * labels.dim()
+    shape[dim] = num_classes
+    classes = torch.arange(num_classes, device=labels.device).reshape(shape)
+    return (labels.long() == classes).to(dtype)
+
+
+class AsDiscrete:
+    """MONAI AsDiscrete(argmax=False, to_onehot=None, threshold=None, rounding=None, dim=0,
+    keepdim=True, dtype=torch.float): argmax along `dim`, one-hot with `to_onehot` classes,
+    ``>= threshold``, torch rounding, in that order; the result in `dtype` (default float32)."""
+
+    def __init__(self, argmax: bool = False, to_onehot: Optional[int] = None, threshold: Optional[float] = None,
+                 rounding: Optional[str] = None, **kwargs):
+        if isinstance(to_onehot, bool):
+            raise ValueError("`to_onehot=True/False` is deprecated, please use `to_onehot=num_classes` instead.")
+        self.argmax, self.to_onehot, self.threshold, self.rounding = argmax, to_onehot, threshold, rounding
+        self.kwargs = kwargs
+
+    def __call__(self, img: Any, argmax: Optional[bool] = None, to_onehot: Optional[int] = None,
+                 threshold: Optional[float] = None, rounding: Optional[str] = None) -> Any:
+        if isinstance(to_onehot, bool):
+            raise ValueError("`to_onehot=True/False` is deprecated, please use `to_onehot=num_classes` instead.")
+        x, restore = _as_batch(img)
+        dim = _image_dim(self.kwargs.get("dim", 0))
+        dtype = self.kwargs.get("dtype", torch.float)
+        t = x
+        if self.argmax if argmax is None else argmax:
+            t = torch.argmax(t, dim=dim, keepdim=self.kwargs.get("keepdim", True))
+        to_onehot = self.to_onehot if to_onehot is None else to_onehot
+        if to_onehot is not None:
+            if not isinstance(to_onehot, int):
+                raise ValueError(f"the number of classes for One-Hot must be an integer, got {type(to_onehot)}.")
+            t = _one_hot(t, to_onehot, dim, dtype)
+        threshold = self.threshold if threshold is None else threshold
+        if threshold is not None:
+            t = t >= threshold
+        rounding = self.rounding if rounding is None else rounding
+        if rounding is not None:
+            if rounding != "torchrounding":
+                raise ValueError(f"rounding must be 'torchrounding', got {rounding!r}")
+            t = torch.round(t)
+        return restore(t.to(dtype))
+
+
+class LabelFilter:
+    """MONAI LabelFilter(applied_labels): values in `applied_labels` kept, every other value 0 (any
+    shape, the input's dtype); the label list reaches the device through pinned memory (MONAI's
+    torch.as_tensor(labels, device=cuda) is a blocking copy)."""
+
+    def __init__(self, applied_labels: Union[Sequence[int], int]):
+        labels = [applied_labels] if isinstance(applied_labels, (int, float)) else list(applied_labels)
+        if not labels:
+            raise ValueError("applied_labels must name at least one label")
+        self.applied_labels = labels
+
+    def __call__(self, img: Any) -> Any:
+        if not isinstance(img, (np.ndarray, torch.Tensor)):
+            raise NotImplementedError(f"{self.__class__} can not handle data of type {type(img)}.")
+        src = img
+        x = torch.as_tensor(img.as_tensor() if _is_meta_tensor(img) else img)
+        labels = _host_to(torch.tensor(self.applied_labels), x.device)
+        out = torch.where(torch.isin(x, labels), x, torch.zeros((), dtype=x.dtype, device=x.device))
+        if _is_meta_tensor(src):
+            from monai.data import MetaTensor  # only when the caller passed one
+
+            return MetaTensor(out, meta=dict(src.meta), applied_operations=list(src.applied_operations))
+        return out
+
+
+class LabelToContour:
+    """MONAI LabelToContour(kernel_type="Laplace"): the 3-D Laplace edge of each channel, 26 x - (the
+    sum of the 26 neighbours, zero outside the image), clamped to [0, 1], as one grouped
+    convolution for a whole batch; computed in the input's float dtype (float32 for others),
+    returned in the input's dtype."""
+
+    def __init__(self, kernel_type: str = "Laplace"):
+        if kernel_type != "Laplace":
+            raise NotImplementedError('Currently only kernel_type="Laplace" is supported.')
+        self.kernel_type = kernel_type
+
+    def __call__(self, img: Any) -> Any:
+        x, restore = _as_batch(img)
+        f = x if x.is_floating_point() else x.float()
+        n, c = f.shape[:2]
+        kernel = torch.full((1, 1, 3, 3, 3), -1.0, dtype=f.dtype)
+        kernel[0, 0, 1, 1, 1] = 26.0
+        kernel = _host_to(kernel, f.device)  # pinned, non-blocking
+        out = torch.nn.functional.conv3d(f.reshape(n * c, 1, *f.shape[2:]), kernel, padding=1)
+        return restore(out.clamp_(0.0, 1.0).reshape(f.shape).to(x.dtype))
+
+
+class ConvertToMultiChannelBasedOnBratsClasses:
+    """MONAI ConvertToMultiChannelBasedOnBratsClasses(et_label=4): a BraTS label map (D, H, W),
+    (1, D, H, W) or a batch (N, 1, D, H, W) to bool channels TC (1 or ET), WT (1, 2 or ET), ET
+    (``et_label``: 4 for BraTS 2018-2022, 3 for 2023)."""
+
+    def __init__(self, et_label: int = 4):
+        if et_label in (1, 2):
+            raise ValueError(f"et_label cannot be 1 or 2, as these are reserved. Got {et_label}.")
+        self.et_label = et_label
+
+    def __call__(self, img: Any) -> Any:
+        src = img
+        x = torch.as_tensor(img.as_tensor() if _is_meta_tensor(img) else img)
+        batched = x.dim() == 5
+        if batched:
+            if x.shape[1] != 1:
+                raise ValueError(f"a batch of BraTS label maps must be (N, 1, D, H, W), got {tuple(x.shape)}")
+            x = x[:, 0]
+        elif x.dim() == 4 and x.shape[0] == 1:
+            x = x[0]
+        et = x == self.et_label
+        tc = (x == 1) | et
+        out = torch.stack([tc, tc | (x == 2), et], dim=1 if batched else 0)
+        if _is_meta_tensor(src):
+            from monai.data import MetaTensor  # only when the caller passed one
+
+            return MetaTensor(out, meta=dict(src.meta), applied_operations=list(src.applied_operations))
+        return out
+
+
+def _per_key(value: Any, n: int) -> list:
+    """MONAI's ensure_tuple_rep: one value for every key, or a sequence of one per key."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise ValueError(f"a sequence of per-key values must have one per key ({n}), got {len(value)}")
+        return list(value)
+    return [value] * n
+
+
+class _PerKeyDict:
+    """A dictionary transform whose options may be given per key (MONAI's Activationsd, AsDiscreted)."""
+
+    def __init__(self, keys, allow_missing_keys: bool, make, **options):
+        self.keys = [keys] if isinstance(keys, (str, int)) or not isinstance(keys, Sequence) else list(keys)
+        self.allow_missing_keys = allow_missing_keys
+        per = {k: _per_key(v, len(self.keys)) for k, v in options.items()}
+        self.transforms = [make(**{k: v[i] for k, v in per.items()}) for i in range(len(self.keys))]
+
+    def __call__(self, data: Mapping[Hashable, Any]) -> dict:
+        d = dict(data)
+        for i, key in _present_keys(d, self.keys, self.allow_missing_keys):
+            d[key] = self.transforms[i](d[key])
+        return d
+
+
+class Activationsd(_PerKeyDict):
+    def __init__(self, keys, sigmoid=False, softmax=False, other=None, allow_missing_keys: bool = False,
+                 **kwargs):
+        super().__init__(keys, allow_missing_keys, lambda **o: Activations(**o, **kwargs), sigmoid=sigmoid,
+                         softmax=softmax, other=other)
+
+
+class AsDiscreted(_PerKeyDict):
+    def __init__(self, keys, argmax=False, to_onehot=None, threshold=None, rounding=None,
+                 allow_missing_keys: bool = False, **kwargs):
+        super().__init__(keys, allow_missing_keys, lambda **o: AsDiscrete(**o, **kwargs), argmax=argmax,
+                         to_onehot=to_onehot, threshold=threshold, rounding=rounding)
+
+
+class LabelFilterd(_PostDict):
+    def __init__(self, keys, applied_labels: Union[Sequence[int], int], allow_missing_keys: bool = False):
+        super().__init__(keys, LabelFilter(applied_labels), allow_missing_keys)
+
+
+class LabelToContourd(_PostDict):
+    def __init__(self, keys, kernel_type: str = "Laplace", allow_missing_keys: bool = False):
+        super().__init__(keys, LabelToContour(kernel_type), allow_missing_keys)
+
+
+class ConvertToMultiChannelBasedOnBratsClassesd(_PostDict):
+    def __init__(self, keys, allow_missing_keys: bool = False, et_label: int = 4):
+        super().__init__(keys, ConvertToMultiChannelBasedOnBratsClasses(et_label), allow_missing_keys)

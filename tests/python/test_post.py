@@ -516,3 +516,134 @@ def test_distance_transform_device_matches_cpu(device):
             out = DistanceTransformEDT(sampling=2.0)(md)
         torch.cuda.synchronize()
         assert torch.equal(out.cpu(), ops.distance_transform_edt(m, 2.0, torch.float32))
+
+
+# ---------------- MONAI's validation post-processing ----------------
+def _monai_each(t, x):
+    """MONAI's transform on each sample of a batch, stacked."""
+    return torch.stack([torch.as_tensor(t(s.clone())) for s in x])
+
+
+def test_activations_match_monai():
+    mt = pytest.importorskip("monai.transforms")
+    from voxaug.post import Activations, Activationsd
+
+    x = torch.randn(2, 4, 5, 6, 7) * 3
+    for kw in (dict(softmax=True), dict(sigmoid=True), dict(softmax=True, dim=1), dict(other=torch.tanh),
+               dict(sigmoid=True, other=lambda t: t * 2)):
+        for img in (x[0], x[0].half(), x[0].double()):
+            want = torch.as_tensor(mt.Activations(**kw)(img.clone()))
+            got = Activations(**kw)(img)
+            assert got.dtype == want.dtype == img.dtype and torch.equal(got, want), kw
+        # (a batch's softmax along dim 1 may take another torch kernel than an image's along dim 0)
+        torch.testing.assert_close(Activations(**kw)(x), _monai_each(mt.Activations(**kw), x), rtol=1e-6, atol=1e-7)
+    assert torch.equal(Activations()(x[0], softmax=True), torch.as_tensor(mt.Activations()(x[0].clone(), softmax=True)))
+    d = Activationsd(["a", "b"], softmax=[True, False], sigmoid=[False, True])({"a": x[0], "b": x[1], "c": 3})
+    ref = mt.Activationsd(["a", "b"], softmax=[True, False], sigmoid=[False, True])
+    want = ref({"a": x[0].clone(), "b": x[1].clone()})
+    assert torch.equal(d["a"], torch.as_tensor(want["a"])) and torch.equal(d["b"], torch.as_tensor(want["b"]))
+    with pytest.raises(ValueError, match="Incompatible values"):
+        Activations()(x, sigmoid=True, softmax=True)
+    with pytest.raises(TypeError, match="other must be None or callable"):
+        Activations(other=3)
+
+
+def test_as_discrete_matches_monai():
+    mt = pytest.importorskip("monai.transforms")
+    from voxaug.post import AsDiscrete, AsDiscreted
+
+    x = torch.randn(2, 4, 5, 6, 7)
+    lab = torch.randint(0, 4, (2, 1, 5, 6, 7)).float()
+    cases = [(x, dict(argmax=True)), (x, dict(argmax=True, to_onehot=4)), (lab, dict(to_onehot=4)),
+             (x, dict(threshold=0.3)), (x * 3, dict(rounding="torchrounding")),
+             (x, dict(argmax=True, keepdim=False)), (lab, dict(to_onehot=5, dtype=torch.uint8)),
+             (x, dict(argmax=True, dim=1)), (x.sigmoid(), dict(threshold=0.5, dtype=torch.bool))]
+    for img, kw in cases:
+        want = torch.as_tensor(mt.AsDiscrete(**kw)(img[0].clone()))
+        got = AsDiscrete(**kw)(img[0])
+        assert got.dtype == want.dtype and torch.equal(got, want), kw
+        assert torch.equal(AsDiscrete(**kw)(img), _monai_each(mt.AsDiscrete(**kw), img)), kw
+    assert torch.equal(AsDiscrete()(x[0], argmax=True, to_onehot=4),
+                       torch.as_tensor(mt.AsDiscrete()(x[0].clone(), argmax=True, to_onehot=4)))
+    bad = lab[0].clone()
+    bad[0, 0, 0, 0] = 7  # outside [0, K): a zero vector here (MONAI's scatter fails)
+    oh = AsDiscrete(to_onehot=4)(bad)
+    assert oh[:, 0, 0, 0].sum() == 0 and torch.equal(oh[:, 1:], AsDiscrete(to_onehot=4)(lab[0])[:, 1:])
+    d = AsDiscreted(["p", "l"], argmax=[True, False], to_onehot=4)({"p": x[0], "l": lab[0]})
+    want = mt.AsDiscreted(["p", "l"], argmax=[True, False], to_onehot=4)({"p": x[0].clone(), "l": lab[0].clone()})
+    assert torch.equal(d["p"], torch.as_tensor(want["p"])) and torch.equal(d["l"], torch.as_tensor(want["l"]))
+    with pytest.raises(ValueError, match="to_onehot=True/False"):
+        AsDiscrete(to_onehot=True)
+    with pytest.raises(ValueError, match="channel of length one"):
+        AsDiscrete(to_onehot=3)(x[0])
+    with pytest.raises(ValueError, match="rounding must be 'torchrounding'"):
+        AsDiscrete(rounding="floor")(x[0])
+    with pytest.raises(ValueError, match="a sequence of per-key values"):
+        AsDiscreted(["a", "b"], argmax=[True])
+
+
+def test_label_filter_contour_and_brats_match_monai():
+    mt = pytest.importorskip("monai.transforms")
+    from monai.data import MetaTensor
+    from voxaug.post import (ConvertToMultiChannelBasedOnBratsClasses, ConvertToMultiChannelBasedOnBratsClassesd,
+                             LabelFilter, LabelFilterd, LabelToContour, LabelToContourd)
+
+    rng = np.random.default_rng(8)
+    lab = torch.from_numpy(rng.integers(0, 5, (2, 1, 9, 10, 11)))
+    for labels in (1, [1, 3], (2, 4, 9)):
+        for img in (lab, lab.float(), lab[0, 0]):
+            want = torch.as_tensor(mt.LabelFilter(labels)(img.clone()))
+            assert torch.equal(LabelFilter(labels)(img), want), labels
+    assert torch.equal(LabelFilter(2)(lab.numpy()), LabelFilter(2)(lab))
+    m = MetaTensor(lab[0].float(), meta={"tag": 1})
+    out = LabelFilterd("m", [2])({"m": m})["m"]
+    assert isinstance(out, MetaTensor) and out.meta["tag"] == 1
+    assert torch.equal(out.as_tensor(), LabelFilter(2)(lab[0].float()))
+    masks = (lab > 2).float()
+    probs = torch.from_numpy(rng.random((2, 2, 9, 10, 11))).float()
+    for img, exact in ((masks, True), (probs, False)):
+        want = _monai_each(mt.LabelToContour(), img)
+        got = LabelToContour()(img)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        if exact:
+            assert torch.equal(got, want) and got.sum() > 0
+        else:
+            assert (got - want).abs().max() <= 1e-5
+        assert torch.equal(LabelToContour()(img[1]), got[1])
+    assert torch.equal(LabelToContourd("k")({"k": masks[0]})["k"], LabelToContour()(masks[0]))
+    with pytest.raises(NotImplementedError):
+        LabelToContour("Sobel")
+    for et in (4, 3):
+        t, ref = ConvertToMultiChannelBasedOnBratsClasses(et), mt.ConvertToMultiChannelBasedOnBratsClasses(et)
+        for img in (lab[0], lab[0, 0]):
+            want = torch.as_tensor(ref(img.clone()))
+            got = t(img)
+            assert got.dtype == torch.bool and torch.equal(got, want)
+        assert torch.equal(t(lab), torch.stack([torch.as_tensor(ref(s.clone())) for s in lab]))
+    d = ConvertToMultiChannelBasedOnBratsClassesd("l", et_label=3)({"l": lab[0]})
+    assert torch.equal(d["l"], ConvertToMultiChannelBasedOnBratsClasses(3)(lab[0]))
+    with pytest.raises(ValueError, match="et_label cannot be 1 or 2"):
+        ConvertToMultiChannelBasedOnBratsClasses(2)
+    with pytest.raises(ValueError, match=r"\(N, 1, D, H, W\)"):
+        ConvertToMultiChannelBasedOnBratsClasses()(lab.expand(2, 2, 9, 10, 11))
+
+
+@pytest.mark.parametrize("device", devices())
+def test_validation_post_processing_device_matches_cpu(device):
+    from voxaug.post import (Activations, AsDiscrete, ConvertToMultiChannelBasedOnBratsClasses, LabelFilter,
+                             LabelToContour)
+
+    x = torch.randn(2, 3, 8, 9, 10)
+    lab = torch.randint(0, 5, (2, 1, 8, 9, 10))
+    ts = [(Activations(softmax=True), x, 1e-6), (AsDiscrete(argmax=True, to_onehot=3), x, 0),
+          (LabelFilter([1, 4]), lab, 0), (LabelToContour(), (lab > 2).float(), 0),
+          (ConvertToMultiChannelBasedOnBratsClasses(), lab, 0)]
+    for t, img, tol in ts:
+        got, want = t(img.to(device)).cpu(), t(img)
+        assert got.dtype == want.dtype and (got.double() - want.double()).abs().max() <= tol, type(t).__name__
+    if torch.device(device).type == "cuda":
+        xd, ld = x.to(device), lab.to(device)
+        torch.cuda.synchronize()
+        with sync_is_error():
+            outs = [t(xd if img is x else ld if img is lab else (ld > 2).float()) for t, img, _ in ts]
+        assert all(o.is_cuda for o in outs)
