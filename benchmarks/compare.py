@@ -51,7 +51,8 @@ Cases
       RandRicianNoise, RandBiasField, RandAdjustContrast, RandGaussianSmooth, RandGaussianSharpen
       (MONAI's defaults, prob 1) vs MONAI, and RandomGamma, RandomBlur, RandomBiasField,
       RandomNoise (TorchIO's defaults), ZNormalization, RescaleIntensity((-1, 1), percentiles
-      (0.5, 99.5)) vs TorchIO, on 1x1x224x224x160 and 2x1x128^3; bar (issue 5): >= 3x on CPU
+      (0.5, 99.5)), HistogramStandardization (fixed landmarks) vs TorchIO, on 1x1x224x224x160 and
+      2x1x128^3; bar (issue 5): >= 3x on CPU
   (m) lazy spatial composition (--only lazy): RandAffined (rotation, scale; bilinear / nearest,
       zeros) -> RandFlipd -> Rotate90d -> CenterSpatialCropd(128^3) on the real ch2 + aal
       (181x217x181 float32 image + int16 label, prob 1): voxaug's Compose (one gather of the
@@ -112,6 +113,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 
 try:
@@ -851,8 +853,15 @@ def more_intensity_pairs():
             ("ZNormalization vs TorchIO", tio.ZNormalization(), vst.ZNormalization(), check_close(1e-5)),
             ("RescaleIntensity vs TorchIO", tio.RescaleIntensity(out_min_max=(-1, 1), percentiles=(0.5, 99.5)),
              vst.RescaleIntensity(out_min_max=(-1, 1), percentiles=(0.5, 99.5)), check_close(1e-5)),
+            ("HistogramStandardization vs TorchIO",
+             tio.HistogramStandardization({"default_image_name": HS_LANDMARKS}),
+             vst.HistogramStandardization(HS_LANDMARKS), check_close(1e-5)),
         ]
     return pairs
+
+
+# Landmarks of a made-up training set (TorchIO's 13 values on its [0, 100] scale, unevenly spaced).
+HS_LANDMARKS = np.array([0.0, 8.0, 17.0, 22.0, 27.0, 36.0, 45.0, 55.0, 64.0, 70.0, 76.0, 88.0, 100.0])
 
 
 def more_intensity_rows(device, args):

@@ -209,6 +209,9 @@ TORCH_LIBRARY(voxaug, m) {
   // percentiles: (N, 1 or C, len(q)), q in percent, numpy.percentile's linear method, exact.
   m.def("moments(Tensor image, bool channel_wise=False, bool nonzero=False) -> Tensor");
   m.def("percentiles(Tensor image, float[] q, bool channel_wise=False) -> Tensor");
+  // TorchIO HistogramStandardization's map: float32 image, per-sample table (N, 3 pieces - 1)
+  // float64 (edges, slopes, intercepts) on the image's device; float32 result.
+  m.def("piecewise_linear(Tensor image, Tensor table, int pieces) -> Tensor");
   // MONAI NormalizeIntensity / ScaleIntensityRangePercentiles with device statistics.
   // subtrahend / divisor: 1 value, or one per channel with channel_wise; None: mean / std.
   m.def(

@@ -1,5 +1,5 @@
 // voxaug torch_ext: the stats family's ops (moments, percentiles, normalize_intensity,
-// scale_intensity_range_percentiles). CPU and CUDA share one entry each (the core picks the
+// scale_intensity_range_percentiles, piecewise_linear). CPU and CUDA share one entry each (the core picks the
 // backend from the views); Meta computes shapes. Statistics stay on the image's device: the
 // transforms compute them and apply them without a host round trip. User-given subtrahend /
 // divisor lists reach the device by one asynchronous copy from pinned memory.
@@ -234,6 +234,39 @@ at::Tensor srp_meta(const at::Tensor& image, double lower, double upper,
   return at::empty_symint(image.sym_sizes(), image.options().dtype(output_dtype(image, dtype)));
 }
 
+// ---- piecewise_linear ----
+void check_piecewise(const at::Tensor& image, const at::Tensor& table, int64_t pieces, bool meta) {
+  check_5d(image, "image", meta);
+  TORCH_CHECK_VALUE(image.scalar_type() == at::kFloat, "image must be float32, got ",
+                    image.scalar_type());
+  TORCH_CHECK_VALUE(pieces >= 1 && pieces <= kMaxPiecewisePieces, "pieces must be in [1, ",
+                    kMaxPiecewisePieces, "], got ", pieces);
+  TORCH_CHECK_VALUE(table.scalar_type() == at::kDouble && table.dim() == 2 &&
+                        table.size(0) == image.size(0) && table.size(1) == 3 * pieces - 1,
+                    "table must be float64 of shape (N, 3 * pieces - 1) = (", image.size(0), ", ",
+                    3 * pieces - 1, "), got ", table.scalar_type(), " ", table.sizes());
+  TORCH_CHECK_VALUE(table.device() == image.device(), "table must be on the image's device ",
+                    image.device(), ", got ", table.device());
+}
+
+at::Tensor piecewise_linear_impl(const at::Tensor& image, const at::Tensor& table, int64_t pieces) {
+  check_piecewise(image, table, pieces, false);
+  at::Tensor out = torch_ext::empty_output(image.sizes(), image.options());
+  if (image.numel() == 0) return out;
+  const at::Tensor t = table.contiguous();
+  const c10::DeviceGuard guard(image.device());
+  call_core([&] {
+    piecewise_linear(to_view(image, "image"), to_view(out, "output"), t.data_ptr<double>(),
+                     static_cast<int>(pieces), current_stream(image));
+  });
+  return out;
+}
+
+at::Tensor piecewise_linear_meta(const at::Tensor& image, const at::Tensor& table, int64_t pieces) {
+  check_piecewise(image, table, pieces, true);
+  return at::empty_symint(image.sym_sizes(), image.options());
+}
+
 // Statistics are not differentiable functions the transforms backpropagate through: their
 // outputs never require grad.
 at::Tensor moments_autograd(const at::Tensor& image, bool channel_wise, bool nonzero) {
@@ -257,6 +290,7 @@ void register_backend(torch::Library& m) {
   m.impl("percentiles", &percentiles_impl);
   m.impl("normalize_intensity", &normalize_intensity_impl);
   m.impl("scale_intensity_range_percentiles", &srp_impl);
+  m.impl("piecewise_linear", &piecewise_linear_impl);
 }
 
 }  // namespace
@@ -272,13 +306,15 @@ TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("percentiles", &percentiles_meta);
   m.impl("normalize_intensity", &normalize_intensity_meta);
   m.impl("scale_intensity_range_percentiles", &srp_meta);
+  m.impl("piecewise_linear", &piecewise_linear_meta);
 }
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
   m.impl("moments", &moments_autograd);
   m.impl("percentiles", &percentiles_autograd);
   // MONAI's differentiate through their statistics; voxaug's device statistics have no
   // backward, so these refuse inputs that require grad rather than drop the gradient.
-  const char* const no_backward[] = {"normalize_intensity", "scale_intensity_range_percentiles"};
+  const char* const no_backward[] = {"normalize_intensity", "scale_intensity_range_percentiles",
+                                     "piecewise_linear"};
   register_no_backward(m, no_backward);
 }
 

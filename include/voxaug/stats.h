@@ -81,4 +81,14 @@ void scale_intensity_range_percentiles(const VolumeView& in, const VolumeView& o
                                        const ScaleIntensityRangePercentilesArgs& args,
                                        cudaStream_t stream = nullptr);
 
+// TorchIO HistogramStandardization's map (numpy's arithmetic): per sample n, with the row
+// table[n * (3 * pieces - 1) ...] = pieces - 1 edges (non-decreasing), pieces slopes, pieces
+// intercepts (float64, on the data's device), out = float32(slope[k] * x + intercept[k])
+// computed in float64, k = the number of edges <= x (numpy.digitize(x, edges, right=False)).
+// `in` and `out`: float32, same shape and device, any strides (out may be in itself).
+// pieces in [1, kMaxPiecewisePieces].
+constexpr int kMaxPiecewisePieces = 16;
+void piecewise_linear(const VolumeView& in, const VolumeView& out, const double* table, int pieces,
+                      cudaStream_t stream = nullptr);
+
 }  // namespace voxaug

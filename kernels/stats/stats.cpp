@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "../common/cpu_isa.h"
+#if VOXAUG_CPU_CLONES
+#include <immintrin.h>
+#endif
 #include "../common/device.h"
 #include "../common/launch_cpu.h"
 #include "../common/prefetch.h"
@@ -231,9 +234,11 @@ void percentiles_segment(const T* data, const StatSegments& sg, int64_t seg, con
 // (sort_key32): a histogram of the keys' upper 16 bits finds the bin of every needed rank, a
 // histogram of the lower 16 bits inside those bins finds the key. Two parallel passes over the
 // data, no copy. Returns false (nothing written) when the ranks fall into more than kMaxBins
-// distinct bins; the caller then selects with nth_element.
+// distinct bins; the caller then selects with nth_element (one selection per percentile: 13
+// percentiles of a 224 x 224 x 160 volume took 400 ms that way with kMaxBins 8, against 20 ms
+// here; the per-thread lower histograms are then 16 MiB).
 constexpr int kHistBins = 1 << 16;
-constexpr int kMaxBins = 8;
+constexpr int kMaxBins = 32;
 
 template <class T>
 bool percentiles_radix_segment(const T* data, const StatSegments& sg, int64_t seg, const double* q,
@@ -400,6 +405,91 @@ void cpu_items(const StatApplyForward<TIn, TOut, Acc>& f,
     }
     i = seg_end;
   }
+}
+
+namespace {
+
+// A dense stretch of one sample through piecewise_value with a fixed trip count: the edges
+// padded to kMaxPiecewisePieces - 1 with NaN (never <= x), so the count of edges <= x is the
+// same and the loop vectorises (compares, then gathers of slope and intercept).
+VOXAUG_FORCEINLINE void piecewise_dense_body(const double* row, int pieces, const float* src,
+                                             float* dst, int64_t cnt) {
+  constexpr int kEdges = kMaxPiecewisePieces - 1;
+  double edge[kEdges], slope[kMaxPiecewisePieces], icpt[kMaxPiecewisePieces];
+  for (int i = 0; i < kEdges; ++i) edge[i] = i < pieces - 1 ? row[i] : NAN;
+  for (int i = 0; i < kMaxPiecewisePieces; ++i) {
+    slope[i] = i < pieces ? row[pieces - 1 + i] : 0.0;
+    icpt[i] = i < pieces ? row[2 * pieces - 1 + i] : 0.0;
+  }
+  for (int64_t j = 0; j < cnt; ++j) {
+    const double v = static_cast<double>(src[j]);
+    int k = 0;
+    for (int i = 0; i < kEdges; ++i) k += v >= edge[i] ? 1 : 0;
+    dst[j] = static_cast<float>(fadd(fmul(slope[k], v), icpt[k]));
+  }
+}
+VOXAUG_TARGET_BASELINE void piecewise_dense_baseline(const double* row, int pieces,
+                                                     const float* src, float* dst, int64_t cnt) {
+  piecewise_dense_body(row, pieces, src, dst, cnt);
+}
+#if VOXAUG_CPU_CLONES
+VOXAUG_TARGET_AVX2 void piecewise_dense_avx2(const double* row, int pieces, const float* src,
+                                             float* dst, int64_t cnt) {
+  piecewise_dense_body(row, pieces, src, dst, cnt);
+}
+// AVX-512: eight values at a time, the count of edges <= x by masked compares (ordered: NaN
+// counts none), slope and intercept by a two-register permute of the 16-entry tables; the
+// same IEEE operations as piecewise_value (a multiply, then an add, then the float32 rounding).
+// (Masked conversions with an all-ones mask: GCC 12 warns about the unmasked forms' undefined
+// source operand.)
+VOXAUG_TARGET_AVX512 void piecewise_dense_avx512(const double* row, int pieces, const float* src,
+                                                 float* dst, int64_t cnt) {
+  static_assert(kMaxPiecewisePieces == 16, "two zmm registers of slopes / intercepts");
+  alignas(64) double slope[16] = {}, icpt[16] = {};
+  for (int i = 0; i < pieces; ++i) {
+    slope[i] = row[pieces - 1 + i];
+    icpt[i] = row[2 * pieces - 1 + i];
+  }
+  const __m512d s_lo = _mm512_load_pd(slope), s_hi = _mm512_load_pd(slope + 8);
+  const __m512d c_lo = _mm512_load_pd(icpt), c_hi = _mm512_load_pd(icpt + 8);
+  __m512d edge[kMaxPiecewisePieces - 1];
+  for (int i = 0; i < pieces - 1; ++i) edge[i] = _mm512_set1_pd(row[i]);
+  const __m512i one = _mm512_set1_epi64(1);
+  const __mmask8 all = 0xff;
+  int64_t j = 0;
+  for (; j + 8 <= cnt; j += 8) {
+    const __m512d v = _mm512_maskz_cvtps_pd(all, _mm256_loadu_ps(src + j));
+    __m512i k = _mm512_setzero_si512();
+    for (int i = 0; i < pieces - 1; ++i)
+      k = _mm512_mask_add_epi64(k, _mm512_cmp_pd_mask(v, edge[i], _CMP_GE_OQ), k, one);
+    const __m512d sl = _mm512_permutex2var_pd(s_lo, k, s_hi);
+    const __m512d ic = _mm512_permutex2var_pd(c_lo, k, c_hi);
+    _mm256_storeu_ps(dst + j, _mm512_maskz_cvtpd_ps(all, _mm512_add_pd(_mm512_mul_pd(sl, v), ic)));
+  }
+  if (j < cnt) piecewise_dense_body(row, pieces, src + j, dst + j, cnt - j);
+}
+#endif
+
+}  // namespace
+
+// The host launcher's hook for the piecewise map: dense views through the vectorised loop.
+void cpu_items(const PiecewiseForward& f, PiecewiseForward::State& st, int64_t n, int64_t begin,
+               int64_t end) {
+  const double* row = f.table + n * (3 * f.pieces - 1);
+  if (!(f.ix_in.dense && f.ix_out.dense)) {
+    for (int64_t i = begin; i < end; ++i) f(st, n, i);
+    return;
+  }
+  const float* src = f.in + f.ix_in.offset(n, begin);
+  float* dst = f.out + f.ix_out.offset(n, begin);
+#if VOXAUG_CPU_CLONES
+  switch (cpu_isa()) {
+    case CpuIsa::Avx512: return piecewise_dense_avx512(row, f.pieces, src, dst, end - begin);
+    case CpuIsa::Avx2: return piecewise_dense_avx2(row, f.pieces, src, dst, end - begin);
+    default: break;
+  }
+#endif
+  piecewise_dense_baseline(row, f.pieces, src, dst, end - begin);
 }
 
 namespace {
@@ -614,6 +704,34 @@ void scale_intensity_range_percentiles(const VolumeView& in, const VolumeView& o
   }
   p.clip = args.clip;
   detail::stat_apply(in, out, p, args.channel_wise, stream);
+}
+
+void piecewise_linear(const VolumeView& in, const VolumeView& out, const double* table, int pieces,
+                      cudaStream_t stream) {
+  check_pair(in, out);
+  VOXAUG_EXPECTS(in.dtype == DType::Float32 && out.dtype == DType::Float32,
+                 std::string("piecewise_linear: input and output must be float32, got ") +
+                     dtype_name(in.dtype) + " -> " + dtype_name(out.dtype));
+  VOXAUG_EXPECTS(pieces >= 1 && pieces <= kMaxPiecewisePieces,
+                 "pieces must be in [1, " + std::to_string(kMaxPiecewisePieces) + "], got " +
+                     std::to_string(pieces));
+  if (in.numel() == 0) return;
+  VOXAUG_EXPECTS(table != nullptr, "table must not be null");
+  check_stats_pointer(in, table, "table");
+  const detail::PiecewiseForward f{static_cast<const float*>(in.data),
+                                   static_cast<float*>(out.data),
+                                   detail::make_indexer(in),
+                                   detail::make_indexer(out),
+                                   table,
+                                   pieces,
+                                   in.sample_numel()};
+  if (in.device == Device::CUDA) {
+#if VOXAUG_WITH_CUDA
+    detail::piecewise_linear_cuda(f, in.shape[0], in.device_index, stream);
+#endif
+    return;
+  }
+  detail::CpuLauncher::launch(f, in.shape[0], stream);
 }
 
 }  // namespace voxaug

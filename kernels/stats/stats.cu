@@ -276,6 +276,12 @@ void percentiles_cuda(const VolumeView& in, const StatSegments& sg, const double
   }
 }
 
+void piecewise_linear_cuda(const PiecewiseForward& f, int64_t batch, int device,
+                           cudaStream_t stream) {
+  CudaDeviceGuard guard(device);
+  CudaLauncher::launch(f, batch, stream);
+}
+
 void stat_apply_cuda(const VolumeView& in, const VolumeView& out, const StatApply& p,
                      cudaStream_t stream) {
   CudaDeviceGuard guard(in.device_index);

@@ -87,7 +87,27 @@ struct StatApplyForward {
   }
 };
 
+// The piecewise linear map, one item per element of a sample (piecewise_value).
+struct PiecewiseForward {
+  const float* in;
+  float* out;
+  Indexer ix_in, ix_out;
+  const double* table;
+  int pieces;
+  int64_t sample_numel;
+
+  struct State {};
+  int64_t items() const { return sample_numel; }
+  VOXAUG_HD VOXAUG_FORCEINLINE void begin_sample(int64_t, State&) const {}
+  VOXAUG_HD VOXAUG_FORCEINLINE void operator()(State&, int64_t n, int64_t i) const {
+    out[ix_out.offset(n, i)] =
+        piecewise_value(table + n * (3 * pieces - 1), pieces, in[ix_in.offset(n, i)]);
+  }
+};
+
 #if VOXAUG_WITH_CUDA
+void piecewise_linear_cuda(const PiecewiseForward& f, int64_t batch, int device,
+                           cudaStream_t stream);
 void moments_cuda(const VolumeView& in, const StatSegments& sg, bool nonzero, double* out,
                   void* workspace, cudaStream_t stream);
 int64_t percentiles_cuda_workspace_bytes(const VolumeView& in, const StatSegments& sg);

@@ -322,6 +322,14 @@ def percentiles(image: torch.Tensor, q, channel_wise: bool = False) -> torch.Ten
     return torch.ops.voxaug.percentiles(image, q, bool(channel_wise))
 
 
+def piecewise_linear(image: torch.Tensor, table: torch.Tensor, pieces: int) -> torch.Tensor:
+    """float32 (N, C, D, H, W) -> float32: per sample, float32(slope[k] * x + intercept[k]) in float64
+    with k = the number of edges <= x (numpy.digitize, right=False); `table` (N, 3 * pieces - 1)
+    float64 on the image's device: pieces - 1 edges, pieces slopes, pieces intercepts (TorchIO
+    HistogramStandardization's map). No host sync."""
+    return torch.ops.voxaug.piecewise_linear(image, table, int(pieces))
+
+
 def _value_list(v):
     if v is None:
         return None

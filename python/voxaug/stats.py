@@ -26,7 +26,8 @@ from .transforms import DtypeLike, _as_batch, _Dict, _host_to, _present_keys, _t
 __all__ = [
     "NormalizeIntensity", "NormalizeIntensityd", "ScaleIntensityRangePercentiles",
     "ScaleIntensityRangePercentilesd", "ZNormalization", "RescaleIntensity", "ClipIntensityPercentiles",
-    "ClipIntensityPercentilesd", "HistogramNormalize", "HistogramNormalized",
+    "ClipIntensityPercentilesd", "HistogramNormalize", "HistogramNormalized", "HistogramStandardization",
+    "HistogramStandardizationd",
 ]
 
 
@@ -509,3 +510,171 @@ class HistogramNormalized(_Dict):
         for _, key in _present_keys(data, self.keys, self.allow_missing_keys):
             out[key] = self.transform(data[key], mask=data[self.mask_key])
         return out
+
+
+# ---------------- TorchIO HistogramStandardization (Nyul & Udupa) ----------------
+_HS_CUTOFF = (0.01, 0.99)  # TorchIO's DEFAULT_CUTOFF
+_HS_RANGE = (0.0, 100.0)  # its STANDARD_RANGE
+_HS_USED = [0, 1, 2, 4, 5, 6, 7, 8, 10, 11, 12]  # its range_to_use: the landmarks without the quartiles 25 / 75
+
+
+def _hs_percentiles(cutoff_percent: Sequence[float]) -> list[float]:
+    """TorchIO's _get_percentiles: the two cutoffs, the quartiles and the deciles, sorted, unique."""
+    return sorted(set([float(v) for v in cutoff_percent] + [25.0, 50.0, 75.0] + [10.0 * k for k in range(1, 10)]))
+
+
+def _masked_percentiles(x: torch.Tensor, mask: Optional[torch.Tensor], q: Sequence[float]) -> torch.Tensor:
+    """(N, len(q)) float64: numpy.percentile (linear) of each sample's voxels in `mask` (every channel
+    together), on the data's device without a host sync. Without a mask ops.percentiles; with one, a
+    sort of each sample (voxels outside the mask as +inf, after the n inside) and numpy's virtual
+    index q / 100 * (n - 1) and lerp (include/voxaug/detail/stats.h). A NaN inside gives NaN (as
+    numpy); an empty mask gives NaN."""
+    if mask is None:
+        return ops.percentiles(x.reshape(x.shape[0], 1, 1, 1, -1), list(q), False)[:, 0]
+    n_s = x.shape[0]
+    flat = x.reshape(n_s, -1).double()
+    inside = mask.reshape(n_s, -1)
+    inf = torch.full((), float("inf"), dtype=torch.float64, device=x.device)
+    srt = torch.sort(torch.where(inside, flat, inf), dim=1).values
+    n = inside.sum(1, dtype=torch.int64)
+    qs = _host_to(torch.tensor([float(v) for v in q], dtype=torch.float64), x.device)
+    pos = (qs[None] / 100.0) * (n - 1).double()[:, None]
+    lo = torch.minimum(pos.clamp(min=0).floor().long(), (n - 1).clamp(min=0)[:, None])
+    w = pos - lo.double()
+    hi = torch.minimum(lo + 1, (n - 1).clamp(min=0)[:, None])
+    a, b = srt.gather(1, lo), srt.gather(1, hi)
+    d = b - a
+    val = torch.where(w < 0.5, a + d * w, b - d * (1.0 - w))
+    bad = (n == 0) | (torch.isnan(flat) & inside).any(1)
+    return torch.where(bad[:, None], torch.full((), float("nan"), dtype=torch.float64, device=x.device), val)
+
+
+def _landmarks_array(v: Any) -> np.ndarray:
+    """A landmarks vector: an array, a tensor, or a path to a .npy file (TorchIO's forms)."""
+    if isinstance(v, (str, bytes)) or hasattr(v, "__fspath__"):
+        v = np.load(v)
+    a = np.asarray(torch.as_tensor(v).cpu() if isinstance(v, torch.Tensor) else v, dtype=np.float64).reshape(-1)
+    if a.shape[0] != 13 or not np.all(np.isfinite(a)):
+        raise ValueError(f"landmarks must be 13 finite values (HistogramStandardization.train's output), got "
+                         f"{a.shape[0]} values" + ("" if a.shape[0] != 13 else " with NaN / inf"))
+    return a
+
+
+class HistogramStandardization:
+    """TorchIO HistogramStandardization (Nyul & Udupa): each sample's intensity landmarks (the
+    1st / 99th percentiles and the deciles of its masked voxels, all channels together) mapped
+    piecewise linearly onto trained ``landmarks`` (13 values from :meth:`train`, a tensor / array or
+    a .npy path), the first and last pieces extended beyond; TorchIO's arithmetic (float64 slopes
+    and intercepts, pieces by numpy.digitize's rule, a piece whose landmarks are closer than 1e-5
+    flat), float32 result. On the data's device for a whole batch, no host sync (masked
+    percentiles by a sort of each sample). ``masking_method``: None (every voxel), a callable of
+    each sample's (C, D, H, W) tensor, or a mask / label tensor. Deliberate difference: an empty mask
+    gives NaN where TorchIO's numpy.percentile raises."""
+
+    def __init__(self, landmarks: Any, masking_method: Any = None):
+        self.landmarks = _landmarks_array(landmarks)
+        self.masking_method = masking_method
+
+    def __call__(self, img: Any) -> Any:
+        x, restore = _as_batch(img)
+        xf = x.float()  # TorchIO: astype(np.float32)
+        q = _hs_percentiles(100.0 * np.array([min(max(0.0, _HS_CUTOFF[0]), 0.09), max(min(1.0, _HS_CUTOFF[1]), 0.91)]))
+        perc = _masked_percentiles(xf, _torchio_mask(x, self.masking_method), q)  # (N, 13)
+        used = _host_to(torch.tensor(_HS_USED), x.device)
+        rp = perc.index_select(1, used)  # (N, 11)
+        rm = _host_to(torch.from_numpy(self.landmarks[_HS_USED]), x.device)  # (11,)
+        diff_perc = rp[:, 1:] - rp[:, :-1]
+        inf = torch.full((), float("inf"), dtype=torch.float64, device=x.device)
+        diff_perc = torch.where(diff_perc < 1e-5, inf, diff_perc)
+        slope = (rm[1:] - rm[:-1])[None] / diff_perc  # (N, 10)
+        intercept = rm[:-1][None] - slope * rp[:, :-1]
+        # Per voxel (ops.piecewise_linear): the piece by numpy.digitize(x, edges, right=False), then
+        # slope * x + intercept in float64, rounded to float32.
+        table = torch.cat([rp[:, 1:-1], slope, intercept], 1)
+        return restore(ops.piecewise_linear(xf, table, len(_HS_USED) - 1))
+
+    @staticmethod
+    def train(images: Sequence[Any], cutoff: Optional[Sequence[float]] = None, mask_path: Any = None,
+              masking_function: Optional[Any] = None, output_path: Any = None) -> np.ndarray:
+        """TorchIO's HistogramStandardization.train: the average landmarks (13 float64 values) of
+        `images` (tensors / arrays of one image each, or NIfTI paths read with nibabel), each image's
+        percentiles of its voxels in the mask (``masking_function(image)``, else `mask_path`: one
+        mask for all or one per image, a path or a tensor; else every voxel), mapped onto [0, 100]
+        by its cutoff percentiles and averaged. The percentiles run on each image's device;
+        `output_path` (.npy or .txt, TorchIO's formats) saves the result."""
+        cut = _HS_CUTOFF if cutoff is None else tuple(float(v) for v in cutoff)
+        q = _hs_percentiles(100.0 * np.array(cut))
+        masks = None
+        if mask_path is not None and isinstance(mask_path, Sequence) and not isinstance(mask_path, (str, bytes)):
+            masks = list(mask_path)
+            if len(masks) != len(images):
+                raise ValueError(f"Different number of images ({len(images)}) and mask ({len(masks)}) paths found")
+        rows = []
+        for i, image in enumerate(images):
+            t = _read_volume(image)
+            if masking_function is not None:
+                m = torch.as_tensor(masking_function(t)).to(t.device) != 0
+            elif mask_path is None:
+                m = None
+            else:
+                m = _read_volume(masks[i] if masks is not None else mask_path).to(t.device) > 0
+            rows.append(_masked_percentiles(t[None], None if m is None else m.reshape(1, -1), q)[0].cpu().numpy())
+        db = np.vstack(rows)
+        pc1, pc2 = db[:, 0], db[:, -1]
+        s1, s2 = _HS_RANGE
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slopes = np.nan_to_num((s2 - s1) / (pc2 - pc1))
+        intercepts = np.mean(s1 - slopes * pc1)
+        mapping = slopes.dot(db) / len(db) + intercepts
+        if output_path is not None:
+            import pathlib
+
+            path = pathlib.Path(output_path).expanduser()
+            if path.suffix == ".txt":
+                path.write_text(f'image {" ".join(map(str, mapping))}')
+            elif path.suffix == ".npy":
+                np.save(path, mapping)
+        return mapping
+
+
+def _read_volume(v: Any) -> torch.Tensor:
+    """An image as a tensor (C?, ...): a tensor as is, an array, or a NIfTI path (nibabel)."""
+    if isinstance(v, torch.Tensor):
+        return v
+    if isinstance(v, np.ndarray):
+        return torch.from_numpy(v)
+    import nibabel as nib
+
+    return torch.from_numpy(np.asarray(nib.load(str(v)).dataobj))[None]  # (1, ...) as TorchIO reads it
+
+
+class HistogramStandardizationd:
+    """TorchIO's form: ``landmarks`` a dict of key -> landmarks (arrays, tensors or .npy paths) or a
+    path to a .pt / .pth file holding one; each key of the dict present in the data is standardised
+    with its landmarks (``keys`` limits them)."""
+
+    def __init__(self, landmarks: Any, masking_method: Any = None, keys: Optional[Sequence[str]] = None,
+                 allow_missing_keys: bool = True):
+        if isinstance(landmarks, (str, bytes)) or hasattr(landmarks, "__fspath__"):
+            import pathlib
+
+            suffix = pathlib.Path(landmarks).suffix
+            if suffix not in (".pt", ".pth"):
+                raise ValueError(f'The landmarks file must have extension .pt or .pth, not "{suffix}"')
+            landmarks = torch.load(landmarks, weights_only=False)
+        if not isinstance(landmarks, dict):
+            raise ValueError("landmarks must be a dict of key -> landmarks or a .pt / .pth path, got "
+                             f"{type(landmarks).__name__}")
+        self.transforms = {k: HistogramStandardization(v, masking_method) for k, v in landmarks.items()}
+        self.keys = list(self.transforms) if keys is None else list(keys)
+        for k in self.keys:
+            if k not in self.transforms:
+                raise KeyError(f'Image name "{k}" should be a key in the landmarks dictionary, whose keys are '
+                               f"{tuple(self.transforms)}")
+        self.allow_missing_keys = allow_missing_keys
+
+    def __call__(self, data):
+        d = dict(data)
+        for _, key in _present_keys(d, self.keys, self.allow_missing_keys):
+            d[key] = self.transforms[key](d[key])
+        return d

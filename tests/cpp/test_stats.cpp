@@ -539,3 +539,82 @@ TEST(Stats, PercentilesLargeSegmentsRadixSelect) {
   percentiles(view(h.data(), DType::Float16, v), qh, 4, oh, false, nullptr, 0);
   for (int k = 0; k < 4; ++k) EXPECT_NEAR(oh[k], ref_percentile(hv, qh[k]), 1e-12) << qh[k];
 }
+
+// ---- piecewise_linear (TorchIO HistogramStandardization's map) ----
+
+namespace {
+// numpy's arithmetic written out: digitize by a binary search over the edges (upper_bound: the
+// first edge > x), then slope * x + intercept in float64, rounded to float32.
+float naive_piecewise(const std::vector<double>& row, int pieces, float x) {
+  const double v = x;
+  const auto first = row.begin(), last = row.begin() + (pieces - 1);
+  const int k = v != v ? 0 : static_cast<int>(std::upper_bound(first, last, v) - first);
+  const double y = row[pieces - 1 + k] * v;
+  return static_cast<float>(y + row[2 * pieces - 1 + k]);
+}
+}  // namespace
+
+TEST(Stats, PiecewiseLinearVsNaiveEveryPieceCount) {
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<double> u(-50.0, 150.0);
+  const Vol v{3, 2, 5, 6, 7};  // 420 per sample: not a multiple of the 8-lane vectors
+  for (int pieces = 1; pieces <= kMaxPiecewisePieces; ++pieces) {
+    const int row_len = 3 * pieces - 1;
+    std::vector<double> table(v.n * row_len);
+    for (int64_t n = 0; n < v.n; ++n) {
+      std::vector<double> e(pieces - 1);
+      for (auto& x : e) x = std::round(u(rng) * 4.0) / 4.0;  // quarter steps: exact ties with x
+      std::sort(e.begin(), e.end());
+      if (pieces > 3) e[2] = e[1];  // equal edges (TorchIO's flat pieces)
+      for (int i = 0; i < pieces - 1; ++i) table[n * row_len + i] = e[i];
+      for (int i = 0; i < 2 * pieces; ++i) table[n * row_len + pieces - 1 + i] = u(rng) / 7.0;
+    }
+    std::vector<float> x(v.numel());
+    for (auto& e : x) e = static_cast<float>(std::round(u(rng) * 4.0) / 4.0);
+    x[3] = NAN;
+    x[5] = INFINITY;
+    x[8] = -INFINITY;
+    std::vector<float> got(x.size(), -99.0f);
+    piecewise_linear(view(x.data(), DType::Float32, v), view(got.data(), DType::Float32, v),
+                     table.data(), pieces);
+    const int64_t per = v.c * v.d * v.h * v.w;
+    int mismatches = 0;
+    for (int64_t i = 0; i < v.numel(); ++i) {
+      const int64_t n = i / per;
+      const std::vector<double> row(table.begin() + n * row_len, table.begin() + (n + 1) * row_len);
+      const float want = naive_piecewise(row, pieces, x[i]);
+      const float body = detail::piecewise_value(row.data(), pieces, x[i]);
+      const bool same = std::memcmp(&want, &got[i], 4) == 0 && std::memcmp(&want, &body, 4) == 0;
+      mismatches += same ? 0 : 1;
+      if (!same && mismatches < 4)
+        ADD_FAILURE() << "pieces " << pieces << " i " << i << " x " << x[i] << ": " << got[i]
+                      << " / body " << body << " vs " << want;
+    }
+    EXPECT_EQ(mismatches, 0) << "pieces " << pieces;
+    // In place, and a strided (every other channel) view: the per-item path.
+    std::vector<float> inplace = x;
+    piecewise_linear(view(inplace.data(), DType::Float32, v),
+                     view(inplace.data(), DType::Float32, v), table.data(), pieces);
+    EXPECT_EQ(std::memcmp(inplace.data(), got.data(), 4 * got.size()), 0);
+    const Vol half{v.n, 1, v.d, v.h, v.w};
+    VolumeView sv = view(x.data(), DType::Float32, half);
+    sv.strides[0] = per;  // sample stride of the full batch: channel 0 of each sample
+    std::vector<float> sgot(half.numel());
+    piecewise_linear(sv, view(sgot.data(), DType::Float32, half), table.data(), pieces);
+    for (int64_t n = 0; n < v.n; ++n)
+      EXPECT_EQ(std::memcmp(sgot.data() + n * (per / 2), got.data() + n * per, 4 * (per / 2)), 0)
+          << "strided, pieces " << pieces << " sample " << n;
+  }
+  std::vector<float> a(10), b(10);
+  const double row[2] = {1.0, 0.0};
+  EXPECT_THROW(piecewise_linear(view(a.data(), DType::Float32, Vol{1, 1, 1, 1, 10}),
+                                view(b.data(), DType::Float32, Vol{1, 1, 1, 1, 10}), row, 0),
+               Error);
+  EXPECT_THROW(piecewise_linear(view(a.data(), DType::Float32, Vol{1, 1, 1, 1, 10}),
+                                view(b.data(), DType::Float32, Vol{1, 1, 1, 1, 10}), nullptr, 1),
+               Error);
+  std::vector<double> d(10);
+  EXPECT_THROW(piecewise_linear(view(d.data(), DType::Float64, Vol{1, 1, 1, 1, 10}),
+                                view(b.data(), DType::Float32, Vol{1, 1, 1, 1, 10}), row, 1),
+               Error);
+}

@@ -6,6 +6,8 @@
 
 #include "test_support.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -155,6 +157,41 @@ TEST(StatsCuda, RejectsHostStatistics) {
       normalize_intensity(contiguous_view(din.p, DType::Float32, Device::CUDA, 1, 1, 4, 4, 4),
                           contiguous_view(dout.p, DType::Float32, Device::CUDA, 1, 1, 4, 4, 4), a),
       Error);
+}
+
+// TorchIO HistogramStandardization's map: the CUDA kernel vs the host's vectorised loop, with
+// values on the edges, NaN and infinities, 10 pieces (TorchIO's) and 16.
+TEST(StatsCuda, PiecewiseLinearTwinBitIdentical) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<double> u(-50.0, 150.0);
+  const Vol v{3, 2, 9, 10, 11};
+  for (int pieces : {10, 16}) {
+    const int row_len = 3 * pieces - 1;
+    std::vector<double> table(v.n * row_len);
+    for (int64_t n = 0; n < v.n; ++n) {
+      std::vector<double> e(pieces - 1);
+      for (auto& x : e) x = std::round(u(rng) * 4.0) / 4.0;
+      std::sort(e.begin(), e.end());
+      for (int i = 0; i < pieces - 1; ++i) table[n * row_len + i] = e[i];
+      for (int i = 0; i < 2 * pieces; ++i) table[n * row_len + pieces - 1 + i] = u(rng) / 7.0;
+    }
+    std::vector<float> x(v.numel());
+    for (auto& e : x) e = static_cast<float>(std::round(u(rng) * 4.0) / 4.0);
+    x[1] = NAN;
+    x[2] = INFINITY;
+    std::vector<float> cpu(x.size());
+    piecewise_linear(contiguous_view(x.data(), DType::Float32, Device::CPU, v.n, v.c, v.d, v.h, v.w),
+                     contiguous_view(cpu.data(), DType::Float32, Device::CPU, v.n, v.c, v.d, v.h, v.w),
+                     table.data(), pieces);
+    DeviceBuffer dx(x), dt(table), dout(x.size() * sizeof(float));
+    piecewise_linear(contiguous_view(dx.p, DType::Float32, Device::CUDA, v.n, v.c, v.d, v.h, v.w),
+                     contiguous_view(dout.p, DType::Float32, Device::CUDA, v.n, v.c, v.d, v.h, v.w),
+                     dt.as<double>(), pieces);
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(0, std::memcmp(cpu.data(), dout.to_host<float>(x.size()).data(), 4 * x.size()))
+        << "pieces " << pieces;
+  }
 }
 
 #else

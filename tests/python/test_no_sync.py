@@ -158,6 +158,9 @@ DETERMINISTIC = {
     "RescaleIntensity": lambda: vs.RescaleIntensity((0, 1), percentiles=(1, 99)),
     "RescaleIntensity[in_min_max]": lambda: vs.RescaleIntensity((-1, 1), in_min_max=(0, 50)),
     "ThresholdIntensity": lambda: vt.ThresholdIntensity(10.0, above=True, cval=-1.0),
+    "HistogramStandardization": lambda: vs.HistogramStandardization(np.linspace(0.0, 100.0, 13) ** 1.1),
+    "HistogramStandardization[masked]": lambda: vs.HistogramStandardization(
+        np.linspace(0.0, 100.0, 13), masking_method=torch.rand(SHAPE[1:], device="cuda") > 0.3),
 }
 
 

@@ -376,6 +376,11 @@ def test_percentiles_large_segments_vs_numpy(device, dtype):
         for k in range(0, len(qs), 2):
             p = ops.percentiles(x.to(device), qs[k:k + 2], cw).cpu()
             torch.testing.assert_close(p, ref[..., k:k + 2], rtol=1e-14, atol=1e-12)
+    # HistogramStandardization's 13 landmarks (radix select) and 40 values (past its 32 bins: selection).
+    for many in (_hs_q(), [2.5 * k for k in range(40)]):
+        p = ops.percentiles(x.to(device), many, False).cpu()
+        ref = torch.from_numpy(np.percentile(x.double().reshape(2, 1, -1).numpy(), many, axis=2)).permute(1, 2, 0)
+        torch.testing.assert_close(p, ref, rtol=1e-14, atol=1e-12)
     x = x.clone()
     x[1, 0, 3, 4, 5] = float("nan") if dtype.is_floating_point else x[1, 0, 3, 4, 5]
     p = ops.percentiles(x.to(device), qs, True).cpu()
@@ -646,3 +651,121 @@ def test_clamp_matches_torchio():
     for bad in (dict(out_min=5.0, out_max=1.0), dict(out_min=float("nan")), dict(out_max="high")):
         with pytest.raises(ValueError):
             vt.Clamp(**bad)
+
+
+# ---------------- TorchIO HistogramStandardization ----------------
+def _hs_q():
+    return [1.0, 10.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0, 70.0, 75.0, 80.0, 90.0, 99.0]
+
+
+def _mri_paths():
+    import os
+
+    from conftest import TEMPLATES
+    paths = [os.path.join(TEMPLATES, f) for f in ("ch2.nii.gz", "ch2better.nii.gz", "ch2bet.nii.gz",
+                                                  "inia19-t1-brain.nii.gz")]
+    if not all(os.path.exists(p) for p in paths):
+        pytest.skip("mricron-data not installed (apt-get install mricron-data)")
+    return paths
+
+
+def test_histogram_standardization_train_matches_torchio(tmp_path):
+    """Landmarks trained on the real MRI volumes of mricron-data (file paths), with and without a
+    mask per image and a masking function, equal TorchIO's train; the .npy / .txt outputs."""
+    tio = pytest.importorskip("torchio")
+    nib = pytest.importorskip("nibabel")
+    paths = _mri_paths()
+    want = tio.HistogramStandardization.train(paths, progress=False)
+    got = vs.HistogramStandardization.train(paths, output_path=tmp_path / "lm.npy")
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-12)
+    assert np.array_equal(np.load(tmp_path / "lm.npy"), got)
+    masks = []
+    for k, p in enumerate(paths):
+        img = nib.load(p)
+        m = (np.asarray(img.dataobj) > 20 + 5 * k).astype(np.uint8)
+        masks.append(str(tmp_path / f"m{k}.nii.gz"))
+        nib.save(nib.Nifti1Image(m, img.affine), masks[-1])
+    want = tio.HistogramStandardization.train(paths, mask_path=masks, cutoff=(0.05, 0.95), progress=False)
+    got = vs.HistogramStandardization.train(paths, mask_path=masks, cutoff=(0.05, 0.95))
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-12)
+    fn = lambda t: t > t.float().mean()  # noqa: E731
+    want = tio.HistogramStandardization.train(paths, masking_function=fn, progress=False)
+    got = vs.HistogramStandardization.train(paths, masking_function=fn, output_path=tmp_path / "lm.txt")
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-12)
+    assert (tmp_path / "lm.txt").read_text().startswith("image ")
+    tensors = [torch.from_numpy(np.asarray(nib.load(p).dataobj))[None] for p in paths]
+    np.testing.assert_allclose(vs.HistogramStandardization.train(tensors), tio.HistogramStandardization.train(
+        paths, progress=False), rtol=1e-13, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mask", [None, "callable", "tensor"])
+def test_histogram_standardization_matches_torchio(device, mask):
+    """Each sample of a batch as TorchIO standardises that image alone: landmarks trained on the
+    mricron-data volumes, the images ch2 (uint8), a rescaled float copy and a random float volume
+    with flat stretches (equal landmarks: TorchIO's 1e-5 rule); masks as TorchIO takes them."""
+    tio = pytest.importorskip("torchio")
+    nib = pytest.importorskip("nibabel")
+    paths = _mri_paths()
+    landmarks = tio.HistogramStandardization.train(paths, progress=False)
+    ch2 = torch.from_numpy(np.asarray(nib.load(paths[0]).dataobj).astype(np.float32))[None, :60, :70, :50]
+    flat = torch.where(ch2 < 30, torch.zeros(()), ch2 * 3.7 + 11)
+    noise = torch.from_numpy(np.random.default_rng(3).random(ch2.shape).astype(np.float32)) * 500
+    x = torch.stack([ch2, flat, noise])
+    lab = (ch2 > 50).to(torch.uint8)
+    method = {None: None, "callable": _mean_mask, "tensor": lab}[mask]
+    t = vs.HistogramStandardization(landmarks, masking_method=None if method is None else
+                                    (method if callable(method) else method.to(device)))
+    out = t(x.to(device)).cpu()
+    assert out.dtype == torch.float32 and out.shape == x.shape
+    for n in range(3):
+        tm = None if method is None else (method if callable(method) else "lab")
+        subject = tio.Subject(img=tio.ScalarImage(tensor=x[n]), lab=tio.LabelMap(tensor=lab))
+        ref = tio.HistogramStandardization({"img": landmarks}, masking_method=tm, include=["img"])(subject)["img"].data
+        assert torch.equal(out[n], ref), (n, (out[n] - ref).abs().max())
+    assert torch.equal(vs.HistogramStandardization(landmarks)(x[0]), t(x[:1])[0]) if mask is None else True
+
+
+def test_histogram_standardization_dict_forms_and_errors(tmp_path):
+    lm = np.linspace(0, 100, 13)
+    x = torch.rand(1, 8, 9, 10) * 100
+    t = vs.HistogramStandardization(lm)
+    d = vs.HistogramStandardizationd({"t1": lm, "t2": torch.from_numpy(lm * 2)})({"t1": x, "t2": x, "o": 1})
+    assert torch.equal(d["t1"], t(x)) and torch.equal(d["t2"], vs.HistogramStandardization(lm * 2)(x)) and d["o"] == 1
+    np.save(tmp_path / "t1.npy", lm)
+    torch.save({"t1": str(tmp_path / "t1.npy")}, tmp_path / "lm.pth")
+    assert torch.equal(vs.HistogramStandardizationd(tmp_path / "lm.pth")({"t1": x})["t1"], t(x))
+    with pytest.raises(ValueError, match="must have extension .pt or .pth"):
+        vs.HistogramStandardizationd(tmp_path / "t1.npy")
+    with pytest.raises(KeyError, match="should be a key in the landmarks dictionary"):
+        vs.HistogramStandardizationd({"t1": lm}, keys=["t2"])
+    with pytest.raises(ValueError, match="landmarks must be 13 finite values"):
+        vs.HistogramStandardization(lm[:5])
+    with pytest.raises(ValueError, match="with NaN"):
+        vs.HistogramStandardization(np.full(13, np.nan))
+    empty = vs.HistogramStandardization(lm, masking_method=torch.zeros(1, 8, 9, 10))(x)
+    assert torch.isnan(empty).all()  # an empty mask: NaN (TorchIO's numpy.percentile raises)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_piecewise_linear_op(device):
+    """The op behind HistogramStandardization vs numpy's digitize / float64 arithmetic; opcheck;
+    errors naming the argument."""
+    rng = np.random.default_rng(12)
+    x = torch.from_numpy((np.round(rng.uniform(-10, 110, (2, 3, 7, 8, 9)) * 2) / 2).astype(np.float32))
+    edges = np.sort(np.round(rng.uniform(0, 100, (2, 9)) * 2) / 2, axis=1)
+    slopes, icpts = rng.uniform(-2, 2, (2, 10)), rng.uniform(-50, 50, (2, 10))
+    table = torch.from_numpy(np.concatenate([edges, slopes, icpts], 1))
+    got = ops.piecewise_linear(x.to(device), table.to(device), 10).cpu()
+    for n in range(2):
+        flat = x[n].numpy().reshape(-1)
+        k = np.digitize(flat, edges[n], right=False)
+        want = (slopes[n][k] * flat + icpts[n][k]).astype(np.float32).reshape(x.shape[1:])
+        assert np.array_equal(got[n].numpy(), want)
+    torch.library.opcheck(torch.ops.voxaug.piecewise_linear, (x.to(device), table.to(device), 10))
+    with pytest.raises(ValueError, match="image must be float32"):
+        ops.piecewise_linear(x.double().to(device), table.to(device), 10)
+    with pytest.raises(ValueError, match=r"table must be float64 of shape \(N, 3 \* pieces - 1\)"):
+        ops.piecewise_linear(x.to(device), table[:, :20].to(device), 10)
+    with pytest.raises(ValueError, match="pieces must be in"):
+        ops.piecewise_linear(x.to(device), torch.zeros(2, 50, dtype=torch.float64, device=device), 17)

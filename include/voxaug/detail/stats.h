@@ -161,6 +161,18 @@ VOXAUG_HD VOXAUG_FORCEINLINE double percentile_lerp(double a, double b, double w
   return w < 0.5 ? fadd(a, fmul(d, w)) : fsub(b, fmul(d, fsub(1.0, w)));
 }
 
+// ---- piecewise linear map (TorchIO HistogramStandardization) ----
+
+// One value: k = the number of edges <= x (numpy.digitize, right=False; a NaN x counts none), then
+// slope[k] * x + intercept[k] in float64, rounded to float32. `row`: pieces - 1 edges, pieces
+// slopes, pieces intercepts.
+VOXAUG_HD VOXAUG_FORCEINLINE float piecewise_value(const double* row, int pieces, float x) {
+  const double v = static_cast<double>(x);
+  int k = 0;
+  for (int i = 0; i < pieces - 1; ++i) k += v >= row[i] ? 1 : 0;
+  return static_cast<float>(fadd(fmul(row[pieces - 1 + k], v), row[2 * pieces - 1 + k]));
+}
+
 // ---- the pointwise apply step ----
 
 enum StatApplyMode : int32_t { kApplyNormalize = 0, kApplyRangePercentiles = 1 };
