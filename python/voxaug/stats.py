@@ -523,14 +523,23 @@ def _hs_percentiles(cutoff_percent: Sequence[float]) -> list[float]:
     return sorted(set([float(v) for v in cutoff_percent] + [25.0, 50.0, 75.0] + [10.0 * k for k in range(1, 10)]))
 
 
-def _masked_percentiles(x: torch.Tensor, mask: Optional[torch.Tensor], q: Sequence[float]) -> torch.Tensor:
+def _masked_percentiles(x: torch.Tensor, mask: Optional[torch.Tensor], q: Sequence[float],
+                        by_sort: Optional[bool] = None) -> torch.Tensor:
     """(N, len(q)) float64: numpy.percentile (linear) of each sample's voxels in `mask` (every channel
-    together), on the data's device without a host sync. Without a mask ops.percentiles; with one, a
-    sort of each sample (voxels outside the mask as +inf, after the n inside) and numpy's virtual
-    index q / 100 * (n - 1) and lerp (include/voxaug/detail/stats.h). A NaN inside gives NaN (as
-    numpy); an empty mask gives NaN."""
+    together), on the data's device without a host sync. Without a mask ops.percentiles; with one,
+    on the CPU ops.percentiles of each sample's masked voxels, on a GPU a sort of each sample
+    (voxels outside the mask as +inf, after the n inside) and numpy's virtual index
+    q / 100 * (n - 1) and lerp (include/voxaug/detail/stats.h). A NaN inside gives NaN (as numpy);
+    an empty mask gives NaN. `by_sort` picks the way (tests run the GPU's on the CPU)."""
     if mask is None:
         return ops.percentiles(x.reshape(x.shape[0], 1, 1, 1, -1), list(q), False)[:, 0]
+    if not (x.device.type != "cpu" if by_sort is None else by_sort):  # the CPU: no sync to avoid
+        rows = []
+        for n in range(x.shape[0]):
+            v = x[n].reshape(-1)[mask[n].reshape(-1)]
+            rows.append(ops.percentiles(v.reshape(1, 1, 1, 1, -1), list(q), False)[0, 0] if v.numel() else
+                        torch.full((len(q),), float("nan"), dtype=torch.float64))
+        return torch.stack(rows)
     n_s = x.shape[0]
     flat = x.reshape(n_s, -1).double()
     inside = mask.reshape(n_s, -1)

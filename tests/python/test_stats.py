@@ -769,3 +769,23 @@ def test_piecewise_linear_op(device):
         ops.piecewise_linear(x.to(device), table[:, :20].to(device), 10)
     with pytest.raises(ValueError, match="pieces must be in"):
         ops.piecewise_linear(x.to(device), torch.zeros(2, 50, dtype=torch.float64, device=device), 17)
+
+
+@pytest.mark.parametrize("by_sort", [False, True])
+def test_masked_percentiles_both_ways_vs_numpy(by_sort):
+    """The masked landmark percentiles (the CPU's compaction + exact select, the GPU's sort of each
+    sample) vs numpy.percentile of the masked voxels; NaN inside the mask, an empty mask."""
+    from voxaug.stats import _masked_percentiles
+
+    rng = np.random.default_rng(14)
+    x = torch.from_numpy((np.round(rng.uniform(-5, 40, (4, 2, 9, 10, 11)) * 4) / 4).astype(np.float32))
+    mask = torch.from_numpy(rng.random((4, 2, 9, 10, 11)) < 0.4)
+    mask[2] = False
+    x[3, 1, 2, 3, 4] = float("nan")
+    mask[3, 1, 2, 3, 4] = True
+    q = _hs_q() + [0.0, 100.0, 33.3]
+    got = _masked_percentiles(x, mask, q, by_sort=by_sort)
+    for n in range(4):
+        v = x[n][mask[n]].double().numpy()
+        want = np.percentile(v, q) if v.size else np.full(len(q), np.nan)
+        np.testing.assert_array_equal(got[n].numpy(), want)
