@@ -23,7 +23,7 @@ from . import ops
 from .transforms import _as_batch, _host_to, _Randomizable
 
 __all__ = ["OneHot", "RemapLabels", "RemoveLabels", "SequentialLabels", "Mask", "EnsureShapeMultiple",
-           "RandomLabelsToImage"]
+           "RandomLabelsToImage", "KeepLargestComponent", "Contour"]
 
 
 def _mask_for(x: torch.Tensor, masking_method: Any, data: Optional[Mapping], labels: Optional[Sequence[int]]
@@ -163,6 +163,49 @@ class SequentialLabels(_PerKey):
                                              for k, v in data.items()}
             outs.append(t._apply(x[n:n + 1], sub))
         return torch.cat(outs)
+
+
+def _one_channel(x: torch.Tensor) -> None:
+    if x.shape[1] != 1:
+        raise RuntimeError(f"The number of input channels must be 1, but it is {x.shape[1]}")
+
+
+class KeepLargestComponent(_PerKey):
+    """TorchIO KeepLargestComponent: each sample's largest face-connected component of its nonzero
+    voxels (SimpleITK's ConnectedComponent and RelabelComponent), as a uint8 0 / 1 map; among
+    components of equal size the first in SimpleITK's raster order (the last axis slowest) wins.
+    On the data's device (``ops.connected_components`` + ``ops.largest_components`` on the
+    volume's axes reversed), no host sync. One channel, as TorchIO."""
+
+    def __init__(self, label_keys: Sequence[str] = ()):
+        self.label_keys = tuple(label_keys)
+
+    def _apply(self, x: torch.Tensor, data: Optional[Mapping]) -> torch.Tensor:
+        _one_channel(x)
+        rev = (x != 0).permute(0, 1, 4, 3, 2).contiguous()  # C-order of this = SimpleITK's raster order
+        keep = ops.largest_components(ops.connected_components(rev, 1), 1)
+        return keep.permute(0, 1, 4, 3, 2).to(torch.uint8)
+
+
+class Contour(_PerKey):
+    """TorchIO Contour (SimpleITK's BinaryContour, foreground 1, face connectivity): voxels of value
+    1 all of whose face neighbours inside the volume are 1 become 0; every other voxel keeps its
+    value (the contour of the 1s, other labels untouched); the input's dtype. On the data's device,
+    no host sync. One channel, as TorchIO."""
+
+    def __init__(self, label_keys: Sequence[str] = ()):
+        self.label_keys = tuple(label_keys)
+
+    def _apply(self, x: torch.Tensor, data: Optional[Mapping]) -> torch.Tensor:
+        _one_channel(x)
+        fg = x == 1
+        # Outside the volume counts as foreground (SimpleITK's filter ignores it): pad with True.
+        p = F.pad(fg, (1, 1, 1, 1, 1, 1), value=True)
+        interior = fg.clone()
+        d, h, w = x.shape[2:]
+        for a, b, c in ((0, 1, 1), (2, 1, 1), (1, 0, 1), (1, 2, 1), (1, 1, 0), (1, 1, 2)):
+            interior &= p[:, :, a:a + d, b:b + h, c:c + w]
+        return torch.where(interior, torch.zeros((), dtype=x.dtype, device=x.device), x)
 
 
 class Mask(_PerKey):

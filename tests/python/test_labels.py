@@ -100,3 +100,48 @@ def test_device(device):
     lab = labels().to(device)
     for t in (OneHot(6), RemapLabels({1: 7, 3: 1}), RemoveLabels([2])):
         assert torch.equal(t(lab).cpu(), t(lab.cpu()))
+
+
+# ---------------- TorchIO KeepLargestComponent, Contour ----------------
+def _blobs(shape, density, seed, high=2, dtype=torch.uint8):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.rand(shape, generator=g) < density).to(dtype)
+    if high > 2:
+        x = x * torch.randint(1, high, shape, generator=g).to(dtype)
+    return x
+
+
+@pytest.mark.parametrize("device", devices())
+def test_keep_largest_component_and_contour_equal_torchio(device):
+    """Random masks of several densities (many small face-connected components, ties among the
+    largest, other label values) and the real atlas (aal, int16): each sample as TorchIO's
+    SimpleITK filters give it."""
+    from voxaug.labels import Contour, KeepLargestComponent
+
+    cases = [_blobs((1, 9, 10, 11), d, s, high=h) for s, (d, h) in enumerate(
+        [(0.2, 2), (0.35, 2), (0.5, 4), (0.7, 3), (0.05, 2)])]
+    cases.append(torch.zeros(1, 3, 4, 1, dtype=torch.uint8))
+    # Two single voxels: C order puts (0, 3, 0) first, SimpleITK's raster order (first axis fastest)
+    # (2, 0, 0), which TorchIO keeps.
+    cases[-1][0, 0, 3, 0] = 1
+    cases[-1][0, 2, 0, 0] = 1
+    for lab in cases:
+        for t, ref in ((KeepLargestComponent(), tio.KeepLargestComponent()), (Contour(), tio.Contour())):
+            want = ref(tio.LabelMap(tensor=lab.clone())).data
+            got = t(lab.to(device)).cpu()
+            assert got.dtype == want.dtype and torch.equal(got, want), (type(t).__name__, lab.shape)
+    batch = torch.stack(cases[:3])
+    assert torch.equal(KeepLargestComponent()(batch.to(device)).cpu(),
+                       torch.stack([KeepLargestComponent()(c) for c in cases[:3]]))
+    path = os.path.join(TEMPLATES, "aal.nii.gz")
+    if os.path.exists(path):
+        import nibabel as nib
+
+        aal = torch.from_numpy(np.asarray(nib.load(path).dataobj).astype(np.int16))[None, 40:120, 50:150, 30:110]
+        for t, ref in ((KeepLargestComponent(), tio.KeepLargestComponent()), (Contour(), tio.Contour())):
+            want = ref(tio.LabelMap(tensor=aal.clone())).data
+            assert torch.equal(t(aal.to(device)).cpu(), want), type(t).__name__
+    d = Contour(label_keys=["seg"])({"seg": cases[0], "img": cases[0].float()})
+    assert torch.equal(d["seg"], Contour()(cases[0])) and torch.equal(d["img"], cases[0].float())
+    with pytest.raises(RuntimeError, match="number of input channels must be 1"):
+        KeepLargestComponent()(torch.zeros(2, 3, 3, 3, dtype=torch.uint8))
