@@ -1,6 +1,6 @@
 """TorchIO's label-map and shape utilities, batched on the data's device: OneHot, RemapLabels,
-RemoveLabels, SequentialLabels, Mask and EnsureShapeMultiple; and RandomLabelsToImage (images
-generated from segmentations).
+RemoveLabels, SequentialLabels, Mask, EnsureShapeMultiple, KeepLargestComponent and Contour; and
+RandomLabelsToImage (images generated from segmentations).
 
 Inputs are (C, D, H, W) tensors or (N, C, D, H, W) batches; a dictionary (TorchIO's Subject) is
 transformed key by key: the label transforms touch the keys under `label_keys` (TorchIO's
