@@ -53,7 +53,8 @@ void check_args(const at::Tensor& image, const at::Tensor& boxes, const at::Tens
 // a non-blocking copy (no host synchronisation).
 at::Tensor table_to(const at::Tensor& t, const at::Tensor& like) {
   if (!like.is_cuda()) return t.contiguous();
-  return transforms::common::pinned_host_copy(t.contiguous()).to(like.device(), at::kLong, /*non_blocking=*/true);
+  return transforms::common::pinned_host_copy(t.contiguous())
+      .to(like.device(), at::kLong, /*non_blocking=*/true);
 }
 
 void run_dropout(const at::Tensor& image, const at::Tensor& out, const at::Tensor& boxes,

@@ -73,8 +73,9 @@ at::Tensor largest_components_device(const at::Tensor& labels, int64_t num_compo
   const int64_t v = labels.numel() / nc;
   const at::Tensor lab = labels.reshape({nc, v}).to(at::kLong).clamp(0, v);
   at::Tensor counts = at::zeros({nc, v + 1}, lab.options());
-  counts.scatter_add_(1, lab, at::ones({1, 1}, lab.options()).expand({nc, v}));  // no 8 B / voxel of ones
-  counts.select(1, 0).zero_();  // background
+  counts.scatter_add_(1, lab,
+                      at::ones({1, 1}, lab.options()).expand({nc, v}));  // no 8 B / voxel of ones
+  counts.select(1, 0).zero_();                                           // background
   const int64_t k = std::min(num_components, v + 1);
   at::Tensor top;
   if (k <= 8) {  // argmax returns the first maximum: the smaller label among equal sizes
@@ -122,8 +123,9 @@ at::Tensor component_sizes_device(const at::Tensor& labels) {
   const int64_t v = labels.numel() / nc;
   const at::Tensor lab = labels.reshape({nc, v}).to(at::kLong).clamp(0, v);
   at::Tensor counts = at::zeros({nc, v + 1}, lab.options());
-  counts.scatter_add_(1, lab, at::ones({1, 1}, lab.options()).expand({nc, v}));  // no 8 B / voxel of ones
-  counts.select(1, 0).zero_();  // background
+  counts.scatter_add_(1, lab,
+                      at::ones({1, 1}, lab.options()).expand({nc, v}));  // no 8 B / voxel of ones
+  counts.select(1, 0).zero_();                                           // background
   return counts.gather(1, lab).to(at::kInt).reshape(labels.sizes());
 }
 

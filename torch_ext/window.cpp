@@ -611,8 +611,9 @@ at::Tensor SlidingWindowInferer::graphed(const at::Tensor& inputs, const Predict
   TORCH_CHECK_VALUE(inputs.is_cuda(), "cuda_graph needs CUDA inputs, got ", inputs.device());
   TORCH_CHECK_VALUE(!options_.device || torch_ext::indexed(*options_.device) == inputs.device(),
                     "cuda_graph needs device on the inputs' device ", inputs.device());
-  TORCH_CHECK_VALUE(!options_.sw_device || torch_ext::indexed(*options_.sw_device) == inputs.device(),
-                    "cuda_graph needs sw_device on the inputs' device ", inputs.device());
+  TORCH_CHECK_VALUE(
+      !options_.sw_device || torch_ext::indexed(*options_.sw_device) == inputs.device(),
+      "cuda_graph needs sw_device on the inputs' device ", inputs.device());
   const std::vector<int64_t> key = {
       inputs.size(0),         inputs.size(1), inputs.size(2),
       inputs.size(3),         inputs.size(4), static_cast<int64_t>(inputs.scalar_type()),

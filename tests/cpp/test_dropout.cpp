@@ -511,8 +511,10 @@ void naive_swaps(std::vector<float>& x, const Vol& v, const std::vector<int64_t>
           for (int64_t d = 0; d < P[0]; ++d)
             for (int64_t h = 0; h < P[1]; ++h)
               for (int64_t w = 0; w < P[2]; ++w, ++i) {
-                if (pass == 0) vol[((l[3] + d) * v.h + l[4] + h) * v.w + l[5] + w] = a[i];
-                else vol[((l[0] + d) * v.h + l[1] + h) * v.w + l[2] + w] = b[i];
+                if (pass == 0)
+                  vol[((l[3] + d) * v.h + l[4] + h) * v.w + l[5] + w] = a[i];
+                else
+                  vol[((l[0] + d) * v.h + l[1] + h) * v.w + l[2] + w] = b[i];
               }
         }
       }
@@ -572,37 +574,32 @@ TEST(PatchSwap, MatchesNaiveCopiesWithOverlaps) {
 }
 
 #if VOXAUG_WITH_CUDA
-TEST(PatchSwapCuda, MatchesCpuTwinBitForBit) {
-  if (!voxaug_test::have_device()) GTEST_SKIP() << "no CUDA device: CUDA twin not run";
-  const Vol v{2, 3, 9, 10, 11};
-  const int64_t P[3] = {4, 3, 5};
-  const std::vector<int64_t> loc = {0, 0, 0, 1, 2, 3, 5, 7, 6, 0, 0, 0, 2, 2, 2, 3, 3, 3,
-                                    1, 1, 1, 4, 5, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-  const std::vector<int64_t> counts = {3, 1};
-  const std::vector<float> x = random_volume(v, 32);
+namespace {
+// The swaps on the device (tables there too) against the host's, float32, bit for bit.
+void swap_twin(const Vol& v, const int64_t P[3], const std::vector<int64_t>& loc,
+               const std::vector<int64_t>& counts, int64_t max_swaps, uint32_t seed) {
+  const std::vector<float> x = random_volume(v, seed);
   std::vector<float> cpu = x;
-  swap_patches_(voxaug_test::view(cpu.data(), DType::Float32, v), swap_params(loc, counts, 3, P));
+  swap_patches_(voxaug_test::view(cpu.data(), DType::Float32, v),
+                swap_params(loc, counts, max_swaps, P));
   voxaug_test::DeviceBuffer dx(x), dl(loc), dc(counts);
-  PatchSwapParams dp = swap_params(loc, counts, 3, P);
+  PatchSwapParams dp = swap_params(loc, counts, max_swaps, P);
   dp.locations = dl.as<int64_t>();
   dp.counts = dc.as<int64_t>();
   swap_patches_(voxaug_test::view(dx.p, DType::Float32, v, Device::CUDA), dp);
-  CUDA_OK(cudaDeviceSynchronize());
-  EXPECT_EQ(dx.to_host<float>(x.size()), cpu);
-  {  // second corner before the first, 512 voxels > 256 threads: several grid-stride passes
-    const Vol v2{1, 2, 12, 12, 12};
-    const int64_t P2[3] = {8, 8, 8};
-    const std::vector<int64_t> l2 = {3, 0, 0, 0, 0, 0, 1, 2, 3, 0, 1, 1}, c2 = {2};
-    const std::vector<float> y = random_volume(v2, 33);
-    std::vector<float> ref = y;
-    swap_patches_(voxaug_test::view(ref.data(), DType::Float32, v2), swap_params(l2, c2, 2, P2));
-    voxaug_test::DeviceBuffer dy(y), dl2(l2), dc2(c2);
-    PatchSwapParams q = swap_params(l2, c2, 2, P2);
-    q.locations = dl2.as<int64_t>();
-    q.counts = dc2.as<int64_t>();
-    swap_patches_(voxaug_test::view(dy.p, DType::Float32, v2, Device::CUDA), q);
-    CUDA_OK(cudaDeviceSynchronize());
-    EXPECT_EQ(dy.to_host<float>(y.size()), ref);
-  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(dx.to_host<float>(x.size()), cpu) << "seed " << seed;
+}
+}  // namespace
+
+TEST(PatchSwapCuda, MatchesCpuTwinBitForBit) {
+  if (!voxaug_test::have_device()) GTEST_SKIP() << "no CUDA device: CUDA twin not run";
+  const int64_t P[3] = {4, 3, 5};
+  swap_twin(Vol{2, 3, 9, 10, 11}, P, {0, 0, 0, 1, 2, 3, 5, 7, 6, 0, 0, 0, 2, 2, 2, 3, 3, 3,
+                                      1, 1, 1, 4, 5, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+            {3, 1}, 3, 32);
+  // The second corner before the first, 512 voxels > 256 threads: several grid-stride passes.
+  const int64_t P2[3] = {8, 8, 8};
+  swap_twin(Vol{1, 2, 12, 12, 12}, P2, {3, 0, 0, 0, 0, 0, 1, 2, 3, 0, 1, 1}, {2}, 2, 33);
 }
 #endif

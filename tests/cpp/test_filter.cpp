@@ -453,6 +453,24 @@ std::vector<float> naive_median(const std::vector<float>& x, const voxaug_test::
   return out;
 }
 
+// The per-voxel body the CUDA backend runs (quickselect), item by item on the host.
+std::vector<float> median_body_on_host(std::vector<float>& x, const voxaug_test::Vol& v,
+                                       const int64_t r[3]) {
+  detail::MedianBody f{};
+  f.in = x.data();
+  f.in_t = DType::Float32;
+  const VolumeView xv = voxaug_test::view(x.data(), DType::Float32, v);
+  for (int a = 0; a < 5; ++a) f.in_stride[a] = xv.strides[a];
+  std::vector<float> body(x.size());
+  f.out = body.data();
+  f.size[0] = v.c, f.size[1] = v.d, f.size[2] = v.h, f.size[3] = v.w;
+  for (int a = 0; a < 3; ++a) f.radius[a] = r[a];
+  detail::MedianBody::State st;
+  for (int64_t n = 0; n < v.n; ++n)
+    for (int64_t e = 0; e < f.items(); ++e) f(st, n, e);
+  return body;
+}
+
 }  // namespace
 
 // The CPU path (sorted columns, merge-select) against a full sort per box, and the per-voxel
@@ -470,18 +488,7 @@ TEST(MedianFilter, MatchesNaiveAndTheDeviceBody) {
                   voxaug_test::view(got.data(), DType::Float32, v), r);
     const std::vector<float> ref = naive_median(x, v, r);
     EXPECT_EQ(got, ref) << "radius " << r[0] << " " << r[1] << " " << r[2];
-    detail::MedianBody f{};
-    f.in = x.data();
-    f.in_t = DType::Float32;
-    const VolumeView xv = voxaug_test::view(x.data(), DType::Float32, v);
-    for (int a = 0; a < 5; ++a) f.in_stride[a] = xv.strides[a];
-    std::vector<float> body(x.size());
-    f.out = body.data();
-    f.size[0] = v.c, f.size[1] = v.d, f.size[2] = v.h, f.size[3] = v.w;
-    for (int a = 0; a < 3; ++a) f.radius[a] = r[a];
-    detail::MedianBody::State st;
-    for (int64_t n = 0; n < v.n; ++n)
-      for (int64_t e = 0; e < f.items(); ++e) f(st, n, e);
+    const std::vector<float> body = median_body_on_host(x, v, r);
     EXPECT_EQ(body, ref) << "device body, radius " << r[0] << " " << r[1] << " " << r[2];
   }
   {  // NaN with a sign and a payload, signed zeros: the same bits from the host and the device body
@@ -493,18 +500,7 @@ TEST(MedianFilter, MatchesNaiveAndTheDeviceBody) {
     std::vector<float> got(x.size());
     median_filter(voxaug_test::view(xn.data(), DType::Float32, v),
                   voxaug_test::view(got.data(), DType::Float32, v), r);
-    detail::MedianBody f{};
-    f.in = xn.data();
-    f.in_t = DType::Float32;
-    const VolumeView xv = voxaug_test::view(xn.data(), DType::Float32, v);
-    for (int a = 0; a < 5; ++a) f.in_stride[a] = xv.strides[a];
-    std::vector<float> body(x.size());
-    f.out = body.data();
-    f.size[0] = v.c, f.size[1] = v.d, f.size[2] = v.h, f.size[3] = v.w;
-    for (int a = 0; a < 3; ++a) f.radius[a] = r[a];
-    detail::MedianBody::State st;
-    for (int64_t n = 0; n < v.n; ++n)
-      for (int64_t e = 0; e < f.items(); ++e) f(st, n, e);
+    const std::vector<float> body = median_body_on_host(xn, v, r);
     int nans = 0;
     for (float g : got) nans += g != g;
     EXPECT_GE(nans, 27);  // every window around each NaN

@@ -181,9 +181,10 @@ TEST(StatsCuda, PiecewiseLinearTwinBitIdentical) {
     x[1] = NAN;
     x[2] = INFINITY;
     std::vector<float> cpu(x.size());
-    piecewise_linear(contiguous_view(x.data(), DType::Float32, Device::CPU, v.n, v.c, v.d, v.h, v.w),
-                     contiguous_view(cpu.data(), DType::Float32, Device::CPU, v.n, v.c, v.d, v.h, v.w),
-                     table.data(), pieces);
+    piecewise_linear(
+        contiguous_view(x.data(), DType::Float32, Device::CPU, v.n, v.c, v.d, v.h, v.w),
+        contiguous_view(cpu.data(), DType::Float32, Device::CPU, v.n, v.c, v.d, v.h, v.w),
+        table.data(), pieces);
     DeviceBuffer dx(x), dt(table), dout(x.size() * sizeof(float));
     piecewise_linear(contiguous_view(dx.p, DType::Float32, Device::CUDA, v.n, v.c, v.d, v.h, v.w),
                      contiguous_view(dout.p, DType::Float32, Device::CUDA, v.n, v.c, v.d, v.h, v.w),
