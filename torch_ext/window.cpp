@@ -17,6 +17,7 @@
 #if VOXAUG_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <nvtx3/nvToolsExt.h>
@@ -32,10 +33,13 @@ namespace voxaug {
 namespace torch_ext {
 
 // A device with its index: "cuda" without one is the current CUDA device (as at::empty reads
-// it), so the core gets a real index and devices compare equal to tensors' devices.
+// it), so the core gets a real index and devices compare equal to tensors' devices. (No
+// allocation: the graphed path calls this inside a capture.)
 c10::Device indexed(c10::Device d) {
-  if (!d.is_cuda() || d.has_index()) return d;
-  return at::empty({0}, at::TensorOptions().device(d)).device();
+#if VOXAUG_WITH_CUDA
+  if (d.is_cuda() && !d.has_index()) return c10::Device(c10::kCUDA, c10::cuda::current_device());
+#endif
+  return d;
 }
 
 namespace {
