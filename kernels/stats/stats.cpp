@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -35,18 +34,15 @@ StatSegments make_stat_segments(const VolumeView& in, bool channel_wise) {
 // own registers). Element-wise the operations are those of lane_add, in the same order.
 typedef double V8d __attribute__((vector_size(64)));
 typedef int64_t V8l __attribute__((vector_size(64)));
-typedef float V8f __attribute__((vector_size(32)));
 
 // (By reference: a 64-byte vector return value would differ between the ISA clones' ABIs.)
+// Element-wise on purpose: GCC 12 lowers __builtin_convertvector of 8 floats in this clone-
+// agnostic body to 128-bit halves before inlining (two converts, an extract and an insert per
+// vector); the element loop becomes one vcvtps2pd zmm in the AVX-512 clone (the float32
+// moments pass 2x faster on one core).
 template <class T>
 VOXAUG_FORCEINLINE void load8_f64(const T* p, V8d& v) {
-  if constexpr (std::is_same_v<T, float>) {
-    V8f f;
-    std::memcpy(&f, p, sizeof(f));
-    v = __builtin_convertvector(f, V8d);
-  } else {
-    for (int t = 0; t < 8; ++t) v[t] = value_f64(p[t]);
-  }
+  for (int t = 0; t < 8; ++t) v[t] = value_f64(p[t]);
 }
 
 // One chunk (kMomentChunk elements from `begin`) of segment `seg`: lanes in structure-of-
@@ -99,16 +95,14 @@ VOXAUG_FORCEINLINE Moments chunk_body(const T* data, const StatSegments& sg, int
             const V8l counted = x != 0.0;  // -1 where counted (NaN too), else 0
             d = reinterpret_cast<V8d>(reinterpret_cast<V8l>(d) & counted);  // +0 where not
             bn[q] -= counted;
-          } else {
-            bn[q] += 1;
-          }
+          }  // else every lane counts each of its kMomentPerLane rows (set below)
           b1[q] += d;
           b2[q] += d * d;
         }
       }
       for (int q = 0; q < kVecs; ++q)
         for (int t = 0; t < 8; ++t) {
-          ln[tb + 8 * q + t] = bn[q][t];
+          ln[tb + 8 * q + t] = nonzero ? bn[q][t] : int64_t(kMomentPerLane);
           l1[tb + 8 * q + t] = b1[q][t];
           l2[tb + 8 * q + t] = b2[q][t];
         }
