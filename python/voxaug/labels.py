@@ -298,8 +298,9 @@ class RandomLabelsToImage(_Randomizable):
     returns the image). (C, D, H, W) or (N, C, D, H, W); (1, D, H, W) / (N, 1, D, H, W) out.
 
     The table of label parameters has K rows: len(mean) / len(std) when given (indexed by label
-    value, as TorchIO's get_params; a larger label raises), else 1 + the largest label, which
-    reads the maximum back on CUDA unless ``num_labels`` (a voxaug extension) gives K. Label
+    value, as TorchIO's get_params; a larger label raises), else ``num_labels`` (a voxaug
+    extension), else the channel count of a discretized partial volume, else 1 + the largest
+    label (which reads the maximum back on CUDA). A label's draws do not depend on K. Label
     checks (integral, non-negative, < K) are made on the CPU; on CUDA they would read back, so
     out-of-range labels are clamped there. Not TorchIO's: one draw stream for every label value
     (TorchIO draws only for the labels present, and its mean list must then cover exactly those);
@@ -346,7 +347,7 @@ class RandomLabelsToImage(_Randomizable):
         out[self.image_key] = self._generate(data[self.label_key], data.get(self.image_key))
         return out
 
-    def _table_size(self, lab: torch.Tensor, channels: int, label_map: bool) -> int:
+    def _table_size(self, lab: torch.Tensor, channels: int, label_map: bool, discretized: bool) -> int:
         given = self.mean_ranges if self.mean_ranges is not None else self.std_ranges
         if not label_map:
             k = channels
@@ -354,6 +355,8 @@ class RandomLabelsToImage(_Randomizable):
             k = len(given)
         elif self.num_labels is not None:
             k = self.num_labels
+        elif discretized:  # arg-max channels: below the channel count, known without a read-back
+            k = channels
         else:
             k = int(lab.max()) + 1 if lab.numel() else 1  # reads back on CUDA (see the class notes)
         if given is not None and len(given) < k:
@@ -391,11 +394,12 @@ class RandomLabelsToImage(_Randomizable):
                                  "and spatial size")
             orig = orig[:, :1].to(device=lab.device, dtype=torch.float32)
         used = None if self.used_labels is None else set(self.used_labels)
-        if not label_map and self.discretize:
+        discretized = not label_map and self.discretize
+        if discretized:
             best, arg = lab.max(dim=1, keepdim=True)
             lab = arg.masked_fill(best == 0, -1)
             label_map = True
-        k = self._table_size(lab, c, label_map)
+        k = self._table_size(lab, c, label_map, discretized)
         mean, std = self._draw(n, k)
         shape = (n, 1, *lab.shape[2:])
         if label_map:

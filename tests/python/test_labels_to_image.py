@@ -81,6 +81,13 @@ def test_label_statistics_and_draws():
     # Samples differ; the same seed repeats.
     again = RandomLabelsToImage(mean=[(0.0, 1.0), (2.0, 3.0), (5.0, 5.0)], std=[(0.1, 0.2), 0.5, (0.0, 0.3)], seed=5)
     assert torch.equal(again(batch), out) and not torch.equal(out[0], out[1])
+    # A label's draws do not depend on the table size K; a discretized partial volume takes K =
+    # its channel count (no read-back of the arg-max's maximum), the same image as that K given.
+    t3, t5 = RandomLabelsToImage(num_labels=3, seed=7), RandomLabelsToImage(num_labels=5, seed=7)
+    assert torch.equal(t3(lab), t5(lab)) and np.array_equal(t3.last_mean, t5.last_mean[:, :3])
+    probs = PROBS[None].expand(2, -1, -1, -1, -1).contiguous()
+    td, tk = RandomLabelsToImage(discretize=True, seed=8), RandomLabelsToImage(discretize=True, num_labels=4, seed=8)
+    assert torch.equal(td(probs), tk(probs)) and td.last_mean.shape == (2, PROBS.shape[0])
     # A one-channel map with fractional values: a partial volume (one channel), as TorchIO's.
     frac = torch.full((1, 2, 2, 2), 0.5)
     got = RandomLabelsToImage(mean=[2.0], std=[0.0], seed=0)(frac)
@@ -121,8 +128,10 @@ def test_device_matches_cpu(device):
                                                           image=ORIGINAL[None].expand(2, -1, -1, -1, -1).to(device))
     torch.testing.assert_close(got.cpu(), ref, rtol=0, atol=1e-6)
     if torch.device(device).type == "cuda":
-        lab_d = lab.to(device)
+        lab_d, probs_d = lab.to(device), probs.to(device)
         torch.cuda.synchronize()
         with sync_is_error():
             out = RandomLabelsToImage(num_labels=4, seed=3)(lab_d)
+            disc = RandomLabelsToImage(discretize=True, seed=4)(probs_d)
         assert out.is_cuda
+        torch.testing.assert_close(disc.cpu(), RandomLabelsToImage(discretize=True, seed=4)(probs), rtol=0, atol=1e-6)
