@@ -9,6 +9,9 @@
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
+#if defined(__unix__)
+#include <pthread.h>
+#endif
 
 #include <cstdlib>
 #include <deque>
@@ -49,7 +52,13 @@ void* fresh_buffer(size_t n) {
 // "simple" DataPtr, with raw_deleter), so the live sizes are kept in a table.
 class HostCache final : public c10::Allocator {
  public:
-  HostCache() : cap_(cap_from_env()) {}
+  HostCache() : cap_(cap_from_env()) {
+#if defined(__unix__)
+    // A fork while another thread holds the lock (a DataLoader worker forked in the middle of an
+    // output's allocation) would leave it locked in the child for good: hold it across fork().
+    pthread_atfork(&HostCache::before_fork, &HostCache::after_fork, &HostCache::after_fork);
+#endif
+  }
 
   c10::DataPtr allocate(size_t n) override {
     if (n == 0) return {nullptr, nullptr, &HostCache::deleter, c10::Device(c10::DeviceType::CPU)};
@@ -95,6 +104,8 @@ class HostCache final : public c10::Allocator {
 
  private:
   static void deleter(void* p);
+  static void before_fork();
+  static void after_fork();
 
   // A kept buffer of exactly n bytes (the most recently freed), or nullptr.
   void* take(size_t n) {
@@ -151,6 +162,9 @@ HostCache& cache() {
 void HostCache::deleter(void* p) {
   if (p != nullptr) cache().give_back(p);
 }
+
+void HostCache::before_fork() { cache().mu_.lock(); }
+void HostCache::after_fork() { cache().mu_.unlock(); }  // parent, and child (the forking thread)
 
 }  // namespace
 

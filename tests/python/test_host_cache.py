@@ -77,3 +77,49 @@ def test_cap_and_off_switch_from_the_environment():
     assert off.stdout.strip() == "0"
     bad = _run(code, "lots")
     assert bad.returncode != 0 and "VOXAUG_HOST_CACHE_MB must be a whole number of MiB" in bad.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_forked_children_use_the_cache_while_a_thread_allocates():
+    """The cache's lock is held across fork() (pthread_atfork): a child forked while another
+    thread allocates or frees outputs (a DataLoader worker) finds it unlocked and allocates, reuses
+    and frees outputs itself. Run in a fresh interpreter, each child with a deadline."""
+    code = """
+        import os, threading, time, torch
+        from voxaug import ops, transforms as T
+        x = torch.zeros(4, 1, 128, 128, 128)
+        stop = False
+        def churn():
+            while not stop:
+                T.ShiftIntensity(1.0)(x)
+        th = threading.Thread(target=churn)
+        th.start()
+        bad = 0
+        for i in range(20):
+            pid = os.fork()
+            if pid == 0:
+                torch.set_num_threads(1)  # as DataLoader workers (libgomp's pool is not forked)
+                a = T.ShiftIntensity(2.0)(x)
+                ok = bool((a == 2.0).all())
+                del a
+                b = T.ShiftIntensity(3.0)(x)
+                os._exit(0 if ok and bool((b == 3.0).all()) else 3)
+            deadline = time.time() + 30
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    bad += os.waitstatus_to_exitcode(status) != 0
+                    break
+                if time.time() > deadline:
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                    bad += 1
+                    break
+                time.sleep(0.005)
+        stop = True
+        th.join()
+        print(bad)
+    """
+    res = _run(code, "1024")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "0"
