@@ -25,7 +25,8 @@ Cases
       (nearest): voxaug Rand3DElasticd (fast field, in-kernel B-spline) vs MONAI
       Rand3DElasticd (sigma 5-8, magnitude 100-200, prob 1, the same affine ranges), and
       voxaug RandomElasticDeformation vs TorchIO's (its defaults: 7 control points, 7.5 mm,
-      2 locked borders); at most 3 timed calls each (MONAI and TorchIO take seconds)
+      2 locked borders) and RandomAffineElasticDeformation vs TorchIO's (the defaults of both
+      parts); at most 3 timed calls each (MONAI and TorchIO take seconds)
       Also RandCropByPosNegLabeld (4 x 96^3 patches) then Rand3DElasticd: voxaug's Compose
       gathers each deformed patch straight from the full volume (one launch); and
       Rand3DElasticd then RandFlipd x 3 (nnU-Net's order): voxaug folds the flips into the gather
@@ -704,6 +705,17 @@ def deform_rows(device, args):
 
         rows.append(run_case("(f) RandomElastic vs TorchIO", img, torchio_call,
                              lambda xb: v_tio({"image": xb, "label": lab})["image"], check_elastic(values),
+                             device, sub))
+        # One SimpleITK resampling through [affine, B-spline] (TorchIO's defaults of both parts)
+        t_ae = tio.RandomAffineElasticDeformation()
+        v_ae = vd.RandomAffineElasticDeformation(label_keys=("label",), seed=SEED)
+
+        def torchio_ae(x1):
+            s = tio.Subject(image=tio.ScalarImage(tensor=x1.cpu()), label=tio.LabelMap(tensor=subject_lab))
+            return t_ae(s)["image"].data
+
+        rows.append(run_case("(f) RandomAffineElastic vs TorchIO", img, torchio_ae,
+                             lambda xb: v_ae({"image": xb, "label": lab})["image"], check_elastic(values),
                              device, sub))
     for r in rows:
         r["check_ok"] = r["check_ok"] and labels_ok.get("voxaug", True)

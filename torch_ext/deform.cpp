@@ -2,6 +2,7 @@
 // the resample op's (resample_common.h) with a field; CPU and CUDA share one entry, Meta
 // computes shapes. Not differentiable (the fields come from random draws).
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -65,6 +66,9 @@ DeformField field_descriptor(const at::Tensor& field, int64_t kind, at::ArrayRef
                       fm.scalar_type());
     TORCH_CHECK_VALUE(fm.device() == device, "field_map must be on the inputs' device ", device,
                       ", got ", fm.device());
+    // The core checks a host map's values; a CUDA map is read only in the kernel (a non-finite
+    // entry would silently mean "outside the field"), so the caller's host copy is checked
+    // there (voxaug.deform checks its maps before the upload).
   }
   DeformField f;
   f.kind = static_cast<FieldKind>(kind);
@@ -166,6 +170,10 @@ void uniform_fill_impl(const at::Tensor& out, double low, double high, int64_t s
   check_5d(out, "out");
   TORCH_CHECK_VALUE(at::isFloatingType(out.scalar_type()), "out must be floating, got ",
                     out.scalar_type());
+  // Elements sharing memory (an expanded tensor) would get one value or another by timing on CUDA.
+  TORCH_CHECK_VALUE(at::has_internal_overlap(out) != at::MemOverlap::Yes,
+                    "out must not have elements sharing memory (an expanded tensor), got strides ",
+                    out.strides());
   const c10::DeviceGuard guard(out.device());
   call_core([&] {
     uniform_fill(to_view(out, "out"), low, high, static_cast<uint64_t>(seed), first_sample,

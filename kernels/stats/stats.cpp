@@ -525,7 +525,10 @@ void check_input(const VolumeView& in) {
     VOXAUG_EXPECTS(in.shape[k] >= 0, "input: sizes must be >= 0, got " + in.describe());
   detail::visit_stat_input(in.dtype, "input", [](auto) {});
   VOXAUG_EXPECTS(in.numel() == 0 || in.data != nullptr, "input must not be null");
-#if !VOXAUG_WITH_CUDA
+#if VOXAUG_WITH_CUDA
+  if (in.device == Device::CUDA && in.numel() > 0)  // a host pointer would fault in the kernel
+    detail::check_device_pointer(in.data, in.device_index, "input");
+#else
   VOXAUG_EXPECTS(in.device == Device::CPU,
                  "input is a CUDA view but this voxaug was built without CUDA");
 #endif
@@ -545,6 +548,10 @@ void check_pair(const VolumeView& in, const VolumeView& out) {
       "input and output must be on one device: " + in.describe() + " -> " + out.describe());
   detail::visit_stat_output(out.dtype, "output", [](auto) {});
   VOXAUG_EXPECTS(in.numel() == 0 || out.data != nullptr, "output must not be null");
+#if VOXAUG_WITH_CUDA
+  if (out.device == Device::CUDA && in.numel() > 0)
+    detail::check_device_pointer(out.data, out.device_index, "output");
+#endif
   if (in.data == out.data && in.numel() > 0) {
     bool same = in.dtype == out.dtype;
     for (int k = 0; k < 5; ++k) same = same && in.strides[k] == out.strides[k];

@@ -20,6 +20,8 @@ tensors, MONAI MetaTensors keep their metadata):
   piecewise-linear maps as a separable field.
 - :class:`RandomElasticDeformation` (TorchIO): control points in mm over SimpleITK's
   BSplineTransformInitializer domain, locked borders, folding warning.
+- :class:`RandomAffineElasticDeformation` (TorchIO): its RandomAffine and
+  RandomElasticDeformation in one gather, with ITK's outside rule and pad values.
 - :func:`jacobian_determinant`, :func:`folding_fraction`: folding checks of dense fields
   (``deform_field_dense``).
 
@@ -50,11 +52,11 @@ import torch
 from . import ops
 from .spatial import (_MASK64, _MAX_TARGETS, _centred_affine, _fall_back_size, _grid_index_map, _grid_opts,
                       _grid_padding, _inner, _Opts, _per_key, _rand_ranges, _RandomSpatial, _stack,
-                      SpatialCrop)
-from .transforms import _as_batch, _host_to, _is_meta_tensor
+                      RandomAffine, SpatialCrop, torchio_affine_index_map)
+from .transforms import _as_batch, _check_prob, _host_to, _is_meta_tensor, _Randomizable
 
 __all__ = ["Rand3DElastic", "Rand3DElasticd", "GridDistortion", "GridDistortiond", "RandGridDistortion",
-           "RandGridDistortiond", "RandomElasticDeformation", "gaussian_kernel_sum_sq", "fast_field_layout",
+           "RandGridDistortiond", "RandomElasticDeformation", "RandomAffineElasticDeformation", "gaussian_kernel_sum_sq", "fast_field_layout",
            "jacobian_determinant", "folding_fraction"]
 
 # Mean over positions of sum_k B3(t - k)^2: the order-7 B-spline at 0 (151 / 315).
@@ -129,6 +131,8 @@ def _launch(xs: Sequence[torch.Tensor], plan: _Plan, modes: Sequence[str], paddi
     pad_values = [0.0] * len(inputs) if pad_values is None else list(pad_values)
     mats = _host_to(plan.mats, inputs[0].device)
     field = _host_to(plan.field, inputs[0].device)
+    if plan.field_map is not None and not bool(torch.isfinite(plan.field_map).all()):  # host (N, 6) maps
+        raise ValueError("the per-sample control maps (field_map) must be finite")
     fmap = None if plan.field_map is None else _host_to(plan.field_map, inputs[0].device)
     outs: list[torch.Tensor] = []
     for s in range(0, len(inputs), _MAX_TARGETS):
@@ -707,6 +711,124 @@ class RandomElasticDeformation(_RandomDeform):
         for j, (key, _, _, _) in enumerate(items):
             d[key] = results[j]
         return d
+
+
+class RandomAffineElasticDeformation(_Randomizable):
+    """TorchIO RandomAffineElasticDeformation(affine_first=True, affine_kwargs=None,
+    elastic_kwargs=None, p=1): a RandomAffine and a RandomElasticDeformation in one resampling
+    (TorchIO: one SimpleITK CompositeTransform). Per sample (probability `p`), the affine's
+    scales / degrees / translation and the elastic control points are drawn as voxaug's
+    :class:`voxaug.spatial.RandomAffine` and :class:`RandomElasticDeformation` draw them
+    (``affine_kwargs`` / ``elastic_kwargs`` are their arguments; a ``p`` there is ignored, as
+    TorchIO ignores it), and the sample is gathered once: out(x) = in(M (x + u(x))), M the
+    affine's index map (:func:`voxaug.spatial.torchio_affine_index_map`), u the B-spline
+    displacement over the image's grid (TorchIO's order for ``affine_first=True``: the elastic
+    map, then the affine, applied to the output point), image and label maps in one launch.
+
+    As TorchIO's AffineElasticDeformation: intensity images are interpolated with the affine's
+    ``image_interpolation`` into float32 and padded with its ``default_pad_value`` ('minimum',
+    'mean' or a number, per channel); tensors under ``label_keys`` (TorchIO's LabelMap) with its
+    ``label_interpolation`` and padded with 0 (their dtype kept with 'nearest'); a voxel is
+    padded where its deformed point leaves ITK's buffer ([-0.5, S - 0.5) per axis: found in the
+    same gather, from a stride-0 volume of ones read by nearest neighbour with zero padding, so
+    ties at exactly S - 0.5 may round inside). The mm -> voxel scale of the displacement is the
+    spacing of the MetaTensor's affine, of ``affine=``, or ``elastic_kwargs['spacing']``.
+
+    Differences: ``affine_first=False`` (the elastic field evaluated at the affine-mapped point)
+    is refused: the gather evaluates the field on the output grid; the displacement components
+    are along the array axes (see :class:`RandomElasticDeformation`); voxaug's Philox draws.
+    Parameters of the last call: ``last_applied``, ``last_scales``, ``last_degrees``,
+    ``last_translation`` ((N, 3) float64) and ``last_control_points`` ((N, 3, Kd, Kh, Kw) float32
+    displacements in voxels along the array axes, 0 for samples not applied)."""
+
+    def __init__(self, affine_first: bool = True, affine_kwargs: Optional[Mapping[str, Any]] = None,
+                 elastic_kwargs: Optional[Mapping[str, Any]] = None, p: float = 1.0,
+                 label_keys: Sequence[Hashable] = (), affine: Any = None, seed: Optional[int] = None):
+        if not affine_first:
+            raise ValueError("affine_first=False (the elastic field evaluated at the affine-mapped point) is not "
+                             "supported: voxaug's gather evaluates the field on the output grid; use "
+                             "affine_first=True (TorchIO's default) or RandomElasticDeformation then RandomAffine")
+        parts = []
+        for kw, name, banned in ((affine_kwargs, "affine_kwargs", ("seed", "label_keys", "affine")),
+                                 (elastic_kwargs, "elastic_kwargs", ("seed", "label_keys", "padding_mode",
+                                                                     "image_interpolation", "label_interpolation"))):
+            kw = dict(kw or {})
+            kw.pop("p", None)  # TorchIO draws the parts' parameters directly: their own p plays no part
+            bad = [k for k in banned if k in kw]
+            if bad:
+                raise ValueError(f"{name} must not set {bad}: the combined transform sets them (seed, label_keys, "
+                                 "affine on the transform itself; interpolation and padding from the affine's "
+                                 "arguments, as TorchIO)")
+            parts.append(kw)
+        self.affine_first = True
+        self.affine_kwargs, self.elastic_kwargs = parts
+        self.random_affine = RandomAffine(**self.affine_kwargs, affine=affine)
+        self.random_elastic = RandomElasticDeformation(**self.elastic_kwargs)
+        self.p = _check_prob(p)
+        self.label_keys = set(label_keys)
+        self.last_applied = self.last_scales = self.last_degrees = self.last_translation = None
+        self.last_control_points: Optional[torch.Tensor] = None
+        _Randomizable.__init__(self, seed)
+
+    def set_random_state(self, seed: Optional[int] = None, generator: Optional[torch.Generator] = None):
+        """One generator for the gate and both parts' draws (a seed makes every call reproducible)."""
+        _Randomizable.set_random_state(self, seed, generator)
+        for part in (getattr(self, "random_affine", None), getattr(self, "random_elastic", None)):
+            if part is not None:
+                part._generator = self._generator
+        return self
+
+    def __call__(self, data: Any) -> Any:
+        is_dict = isinstance(data, Mapping)
+        items = [(k, v) for k, v in data.items() if isinstance(v, torch.Tensor) and v.dim() in (4, 5)] if is_dict \
+            else [(None, data)]
+        if not items:
+            return dict(data) if is_dict else data
+        batches = [(k, v, *_as_batch(v)) for k, v in items]
+        n, size = batches[0][2].shape[0], tuple(batches[0][2].shape[2:])
+        device = batches[0][2].device
+        for k, _, x, _ in batches:
+            if x.shape[0] != n or tuple(x.shape[2:]) != size or x.device != device:
+                raise ValueError(f"RandomAffineElasticDeformation: every tensor needs the same batch and spatial "
+                                 f"shape and device, got {tuple(x.shape)} on {x.device} for key {k!r}")
+        ra, re = self.random_affine, self.random_elastic
+        applied = ops.philox_uniform(self._next_seed(), 0, n, 1).numpy()[:, 0] < self.p
+        _, scales, degrees, translation = ra._draw(n)  # the affine's own gate is open (its p was dropped)
+        scales[~applied], degrees[~applied], translation[~applied] = 1.0, 0.0, 0.0
+        affine = ra._affine_of(batches[0][1])
+        spacing = _spacing_of(None, re.spacing) if re.spacing is not None else _affine_spacing(torch.from_numpy(affine))
+        plan = re._plan(size, n, re.draw_params(n), device, spacing)
+        if not applied.all():
+            plan.field.mul_(_host_to(torch.from_numpy(applied.astype(np.float32)).view(n, 1, 1, 1, 1), device))
+        mats = [torchio_affine_index_map(scales[i], degrees[i], translation[i], affine, size, ra.center)
+                if applied[i] else np.eye(4) for i in range(n)]
+        plan = dataclasses.replace(plan, mats=_stack(mats, 3))
+        self.last_applied = torch.as_tensor(applied)
+        self.last_scales, self.last_degrees = torch.as_tensor(scales), torch.as_tensor(degrees)
+        self.last_translation, self.last_control_points = torch.as_tensor(translation), plan.field
+        # Every tensor, and a stride-0 volume of ones whose nearest gather with zero padding is 0
+        # exactly where the deformed point leaves the input (ITK's outside: the pad value).
+        inputs, modes, pads = [], [], []
+        for k, _, x, _ in batches:
+            label = k in self.label_keys
+            mode = ra.label_interpolation if label else ra.image_interpolation
+            inputs.append(x if label and mode == "nearest" else x.float())
+            modes.append(mode)
+            pads.append("zeros" if label and mode == "nearest" else "border")
+        ones = torch.ones((1, 1, 1, 1, 1), dtype=torch.uint8, device=device).expand(n, 1, *size)
+        outs = _launch(inputs + [ones], plan, modes + ["nearest"], pads + ["zeros"])
+        outside = outs[-1] == 0
+        result = dict(data) if is_dict else None
+        for (k, _, x, restore), xin, out, pad in zip(batches, inputs, outs, pads):
+            if pad == "border":  # labels interpolated linearly pad with 0, images with the affine's value
+                value = torch.zeros((), dtype=out.dtype, device=device) if k in self.label_keys \
+                    else ra._pad_values(xin)
+                out = torch.where(outside, value, out)
+            y = restore(out)
+            if not is_dict:
+                return y
+            result[k] = y
+        return result
 
 
 # ---------------- fusion with the spatial steps before (voxaug.spatial.compose_spatial) ----------------

@@ -159,6 +159,84 @@ TEST(StatsCuda, RejectsHostStatistics) {
       Error);
 }
 
+// Views that are not one dense block per sample (every other W element; then D and H swapped
+// as well), so both backends take their indexed paths, and 40 percentiles (more than one
+// gather launch takes): moments, percentiles and the normalize output bit-identical.
+TEST(StatsCuda, StridedViewsAndManyPercentilesTwin) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const Vol v{2, 2, 9, 11, 13};
+  const std::vector<float> host =
+      random_storage<float>(Vol{v.n, v.c, v.d, v.h, 2 * v.w}, 0, 7u, 0.25);
+  DeviceBuffer din(host);
+  std::vector<double> q(40);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = 100.0 * double(i) / 39.0;
+  q[7] = 12.5;
+  for (bool swap : {false, true}) {
+    auto strided = [&](void* p, Device dev) {
+      VolumeView x = contiguous_view(p, DType::Float32, dev, v.n, v.c, v.d, v.h, 2 * v.w);
+      x.shape[4] = v.w;
+      x.strides[4] = 2;
+      if (swap) {
+        std::swap(x.shape[2], x.shape[3]);
+        std::swap(x.strides[2], x.strides[3]);
+      }
+      return x;
+    };
+    const VolumeView cin = strided(const_cast<float*>(host.data()), Device::CPU);
+    const VolumeView gin = strided(din.p, Device::CUDA);
+    ASSERT_FALSE(cin.sample_contiguous());
+    const Vol o{v.n, v.c, cin.shape[2], cin.shape[3], v.w};
+    for (bool cw : {false, true})
+      for (bool nz : {false, true}) {
+        const std::string where = std::string(swap ? "swapped " : "") + "cw " + std::to_string(cw) +
+                                  " nz " + std::to_string(nz);
+        const int64_t segs = v.n * (cw ? v.c : 1);
+        std::vector<double> cm(3 * segs);
+        moments(cin, cm.data(), cw, nz, nullptr, 0);
+        const int64_t mws = moments_workspace_bytes(gin, cw);
+        DeviceBuffer dm(cm.size() * sizeof(double)), dmws(static_cast<size_t>(mws));
+        moments(gin, dm.as<double>(), cw, nz, dmws.p, mws);
+        CUDA_OK(cudaDeviceSynchronize());
+        EXPECT_EQ(0, std::memcmp(cm.data(), dm.to_host<double>(cm.size()).data(),
+                                 cm.size() * sizeof(double)))
+            << "moments " << where;
+
+        std::vector<double> cp(q.size() * segs);
+        percentiles(cin, q.data(), int64_t(q.size()), cp.data(), cw, nullptr, 0);
+        const int64_t pws = percentiles_workspace_bytes(gin, cw);
+        DeviceBuffer dp(cp.size() * sizeof(double)), dpws(static_cast<size_t>(pws));
+        percentiles(gin, q.data(), int64_t(q.size()), dp.as<double>(), cw, dpws.p, pws);
+        CUDA_OK(cudaDeviceSynchronize());
+        EXPECT_EQ(0, std::memcmp(cp.data(), dp.to_host<double>(cp.size()).data(),
+                                 cp.size() * sizeof(double)))
+            << "percentiles " << where;
+
+        std::vector<float> co(o.numel());
+        DeviceBuffer dout(o.numel() * sizeof(float));
+        NormalizeIntensityArgs na;
+        na.moments = cm.data();
+        na.nonzero = nz;
+        na.channel_wise = cw;
+        normalize_intensity(cin, view(co.data(), DType::Float32, o), na);
+        na.moments = dm.as<double>();
+        normalize_intensity(gin, view(dout.p, DType::Float32, o, Device::CUDA), na);
+        CUDA_OK(cudaDeviceSynchronize());
+        EXPECT_EQ(0, std::memcmp(co.data(), dout.to_host<float>(o.numel()).data(),
+                                 o.numel() * sizeof(float)))
+            << "normalize " << where;
+      }
+  }
+}
+
+TEST(StatsCuda, RejectsHostDataPointers) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA argument checks skipped";
+  std::vector<float> host(64, 1.0f);
+  DeviceBuffer dout(3 * sizeof(double)), dws(1 << 16);
+  // A CUDA view of host memory: refused before any launch (the kernel would fault).
+  const VolumeView bad = contiguous_view(host.data(), DType::Float32, Device::CUDA, 1, 1, 4, 4, 4);
+  EXPECT_THROW(moments(bad, dout.as<double>(), false, false, dws.p, 1 << 16), Error);
+}
+
 // TorchIO HistogramStandardization's map: the CUDA kernel vs the host's vectorised loop, with
 // values on the edges, NaN and infinities, 10 pieces (TorchIO's) and 16.
 TEST(StatsCuda, PiecewiseLinearTwinBitIdentical) {

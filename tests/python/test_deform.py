@@ -274,6 +274,9 @@ def test_torchio_folding_warning_and_validation():
         deform.Rand3DElastic((0, 1), (1, 2))
     with pytest.raises(ValueError, match="field"):
         deform.Rand3DElastic((1, 2), (1, 2), field="approx")
+    # uniform_fill_ into elements that share memory: refused (a race on CUDA)
+    with pytest.raises(ValueError, match="sharing memory"):
+        ops.uniform_fill_(torch.empty(1, 1, 1, 1, 1).expand(2, 3, 4, 4, 4), -1.0, 1.0, 5, 0)
 
 
 def test_jacobian_determinant_and_folding():
