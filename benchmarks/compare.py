@@ -695,28 +695,22 @@ def deform_rows(device, args):
                          lambda x1: m_el({"image": x1, "label": lab[0]})["image"], voxaug_el,
                          check_elastic(values), device, sub))
     if tio is not None:
-        t_el = tio.RandomElasticDeformation()
-        v_tio = vd.RandomElasticDeformation(seed=SEED, label_keys=("label",))
         subject_lab = lab[0].cpu()
 
-        def torchio_call(x1):
-            s = tio.Subject(image=tio.ScalarImage(tensor=x1.cpu()), label=tio.LabelMap(tensor=subject_lab))
-            return t_el(s)["image"].data
+        def torchio_call(t):  # TorchIO works on CPU tensors (SimpleITK), image + label as a Subject
+            return lambda x1: t(tio.Subject(image=tio.ScalarImage(tensor=x1.cpu()),
+                                            label=tio.LabelMap(tensor=subject_lab)))["image"].data
 
-        rows.append(run_case("(f) RandomElastic vs TorchIO", img, torchio_call,
-                             lambda xb: v_tio({"image": xb, "label": lab})["image"], check_elastic(values),
-                             device, sub))
-        # One SimpleITK resampling through [affine, B-spline] (TorchIO's defaults of both parts)
-        t_ae = tio.RandomAffineElasticDeformation()
-        v_ae = vd.RandomAffineElasticDeformation(label_keys=("label",), seed=SEED)
-
-        def torchio_ae(x1):
-            s = tio.Subject(image=tio.ScalarImage(tensor=x1.cpu()), label=tio.LabelMap(tensor=subject_lab))
-            return t_ae(s)["image"].data
-
-        rows.append(run_case("(f) RandomAffineElastic vs TorchIO", img, torchio_ae,
-                             lambda xb: v_ae({"image": xb, "label": lab})["image"], check_elastic(values),
-                             device, sub))
+        # RandomAffineElasticDeformation: one SimpleITK resampling through [affine, B-spline]
+        # (TorchIO's defaults of both parts)
+        for name, t_tio, t_vx in (
+                ("(f) RandomElastic vs TorchIO", tio.RandomElasticDeformation(),
+                 vd.RandomElasticDeformation(seed=SEED, label_keys=("label",))),
+                ("(f) RandomAffineElastic vs TorchIO", tio.RandomAffineElasticDeformation(),
+                 vd.RandomAffineElasticDeformation(label_keys=("label",), seed=SEED))):
+            rows.append(run_case(name, img, torchio_call(t_tio),
+                                 lambda xb, t_vx=t_vx: t_vx({"image": xb, "label": lab})["image"],
+                                 check_elastic(values), device, sub))
     for r in rows:
         r["check_ok"] = r["check_ok"] and labels_ok.get("voxaug", True)
     rows.append(patch_elastic_row(img, lab, values, ranges, device, sub))

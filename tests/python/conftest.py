@@ -18,6 +18,17 @@ def devices():
     return out
 
 
+def load_template(name: str):
+    """A mricron-data volume as a (1, X, Y, Z) tensor of its stored dtype, and its affine (the
+    test skips when the package is not installed)."""
+    nib = pytest.importorskip("nibabel")
+    path = os.path.join(TEMPLATES, name)
+    if not os.path.exists(path):
+        pytest.skip("mricron-data not installed (apt-get install mricron-data)")
+    img = nib.load(path)
+    return torch.from_numpy(np.asarray(img.dataobj).copy())[None], img.affine
+
+
 @pytest.fixture(scope="session")
 def ch2():
     nib = pytest.importorskip("nibabel")

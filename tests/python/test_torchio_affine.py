@@ -1,27 +1,16 @@
 """voxaug.spatial.RandomAffine (TorchIO's RandomAffine) vs TorchIO's Affine (SimpleITK) given the
 same drawn parameters, on the real ch2 volume with its affine (and a left-right flipped one),
 intensity images and label maps, TorchIO's pad values and argument rules."""
-import os
-
 import numpy as np
 import pytest
 import torch
 
 from voxaug import spatial as vsp
 
-from conftest import TEMPLATES, devices
+from conftest import devices, load_template
 
 tio = pytest.importorskip("torchio")
-nib = pytest.importorskip("nibabel")
 DEVICES = devices()
-
-
-def _load(name):
-    path = os.path.join(TEMPLATES, name)
-    if not os.path.exists(path):
-        pytest.skip("mricron-data not installed (apt-get install mricron-data)")
-    img = nib.load(path)
-    return torch.from_numpy(np.asarray(img.dataobj).copy())[None], img.affine
 
 
 def _tio_affine(x4, affine, n_params, label=False, **kw):
@@ -43,7 +32,7 @@ def test_random_affine_matches_torchio_affine_on_ch2(device, flip):
     TorchIO's Affine with the drawn scales / degrees / translation (float32 interpolation and
     coordinates against ITK's double: within 2e-5 of the image's range, no voxel padded
     differently); the others are their float32 copy. A flipped affine changes the geometry."""
-    vol, affine = _load("ch2.nii.gz")
+    vol, affine = load_template("ch2.nii.gz")
     if flip:
         affine = affine.copy()
         affine[0, 0], affine[0, 3] = -1.0, 90.0
@@ -65,7 +54,7 @@ def test_random_affine_matches_torchio_affine_on_ch2(device, flip):
 def test_random_affine_pad_values_center_and_isotropic():
     """default_pad_value 'mean' (the six faces) and a number, center='origin' (a translation-like
     move of the whole volume), isotropic scales: TorchIO's Affine agrees."""
-    vol, affine = _load("ch2.nii.gz")
+    vol, affine = load_template("ch2.nii.gz")
     x = vol.float()[None] + 3.0  # a background above 0, so the pad value matters
     for kw in (dict(default_pad_value="mean"), dict(default_pad_value=-7.5, center="origin"),
                dict(default_pad_value="minimum", isotropic=True, scales=(0.7, 1.3))):
@@ -83,8 +72,8 @@ def test_random_affine_subject_dictionary_with_labels():
     """{'image', 'label'}: one draw per sample for both keys; the AAL atlas (int16) resampled by
     nearest neighbour keeps its dtype and labels, pads with default_pad_label, and equals TorchIO's
     LabelMap resampling except at exact rounding ties (none expected here)."""
-    vol, affine = _load("ch2.nii.gz")
-    lab, _ = _load("aal.nii.gz")
+    vol, affine = load_template("ch2.nii.gz")
+    lab, _ = load_template("aal.nii.gz")
     lab = lab.to(torch.int16)
     t = vsp.RandomAffine(scales=0.1, degrees=12, translation=3, affine=affine, default_pad_label=0, seed=9,
                          label_keys=["label"])

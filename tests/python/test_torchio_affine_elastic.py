@@ -3,28 +3,17 @@ AffineElasticDeformation (one SimpleITK resampling through [affine, B-spline]) g
 drawn parameters, on the real ch2 volume and AAL atlas with their affine (and a left-right flipped
 one): intensity images and label maps, TorchIO's pad values and outside rule, the gate, the
 argument rules, and the device path without host syncs."""
-import os
-
 import numpy as np
 import pytest
 import torch
 
 from voxaug import deform
 
-from conftest import TEMPLATES, devices, sync_is_error
+from conftest import devices, load_template, sync_is_error
 
 tio = pytest.importorskip("torchio")
-nib = pytest.importorskip("nibabel")
 DEVICES = devices()
 LPS = np.diag([-1.0, -1.0, 1.0, 1.0])
-
-
-def _load(name):
-    path = os.path.join(TEMPLATES, name)
-    if not os.path.exists(path):
-        pytest.skip("mricron-data not installed (apt-get install mricron-data)")
-    img = nib.load(path)
-    return torch.from_numpy(np.asarray(img.dataobj).copy())[None], img.affine
 
 
 def _torchio_control_points(cp: torch.Tensor, affine: np.ndarray) -> np.ndarray:
@@ -67,8 +56,8 @@ def test_matches_torchio_on_ch2_and_aal(flip):
     AffineElasticDeformation with the drawn parameters (float32 coordinates against ITK's double:
     within 2e-5 of the image's range, padded voxels included; labels equal but for rounding
     ties); the others are the float32 copy / the labels as they were."""
-    vol, affine = _load("ch2.nii.gz")
-    lab, _ = _load("aal.nii.gz")
+    vol, affine = load_template("ch2.nii.gz")
+    lab, _ = load_template("aal.nii.gz")
     lab = lab.to(torch.int16)
     if flip:
         affine = affine.copy()
@@ -101,7 +90,7 @@ def test_pad_values_interpolation_and_bare_tensors():
     interpolation, a bare tensor (the identity affine, as TorchIO's ScalarImage of a tensor);
     a linearly interpolated label map pads with 0 (TorchIO's combined transform: 0, not
     default_pad_label)."""
-    vol, affine = _load("ch2.nii.gz")
+    vol, affine = load_template("ch2.nii.gz")
     x = vol.float()[:, 20:120, 30:140, 10:110] + 3.0
     lab = (vol[:, 20:120, 30:140, 10:110] > 80).float()
     for akw in (dict(default_pad_value="mean"), dict(default_pad_value=-7.5, image_interpolation="nearest"),
