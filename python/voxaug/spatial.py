@@ -12,6 +12,9 @@ centres. The host synchronises only where the data decides something on the host
 
 - CropForeground(d): the crop's size is the data's bounding box (``compute_bounding_box``
   reads it, one sync per call).
+- TorchIO CropOrPad with ``mask_name``: the mask's bounding box decides the crop / pad split
+  (read once per call, as TorchIO's numpy does). Its other modes, Pad's statistics
+  ('mean', 'median', 'minimum', 'maximum') and 'linear_ramp' stay on the device.
 - MetaTensor inputs of the random crop samplers (:mod:`voxaug.crop`): the crop affines need
   the crop centres on the host (``voxaug.crop._finish``). MetaTensors through the transforms
   here do not sync (MONAI keeps affines on the host; the records are host work).
@@ -198,8 +201,8 @@ __all__ = [
     "Affine", "Affined", "RandAffine", "RandAffined", "Rotate", "Rotated", "RandRotate", "RandRotated",
     "Zoom", "Zoomd", "RandZoom", "RandZoomd", "Resize", "Resized", "Spacing", "Spacingd", "Orientation", "Orientationd",
     "SpatialCrop", "SpatialCropd", "CenterSpatialCrop", "CenterSpatialCropd", "SpatialPad", "SpatialPadd",
-    "BorderPad", "BorderPadd", "DivisiblePad", "DivisiblePadd", "ResizeWithPadOrCrop", "ResizeWithPadOrCropd", "CropOrPad", "CropForeground", "CropForegroundd",
-    "CenterScaleCrop", "CenterScaleCropd", "Resample", "ToCanonical", "SpatialResample", "SpatialResampled",
+    "BorderPad", "BorderPadd", "DivisiblePad", "DivisiblePadd", "ResizeWithPadOrCrop", "ResizeWithPadOrCropd", "CropOrPad", "Pad", "Crop", "CropForeground", "CropForegroundd",
+    "CenterScaleCrop", "CenterScaleCropd", "Resample", "ToCanonical", "ToOrientation", "Transpose", "SpatialResample", "SpatialResampled",
     "ResampleToMatch", "ResampleToMatchd",
 ]
 
@@ -1511,6 +1514,71 @@ class ToCanonical:
         return Orientation(axcodes="RAS")(data)
 
 
+class ToOrientation:
+    """TorchIO ToOrientation(orientation='RAS'): reorients to a three-letter code of R / L, A / P,
+    S / I (nibabel's conventions; any order), a signed permutation of the voxels (:class:`Orientation`'s
+    exact copy, bit-identical); a MetaTensor gets the new affine. A plain tensor has TorchIO's
+    identity affine (RAS): it is reoriented from RAS, and the new affine is kept in
+    ``last_affine``. A dictionary (TorchIO's Subject) has every 4-D / 5-D tensor reoriented."""
+
+    def __init__(self, orientation: str = "RAS"):
+        if not isinstance(orientation, str) or len(orientation) != 3:
+            raise ValueError(f'Orientation must be a 3-letter string, got "{orientation}"')
+        code = orientation.upper()
+        if any(c not in "RLAPIS" for c in code) or not all(any(c in code for c in pair)
+                                                          for pair in ("RL", "AP", "IS")):
+            raise ValueError("Orientation code must include one character for each axis direction: R or L, A or P, "
+                             f'and S or I, but got "{orientation}"')
+        self.orientation = code
+        self.last_affine: Optional[np.ndarray] = None
+
+    def _one(self, img: Any) -> Any:
+        if _is_meta_tensor(img):
+            out = Orientation(axcodes=self.orientation)(img)
+            self.last_affine = _one_affine(out.affine, "affine")
+            return out
+        out, new = Orientation(axcodes=self.orientation)(img, affine=np.eye(4))
+        self.last_affine = np.asarray(new, dtype=np.float64)
+        return out
+
+    def __call__(self, data: Any) -> Any:
+        if isinstance(data, collections.abc.Mapping):
+            return {k: (self._one(v) if isinstance(v, torch.Tensor) and v.dim() in (4, 5) else v)
+                    for k, v in data.items()}
+        return self._one(data)
+
+
+class Transpose:
+    """TorchIO Transpose: swaps the first and last spatial axes by reorienting to the reversed
+    orientation code (:class:`ToOrientation`; a plain tensor is RAS, so it becomes SAR). Its own
+    inverse."""
+
+    def _one(self, img: Any) -> Any:
+        aff = _one_affine(img.affine, "img.affine") if _is_meta_tensor(img) else np.eye(4)
+        if _is_meta_tensor(img) and str(_name(img.meta.get("space", ""))).upper() == "LPS":
+            aff = np.diag([-1.0, -1.0, 1.0, 1.0]) @ aff  # the codes of the RAS affine (as ToOrientation reads them)
+        code = "".join(_nib_axcodes(aff))
+        t = ToOrientation(code[::-1])
+        out = t._one(img)
+        self.last_affine = t.last_affine
+        return out
+
+    def __call__(self, data: Any) -> Any:
+        if isinstance(data, collections.abc.Mapping):
+            return {k: (self._one(v) if isinstance(v, torch.Tensor) and v.dim() in (4, 5) else v)
+                    for k, v in data.items()}
+        return self._one(data)
+
+    def inverse(self, data: Any) -> Any:
+        return self(data)
+
+
+def _nib_axcodes(affine: np.ndarray) -> tuple:
+    import nibabel as nib
+
+    return nib.orientations.aff2axcodes(affine)
+
+
 class RandomAffine(_Randomizable):
     """TorchIO RandomAffine(scales=0.1, degrees=10, translation=0, isotropic=False,
     center='image', default_pad_value='minimum', default_pad_label=0, image_interpolation='linear',
@@ -2729,70 +2797,426 @@ class ResizeWithPadOrCrop(_Pad):
         return super()._record_for(img, in_size, geom, opts, params, owner, src_affine)
 
 
-class CropOrPad(ResizeWithPadOrCrop):
-    """TorchIO CropOrPad(target_shape, padding_mode=0, only_crop=False, only_pad=False): each
-    spatial axis cropped or padded to `target_shape` (an int or one per axis), centred with
-    TorchIO's rounding (of n voxels to remove or add, ceil(n / 2) at the start, floor(n / 2) at
-    the end; MONAI puts the odd voxel at the other end), as one exact launch; padding_mode a
-    number (a constant, TorchIO's default 0) or 'constant' (0), 'edge', 'reflect', 'symmetric',
-    'wrap'. A dictionary (TorchIO's Subject) has every 4-D / 5-D tensor cropped or padded. Not
-    supported (a clear error): TorchIO's mask_name / labels (crop around a mask), location
-    'random', units 'mm', and the statistic padding modes ('mean', 'median', 'minimum', ...).
-    The inverse (MetaTensors) crops back the padded axes and pads the cropped ones with zeros."""
+# ---------------- TorchIO Pad / Crop / CropOrPad ----------------
+# TorchIO's spatial axes (W, H, D) of its (C, W, H, D) tensors are the same three tensor axes as
+# voxaug's (D, H, W): its six bounds (w_ini, w_fin, h_ini, h_fin, d_ini, d_fin) are (before,
+# after) of spatial axes 0, 1, 2.
+_TIO_KERNEL_MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
+_TIO_STAT_MODES = ("mean", "median", "minimum", "maximum")
+_TIO_PAD_MODES = _TIO_KERNEL_MODES + _TIO_STAT_MODES + ("linear_ramp", "empty")
 
-    _MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
 
-    def __init__(self, target_shape, padding_mode: Union[str, float] = 0, mask_name: Optional[str] = None,
-                 labels=None, only_crop: bool = False, only_pad: bool = False, location: str = "center",
-                 units: str = "voxels"):
-        if mask_name is not None or labels is not None:
-            raise ValueError("mask_name / labels (a crop around a mask) are not supported by voxaug's CropOrPad")
-        if location != "center":
-            raise ValueError(f"location must be 'center' (voxaug's CropOrPad has no random location), got {location!r}")
-        if units != "voxels":
-            raise ValueError(f"units must be 'voxels', got {units!r}")
-        if only_crop and only_pad:
-            raise ValueError("only_crop and only_pad cannot both be True")
-        if target_shape is None:
-            raise ValueError("target_shape must be given (an int or 3 ints); voxaug has no mask-derived shape")
-        shape = [target_shape] * 3 if isinstance(target_shape, (int, np.integer)) else list(target_shape)
-        if len(shape) != 3 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1
-                                      for v in shape):
-            raise ValueError(f"target_shape must be an int or 3 ints >= 1, got {target_shape!r}")
-        if isinstance(padding_mode, numbers.Real) and not isinstance(padding_mode, bool):
-            mode, value = "constant", float(padding_mode)
-        elif isinstance(padding_mode, str) and padding_mode in self._MODES:
-            mode, value = padding_mode, 0.0
+def _tio_bounds(bounds: Any, name: str) -> np.ndarray:
+    """TorchIO's parse_bounds: an int or 1, 3 or 6 ints >= 0 -> (3, 2) (before, after) per axis."""
+    vals = [bounds] if isinstance(bounds, (int, np.integer)) else None
+    if vals is None:
+        try:
+            vals = list(bounds)
+        except TypeError:
+            raise ValueError(f"{name} must be an int or a tuple of 3 or 6 ints >= 0, got {bounds!r}") from None
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0 for v in vals) \
+            or isinstance(bounds, bool) or len(vals) not in (1, 3, 6):
+        raise ValueError(f"{name} must be an int or a tuple of 3 or 6 ints >= 0, got {bounds!r}")
+    v = [int(b) for b in vals]
+    if len(v) == 1:
+        v = v * 6
+    elif len(v) == 3:
+        v = [v[0], v[0], v[1], v[1], v[2], v[2]]
+    return np.asarray(v, dtype=np.int64).reshape(3, 2)
+
+
+def _tio_padding_mode(padding_mode: Any) -> tuple[str, float, Optional[str]]:
+    """TorchIO's padding_mode -> (kernel pad mode, constant, the fill after the gather: a
+    statistic mode, 'linear_ramp' or None). A number pads with that constant; 'empty' (numpy
+    leaves the values undefined) pads with zeros."""
+    if isinstance(padding_mode, numbers.Real) and not isinstance(padding_mode, bool):
+        return "constant", float(padding_mode), None
+    if isinstance(padding_mode, str) and padding_mode in _TIO_PAD_MODES:
+        if padding_mode in _TIO_KERNEL_MODES:
+            return padding_mode, 0.0, None
+        return "constant", 0.0, (None if padding_mode == "empty" else padding_mode)
+    if callable(padding_mode):
+        raise ValueError("padding_mode: a callable (numpy.pad's per-vector function) is not supported by voxaug; "
+                         f"use a number or one of {list(_TIO_PAD_MODES)}")
+    raise ValueError(f"padding_mode must be a number or one of {list(_TIO_PAD_MODES)}, got {padding_mode!r}")
+
+
+def _tio_pad_stat(x: torch.Tensor, mode: str) -> torch.Tensor:
+    """TorchIO Pad's constant for a statistic mode, per sample of the batch `x` ((N,), x's dtype,
+    on x's device, no sync): the mean of the float32 data (torch's, sample by sample as TorchIO
+    computes it), the median (torch.quantile(data.float(), 0.5): the exact order statistic, or
+    the float32-rounded midpoint of the two middle ones, from ``ops.percentiles``; also beyond
+    torch.quantile's 2^24-element limit), the minimum or the maximum of the whole sample, all
+    channels. The cast to x's dtype is numpy's (integers: truncated)."""
+    if mode == "mean":
+        v = torch.stack([s.float().mean() for s in x])
+    elif mode == "median":
+        v = ops.percentiles(x if x.dtype == torch.float32 else x.float(), [50.0])[:, 0, 0].float()
+    elif mode == "minimum":
+        v = x.flatten(1).amin(1)
+    else:
+        v = x.flatten(1).amax(1)
+    if not x.dtype.is_floating_point:
+        v = v.trunc()
+    return v.to(x.dtype)
+
+
+def _axis_slab(a: int, sl: slice, base: Optional[list] = None) -> tuple:
+    idx = list(base) if base is not None else [slice(None)] * 5
+    idx[2 + a] = sl
+    return tuple(idx)
+
+
+def _same_rows(w: np.ndarray) -> bool:
+    return bool((w == w[:1]).all())
+
+
+def _fill_frame_(y: torch.Tensor, pads: np.ndarray, v: torch.Tensor) -> None:
+    """Sets the padded frame of each sample of `y` ((N, C, D, H, W); `pads` (N, 3, 2) widths
+    >= 0) to that sample's value v[n]."""
+    groups = [(slice(None), pads[0])] if _same_rows(pads) else [(slice(n, n + 1), pads[n]) for n in range(len(pads))]
+    for rows, p in groups:
+        yy, vv = y[rows], v[rows].view(-1, 1, 1, 1, 1)
+        for a in range(3):
+            size = yy.shape[2 + a]
+            for lo, hi in ((0, int(p[a][0])), (size - int(p[a][1]), size)):
+                if hi > lo:
+                    dst = yy[_axis_slab(a, slice(lo, hi))]
+                    dst.copy_(vv.expand_as(dst))
+
+
+def _linear_ramp_(y: torch.Tensor, pads: np.ndarray) -> None:
+    """numpy.pad's 'linear_ramp' (end values 0) on the padded frame of each sample of `y`, in
+    place, as numpy computes it: axis by axis (a later axis ramps the earlier axes' ramps), each
+    side a linspace from 0 towards the edge voxel (endpoint excluded) in float64 (numpy's end
+    value is an int64 scalar, so every dtype ramps in float64; integers floored), with numpy's
+    branch for a zero step anywhere on the face ((i / width) * edge instead of i * (edge /
+    width)), decided per sample on the device, then cast to the data's dtype."""
+    ints = not y.dtype.is_floating_point
+    dt = torch.float64
+    groups = [(slice(None), pads[0])] if _same_rows(pads) else [(slice(n, n + 1), pads[n]) for n in range(len(pads))]
+    for rows, p in groups:
+        yy = y[rows]
+        size = yy.shape[2:]
+        for a in range(3):
+            roi = [slice(None)] * 5
+            for b in range(a + 1, 3):  # later axes: their original extent only (numpy's _view_roi)
+                roi[2 + b] = slice(int(p[b][0]), int(size[b]) - int(p[b][1]))
+            for side, width in ((0, int(p[a][0])), (1, int(p[a][1]))):
+                if width == 0:
+                    continue
+                edge = int(p[a][0]) if side == 0 else int(size[a]) - int(p[a][1]) - 1
+                e = yy[_axis_slab(a, slice(edge, edge + 1), roi)].to(dt)
+                shape = [1] * 5
+                shape[2 + a] = width
+                i = torch.arange(width, dtype=dt, device=y.device).view(shape)
+                step = e / width
+                zero = (step == 0).flatten(1).any(1).view(-1, 1, 1, 1, 1)
+                ramp = torch.where(zero, (i / width) * e, i * step) + 0  # numpy's `y += start` (start 0)
+                if ints:
+                    ramp = ramp.floor()
+                if side == 1:
+                    ramp = ramp.flip(2 + a)
+                lo = 0 if side == 0 else int(size[a]) - width
+                yy[_axis_slab(a, slice(lo, lo + width), roi)] = ramp.to(y.dtype)
+
+
+class _TioBounds(_Pad):
+    """A TorchIO bounds transform: per-sample signed (before, after) widths per axis (negative:
+    crop), one exact gather (``_geometry`` takes the (N, 3, 2) widths as its params), then the
+    frame fill of the statistic and linear-ramp modes."""
+
+    def __init__(self, padding_mode: Any):
+        mode, value, self._post = _tio_padding_mode(padding_mode)
+        super().__init__(mode, False, {"value": value})
+        self.padding_mode = padding_mode
+
+    def _geometry(self, in_size, n, params, opts):
+        w = params
+        if _same_rows(w):
+            return _pad_geometry([(int(b), int(e)) for b, e in w[0]], in_size, n, opts)
+        out_size = tuple(int(s + b + e) for s, (b, e) in zip(in_size, w[0]))
+        maps = [_translate([-float(b) for b in w[k][:, 0]]) for k in range(n)]
+        return _Geometry(_stack(maps, 3), out_size, _stack(maps), opts.padding)
+
+    def _record_for(self, img, in_size, geom, opts, params, owner=None, src_affine="img"):
+        # the inverse crops the padded axes back and pads the cropped ones with zeros
+        geom = dataclasses.replace(geom, kernel_padding="zeros", tables=None)
+        return super()._record_for(img, in_size, geom, opts, params, owner, src_affine)
+
+    def _bounded(self, img: Any, widths: np.ndarray) -> Any:
+        """`img` cropped / padded by `widths` ((N, 3, 2) signed, or (3, 2) for every sample)."""
+        x, restore = _as_batch(img)
+        n, in_size = x.shape[0], tuple(int(s) for s in x.shape[2:])
+        w = np.broadcast_to(np.asarray(widths, dtype=np.int64), (n, 3, 2)).copy()
+        sizes = [in_size[a] + w[:, a].sum(-1) for a in range(3)]
+        if any((s != s[0]).any() or s[0] < 1 for s in sizes):
+            raise ValueError(f"the crop / pad leaves no voxels (or differs per sample) on some axis: input "
+                             f"{in_size}, (before, after) per axis {w.tolist()}")
+        opts = _for_input(self._options(), x)
+        geom = self._geometry(in_size, n, w, opts)
+        if opts.padding in _PAD_TABLE_MODES and not _same_rows(w):  # index tables: sample by sample
+            out = torch.cat([_run([x[k:k + 1]], self._geometry(in_size, 1, w[k:k + 1], opts), [opts])[0]
+                             for k in range(n)])
         else:
-            raise ValueError(f"padding_mode must be a number or one of {list(self._MODES)}, got {padding_mode!r}")
-        super().__init__([int(v) for v in shape], "symmetric", mode, value=value)
-        self.target_shape, self.padding_mode = tuple(int(v) for v in shape), padding_mode
-        self.only_crop, self.only_pad = bool(only_crop), bool(only_pad)
+            (out,) = _run([x], geom, [opts])
+        if self._post is not None and (w > 0).any():
+            pads = np.maximum(w, 0)
+            if self._post in _TIO_STAT_MODES:
+                _fill_frame_(out, pads, _tio_pad_stat(x, self._post))
+            elif not (w < 0).any():
+                _linear_ramp_(out, pads)
+            else:  # numpy ramps the padded (uncropped) volume: pad, ramp, then crop as TorchIO does
+                for k in range(n):
+                    p = self._padded_only(x[k:k + 1], pads[k])
+                    _linear_ramp_(p, pads[k][None])
+                    crop = tuple(slice(int(-min(b, 0)), int(p.shape[2 + a]) + int(min(e, 0)))
+                                 for a, (b, e) in enumerate(w[k]))
+                    out[k].copy_(p[(0, slice(None)) + crop])
+        res = _with_affine(restore(out), geom.meta)
+        return _push(res, self._record_for(img, in_size, geom, opts, w))
 
-    def _widths(self, in_size):
-        out = []
-        for have, want in zip((int(v) for v in in_size), self.target_shape):
-            n = want - have
-            if (n > 0 and self.only_crop) or (n < 0 and self.only_pad) or n == 0:
-                out.append((0, 0))
-            elif n > 0:  # pad: ceil(n / 2) first
-                out.append(((n + 1) // 2, n // 2))
-            else:  # crop -n: ceil first
-                out.append((-((-n + 1) // 2), -((-n) // 2)))
-        return out
+    def _padded_only(self, x1: torch.Tensor, pads: np.ndarray) -> torch.Tensor:
+        opts = _for_input(self._options(), x1)
+        geom = _pad_geometry([(int(b), int(e)) for b, e in pads], tuple(x1.shape[2:]), 1, opts)
+        return _run([x1], geom, [opts])[0]
 
-    def __call__(self, data, mode=None, lazy: Optional[bool] = None, **kwargs):
+    def _each_tensor(self, data: Any, fn: Callable[[Any], Any]) -> Any:
         if isinstance(data, Mapping):
-            d = dict(data)
-            for k, v in d.items():
-                if isinstance(v, torch.Tensor) and v.dim() in (4, 5):
-                    d[k] = super().__call__(v, mode, lazy, **kwargs)
-            return d
-        return super().__call__(data, mode, lazy, **kwargs)
+            return {k: (fn(v) if isinstance(v, torch.Tensor) and v.dim() in (4, 5) else v) for k, v in data.items()}
+        return fn(data)
 
     def inverse(self, data: Any) -> Any:
-        """Undoes the last call (its records): on a MetaTensor, or on each MetaTensor of a dictionary."""
+        """Undoes the last call (its record): on a MetaTensor, or on each MetaTensor of a dictionary.
+        (TorchIO's ``inverse()`` returns the opposite transform; voxaug's undoes a call's record.)"""
         return _inverse_each(self, data)
+
+
+class Pad(_TioBounds):
+    """TorchIO Pad(padding, padding_mode=0): pads (w_ini, w_fin, h_ini, h_fin, d_ini, d_fin) voxels
+    (or 3 values, each for both ends of an axis, or one for all six) on spatial axes 0, 1, 2, as
+    one exact gather; MetaTensor affines get TorchIO's new origin. padding_mode: a number (a
+    constant), or numpy's 'constant' (0), 'edge', 'reflect', 'symmetric', 'wrap', 'linear_ramp'
+    (end values 0), 'empty' (zeros here; numpy leaves them undefined), or TorchIO's statistics of
+    the whole sample, all channels: 'mean', 'median', 'minimum', 'maximum' (computed on the device
+    per sample, no host sync; TorchIO reads them with ``.item()``). Bit-identical to TorchIO's
+    np.pad for every mode and dtype numpy has. A dictionary (TorchIO's Subject) has every 4-D /
+    5-D tensor padded (label maps too, with the same mode, as TorchIO). A callable padding_mode is
+    refused."""
+
+    def __init__(self, padding, padding_mode: Union[str, float] = 0):
+        super().__init__(padding_mode)
+        self.padding = padding
+        self._w = _tio_bounds(padding, "padding")
+
+    def __call__(self, data: Any) -> Any:
+        return self._each_tensor(data, lambda v: self._bounded(v, self._w))
+
+
+class Crop(_TioBounds):
+    """TorchIO Crop(cropping): removes (w_ini, w_fin, h_ini, h_fin, d_ini, d_fin) voxels (or 3
+    values, each for both ends of an axis, or one for all six) from spatial axes 0, 1, 2, as one
+    exact gather, bit-identical to TorchIO's slicing; MetaTensor affines get TorchIO's new origin.
+    A dictionary (TorchIO's Subject) has every 4-D / 5-D tensor cropped. A crop that leaves no
+    voxel on an axis is refused."""
+
+    def __init__(self, cropping):
+        super().__init__(0)
+        self.cropping = cropping
+        self._w = -_tio_bounds(cropping, "cropping")
+
+    def __call__(self, data: Any) -> Any:
+        return self._each_tensor(data, lambda v: self._bounded(v, self._w))
+
+
+def _tio_target(target_shape: Any, units: str) -> tuple:
+    """TorchIO CropOrPad's _parse_target_shape: 3 values, None keeps an axis; positive ints in voxels,
+    positive numbers in 'mm' / 'cm'."""
+    if isinstance(target_shape, (str, bool)):
+        raise ValueError(f"target_shape must be an int, float, or a sequence of 3 int/float/None values, got "
+                         f"{target_shape!r}")
+    if isinstance(target_shape, numbers.Real):
+        vals = [target_shape] * 3
+    else:
+        try:
+            vals = list(target_shape)
+        except TypeError:
+            raise ValueError(f"target_shape must be an int, float, or a sequence of 3 int/float/None values, got "
+                             f"{target_shape!r}") from None
+        if len(vals) != 3:
+            raise ValueError(f"target_shape must have 3 elements, got {len(vals)}: {target_shape!r}")
+    out = []
+    for v in vals:
+        if v is None:
+            out.append(None)
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)) or v <= 0:
+            raise ValueError(f"target_shape values must be positive numbers or None, got {v!r}")
+        if units == "voxels":
+            if float(v) != int(v):
+                raise ValueError(f"target_shape must contain integers when units='voxels', got {v!r}")
+            out.append(int(v))
+        else:
+            out.append(float(v))
+    return tuple(out)
+
+
+class CropOrPad(_TioBounds, _Randomizable):
+    """TorchIO CropOrPad(target_shape=None, padding_mode=0, mask_name=None, labels=None,
+    only_crop=False, only_pad=False, location='center', units='voxels'): each spatial axis cropped
+    or padded to the target, as one exact launch. The split is TorchIO's (of n voxels to remove or
+    add, ceil(n / 2) at the start, floor(n / 2) at the end; MONAI's ResizeWithPadOrCrop puts the
+    odd voxel at the other end); padding_mode as :class:`Pad` (numbers, numpy's modes, the
+    statistics of the uncropped sample).
+
+    - target_shape: an int or 3 values; None keeps an axis. units 'mm' / 'cm': physical extents
+      turned into voxels with the MetaTensor's spacing (1 for a plain tensor, TorchIO's identity
+      affine), ``int(round(value * factor / spacing))`` as TorchIO (Python's round: halves to even).
+    - location='random': each cropped axis starts at a uniform integer in [0, n] per sample (Philox,
+      voxaug's seed; TorchIO draws with torch.randint), padding stays centred.
+    - mask_name (dictionary inputs, TorchIO's Subject): the output is centred on the bounding box of
+      that tensor's first channel (nonzero, or equal to one of `labels`), with TorchIO's half-voxel
+      rule; target_shape None takes the box's size. The box is read on the host (one sync per call,
+      as TorchIO's numpy); a missing key or an empty mask falls back to the centre with TorchIO's
+      warning. Every sample of a batch gets its own box (a target_shape of None needs boxes of one
+      size across the batch).
+
+    A dictionary has every 4-D / 5-D tensor cropped or padded alike (one draw / box for all). The
+    inverse (MetaTensors) crops back the padded axes and pads the cropped ones with zeros."""
+
+    def __init__(self, target_shape=None, padding_mode: Union[str, float] = 0, mask_name: Optional[str] = None,
+                 labels=None, only_crop: bool = False, only_pad: bool = False, location: str = "center",
+                 units: str = "voxels", seed: Optional[int] = None):
+        if target_shape is None and mask_name is None:
+            raise ValueError("If mask_name is None, a target shape must be passed (target_shape must be given)")
+        if units not in ("voxels", "mm", "cm"):
+            raise ValueError(f"units must be 'voxels', 'mm', or 'cm', got {units!r}")
+        if location not in ("center", "random"):
+            raise ValueError(f"location must be 'center' or 'random', got {location!r}")
+        if location == "random" and mask_name is not None:
+            raise ValueError("location='random' cannot be combined with mask_name")
+        if mask_name is not None and not isinstance(mask_name, str):
+            raise ValueError(f"If mask_name is not None, it must be a string, not {type(mask_name)}")
+        if mask_name is None and labels is not None:
+            raise ValueError(f"If mask_name is None, labels should be None, but {labels!r} was passed")
+        if only_crop and only_pad:
+            raise ValueError("only_crop and only_pad cannot both be True")
+        _TioBounds.__init__(self, padding_mode)
+        _Randomizable.__init__(self, seed)
+        self.units, self.location, self.mask_name = units, location, mask_name
+        self.labels = None if labels is None else [int(v) for v in labels]
+        self.target_shape = None if target_shape is None else _tio_target(target_shape, units)
+        self.only_crop, self.only_pad = bool(only_crop), bool(only_pad)
+
+    def _resolve(self, in_size: tuple, img: Any) -> Optional[list[int]]:
+        if self.target_shape is None:
+            return None
+        spacing = _spacing_of(_one_affine(img.affine, "img.affine")) if _is_meta_tensor(img) else np.ones(3)
+        out = []
+        for v, sp, src in zip(self.target_shape, spacing, in_size):
+            if v is None:
+                out.append(int(src))
+            elif self.units == "voxels":
+                out.append(int(v))
+            else:
+                out.append(int(round(float(v) * (10.0 if self.units == "cm" else 1.0) / float(sp))))
+        if min(out) < 1:
+            raise ValueError(f"Resolved target shape must be positive in all axes, got {tuple(out)} from "
+                             f"target_shape={self.target_shape!r} with units={self.units!r} and spacing "
+                             f"{tuple(float(s) for s in spacing)}")
+        return out
+
+    def _center_widths(self, in_size, target, n: int) -> np.ndarray:
+        w = np.zeros((n, 3, 2), dtype=np.int64)
+        u = ops.philox_uniform(self._next_seed(), 0, n, 3).numpy() if self.location == "random" else None
+        for a, (have, want) in enumerate(zip(in_size, target)):
+            d = int(want) - int(have)
+            if d > 0:
+                w[:, a] = ((d + 1) // 2, d // 2)
+            elif d < 0:
+                c = -d
+                if u is None:
+                    w[:, a] = (-((c + 1) // 2), -(c // 2))
+                else:  # a uniform start in [0, c]
+                    ini = np.minimum(np.floor(u[:, a] * (c + 1)).astype(np.int64), c)
+                    w[:, a, 0], w[:, a, 1] = -ini, -(c - ini)
+        return w
+
+    def _mask_widths(self, mask: torch.Tensor, in_size, target) -> np.ndarray:
+        """TorchIO's _compute_mask_center_crop_or_pad per sample of the (N, C, D, H, W) mask."""
+        m = mask[:, 0]
+        if self.labels is not None:  # TorchIO's `mask == label` for each label (Python numbers: no overflow)
+            hits = [m == v for v in self.labels]
+            m = functools.reduce(torch.logical_or, hits) if hits else torch.zeros_like(m, dtype=torch.bool)
+        else:
+            m = m != 0
+        anys = [m.any(dim=tuple(b for b in range(1, 4) if b != a + 1)) for a in range(3)]
+        rows = [t.cpu().numpy() for t in anys]  # the host reads the box (one sync)
+        out = []
+        for k in range(m.shape[0]):
+            if not rows[0][k].any():
+                warnings.warn(f'All values found in the mask "{self.mask_name}" are zero. Using volume center '
+                              "instead", RuntimeWarning, stacklevel=3)
+                out.append(self._center_widths(in_size, target if target is not None else in_size, 1)[0])
+                continue
+            idx = [np.flatnonzero(r[k]) for r in rows]
+            bb_min = np.array([i[0] for i in idx])
+            bb_max = np.array([i[-1] for i in idx]) + 1
+            center = np.mean((bb_min, bb_max), axis=0)
+            want = bb_max - bb_min if target is None else target
+            w = np.zeros((3, 2), dtype=np.int64)
+            for a in range(3):
+                t, c, s = want[a], center[a], in_size[a]
+                if (not (t % 2)) ^ (not (c % 1)):
+                    c -= 0.5
+                begin, end = c - t / 2, c + t / 2
+                crop_ini, pad_ini = (begin, 0) if begin >= 0 else (0, -begin)
+                crop_fin, pad_fin = (s - end, 0) if end <= s else (0, end - s)
+                pads = np.asarray([pad_ini, pad_fin], dtype=float).astype(int)  # TorchIO's int conversion
+                crops = np.asarray([crop_ini, crop_fin], dtype=float).astype(int)
+                w[a] = pads - crops
+            out.append(w)
+        return np.stack(out)
+
+    def _widths_for(self, img: Any, mask: Optional[torch.Tensor]) -> np.ndarray:
+        x, _ = _as_batch(img)
+        in_size = tuple(int(s) for s in x.shape[2:])
+        target = self._resolve(in_size, img)
+        if mask is not None:
+            w = self._mask_widths(mask, in_size, target)
+        else:  # without a mask (or its fallback without a target) the centre
+            w = self._center_widths(in_size, list(in_size) if target is None else target, x.shape[0])
+        if self.only_crop:
+            w = np.minimum(w, 0)
+        if self.only_pad:
+            w = np.maximum(w, 0)
+        return w
+
+    def __call__(self, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            if self.mask_name is not None:
+                raise ValueError("mask_name names a tensor of a dictionary (TorchIO's Subject); this input is a "
+                                 f"{type(data).__name__}")
+            return self._bounded(data, self._widths_for(data, None))
+        d = dict(data)
+        keys = [k for k, v in d.items() if isinstance(v, torch.Tensor) and v.dim() in (4, 5)]
+        if not keys:
+            return d
+        shapes = {(tuple(_as_batch(d[k])[0].shape[:1]), tuple(d[k].shape[-3:])) for k in keys}
+        if len(shapes) != 1:
+            raise ValueError(f"the tensors of a subject must share the batch size and spatial shape, got "
+                             f"{sorted(shapes)}")
+        mask = None
+        if self.mask_name is not None:
+            if self.mask_name in d and isinstance(d[self.mask_name], (torch.Tensor, np.ndarray)):
+                mask = _as_batch(d[self.mask_name])[0]
+            else:
+                warnings.warn(f'Mask name "{self.mask_name}" not found in subject keys "{tuple(d.keys())}". Using '
+                              "volume center instead", RuntimeWarning, stacklevel=2)
+        w = self._widths_for(d[keys[0]], mask)
+        for k in keys:
+            d[k] = self._bounded(d[k], w)
+        return d
 
 
 class DivisiblePad(_Pad):

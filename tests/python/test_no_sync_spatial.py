@@ -196,6 +196,18 @@ DETERMINISTIC = {
     "Spacing[nearest,label]": lambda d: _call(vs.Spacing((0.8, 1.2, 1.0), mode="nearest"), d["seg"], affine=AFFINE),
     "Orientation": lambda d: _call(vs.Orientation("LPS"), d["img"], affine=AFFINE),
     "GridDistortion": lambda d: _call(vd.GridDistortion(3, [(1.0, 1.1, 0.9, 1.0)] * 3), d["img"]),
+    "Pad[TorchIO,mean]": lambda d: _call(vs.Pad((1, 2, 0, 3, 2, 1), "mean"), d["img"]),
+    "Pad[TorchIO,median,label]": lambda d: _call(vs.Pad(2, "median"), d["seg"]),
+    "Pad[TorchIO,maximum]": lambda d: _call(vs.Pad((2, 0, 1), "maximum"), d["img"]),
+    "Pad[TorchIO,linear_ramp]": lambda d: _call(vs.Pad((1, 2, 0, 3, 2, 1), "linear_ramp"), d["img"]),
+    "Crop[TorchIO]": lambda d: _call(vs.Crop((1, 2, 0, 3, 2, 1)), d["img"]),
+    "CropOrPad[random,minimum]": lambda d: _call(vs.CropOrPad((12, 20, 9), "minimum", location="random", seed=3),
+                                                 d["img"]),
+    "CropOrPad[random,wrap,label]": lambda d: _call(vs.CropOrPad((12, 20, 9), "wrap", location="random", seed=4),
+                                                    d["seg"]),
+    "CropOrPad[linear_ramp]": lambda d: _call(vs.CropOrPad((12, 20, 9), "linear_ramp"), d["img"]),
+    "ToOrientation": lambda d: _call(vs.ToOrientation("PLI"), d["img"]),
+    "Transpose[label]": lambda d: _call(vs.Transpose(), d["seg"]),
 }
 
 RANDOM = {
