@@ -15,7 +15,8 @@
 namespace voxaug::detail {
 
 template <class F, class Index>
-__global__ void __launch_bounds__(256) items_kernel(const F f, int64_t num_samples, Index items) {
+__global__ void __launch_bounds__(256) items_kernel(const __grid_constant__ F f, int64_t num_samples,
+                                                    Index items) {
   for (int64_t n = blockIdx.y; n < num_samples; n += gridDim.y) {
     typename F::State st;
     f.begin_sample(n, st);

@@ -37,7 +37,8 @@ void deform_field_dense_cuda(const KField& k, const VolumeView& out, bool use_do
                            : k;
   auto run = [&](auto acc) {
     using Acc = decltype(acc);
-    FieldDenseForward<Acc> f{field, out.data, out.dtype, {}, {}};
+    // B-spline fields arrive as pre-contracted rows: the variant without the 64-tap case.
+    FieldDenseForward<Acc, false> f{field, out.data, out.dtype, {}, {}};
     for (int a = 0; a < 3; ++a) f.out_size[a] = out.shape[a + 2];
     for (int a = 0; a < 5; ++a) f.out_stride[a] = out.strides[a];
     CudaLauncher::launch(f, out.shape[0], stream);

@@ -25,8 +25,9 @@ KField bspline_rows_cuda(const KField& f, int64_t batch, int64_t rows_d, int64_t
                          bool use_double, cudaStream_t stream, void** workspace);
 #endif
 
-// One item = one output voxel: writes u(x) to out (N, 3, D', H', W').
-template <class Acc>
+// One item = one output voxel: writes u(x) to out (N, 3, D', H', W'). RawBSpline false: the
+// CUDA launch's variant, whose B-spline fields arrive as pre-contracted rows.
+template <class Acc, bool RawBSpline = true>
 struct FieldDenseForward {
   KField f;
   void* out;
@@ -48,7 +49,7 @@ struct FieldDenseForward {
     const int64_t ow = item % out_size[2], rest = item / out_size[2];
     const int64_t oh = rest % out_size[1], od = rest / out_size[1];
     Acc u[3];
-    field_displacement(f, n, od, oh, ow, u);
+    field_displacement<Acc, RawBSpline>(f, n, od, oh, ow, u);
     store(n, od, oh, ow, u);
   }
 };

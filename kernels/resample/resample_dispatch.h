@@ -5,12 +5,26 @@
 
 namespace voxaug::detail {
 
+// Calls fn(ResampleForward<Acc, F>{p}) with the leanest instantiated variant F that covers the
+// features `p` needs (resample_features): plain maps, plain maps with post steps, displacement
+// fields, or every feature (B-splines, and any other combination).
+template <class Acc, class Fn>
+void with_resample_forward(const ResampleParams& p, Fn&& fn) {
+  switch (resample_features(p)) {
+    case 0u: fn(ResampleForward<Acc, 0u>{p}); return;
+    case kResamplePost: fn(ResampleForward<Acc, kResamplePost>{p}); return;
+    case kResampleField: fn(ResampleForward<Acc, kResampleField>{p}); return;
+    default: fn(ResampleForward<Acc, kResampleAllFeatures>{p}); return;
+  }
+}
+
 template <class Launcher>
 void resample_run(const ResampleParams& p, int64_t batch, bool use_double, cudaStream_t stream) {
+  const auto launch = [&](const auto& f) { Launcher::launch(f, batch, stream); };
   if (use_double) {
-    Launcher::launch(ResampleForward<double>{p}, batch, stream);
+    with_resample_forward<double>(p, launch);
   } else {
-    Launcher::launch(ResampleForward<float>{p}, batch, stream);
+    with_resample_forward<float>(p, launch);
   }
 }
 

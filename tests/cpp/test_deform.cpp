@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "../../kernels/resample/resample_dispatch.h"
 #include "test_support.h"
 #include "voxaug/deform.h"
 #include "voxaug/detail/resample.h"
@@ -494,7 +495,7 @@ TEST(Deform, PrecontractedRowsEqualTheBSplineField) {
       for (int64_t h = 0; h < out.h; ++h)
         for (int64_t w = 0; w < out.w; ++w) {
           float u[3];
-          detail::field_displacement(rk, n, d, h, w, u);
+          detail::field_displacement<float, false>(rk, n, d, h, w, u);  // the CUDA variant
           for (int c = 0; c < 3; ++c)
             got_u[(((n * 3 + c) * out.d + d) * out.h + h) * out.w + w] = u[c];
         }
@@ -516,14 +517,19 @@ TEST(Deform, PrecontractedRowsEqualTheBSplineField) {
   const VolumeView vo = view(got.data(), DType::Float32, out);
   for (int a = 0; a < 3; ++a) kt.in_size[a] = vi.shape[a + 2];
   for (int a = 0; a < 5; ++a) kt.in_stride[a] = vi.strides[a], kt.out_stride[a] = vo.strides[a];
-  const detail::ResampleForward<float> fwd{p};
-  for (int64_t n = 0; n < out.n; ++n) {
-    detail::ResampleForward<float>::State st;
-    fwd.begin_sample(n, st);
-    for (int64_t d = 0; d < out.d; ++d)
-      for (int64_t h = 0; h < out.h; ++h)
-        for (int64_t w = 0; w < out.w; ++w) fwd.voxel(st, n, d, h, w);
-  }
+  // The variant the CUDA launcher runs on the rows (with_resample_forward: the field variant).
+  EXPECT_EQ(unsigned(detail::kResampleField), detail::resample_features(p));
+  detail::with_resample_forward<float>(p, [&](const auto& fwd) {
+    using F = std::decay_t<decltype(fwd)>;
+    if (!F::kField || F::kRawBSpline) ADD_FAILURE() << "the rows must take the lean field variant";
+    for (int64_t n = 0; n < out.n; ++n) {
+      typename F::State st;
+      fwd.begin_sample(n, st);
+      for (int64_t d = 0; d < out.d; ++d)
+        for (int64_t h = 0; h < out.h; ++h)
+          for (int64_t w = 0; w < out.w; ++w) fwd.voxel(st, n, d, h, w);
+    }
+  });
   EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)));
   int64_t moved = 0;
   for (float v : got_u) moved += v != 0;

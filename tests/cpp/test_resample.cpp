@@ -519,25 +519,32 @@ TEST(ResampleCuda, CubicTwinBitIdentical) {
 }
 #endif
 
+#include "../../kernels/resample/resample_dispatch.h"
 #include "voxaug/detail/resample.h"
 
 namespace {
-// The per-voxel body the CUDA kernel runs (ResampleForward::voxel), evaluated on the host for
-// one float32 target: the reference of the host's row paths. `all_exact` reports whether every
-// sample took the exact (signed-permutation) path.
-// ResampleForward::voxel (what the CUDA kernel runs per voxel) over every output voxel of
-// `batch` samples; returns whether every sample took the exact path.
-bool run_device_body(const detail::ResampleParams& p, int64_t batch) {
-  const detail::ResampleForward<float> f{p};
+// ResampleForward::voxel over every output voxel of `batch` samples, with Features fixed.
+template <unsigned Features>
+bool run_body_variant(const detail::ResampleForward<float, Features>& f, int64_t batch) {
   bool all_exact = true;
   for (int64_t n = 0; n < batch; ++n) {
-    detail::ResampleForward<float>::State st;
+    typename detail::ResampleForward<float, Features>::State st;
     f.begin_sample(n, st);
     all_exact = all_exact && st.exact;
-    for (int64_t d = 0; d < p.out_size[0]; ++d)
-      for (int64_t h = 0; h < p.out_size[1]; ++h)
-        for (int64_t w = 0; w < p.out_size[2]; ++w) f.voxel(st, n, d, h, w);
+    for (int64_t d = 0; d < f.p.out_size[0]; ++d)
+      for (int64_t h = 0; h < f.p.out_size[1]; ++h)
+        for (int64_t w = 0; w < f.p.out_size[2]; ++w) f.voxel(st, n, d, h, w);
   }
+  return all_exact;
+}
+
+// The per-voxel body the CUDA kernel runs (ResampleForward::voxel of the variant the launcher
+// picks, with_resample_forward), evaluated on the host over every output voxel of `batch`
+// samples: the reference of the host's row paths. Returns whether every sample took the exact
+// (signed-permutation) path.
+bool run_device_body(const detail::ResampleParams& p, int64_t batch) {
+  bool all_exact = true;
+  detail::with_resample_forward<float>(p, [&](const auto& f) { all_exact = run_body_variant(f, batch); });
   return all_exact;
 }
 
@@ -628,6 +635,95 @@ TEST(ResampleCpu, RowPathEqualsPerVoxelDeviceBody) {
                 << static_cast<int>(mode) << " deformed " << deformed << " ties " << (m == &ties);
           }
         }
+}
+
+// The lean forward variants the CUDA launcher picks (with_resample_forward: plain maps, post
+// steps, dense / separable fields; the pre-contracted rows in test_deform.cpp) give the full
+// body's bits, and the dispatch picks the leanest one that covers the launch (a B-spline target
+// or a raw B-spline field: all). The post variant runs in ResampleCpu.PostSteps* below.
+TEST(ResampleForwardVariants, LeanVariantsEqualTheFullBodyAndDispatch) {
+  const Vol iv{2, 2, 9, 8, 10}, ov{2, 2, 7, 9, 6};
+  std::mt19937 rng(91);
+  std::normal_distribution<float> nd;
+  std::vector<float> img(iv.numel());
+  for (auto& v : img) v = nd(rng);
+  std::vector<uint8_t> lab(iv.numel());
+  for (auto& v : lab) v = static_cast<uint8_t>(rng() % 7);
+  const auto m = random_matrices(iv.n, iv, ov, 92);
+  const Vol fo{ov.n, 3, ov.d, ov.h, ov.w};
+  std::vector<float> dense(fo.numel()), sep(ov.n * 3 * 9);
+  for (auto& v : dense) v = 1.5f * nd(rng);
+  for (auto& v : sep) v = 1.5f * nd(rng);
+  enum class Field { None, Dense, Separable, Raw };
+  for (Field fk : {Field::None, Field::Dense, Field::Separable, Field::Raw})
+    for (Interp mode : {Interp::Linear, Interp::Nearest}) {
+      std::vector<float> out_full(ov.numel()), out_var(ov.numel());
+      std::vector<uint8_t> lab_full(ov.numel()), lab_var(ov.numel());
+      detail::ResampleParams p{};
+      p.num_targets = 2;
+      p.matrices = m.data();
+      p.out_size[0] = ov.d, p.out_size[1] = ov.h, p.out_size[2] = ov.w;
+      const VolumeView vi = view(img.data(), DType::Float32, iv);
+      const VolumeView vo = view(out_full.data(), DType::Float32, ov);
+      for (int k = 0; k < 2; ++k) {
+        detail::KTarget& t = p.t[k];
+        t.in = k == 0 ? static_cast<const void*>(img.data()) : static_cast<const void*>(lab.data());
+        t.in_dtype = t.out_dtype = k == 0 ? DType::Float32 : DType::UInt8;
+        t.mode = static_cast<int32_t>(k == 0 ? mode : Interp::Nearest);
+        t.padding = static_cast<int32_t>(k == 0 ? Padding::Reflection : Padding::Zeros);
+        t.channels = iv.c;
+        t.elem_size = k == 0 ? 4 : 1;
+        for (int a = 0; a < 3; ++a) t.in_size[a] = vi.shape[a + 2];
+        for (int a = 0; a < 5; ++a) t.in_stride[a] = vi.strides[a], t.out_stride[a] = vo.strides[a];
+      }
+      if (fk == Field::Dense || fk == Field::Raw) {
+        p.field.kind = static_cast<int32_t>(fk == Field::Dense ? FieldKind::Dense : FieldKind::BSpline);
+        p.field.dtype = DType::Float32;
+        p.field.data = dense.data();
+        const int64_t sz[3] = {ov.d, ov.h, ov.w};
+        for (int a = 0; a < 3; ++a) {
+          p.field.size[a] = sz[a];
+          p.field.scale[a] = fk == Field::Raw ? double(sz[a] - 3) / (sz[a] - 1) : 1.0;
+          p.field.offset[a] = fk == Field::Raw ? 1.0 : 0.0;
+        }
+        const int64_t st[5] = {3 * ov.d * ov.h * ov.w, ov.d * ov.h * ov.w, ov.h * ov.w, ov.w, 1};
+        for (int a = 0; a < 5; ++a) p.field.stride[a] = st[a];
+      } else if (fk == Field::Separable) {
+        p.field.kind = static_cast<int32_t>(FieldKind::Separable);
+        p.field.dtype = DType::Float32;
+        p.field.data = sep.data();
+        p.field.size[0] = 9, p.field.size[1] = p.field.size[2] = 1;
+        const int64_t st[5] = {27, 9, 1, 0, 0};
+        for (int a = 0; a < 5; ++a) p.field.stride[a] = st[a];
+      }
+      const unsigned want = (fk == Field::None ? 0u : detail::kResampleField) |
+                            (fk == Field::Raw ? detail::kResampleRawBSpline : 0u);
+      EXPECT_EQ(want, detail::resample_features(p));
+      for (Interp spline : {Interp::Quadratic, Interp::Cubic, Interp::Quartic, Interp::Quintic}) {
+        detail::ResampleParams q = p;  // a B-spline target needs the full variant
+        q.t[1].mode = static_cast<int32_t>(spline);
+        EXPECT_EQ(want | detail::kResampleSpline, detail::resample_features(q));
+      }
+      detail::ResampleParams q = p;  // post steps on a plain map: the post variant
+      q.post_target = 0, q.num_post = 1;
+      EXPECT_EQ(want | detail::kResamplePost, detail::resample_features(q));
+      p.t[0].out = out_full.data(), p.t[1].out = lab_full.data();
+      run_body_variant(detail::ResampleForward<float, detail::kResampleAllFeatures>{p}, iv.n);
+      p.t[0].out = out_var.data(), p.t[1].out = lab_var.data();
+      unsigned picked = 99;
+      detail::with_resample_forward<float>(p, [&](const auto& f) {
+        picked = std::decay_t<decltype(f)>::kField * detail::kResampleField +
+                 std::decay_t<decltype(f)>::kSpline * detail::kResampleSpline +
+                 std::decay_t<decltype(f)>::kPost * detail::kResamplePost +
+                 std::decay_t<decltype(f)>::kRawBSpline * detail::kResampleRawBSpline;
+        run_body_variant(f, iv.n);
+      });
+      const unsigned lean = want == 0u || want == detail::kResampleField ? want : detail::kResampleAllFeatures;
+      EXPECT_EQ(lean, picked) << "field " << static_cast<int>(fk) << " mode " << static_cast<int>(mode);
+      EXPECT_EQ(0, std::memcmp(out_full.data(), out_var.data(), out_full.size() * 4))
+          << "field " << static_cast<int>(fk) << " mode " << static_cast<int>(mode);
+      EXPECT_EQ(lab_full, lab_var) << "field " << static_cast<int>(fk) << " mode " << static_cast<int>(mode);
+    }
 }
 
 // The row path's vector fold (pad_row: Border / Reflection) against the device body: rows of

@@ -77,12 +77,16 @@ VOXAUG_HD VOXAUG_FORCEINLINE Acc bspline_line(const KField& f, int64_t n, int c,
 }
 
 // The displacement u(x) (output voxel units) at output voxel (od, oh, ow) of sample n.
-template <class Acc>
+// RawBSpline false: without the 64-tap B-spline case (the CUDA launches contract it to rows
+// first, kBSplineRowsKind; a raw B-spline field then gives no displacement -- the callers'
+// dispatch never lets one through).
+template <class Acc, bool RawBSpline = true>
 VOXAUG_HD VOXAUG_FORCEINLINE void field_displacement(const KField& f, int64_t n, int64_t od,
                                                      int64_t oh, int64_t ow, Acc u[3]) {
   u[0] = u[1] = u[2] = Acc(0);
   switch (f.kind) {  // an int: kBSplineRowsKind is not a FieldKind
     case static_cast<int32_t>(FieldKind::BSpline): {
+      if constexpr (!RawBSpline) return;
       Acc wd[4], wh[4], ww[4];
       int64_t fd, fh, fw;
       if (!bspline_axis(f, n, 0, od, &fd, wd) || !bspline_axis(f, n, 1, oh, &fh, wh) ||

@@ -543,42 +543,49 @@ VOXAUG_HD VOXAUG_FORCEINLINE void chain_begin_sample(const ChainParams& p, uint3
 }
 
 // Runs the chain over `cnt` (<= 4) consecutive elements e0.. of sample n. Element e uses
-// normal number (e mod 4) of Philox block e / 4; e0 is a multiple of 4.
+// normal number (e mod 4) of Philox block e / 4; e0 is a multiple of 4. Step-major over each
+// run of elements in one channel (channel-wise steps are resolved once per run): a step's
+// normals live in registers only while it runs (an array of every step's normals, indexed by
+// the step, went to the CUDA stack); each element sees the steps in order, as element-major.
 template <bool Deriv, class Acc>
 VOXAUG_HD VOXAUG_FORCEINLINE void chain_apply4(const ChainParams& p, ChainState<Acc>& st,
                                                uint32_t n, int64_t e0, int64_t spatial, int cnt,
                                                Acc x[4], Acc d[4]) {
-  float z[kMaxPointwiseSteps][4], z2[kMaxPointwiseSteps][4];
-  if (p.any_noise || p.any_rician) {
-    for (int k = 0; k < p.num_steps; ++k) {
-      const auto op = static_cast<PointwiseOp>(p.steps[k].op);
-      if ((op == PointwiseOp::GaussianNoise || op == PointwiseOp::RicianNoise) && st.r[k].active)
-        normal4(p.steps[k].seed, static_cast<uint64_t>(e0 >> 2), p.first_sample + n, z[k]);
-      if (op == PointwiseOp::RicianNoise && st.r[k].active)
-        normal4_stream(p.steps[k].seed, static_cast<uint64_t>(e0 >> 2), p.first_sample + n,
-                       PhiloxStream::ElementAux, z2[k]);
-    }
-  }
-  for (int j = 0; j < cnt; ++j) {
+  for (int j0 = 0; j0 < cnt;) {
+    int j1 = cnt;
     if (p.any_channel_wise) {
-      const int64_t c = (e0 + j) / spatial;
+      const int64_t c = (e0 + j0) / spatial;
       if (c != st.channel) {
         for (int k = 0; k < p.num_steps; ++k)
           if (p.steps[k].flags & kChannelWise)
             st.r[k] = resolve_step<Acc>(p.steps[k], n, p.first_sample + n, c, p.channels);
         st.channel = c;
       }
+      const int64_t next = (c + 1) * spatial - e0;  // the next channel's first element
+      if (next < j1) j1 = static_cast<int>(next);
     }
     for (int k = 0; k < p.num_steps; ++k) {
-      if (static_cast<PointwiseOp>(p.steps[k].op) == PointwiseOp::BiasField) {
+      const auto op = static_cast<PointwiseOp>(p.steps[k].op);
+      if (op == PointwiseOp::BiasField) {
         if (!st.r[k].active) continue;
-        const Acc f = bias_field_value<Acc>(p.steps[k], p.dims, n, e0 + j);
-        x[j] = fmul(x[j], f);
-        if (Deriv) d[j] = fmul(d[j], f);
+        for (int j = 0; j < 4; ++j) {  // fixed trip counts: x, d, z stay in registers
+          if (j < j0 || j >= j1) continue;
+          const Acc f = bias_field_value<Acc>(p.steps[k], p.dims, n, e0 + j);
+          x[j] = fmul(x[j], f);
+          if (Deriv) d[j] = fmul(d[j], f);
+        }
         continue;
       }
-      apply_step<Deriv, Acc>(p.steps[k], st.r[k], x[j], d[j], z[k][j], z2[k][j]);
+      float z[4] = {0.0f, 0.0f, 0.0f, 0.0f}, z2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if ((op == PointwiseOp::GaussianNoise || op == PointwiseOp::RicianNoise) && st.r[k].active)
+        normal4(p.steps[k].seed, static_cast<uint64_t>(e0 >> 2), p.first_sample + n, z);
+      if (op == PointwiseOp::RicianNoise && st.r[k].active)
+        normal4_stream(p.steps[k].seed, static_cast<uint64_t>(e0 >> 2), p.first_sample + n,
+                       PhiloxStream::ElementAux, z2);
+      for (int j = 0; j < 4; ++j)
+        if (j >= j0 && j < j1) apply_step<Deriv, Acc>(p.steps[k], st.r[k], x[j], d[j], z[j], z2[j]);
     }
+    j0 = j1;
   }
 }
 

@@ -264,16 +264,46 @@ VOXAUG_HD VOXAUG_FORCEINLINE bool is_signed_permutation(const double* m) {
   return true;
 }
 
+// What a launch of the forward functor may meet beyond nearest / linear gathers of a plain
+// map: a displacement field, B-spline interpolation (orders 2-5), post steps. The CUDA backend
+// instantiates lean variants for the common launches (every path inlined, one kernel serving
+// all, took 236-255 registers per thread), chosen on the host by resample_features(); a
+// variant without a feature must never be given a launch that needs it.
+enum ResampleFeature : unsigned {
+  kResampleField = 1u,      // a displacement field: dense, separable or B-spline rows
+  kResampleSpline = 2u,     // B-spline interpolation of a target
+  kResamplePost = 4u,       // post steps
+  kResampleRawBSpline = 8u, // a B-spline field evaluated with all 64 taps per voxel
+  kResampleAllFeatures = 15u,
+};
+
+// The features launch `p` needs.
+inline unsigned resample_features(const ResampleParams& p) {
+  unsigned f = 0;
+  if (static_cast<FieldKind>(p.field.kind) != FieldKind::None) f |= kResampleField;
+  if (static_cast<FieldKind>(p.field.kind) == FieldKind::BSpline) f |= kResampleRawBSpline;
+  if (p.post_target >= 0 && p.num_post > 0) f |= kResamplePost;
+  for (int k = 0; k < p.num_targets; ++k) {
+    if (is_spline(static_cast<Interp>(p.t[k].mode))) f |= kResampleSpline;
+  }
+  return f;
+}
+
 // Resample functor: one item = one output voxel of one sample, all targets and channels.
-template <class Acc>
+// Features: the ResampleFeature bits this instantiation handles (the default: all of them).
+template <class Acc, unsigned Features = kResampleAllFeatures>
 struct ResampleForward {
+  static constexpr bool kField = (Features & kResampleField) != 0;
+  static constexpr bool kSpline = (Features & kResampleSpline) != 0;
+  static constexpr bool kPost = (Features & kResamplePost) != 0;
+  static constexpr bool kRawBSpline = (Features & kResampleRawBSpline) != 0;
   ResampleParams p;
   struct State {
     Acc m[12];
     // The sample's map is a signed permutation with an integer offset (flip, rot90,
     // orientation change, integer crop / pad): every target copies voxels, bit-exactly.
     bool exact;
-    Resolved<Acc> post[kMaxResamplePostSteps];  // the post steps resolved for this sample
+    Resolved<Acc> post[kPost ? kMaxResamplePostSteps : 1];  // the post steps resolved for this sample
   };
   VOXAUG_HD VOXAUG_FORCEINLINE int64_t items() const {
     return p.out_size[0] * p.out_size[1] * p.out_size[2];
@@ -282,10 +312,12 @@ struct ResampleForward {
     const double* m = p.matrices + 12 * n;
     for (int k = 0; k < 12; ++k) st.m[k] = static_cast<Acc>(m[k]);
     st.exact = static_cast<FieldKind>(p.field.kind) == FieldKind::None && is_signed_permutation(m);
-    for (int k = 0; k < p.num_post; ++k)
-      st.post[k] =
-          resolve_step<Acc>(p.post[k], static_cast<uint32_t>(n),
-                            p.post_first_sample + static_cast<uint32_t>(n), 0, p.post_channels);
+    if constexpr (kPost) {
+      for (int k = 0; k < p.num_post; ++k)
+        st.post[k] =
+            resolve_step<Acc>(p.post[k], static_cast<uint32_t>(n),
+                              p.post_first_sample + static_cast<uint32_t>(n), 0, p.post_channels);
+    }
   }
 
   VOXAUG_HD VOXAUG_FORCEINLINE void operator()(State& st, int64_t n, int64_t item) const {
@@ -312,7 +344,9 @@ struct ResampleForward {
     Acc src[3];
     source(st, n, od, oh, ow, src);
     for (int k = 0; k < p.num_targets; ++k) gather(p.t[k], n, od, oh, ow, src, st.exact);
-    if (p.post_target >= 0) post_voxel(st, n, od, oh, ow);
+    if constexpr (kPost) {
+      if (p.post_target >= 0) post_voxel(st, n, od, oh, ow);
+    }
   }
 
   // The post steps on one stored value (as the chain's per-element body applies them).
@@ -340,15 +374,17 @@ struct ResampleForward {
   // The input coordinate of output voxel (od, oh, ow): M o, or M (o + u(o)) with a field.
   VOXAUG_HD VOXAUG_FORCEINLINE void source(const State& st, int64_t n, int64_t od, int64_t oh,
                                            int64_t ow, Acc src[3]) const {
-    if (static_cast<FieldKind>(p.field.kind) == FieldKind::None) {
+    if (!kField || static_cast<FieldKind>(p.field.kind) == FieldKind::None) {
       source_coordinate(st.m, od, oh, ow, src);
       return;
     }
-    Acc u[3];
-    field_displacement(p.field, n, od, oh, ow, u);
-    const Acc q[3] = {fadd(static_cast<Acc>(od), u[0]), fadd(static_cast<Acc>(oh), u[1]),
-                      fadd(static_cast<Acc>(ow), u[2])};
-    displaced_source(st.m, q, src);
+    if constexpr (kField) {
+      Acc u[3];
+      field_displacement<Acc, kRawBSpline>(p.field, n, od, oh, ow, u);
+      const Acc q[3] = {fadd(static_cast<Acc>(od), u[0]), fadd(static_cast<Acc>(oh), u[1]),
+                        fadd(static_cast<Acc>(ow), u[2])};
+      displaced_source(st.m, q, src);
+    }
   }
 
   VOXAUG_HD VOXAUG_FORCEINLINE void gather(const KTarget& t, int64_t n, int64_t od, int64_t oh,
@@ -356,13 +392,15 @@ struct ResampleForward {
     if (static_cast<Padding>(t.padding) == Padding::Cutoff && !exact &&
         cutoff_fill(t, n, od, oh, ow, src))
       return;
-    if (!exact) {
-      switch (static_cast<Interp>(t.mode)) {
-        case Interp::Cubic: spline_gather<3>(t, n, od, oh, ow, src); return;
-        case Interp::Quadratic: spline_gather_outlined<2>(t, n, od, oh, ow, src); return;
-        case Interp::Quartic: spline_gather_outlined<4>(t, n, od, oh, ow, src); return;
-        case Interp::Quintic: spline_gather_outlined<5>(t, n, od, oh, ow, src); return;
-        default: break;
+    if constexpr (kSpline) {
+      if (!exact) {
+        switch (static_cast<Interp>(t.mode)) {
+          case Interp::Cubic: spline_gather<3>(t, n, od, oh, ow, src); return;
+          case Interp::Quadratic: spline_gather_outlined<2>(t, n, od, oh, ow, src); return;
+          case Interp::Quartic: spline_gather_outlined<4>(t, n, od, oh, ow, src); return;
+          case Interp::Quintic: spline_gather_outlined<5>(t, n, od, oh, ow, src); return;
+          default: break;
+        }
       }
     }
     const SourcePoint<Acc> sp = source_point(t, src, p.align_corners);
