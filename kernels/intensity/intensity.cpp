@@ -299,7 +299,6 @@ detail::ChainParams pack_impl(const PointwiseStep* steps, int num_steps) {
         q.hi = s.high;
         if (s.sample_std) q.flags |= detail::kSampleStd;
         if (s.random) q.flags |= detail::kRandom;
-        p.any_noise = true;
         break;
       case PointwiseOp::RescaleIntensity:
         q.p0 = s.b_min;
@@ -325,7 +324,6 @@ detail::ChainParams pack_impl(const PointwiseStep* steps, int num_steps) {
           q.flags |= detail::kChannelWise;
           p.any_channel_wise = true;
         }
-        p.any_rician = true;
         break;
       case PointwiseOp::BiasField:
         q.coeffs = s.coefficients;

@@ -1045,6 +1045,42 @@ TEST(IntensityCpu, PowerTilesEqualPerElementPower) {
   }
 }
 
+// The device item body with the per-element random steps: Gaussian noise, channel-wise Rician
+// noise (resolved per channel inside an item when the channel changes: the spatial size is odd,
+// so items straddle channels), a bias field and a channel-wise scale, against the host's tiled
+// path, bit for bit.
+TEST(IntensityCpu, DeviceItemBodyWithNoiseAndFieldsEqualsTiledCpuPath) {
+  const Shape s{3, 3, 5, 7, 9};
+  const auto src = random_values(s.numel(), 131, -50, 250);
+  const std::vector<float> in(src.begin(), src.end());
+  std::vector<float> tiled(in.size()), items(in.size());
+  const int degree = 2;
+  std::vector<float> coeff(static_cast<size_t>(s.n * bias_field_coefficients(degree)));
+  std::mt19937 rng(132);
+  std::uniform_real_distribution<float> ud(-0.3f, 0.3f);
+  for (auto& c : coeff) c = ud(rng);
+  const std::vector<PointwiseStep> chain = {
+      PointwiseStep::gaussian_noise(0.5, 3.0, true, 0.8, 133),
+      PointwiseStep::rician_noise(0.0, 2.0, true, true, 0.9, 134),
+      PointwiseStep::bias_field(coeff.data(), degree, false, 0.7, 135),
+      PointwiseStep::rand_scale_intensity(-0.2, 0.4, 0.85, 136, true)};
+  const VolumeView vin = host_view(const_cast<float*>(in.data()), DType::Float32, s);
+  pointwise_chain(vin, host_view(tiled.data(), DType::Float32, s), chain.data(), 4);
+  const VolumeView vout = host_view(items.data(), DType::Float32, s);
+  using namespace detail;
+  const ChainParams p = pack_chain_for(vin, chain.data(), 4, 0);
+  const ChainForward<float, float, float> f{
+      in.data(), items.data(), make_indexer(vin), make_indexer(vout), s.sample(), s.d * s.h * s.w,
+      p};
+  for (int64_t n = 0; n < s.n; ++n) {
+    ChainState<float> state;
+    f.begin_sample(n, state);
+    for (int64_t it = 0; it < f.items(); ++it) f(state, n, it);
+  }
+  EXPECT_EQ(0, std::memcmp(tiled.data(), items.data(), in.size() * sizeof(float)));
+  EXPECT_NE(0, std::memcmp(tiled.data(), in.data(), in.size() * sizeof(float)));
+}
+
 TEST(IntensityCpu, DeviceItemBodyOnHostEqualsTiledCpuPath) {
   // The CUDA launcher runs ChainForward::operator() per item (op_adjust_contrast's fused
   // power, op_histogram_shift's per-voxel scan and slope, the per-element std shift /

@@ -59,8 +59,6 @@ struct ChainParams {
   int32_t num_steps;
   uint32_t first_sample;  // global index of local sample 0 in the random streams
   bool any_channel_wise;
-  bool any_noise;
-  bool any_rician;
   int64_t channels;  // C: index of per-(sample, channel) statistics
   int64_t dims[3];   // D, H, W (bias field coordinates)
   KStep steps[kMaxPointwiseSteps];
