@@ -1500,6 +1500,13 @@ class Resample:
         return out
 
 
+def _each_image(data: Any, fn: Callable[[Any], Any]) -> Any:
+    """fn on `data`, or on every 4-D / 5-D tensor of a dictionary (TorchIO's Subject; other entries kept)."""
+    if isinstance(data, collections.abc.Mapping):
+        return {k: (fn(v) if isinstance(v, torch.Tensor) and v.dim() in (4, 5) else v) for k, v in data.items()}
+    return fn(data)
+
+
 class ToCanonical:
     """TorchIO ToCanonical: reorients to RAS+ (nibabel's as_closest_canonical), a signed
     permutation of the voxels (:class:`Orientation`'s exact copy); a MetaTensor (or a dictionary
@@ -1507,11 +1514,7 @@ class ToCanonical:
     affine for a bare tensor) and returned as it is."""
 
     def __call__(self, data: Any) -> Any:
-        if isinstance(data, collections.abc.Mapping):
-            return {k: (self(v) if isinstance(v, torch.Tensor) and v.dim() in (4, 5) else v) for k, v in data.items()}
-        if not _is_meta_tensor(data):
-            return data
-        return Orientation(axcodes="RAS")(data)
+        return _each_image(data, lambda v: Orientation(axcodes="RAS")(v) if _is_meta_tensor(v) else v)
 
 
 class ToOrientation:
@@ -1542,10 +1545,7 @@ class ToOrientation:
         return out
 
     def __call__(self, data: Any) -> Any:
-        if isinstance(data, collections.abc.Mapping):
-            return {k: (self._one(v) if isinstance(v, torch.Tensor) and v.dim() in (4, 5) else v)
-                    for k, v in data.items()}
-        return self._one(data)
+        return _each_image(data, self._one)
 
 
 class Transpose:
@@ -1564,10 +1564,7 @@ class Transpose:
         return out
 
     def __call__(self, data: Any) -> Any:
-        if isinstance(data, collections.abc.Mapping):
-            return {k: (self._one(v) if isinstance(v, torch.Tensor) and v.dim() in (4, 5) else v)
-                    for k, v in data.items()}
-        return self._one(data)
+        return _each_image(data, self._one)
 
     def inverse(self, data: Any) -> Any:
         return self(data)
@@ -2981,11 +2978,6 @@ class _TioBounds(_Pad):
         geom = _pad_geometry([(int(b), int(e)) for b, e in pads], tuple(x1.shape[2:]), 1, opts)
         return _run([x1], geom, [opts])[0]
 
-    def _each_tensor(self, data: Any, fn: Callable[[Any], Any]) -> Any:
-        if isinstance(data, Mapping):
-            return {k: (fn(v) if isinstance(v, torch.Tensor) and v.dim() in (4, 5) else v) for k, v in data.items()}
-        return fn(data)
-
     def inverse(self, data: Any) -> Any:
         """Undoes the last call (its record): on a MetaTensor, or on each MetaTensor of a dictionary.
         (TorchIO's ``inverse()`` returns the opposite transform; voxaug's undoes a call's record.)"""
@@ -3010,7 +3002,7 @@ class Pad(_TioBounds):
         self._w = _tio_bounds(padding, "padding")
 
     def __call__(self, data: Any) -> Any:
-        return self._each_tensor(data, lambda v: self._bounded(v, self._w))
+        return _each_image(data, lambda v: self._bounded(v, self._w))
 
 
 class Crop(_TioBounds):
@@ -3026,7 +3018,7 @@ class Crop(_TioBounds):
         self._w = -_tio_bounds(cropping, "cropping")
 
     def __call__(self, data: Any) -> Any:
-        return self._each_tensor(data, lambda v: self._bounded(v, self._w))
+        return _each_image(data, lambda v: self._bounded(v, self._w))
 
 
 def _tio_target(target_shape: Any, units: str) -> tuple:

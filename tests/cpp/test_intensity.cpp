@@ -1045,6 +1045,16 @@ TEST(IntensityCpu, PowerTilesEqualPerElementPower) {
   }
 }
 
+// ChainForward::operator() over every item of `samples` samples, as the CUDA launcher runs it.
+template <class F>
+void run_chain_items(const F& f, int64_t samples) {
+  for (int64_t n = 0; n < samples; ++n) {
+    typename F::State state;
+    f.begin_sample(n, state);
+    for (int64_t it = 0; it < f.items(); ++it) f(state, n, it);
+  }
+}
+
 // The device item body with the per-element random steps: Gaussian noise, channel-wise Rician
 // noise (resolved per channel inside an item when the channel changes: the spatial size is odd,
 // so items straddle channels), a bias field and a channel-wise scale, against the host's tiled
@@ -1072,11 +1082,7 @@ TEST(IntensityCpu, DeviceItemBodyWithNoiseAndFieldsEqualsTiledCpuPath) {
   const ChainForward<float, float, float> f{
       in.data(), items.data(), make_indexer(vin), make_indexer(vout), s.sample(), s.d * s.h * s.w,
       p};
-  for (int64_t n = 0; n < s.n; ++n) {
-    ChainState<float> state;
-    f.begin_sample(n, state);
-    for (int64_t it = 0; it < f.items(); ++it) f(state, n, it);
-  }
+  run_chain_items(f, s.n);
   EXPECT_EQ(0, std::memcmp(tiled.data(), items.data(), in.size() * sizeof(float)));
   EXPECT_NE(0, std::memcmp(tiled.data(), in.data(), in.size() * sizeof(float)));
 }
@@ -1139,11 +1145,7 @@ TEST(IntensityCpu, DeviceItemBodyOnHostEqualsTiledCpuPath) {
   const ChainForward<float, float, float> f{
       in.data(), items.data(), make_indexer(vin), make_indexer(vout), s.sample(), s.d * s.h * s.w,
       p};
-  for (int64_t n = 0; n < s.n; ++n) {
-    ChainState<float> state;
-    f.begin_sample(n, state);
-    for (int64_t it = 0; it < f.items(); ++it) f(state, n, it);
-  }
+  run_chain_items(f, s.n);
   EXPECT_EQ(0, std::memcmp(tiled.data(), items.data(), in.size() * sizeof(float)));
   EXPECT_NE(0, std::memcmp(tiled.data(), in.data(), in.size() * sizeof(float)));
 }
