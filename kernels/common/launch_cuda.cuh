@@ -14,9 +14,12 @@
 
 namespace voxaug::detail {
 
+// The functor is a __grid_constant__ parameter: its member functions may take references into
+// it (a target of a ResampleParams block, say) without the compiler copying the whole block to
+// each thread's stack first (the resample forward's 2 KiB frame came from that copy).
 template <class F, class Index>
-__global__ void __launch_bounds__(256) items_kernel(const __grid_constant__ F f, int64_t num_samples,
-                                                    Index items) {
+__global__ void __launch_bounds__(256)
+    items_kernel(const __grid_constant__ F f, int64_t num_samples, Index items) {
   for (int64_t n = blockIdx.y; n < num_samples; n += gridDim.y) {
     typename F::State st;
     f.begin_sample(n, st);

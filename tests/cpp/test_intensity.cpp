@@ -1045,14 +1045,23 @@ TEST(IntensityCpu, PowerTilesEqualPerElementPower) {
   }
 }
 
-// ChainForward::operator() over every item of `samples` samples, as the CUDA launcher runs it.
-template <class F>
-void run_chain_items(const F& f, int64_t samples) {
-  for (int64_t n = 0; n < samples; ++n) {
-    typename F::State state;
+// ChainForward::operator() (what the CUDA launcher runs per item) over every item of float32
+// `in` with parameter block `p`, on the host: must give `tiled` (the host's path) bit for bit.
+void expect_device_body_equals(const std::vector<float>& in, const std::vector<float>& tiled,
+                               const Shape& s, const detail::ChainParams& p) {
+  std::vector<float> items(in.size());
+  const VolumeView vin = host_view(const_cast<float*>(in.data()), DType::Float32, s);
+  const VolumeView vout = host_view(items.data(), DType::Float32, s);
+  const detail::ChainForward<float, float, float> f{
+      in.data(), items.data(), detail::make_indexer(vin), detail::make_indexer(vout), s.sample(), s.d * s.h * s.w,
+      p};
+  for (int64_t n = 0; n < s.n; ++n) {
+    detail::ChainState<float> state;
     f.begin_sample(n, state);
     for (int64_t it = 0; it < f.items(); ++it) f(state, n, it);
   }
+  EXPECT_EQ(0, std::memcmp(tiled.data(), items.data(), in.size() * sizeof(float)));
+  EXPECT_NE(0, std::memcmp(tiled.data(), in.data(), in.size() * sizeof(float)));
 }
 
 // The device item body with the per-element random steps: Gaussian noise, channel-wise Rician
@@ -1063,7 +1072,7 @@ TEST(IntensityCpu, DeviceItemBodyWithNoiseAndFieldsEqualsTiledCpuPath) {
   const Shape s{3, 3, 5, 7, 9};
   const auto src = random_values(s.numel(), 131, -50, 250);
   const std::vector<float> in(src.begin(), src.end());
-  std::vector<float> tiled(in.size()), items(in.size());
+  std::vector<float> tiled(in.size());
   const int degree = 2;
   std::vector<float> coeff(static_cast<size_t>(s.n * bias_field_coefficients(degree)));
   std::mt19937 rng(132);
@@ -1076,15 +1085,7 @@ TEST(IntensityCpu, DeviceItemBodyWithNoiseAndFieldsEqualsTiledCpuPath) {
       PointwiseStep::rand_scale_intensity(-0.2, 0.4, 0.85, 136, true)};
   const VolumeView vin = host_view(const_cast<float*>(in.data()), DType::Float32, s);
   pointwise_chain(vin, host_view(tiled.data(), DType::Float32, s), chain.data(), 4);
-  const VolumeView vout = host_view(items.data(), DType::Float32, s);
-  using namespace detail;
-  const ChainParams p = pack_chain_for(vin, chain.data(), 4, 0);
-  const ChainForward<float, float, float> f{
-      in.data(), items.data(), make_indexer(vin), make_indexer(vout), s.sample(), s.d * s.h * s.w,
-      p};
-  run_chain_items(f, s.n);
-  EXPECT_EQ(0, std::memcmp(tiled.data(), items.data(), in.size() * sizeof(float)));
-  EXPECT_NE(0, std::memcmp(tiled.data(), in.data(), in.size() * sizeof(float)));
+  expect_device_body_equals(in, tiled, s, detail::pack_chain_for(vin, chain.data(), 4, 0));
 }
 
 TEST(IntensityCpu, DeviceItemBodyOnHostEqualsTiledCpuPath) {
@@ -1098,7 +1099,7 @@ TEST(IntensityCpu, DeviceItemBodyOnHostEqualsTiledCpuPath) {
   auto src = random_values(s.numel(), 121, -80, 300);
   for (size_t i = 0; i < src.size(); i += 9) src[i] = 0.0;
   const std::vector<float> in(src.begin(), src.end());
-  std::vector<float> tiled(in.size()), items(in.size());
+  std::vector<float> tiled(in.size());
   const NaiveStats st = naive_stats(in, s, true, true), whole = naive_stats(in, s, false, false);
   const std::vector<float> rows = histogram_rows(s.n, 122);
   const std::vector<PointwiseStep> chain = {
@@ -1140,12 +1141,5 @@ TEST(IntensityCpu, DeviceItemBodyOnHostEqualsTiledCpuPath) {
     q.stats = chain[k].stats;
     q.flags = kRandom | kChannelWise | (k == 2 ? kNonzero : (kFixedMean | kPreserveRange));
   }
-  const VolumeView vin = host_view(const_cast<float*>(in.data()), DType::Float32, s);
-  const VolumeView vout = host_view(items.data(), DType::Float32, s);
-  const ChainForward<float, float, float> f{
-      in.data(), items.data(), make_indexer(vin), make_indexer(vout), s.sample(), s.d * s.h * s.w,
-      p};
-  run_chain_items(f, s.n);
-  EXPECT_EQ(0, std::memcmp(tiled.data(), items.data(), in.size() * sizeof(float)));
-  EXPECT_NE(0, std::memcmp(tiled.data(), in.data(), in.size() * sizeof(float)));
+  expect_device_body_equals(in, tiled, s, p);
 }

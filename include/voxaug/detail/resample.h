@@ -270,10 +270,10 @@ VOXAUG_HD VOXAUG_FORCEINLINE bool is_signed_permutation(const double* m) {
 // all, took 236-255 registers per thread), chosen on the host by resample_features(); a
 // variant without a feature must never be given a launch that needs it.
 enum ResampleFeature : unsigned {
-  kResampleField = 1u,      // a displacement field: dense, separable or B-spline rows
-  kResampleSpline = 2u,     // B-spline interpolation of a target
-  kResamplePost = 4u,       // post steps
-  kResampleRawBSpline = 8u, // a B-spline field evaluated with all 64 taps per voxel
+  kResampleField = 1u,       // a displacement field: dense, separable or B-spline rows
+  kResampleSpline = 2u,      // B-spline interpolation of a target
+  kResamplePost = 4u,        // post steps
+  kResampleRawBSpline = 8u,  // a B-spline field evaluated with all 64 taps per voxel
   kResampleAllFeatures = 15u,
 };
 
@@ -303,7 +303,8 @@ struct ResampleForward {
     // The sample's map is a signed permutation with an integer offset (flip, rot90,
     // orientation change, integer crop / pad): every target copies voxels, bit-exactly.
     bool exact;
-    Resolved<Acc> post[kPost ? kMaxResamplePostSteps : 1];  // the post steps resolved for this sample
+    Resolved<Acc>
+        post[kPost ? kMaxResamplePostSteps : 1];  // the post steps resolved for this sample
   };
   VOXAUG_HD VOXAUG_FORCEINLINE int64_t items() const {
     return p.out_size[0] * p.out_size[1] * p.out_size[2];
