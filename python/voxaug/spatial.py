@@ -1551,12 +1551,14 @@ class ToOrientation:
 class Transpose:
     """TorchIO Transpose: swaps the first and last spatial axes by reorienting to the reversed
     orientation code (:class:`ToOrientation`; a plain tensor is RAS, so it becomes SAR). Its own
-    inverse."""
+    inverse. The new affine of the last tensor is kept in ``last_affine``."""
+
+    last_affine: Optional[np.ndarray] = None
 
     def _one(self, img: Any) -> Any:
         aff = _one_affine(img.affine, "img.affine") if _is_meta_tensor(img) else np.eye(4)
         if _is_meta_tensor(img) and str(_name(img.meta.get("space", ""))).upper() == "LPS":
-            aff = np.diag([-1.0, -1.0, 1.0, 1.0]) @ aff  # the codes of the RAS affine (as ToOrientation reads them)
+            aff = _LPS @ aff  # the codes of the RAS affine (as ToOrientation reads them)
         code = "".join(_nib_axcodes(aff))
         t = ToOrientation(code[::-1])
         out = t._one(img)
