@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "cuda_check.cuh"
 #include "device.h"
@@ -17,13 +18,39 @@ namespace voxaug::detail {
 // The functor is a __grid_constant__ parameter: its member functions may take references into
 // it (a target of a ResampleParams block, say) without the compiler copying the whole block to
 // each thread's stack first (the resample forward's 2 KiB frame came from that copy).
+//
+// A functor may declare `static constexpr bool kBlockState = true` and `bool
+// block_state() const`: when block_state() holds, its per-sample State is the same for every
+// thread and read-only in operator(), so one thread of the block sets it up in shared memory
+// and all read it there (the pointwise chain's resolved steps: ~400 B a thread on the stack
+// otherwise). The sample loop's trip count is uniform over a block, so the barriers are safe.
+template <class F, class = void>
+struct HasBlockState : std::false_type {};
+template <class F>
+struct HasBlockState<F, std::void_t<decltype(F::kBlockState)>>
+    : std::bool_constant<F::kBlockState> {};
+
 template <class F, class Index>
 __global__ void __launch_bounds__(256)
     items_kernel(const __grid_constant__ F f, int64_t num_samples, Index items) {
+  const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
+  if constexpr (HasBlockState<F>::value) {
+    if (f.block_state()) {
+      __shared__ typename F::State shared_state;
+      for (int64_t n = blockIdx.y; n < num_samples; n += gridDim.y) {
+        __syncthreads();  // every thread is done with the previous sample's state
+        if (threadIdx.x == 0) f.begin_sample(n, shared_state);
+        __syncthreads();
+        for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < items;
+             i += stride)
+          f(shared_state, n, i);
+      }
+      return;
+    }
+  }
   for (int64_t n = blockIdx.y; n < num_samples; n += gridDim.y) {
     typename F::State st;
     f.begin_sample(n, st);
-    const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
     for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < items;
          i += stride)
       f(st, n, i);

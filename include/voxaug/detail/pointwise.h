@@ -610,6 +610,10 @@ struct ChainForward {
   bool stream = false;  // CPU: dense output rows written with streaming stores (chain_cpu.h)
 
   using State = ChainState<Acc>;
+  // Without channel-wise steps the state is per sample and read-only in operator(): the CUDA
+  // launcher keeps one copy per block in shared memory (launch_cuda.cuh).
+  static constexpr bool kBlockState = true;
+  VOXAUG_HD VOXAUG_FORCEINLINE bool block_state() const { return !params.any_channel_wise; }
   VOXAUG_HD VOXAUG_FORCEINLINE int64_t items() const { return (sample_numel + 3) / 4; }
 
   VOXAUG_HD VOXAUG_FORCEINLINE void begin_sample(int64_t n, State& st) const {
@@ -656,6 +660,8 @@ struct ChainBackward {
   ChainParams params;
 
   using State = ChainState<Acc>;
+  static constexpr bool kBlockState = true;  // as ChainForward's
+  VOXAUG_HD VOXAUG_FORCEINLINE bool block_state() const { return !params.any_channel_wise; }
   VOXAUG_HD VOXAUG_FORCEINLINE int64_t items() const { return (sample_numel + 3) / 4; }
   VOXAUG_HD VOXAUG_FORCEINLINE void begin_sample(int64_t n, State& st) const {
     chain_begin_sample(params, static_cast<uint32_t>(n), st);
