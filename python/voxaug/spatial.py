@@ -3144,18 +3144,16 @@ class CropOrPad(_TioBounds, _Randomizable):
             m = functools.reduce(torch.logical_or, hits) if hits else torch.zeros_like(m, dtype=torch.bool)
         else:
             m = m != 0
-        anys = [m.any(dim=tuple(b for b in range(1, 4) if b != a + 1)) for a in range(3)]
-        rows = [t.cpu().numpy() for t in anys]  # the host reads the box (one sync)
+        # the box by the device reduction CropForeground uses; the host reads it (one sync)
+        boxes = ops.foreground_bbox(m.to(torch.uint8)[:, None], 0.0).cpu().numpy()
         out = []
         for k in range(m.shape[0]):
-            if not rows[0][k].any():
+            if boxes[k, 3] <= boxes[k, 0]:  # no voxel in the mask
                 warnings.warn(f'All values found in the mask "{self.mask_name}" are zero. Using volume center '
                               "instead", RuntimeWarning, stacklevel=3)
                 out.append(self._center_widths(in_size, target if target is not None else in_size, 1)[0])
                 continue
-            idx = [np.flatnonzero(r[k]) for r in rows]
-            bb_min = np.array([i[0] for i in idx])
-            bb_max = np.array([i[-1] for i in idx]) + 1
+            bb_min, bb_max = boxes[k, :3], boxes[k, 3:]
             center = np.mean((bb_min, bb_max), axis=0)
             want = bb_max - bb_min if target is None else target
             w = np.zeros((3, 2), dtype=np.int64)
