@@ -1,6 +1,7 @@
 // voxaug torch_ext: the filter family's op (gaussian_smooth). CPU and CUDA share one entry
 // (voxaug::separable_filter picks the backend from the views); Meta computes the shape;
-// Autograd uses the filter's self-adjointness (symmetric taps, zero padding).
+// Autograd uses the filter's self-adjointness (symmetric taps, zero padding), and with
+// scipy's reflection the fold of the mirrored terms.
 //
 // sigma is a CPU tensor by design: the taps are built on the host from it (MONAI computes
 // them on the host as well) and reach the device by one asynchronous copy from pinned
@@ -13,6 +14,8 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "autograd_guard.h"
 #include "host_cache.h"
@@ -33,6 +36,32 @@ c10::ScalarType output_dtype(const at::Tensor& image, std::optional<c10::ScalarT
   return at::isFloatingType(image.scalar_type()) ? image.scalar_type() : at::kFloat;
 }
 
+struct Kind {
+  GaussianTaps taps = GaussianTaps::Erf;
+  FilterBorder border = FilterBorder::Zeros;
+};
+
+Kind parse_kind(c10::string_view taps, c10::string_view border) {
+  Kind k;
+  if (taps == "sampled") {
+    k.taps = GaussianTaps::Sampled;
+  } else {
+    TORCH_CHECK_VALUE(taps == "erf",
+                      "taps must be \"erf\" (MONAI's GaussianFilter) or \"sampled\" "
+                      "(scipy.ndimage.gaussian_filter), got \"",
+                      taps, "\"");
+  }
+  if (border == "reflect") {
+    k.border = FilterBorder::Reflect;
+  } else {
+    TORCH_CHECK_VALUE(border == "zeros",
+                      "border must be \"zeros\" (MONAI) or \"reflect\" (scipy.ndimage's "
+                      "mode=\"reflect\"), got \"",
+                      border, "\"");
+  }
+  return k;
+}
+
 void check_args(const at::Tensor& image, const at::Tensor& sigma, double truncated, bool meta) {
   check_5d(image, "image", meta);
   (void)to_voxaug_dtype(image.scalar_type(), "image");
@@ -51,21 +80,24 @@ void check_args(const at::Tensor& image, const at::Tensor& sigma, double truncat
 }
 
 at::Tensor gaussian_smooth_impl(const at::Tensor& image, const at::Tensor& sigma, double truncated,
-                                std::optional<c10::ScalarType> dtype) {
+                                std::optional<c10::ScalarType> dtype, c10::string_view taps,
+                                c10::string_view border) {
   check_args(image, sigma, truncated, false);
+  const Kind kind = parse_kind(taps, border);
   at::Tensor out =
       torch_ext::empty_output(image.sizes(), image.options().dtype(output_dtype(image, dtype)));
   const at::Tensor s = sigma.to(at::kDouble).contiguous();
   const int64_t n = image.size(0);
   int64_t width = 0;
-  call_core([&] { width = gaussian_table_width(s.data_ptr<double>(), n, truncated); });
+  call_core([&] { width = gaussian_table_width(s.data_ptr<double>(), n, truncated, kind.taps); });
   if (image.numel() == 0) return out;
   const bool cuda = image.is_cuda();
   at::Tensor host =
       at::empty({n * 3 * width}, at::TensorOptions().dtype(at::kDouble).pinned_memory(cuda));
   int axes = 0;
   call_core([&] {
-    axes = gaussian_table(s.data_ptr<double>(), n, truncated, width, host.data_ptr<double>());
+    axes = gaussian_table(s.data_ptr<double>(), n, truncated, width, host.data_ptr<double>(),
+                          kind.taps);
   });
   const c10::DeviceGuard guard(image.device());
   const at::Tensor table =
@@ -76,44 +108,86 @@ at::Tensor gaussian_smooth_impl(const at::Tensor& image, const at::Tensor& sigma
   call_core([&] { bytes = separable_filter_workspace_bytes(vin, vout, axes); });
   const at::Tensor ws = at::empty({bytes > 0 ? bytes : 1}, image.options().dtype(at::kByte));
   call_core([&] {
-    separable_filter(vin, vout, FilterTaps{table.data_ptr<double>(), width, axes}, ws.data_ptr(),
-                     bytes, current_stream(image));
+    separable_filter(vin, vout, FilterTaps{table.data_ptr<double>(), width, axes, kind.border},
+                     ws.data_ptr(), bytes, current_stream(image));
   });
   return out;
 }
 
 at::Tensor gaussian_smooth_meta(const at::Tensor& image, const at::Tensor& sigma, double truncated,
-                                std::optional<c10::ScalarType> dtype) {
+                                std::optional<c10::ScalarType> dtype, c10::string_view taps,
+                                c10::string_view border) {
   check_args(image, sigma, truncated, true);
+  (void)parse_kind(taps, border);
   return at::empty_symint(image.sym_sizes(), image.options().dtype(output_dtype(image, dtype)));
 }
 
 using SmoothSig = at::Tensor(const at::Tensor&, const at::Tensor&, double,
-                             std::optional<c10::ScalarType>);
+                             std::optional<c10::ScalarType>, c10::string_view, c10::string_view);
 
 at::Tensor call_smooth(const at::Tensor& image, const at::Tensor& sigma, double truncated,
-                       std::optional<c10::ScalarType> dtype) {
+                       std::optional<c10::ScalarType> dtype, c10::string_view taps,
+                       c10::string_view border) {
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("voxaug::gaussian_smooth", "")
                        .typed<SmoothSig>();
-  return op.call(image, sigma, truncated, dtype);
+  return op.call(image, sigma, truncated, dtype, taps, border);
 }
 
-// The filter is linear and self-adjoint (symmetric taps, zero padding), so the gradient
-// w.r.t. the image is the same filter applied to the output's gradient.
+// The adjoint of the reflect-bordered filter, one axis at a time in reverse order (W, H, D):
+// the forward pass along an axis is crop(correlate_zeros(reflect_pad(x))), so its adjoint is
+// fold(correlate_zeros(zero_pad(g))) -- the taps are symmetric, so correlation is its own
+// adjoint -- where fold adds each padded position onto the position it mirrors
+// (scipy's "reflect", as detail::reflect_index).
+at::Tensor reflect_adjoint(at::Tensor g, const at::Tensor& sigma, double truncated,
+                           c10::string_view taps, at::ScalarType dtype) {
+  const at::Tensor s = sigma.to(at::kDouble).contiguous();
+  const int64_t n = g.size(0);
+  const Kind kind = parse_kind(taps, "reflect");
+  for (int a = 2; a >= 0; --a) {
+    at::Tensor sa = at::zeros_like(s);
+    sa.select(1, a).copy_(s.select(1, a));
+    int64_t width = 0;
+    call_core(
+        [&] { width = gaussian_table_width(sa.data_ptr<double>(), n, truncated, kind.taps); });
+    const int64_t rmax = (width - 2) / 2;
+    if (rmax == 0) continue;
+    const int64_t L = g.size(a + 2);
+    std::vector<int64_t> pad(6, 0);
+    pad[2 * (2 - a)] = rmax;
+    pad[2 * (2 - a) + 1] = rmax;
+    const at::Tensor ext = call_smooth(at::constant_pad_nd(g, pad, 0.0), sa, truncated,
+                                       g.scalar_type(), taps, "zeros");
+    // Padded position m (input position m - rmax) -> its mirror (detail::reflect_index),
+    // made on the gradient's device: no host data.
+    const at::Tensor j =
+        at::arange(-rmax, L + rmax, at::TensorOptions().dtype(at::kLong).device(g.device()));
+    const at::Tensor m = at::remainder(j, 2 * L);
+    const at::Tensor index = at::where(m < L, m, 2 * L - 1 - m);
+    g = at::zeros(g.sizes(), ext.options()).index_add_(a + 2, index, ext);
+  }
+  return g.to(dtype);
+}
+
+// The filter is linear and self-adjoint with zero padding (symmetric taps), so the gradient
+// w.r.t. the image is the same filter applied to the output's gradient; with reflection the
+// gradient is reflect_adjoint's.
 class GaussianSmoothFunction : public torch::autograd::Function<GaussianSmoothFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& image,
                             const at::Tensor& sigma, double truncated,
-                            std::optional<c10::ScalarType> dtype) {
+                            std::optional<c10::ScalarType> dtype, c10::string_view taps,
+                            c10::string_view border) {
     at::Tensor out;
     {
       at::AutoDispatchBelowADInplaceOrView below;
-      out = call_smooth(image, sigma, truncated, dtype);
+      out = call_smooth(image, sigma, truncated, dtype, taps, border);
     }
     ctx->saved_data["sigma"] = sigma.detach();
     ctx->saved_data["truncated"] = truncated;
     ctx->saved_data["image_dtype"] = static_cast<int64_t>(image.scalar_type());
+    ctx->saved_data["taps"] = std::string(taps);
+    ctx->saved_data["border"] = std::string(border);
     if (!at::isFloatingType(image.scalar_type())) ctx->mark_non_differentiable({out});
     return out;
   }
@@ -123,16 +197,22 @@ class GaussianSmoothFunction : public torch::autograd::Function<GaussianSmoothFu
     const at::Tensor sigma = ctx->saved_data["sigma"].toTensor();
     const double truncated = ctx->saved_data["truncated"].toDouble();
     const auto image_dtype = static_cast<c10::ScalarType>(ctx->saved_data["image_dtype"].toInt());
+    const std::string taps = ctx->saved_data["taps"].toStringRef();
+    const std::string border = ctx->saved_data["border"].toStringRef();
     at::Tensor grad_image;
-    if (grads[0].defined() && ctx->needs_input_grad(0))
-      grad_image = call_smooth(grads[0], sigma, truncated, image_dtype);
-    return {grad_image, at::Tensor(), at::Tensor(), at::Tensor()};
+    if (grads[0].defined() && ctx->needs_input_grad(0)) {
+      grad_image = border == "reflect"
+                       ? reflect_adjoint(grads[0], sigma, truncated, taps, image_dtype)
+                       : call_smooth(grads[0], sigma, truncated, image_dtype, taps, border);
+    }
+    return {grad_image, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 at::Tensor gaussian_smooth_autograd(const at::Tensor& image, const at::Tensor& sigma,
-                                    double truncated, std::optional<c10::ScalarType> dtype) {
-  return GaussianSmoothFunction::apply(image, sigma, truncated, dtype);
+                                    double truncated, std::optional<c10::ScalarType> dtype,
+                                    c10::string_view taps, c10::string_view border) {
+  return GaussianSmoothFunction::apply(image, sigma, truncated, dtype, taps, border);
 }
 
 }  // namespace

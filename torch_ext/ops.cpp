@@ -194,12 +194,13 @@ TORCH_LIBRARY(voxaug, m) {
       "rand_gaussian_noise_(Tensor(a!) image, float mean, float std, bool sample_std, "
       "float prob, int seed, int first_sample=0) -> ()");
   // Filter family (include/voxaug/filter.h): separable Gaussian smoothing, MONAI's
-  // GaussianFilter (erf taps, zero padding). sigma: (N, 3) floating CPU tensor, per sample and
-  // spatial axis (D, H, W), in voxels; output dtype: `dtype`, else the image's (float32 for
-  // integer images). Differentiable w.r.t. image.
+  // GaussianFilter (taps "erf", border "zeros") or scipy.ndimage.gaussian_filter's (taps
+  // "sampled", border "reflect"; truncated is scipy's truncate). sigma: (N, 3) floating CPU
+  // tensor, per sample and spatial axis (D, H, W), in voxels; output dtype: `dtype`, else the
+  // image's (float32 for integer images). Differentiable w.r.t. image.
   m.def(
-      "gaussian_smooth(Tensor image, Tensor sigma, float truncated=4.0, ScalarType? dtype=None) "
-      "-> Tensor");
+      "gaussian_smooth(Tensor image, Tensor sigma, float truncated=4.0, ScalarType? dtype=None, "
+      "str taps=\"erf\", str border=\"zeros\") -> Tensor");
   // MONAI MedianSmooth / median_filter: float32, the median of the (2 r + 1)^3 box around each
   // voxel, edges replicated; radius (D, H, W), a box of at most 343 voxels.
   m.def("median_filter(Tensor image, int[] radius) -> Tensor");
@@ -333,10 +334,13 @@ at::Tensor scale_intensity(const at::Tensor& image, const at::Tensor& factors,
   return op.call(image, factors, dtype);
 }
 at::Tensor gaussian_smooth(const at::Tensor& image, const at::Tensor& sigma, double truncated,
-                           std::optional<c10::ScalarType> dtype) {
-  static auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&, double,
-                                     std::optional<c10::ScalarType>)>("voxaug::gaussian_smooth");
-  return op.call(image, sigma, truncated, dtype);
+                           std::optional<c10::ScalarType> dtype, c10::string_view taps,
+                           c10::string_view border) {
+  static auto op =
+      handle<at::Tensor(const at::Tensor&, const at::Tensor&, double,
+                        std::optional<c10::ScalarType>, c10::string_view, c10::string_view)>(
+          "voxaug::gaussian_smooth");
+  return op.call(image, sigma, truncated, dtype, taps, border);
 }
 at::Tensor rand_shift_intensity(const at::Tensor& image, double low, double high, double prob,
                                 int64_t seed, bool channel_wise, int64_t first_sample) {

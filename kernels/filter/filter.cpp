@@ -131,15 +131,35 @@ VOXAUG_FORCEINLINE void cpu_items_body(const FilterForward<Acc>& f,
   constexpr DType native = std::is_same_v<Acc, double> ? DType::Float64 : DType::Float32;
   alignas(64) Acc acc[kRun];
   thread_local std::vector<Acc> buf;
-  if (static_cast<int64_t>(buf.size()) < std::max<int64_t>(kRun, std::min(W, kRun + 2 * R)))
-    buf.resize(std::max<int64_t>(kRun, std::min(W, kRun + 2 * int64_t(R))));
+  // Zero padding reads at most the row; reflection reads the run's whole span.
+  const int64_t span_max = p.reflect ? kRun + 2 * int64_t(R) : std::min(W, kRun + 2 * int64_t(R));
+  if (static_cast<int64_t>(buf.size()) < std::max<int64_t>(kRun, span_max))
+    buf.resize(std::max<int64_t>(kRun, span_max));
   Acc* b = buf.data();
   int64_t i = begin;
   while (i < end) {
     const auto [c, d, h, w0, cnt] = row_run(i, end, D, H, W, kRun);
     for (int64_t j = 0; j < cnt; ++j) acc[j] = Acc(0);
     const int64_t src_nc = n * ss[0] + c * ss[1];
-    if (p.axis == 2) {
+    if (p.axis == 2 && p.reflect) {
+      // The span w0 - R .. w0 + cnt + R - 1, reflected: the part inside the row in one
+      // load, the mirrored ends one element each; tap k adds b[j + k] to output j.
+      const int64_t s0 = w0 - R, span = cnt + 2 * int64_t(R);
+      const int64_t in0 = std::max<int64_t>(0, s0), in1 = std::min<int64_t>(W, s0 + span);
+      const int64_t row_off = src_nc + d * ss[2] + h * ss[3];
+      if (in0 < in1)
+        load_row(p.src, p.src_dtype, row_off + in0 * ss[4], ss[4], in1 - in0, b + (in0 - s0));
+      for (int64_t t = 0; t < span; ++t) {
+        const int64_t w = s0 + t;
+        if (w >= in0 && w < in1) continue;
+        load_row(p.src, p.src_dtype, row_off + reflect_index(w, W) * ss[4], ss[4], 1, b + t);
+      }
+      for (int k = 0; k <= 2 * R; ++k) {
+        const Acc tap = filter_tap<Acc>(p, st.row, k);
+        const Acc* x = b + k;
+        for (int64_t j = 0; j < cnt; ++j) acc[j] = fadd(acc[j], fmul(tap, x[j]));
+      }
+    } else if (p.axis == 2) {
       const int64_t lo = std::max<int64_t>(0, w0 - R), hi = std::min<int64_t>(W, w0 + cnt + R);
       load_row(p.src, p.src_dtype, src_nc + d * ss[2] + h * ss[3] + lo * ss[4], ss[4], hi - lo, b);
       for (int k = 0; k <= 2 * R; ++k) {
@@ -153,12 +173,12 @@ VOXAUG_FORCEINLINE void cpu_items_body(const FilterForward<Acc>& f,
       }
     } else {
       const int64_t ia = p.axis == 0 ? d : h, L = p.axis == 0 ? D : H;
-      const int64_t k0 = ia < R ? R - ia : 0;
-      const int64_t k1 = ia + R >= L ? R + (L - 1 - ia) : 2 * int64_t(R);
+      const int64_t k0 = ia < R && !p.reflect ? R - ia : 0;
+      const int64_t k1 = ia + R >= L && !p.reflect ? R + (L - 1 - ia) : 2 * int64_t(R);
       // Rows already in the compute type and contiguous are read in place (no copy).
       const bool direct = p.src_dtype == native && ss[4] == 1;
       for (int64_t k = k0; k <= k1; ++k) {
-        const int64_t pos = ia - R + k;
+        const int64_t pos = reflect_index(ia - R + k, L);
         const int64_t off =
             src_nc + (p.axis == 0 ? pos * ss[2] + h * ss[3] : d * ss[2] + pos * ss[3]) + w0 * ss[4];
         const Acc* x = b;
@@ -352,6 +372,31 @@ void check_gaussian_args(double sigma, double truncated) {
 }
 
 constexpr int64_t kMaxRadius = int64_t(1) << 20;
+constexpr double kSampledIdentitySigma = 1e-15;  // scipy's gaussian_filter skips sigma <= this
+
+// numpy's pairwise summation (np.add.reduce on a contiguous float64 array): blocks of up to
+// 128 values summed with 8 partial accumulators, larger arrays split in halves (at a multiple
+// of 8), so the sum matches numpy's to the bit.
+double pairwise_sum(const double* a, int64_t n) {
+  if (n < 8) {
+    double r = 0.0;  // numpy starts from -0.0 for the reduction identity; 0.0 + x == x here
+    for (int64_t i = 0; i < n; ++i) r += a[i];
+    return n == 0 ? 0.0 : r;
+  }
+  if (n <= 128) {
+    double r[8];
+    for (int k = 0; k < 8; ++k) r[k] = a[k];
+    int64_t i = 8;
+    for (; i < n - (n % 8); i += 8)
+      for (int k = 0; k < 8; ++k) r[k] += a[i + k];
+    double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; ++i) res += a[i];
+    return res;
+  }
+  int64_t n2 = n / 2;
+  n2 -= n2 % 8;
+  return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
+}
 
 }  // namespace
 
@@ -382,23 +427,61 @@ void gaussian_kernel_1d(double sigma, double truncated, double* taps) {
   }
 }
 
-int64_t gaussian_table_width(const double* sigma, int64_t batch, double truncated) {
+int64_t sampled_gaussian_radius(double sigma, double truncate) {
+  VOXAUG_EXPECTS(std::isfinite(sigma) && sigma >= 0.0,
+                 "sigma must be >= 0 and finite, got " + std::to_string(sigma));
+  VOXAUG_EXPECTS(std::isfinite(truncate) && truncate > 0.0,
+                 "truncate must be positive and finite, got " + std::to_string(truncate));
+  const double tail = truncate * sigma + 0.5;
+  VOXAUG_EXPECTS(tail <= static_cast<double>(kMaxRadius),
+                 "sigma * truncate is too large: the kernel radius would exceed " +
+                     std::to_string(kMaxRadius) + " (sigma " + std::to_string(sigma) +
+                     ", truncate " + std::to_string(truncate) + ")");
+  return static_cast<int64_t>(tail);
+}
+
+void sampled_gaussian_kernel_1d(double sigma, double truncate, double* taps) {
+  const int64_t R = sampled_gaussian_radius(sigma, truncate);
+  VOXAUG_EXPECTS(sigma > kSampledIdentitySigma,
+                 "sigma must be > 1e-15 (scipy skips the axis), got " + std::to_string(sigma));
+  VOXAUG_EXPECTS(taps != nullptr, "taps must not be null");
+  // scipy's _gaussian_kernel1d: exp(-0.5 / sigma^2 * x^2), then divided by the sum (numpy's
+  // pairwise sum of the 2R + 1 values; a plain left-to-right sum differs in the last bits).
+  const double c = -0.5 / (sigma * sigma);
+  for (int64_t x = -R; x <= R; ++x) taps[x + R] = std::exp(c * static_cast<double>(x * x));
+  const double sum = pairwise_sum(taps, 2 * R + 1);
+  for (int64_t k = 0; k <= 2 * R; ++k) taps[k] /= sum;
+}
+
+int64_t gaussian_table_width(const double* sigma, int64_t batch, double truncated,
+                             GaussianTaps kind) {
   VOXAUG_EXPECTS(batch >= 0, "batch must be >= 0, got " + std::to_string(batch));
   VOXAUG_EXPECTS(sigma != nullptr || batch == 0, "sigma must not be null");
+  VOXAUG_EXPECTS(kind == GaussianTaps::Erf || kind == GaussianTaps::Sampled,
+                 "kind must be GaussianTaps::Erf or GaussianTaps::Sampled");
   check_gaussian_args(0.0, truncated);
   int64_t rmax = 0;
   for (int64_t i = 0; i < batch * 3; ++i) {
     VOXAUG_EXPECTS(std::isfinite(sigma[i]), "sigma[" + std::to_string(i / 3) + "][" +
                                                 std::to_string(i % 3) + "] must be finite, got " +
                                                 std::to_string(sigma[i]));
-    if (sigma[i] != 0.0) rmax = std::max(rmax, gaussian_radius(sigma[i], truncated));
+    if (kind == GaussianTaps::Sampled) {
+      VOXAUG_EXPECTS(sigma[i] >= 0.0, "sigma[" + std::to_string(i / 3) + "][" +
+                                          std::to_string(i % 3) +
+                                          "] must be >= 0 for scipy's sampled kernel, got " +
+                                          std::to_string(sigma[i]));
+      if (sigma[i] > kSampledIdentitySigma)
+        rmax = std::max(rmax, sampled_gaussian_radius(sigma[i], truncated));
+    } else if (sigma[i] != 0.0) {
+      rmax = std::max(rmax, gaussian_radius(sigma[i], truncated));
+    }
   }
   return 2 * rmax + 2;
 }
 
 int gaussian_table(const double* sigma, int64_t batch, double truncated, int64_t width,
-                   double* table) {
-  const int64_t needed = gaussian_table_width(sigma, batch, truncated);
+                   double* table, GaussianTaps kind) {
+  const int64_t needed = gaussian_table_width(sigma, batch, truncated, kind);
   VOXAUG_EXPECTS(width >= needed, "width must be at least " + std::to_string(needed) +
                                       " for these sigmas, got " + std::to_string(width));
   VOXAUG_EXPECTS(table != nullptr || batch == 0, "table must not be null");
@@ -408,13 +491,20 @@ int gaussian_table(const double* sigma, int64_t batch, double truncated, int64_t
       double* row = table + (n * 3 + a) * width;
       std::fill(row, row + width, 0.0);
       const double s = sigma[n * 3 + a];
-      if (s == 0.0) {  // MONAI's (0, 1, 0): the identity
+      const bool sampled = kind == GaussianTaps::Sampled;
+      if (sampled ? s <= kSampledIdentitySigma : s == 0.0) {
+        // MONAI's (0, 1, 0), or the axis scipy skips: the identity
         row[0] = 0.0;
         row[1] = 1.0;
         continue;
       }
-      row[0] = static_cast<double>(gaussian_radius(s, truncated));
-      gaussian_kernel_1d(s, truncated, row + 1);
+      if (sampled) {
+        row[0] = static_cast<double>(sampled_gaussian_radius(s, truncated));
+        sampled_gaussian_kernel_1d(s, truncated, row + 1);
+      } else {
+        row[0] = static_cast<double>(gaussian_radius(s, truncated));
+        gaussian_kernel_1d(s, truncated, row + 1);
+      }
       axes |= 1 << a;
     }
   }
@@ -490,6 +580,9 @@ void separable_filter(const VolumeView& in, const VolumeView& out, const FilterT
                  "workspace_bytes must be at least " + std::to_string(need) +
                      " (separable_filter_workspace_bytes), got " + std::to_string(workspace_bytes));
   VOXAUG_EXPECTS(workspace != nullptr || need == 0, "workspace must not be null");
+  VOXAUG_EXPECTS(taps.border == FilterBorder::Zeros || taps.border == FilterBorder::Reflect,
+                 "taps.border must be FilterBorder::Zeros or FilterBorder::Reflect, got " +
+                     std::to_string(static_cast<int>(taps.border)));
   if (!pl.identity) {
     VOXAUG_EXPECTS(taps.table != nullptr || in.numel() == 0, "taps.table must not be null");
     VOXAUG_EXPECTS(taps.width >= 2, "taps.width must be >= 2, got " + std::to_string(taps.width));
@@ -547,6 +640,7 @@ void separable_filter(const VolumeView& in, const VolumeView& out, const FilterT
     p.table = taps.table;
     p.width = taps.width;
     p.identity = pl.identity;
+    p.reflect = taps.border == FilterBorder::Reflect;
     if (in.device == Device::CUDA) {
 #if VOXAUG_WITH_CUDA
       detail::filter_pass_cuda(p, pl.use_double, in.device_index, stream);

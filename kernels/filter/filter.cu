@@ -1,6 +1,7 @@
 // voxaug: CUDA backend of the separable filter. One launch per pass (spatial axis) for the
 // whole batch: a block loads a tile of lines plus the sample's radius on either side into
-// shared memory (converted to the compute type, with the sample's taps), then each thread
+// shared memory (converted to the compute type, with the sample's taps; positions outside
+// the line hold their mirror with FilterBorder::Reflect), then each thread
 // sums its outputs with filter_point (detail/filter.h), the CPU twin's definition. Kernels
 // too wide for the tiles run through the generic launcher with the same functor.
 #include <algorithm>
@@ -63,9 +64,12 @@ __global__ void __launch_bounds__(256)
       const int la = kAlongX ? idx % span : idx / TS::TC;
       const int lt = kAlongX ? idx / span : idx % TS::TC;
       const int64_t ga = a0 - R + la, gc = c0 + lt;
-      Acc v = Acc(0);  // never read: filter_point skips positions outside the line
-      if (ga >= 0 && ga < L && gc < X)
-        v = load_dyn<Acc>(p.src, p.src_dtype, sbase + ga * sa + gc * sc);
+      // Outside the line: the mirrored input (reflect), or never read (zero padding:
+      // filter_point skips those positions).
+      const int64_t gr = p.reflect ? reflect_index(ga, L) : ga;
+      Acc v = Acc(0);
+      if (gr >= 0 && gr < L && gc < X)
+        v = load_dyn<Acc>(p.src, p.src_dtype, sbase + gr * sa + gc * sc);
       tile[kAlongX ? lt * span + la : la * TS::TC + lt] = v;
     }
     __syncthreads();
@@ -81,7 +85,8 @@ __global__ void __launch_bounds__(256)
                                         [&](int64_t j) {
                                           const int lj = static_cast<int>(j - (a0 - R));
                                           return tile[kAlongX ? lc * span + lj : lj * TS::TC + lc];
-                                        });
+                                        },
+                                        p.reflect);
         store_dyn<Acc>(p.dst, p.dst_dtype, dbase + ga * p.dst_strides[da], v);
       }
     }

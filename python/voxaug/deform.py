@@ -56,7 +56,7 @@ from .spatial import (_MASK64, _MAX_TARGETS, _centred_affine, _fall_back_size, _
 from .transforms import _as_batch, _check_prob, _host_to, _is_meta_tensor, _Randomizable
 
 __all__ = ["Rand3DElastic", "Rand3DElasticd", "GridDistortion", "GridDistortiond", "RandGridDistortion",
-           "RandGridDistortiond", "RandomElasticDeformation", "RandomAffineElasticDeformation", "gaussian_kernel_sum_sq", "fast_field_layout",
+           "RandGridDistortiond", "RandomElasticDeformation", "ElasticDeformation", "RandomAffineElasticDeformation", "gaussian_kernel_sum_sq", "fast_field_layout",
            "jacobian_determinant", "folding_fraction"]
 
 # Mean over positions of sum_k B3(t - k)^2: the order-7 B-spline at 0 (151 / 315).
@@ -124,9 +124,11 @@ class _Plan:
 
 
 def _launch(xs: Sequence[torch.Tensor], plan: _Plan, modes: Sequence[str], paddings: Sequence[str],
-            pad_values: Optional[Sequence[float]] = None, starts: Optional[torch.Tensor] = None) -> list[torch.Tensor]:
+            pad_values: Optional[Sequence[float]] = None, starts: Optional[torch.Tensor] = None,
+            align_corners: bool = False) -> list[torch.Tensor]:
     """One gather per up to 4 inputs through the plan's field. `starts` ((M, K, 3) on the data's
-    device): the plan is for the M * K patches of the (M, ...) inputs, cropped in the gather."""
+    device): the plan is for the M * K patches of the (M, ...) inputs, cropped in the gather.
+    `align_corners`: the 'reflection' padding's mirror (about the edge voxels when True)."""
     inputs = [x if m == "nearest" or x.is_floating_point() else x.float() for x, m in zip(xs, modes)]
     pad_values = [0.0] * len(inputs) if pad_values is None else list(pad_values)
     mats = _host_to(plan.mats, inputs[0].device)
@@ -138,7 +140,7 @@ def _launch(xs: Sequence[torch.Tensor], plan: _Plan, modes: Sequence[str], paddi
     for s in range(0, len(inputs), _MAX_TARGETS):
         sl = slice(s, s + _MAX_TARGETS)
         outs += ops.resample_deformed(inputs[sl], mats, field, plan.kind, plan.out_size, modes[sl], paddings[sl],
-                                      pad_values[sl], False, plan.scale, plan.offset, fmap, starts)
+                                      pad_values[sl], align_corners, plan.scale, plan.offset, fmap, starts)
     return outs
 
 
@@ -563,6 +565,25 @@ def sitk_control_map(size: Sequence[int], num_control_points: Sequence[int]) -> 
     return scale, offset
 
 
+def _warn_folding(max_displacement, size, spacing, num_control_points, stacklevel: int = 3) -> None:
+    """TorchIO's folding warning: a max_displacement above half the control spacing (that of
+    SimpleITK's grid, (S + 0.25) * spacing / (K - 3)) on some axis."""
+    grid = [(s + 0.25) * sp / (k - 3) for s, sp, k in zip(size, spacing, num_control_points)]
+    conflicts = [a for a in range(3) if max_displacement[a] > grid[a] / 2]
+    if conflicts:
+        warnings.warn(f"The maximum displacement is larger than the coarse grid spacing for dimensions: "
+                      f"{conflicts}, so folding may occur. Choose fewer control points or a smaller maximum "
+                      f"displacement", RuntimeWarning, stacklevel=stacklevel)
+
+
+def _affine4(affine: Any) -> np.ndarray:
+    a = np.asarray(affine.detach().cpu() if isinstance(affine, torch.Tensor) else affine, dtype=np.float64)
+    a = a[0] if a.ndim == 3 else a
+    if a.shape != (4, 4) or not np.isfinite(a).all() or abs(np.linalg.det(a[:3, :3])) < 1e-12:
+        raise ValueError(f"affine must be a finite, invertible 4 x 4 matrix, got shape {a.shape}")
+    return a
+
+
 def _spacing_of(img: Any, spacing) -> tuple[float, float, float]:
     if spacing is not None:
         v = [float(spacing)] * 3 if isinstance(spacing, (int, float)) else [float(s) for s in spacing]
@@ -638,12 +659,7 @@ class RandomElasticDeformation(_RandomDeform):
         self._n_uniforms = 1
 
     def _check_folding(self, size, spacing) -> None:
-        grid = [(s + 0.25) * sp / (k - 3) for s, sp, k in zip(size, spacing, self.num_control_points)]
-        conflicts = [a for a in range(3) if self.max_displacement[a] > grid[a] / 2]
-        if conflicts:
-            warnings.warn(f"The maximum displacement is larger than the coarse grid spacing for dimensions: "
-                          f"{conflicts}, so folding may occur. Choose fewer control points or a smaller maximum "
-                          f"displacement", RuntimeWarning, stacklevel=3)
+        _warn_folding(self.max_displacement, size, spacing, self.num_control_points, stacklevel=4)
 
     def _plan(self, in_size, n: int, params, device, spacing=(1.0, 1.0, 1.0)) -> _Plan:
         self._check_folding(in_size, spacing)
@@ -779,18 +795,11 @@ class RandomAffineElasticDeformation(_Randomizable):
         return self
 
     def __call__(self, data: Any) -> Any:
-        is_dict = isinstance(data, Mapping)
-        items = [(k, v) for k, v in data.items() if isinstance(v, torch.Tensor) and v.dim() in (4, 5)] if is_dict \
-            else [(None, data)]
-        if not items:
-            return dict(data) if is_dict else data
-        batches = [(k, v, *_as_batch(v)) for k, v in items]
+        batches = _tensor_batches(data, "RandomAffineElasticDeformation")
+        if not batches:
+            return dict(data) if isinstance(data, Mapping) else data
         n, size = batches[0][2].shape[0], tuple(batches[0][2].shape[2:])
         device = batches[0][2].device
-        for k, _, x, _ in batches:
-            if x.shape[0] != n or tuple(x.shape[2:]) != size or x.device != device:
-                raise ValueError(f"RandomAffineElasticDeformation: every tensor needs the same batch and spatial "
-                                 f"shape and device, got {tuple(x.shape)} on {x.device} for key {k!r}")
         ra, re = self.random_affine, self.random_elastic
         applied = ops.philox_uniform(self._next_seed(), 0, n, 1).numpy()[:, 0] < self.p
         _, scales, degrees, translation = ra._draw(n)  # the affine's own gate is open (its p was dropped)
@@ -806,29 +815,166 @@ class RandomAffineElasticDeformation(_Randomizable):
         self.last_applied = torch.as_tensor(applied)
         self.last_scales, self.last_degrees = torch.as_tensor(scales), torch.as_tensor(degrees)
         self.last_translation, self.last_control_points = torch.as_tensor(translation), plan.field
-        # Every tensor, and a stride-0 volume of ones whose nearest gather with zero padding is 0
-        # exactly where the deformed point leaves the input (ITK's outside: the pad value).
-        inputs, modes, pads = [], [], []
+        # Labels pad with 0 (TorchIO's default_pad_label), images with the affine's value.
+        return _itk_gather(data, batches, plan, self.label_keys, ra.image_interpolation, ra.label_interpolation,
+                           lambda xin, label: torch.zeros((), dtype=xin.dtype, device=xin.device) if label
+                           else ra._pad_values(xin))
+
+
+def _itk_gather(data: Any, batches: list, plan: "_Plan", label_keys: set, image_mode: str, label_mode: str,
+                pad_value: Any) -> Any:
+    """Gathers every (key, value, batch, restore) of `batches` through `plan` as SimpleITK's
+    ResampleImageFilter does for TorchIO: intensity images interpolated with `image_mode` into
+    float32, tensors under `label_keys` with `label_mode` (their dtype kept with 'nearest'), each
+    read inside ITK's buffer ([-0.5, S - 0.5) per axis) with ITK's edge rule -- linear and
+    nearest clamp to the edge voxels ('border'); ITK's cubic B-spline (TorchIO's 'bspline')
+    mirrors about them (its coefficients and taps: voxaug's 'reflection' with align_corners,
+    scipy's 'mirror', in a launch of its own) -- and set to ``pad_value(input, is_label)`` (a
+    scalar or (N, C, 1, 1, 1) tensor) where the deformed point leaves it: found in the first
+    launch, from a stride-0 volume of ones read by nearest neighbour with zero padding (0
+    exactly there; ties at S - 0.5 may round inside). Returns the tensor (array call) or a new
+    dictionary."""
+    n, size, device = batches[0][2].shape[0], tuple(batches[0][2].shape[2:]), batches[0][2].device
+    inputs, modes = [], []
+    for k, _, x, _ in batches:
+        label = k in label_keys
+        mode = label_mode if label else image_mode
+        inputs.append(x if label and mode == "nearest" else x.float())
+        modes.append(mode)
+    ones = torch.ones((1, 1, 1, 1, 1), dtype=torch.uint8, device=device).expand(n, 1, *size)
+    plain = [j for j, m in enumerate(modes) if m != "cubic"]
+    spline = [j for j, m in enumerate(modes) if m == "cubic"]
+    first = _launch([inputs[j] for j in plain] + [ones], plan, [modes[j] for j in plain] + ["nearest"],
+                    ["border"] * len(plain) + ["zeros"])
+    outside = first[-1] == 0
+    outs: list = [None] * len(inputs)
+    for j, out in zip(plain, first):
+        outs[j] = out
+    if spline:
+        for j, out in zip(spline, _launch([inputs[j] for j in spline], plan, ["cubic"] * len(spline),
+                                          ["reflection"] * len(spline), align_corners=True)):
+            outs[j] = out
+    is_dict = isinstance(data, Mapping)
+    result = dict(data) if is_dict else None
+    for (k, _, _, restore), xin, out in zip(batches, inputs, outs):
+        y = restore(torch.where(outside, pad_value(xin, k in label_keys), out))
+        if not is_dict:
+            return y
+        result[k] = y
+    return result
+
+
+def _tensor_batches(data: Any, name: str) -> list:
+    """[(key, value, batch, restore)] of the 4-D / 5-D tensors of a dictionary (key None for a
+    tensor), all of one batch size, spatial shape and device."""
+    is_dict = isinstance(data, Mapping)
+    items = [(k, v) for k, v in data.items() if isinstance(v, torch.Tensor) and v.dim() in (4, 5)] if is_dict \
+        else [(None, data)]
+    batches = [(k, v, *_as_batch(v)) for k, v in items]
+    if batches:
+        n, size, device = batches[0][2].shape[0], tuple(batches[0][2].shape[2:]), batches[0][2].device
         for k, _, x, _ in batches:
-            label = k in self.label_keys
-            mode = ra.label_interpolation if label else ra.image_interpolation
-            inputs.append(x if label and mode == "nearest" else x.float())
-            modes.append(mode)
-            pads.append("zeros" if label and mode == "nearest" else "border")
-        ones = torch.ones((1, 1, 1, 1, 1), dtype=torch.uint8, device=device).expand(n, 1, *size)
-        outs = _launch(inputs + [ones], plan, modes + ["nearest"], pads + ["zeros"])
-        outside = outs[-1] == 0
-        result = dict(data) if is_dict else None
-        for (k, _, x, restore), xin, out, pad in zip(batches, inputs, outs, pads):
-            if pad == "border":  # labels interpolated linearly pad with 0, images with the affine's value
-                value = torch.zeros((), dtype=out.dtype, device=device) if k in self.label_keys \
-                    else ra._pad_values(xin)
-                out = torch.where(outside, value, out)
-            y = restore(out)
-            if not is_dict:
-                return y
-            result[k] = y
-        return result
+            if x.shape[0] != n or tuple(x.shape[2:]) != size or x.device != device:
+                raise ValueError(f"{name}: every tensor needs the same batch and spatial shape and device, got "
+                                 f"{tuple(x.shape)} on {x.device} for key {k!r}")
+    return batches
+
+
+def _sitk_grid_to_index(cp: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray, tuple]:
+    """TorchIO's control points ((K0, K1, K2, 3): LPS millimetres on SimpleITK's control grid)
+    as voxaug's B-spline coefficients ((3, Ka0, Ka1, Ka2): voxels along the array axes) for an
+    image with RAS `affine`, and the control counts along the array axes. SimpleITK's
+    BSplineTransformInitializer lays its grid along the physical (LPS) axes, so array axis a
+    takes grid axis p(a) (the LPS axis its direction runs along), mirrored where that direction
+    is negative (both grids span the voxel range [-0.625, S - 0.375], symmetric about the
+    centre), and its component is the LPS one over the signed spacing. An oblique affine has no
+    such correspondence: refused."""
+    lps = np.diag([-1.0, -1.0, 1.0]) @ affine[:3, :3]
+    perm, sign, spacing = [], [], []
+    for a in range(3):
+        col = lps[:, a]
+        j = int(np.argmax(np.abs(col)))
+        if np.abs(np.delete(col, j)).max() > 1e-6 * abs(col[j]):
+            raise ValueError("ElasticDeformation: the image's affine is oblique; SimpleITK lays TorchIO's control "
+                             "grid along the physical axes, which an oblique voxel grid does not follow (resample "
+                             "to an axis-aligned orientation first)")
+        perm.append(j)
+        sign.append(1.0 if col[j] > 0 else -1.0)
+        spacing.append(abs(col[j]))
+    if sorted(perm) != [0, 1, 2]:
+        raise ValueError(f"affine: two array axes run along one physical axis, got {affine[:3, :3].tolist()}")
+    grid = np.transpose(cp, (*perm, 3))
+    for a in range(3):
+        if sign[a] < 0:
+            grid = np.flip(grid, a)
+    field = np.stack([grid[..., perm[a]] * sign[a] / spacing[a] for a in range(3)])
+    return np.ascontiguousarray(field), grid.shape[:3]
+
+
+class ElasticDeformation:
+    """TorchIO ElasticDeformation(control_points, max_displacement, image_interpolation='linear',
+    label_interpolation='nearest'): the B-spline displacement given by ``control_points`` --
+    TorchIO's (Kx, Ky, Kz, 3) array of displacements in mm along ITK's LPS axes, as its
+    RandomElasticDeformation draws them (``get_params``) -- on the grid SimpleITK's
+    BSplineTransformInitializer lays over the image (:func:`sitk_control_map`), evaluated in
+    one gather for the whole batch and every tensor of a dictionary. The mm / LPS vectors
+    become array-index displacements through the image's affine (a MetaTensor's, ``affine=``,
+    else the identity, as TorchIO's for a plain tensor; axis-aligned, see
+    :func:`_sitk_grid_to_index`).
+    As TorchIO's SimpleITK resampling: every channel is padded with its own minimum where the
+    deformed point leaves ITK's buffer; intensity images come back float32; a volume with one
+    slice along the last axis gets no displacement along it; all-zero ``max_displacement``
+    returns the input; the folding warning for ``max_displacement`` above half the control
+    spacing. Tensors under ``label_keys`` (TorchIO's LabelMap) use ``label_interpolation`` and
+    keep their dtype with 'nearest' (TorchIO returns float32 for them)."""
+
+    def __init__(self, control_points: Any, max_displacement: Any, image_interpolation: str = "linear",
+                 label_interpolation: str = "nearest", label_keys: Sequence[Hashable] = (), affine: Any = None):
+        cp = np.asarray(control_points.detach().cpu() if isinstance(control_points, torch.Tensor)
+                        else control_points, dtype=np.float64)
+        if cp.ndim != 4 or cp.shape[-1] != 3 or any(k < 4 for k in cp.shape[:3]):
+            raise ValueError(f"control_points must be a (Kx, Ky, Kz, 3) array with every K >= 4, got shape "
+                             f"{cp.shape}")
+        if not np.isfinite(cp).all():
+            raise ValueError("control_points must be finite")
+        d = [max_displacement] * 3 if isinstance(max_displacement, (int, float)) else list(max_displacement)
+        if len(d) != 3 or any(not float(v) >= 0 for v in d):
+            raise ValueError(f"max_displacement must be a number or 3 numbers >= 0, got {max_displacement!r}")
+        for name, v in (("image_interpolation", image_interpolation), ("label_interpolation", label_interpolation)):
+            if v not in _TORCHIO_INTERP:
+                raise ValueError(f"{name} must be one of {sorted(_TORCHIO_INTERP)}, got {v!r}")
+        self.control_points, self.max_displacement = cp, tuple(float(v) for v in d)
+        self.num_control_points = cp.shape[:3]
+        self.image_interpolation, self.label_interpolation = image_interpolation, label_interpolation
+        self.label_keys = set(label_keys)
+        self.affine = None if affine is None else _affine4(affine)
+
+    def _affine_of(self, img: Any) -> np.ndarray:
+        if self.affine is not None:
+            return self.affine
+        return _affine4(img.affine) if _is_meta_tensor(img) else np.eye(4)
+
+    def __call__(self, data: Any) -> Any:
+        is_dict = isinstance(data, Mapping)
+        batches = _tensor_batches(data, "ElasticDeformation")
+        if not batches or not any(self.max_displacement):  # TorchIO: no displacement, nothing to do
+            return dict(data) if is_dict else data
+        n, size, device = batches[0][2].shape[0], tuple(batches[0][2].shape[2:]), batches[0][2].device
+        affine = self._affine_of(batches[0][1])
+        spacing = tuple(float(v) for v in np.linalg.norm(affine[:3, :3], axis=0))
+        _warn_folding(self.max_displacement, size, spacing, self.num_control_points)
+        cp = self.control_points.copy()
+        if size[2] == 1:  # TorchIO's 2-D case: no displacement along the last (IS) axis
+            cp[..., 2] = 0
+        field, k = _sitk_grid_to_index(cp, affine)
+        field = _host_to(torch.from_numpy(field.astype(np.float32))[None].expand(n, *field.shape).contiguous(),
+                         device)
+        sc, off = sitk_control_map(size, k)
+        plan = _Plan(_stack([np.eye(4)] * n, 3), size, field, ops.BSPLINE_FIELD, sc, off)
+        return _itk_gather(data, batches, plan, self.label_keys, _TORCHIO_INTERP[self.image_interpolation],
+                           _TORCHIO_INTERP[self.label_interpolation],
+                           lambda xin, label: ops.minmax(xin, True)[..., 0].to(xin.dtype).reshape(
+                               *xin.shape[:2], 1, 1, 1))
 
 
 # ---------------- fusion with the spatial steps before (voxaug.spatial.compose_spatial) ----------------

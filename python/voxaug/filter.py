@@ -2,9 +2,12 @@
 backed by ``torch.ops.voxaug.gaussian_smooth``: a batch is filtered in one launch per axis,
 each sample with its own sigmas; MONAI's MedianSmooth (``torch.ops.voxaug.median_filter``).
 
-Semantics are MONAI's GaussianFilter: erf taps, not renormalised, radius
+MONAI's transforms have MONAI's GaussianFilter semantics: erf taps, not renormalised, radius
 int(max(sigma * truncated, 0.5) + 0.5), zero padding, applied along D, H, W; sigma == 0 on an
-axis leaves it untouched. Sigmas are in voxels (RandomBlur converts from mm).
+axis leaves it untouched. TorchIO's Blur and RandomBlur have scipy.ndimage.gaussian_filter's
+(what TorchIO calls): sampled taps exp(-x^2 / 2 sigma^2) renormalised to sum 1, radius
+int(4 sigma + 0.5), 'reflect' borders (d c b a | a b c d), axes with sigma <= 1e-15 skipped.
+Sigmas are in voxels (Blur and RandomBlur convert from mm).
 
 Random transforms draw per-sample parameters with Philox on the host
 (``voxaug.ops.philox_uniform``) from a 64-bit seed per call (see :mod:`voxaug.transforms`), so
@@ -19,6 +22,7 @@ first); the result is float32 like MONAI's.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Optional, Sequence, Union
 
 import numpy as np
@@ -30,7 +34,7 @@ from .transforms import _as_batch, _check_prob, _Dict, _host_to, _is_meta_tensor
 __all__ = [
     "GaussianSmooth", "GaussianSmoothd", "RandGaussianSmooth", "RandGaussianSmoothd",
     "GaussianSharpen", "GaussianSharpend", "RandGaussianSharpen", "RandGaussianSharpend",
-    "RandomBlur", "MedianSmooth", "MedianSmoothd",
+    "Blur", "RandomBlur", "MedianSmooth", "MedianSmoothd",
 ]
 
 _MONAI_TRUNCATED = 4.0  # GaussianSmooth / GaussianSharpen build GaussianFilter(truncated=4.0)
@@ -66,6 +70,14 @@ def _uniform(lo, hi, u: torch.Tensor) -> torch.Tensor:
 
 def _smooth(x: torch.Tensor, sigma: torch.Tensor, truncated: float = _MONAI_TRUNCATED) -> torch.Tensor:
     return ops.gaussian_smooth(x, sigma, truncated, dtype=torch.float32)
+
+
+_SCIPY_TRUNCATE = 4.0  # scipy.ndimage.gaussian_filter's default, which TorchIO's blur keeps
+
+
+def _scipy_smooth(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """scipy.ndimage.gaussian_filter(x, sigma) per (sample, channel) volume, float32 out."""
+    return ops.gaussian_smooth(x, sigma, _SCIPY_TRUNCATE, dtype=torch.float32, taps="sampled", border="reflect")
 
 
 class _Filter:
@@ -253,14 +265,34 @@ def _spacing_of(img: Any, spacing: Optional[Sequence[float]]) -> tuple[float, fl
     return sp
 
 
+class Blur:
+    """TorchIO Blur(std): scipy.ndimage.gaussian_filter with std_i mm per spatial axis (a number:
+    the same on each) divided by the voxel spacing (`spacing=` here or in the call, else a
+    MetaTensor's affine, else 1 mm), every channel on its own; float32 out. One launch per
+    axis for the batch. Differentiable w.r.t. the image."""
+
+    def __init__(self, std: Union[float, Sequence[float]], spacing: Optional[Sequence[float]] = None):
+        if isinstance(std, dict):
+            raise ValueError("std: a dict per image name is TorchIO's Subject form; voxaug's Blur takes one "
+                             "std (a number or 3 values in mm) for the tensor it is called on")
+        self.std = _sigma3(std, "std")
+        if not all(math.isfinite(s) and s >= 0 for s in self.std):
+            raise ValueError(f"std must be >= 0 and finite, got {std!r}")
+        self.spacing = spacing
+
+    def __call__(self, img: Any, spacing: Optional[Sequence[float]] = None) -> Any:
+        x, restore = _as_batch(img)
+        sp = torch.tensor(_spacing_of(img, spacing if spacing is not None else self.spacing), dtype=torch.float64)
+        sigma = (torch.tensor(self.std, dtype=torch.float64) / sp).expand(x.shape[0], 3)
+        return restore(_scipy_smooth(x, sigma))
+
+
 class RandomBlur(_Filter, _Randomizable):
     """TorchIO RandomBlur: per sample (with probability `p`) std_i ~ U(a_i, b_i) in mm per
     spatial axis (`std`: x -> U(0, x); (a, b); (x1, x2, x3) -> U(0, x_i); or six values), divided
-    by the voxel spacing (`spacing=` here or in the call, else a MetaTensor's affine, else 1 mm).
-
-    Deliberate difference: the kernel is MONAI's (erf taps, zero padding, 4 sigma), not
-    scipy.ndimage.gaussian_filter's (sampled and renormalised taps, 'reflect' borders) that
-    TorchIO calls; the two agree closely away from the borders for sigma >~ 1 voxel."""
+    by the voxel spacing (`spacing=` here or in the call, else a MetaTensor's affine, else 1 mm),
+    then :class:`Blur` (scipy.ndimage.gaussian_filter, as TorchIO) with each sample's own sigmas,
+    one launch per axis for the batch. A call where no sample is blurred returns the input."""
 
     def __init__(self, std: Union[float, Sequence[float]] = (0, 2), p: float = 1.0,
                  spacing: Optional[Sequence[float]] = None, seed: Optional[int] = None):
@@ -283,7 +315,7 @@ class RandomBlur(_Filter, _Randomizable):
         self.last_std, self.last_applied, self.last_sigma = std, applied, std / sp
         if not bool(applied.any()):
             return torch.as_tensor(img) if isinstance(img, np.ndarray) else img
-        return restore(_smooth(x, self.last_sigma))
+        return restore(_scipy_smooth(x, self.last_sigma))
 
 
 # ---------------- dictionary forms ----------------

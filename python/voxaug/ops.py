@@ -298,12 +298,14 @@ def _per_sample_sigma(sigma, n: int) -> torch.Tensor:
 
 
 def gaussian_smooth(image: torch.Tensor, sigma, truncated: float = 4.0,
-                    dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-    """MONAI GaussianFilter (erf taps, zero padding) on an (N, C, D, H, W) tensor in one launch
-    per axis; `sigma` in voxels: a number, (D, H, W), or an (N, 3) per-sample CPU tensor.
+                    dtype: Optional[torch.dtype] = None, taps: str = "erf", border: str = "zeros") -> torch.Tensor:
+    """A separable Gaussian filter on an (N, C, D, H, W) tensor in one launch per axis; `sigma`
+    in voxels: a number, (D, H, W), or an (N, 3) per-sample CPU tensor. ``taps="erf",
+    border="zeros"`` (the defaults) is MONAI's GaussianFilter; ``taps="sampled",
+    border="reflect"`` is scipy.ndimage.gaussian_filter's (``truncated``: scipy's truncate).
     Differentiable w.r.t. `image`."""
     s = _per_sample_sigma(sigma, image.shape[0])
-    return torch.ops.voxaug.gaussian_smooth(image, s, float(truncated), dtype)
+    return torch.ops.voxaug.gaussian_smooth(image, s, float(truncated), dtype, taps, border)
 
 
 # ---------------- stats family ----------------

@@ -34,9 +34,9 @@ __all__ = [
     "ShiftIntensity", "ShiftIntensityd",
     "RandShiftIntensity", "RandShiftIntensityd", "ScaleIntensity", "ScaleIntensityd",
     "RandScaleIntensity", "RandScaleIntensityd", "RandGaussianNoise", "RandGaussianNoised",
-    "RandRicianNoise", "RandRicianNoised", "RandBiasField", "RandBiasFieldd", "RandomBiasField",
+    "RandRicianNoise", "RandRicianNoised", "RandBiasField", "RandBiasFieldd", "BiasField", "RandomBiasField",
     "AdjustContrast", "AdjustContrastd", "RandAdjustContrast", "RandAdjustContrastd", "Gamma", "RandomGamma",
-    "RandomNoise", "StdShiftIntensity", "StdShiftIntensityd", "RandStdShiftIntensity", "RandStdShiftIntensityd",
+    "Noise", "RandomNoise", "StdShiftIntensity", "StdShiftIntensityd", "RandStdShiftIntensity", "RandStdShiftIntensityd",
     "ScaleIntensityFixedMean", "ScaleIntensityFixedMeand", "RandScaleIntensityFixedMean",
     "RandScaleIntensityFixedMeand", "RandHistogramShift", "RandHistogramShiftd", "ThresholdIntensity",
     "ThresholdIntensityd", "MaskIntensity", "MaskIntensityd", "Clamp",
@@ -477,6 +477,41 @@ class RandomBiasField(_BiasField):
         self.dtype = torch.float32
 
 
+class BiasField(_Pointwise):
+    """TorchIO BiasField(coefficients, order): ``img * exp(sum c_ijk x^i y^j z^k)`` with the given
+    coefficients of the monomials of total order <= ``order`` in TorchIO's order (x outermost,
+    z innermost) on TorchIO's centred grid; the field is evaluated per voxel in the pointwise
+    kernel (fuses in :class:`Compose`). Float32 result. ``coefficients`` may also be an (N, K)
+    tensor: one row per sample of the batch (RandomBiasField's ``last_coefficients``)."""
+
+    dtype = torch.float32
+
+    def __init__(self, coefficients: Union[Sequence[float], torch.Tensor], order: int):
+        if isinstance(order, bool) or not isinstance(order, (int, np.integer)) or not (
+                0 <= order <= ops.MAX_BIAS_FIELD_DEGREE):
+            raise ValueError(f"order must be an int in [0, {ops.MAX_BIAS_FIELD_DEGREE}], got {order!r}")
+        self.order = int(order)
+        if isinstance(coefficients, dict):
+            raise ValueError("coefficients: a dict per image name is TorchIO's Subject form; voxaug's BiasField "
+                             "takes one list (or an (N, K) tensor, a row per sample)")
+        c = torch.as_tensor(coefficients, dtype=torch.float64)
+        k = ops.bias_field_coefficients(self.order)
+        if c.dim() not in (1, 2) or c.shape[-1] != k:
+            raise ValueError(f"coefficients must hold {k} values for order {self.order} (the monomials of total "
+                             f"order <= {self.order}), or be (N, {k}); got shape {tuple(c.shape)}")
+        if not bool(torch.isfinite(c).all()):
+            raise ValueError("coefficients must be finite")
+        self.coefficients = c.to(torch.float32)
+
+    def _plan(self, x):
+        n = x.shape[0]
+        c = self.coefficients
+        if c.dim() == 2 and c.shape[0] != n:
+            raise ValueError(f"coefficients has {c.shape[0]} rows but the batch has {n} samples")
+        values = c.expand(n, c.shape[-1]).contiguous() if c.dim() == 1 else c
+        return [Step(ops.BIAS_FIELD, ops.MONOMIAL_BASIS, (self.order,), 1.0, 0, values=_host_to(values, x.device))]
+
+
 class _Contrast(_Pointwise):
     """MONAI's contrast transforms: one pass, plus with ``retain_stats`` a second one."""
 
@@ -652,6 +687,32 @@ class RandomNoise(_Pointwise, _Randomizable):
         (m_lo, m_hi), (s_lo, s_hi) = self.mean_range, self.std_range
         return [Step(ops.GAUSSIAN_NOISE, ops.RANDOM | ops.SAMPLE_STD, (m_lo, s_hi, m_lo, m_hi, s_lo), self.p,
                      self._next_seed())]
+
+
+class Noise(_Pointwise):
+    """TorchIO Noise(mean, std, seed): ``img + N(mean, std)``, float32 result. The normals are
+    voxaug's Philox stream keyed by ``seed`` (the same seed gives the same noise, in any batch,
+    on the CPU and on CUDA), not torch.randn's under torch.manual_seed(seed) as TorchIO's, so
+    the values differ from TorchIO's while the distribution is the same. Each sample of a batch
+    gets its own noise: the stream is keyed by the seed and the sample's index in the batch."""
+
+    dtype = torch.float32
+
+    def __init__(self, mean: float, std: float, seed: int):
+        for name, v in (("mean", mean), ("std", std)):
+            if isinstance(v, dict):
+                raise ValueError(f"{name}: a dict per image name is TorchIO's Subject form; voxaug's Noise takes "
+                                 "one number")
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+                raise ValueError(f"{name} must be a finite number, got {v!r}")
+        if std < 0:
+            raise ValueError(f"std must be >= 0, got {std!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+        self.mean, self.std, self.seed = float(mean), float(std), int(seed)
+
+    def _plan(self, x):
+        return [Step(ops.GAUSSIAN_NOISE, 0, (self.mean, self.std), 1.0, self.seed)]
 
 
 class _StdShift(_Pointwise):

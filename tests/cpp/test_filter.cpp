@@ -1,6 +1,7 @@
-// separable_filter / Gaussian taps: the CPU path vs a naive float64 reference written here
-// from MONAI's definition (erf taps, zero padding, D then H then W), awkward shapes, strided
-// views, dtypes, per-sample sigmas in one batch, and argument errors.
+// separable_filter / Gaussian taps: the CPU path vs naive float64 references written here from
+// MONAI's definition (erf taps, zero padding, D then H then W) and scipy.ndimage's (sampled
+// taps, "reflect" borders), awkward shapes, strided views, dtypes, per-sample sigmas in one
+// batch, and argument errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -358,6 +359,199 @@ TEST(Filter, RowPathEqualsDefinition) {
     }
     EXPECT_EQ(0, std::memcmp(fast.data(), slow.data(), fast.size() * sizeof(float)))
         << "axis " << a;
+  }
+}
+
+// ---- scipy.ndimage.gaussian_filter: sampled, renormalised taps and "reflect" borders ----
+
+// scipy's kernel from its formula (float64; a plain sum, so within a few ulps of scipy's
+// pairwise one).
+std::vector<double> reference_sampled_taps(double sigma, double truncate) {
+  const int64_t R = static_cast<int64_t>(truncate * sigma + 0.5);
+  std::vector<double> w(2 * R + 1);
+  double sum = 0;
+  for (int64_t x = -R; x <= R; ++x) sum += (w[x + R] = std::exp(-0.5 * x * x / (sigma * sigma)));
+  for (auto& v : w) v /= sum;
+  return w;
+}
+
+// scipy's "reflect" mode written out as repeated mirroring: (d c b a | a b c d | d c b a).
+int64_t reference_reflect(int64_t q, int64_t len) {
+  while (q < 0 || q >= len) q = q < 0 ? -1 - q : 2 * len - 1 - q;
+  return q;
+}
+
+// Naive gaussian_filter in float64: D then H then W, axes with sigma <= 1e-15 skipped.
+std::vector<double> reference_scipy_filter(const std::vector<double>& x, const Shape& s,
+                                           const std::vector<double>& sigma) {
+  std::vector<double> cur = x, next(x.size());
+  const int64_t sizes[3] = {s.d, s.h, s.w};
+  const int64_t strides[3] = {s.h * s.w, s.w, 1};
+  for (int a = 0; a < 3; ++a) {
+    next = cur;
+    for (int64_t n = 0; n < s.n; ++n) {
+      const double sg = sigma[n * 3 + a];
+      if (sg <= 1e-15) continue;
+      const std::vector<double> taps = reference_sampled_taps(sg, 4.0);
+      const int64_t R = (static_cast<int64_t>(taps.size()) - 1) / 2;
+      for (int64_t c = 0; c < s.c; ++c)
+        for (int64_t d = 0; d < s.d; ++d)
+          for (int64_t h = 0; h < s.h; ++h)
+            for (int64_t w = 0; w < s.w; ++w) {
+              const int64_t line = (((n * s.c + c) * s.d + d) * s.h + h) * s.w + w;
+              const int64_t pos[3] = {d, h, w};
+              const int64_t base = line - pos[a] * strides[a];
+              double acc = 0;
+              for (int64_t k = -R; k <= R; ++k)
+                acc +=
+                    taps[k + R] * cur[base + reference_reflect(pos[a] + k, sizes[a]) * strides[a]];
+              next[line] = acc;
+            }
+    }
+    std::swap(cur, next);
+  }
+  return cur;
+}
+
+Taps make_sampled_taps(const std::vector<double>& sigma) {
+  Taps t;
+  const int64_t n = static_cast<int64_t>(sigma.size() / 3);
+  t.width = gaussian_table_width(sigma.data(), n, 4.0, GaussianTaps::Sampled);
+  t.table.resize(n * 3 * t.width);
+  t.axes = gaussian_table(sigma.data(), n, 4.0, t.width, t.table.data(), GaussianTaps::Sampled);
+  return t;
+}
+
+TEST(SampledTaps, MatchScipyFormulaAndRadius) {
+  for (double sg : {1e-3, 0.3, 0.5, 0.999, 1.0, 1.7, 2.62, 7.0, 31.3}) {
+    const auto ref = reference_sampled_taps(sg, 4.0);
+    ASSERT_EQ(sampled_gaussian_radius(sg, 4.0), static_cast<int64_t>(4.0 * sg + 0.5));
+    std::vector<double> got(ref.size());
+    sampled_gaussian_kernel_1d(sg, 4.0, got.data());
+    double sum = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      EXPECT_NEAR(got[i], ref[i], 4e-16 * std::max(1.0, ref[i] * 8)) << sg << " tap " << i;
+      EXPECT_EQ(got[i], got[ref.size() - 1 - i]) << "symmetric";
+      sum += got[i];
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-14);
+  }
+  EXPECT_EQ(sampled_gaussian_radius(2.0, 2.5), 5);
+  // scipy's identity axes and the sampled kind's argument checks.
+  const std::vector<double> sigma = {0.0, 1e-15, 2e-15};
+  const Taps t = make_sampled_taps(sigma);
+  EXPECT_EQ(t.axes, 4);
+  EXPECT_EQ(t.table[0], 0.0);
+  EXPECT_EQ(t.table[1], 1.0);
+  EXPECT_THROW(sampled_gaussian_radius(-0.5, 4.0), Error);
+  EXPECT_THROW(sampled_gaussian_radius(1.0, 0.0), Error);
+  const std::vector<double> negative = {1.0, -1.0, 1.0};
+  try {
+    (void)gaussian_table_width(negative.data(), 1, 4.0, GaussianTaps::Sampled);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sigma[0][1]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ReflectIndex, IsScipysMirror) {
+  for (int64_t len : {1, 2, 3, 7}) {
+    for (int64_t q = -5 * len - 3; q < 6 * len + 3; ++q)
+      ASSERT_EQ(detail::reflect_index(q, len), reference_reflect(q, len)) << q << " of " << len;
+  }
+}
+
+TEST(Filter, ScipyReflectMatchesReference) {
+  // Radii beyond the axis length (sigma 5 on 3 voxels) reflect more than once, as scipy does.
+  const std::vector<Shape> shapes = {{1, 1, 1, 1, 1},   {1, 1, 1, 1, 9},  {2, 1, 5, 1, 7},
+                                     {3, 2, 9, 10, 11}, {1, 1, 3, 17, 6}, {2, 3, 1, 33, 1},
+                                     {3, 1, 70, 5, 300}};
+  for (const Shape& s : shapes) {
+    std::vector<double> sigma = sigmas_for(s.n, static_cast<uint32_t>(s.numel()) + 5);
+    sigma[0] = 5.0;
+    const auto x = random_values(s.numel(), 9);
+    const auto ref = reference_scipy_filter(x, s, sigma);
+    const Taps t = make_sampled_taps(sigma);
+    FilterTaps ft = t.view();
+    ft.border = FilterBorder::Reflect;
+    std::vector<float> in(x.begin(), x.end()), out(s.numel(), -1.0f);
+    run(view(in.data(), DType::Float32, s), view(out.data(), DType::Float32, s), ft);
+    expect_close(ref, out, 2e-6, s.str() + " float32");
+    std::vector<double> out64(s.numel(), -1.0);
+    run(view(const_cast<double*>(x.data()), DType::Float64, s),
+        view(out64.data(), DType::Float64, s), ft);
+    double scale = 0, err = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      scale = std::max(scale, std::fabs(ref[i]));
+      err = std::max(err, std::fabs(out64[i] - ref[i]));
+    }
+    EXPECT_LE(err, 1e-13 * scale) << s.str() << " float64";
+  }
+}
+
+TEST(Filter, ReflectRowPathEqualsDefinition) {
+  // The CPU row loops with reflection vs the per-voxel functor, bit for bit, on every axis;
+  // sigma 5 on H (11 voxels, radius 20) reflects twice, W runs span several 256-voxel runs.
+  const Shape s{2, 2, 13, 11, 300};
+  const auto x = random_values(s.numel(), 15);
+  for (DType src : {DType::Float32, DType::Float64}) {
+    std::vector<float> in32(x.begin(), x.end());
+    const void* src_data = src == DType::Float32 ? static_cast<const void*>(in32.data())
+                                                 : static_cast<const void*>(x.data());
+    const std::vector<double> sigma = {1.7, 5.0, 2.9, 0.4, 3.3, 60.0};
+    const Taps t = make_sampled_taps(sigma);
+    for (int a = 0; a < 3; ++a) {
+      std::vector<float> fast(s.numel()), slow(s.numel());
+      FilterTaps ft = t.view();
+      ft.axes = 1 << a;
+      ft.border = FilterBorder::Reflect;
+      const VolumeView v = view(const_cast<void*>(src_data), src, s);
+      run(v, view(fast.data(), DType::Float32, s), ft);
+      detail::FilterPass p;
+      p.src = src_data;
+      p.src_dtype = src;
+      p.dst = slow.data();
+      const VolumeView vo = view(slow.data(), DType::Float32, s);
+      for (int k = 0; k < 5; ++k) {
+        p.shape[k] = v.shape[k];
+        p.src_strides[k] = v.strides[k];
+        p.dst_strides[k] = vo.strides[k];
+      }
+      p.axis = a;
+      p.table = t.table.data();
+      p.width = t.width;
+      p.reflect = true;
+      auto body = [&](auto acc_tag) {
+        using Acc = decltype(acc_tag);
+        const detail::FilterForward<Acc> f{p};
+        for (int64_t n = 0; n < s.n; ++n) {
+          typename detail::FilterForward<Acc>::State st;
+          f.begin_sample(n, st);
+          for (int64_t i = 0; i < f.items(); ++i) f(st, n, i);
+        }
+      };
+      if (src == DType::Float64) {
+        body(double{});
+      } else {
+        body(float{});
+      }
+      EXPECT_EQ(0, std::memcmp(fast.data(), slow.data(), fast.size() * sizeof(float)))
+          << "axis " << a << " " << dtype_name(src);
+    }
+  }
+}
+
+TEST(Filter, BadBorderIsRejected) {
+  const Shape s{1, 1, 4, 4, 4};
+  std::vector<float> in(s.numel(), 1.0f), out(s.numel());
+  const Taps t = make_sampled_taps({1.0, 1.0, 1.0});
+  FilterTaps ft = t.view();
+  ft.border = static_cast<FilterBorder>(7);
+  try {
+    run(view(in.data(), DType::Float32, s), view(out.data(), DType::Float32, s), ft);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("taps.border"), std::string::npos) << e.what();
   }
 }
 

@@ -46,8 +46,11 @@ std::vector<Case> cases() {
   };
 }
 
+// scipy: scipy.ndimage's sampled taps and "reflect" border instead of MONAI's erf / zeros.
 template <class TIn, class TOut>
-void compare_twin(const Case& k, DType tin, DType tout, bool strided_out) {
+void compare_twin(const Case& k, DType tin, DType tout, bool strided_out, bool scipy = false) {
+  const GaussianTaps kind = scipy ? GaussianTaps::Sampled : GaussianTaps::Erf;
+  const FilterBorder border = scipy ? FilterBorder::Reflect : FilterBorder::Zeros;
   const int64_t N = k.numel();
   std::mt19937 rng(static_cast<uint32_t>(N));
   std::uniform_real_distribution<float> u(0.0f, 200.0f);
@@ -58,9 +61,9 @@ void compare_twin(const Case& k, DType tin, DType tout, bool strided_out) {
   std::vector<TOut> cpu(out_numel, TOut(0)), gpu(out_numel, TOut(0));
 
   std::vector<double> table;
-  const int64_t width = gaussian_table_width(k.sigma.data(), k.n, k.truncated);
+  const int64_t width = gaussian_table_width(k.sigma.data(), k.n, k.truncated, kind);
   table.resize(k.n * 3 * width);
-  const int axes = gaussian_table(k.sigma.data(), k.n, k.truncated, width, table.data());
+  const int axes = gaussian_table(k.sigma.data(), k.n, k.truncated, width, table.data(), kind);
 
   auto out_view = [&](void* p, Device dev) {
     VolumeView v = contiguous_view(p, tout, dev, k.n, k.c + extra_c, k.d, k.h, k.w);
@@ -71,7 +74,7 @@ void compare_twin(const Case& k, DType tin, DType tout, bool strided_out) {
   const VolumeView cout = out_view(cpu.data(), Device::CPU);
   const int64_t ws_bytes = separable_filter_workspace_bytes(cin, cout, axes);
   std::vector<unsigned char> ws(static_cast<size_t>(ws_bytes) + 1);
-  separable_filter(cin, cout, FilterTaps{table.data(), width, axes}, ws.data(), ws_bytes);
+  separable_filter(cin, cout, FilterTaps{table.data(), width, axes, border}, ws.data(), ws_bytes);
 
   DeviceBuffer din(N * sizeof(TIn)), dout(out_numel * sizeof(TOut)),
       dtab(table.size() * sizeof(double)), dws(static_cast<size_t>(ws_bytes));
@@ -82,13 +85,14 @@ void compare_twin(const Case& k, DType tin, DType tout, bool strided_out) {
   CUDA_OK(cudaStreamCreate(&stream));
   separable_filter(contiguous_view(din.p, tin, Device::CUDA, k.n, k.c, k.d, k.h, k.w),
                    out_view(dout.p, Device::CUDA),
-                   FilterTaps{static_cast<const double*>(dtab.p), width, axes}, dws.p, ws_bytes,
-                   stream);
+                   FilterTaps{static_cast<const double*>(dtab.p), width, axes, border}, dws.p,
+                   ws_bytes, stream);
   CUDA_OK(cudaStreamSynchronize(stream));
   CUDA_OK(cudaMemcpy(gpu.data(), dout.p, out_numel * sizeof(TOut), cudaMemcpyDeviceToHost));
   CUDA_OK(cudaStreamDestroy(stream));
   EXPECT_EQ(0, std::memcmp(cpu.data(), gpu.data(), cpu.size() * sizeof(TOut)))
-      << k.str() << " " << dtype_name(tin) << "->" << dtype_name(tout);
+      << k.str() << " " << dtype_name(tin) << "->" << dtype_name(tout)
+      << (scipy ? " scipy reflect" : "");
 }
 
 }  // namespace
@@ -107,6 +111,16 @@ TEST(FilterCuda, Float64AndMixedTwinBitIdentical) {
     compare_twin<double, double>(k, DType::Float64, DType::Float64, false);
     compare_twin<uint8_t, float>(k, DType::UInt8, DType::Float32, false);
     compare_twin<int16_t, double>(k, DType::Int16, DType::Float64, true);
+  }
+}
+
+TEST(FilterCuda, ScipyReflectTwinBitIdentical) {
+  // The tiles' mirrored halo (radii beyond the axis included) and the generic path.
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  for (const Case& k : cases()) {
+    compare_twin<float, float>(k, DType::Float32, DType::Float32, false, true);
+    compare_twin<uint8_t, float>(k, DType::UInt8, DType::Float32, true, true);
+    compare_twin<double, double>(k, DType::Float64, DType::Float64, false, true);
   }
 }
 

@@ -25,7 +25,18 @@ struct FilterPass {
   const double* table = nullptr;  // FilterTaps::table
   int64_t width = 0;
   bool identity = false;  // ignore the table: radius 0, tap 1 (a pure conversion)
+  bool reflect = false;   // FilterBorder::Reflect (else Zeros)
 };
+
+// scipy.ndimage's "reflect" index: j outside [0, len) -> its mirror (half-sample symmetric),
+// periodic with period 2 len, so kernels longer than the line keep reflecting.
+VOXAUG_HD VOXAUG_FORCEINLINE int64_t reflect_index(int64_t j, int64_t len) {
+  if (j >= 0 && j < len) return j;
+  const int64_t period = 2 * len;
+  int64_t m = j % period;
+  if (m < 0) m += period;
+  return m < len ? m : period - 1 - m;
+}
 
 // The row of (sample n, axis) and its radius.
 VOXAUG_HD VOXAUG_FORCEINLINE const double* filter_row(const FilterPass& p, int64_t n) {
@@ -46,14 +57,16 @@ VOXAUG_HD VOXAUG_FORCEINLINE Acc filter_tap(const FilterPass& p, const double* r
 }
 
 // The definition of one output value: position i of a line of length len, taps tap(0 .. 2R)
-// for offsets -R .. R, line(j) the input at position j. Terms whose input lies outside the
-// line are left out (zero padding); the rest are summed from the lowest offset up, starting
-// from +0: acc = acc + tap * x, rounded after each operation (fadd / fmul).
+// for offsets -R .. R, line(j) the input at position j. With zero padding (all_taps false)
+// terms whose input lies outside the line are left out; with all_taps every term is taken and
+// line(j) is called for j outside [0, len) too (the caller's line reflects it). The terms are
+// summed from the lowest offset up, starting from +0: acc = acc + tap * x, rounded after each
+// operation (fadd / fmul).
 template <class Acc, class Taps, class Line>
 VOXAUG_HD VOXAUG_FORCEINLINE Acc filter_point(const Taps& tap, int R, int64_t i, int64_t len,
-                                              const Line& line) {
-  const int64_t k0 = i < R ? R - i : 0;
-  const int64_t k1 = i + R >= len ? R + (len - 1 - i) : 2 * int64_t(R);
+                                              const Line& line, bool all_taps = false) {
+  const int64_t k0 = i < R && !all_taps ? R - i : 0;
+  const int64_t k1 = i + R >= len && !all_taps ? R + (len - 1 - i) : 2 * int64_t(R);
   Acc acc = Acc(0);
   for (int64_t k = k0; k <= k1; ++k)
     acc = fadd(acc, fmul(tap(static_cast<int>(k)), line(i - R + k)));
@@ -93,10 +106,13 @@ struct FilterForward {
       if (d != da) src_base += idx[d] * p.src_strides[d];
       dst_off += idx[d] * p.dst_strides[d];
     }
-    const int64_t sa = p.src_strides[da];
+    const int64_t sa = p.src_strides[da], len = p.shape[da];
     const Acc v = filter_point<Acc>(
-        [&](int k) { return filter_tap<Acc>(p, st.row, k); }, st.radius, idx[da], p.shape[da],
-        [&](int64_t j) { return load_dyn<Acc>(p.src, p.src_dtype, src_base + j * sa); });
+        [&](int k) { return filter_tap<Acc>(p, st.row, k); }, st.radius, idx[da], len,
+        [&](int64_t j) {
+          return load_dyn<Acc>(p.src, p.src_dtype, src_base + reflect_index(j, len) * sa);
+        },
+        p.reflect);
     store_dyn<Acc>(p.dst, p.dst_dtype, dst_off, v);
   }
 };

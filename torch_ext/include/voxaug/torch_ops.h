@@ -31,9 +31,12 @@ at::Tensor rand_gaussian_noise(const at::Tensor& image, double mean, double std,
 // Separable Gaussian smoothing, MONAI's GaussianFilter (erf taps truncated at `truncated`
 // sigma, zero padding): sigma (N, 3) floating CPU tensor, per sample and spatial axis (D, H, W),
 // in voxels; output dtype `dtype`, else the image's (float32 for integer images).
+// taps "erf" (MONAI's; truncated) or "sampled" (scipy.ndimage's; truncated is scipy's
+// truncate); border "zeros" or "reflect" (scipy.ndimage's mode="reflect").
 // Differentiable w.r.t. image.
 at::Tensor gaussian_smooth(const at::Tensor& image, const at::Tensor& sigma, double truncated = 4.0,
-                           std::optional<c10::ScalarType> dtype = std::nullopt);
+                           std::optional<c10::ScalarType> dtype = std::nullopt,
+                           c10::string_view taps = "erf", c10::string_view border = "zeros");
 
 // (batch, count) float64 uniforms in [0, 1) on the CPU: Philox keyed by `seed`, row i is global
 // sample first_sample + i. The host-side parameter draws of the spatial and deformation
