@@ -13,6 +13,7 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -158,13 +159,22 @@ at::Tensor reflect_adjoint(at::Tensor g, const at::Tensor& sigma, double truncat
     pad[2 * (2 - a) + 1] = rmax;
     const at::Tensor ext = call_smooth(at::constant_pad_nd(g, pad, 0.0), sa, truncated,
                                        g.scalar_type(), taps, "zeros");
-    // Padded position m (input position m - rmax) -> its mirror (detail::reflect_index),
-    // made on the gradient's device: no host data.
-    const at::Tensor j =
-        at::arange(-rmax, L + rmax, at::TensorOptions().dtype(at::kLong).device(g.device()));
-    const at::Tensor m = at::remainder(j, 2 * L);
-    const at::Tensor index = at::where(m < L, m, 2 * L - 1 - m);
-    g = at::zeros(g.sizes(), ext.options()).index_add_(a + 2, index, ext);
+    // The fold: input positions j = -rmax .. L + rmax - 1 in whole periods [kL, (k + 1) L),
+    // which mirror onto 0 .. L - 1 forwards for even k and backwards for odd k (scipy's
+    // "reflect", detail::reflect_index): slice additions in a fixed order, deterministic.
+    const int dim = a + 2;
+    at::Tensor folded = ext.narrow(dim, rmax, L).clone();
+    for (int64_t k = -((rmax + L - 1) / L); k <= (rmax + L - 1) / L; ++k) {
+      if (k == 0) continue;
+      const int64_t lo = std::max(k * L, -rmax), hi = std::min((k + 1) * L, L + rmax);
+      if (lo >= hi) continue;
+      at::Tensor part = ext.narrow(dim, lo + rmax, hi - lo);
+      const bool odd = (k % 2) != 0;
+      const int64_t first = odd ? (k + 1) * L - hi : lo - k * L;  // where the slice lands
+      if (odd) part = part.flip({dim});
+      folded.narrow(dim, first, hi - lo).add_(part);
+    }
+    g = folded;
   }
   return g.to(dtype);
 }

@@ -816,7 +816,8 @@ class RandomAffineElasticDeformation(_Randomizable):
         self.last_scales, self.last_degrees = torch.as_tensor(scales), torch.as_tensor(degrees)
         self.last_translation, self.last_control_points = torch.as_tensor(translation), plan.field
         # Labels pad with 0 (TorchIO's default_pad_label), images with the affine's value.
-        return _itk_gather(data, batches, plan, self.label_keys, ra.image_interpolation, ra.label_interpolation,
+        return _itk_gather(data, batches, plan, self.label_keys, _TORCHIO_INTERP[ra.image_interpolation],
+                           _TORCHIO_INTERP[ra.label_interpolation],
                            lambda xin, label: torch.zeros((), dtype=xin.dtype, device=xin.device) if label
                            else ra._pad_values(xin))
 

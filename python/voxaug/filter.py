@@ -1,4 +1,4 @@
-"""Gaussian smoothing and sharpening (MONAI names and arguments) and TorchIO's RandomBlur,
+"""Gaussian smoothing and sharpening (MONAI names and arguments) and TorchIO's Blur and RandomBlur,
 backed by ``torch.ops.voxaug.gaussian_smooth``: a batch is filtered in one launch per axis,
 each sample with its own sigmas; MONAI's MedianSmooth (``torch.ops.voxaug.median_filter``).
 

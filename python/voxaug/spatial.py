@@ -1578,6 +1578,21 @@ def _nib_axcodes(affine: np.ndarray) -> tuple:
     return nib.orientations.aff2axcodes(affine)
 
 
+# TorchIO's interpolation names -> (voxaug mode, padding, align_corners) with SimpleITK's rules
+# inside the buffer: linear / nearest clamp to the edge voxels; its cubic B-spline
+# (BSplineInterpolateImageFunction) mirrors about them, coefficients and taps alike -- scipy's
+# 'mirror', voxaug's 'reflection' with align_corners. The pad value beyond the buffer is set
+# by the caller.
+_ITK_MODES = {"linear": ("linear", "border", False), "nearest": ("nearest", "border", False),
+              "bspline": ("cubic", "reflection", True)}
+
+
+def _itk_resample(x: torch.Tensor, m34: torch.Tensor, size: Sequence[int], interpolation: str) -> torch.Tensor:
+    mode, padding, align = _ITK_MODES[interpolation]
+    (out,) = ops.resample([x], m34, tuple(size), [mode], [padding], [0.0], align)
+    return out
+
+
 class RandomAffine(_Randomizable):
     """TorchIO RandomAffine(scales=0.1, degrees=10, translation=0, isotropic=False,
     center='image', default_pad_value='minimum', default_pad_label=0, image_interpolation='linear',
@@ -1596,7 +1611,8 @@ class RandomAffine(_Randomizable):
 
     Differences: voxaug's Philox draws, not torch's generator; float32 coordinates and
     interpolation for float32 data (ITK: double, then float32), so values agree to about 1e-5 of
-    the image's range (more where the image is steep); nearest rounds half to even (ITK: half up)."""
+    the image's range (more where the image is steep); nearest rounds half to even (ITK: half up).
+    ``'bspline'`` is SimpleITK's cubic B-spline (prefiltered, mirrored at the edges)."""
 
     def __init__(self, scales: Any = 0.1, degrees: Any = 10, translation: Any = 0, isotropic: bool = False,
                  center: str = "image", default_pad_value: Union[str, float] = "minimum",
@@ -1634,9 +1650,9 @@ class RandomAffine(_Randomizable):
 
     @staticmethod
     def _interp(name: str, arg: str) -> str:
-        if name not in ("linear", "nearest"):
-            raise ValueError(f"{arg} must be 'linear' or 'nearest' (voxaug's kernels; TorchIO's B-spline / "
-                             f"windowed-sinc SimpleITK interpolators are not offered), got {name!r}")
+        if name not in _ITK_MODES:
+            raise ValueError(f"{arg} must be 'linear', 'nearest' or 'bspline' (voxaug's kernels; TorchIO's "
+                             f"windowed-sinc / Gaussian SimpleITK interpolators are not offered), got {name!r}")
         return name
 
     def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -1680,12 +1696,13 @@ class RandomAffine(_Randomizable):
         size = tuple(x.shape[2:])
         m34 = torch.as_tensor(mats[:, :3, :], dtype=torch.float64)
         if is_label:
-            (out,) = ops.resample([x], _host_to(m34, x.device), size, [self.label_interpolation], ["border"], [0.0])
-            pad = torch.full((), self.default_pad_label, dtype=torch.float64, device=x.device).to(x.dtype)
+            xl = x if self.label_interpolation == "nearest" else x.float()
+            out = _itk_resample(xl, _host_to(m34, x.device), size, self.label_interpolation)
+            pad = torch.full((), self.default_pad_label, dtype=torch.float64, device=x.device).to(out.dtype)
             pad = pad.expand(x.shape[0], x.shape[1], 1, 1, 1)
         else:
             xf = x.float()
-            (out,) = ops.resample([xf], _host_to(m34, x.device), size, [self.image_interpolation], ["border"], [0.0])
+            out = _itk_resample(xf, _host_to(m34, x.device), size, self.image_interpolation)
             pad = self._pad_values(xf)
         for n, out_n in enumerate(outside):
             if out_n is not None:  # masked_fill_ with a CUDA tensor value calls item()
