@@ -208,6 +208,10 @@ DETERMINISTIC = {
     "CropOrPad[linear_ramp]": lambda d: _call(vs.CropOrPad((12, 20, 9), "linear_ramp"), d["img"]),
     "ToOrientation": lambda d: _call(vs.ToOrientation("PLI"), d["img"]),
     "Transpose[label]": lambda d: _call(vs.Transpose(), d["seg"]),
+    "ElasticDeformation[TorchIO]": lambda d: _call(vd.ElasticDeformation(
+        np.random.default_rng(5).uniform(-1.5, 1.5, (6, 7, 5, 3)), 1.5, image_interpolation="bspline"), d["img"]),
+    "ElasticDeformation[TorchIO,label]": lambda d: _call(vd.ElasticDeformation(
+        np.random.default_rng(6).uniform(-1.5, 1.5, (5, 5, 6, 3)), 1.5, label_keys=["seg"]), {"seg": d["seg"]}),
 }
 
 RANDOM = {
