@@ -702,10 +702,16 @@ def deform_rows(device, args):
                                             label=tio.LabelMap(tensor=subject_lab)))["image"].data
 
         # RandomAffineElasticDeformation: one SimpleITK resampling through [affine, B-spline]
-        # (TorchIO's defaults of both parts)
+        # (TorchIO's defaults of both parts). ElasticDeformation: TorchIO's deterministic one with
+        # control points as its RandomElasticDeformation draws them (7 per axis, 7.5 mm, 2 locked).
+        cp = np.random.default_rng(SEED).uniform(-7.5, 7.5, (7, 7, 7, 3))
+        cp[:2], cp[-2:], cp[:, :2], cp[:, -2:], cp[:, :, :2], cp[:, :, -2:] = 0, 0, 0, 0, 0, 0
         for name, t_tio, t_vx in (
                 ("(f) RandomElastic vs TorchIO", tio.RandomElasticDeformation(),
                  vd.RandomElasticDeformation(seed=SEED, label_keys=("label",))),
+                ("(f) ElasticDeformation vs TorchIO", tio.ElasticDeformation(control_points=cp,
+                                                                             max_displacement=(7.5, 7.5, 7.5)),
+                 vd.ElasticDeformation(cp, 7.5, label_keys=("label",))),
                 ("(f) RandomAffineElastic vs TorchIO", tio.RandomAffineElasticDeformation(),
                  vd.RandomAffineElasticDeformation(label_keys=("label",), seed=SEED))):
             rows.append(run_case(name, img, torchio_call(t_tio),

@@ -43,5 +43,6 @@ from . import stats  # noqa: E402
 from . import degrade  # noqa: E402  (voxaug.degrade: coarse dropout, simulated low resolution)
 from . import inferers  # noqa: E402  (sliding-window inference)
 from . import phantom  # noqa: E402  (voxaug.phantom: synthetic CT-like training phantom)
+from . import torchio  # noqa: E402  (voxaug.torchio: TorchIO's transform names in one namespace)
 
-__all__ = ["ops", "transforms", "spatial", "deform", "filter", "crop", "stats", "degrade", "inferers", "phantom", "library_path", "__version__"]
+__all__ = ["ops", "transforms", "spatial", "deform", "filter", "crop", "stats", "degrade", "inferers", "phantom", "torchio", "library_path", "__version__"]

@@ -1,0 +1,123 @@
+"""voxaug.torchio: TorchIO's names in one namespace, and the TorchIO transforms defined there
+(Affine, Flip, Resize, AffineElasticDeformation: names MONAI's take in voxaug.spatial) against
+TorchIO itself on the real ch2 volume and AAL atlas."""
+import inspect
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import voxaug.torchio as vtio
+
+from conftest import devices, load_template
+
+tio = pytest.importorskip("torchio")
+DEVICES = devices()
+
+
+def test_namespace_holds_torchio_names():
+    """Every exported name is one of TorchIO's transform names and a voxaug class documented as
+    TorchIO's (Compose: voxaug's fusing one); every TorchIO transform that some voxaug module
+    implements under TorchIO's name is exported here."""
+    tio_names = {n for n in dir(tio.transforms) if inspect.isclass(getattr(tio.transforms, n))}
+    for name in vtio.__all__:
+        obj = getattr(vtio, name)
+        assert name in tio_names, name
+        assert inspect.isclass(obj), name
+        assert name == "Compose" or "TorchIO" in (obj.__doc__ or ""), name
+    import voxaug
+
+    implemented = set()
+    for mod in (voxaug.transforms, voxaug.spatial, voxaug.deform, voxaug.filter, voxaug.stats, voxaug.degrade,
+                voxaug.labels, __import__("voxaug.kspace", fromlist=["x"])):
+        for n, o in vars(mod).items():
+            if inspect.isclass(o) and n in tio_names and (o.__doc__ or "").lstrip().startswith("TorchIO"):
+                implemented.add(n)
+    assert implemented <= set(vtio.__all__), implemented - set(vtio.__all__)
+
+
+def _ch2_crop():
+    vol, affine = load_template("ch2.nii.gz")
+    lab, _ = load_template("aal.nii.gz")
+    return vol[:, 40:120, 50:140, 30:100].float(), lab[:, 40:120, 50:140, 30:100].to(torch.int16), affine
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kw", [dict(), dict(image_interpolation="bspline", default_pad_value="mean"),
+                                dict(center="origin", default_pad_value=7.0)])
+def test_affine_equals_torchio(device, kw):
+    """TorchIO Affine with fixed parameters on a ch2 crop and the AAL labels (a dictionary; labels
+    nearest, 0 beyond): images within 2e-5 of the range (bspline 1e-4), labels but for ties."""
+    img, lab, affine = _ch2_crop()
+    params = dict(scales=(0.9, 1.1, 1.05), degrees=(5, -8, 12), translation=(3, -2, 4))
+    subject = tio.Subject(image=tio.ScalarImage(tensor=img, affine=affine), label=tio.LabelMap(tensor=lab, affine=affine))
+    ref = tio.Affine(**params, **kw)(subject)
+    t = vtio.Affine(**params, **kw, label_keys=["label"], affine=affine)
+    out = t({"image": img.to(device), "label": lab.to(device)})
+    tol = 1e-4 if kw.get("image_interpolation") == "bspline" else 2e-5
+    assert (out["image"].cpu() - ref["image"].data).abs().max().item() <= tol * 255
+    assert out["label"].dtype == torch.int16
+    assert (out["label"].cpu().float() != ref["label"].data.float()).float().mean().item() < 1e-3
+    with pytest.raises(ValueError, match="scales"):
+        vtio.Affine(scales=(1, 0, 1), degrees=0, translation=0)
+
+
+def test_flip_equals_torchio():
+    """TorchIO Flip with indices and anatomical names (through a MetaTensor's affine): bit-identical."""
+    from monai.data import MetaTensor
+
+    img, lab, affine = _ch2_crop()
+    for axes in (0, (1, 2), ("LR",), ("Inferior", "A")):
+        ref = tio.Flip(axes)(tio.ScalarImage(tensor=img, affine=affine)).data
+        out = vtio.Flip(axes)(MetaTensor(img, affine=torch.as_tensor(affine)))
+        assert torch.equal(out.as_tensor(), ref), axes
+
+
+@pytest.mark.parametrize("target", [(64, 80, 48), (96, -1, 33), 50, (58, 47, 26)])
+def test_resize_equals_torchio(target):
+    """TorchIO Resize (Resample to the fitting spacing, CropOrPad when TorchIO's grid is a voxel
+    off, with its warning) on a ch2 crop with the AAL labels: same shape and affine, images
+    within 2e-6 of the range, labels but for half-voxel ties."""
+    from monai.data import MetaTensor
+
+    img, lab, affine = _ch2_crop()
+    subject = tio.Subject(image=tio.ScalarImage(tensor=img, affine=affine), label=tio.LabelMap(tensor=lab, affine=affine))
+    fixed = target == (58, 47, 26)  # floor(80 / (80 / 58)) = 57: one voxel short on two axes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ref = tio.Resize(target)(subject)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        out = vtio.Resize(target, label_keys=["label"])({"image": MetaTensor(img, affine=torch.as_tensor(affine)),
+                                                         "label": MetaTensor(lab, affine=torch.as_tensor(affine))})
+    assert any("Fixing with CropOrPad" in str(w.message) for w in seen) == fixed
+    assert out["image"].shape == ref["image"].data.shape
+    np.testing.assert_allclose(out["image"].affine.numpy(), ref["image"].affine, atol=1e-9)
+    assert (out["image"].as_tensor() - ref["image"].data).abs().max().item() <= 2e-6 * 255
+    # Nearest neighbour: spacings such as 80 / 50 = 1.6 put many grid points on exact half-voxel
+    # ties, which ITK's own float arithmetic breaks either way (see Resample): 0.16 % here.
+    assert (out["label"].as_tensor().float() != ref["label"].data.float()).float().mean().item() < 5e-3
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_affine_elastic_deformation_equals_torchio(device):
+    """TorchIO AffineElasticDeformation(affine_first=True) with given affine parameters and
+    control points on ch2 + AAL: one gather; images within 2e-5 of the range, padded voxels
+    included; labels but for ties."""
+    img, lab, affine = _ch2_crop()
+    cp = np.random.default_rng(3).uniform(-5, 5, (7, 8, 6, 3))
+    cp[:2], cp[-2:], cp[:, :2], cp[:, -2:], cp[:, :, :2], cp[:, :, -2:] = 0, 0, 0, 0, 0, 0
+    ap = dict(scales=(0.95, 1.05, 1.0), degrees=(4, 0, -6), translation=(2, 1, -3), default_pad_value="minimum")
+    ep = dict(control_points=cp, max_displacement=(5, 5, 5))
+    subject = tio.Subject(image=tio.ScalarImage(tensor=img, affine=affine), label=tio.LabelMap(tensor=lab, affine=affine))
+    ref = tio.AffineElasticDeformation(affine_first=True, affine_params=ap, elastic_params=ep)(subject)
+    t = vtio.AffineElasticDeformation(True, ap, ep, label_keys=["label"], affine=affine)
+    out = t({"image": img.to(device), "label": lab.to(device)})
+    assert (out["image"].cpu() - ref["image"].data).abs().max().item() <= 2e-5 * 255
+    assert (out["label"].cpu().float() != ref["label"].data.float()).float().mean().item() < 1e-3
+    assert (out["image"].cpu() - img).abs().mean() > 1.0
+    with pytest.raises(ValueError, match="affine_first=False"):
+        vtio.AffineElasticDeformation(False, ap, ep)
+    with pytest.raises(ValueError, match="unknown"):
+        vtio.AffineElasticDeformation(True, ap, dict(ep, num_control_points=7))
