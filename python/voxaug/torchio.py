@@ -31,16 +31,16 @@ from .kspace import Ghosting, Motion, RandomGhosting, RandomMotion, RandomSpike,
 from .labels import (Contour, EnsureShapeMultiple, KeepLargestComponent, Mask, OneHot,  # noqa: F401
                      RandomLabelsToImage, RemapLabels, RemoveLabels, SequentialLabels)
 from .spatial import (Crop, CropOrPad, Pad, RandomAffine, RandomFlip, Resample, ToCanonical,  # noqa: F401
-                      ToOrientation, Transpose, torchio_affine_index_map)
+                      ToOrientation, Transpose, torchio_affine_index_map, torchio_reference_grid)
 from .stats import HistogramStandardization, RescaleIntensity, ZNormalization  # noqa: F401
 from .transforms import (BiasField, Clamp, Compose, Gamma, Noise, OneOf, RandomBiasField,  # noqa: F401
                          RandomGamma, RandomNoise)
-from .transforms import _host_to
+from .transforms import _host_to, _is_meta_tensor
 
 __all__ = [
     # spatial
     "Affine", "RandomAffine", "Flip", "RandomFlip", "Resize", "Resample", "ToCanonical", "ToOrientation", "Transpose",
-    "Pad", "Crop", "CropOrPad", "EnsureShapeMultiple",
+    "Pad", "Crop", "CropOrPad", "EnsureShapeMultiple", "CopyAffine", "ToReferenceSpace",
     "ElasticDeformation", "RandomElasticDeformation", "AffineElasticDeformation", "RandomAffineElasticDeformation",
     # intensity
     "Noise", "RandomNoise", "BiasField", "RandomBiasField", "Gamma", "RandomGamma", "Blur", "RandomBlur", "Clamp",
@@ -49,8 +49,8 @@ __all__ = [
     "RandomAnisotropy", "RandomLabelsToImage",
     # labels
     "OneHot", "RemapLabels", "RemoveLabels", "SequentialLabels", "Mask", "KeepLargestComponent", "Contour",
-    # composition
-    "Compose", "OneOf",
+    # composition and plumbing
+    "Compose", "OneOf", "Lambda", "To",
 ]
 
 
@@ -188,3 +188,134 @@ class AffineElasticDeformation:
                            lambda xin, label: torch.zeros((), dtype=xin.dtype, device=xin.device) if label
                            else ra._pad_values(xin))
 
+
+
+def _images(data: Any) -> list:
+    """[(key, tensor)] of the 4-D / 5-D tensors of a dictionary, or [(None, data)]."""
+    if isinstance(data, collections.abc.Mapping):
+        return [(k, v) for k, v in data.items() if isinstance(v, torch.Tensor) and v.dim() in (4, 5)]
+    return [(None, data)]
+
+
+def _with_new_affine(v: torch.Tensor, affine: Any) -> torch.Tensor:
+    """A MetaTensor sharing `v`'s data with `affine` (the caller's tensor keeps its own)."""
+    w = v.view_as(v)
+    w.affine = torch.as_tensor(np.asarray(affine), dtype=torch.float64)
+    return w
+
+
+class CopyAffine:
+    """TorchIO CopyAffine(target): every other MetaTensor of the dictionary (TorchIO's Subject)
+    gets the affine of ``data[target]`` (their data are shared, not copied); plain tensors have no
+    affine to set and are kept. A missing target raises, as TorchIO."""
+
+    def __init__(self, target: str):
+        if not isinstance(target, str):
+            raise ValueError(f"Input target must be a string, but it has type {type(target)}")
+        self.target = target
+
+    def __call__(self, data: Any) -> Any:
+        if not isinstance(data, collections.abc.Mapping):
+            raise ValueError("CopyAffine needs a dictionary (TorchIO's Subject) holding the target image")
+        if self.target not in data:
+            raise RuntimeError(f'Target image "{self.target}" not found in subject')
+        ref = data[self.target]
+        if not _is_meta_tensor(ref):
+            raise ValueError(f'the target image "{self.target}" must be a MetaTensor (it has no affine to copy)')
+        affine = ref.affine.detach().cpu().numpy()
+        out = dict(data)
+        for k, v in _images(data):
+            if k != self.target and _is_meta_tensor(v):
+                out[k] = _with_new_affine(v, affine)
+        return out
+
+
+class ToReferenceSpace:
+    """TorchIO ToReferenceSpace(reference): each image (an embedding, a feature map, a
+    downsampled prediction) keeps its data and gets the affine that spans the reference's field
+    of view on its own grid: TorchIO Resample's grid of the reference for the spacing
+    ``spacing_ref * shape_ref / shape`` (:func:`voxaug.spatial.torchio_reference_grid`).
+    ``reference``: a MetaTensor, or a (shape, affine) pair. A MetaTensor result carries the
+    affine; for a plain tensor it is kept in ``last_affine``."""
+
+    def __init__(self, reference: Any):
+        if _is_meta_tensor(reference):
+            self.ref_shape = tuple(int(v) for v in reference.shape[-3:])
+            self.ref_affine = np.asarray(reference.affine.detach().cpu(), dtype=np.float64)
+        elif isinstance(reference, tuple) and len(reference) == 2:
+            self.ref_shape = tuple(int(v) for v in reference[0])
+            self.ref_affine = np.asarray(reference[1], dtype=np.float64)
+        else:
+            raise ValueError("reference must be a MetaTensor or a (shape, affine) pair")
+        if len(self.ref_shape) != 3 or self.ref_affine.shape != (4, 4):
+            raise ValueError(f"reference: a 3-D shape and a 4 x 4 affine, got {self.ref_shape} and "
+                             f"{self.ref_affine.shape}")
+        self.last_affine: Any = None
+
+    def _affine_for(self, shape: Sequence[int]) -> np.ndarray:
+        spacing = np.linalg.norm(self.ref_affine[:3, :3], axis=0)
+        out_spacing = spacing * np.asarray(self.ref_shape, dtype=np.float64) / np.asarray(shape, dtype=np.float64)
+        return torchio_reference_grid(self.ref_shape, self.ref_affine, out_spacing)[1]
+
+    def __call__(self, data: Any) -> Any:
+        out = dict(data) if isinstance(data, collections.abc.Mapping) else None
+        for k, v in _images(data):
+            affine = self._affine_for(v.shape[-3:])
+            self.last_affine = affine
+            w = _with_new_affine(v, affine) if _is_meta_tensor(v) else v
+            if out is None:
+                return w
+            out[k] = w
+        return out if out is not None else data
+
+
+class Lambda:
+    """TorchIO Lambda(function, types_to_apply=None): ``function(tensor)`` on each image -- a
+    tensor, or the 4-D / 5-D tensors of a dictionary, filtered by ``types_to_apply``
+    ('intensity' and / or 'label'; the entries under ``label_keys`` are labels). The result must
+    be a tensor with the input's number of dimensions, as TorchIO checks."""
+
+    def __init__(self, function: Any, types_to_apply: Any = None, label_keys: Sequence[str] = ()):
+        if not callable(function):
+            raise ValueError(f"The function must be callable, got {function!r}")
+        if types_to_apply is not None and not set(types_to_apply) <= {"intensity", "label"}:
+            raise ValueError(f'types_to_apply must hold "intensity" and / or "label", got {types_to_apply!r}')
+        self.function, self.types_to_apply, self.label_keys = function, types_to_apply, set(label_keys)
+
+    def __call__(self, data: Any) -> Any:
+        out = dict(data) if isinstance(data, collections.abc.Mapping) else None
+        for k, v in _images(data):
+            kind = "label" if k in self.label_keys else "intensity"
+            if self.types_to_apply is not None and kind not in self.types_to_apply:
+                continue
+            result = self.function(v)
+            if not isinstance(result, torch.Tensor):
+                raise ValueError(f"The returned value from the callable argument must be of type {torch.Tensor}, "
+                                 f"not {type(result)}")
+            if result.ndim != v.ndim:
+                raise ValueError(f"The number of dimensions of the returned value must be {v.ndim}, not "
+                                 f"{result.ndim}")
+            if out is None:
+                return result
+            out[k] = result
+        return out if out is not None else data
+
+
+class To:
+    """TorchIO To(target, to_kwargs=None), an intensity transform: ``tensor.to(target,
+    **to_kwargs)`` (a dtype, a device or a device name) for a tensor, or for each intensity image
+    of a dictionary (the entries under ``label_keys`` -- TorchIO's LabelMaps -- are kept)."""
+
+    def __init__(self, target: Any, to_kwargs: Any = None, label_keys: Sequence[str] = ()):
+        if not isinstance(target, (str, torch.dtype, torch.device)):
+            raise ValueError(f"target must be a str, torch.dtype or torch.device, got {target!r}")
+        self.target, self.to_kwargs, self.label_keys = target, dict(to_kwargs or {}), set(label_keys)
+
+    def __call__(self, data: Any) -> Any:
+        if not isinstance(data, collections.abc.Mapping):
+            return data.to(self.target, **self.to_kwargs)
+        out = dict(data)
+        for k, v in _images(data):
+            if k not in self.label_keys:
+                out[k] = v.to(self.target, **self.to_kwargs)
+        return out

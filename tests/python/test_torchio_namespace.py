@@ -121,3 +121,55 @@ def test_affine_elastic_deformation_equals_torchio(device):
         vtio.AffineElasticDeformation(False, ap, ep)
     with pytest.raises(ValueError, match="unknown"):
         vtio.AffineElasticDeformation(True, ap, dict(ep, num_control_points=7))
+
+
+def test_copy_affine_and_to_reference_space_equal_torchio():
+    """CopyAffine: the other MetaTensors get the target's affine (the caller's keep theirs, the
+    data are shared); ToReferenceSpace: an embedding-sized tensor gets TorchIO's affine for the
+    reference's field of view (a MetaTensor reference and a (shape, affine) pair)."""
+    from monai.data import MetaTensor
+
+    img, lab, affine = _ch2_crop()
+    other = affine.copy()
+    other[:3, 3] += (5.0, -3.0, 2.0)
+    data = {"image": MetaTensor(img, affine=torch.as_tensor(affine)),
+            "label": MetaTensor(lab, affine=torch.as_tensor(other)), "name": "ch2"}
+    out = vtio.CopyAffine("image")(data)
+    ref = tio.CopyAffine("image")(tio.Subject(image=tio.ScalarImage(tensor=img, affine=affine),
+                                              label=tio.LabelMap(tensor=lab, affine=other)))
+    np.testing.assert_array_equal(out["label"].affine.numpy(), ref["label"].affine)
+    np.testing.assert_array_equal(data["label"].affine.numpy(), other)  # the input is left as it was
+    assert out["label"].data_ptr() == data["label"].data_ptr() and out["name"] == "ch2"
+    with pytest.raises(RuntimeError, match="not found"):
+        vtio.CopyAffine("t1")(data)
+
+    embedding = torch.rand(4, 10, 12, 7)
+    ref = tio.ToReferenceSpace(tio.ScalarImage(tensor=img, affine=affine))(tio.ScalarImage(tensor=embedding))
+    for reference in (MetaTensor(img, affine=torch.as_tensor(affine)), (tuple(img.shape[1:]), affine)):
+        got = vtio.ToReferenceSpace(reference)(MetaTensor(embedding))
+        assert torch.equal(got.as_tensor(), embedding)
+        np.testing.assert_allclose(got.affine.numpy(), ref.affine, atol=1e-9)
+    t = vtio.ToReferenceSpace((tuple(img.shape[1:]), affine))
+    assert t({"emb": embedding})["emb"] is embedding
+    np.testing.assert_allclose(t.last_affine, ref.affine, atol=1e-9)
+
+
+def test_lambda_and_to_equal_torchio():
+    """Lambda with types_to_apply (labels by label_keys) and its checks; To (dtype; TorchIO's is
+    an intensity transform: label maps keep theirs)."""
+    img, lab, affine = _ch2_crop()
+    subject = tio.Subject(image=tio.ScalarImage(tensor=img, affine=affine), label=tio.LabelMap(tensor=lab, affine=affine))
+    for types in (None, ["intensity"], ["label"]):
+        ref = tio.Lambda(lambda x: x * 2, types_to_apply=types)(subject)
+        out = vtio.Lambda(lambda x: x * 2, types_to_apply=types, label_keys=["label"])({"image": img, "label": lab})
+        assert torch.equal(out["image"], ref["image"].data) and torch.equal(out["label"], ref["label"].data)
+    with pytest.raises(ValueError, match="number of dimensions"):
+        vtio.Lambda(lambda x: x[0])(img)
+    with pytest.raises(ValueError, match="of type"):
+        vtio.Lambda(lambda x: 3)(img)
+    ref = tio.To(torch.float64)(subject)
+    out = vtio.To(torch.float64, label_keys=["label"])({"image": img, "label": lab})
+    assert out["image"].dtype == ref["image"].data.dtype == torch.float64
+    assert out["label"].dtype == ref["label"].data.dtype
+    with pytest.raises(ValueError, match="target"):
+        vtio.To(3)
