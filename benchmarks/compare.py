@@ -661,10 +661,13 @@ def load_ch2_aal(device):
     return img[None, None].to(device), lab[None, None].to(device)
 
 
-def check_elastic(label_values):
+def check_elastic(label_values, tol=0.1):
+    """Independent draws of the two libraries: shapes, finite, deformed, and means within `tol`
+    of each other (with random scaling, e.g. TorchIO's RandomAffine +-10 % per axis, the brain's
+    share of the volume moves by up to ~1.1^3: such rows pass a larger tol)."""
     def check(x, m, v):
         rel = abs(v.mean().item() - m.mean().item()) / max(1e-6, abs(m.mean().item()))
-        ok = m.shape == v.shape and bool(torch.isfinite(v).all()) and rel < 0.1
+        ok = m.shape == v.shape and bool(torch.isfinite(v).all()) and rel < tol
         ok = ok and (v - x).abs().mean().item() > 0.1  # it deformed
         return ok, f"mean {m.mean().item():.1f}/{v.mean().item():.1f}"
     return check
@@ -706,17 +709,17 @@ def deform_rows(device, args):
         # control points as its RandomElasticDeformation draws them (7 per axis, 7.5 mm, 2 locked).
         cp = np.random.default_rng(SEED).uniform(-7.5, 7.5, (7, 7, 7, 3))
         cp[:2], cp[-2:], cp[:, :2], cp[:, -2:], cp[:, :, :2], cp[:, :, -2:] = 0, 0, 0, 0, 0, 0
-        for name, t_tio, t_vx in (
+        for name, t_tio, t_vx, tol in (
                 ("(f) RandomElastic vs TorchIO", tio.RandomElasticDeformation(),
-                 vd.RandomElasticDeformation(seed=SEED, label_keys=("label",))),
+                 vd.RandomElasticDeformation(seed=SEED, label_keys=("label",)), 0.1),
                 ("(f) ElasticDeformation vs TorchIO", tio.ElasticDeformation(control_points=cp,
                                                                              max_displacement=(7.5, 7.5, 7.5)),
-                 vd.ElasticDeformation(cp, 7.5, label_keys=("label",))),
+                 vd.ElasticDeformation(cp, 7.5, label_keys=("label",)), 0.1),
                 ("(f) RandomAffineElastic vs TorchIO", tio.RandomAffineElasticDeformation(),
-                 vd.RandomAffineElasticDeformation(label_keys=("label",), seed=SEED))):
+                 vd.RandomAffineElasticDeformation(label_keys=("label",), seed=SEED), 0.35)):
             rows.append(run_case(name, img, torchio_call(t_tio),
                                  lambda xb, t_vx=t_vx: t_vx({"image": xb, "label": lab})["image"],
-                                 check_elastic(values), device, sub))
+                                 check_elastic(values, tol), device, sub))
     for r in rows:
         r["check_ok"] = r["check_ok"] and labels_ok.get("voxaug", True)
     rows.append(patch_elastic_row(img, lab, values, ranges, device, sub))
