@@ -374,6 +374,15 @@ void check_gaussian_args(double sigma, double truncated) {
 constexpr int64_t kMaxRadius = int64_t(1) << 20;
 constexpr double kSampledIdentitySigma = 1e-15;  // scipy's gaussian_filter skips sigma <= this
 
+// int(tail), the radius, once tail is known to stay within kMaxRadius.
+int64_t bounded_radius(double tail, double sigma, double truncated, const char* name) {
+  VOXAUG_EXPECTS(tail <= static_cast<double>(kMaxRadius),
+                 std::string("sigma * ") + name + " is too large: the kernel radius would exceed " +
+                     std::to_string(kMaxRadius) + " (sigma " + std::to_string(sigma) + ", " + name +
+                     " " + std::to_string(truncated) + ")");
+  return static_cast<int64_t>(tail);
+}
+
 // numpy's pairwise summation (np.add.reduce on a contiguous float64 array): blocks of up to
 // 128 values summed with 8 partial accumulators, larger arrays split in halves (at a multiple
 // of 8), so the sum matches numpy's to the bit.
@@ -403,12 +412,7 @@ double pairwise_sum(const double* a, int64_t n) {
 int64_t gaussian_radius(double sigma, double truncated) {
   check_gaussian_args(sigma, truncated);
   const double s = static_cast<double>(static_cast<float>(sigma));  // MONAI's float32 sigma
-  const double tail = std::max(s * truncated, 0.5) + 0.5;
-  VOXAUG_EXPECTS(tail <= static_cast<double>(kMaxRadius),
-                 "sigma * truncated is too large: the kernel radius would exceed " +
-                     std::to_string(kMaxRadius) + " (sigma " + std::to_string(sigma) +
-                     ", truncated " + std::to_string(truncated) + ")");
-  return static_cast<int64_t>(tail);
+  return bounded_radius(std::max(s * truncated, 0.5) + 0.5, sigma, truncated, "truncated");
 }
 
 void gaussian_kernel_1d(double sigma, double truncated, double* taps) {
@@ -432,12 +436,7 @@ int64_t sampled_gaussian_radius(double sigma, double truncate) {
                  "sigma must be >= 0 and finite, got " + std::to_string(sigma));
   VOXAUG_EXPECTS(std::isfinite(truncate) && truncate > 0.0,
                  "truncate must be positive and finite, got " + std::to_string(truncate));
-  const double tail = truncate * sigma + 0.5;
-  VOXAUG_EXPECTS(tail <= static_cast<double>(kMaxRadius),
-                 "sigma * truncate is too large: the kernel radius would exceed " +
-                     std::to_string(kMaxRadius) + " (sigma " + std::to_string(sigma) +
-                     ", truncate " + std::to_string(truncate) + ")");
-  return static_cast<int64_t>(tail);
+  return bounded_radius(truncate * sigma + 0.5, sigma, truncate, "truncate");
 }
 
 void sampled_gaussian_kernel_1d(double sigma, double truncate, double* taps) {
