@@ -23,7 +23,7 @@ from . import ops
 from .transforms import _as_batch, _host_to, _Randomizable
 
 __all__ = ["OneHot", "RemapLabels", "RemoveLabels", "SequentialLabels", "Mask", "EnsureShapeMultiple",
-           "RandomLabelsToImage", "KeepLargestComponent", "Contour"]
+           "LabelsToImage", "RandomLabelsToImage", "KeepLargestComponent", "Contour"]
 
 
 def _mask_for(x: torch.Tensor, masking_method: Any, data: Optional[Mapping], labels: Optional[Sequence[int]]
@@ -457,3 +457,73 @@ class RandomLabelsToImage(_Randomizable):
         if orig is not None:
             out = torch.where(weight < 0.5, orig, out)
         return restore(out)
+
+
+class LabelsToImage(RandomLabelsToImage):
+    """TorchIO LabelsToImage(label_key, mean, std, image_key='image_from_labels',
+    used_labels=None, ignore_background=False, discretize=False): :class:`RandomLabelsToImage`
+    with each tissue's mean and std given, in TorchIO's order: the i-th label present in the map
+    (its sorted values; after ``discretize``, the arg-max channels present; for a partial
+    volume, channel i) gets ``N(mean[i], std[i])``, and as TorchIO ``mean`` / ``std`` must hold
+    exactly one value per label present. Finding the labels present reads them back from the
+    device (one sync per sample on CUDA: a batch is generated sample by sample, each with its
+    own labels). The normals are voxaug's Philox stream (``seed``), not torch.randn's:
+    TorchIO's distribution, other values. Draws of the last call: ``last_mean`` /
+    ``last_std`` (value-indexed, (1, K) per sample's call)."""
+
+    def __init__(self, label_key: Optional[str] = None, mean: Optional[Sequence[float]] = None,
+                 std: Optional[Sequence[float]] = None, image_key: str = "image_from_labels",
+                 used_labels: Optional[Sequence[int]] = None, ignore_background: bool = False,
+                 discretize: bool = False, seed: Optional[int] = None):
+        if mean is None or std is None:
+            raise ValueError("LabelsToImage needs mean and std, one value per label present (TorchIO's "
+                             "LabelsToImage); RandomLabelsToImage draws them")
+        values = []
+        for name, seq in (("mean", mean), ("std", std)):
+            try:
+                v = [float(x) for x in seq]
+            except (TypeError, ValueError):
+                raise ValueError(f"{name} must be a sequence of numbers, got {seq!r}") from None
+            if not all(np.isfinite(v)) or (name == "std" and any(x < 0 for x in v)):
+                raise ValueError(f"{name} must hold finite numbers{' >= 0' if name == 'std' else ''}, got {seq!r}")
+            values.append(v)
+        super().__init__(label_key=label_key, used_labels=used_labels, image_key=image_key, discretize=discretize,
+                         ignore_background=ignore_background, seed=seed)
+        self.means, self.stds = values
+        self._fixed: Optional[tuple] = None
+
+    def _table_size(self, lab: torch.Tensor, channels: int, label_map: bool, discretized: bool) -> int:
+        if label_map:
+            present = [int(v) for v in torch.unique(lab).tolist()]
+            if discretized:
+                present = [v for v in present if v != -1]
+            if present and present[0] < 0:
+                raise ValueError(f"label values must be >= 0, got {present[0]}")
+        else:
+            present = list(range(channels))
+        for name, given in (("mean", self.means), ("std", self.stds)):
+            if len(given) != len(present):
+                raise RuntimeError(f'"{name}" must define a value for each label but length of "{name}" is '
+                                   f"{len(given)} while {len(present)} labels were found")
+        k = max(present) + 1 if present else 1
+        mean_by, std_by = np.zeros(k), np.zeros(k)
+        for i, v in enumerate(present):
+            mean_by[v], std_by[v] = self.means[i], self.stds[i]
+        self._fixed = (mean_by, std_by)
+        return k
+
+    def _draw(self, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        mean_by, std_by = self._fixed
+        self.last_mean, self.last_std = np.tile(mean_by, (n, 1)), np.tile(std_by, (n, 1))
+        return self.last_mean, self.last_std
+
+    def _generate(self, labels: Any, image: Any) -> Any:
+        lab, restore = _as_batch(labels)
+        if lab.shape[0] <= 1:
+            return super()._generate(labels, image)
+        orig = None if image is None else _as_batch(image)[0]
+        if orig is not None and orig.shape[0] != lab.shape[0]:
+            raise ValueError(f"the image {tuple(orig.shape)} must match the label map {tuple(lab.shape)} in batch")
+        outs = [super(LabelsToImage, self)._generate(lab[i:i + 1], None if orig is None else orig[i:i + 1])
+                for i in range(lab.shape[0])]
+        return restore(torch.cat(outs))

@@ -28,8 +28,8 @@ from .deform import (ElasticDeformation, RandomAffineElasticDeformation, RandomE
 from .degrade import RandomAnisotropy, RandomSwap, Swap  # noqa: F401
 from .filter import Blur, RandomBlur  # noqa: F401
 from .kspace import Ghosting, Motion, RandomGhosting, RandomMotion, RandomSpike, Spike  # noqa: F401
-from .labels import (Contour, EnsureShapeMultiple, KeepLargestComponent, Mask, OneHot,  # noqa: F401
-                     RandomLabelsToImage, RemapLabels, RemoveLabels, SequentialLabels)
+from .labels import (Contour, EnsureShapeMultiple, KeepLargestComponent, LabelsToImage, Mask,  # noqa: F401
+                     OneHot, RandomLabelsToImage, RemapLabels, RemoveLabels, SequentialLabels)
 from .spatial import (Crop, CropOrPad, Pad, RandomAffine, RandomFlip, Resample, ToCanonical,  # noqa: F401
                       ToOrientation, Transpose, torchio_affine_index_map, torchio_reference_grid)
 from .stats import HistogramStandardization, RescaleIntensity, ZNormalization  # noqa: F401
@@ -46,7 +46,7 @@ __all__ = [
     "Noise", "RandomNoise", "BiasField", "RandomBiasField", "Gamma", "RandomGamma", "Blur", "RandomBlur", "Clamp",
     "ZNormalization", "RescaleIntensity", "HistogramStandardization",
     "Ghosting", "RandomGhosting", "Spike", "RandomSpike", "Motion", "RandomMotion", "Swap", "RandomSwap",
-    "RandomAnisotropy", "RandomLabelsToImage",
+    "RandomAnisotropy", "LabelsToImage", "RandomLabelsToImage",
     # labels
     "OneHot", "RemapLabels", "RemoveLabels", "SequentialLabels", "Mask", "KeepLargestComponent", "Contour",
     # composition and plumbing

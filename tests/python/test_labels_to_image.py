@@ -135,3 +135,64 @@ def test_device_matches_cpu(device):
             disc = RandomLabelsToImage(discretize=True, seed=4)(probs_d)
         assert out.is_cuda
         torch.testing.assert_close(disc.cpu(), RandomLabelsToImage(discretize=True, seed=4)(probs), rtol=0, atol=1e-6)
+
+
+# ---------------- TorchIO's deterministic LabelsToImage ----------------
+def torchio_fixed_image(lab, kw, original):
+    d = {"label": tio.LabelMap(tensor=lab.clone())}
+    if original is not None:
+        d["image_from_labels"] = tio.ScalarImage(tensor=original.clone())
+    return tio.LabelsToImage(label_key="label", **kw)(tio.Subject(**d))["image_from_labels"].data
+
+
+@pytest.mark.parametrize("name", ["label map", "sparse label map", "one-hot", "probabilities"])
+@pytest.mark.parametrize("kw", [dict(), dict(discretize=True), dict(used_labels=[1, 3]),
+                                dict(used_labels=[0, 3], ignore_background=True), dict(ignore_background=True)])
+@pytest.mark.parametrize("with_original", [False, True])
+def test_fixed_labels_to_image_equals_torchio_without_noise(name, kw, with_original):
+    """LabelsToImage with std 0: equal to TorchIO's, mean i for the i-th label present (a sparse
+    map, labels {0, 2, 5, 9}, shows the positional indexing), every option, with and without the
+    original image, alone and in a batch whose samples hold different labels."""
+    from voxaug.labels import LabelsToImage
+
+    lab = {"label map": LABEL_MAP, "sparse label map": torch.tensor([0, 2, 5, 9])[LABEL_MAP],
+           "one-hot": ONE_HOT, "probabilities": PROBS}[name]
+    if name == "sparse label map" and kw.get("used_labels") == [1, 3]:
+        kw = dict(kw, used_labels=[2, 9])
+    means = [0.1, 0.5, 0.7, 1.0]
+    original = ORIGINAL if with_original else None
+    ref = torchio_fixed_image(lab, dict(kw, mean=means, std=[0.0] * 4), original)
+    data = {"label": lab} if original is None else {"label": lab, "image_from_labels": original}
+    got = LabelsToImage(label_key="label", mean=means, std=[0.0] * 4, seed=0, **kw)(data)["image_from_labels"]
+    assert got.dtype == torch.float32 and torch.equal(got, ref)
+    if name in ("label map", "sparse label map"):
+        other = lab.clone()
+        other[other == other.max()] = 0  # three labels present: three means
+        batch = torch.stack([lab, other])
+        t = LabelsToImage(mean=means, std=[0.0] * 4, seed=1, **kw)
+        with pytest.raises(RuntimeError, match='"mean" must define a value for each label'):
+            t(batch)
+        got = LabelsToImage(mean=means[:3], std=[0.0] * 3, seed=1, **kw)(other[None])
+        assert torch.equal(got[0], torchio_fixed_image(other, dict(kw, mean=means[:3], std=[0.0] * 3), None))
+
+
+def test_fixed_labels_to_image_noise_statistics_and_errors():
+    """std > 0: each label's voxels have mean[i] and std[i] (z-scores over ~330 voxels each);
+    the same seed repeats; bad arguments are refused."""
+    from voxaug.labels import LabelsToImage
+
+    lab = torch.from_numpy(np.random.default_rng(3).integers(0, 4, (1, 30, 30, 30)))
+    means, stds = [0.0, 2.0, -1.0, 5.0], [1.0, 0.5, 2.0, 0.1]
+    out = LabelsToImage(mean=means, std=stds, seed=7)(lab)
+    for v in range(4):
+        vals = out[lab == v].double()
+        n = vals.numel()
+        assert abs(float(vals.mean()) - means[v]) < 5 * stds[v] / n ** 0.5
+        assert abs(float(vals.std()) / stds[v] - 1) < 5 / (2 * n) ** 0.5
+    assert torch.equal(LabelsToImage(mean=means, std=stds, seed=7)(lab), out)
+    with pytest.raises(ValueError, match="needs mean and std"):
+        LabelsToImage(mean=means)
+    with pytest.raises(ValueError, match="std must hold finite numbers >= 0"):
+        LabelsToImage(mean=means, std=[1.0, -1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="label values must be >= 0"):
+        LabelsToImage(mean=[0.0, 1.0], std=[0.0, 0.0])(torch.tensor([-2, 1])[torch.zeros(1, 3, 3, 3, dtype=torch.long)])
