@@ -29,7 +29,7 @@ import torch
 
 from . import ops
 from .spatial import _one_affine, _spacing_of
-from .transforms import _as_batch, _check_prob, _Dict, _host_to, _Randomizable, _torchio_range
+from .transforms import _as_batch, _check_prob, _Dict, _host_to, _label_keys, _Randomizable, _Subject, _torchio_range
 
 __all__ = [
     "RandCoarseDropout", "RandCoarseDropoutd", "RandCoarseShuffle", "RandCoarseShuffled",
@@ -239,20 +239,22 @@ def _patch_size3(patch_size: Any) -> tuple[int, int, int]:
     return int(vals[0]), int(vals[1]), int(vals[2])
 
 
-class Swap:
+class Swap(_Subject):
     """TorchIO Swap(patch_size, locations): the patches at each pair of corners ((d, h, w), (d, h,
     w)) swapped in order, in every channel and sample. A true swap: both patches are read before
     either is written (TorchIO copies its first patch through a view, so partially overlapping
     patches come out differently there; equal without overlap). in_place (keyword only): swap in
     the input itself."""
 
-    def __init__(self, patch_size: Any, locations: Sequence, *, in_place: bool = False):
+    def __init__(self, patch_size: Any, locations: Sequence, *, in_place: bool = False,
+                 label_keys: Sequence[Any] = ()):
         self.patch_size = _patch_size3(patch_size)
         loc = np.asarray(locations, dtype=np.int64).reshape(-1, 6)
         self.locations = loc
         self.in_place = bool(in_place)
+        self.label_keys = _label_keys(label_keys)
 
-    def __call__(self, img: Any) -> Any:
+    def _tensor_call(self, img: Any) -> Any:
         x, restore = _as_batch(img)
         n, k = x.shape[0], self.locations.shape[0]
         table = torch.from_numpy(np.broadcast_to(self.locations, (n, k, 6)).copy())

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from . import ops
-from .transforms import _as_batch, _check_prob, _Dict, _host_to, _is_meta_tensor, _Randomizable
+from .transforms import _as_batch, _check_prob, _Dict, _host_to, _is_meta_tensor, _label_keys, _Randomizable, _Subject
 
 __all__ = [
     "GaussianSmooth", "GaussianSmoothd", "RandGaussianSmooth", "RandGaussianSmoothd",
@@ -265,13 +265,14 @@ def _spacing_of(img: Any, spacing: Optional[Sequence[float]]) -> tuple[float, fl
     return sp
 
 
-class Blur:
+class Blur(_Subject):
     """TorchIO Blur(std): scipy.ndimage.gaussian_filter with std_i mm per spatial axis (a number:
     the same on each) divided by the voxel spacing (`spacing=` here or in the call, else a
     MetaTensor's affine, else 1 mm), every channel on its own; float32 out. One launch per
     axis for the batch. Differentiable w.r.t. the image."""
 
-    def __init__(self, std: Union[float, Sequence[float]], spacing: Optional[Sequence[float]] = None):
+    def __init__(self, std: Union[float, Sequence[float]], spacing: Optional[Sequence[float]] = None,
+                 label_keys: Sequence[Any] = ()):
         if isinstance(std, dict):
             raise ValueError("std: a dict per image name is TorchIO's Subject form; voxaug's Blur takes one "
                              "std (a number or 3 values in mm) for the tensor it is called on")
@@ -279,15 +280,16 @@ class Blur:
         if not all(math.isfinite(s) and s >= 0 for s in self.std):
             raise ValueError(f"std must be >= 0 and finite, got {std!r}")
         self.spacing = spacing
+        self.label_keys = _label_keys(label_keys)
 
-    def __call__(self, img: Any, spacing: Optional[Sequence[float]] = None) -> Any:
+    def _tensor_call(self, img: Any, spacing: Optional[Sequence[float]] = None) -> Any:
         x, restore = _as_batch(img)
         sp = torch.tensor(_spacing_of(img, spacing if spacing is not None else self.spacing), dtype=torch.float64)
         sigma = (torch.tensor(self.std, dtype=torch.float64) / sp).expand(x.shape[0], 3)
         return restore(_scipy_smooth(x, sigma))
 
 
-class RandomBlur(_Filter, _Randomizable):
+class RandomBlur(_Subject, _Filter, _Randomizable):
     """TorchIO RandomBlur: per sample (with probability `p`) std_i ~ U(a_i, b_i) in mm per
     spatial axis (`std`: x -> U(0, x); (a, b); (x1, x2, x3) -> U(0, x_i); or six values), divided
     by the voxel spacing (`spacing=` here or in the call, else a MetaTensor's affine, else 1 mm),
@@ -295,7 +297,8 @@ class RandomBlur(_Filter, _Randomizable):
     one launch per axis for the batch. A call where no sample is blurred returns the input."""
 
     def __init__(self, std: Union[float, Sequence[float]] = (0, 2), p: float = 1.0,
-                 spacing: Optional[Sequence[float]] = None, seed: Optional[int] = None):
+                 spacing: Optional[Sequence[float]] = None, seed: Optional[int] = None,
+                 label_keys: Sequence[Any] = ()):
         _Randomizable.__init__(self, seed)
         self.std_ranges = _torchio_std_ranges(std)
         self.p = _check_prob(p)
@@ -303,8 +306,9 @@ class RandomBlur(_Filter, _Randomizable):
         self.last_std: Optional[torch.Tensor] = None
         self.last_sigma: Optional[torch.Tensor] = None
         self.last_applied: Optional[torch.Tensor] = None
+        self.label_keys = _label_keys(label_keys)
 
-    def __call__(self, img: Any, spacing: Optional[Sequence[float]] = None) -> Any:
+    def _tensor_call(self, img: Any, spacing: Optional[Sequence[float]] = None) -> Any:
         x, restore = _as_batch(img)
         sp = torch.tensor(_spacing_of(img, spacing if spacing is not None else self.spacing), dtype=torch.float64)
         u = ops.philox_uniform(self._next_seed(), 0, x.shape[0], 4)

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 
 from . import ops
-from .transforms import DtypeLike, _as_batch, _Dict, _host_to, _present_keys, _torch_dtype, _torchio_range
+from .transforms import (DtypeLike, _as_batch, _Dict, _host_to, _label_keys, _present_keys, _Subject, _torch_dtype,
+                         _torchio_range)
 
 __all__ = [
     "NormalizeIntensity", "NormalizeIntensityd", "ScaleIntensityRangePercentiles",
@@ -263,12 +264,14 @@ def _torchio_mask(x: torch.Tensor, masking_method: Any) -> Optional[torch.Tensor
     """TorchIO's masking_method as an (N, C, D, H, W) bool mask on x's device (None: every voxel).
     A callable gets each sample's (C, D, H, W) tensor, as TorchIO gives it the image's data; a
     tensor or array (a label map: nonzero is inside, as TorchIO reads one) broadcasts against the
-    batch. TorchIO's label-map names and anatomical sides need a Subject: pass the tensor."""
+    batch. A label map's name resolves when the transform is called on a dictionary holding it
+    (TorchIO's Subject); anatomical sides are refused."""
     if masking_method is None:
         return None
     if isinstance(masking_method, str):
-        raise ValueError(f"masking_method {masking_method!r}: names of a Subject's label maps and anatomical "
-                         "sides are TorchIO Subject features; pass the label map (a tensor or array) or a callable")
+        raise ValueError(f"masking_method {masking_method!r}: a name is looked up in the dictionary the transform is "
+                         "called on (TorchIO's Subject), and this call has none holding it; anatomical sides are "
+                         "not supported: pass the label map (a tensor or array) or a callable")
     if callable(masking_method):
         masks = []
         for n in range(x.shape[0]):
@@ -303,7 +306,7 @@ def _masked_moments(x: torch.Tensor, mask: Optional[torch.Tensor]) -> tuple[torc
     return n, mean, var.sqrt()
 
 
-class ZNormalization:
+class ZNormalization(_Subject):
     """TorchIO ZNormalization: ``(img - mean) / std`` per sample, mean and std (unbiased, as
     torch.std) of the voxels in the mask (``masking_method``: None for all, a callable of each
     sample's (C, D, H, W) tensor, or a mask / label tensor), over all channels together. Float32
@@ -311,10 +314,11 @@ class ZNormalization:
     mask), no host sync. Deliberate difference: a zero std divides by 1 (MONAI's convention)
     where TorchIO raises, since raising would need a host read of the statistics."""
 
-    def __init__(self, masking_method: Any = None):
+    def __init__(self, masking_method: Any = None, label_keys: Sequence[Any] = ()):
         self.masking_method = masking_method
+        self.label_keys = _label_keys(label_keys)
 
-    def __call__(self, img: Any) -> Any:
+    def _tensor_call(self, img: Any) -> Any:
         x, restore = _as_batch(img)
         xs = x.float() if x.dtype == torch.float64 else x  # the values TorchIO's .float() sees
         n, mean, pstd = _masked_moments(xs, _torchio_mask(x, self.masking_method))
@@ -326,7 +330,7 @@ class ZNormalization:
         return restore(out.sub_(mean.float().reshape(shape)).div_(std.reshape(shape)))
 
 
-class RescaleIntensity:
+class RescaleIntensity(_Subject):
     """TorchIO RescaleIntensity: per sample, clip to the ``percentiles`` of the masked voxels
     (numpy's linear method), then map [in_min, in_max] (the clipped image's range, or
     ``in_min_max``) linearly onto ``out_min_max``, in float32 in TorchIO's order of operations.
@@ -336,11 +340,12 @@ class RescaleIntensity:
 
     def __init__(self, out_min_max: Union[float, Sequence[float]] = (0, 1),
                  percentiles: Union[float, Sequence[float]] = (0, 100), masking_method: Any = None,
-                 in_min_max: Optional[Sequence[float]] = None):
+                 in_min_max: Optional[Sequence[float]] = None, label_keys: Sequence[Any] = ()):
         self.out_min, self.out_max = _torchio_range(out_min_max, "out_min_max")
         self.percentiles = _torchio_range(percentiles, "percentiles", 0.0, 100.0)
         self.in_min_max = None if in_min_max is None else _torchio_range(in_min_max, "in_min_max")
         self.masking_method = masking_method
+        self.label_keys = _label_keys(label_keys)
 
     def _cutoffs(self, xf: torch.Tensor, mask: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """(N, 2) float64 percentiles and (N,) 'rescale this sample'."""
@@ -355,7 +360,7 @@ class RescaleIntensity:
             rows.append(torch.quantile(v, q) if v.numel() else torch.zeros(2, dtype=torch.float64, device=xf.device))
         return torch.stack(rows), torch.tensor(ok, device=xf.device)
 
-    def __call__(self, img: Any) -> Any:
+    def _tensor_call(self, img: Any) -> Any:
         x, restore = _as_batch(img)
         xf = x.float()
         cut, ok = self._cutoffs(xf, _torchio_mask(xf, self.masking_method))
@@ -569,7 +574,7 @@ def _landmarks_array(v: Any) -> np.ndarray:
     return a
 
 
-class HistogramStandardization:
+class HistogramStandardization(_Subject):
     """TorchIO HistogramStandardization (Nyul & Udupa): each sample's intensity landmarks (the
     1st / 99th percentiles and the deciles of its masked voxels, all channels together) mapped
     piecewise linearly onto trained ``landmarks`` (13 values from :meth:`train`, a tensor / array or
@@ -580,11 +585,12 @@ class HistogramStandardization:
     each sample's (C, D, H, W) tensor, or a mask / label tensor. Deliberate difference: an empty mask
     gives NaN where TorchIO's numpy.percentile raises."""
 
-    def __init__(self, landmarks: Any, masking_method: Any = None):
+    def __init__(self, landmarks: Any, masking_method: Any = None, label_keys: Sequence[Any] = ()):
         self.landmarks = _landmarks_array(landmarks)
         self.masking_method = masking_method
+        self.label_keys = _label_keys(label_keys)
 
-    def __call__(self, img: Any) -> Any:
+    def _tensor_call(self, img: Any) -> Any:
         x, restore = _as_batch(img)
         xf = x.float()  # TorchIO: astype(np.float32)
         q = _hs_percentiles(100.0 * np.array([min(max(0.0, _HS_CUTOFF[0]), 0.09), max(min(1.0, _HS_CUTOFF[1]), 0.91)]))

@@ -18,6 +18,7 @@ StdShiftIntensity writes into its (float32) input, voxaug never mutates the inpu
 from __future__ import annotations
 
 import collections.abc
+import copy
 import math
 import numbers
 import warnings
@@ -418,6 +419,42 @@ def _host_to(t: torch.Tensor, device: Any) -> torch.Tensor:
     return host.to(device, non_blocking=True)
 
 
+class _Subject:
+    """TorchIO's intensity transforms on a Subject: called on a dictionary, each 4-D / 5-D tensor
+    not under ``label_keys`` (TorchIO's LabelMaps) is transformed by its own call -- its own draws,
+    as TorchIO draws per image (the probability ``p`` is met per image too, where TorchIO meets it
+    once per Subject) -- and the other entries are kept. A ``masking_method`` string naming an
+    entry of the dictionary masks with that entry (TorchIO: a label map of the Subject). On a
+    tensor, the transform's own call."""
+
+    label_keys: tuple = ()
+
+    def _tensor_call(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        """The transform of one tensor: the next class's call (a class with a call of its own
+        defines ``_tensor_call`` instead)."""
+        return super().__call__(x, *args, **kwargs)  # type: ignore[misc]
+
+    def __call__(self, data: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(data, collections.abc.Mapping):
+            return self._tensor_call(data, *args, **kwargs)
+        t: Any = self
+        mm = getattr(self, "masking_method", None)
+        if isinstance(mm, str) and mm in data:
+            t = copy.copy(self)
+            t.masking_method = data[mm]
+        out = dict(data)
+        for k, v in data.items():
+            if isinstance(v, torch.Tensor) and v.dim() in (4, 5) and k not in self.label_keys:
+                out[k] = t._tensor_call(v, *args, **kwargs)
+        return out
+
+
+def _label_keys(label_keys: Sequence[Hashable]) -> tuple:
+    if isinstance(label_keys, (str, bytes)):
+        raise ValueError(f"label_keys must be a sequence of keys, got the string {label_keys!r}")
+    return tuple(label_keys)
+
+
 class _BiasField(_Pointwise, _Randomizable):
     """Shared by MONAI's RandBiasField and TorchIO's RandomBiasField: the gate and the
     coefficients are drawn on the host from Philox (``ops.philox_uniform``, one row per sample)
@@ -462,7 +499,7 @@ class RandBiasField(_BiasField):
         self.dtype = _torch_dtype(dtype)
 
 
-class RandomBiasField(_BiasField):
+class RandomBiasField(_Subject, _BiasField):
     """TorchIO RandomBiasField: ``img * exp(sum c_ijk x^i y^j z^k)`` with monomials of total
     order <= ``order`` on TorchIO's centred grid, every coefficient ~ U(-c, c) (or U(a, b) for
     ``coefficients=(a, b)``), applied with probability ``p`` per sample. Float32 result."""
@@ -470,14 +507,15 @@ class RandomBiasField(_BiasField):
     _monomial = True
 
     def __init__(self, coefficients: Union[float, tuple[float, float]] = 0.5, order: int = 3, p: float = 1.0,
-                 seed: Optional[int] = None):
+                 seed: Optional[int] = None, label_keys: Sequence[Hashable] = ()):
         if not isinstance(order, int) or order < 0:
             raise ValueError(f"order must be a non-negative int, got {order!r}")
         self._init(order, _range(coefficients, "coefficients"), p, seed)
         self.dtype = torch.float32
+        self.label_keys = _label_keys(label_keys)
 
 
-class BiasField(_Pointwise):
+class BiasField(_Subject, _Pointwise):
     """TorchIO BiasField(coefficients, order): ``img * exp(sum c_ijk x^i y^j z^k)`` with the given
     coefficients of the monomials of total order <= ``order`` in TorchIO's order (x outermost,
     z innermost) on TorchIO's centred grid; the field is evaluated per voxel in the pointwise
@@ -486,7 +524,8 @@ class BiasField(_Pointwise):
 
     dtype = torch.float32
 
-    def __init__(self, coefficients: Union[Sequence[float], torch.Tensor], order: int):
+    def __init__(self, coefficients: Union[Sequence[float], torch.Tensor], order: int,
+                 label_keys: Sequence[Hashable] = ()):
         if isinstance(order, bool) or not isinstance(order, (int, np.integer)) or not (
                 0 <= order <= ops.MAX_BIAS_FIELD_DEGREE):
             raise ValueError(f"order must be an int in [0, {ops.MAX_BIAS_FIELD_DEGREE}], got {order!r}")
@@ -502,6 +541,7 @@ class BiasField(_Pointwise):
         if not bool(torch.isfinite(c).all()):
             raise ValueError("coefficients must be finite")
         self.coefficients = c.to(torch.float32)
+        self.label_keys = _label_keys(label_keys)
 
     def _plan(self, x):
         n = x.shape[0]
@@ -606,21 +646,22 @@ class RandAdjustContrast(_Contrast, _Randomizable):
                      self._next_seed() if seed is None else seed, values=ops.minmax(x, False))]
 
 
-class Gamma(_Pointwise):
+class Gamma(_Subject, _Pointwise):
     """TorchIO Gamma: ``sign(img) |img|^gamma`` (``img^gamma`` on non-negative images). Float32 result."""
 
     dtype = torch.float32
 
-    def __init__(self, gamma: float):
+    def __init__(self, gamma: float, label_keys: Sequence[Hashable] = ()):
         if not isinstance(gamma, numbers.Real) or not 0 < gamma < math.inf:
             raise ValueError(f"gamma must be a number > 0 and finite, got {gamma!r}")
         self.gamma = float(gamma)
+        self.label_keys = _label_keys(label_keys)
 
     def _plan(self, x):
         return [Step(ops.GAMMA, 0, (self.gamma,))]
 
 
-class RandomGamma(_Pointwise, _Randomizable):
+class RandomGamma(_Subject, _Pointwise, _Randomizable):
     """TorchIO RandomGamma: ``sign(img) |img|^gamma``, gamma = exp(beta), beta ~ U(log_gamma) (a number
     d means (-d, d)) per sample and channel, drawn in the kernel; applied with probability ``p``
     per sample. Float32 result."""
@@ -628,13 +669,14 @@ class RandomGamma(_Pointwise, _Randomizable):
     dtype = torch.float32
 
     def __init__(self, log_gamma: Union[float, tuple[float, float]] = (-0.3, 0.3), p: float = 1.0,
-                 seed: Optional[int] = None):
+                 seed: Optional[int] = None, label_keys: Sequence[Hashable] = ()):
         _Randomizable.__init__(self, seed)
         self.log_gamma = _range(log_gamma, "log_gamma")
         if not -88.0 <= self.log_gamma[0] <= self.log_gamma[1] <= 88.0:
             # gamma = exp(beta) must be a finite float32 (the kernels' power takes finite exponents)
             raise ValueError(f"log_gamma must lie in [-88, 88], got {log_gamma!r}")
         self.p = _check_prob(p)
+        self.label_keys = _label_keys(label_keys)
 
     def _plan(self, x):
         return [Step(ops.GAMMA, ops.RANDOM, (1.0, *self.log_gamma), self.p, self._next_seed())]
@@ -668,7 +710,7 @@ def _torchio_range(value: Any, name: str, min_constraint: Optional[float] = None
     return pair
 
 
-class RandomNoise(_Pointwise, _Randomizable):
+class RandomNoise(_Subject, _Pointwise, _Randomizable):
     """TorchIO RandomNoise: ``img + N(mean, std)`` with mean ~ U(mean) (a number d means (-d, d))
     and std ~ U(std) (a number d means (0, d)) drawn per sample in the kernel (TorchIO draws one
     pair per subject), applied with probability ``p`` per sample. Float32 result, as TorchIO's sum
@@ -677,11 +719,13 @@ class RandomNoise(_Pointwise, _Randomizable):
     dtype = torch.float32
 
     def __init__(self, mean: Union[float, tuple[float, float]] = 0.0,
-                 std: Union[float, tuple[float, float]] = (0.0, 0.25), p: float = 1.0, seed: Optional[int] = None):
+                 std: Union[float, tuple[float, float]] = (0.0, 0.25), p: float = 1.0, seed: Optional[int] = None,
+                 label_keys: Sequence[Hashable] = ()):
         _Randomizable.__init__(self, seed)
         self.mean_range = _torchio_range(mean, "mean")
         self.std_range = _torchio_range(std, "std", min_constraint=0.0)
         self.p = _check_prob(p)
+        self.label_keys = _label_keys(label_keys)
 
     def _plan(self, x):
         (m_lo, m_hi), (s_lo, s_hi) = self.mean_range, self.std_range
@@ -689,7 +733,7 @@ class RandomNoise(_Pointwise, _Randomizable):
                      self._next_seed())]
 
 
-class Noise(_Pointwise):
+class Noise(_Subject, _Pointwise):
     """TorchIO Noise(mean, std, seed): ``img + N(mean, std)``, float32 result. The normals are
     voxaug's Philox stream keyed by ``seed`` (the same seed gives the same noise, in any batch,
     on the CPU and on CUDA), not torch.randn's under torch.manual_seed(seed) as TorchIO's, so
@@ -698,7 +742,7 @@ class Noise(_Pointwise):
 
     dtype = torch.float32
 
-    def __init__(self, mean: float, std: float, seed: int):
+    def __init__(self, mean: float, std: float, seed: int, label_keys: Sequence[Hashable] = ()):
         for name, v in (("mean", mean), ("std", std)):
             if isinstance(v, dict):
                 raise ValueError(f"{name}: a dict per image name is TorchIO's Subject form; voxaug's Noise takes "
@@ -710,6 +754,7 @@ class Noise(_Pointwise):
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise ValueError(f"seed must be an int, got {seed!r}")
         self.mean, self.std, self.seed = float(mean), float(std), int(seed)
+        self.label_keys = _label_keys(label_keys)
 
     def _plan(self, x):
         return [Step(ops.GAUSSIAN_NOISE, 0, (self.mean, self.std), 1.0, self.seed)]
@@ -938,19 +983,21 @@ class MaskIntensity:
         return restore((x * m5).to(x.dtype))
 
 
-class Clamp:
+class Clamp(_Subject):
     """TorchIO Clamp: ``clamp(img, out_min, out_max)`` (either bound None: that side open); the
     image's dtype (TorchIO's torch.clamp). One torch pass on the data's device."""
 
-    def __init__(self, out_min: Optional[float] = None, out_max: Optional[float] = None):
+    def __init__(self, out_min: Optional[float] = None, out_max: Optional[float] = None,
+                 label_keys: Sequence[Hashable] = ()):
         for name, v in (("out_min", out_min), ("out_max", out_max)):
             if v is not None and (not isinstance(v, numbers.Real) or not math.isfinite(v)):
                 raise ValueError(f"{name} must be a finite number or None, got {v!r}")
         if out_min is not None and out_max is not None and out_min > out_max:
             raise ValueError(f"out_min must be <= out_max, got {out_min} > {out_max}")
         self.out_min, self.out_max = out_min, out_max
+        self.label_keys = _label_keys(label_keys)
 
-    def __call__(self, img: Any) -> Any:
+    def _tensor_call(self, img: Any) -> Any:
         x, restore = _as_batch(img)
         return restore(torch.clamp(x, self.out_min, self.out_max))
 
@@ -1104,6 +1151,10 @@ class Compose:
                 i += 1
                 continue
             fresh = set()
+            if isinstance(data, collections.abc.Mapping) and isinstance(t, _Pointwise):
+                data = t(data)  # a TorchIO intensity transform on a Subject dictionary: entry by entry
+                i += 1
+                continue
             x_float = _as_batch(data)[0].is_floating_point() if isinstance(t, _Pointwise) else False
             if not self._fusable(t, x_float):
                 data = t(data)

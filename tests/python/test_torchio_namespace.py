@@ -173,3 +173,75 @@ def test_lambda_and_to_equal_torchio():
     assert out["label"].dtype == ref["label"].data.dtype
     with pytest.raises(ValueError, match="target"):
         vtio.To(3)
+
+
+def _subject_cases():
+    return {
+        "Noise": lambda: vtio.Noise(1.0, 2.0, seed=3, label_keys=["seg"]),
+        "RandomNoise": lambda: vtio.RandomNoise(std=(1, 2), seed=3, label_keys=["seg"]),
+        "BiasField": lambda: vtio.BiasField([0.1, 0.2, -0.1, 0.05], 1, label_keys=["seg"]),
+        "RandomBiasField": lambda: vtio.RandomBiasField(seed=3, label_keys=["seg"]),
+        "Gamma": lambda: vtio.Gamma(0.8, label_keys=["seg"]),
+        "RandomGamma": lambda: vtio.RandomGamma(seed=3, label_keys=["seg"]),
+        "Blur": lambda: vtio.Blur((1.0, 0.5, 2.0), label_keys=["seg"]),
+        "RandomBlur": lambda: vtio.RandomBlur(seed=3, label_keys=["seg"]),
+        "Clamp": lambda: vtio.Clamp(10, 80, label_keys=["seg"]),
+        "ZNormalization": lambda: vtio.ZNormalization(label_keys=["seg"]),
+        "RescaleIntensity": lambda: vtio.RescaleIntensity((0, 1), percentiles=(1, 99), label_keys=["seg"]),
+        "HistogramStandardization": lambda: vtio.HistogramStandardization(np.linspace(0, 100, 13), label_keys=["seg"]),
+        "Swap": lambda: vtio.Swap((5, 5, 5), [((0, 0, 0), (10, 10, 10))], label_keys=["seg"]),
+    }
+
+
+@pytest.mark.parametrize("name", list(_subject_cases()))
+def test_intensity_transforms_on_a_subject_dictionary(name):
+    """TorchIO's intensity transforms called on a dictionary (TorchIO's Subject): each image not
+    under label_keys is transformed as a call on it alone would (its own draws: two images get
+    two), the label map and other entries are kept as they are."""
+    make = _subject_cases()[name]
+    t1 = torch.rand(2, 1, 20, 22, 18, generator=torch.Generator().manual_seed(1)) * 100
+    t2 = t1.flip(-1) + 5
+    seg = (t1 > 50).to(torch.uint8)
+    out = make()({"t1": t1, "t2": t2, "seg": seg, "name": "s"})
+    assert out["seg"] is seg and out["name"] == "s"
+    t = make()
+    want1, want2 = t(t1), t(t2)  # the same sequence of calls: the same draws
+    assert torch.equal(out["t1"], want1) and torch.equal(out["t2"], want2)
+    assert not torch.equal(out["t1"], t1)
+
+
+def test_masking_method_names_a_label_map_of_the_dictionary():
+    """ZNormalization / RescaleIntensity / HistogramStandardization(masking_method='brain'): the
+    dictionary's 'brain' entry is the mask, as TorchIO's Subject label map; equal to TorchIO's.
+    Without a dictionary holding it, the name is refused."""
+    img, lab, affine = _ch2_crop()
+    brain = (lab > 0).to(torch.uint8)
+    subject = tio.Subject(image=tio.ScalarImage(tensor=img, affine=affine),
+                          brain=tio.LabelMap(tensor=brain, affine=affine))
+    for vt_t, tio_t in ((vtio.ZNormalization(masking_method="brain", label_keys=["brain"]),
+                         tio.ZNormalization(masking_method="brain")),
+                        (vtio.RescaleIntensity((0, 1), percentiles=(0.5, 99.5), masking_method="brain",
+                                               label_keys=["brain"]),
+                         tio.RescaleIntensity((0, 1), percentiles=(0.5, 99.5), masking_method="brain"))):
+        out = vt_t({"image": img, "brain": brain})
+        ref = tio_t(subject)["image"].data
+        torch.testing.assert_close(out["image"], ref, rtol=1e-5, atol=1e-5)
+        assert out["brain"] is brain
+    with pytest.raises(ValueError, match="looked up in the dictionary"):
+        vtio.ZNormalization(masking_method="brain")(img)
+
+
+def test_compose_on_a_subject_dictionary():
+    """vtio.Compose of spatial and intensity transforms on a Subject dictionary: the spatial ones
+    move image and label together (one gather), the intensity ones touch the image only."""
+    img, lab, affine = _ch2_crop()
+    aug = vtio.Compose([
+        vtio.RandomAffine(scales=0.1, degrees=10, label_keys=["label"], affine=affine, seed=1),
+        vtio.RandomBlur(std=(0, 1), label_keys=["label"], seed=2),
+        vtio.RandomBiasField(label_keys=["label"], seed=3),
+        vtio.RandomNoise(std=(0, 5), label_keys=["label"], seed=4),
+    ])
+    out = aug({"image": img, "label": lab})
+    assert out["image"].dtype == torch.float32 and out["label"].dtype == torch.int16
+    assert set(torch.unique(out["label"]).tolist()) <= set(torch.unique(lab).tolist())
+    assert not torch.equal(out["image"], img)
