@@ -20,10 +20,11 @@ import torch.nn.functional as F
 from .spatial import CropOrPad, _rep3
 from .stats import _torchio_mask
 from . import ops
-from .transforms import _as_batch, _host_to, _Randomizable
+from .transforms import _as_batch, _Dict, _host_to, _Randomizable
 
 __all__ = ["OneHot", "RemapLabels", "RemoveLabels", "SequentialLabels", "Mask", "EnsureShapeMultiple",
-           "LabelsToImage", "RandomLabelsToImage", "KeepLargestComponent", "Contour"]
+           "LabelsToImage", "RandomLabelsToImage", "KeepLargestComponent", "Contour",
+           "MapLabelValue", "MapLabelValued", "LabelToMask", "LabelToMaskd"]
 
 
 def _mask_for(x: torch.Tensor, masking_method: Any, data: Optional[Mapping], labels: Optional[Sequence[int]]
@@ -527,3 +528,88 @@ class LabelsToImage(RandomLabelsToImage):
         outs = [super(LabelsToImage, self)._generate(lab[i:i + 1], None if orig is None else orig[i:i + 1])
                 for i in range(lab.shape[0])]
         return restore(torch.cat(outs))
+
+
+# ---------------- MONAI ----------------
+def _torch_dtype_of(dtype: Any) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        return torch.from_numpy(np.zeros(0, dtype=np.dtype(dtype))).dtype
+    except TypeError:
+        raise ValueError(f"dtype {dtype!r} has no torch equivalent") from None
+
+
+class MapLabelValue:
+    """MONAI MapLabelValue(orig_labels, target_labels, dtype=np.float32): every voxel holding
+    orig_labels[i] takes target_labels[i] (judged on the input's values, the last pair winning
+    for a repeated label), the others keep their value; the result in ``dtype`` (numpy or torch),
+    the input's kind kept (a tensor / MetaTensor, or a numpy array back from numpy). Integer
+    label maps with integer labels go through one lookup table on the data's device (one pass
+    for any number of labels, MONAI makes one per pair); other inputs one masked fill per pair,
+    as MONAI. No host sync."""
+
+    def __init__(self, orig_labels: Sequence, target_labels: Sequence, dtype: Any = np.float32):
+        if len(orig_labels) != len(target_labels):
+            raise ValueError("orig_labels and target_labels must have the same length.")
+        self.orig_labels, self.target_labels = list(orig_labels), list(target_labels)
+        self.pair = tuple((o, t) for o, t in zip(self.orig_labels, self.target_labels) if o != t)
+        self.dtype = _torch_dtype_of(dtype)
+
+    def __call__(self, img: Any) -> Any:
+        as_numpy = isinstance(img, np.ndarray)
+        x = torch.from_numpy(img) if as_numpy else img
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"img must be a torch.Tensor, MetaTensor or numpy array, got {type(img).__name__}")
+        ints = all(isinstance(o, (int, np.integer)) and not isinstance(o, bool) for o, _ in self.pair)
+        if self.pair and ints and not x.dtype.is_floating_point and x.dtype != torch.bool:
+            lo = min(int(o) for o, _ in self.pair)
+            size = max(int(o) for o, _ in self.pair) - lo + 1
+        if self.pair and ints and not x.dtype.is_floating_point and x.dtype != torch.bool and size <= (1 << 20):
+            table = torch.arange(lo, lo + size, dtype=torch.int64).to(self.dtype)  # the identity, cast
+            for o, t in self.pair:
+                table[int(o) - lo] = t
+            idx = x.to(torch.int64) - lo
+            inside = (idx >= 0) & (idx < size)
+            mapped = _host_to(table, x.device)[idx.clamp_(0, size - 1)]
+            out = torch.where(inside, mapped, x.to(self.dtype))
+        else:
+            out = x.to(self.dtype, copy=True)
+            for o, t in self.pair:
+                out.masked_fill_(x == o, t)
+        return out.numpy() if as_numpy else out
+
+
+class MapLabelValued(_Dict):
+    def __init__(self, keys, orig_labels: Sequence, target_labels: Sequence, dtype: Any = np.float32,
+                 allow_missing_keys: bool = False):
+        super().__init__(keys, MapLabelValue(orig_labels, target_labels, dtype), allow_missing_keys)
+
+
+class LabelToMask:
+    """MONAI LabelToMask(select_labels, merge_channels=False): a one-channel label map becomes the
+    bool mask of the voxels holding one of ``select_labels``; a one-hot map (several channels)
+    keeps the channels ``select_labels`` (their dtype); ``merge_channels`` ORs the channels into
+    one bool channel. (C, D, H, W) or a (N, C, D, H, W) batch; on the data's device."""
+
+    def __init__(self, select_labels: Union[Sequence[int], int], merge_channels: bool = False):
+        self.select_labels = tuple(select_labels) if isinstance(select_labels, (list, tuple)) else (select_labels,)
+        self.merge_channels = bool(merge_channels)
+
+    def __call__(self, img: Any, select_labels: Any = None, merge_channels: bool = False) -> Any:
+        labels = self.select_labels if select_labels is None else (
+            tuple(select_labels) if isinstance(select_labels, (list, tuple)) else (select_labels,))
+        x, restore = _as_batch(img)
+        if x.shape[1] > 1:
+            data = x[:, list(labels)]
+        else:
+            data = torch.isin(x, _host_to(torch.tensor(labels, dtype=x.dtype), x.device))
+        if merge_channels or self.merge_channels:
+            data = data.any(1, keepdim=True)
+        return restore(data)
+
+
+class LabelToMaskd(_Dict):
+    def __init__(self, keys, select_labels: Union[Sequence[int], int], merge_channels: bool = False,
+                 allow_missing_keys: bool = False):
+        super().__init__(keys, LabelToMask(select_labels, merge_channels), allow_missing_keys)
