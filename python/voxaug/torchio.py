@@ -6,10 +6,11 @@ already take in those modules (:mod:`voxaug.spatial`'s ``Affine``, ``Flip`` and 
 MONAI's): :class:`Affine`, :class:`Flip`, :class:`Resize`, and :class:`AffineElasticDeformation`.
 
 voxaug's transforms take a tensor ((C, X, Y, Z) or a (N, C, X, Y, Z) batch; a MONAI MetaTensor
-carries the affine), not TorchIO's Subject / Image objects. The spatial ones also take a
-dictionary of tensors for a Subject (the entries under ``label_keys`` are its LabelMaps); the
-intensity ones take the image tensor itself (TorchIO applies them to a Subject's ScalarImages).
-TorchIO itself is not needed (or imported) here.
+carries the affine), not TorchIO's Subject / Image objects, or a dictionary of tensors for a
+Subject: the entries under ``label_keys`` are its LabelMaps, which spatial transforms resample
+with the label interpolation and intensity transforms leave alone (each other image is
+transformed with its own draws, as TorchIO draws per image; a ``masking_method`` string names
+an entry). TorchIO itself is not needed (or imported) here.
 """
 from __future__ import annotations
 

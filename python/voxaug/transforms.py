@@ -713,7 +713,7 @@ def _torchio_range(value: Any, name: str, min_constraint: Optional[float] = None
 class RandomNoise(_Subject, _Pointwise, _Randomizable):
     """TorchIO RandomNoise: ``img + N(mean, std)`` with mean ~ U(mean) (a number d means (-d, d))
     and std ~ U(std) (a number d means (0, d)) drawn per sample in the kernel (TorchIO draws one
-    pair per subject), applied with probability ``p`` per sample. Float32 result, as TorchIO's sum
+    pair per image of a subject), applied with probability ``p`` per sample. Float32 result, as TorchIO's sum
     with its float32 noise. The normals are voxaug's Philox stream, not torch.randn's."""
 
     dtype = torch.float32
