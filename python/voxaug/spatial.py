@@ -1362,7 +1362,8 @@ class Resample:
     5-D tensor; those under `label_keys` are label maps (nearest, their dtype kept; skipped with
     scalars_only=True). Intensity images keep their dtype (integers truncate, as ITK's cast: where
     ITK's double interpolation lands a hair below an integer that float32 rounds to, e.g.
-    120.99999999999987, the two differ by one).
+    120.99999999999987, the two differ by one). 'bspline' is SimpleITK's cubic B-spline
+    (prefiltered, mirrored about the edge voxels).
 
     Differences: float32 coordinates and linear interpolation (ITK: double), so values agree to
     about 1e-6 of the range. Nearest neighbours: on an axis-aligned map (a spacing target) voxels
@@ -1409,8 +1410,9 @@ class Resample:
         if self.spacing is not None and not all(math.isfinite(v) and v > 0 for v in self.spacing):
             raise ValueError(f"target spacing must be positive, got {self.spacing}")
         for name, v in (("image_interpolation", image_interpolation), ("label_interpolation", label_interpolation)):
-            if not isinstance(v, str) or v.lower() not in ("linear", "nearest"):
-                raise NotImplementedError(f"{name}={v!r}: 'linear' and 'nearest' are implemented (voxaug's kernels)")
+            if not isinstance(v, str) or v.lower() not in _ITK_MODES:
+                raise NotImplementedError(f"{name}={v!r}: 'linear', 'nearest' and 'bspline' are implemented "
+                                          "(voxaug's kernels)")
         self.image_interpolation = image_interpolation.lower()
         self.label_interpolation = label_interpolation.lower()
         self.scalars_only = bool(scalars_only)
@@ -1444,7 +1446,7 @@ class Resample:
         m = np.linalg.inv(_LPS @ affine) @ (_LPS @ out_affine)  # output index -> input index
         aligned = np.count_nonzero(m[:3, :3] - np.diag(np.diag(m[:3, :3]))) == 0
         integer = not x.dtype.is_floating_point
-        src = x.float() if (integer and not is_label) or x.dtype == torch.float64 else x
+        src = x.float() if (integer and (not is_label or interp != "nearest")) or x.dtype == torch.float64 else x
         if aligned and interp == "nearest":
             # Per-axis index tables from the float64 coordinates, rounded half up as ITK: exact
             # copies of the picked voxels (the outside is zeroed below).
@@ -1456,7 +1458,7 @@ class Resample:
             if interp == "nearest":
                 mm[:3, 3] += 1e-4  # ITK rounds half up; the kernel's nearest rounds half to even
             m34 = torch.as_tensor(np.broadcast_to(mm[:3], (x.shape[0], 3, 4)).copy(), dtype=torch.float64)
-            (out,) = ops.resample([src], _host_to(m34, x.device), out_size, [interp], ["border"], [0.0])
+            out = _itk_resample(src, _host_to(m34, x.device), out_size, interp)
         if aligned:
             # An axis-aligned map: the outside is slabs of each axis (cheap slicing).
             for a in range(3):
