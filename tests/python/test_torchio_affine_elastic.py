@@ -86,15 +86,16 @@ def test_matches_torchio_on_ch2_and_aal(flip):
 
 
 def test_pad_values_interpolation_and_bare_tensors():
-    """default_pad_value 'mean' and a number on a background above the minimum, nearest image
-    interpolation, a bare tensor (the identity affine, as TorchIO's ScalarImage of a tensor);
+    """default_pad_value 'mean' and a number on a background above the minimum, nearest and
+    'bspline' image interpolation, a bare tensor (the identity affine, as TorchIO's ScalarImage of a tensor);
     a linearly interpolated label map pads with 0 (TorchIO's combined transform: 0, not
     default_pad_label)."""
     vol, affine = load_template("ch2.nii.gz")
     x = vol.float()[:, 20:120, 30:140, 10:110] + 3.0
     lab = (vol[:, 20:120, 30:140, 10:110] > 80).float()
     for akw in (dict(default_pad_value="mean"), dict(default_pad_value=-7.5, image_interpolation="nearest"),
-                dict(default_pad_value=2.0, label_interpolation="linear", default_pad_label=5)):
+                dict(default_pad_value=2.0, label_interpolation="linear", default_pad_label=5),
+                dict(default_pad_value="minimum", image_interpolation="bspline")):
         akw = dict(degrees=20, translation=8, scales=0.15, **akw)
         t = deform.RandomAffineElasticDeformation(affine_kwargs=akw,
                                                   elastic_kwargs=dict(num_control_points=6, max_displacement=5),
@@ -105,6 +106,8 @@ def test_pad_values_interpolation_and_bare_tensors():
         d = (out["image"] - ref["image"]).abs()
         if akw.get("image_interpolation") == "nearest":  # ties at half voxels may round either way
             assert (d > 0).float().mean().item() < 1e-3, akw
+        elif akw.get("image_interpolation") == "bspline":  # ITK's mirrored cubic B-spline, float32 prefilter
+            assert d.max().item() <= 1e-4 * 260, akw
         else:
             assert d.max().item() <= 2e-5 * 260, akw
         assert ((out["image"] == akw["default_pad_value"]) if isinstance(akw["default_pad_value"], float)
