@@ -412,14 +412,16 @@ class RandSimulateLowResolution(_Degrade, _Randomizable):
 
 
 # ---------------- TorchIO RandomAnisotropy ----------------
-def _check_interp(image_interpolation: Any) -> str:
-    """TorchIO's image_interpolation, of those voxaug's kernels offer (linear, nearest)."""
+def _check_interp(image_interpolation: Any, bspline: bool = False) -> str:
+    """TorchIO's image_interpolation, of those voxaug's kernels offer here (linear, nearest; with
+    `bspline`, SimpleITK's cubic B-spline too)."""
     if not isinstance(image_interpolation, str):
         raise TypeError(f"Interpolation must be a string, not {type(image_interpolation)}")
     name = image_interpolation.lower()
-    if name not in ("linear", "nearest"):
-        raise NotImplementedError(f"image_interpolation={image_interpolation!r}: 'linear' (TorchIO's default) and "
-                                  "'nearest' are implemented")
+    offered = ("linear", "nearest", "bspline") if bspline else ("linear", "nearest")
+    if name not in offered:
+        raise NotImplementedError(f"image_interpolation={image_interpolation!r}: "
+                                  f"{', '.join(repr(v) for v in offered)} are implemented")
     return name
 
 

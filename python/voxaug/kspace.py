@@ -521,7 +521,7 @@ class _MotionBase(_TorchIOIntensity):
                                                                                params, affine))
 
     def _moved(self, part_in: torch.Tensor, idx: np.ndarray, params: dict, affine: np.ndarray) -> torch.Tensor:
-        from .spatial import _itk_outside
+        from .spatial import _itk_outside, _itk_resample
 
         size = tuple(part_in.shape[2:])
         w, dev = size[2], part_in.device
@@ -530,7 +530,7 @@ class _MotionBase(_TorchIOIntensity):
         images = [part_in]
         for j in range(maps[0].shape[0]):
             m34 = torch.as_tensor(np.stack([mp[j] for mp in maps])[:, :3, :], dtype=torch.float64)
-            (res,) = ops.resample([part_in], _host_to(m34, dev), size, [self.image_interpolation], ["border"], [0.0])
+            res = _itk_resample(part_in, _host_to(m34, dev), size, self.image_interpolation)
             for r, mp in enumerate(maps):
                 out_r = _itk_outside(mp[j], size, dev)
                 res[r] = torch.where(out_r, pad[r, :, None, None, None], res[r])
@@ -575,7 +575,7 @@ class Motion(_MotionBase):
         if not (np.isfinite(deg).all() and np.isfinite(tr).all() and np.isfinite(tm).all()):
             raise ValueError("degrees, translation and times must be finite")
         self.degrees, self.translation, self.times = deg, tr, tm
-        self.image_interpolation = _check_interp(image_interpolation)
+        self.image_interpolation = _check_interp(image_interpolation, bspline=True)
         self.affine, self.label_keys = affine, tuple(label_keys)
         self._img = None
 
@@ -606,7 +606,7 @@ class RandomMotion(_MotionBase, _Randomizable):
         if not isinstance(num_transforms, (int, np.integer)) or isinstance(num_transforms, bool) or num_transforms < 1:
             raise ValueError(f"Number of transforms must be a strictly positive natural number, not {num_transforms}")
         self.num_transforms = int(num_transforms)
-        self.image_interpolation = _check_interp(image_interpolation)
+        self.image_interpolation = _check_interp(image_interpolation, bspline=True)
         self.p = _check_prob(p)
         self.affine, self.label_keys = affine, tuple(label_keys)
         self.last_params: Optional[dict] = None
