@@ -858,7 +858,12 @@ def _itk_gather(data: Any, batches: list, plan: "_Plan", label_keys: set, image_
     is_dict = isinstance(data, Mapping)
     result = dict(data) if is_dict else None
     for (k, _, _, restore), xin, out in zip(batches, inputs, outs):
-        y = restore(torch.where(outside, pad_value(xin, k in label_keys), out))
+        pad = torch.as_tensor(pad_value(xin, k in label_keys), device=out.device).to(out.dtype)
+        if out.requires_grad:
+            out = torch.where(outside, pad, out)
+        else:  # the gather's own buffer: in place (half the time of a new tensor)
+            torch.where(outside, pad, out, out=out)
+        y = restore(out)
         if not is_dict:
             return y
         result[k] = y
