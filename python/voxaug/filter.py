@@ -256,7 +256,8 @@ def _spacing_of(img: Any, spacing: Optional[Sequence[float]]) -> tuple[float, fl
     if spacing is not None:
         sp = _sigma3(spacing, "spacing")
     elif _is_meta_tensor(img):
-        affine = torch.as_tensor(img.affine, dtype=torch.float64)
+        affine = torch.as_tensor(img.affine, dtype=torch.float64).cpu()
+        affine = affine[0] if affine.dim() == 3 else affine  # a batch's (N, 4, 4): its first
         sp = tuple(float(v) for v in torch.linalg.norm(affine[:3, :3], dim=0))
     else:
         sp = (1.0, 1.0, 1.0)

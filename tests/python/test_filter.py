@@ -324,6 +324,14 @@ def test_blur_per_sample_batch_gradient_and_errors():
     sg = torch.tensor([[1.3, 0.0, 4.0], [0.6, 2.2, 0.9]], dtype=torch.float64)
     for taps, border in (("sampled", "reflect"), ("erf", "reflect"), ("sampled", "zeros")):
         assert torch.autograd.gradcheck(lambda v: ops.gaussian_smooth(v, sg, 4.0, taps=taps, border=border), (xs,))
+    # A batch MetaTensor's (N, 4, 4) affine gives the spacing as its (4, 4) one does.
+    from monai.data import MetaTensor
+
+    aff = torch.diag(torch.tensor([2.0, 1.0, 0.5, 1.0], dtype=torch.float64))
+    one = vf.Blur((2.0, 1.0, 1.0))(MetaTensor(x, affine=aff))
+    per_sample = vf.Blur((2.0, 1.0, 1.0))(MetaTensor(x, affine=aff[None].repeat(3, 1, 1)))
+    assert torch.equal(one.as_tensor(), per_sample.as_tensor())
+    assert torch.equal(one.as_tensor(), vf.Blur((2.0, 1.0, 1.0), spacing=(2.0, 1.0, 0.5))(x))
     with pytest.raises(ValueError, match="taps"):
         ops.gaussian_smooth(x, sigma, taps="box")
     with pytest.raises(ValueError, match="border"):
