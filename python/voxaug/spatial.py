@@ -1707,8 +1707,12 @@ class RandomAffine(_Randomizable):
             out = _itk_resample(xf, _host_to(m34, x.device), size, self.image_interpolation)
             pad = self._pad_values(xf)
         for n, out_n in enumerate(outside):
-            if out_n is not None:  # masked_fill_ with a CUDA tensor value calls item()
+            if out_n is None:
+                continue
+            if out.requires_grad:  # masked_fill_ with a CUDA tensor value calls item(): where
                 out[n] = torch.where(out_n, pad[n], out[n])
+            else:  # into the gather's own buffer
+                torch.where(out_n, pad[n], out[n], out=out[n])
         return out
 
     def __call__(self, data: Any) -> Any:
