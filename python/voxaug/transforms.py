@@ -40,7 +40,8 @@ __all__ = [
     "Noise", "RandomNoise", "StdShiftIntensity", "StdShiftIntensityd", "RandStdShiftIntensity", "RandStdShiftIntensityd",
     "ScaleIntensityFixedMean", "ScaleIntensityFixedMeand", "RandScaleIntensityFixedMean",
     "RandScaleIntensityFixedMeand", "RandHistogramShift", "RandHistogramShiftd", "ThresholdIntensity",
-    "ThresholdIntensityd", "MaskIntensity", "MaskIntensityd", "Clamp",
+    "ThresholdIntensityd", "MaskIntensity", "MaskIntensityd", "Clamp", "AddCoordinateChannels",
+    "AddCoordinateChannelsd",
 ]
 
 DtypeLike = Union[torch.dtype, np.dtype, type, str, None]
@@ -1002,6 +1003,34 @@ class Clamp(_Subject):
         return restore(torch.clamp(x, self.out_min, self.out_max))
 
 
+class AddCoordinateChannels:
+    """MONAI AddCoordinateChannels(spatial_dims): appends one channel per listed spatial dimension
+    (0-based) holding that axis's coordinate, numpy's linspace(-0.5, 0.5, size) (float64, then
+    the image's dtype, as MONAI's convert_to_dst_type), made on the data's device. (C, D, H, W)
+    or a (N, C, D, H, W) batch."""
+
+    def __init__(self, spatial_dims: Sequence[int]):
+        dims = [spatial_dims] if isinstance(spatial_dims, (int, np.integer)) else list(spatial_dims)
+        if not dims or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims):
+            raise ValueError(f"spatial_dims must be a sequence of ints, got {spatial_dims!r}")
+        self.spatial_dims = tuple(int(d) for d in dims)
+
+    def __call__(self, img: Any) -> Any:
+        x, restore = _as_batch(img)
+        sp = x.dim() - 2
+        if max(self.spatial_dims) > sp - 1 or min(self.spatial_dims) < 0:
+            raise ValueError(f"`spatial_dims` values must be within [0, {sp - 1}]")
+        size = x.shape[2:]
+        chans = []
+        for d in self.spatial_dims:
+            line = torch.from_numpy(np.linspace(-0.5, 0.5, size[d])).to(x.device).to(x.dtype)
+            shape = [1] * sp
+            shape[d] = size[d]
+            chans.append(line.view(shape).expand(size))
+        coords = torch.stack(chans)[None].expand(x.shape[0], len(chans), *size)
+        return restore(torch.cat([x, coords], 1))
+
+
 class Compose:
     """Applies transforms in order; consecutive pointwise transforms run as one fused pass
     (one read and one write of the volume). The result equals applying them one by one.
@@ -1677,6 +1706,11 @@ class MaskIntensityd:
         for _, key in _present_keys(d, self.keys, self.allow_missing_keys):
             d[key] = self.transform(d[key], mask)
         return d
+
+
+class AddCoordinateChannelsd(_Dict):
+    def __init__(self, keys, spatial_dims: Sequence[int], allow_missing_keys: bool = False):
+        super().__init__(keys, AddCoordinateChannels(spatial_dims), allow_missing_keys)
 
 
 from .spatial import __all__ as _spatial_all  # noqa: E402

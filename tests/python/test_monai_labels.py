@@ -1,5 +1,6 @@
-"""MONAI MapLabelValue(d) and LabelToMask(d) (voxaug.labels) against MONAI's own, on random label
-maps and the AAL atlas: values, dtypes, repeated and unmapped labels, one-hot maps, batches."""
+"""MONAI MapLabelValue(d), LabelToMask(d) (voxaug.labels) and AddCoordinateChannels(d)
+(voxaug.transforms) against MONAI's own, on random label maps and the AAL atlas: values, dtypes,
+repeated and unmapped labels, one-hot maps, batches."""
 import numpy as np
 import pytest
 import torch
@@ -67,3 +68,23 @@ def test_label_to_mask_equals_monai(merge):
         assert torch.equal(got[n], torch.as_tensor(mt.LabelToMask(sel, merge_channels=merge)(batch[n])))
     d = vl.LabelToMaskd("label", sel, merge_channels=merge)({"label": lab})
     assert torch.equal(d["label"], torch.as_tensor(mt.LabelToMask(sel, merge_channels=merge)(lab)))
+
+
+@pytest.mark.parametrize("dims", [[0, 1, 2], [2], [1, 0]])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int16])
+def test_add_coordinate_channels_equals_monai(dims, dtype):
+    """AddCoordinateChannels(d): the coordinate channels (numpy's linspace(-0.5, 0.5), then the
+    image's dtype) appended: equal to MONAI's, alone, in a batch and in the dict form."""
+    from voxaug import transforms as vt
+
+    x = (torch.rand(2, 9, 7, 5, generator=torch.Generator().manual_seed(4)) * 10).to(dtype)
+    ref = torch.as_tensor(mt.AddCoordinateChannels(spatial_dims=dims)(x))
+    got = vt.AddCoordinateChannels(dims)(x)
+    assert got.dtype == ref.dtype and torch.equal(got, ref)
+    batch = torch.stack([x, x.flip(1)])
+    got = vt.AddCoordinateChannels(dims)(batch)
+    for n in range(2):
+        assert torch.equal(got[n], torch.as_tensor(mt.AddCoordinateChannels(spatial_dims=dims)(batch[n])))
+    assert torch.equal(vt.AddCoordinateChannelsd("img", dims)({"img": x})["img"], ref)
+    with pytest.raises(ValueError, match="spatial_dims"):
+        vt.AddCoordinateChannels([3])(x)
