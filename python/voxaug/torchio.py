@@ -3,14 +3,16 @@
 classes are voxaug's (batched, on the device, per-sample draws from Philox) and live in their
 families' modules; this module gathers them and adds the TorchIO transforms whose names MONAI's
 already take in those modules (:mod:`voxaug.spatial`'s ``Affine``, ``Flip`` and ``Resize`` are
-MONAI's): :class:`Affine`, :class:`Flip`, :class:`Resize`, and :class:`AffineElasticDeformation`.
+MONAI's): :class:`Affine`, :class:`Flip`, :class:`Resize`, :class:`AffineElasticDeformation`,
+and TorchIO's plumbing :class:`CopyAffine`, :class:`ToReferenceSpace`, :class:`Lambda`,
+:class:`To`.
 
-voxaug's transforms take a tensor ((C, X, Y, Z) or a (N, C, X, Y, Z) batch; a MONAI MetaTensor
-carries the affine), not TorchIO's Subject / Image objects, or a dictionary of tensors for a
-Subject: the entries under ``label_keys`` are its LabelMaps, which spatial transforms resample
-with the label interpolation and intensity transforms leave alone (each other image is
-transformed with its own draws, as TorchIO draws per image; a ``masking_method`` string names
-an entry). TorchIO itself is not needed (or imported) here.
+Inputs are tensors, not TorchIO's Subject / Image objects: an image is a (C, X, Y, Z) tensor or
+a (N, C, X, Y, Z) batch (a MONAI MetaTensor carries the affine), and a Subject is a dictionary
+of them. In a dictionary the entries under ``label_keys`` are the LabelMaps: spatial transforms
+resample them with the label interpolation, intensity transforms leave them alone and transform
+each other image with its own draws (as TorchIO draws per image); a ``masking_method`` string
+names an entry. TorchIO itself is not needed (or imported) here.
 """
 from __future__ import annotations
 
