@@ -102,23 +102,23 @@ struct MedianBody {
     int64_t m = 0;
     bool nan = false;
     for (int64_t a = d - radius[0]; a <= d + radius[0]; ++a) {
-      const int64_t ca = a < 0 ? 0 : (a >= size[1] ? size[1] - 1 : a);
+      const int64_t ca = clamp_index(a, size[1]);
       for (int64_t b = h - radius[1]; b <= h + radius[1]; ++b) {
-        const int64_t cb = b < 0 ? 0 : (b >= size[2] ? size[2] - 1 : b);
-        const int64_t row = base + ca * in_stride[2] + cb * in_stride[3];
+        const int64_t row = base + ca * in_stride[2] + clamp_index(b, size[2]) * in_stride[3];
         for (int64_t x = w - radius[2]; x <= w + radius[2]; ++x) {
-          const int64_t cx = x < 0 ? 0 : (x >= size[3] ? size[3] - 1 : x);
-          const float f = load_dyn<float>(in, in_t, row + cx * in_stride[4]);
+          const float f = load_dyn<float>(in, in_t, row + clamp_index(x, size[3]) * in_stride[4]);
           nan = nan || f != f;
           v[m++] = f;
         }
       }
     }
-    // A window with NaN: the host backend's NaN (std::numeric_limits<float>::quiet_NaN(), the
-    // positive default quiet NaN), not the input's own payload or sign; a zero median as +0 (the
-    // host's sorting network and this selection order ties of -0 and +0 differently).
-    out[n * items() + e] = nan ? bits_float(0x7fc00000u) : select_kth(v, m, (m - 1) / 2) + 0.0f;
+    out[n * items() + e] = nan ? median_nan() : select_kth(v, m, (m - 1) / 2) + 0.0f;
   }
+
+  // A window with NaN gives the host backend's NaN (std::numeric_limits<float>::quiet_NaN(),
+  // the positive default quiet NaN), not the input's own payload or sign; a zero median is
+  // written as +0 (the host's sorting network and the selections tie -0 and +0 differently).
+  VOXAUG_HD VOXAUG_FORCEINLINE static float median_nan() { return bits_float(0x7fc00000u); }
 
   // The radius-(1, 1, 1) box around (d, h, w) of one (n, c) volume at `base`: its median by
   // median27, with the general path's NaN and zero rules.
@@ -138,7 +138,7 @@ struct MedianBody {
         }
       }
     }
-    return nan ? bits_float(0x7fc00000u) : median27(v) + 0.0f;
+    return nan ? median_nan() : median27(v) + 0.0f;
   }
   VOXAUG_HD VOXAUG_FORCEINLINE static int64_t clamp_index(int64_t i, int64_t size) {
     return i < 0 ? 0 : (i >= size ? size - 1 : i);
