@@ -960,15 +960,14 @@ class ElasticDeformation:
             return self.affine
         return _affine4(img.affine) if _is_meta_tensor(img) else np.eye(4)
 
-    def __call__(self, data: Any) -> Any:
-        is_dict = isinstance(data, Mapping)
-        batches = _tensor_batches(data, "ElasticDeformation")
-        if not batches or not any(self.max_displacement):  # TorchIO: no displacement, nothing to do
-            return dict(data) if is_dict else data
-        n, size, device = batches[0][2].shape[0], tuple(batches[0][2].shape[2:]), batches[0][2].device
-        affine = self._affine_of(batches[0][1])
+    def _plan(self, size: tuple, n: int, device: Any, affine: np.ndarray,
+              index_map: Optional[np.ndarray] = None) -> "_Plan":
+        """The gather's plan for n samples of spatial `size` with RAS `affine`: the control points
+        as array-index B-spline coefficients on SimpleITK's grid, after `index_map` (output index
+        -> input index, 4 x 4; default the identity: TorchIO's AffineElasticDeformation passes
+        its affine's); TorchIO's folding warning and 2-D rule."""
         spacing = tuple(float(v) for v in np.linalg.norm(affine[:3, :3], axis=0))
-        _warn_folding(self.max_displacement, size, spacing, self.num_control_points)
+        _warn_folding(self.max_displacement, size, spacing, self.num_control_points, stacklevel=4)
         cp = self.control_points.copy()
         if size[2] == 1:  # TorchIO's 2-D case: no displacement along the last (IS) axis
             cp[..., 2] = 0
@@ -976,7 +975,16 @@ class ElasticDeformation:
         field = _host_to(torch.from_numpy(field.astype(np.float32))[None].expand(n, *field.shape).contiguous(),
                          device)
         sc, off = sitk_control_map(size, k)
-        plan = _Plan(_stack([np.eye(4)] * n, 3), size, field, ops.BSPLINE_FIELD, sc, off)
+        m = np.eye(4) if index_map is None else index_map
+        return _Plan(_stack([m] * n, 3), size, field, ops.BSPLINE_FIELD, sc, off)
+
+    def __call__(self, data: Any) -> Any:
+        is_dict = isinstance(data, Mapping)
+        batches = _tensor_batches(data, "ElasticDeformation")
+        if not batches or not any(self.max_displacement):  # TorchIO: no displacement, nothing to do
+            return dict(data) if is_dict else data
+        x = batches[0][2]
+        plan = self._plan(tuple(x.shape[2:]), x.shape[0], x.device, self._affine_of(batches[0][1]))
         return _itk_gather(data, batches, plan, self.label_keys, _TORCHIO_INTERP[self.image_interpolation],
                            _TORCHIO_INTERP[self.label_interpolation],
                            lambda xin, label: ops.minmax(xin, True)[..., 0].to(xin.dtype).reshape(

@@ -23,11 +23,8 @@ from typing import Any, Sequence, Union
 import numpy as np
 import torch
 
-from . import deform as _deform
-from . import spatial as _spatial
 from .deform import (ElasticDeformation, RandomAffineElasticDeformation, RandomElasticDeformation,  # noqa: F401
-                     _itk_gather, _Plan, _sitk_grid_to_index, _tensor_batches, _TORCHIO_INTERP, _warn_folding,
-                     sitk_control_map)
+                     _itk_gather, _tensor_batches, _TORCHIO_INTERP)
 from .degrade import RandomAnisotropy, RandomSwap, Swap  # noqa: F401
 from .filter import Blur, RandomBlur  # noqa: F401
 from .kspace import Ghosting, Motion, RandomGhosting, RandomMotion, RandomSpike, Spike  # noqa: F401
@@ -38,7 +35,7 @@ from .spatial import (Crop, CropOrPad, Pad, RandomAffine, RandomFlip, Resample, 
 from .stats import HistogramStandardization, RescaleIntensity, ZNormalization  # noqa: F401
 from .transforms import (BiasField, Clamp, Compose, Gamma, Noise, OneOf, RandomBiasField,  # noqa: F401
                          RandomGamma, RandomNoise)
-from .transforms import _host_to, _is_meta_tensor
+from .transforms import _is_meta_tensor
 
 __all__ = [
     # spatial
@@ -172,20 +169,11 @@ class AffineElasticDeformation:
         batches = _tensor_batches(data, "AffineElasticDeformation")
         if not batches:
             return dict(data) if isinstance(data, collections.abc.Mapping) else data
-        n, size, device = batches[0][2].shape[0], tuple(batches[0][2].shape[2:]), batches[0][2].device
-        ra, el = self._affine, self._elastic
+        x, ra = batches[0][2], self._affine
+        size = tuple(x.shape[2:])
         affine = ra._affine_of(batches[0][1])
-        spacing = tuple(float(v) for v in np.linalg.norm(affine[:3, :3], axis=0))
-        _warn_folding(el.max_displacement, size, spacing, el.num_control_points)
-        cp = el.control_points.copy()
-        if size[2] == 1:
-            cp[..., 2] = 0
-        field, k = _sitk_grid_to_index(cp, affine)
-        field = _host_to(torch.from_numpy(field.astype(np.float32))[None].expand(n, *field.shape).contiguous(),
-                         device)
-        sc, off = sitk_control_map(size, k)
         m = torchio_affine_index_map(ra.fixed_scales, ra.fixed_degrees, ra.fixed_translation, affine, size, ra.center)
-        plan = _Plan(_spatial._stack([m] * n, 3), size, field, _deform.ops.BSPLINE_FIELD, sc, off)
+        plan = self._elastic._plan(size, x.shape[0], x.device, affine, m)
         return _itk_gather(data, batches, plan, self.label_keys, _TORCHIO_INTERP[ra.image_interpolation],
                            _TORCHIO_INTERP[ra.label_interpolation],
                            lambda xin, label: torch.zeros((), dtype=xin.dtype, device=xin.device) if label
