@@ -22,7 +22,7 @@ while a call where no sample is transformed returns the input itself, as MONAI d
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -270,7 +270,7 @@ def _swap_patches(x: torch.Tensor, locations: torch.Tensor, counts: torch.Tensor
     return torch.ops.voxaug.swap_patches(x, locations, counts, list(patch))
 
 
-class RandomSwap(_Randomizable):
+class RandomSwap(_Subject, _Randomizable):
     """TorchIO RandomSwap(patch_size=15, num_iterations=100, p=1): per sample (with probability
     `p`) `num_iterations` swaps of two patches at random corners, in order (the context-restoration
     pretext task of self-supervised learning). TorchIO's draws: each corner coordinate uniform in
@@ -293,7 +293,7 @@ class RandomSwap(_Randomizable):
             raise ValueError(f"num_iterations must be positive,not {num_iterations}")
         self.num_iterations = int(num_iterations)
         self.p = _check_prob(p)
-        self.label_keys = tuple(label_keys)
+        self.label_keys = _label_keys(label_keys)
         self.in_place = bool(in_place)
         self.last_locations: Optional[np.ndarray] = None
         self.last_applied: Optional[np.ndarray] = None
@@ -328,7 +328,7 @@ class RandomSwap(_Randomizable):
         loc = np.concatenate([first, second], -1)
         return loc, np.where(applied, it, 0).astype(np.int64)
 
-    def _apply(self, img: Any) -> Any:
+    def _tensor_call(self, img: Any) -> Any:
         x, restore = _as_batch(img)
         loc, counts = self._draw(x.shape[0], x.shape[2:])
         self.last_locations, self.last_applied = loc, counts > 0
@@ -336,15 +336,6 @@ class RandomSwap(_Randomizable):
             return img
         return restore(_swap_patches(x, torch.from_numpy(loc), torch.from_numpy(counts), self.patch_size,
                                      self.in_place))
-
-    def __call__(self, data: Any) -> Any:
-        if not isinstance(data, Mapping):
-            return self._apply(data)
-        out = dict(data)
-        for k, v in data.items():
-            if k not in self.label_keys and isinstance(v, torch.Tensor) and v.dim() in (4, 5):
-                out[k] = self._apply(v)
-        return out
 
 
 class RandSimulateLowResolution(_Degrade, _Randomizable):

@@ -44,7 +44,7 @@ import torch
 from . import ops
 from .degrade import _check_interp, _Degrade
 from .spatial import _anatomical_indices, _torchio_axes
-from .transforms import _as_batch, _check_prob, _host_to, _present_keys, _Randomizable, _torchio_range
+from .transforms import _as_batch, _check_prob, _host_to, _present_keys, _Randomizable, _Subject, _torchio_range
 
 __all__ = [
     "Ghosting", "RandomGhosting", "Spike", "RandomSpike", "Motion", "RandomMotion",
@@ -95,14 +95,6 @@ def _randint(lo: int, hi: int, u: np.ndarray) -> np.ndarray:
     return lo + np.minimum(np.floor(u * (hi - lo + 1)).astype(np.int64), hi - lo)
 
 
-def _targets(data: Any, label_keys: Sequence[str]) -> tuple[bool, list]:
-    """TorchIO's Subject as a dictionary: its 4-D / 5-D tensors not under label_keys."""
-    if isinstance(data, collections.abc.Mapping):
-        return True, [k for k, v in data.items()
-                      if isinstance(v, torch.Tensor) and v.dim() in (4, 5) and k not in label_keys]
-    return False, []
-
-
 def _on_applied(x: torch.Tensor, applied: torch.Tensor, fn, out_dtype: Optional[torch.dtype] = torch.float32
                 ) -> torch.Tensor:
     """fn(part, idx) on the samples whose gate is open (idx: their host indices; part: those
@@ -119,21 +111,10 @@ def _on_applied(x: torch.Tensor, applied: torch.Tensor, fn, out_dtype: Optional[
     return out
 
 
-class _TorchIOIntensity(_Degrade):
-    """TorchIO's intensity-transform calling convention: a tensor ((C, D, H, W) or a batch), or a
-    dictionary whose intensity images (4-D / 5-D tensors not under `label_keys`) each get their
-    own draw, as TorchIO draws per image."""
-
-    label_keys: tuple = ()
-
-    def __call__(self, data: Any, randomize: bool = True) -> Any:
-        is_dict, keys = _targets(data, self.label_keys)
-        if not is_dict:
-            return super().__call__(data, randomize)
-        out = dict(data)
-        for k in keys:
-            out[k] = self.apply(out[k])
-        return out
+class _TorchIOIntensity(_Subject, _Degrade):
+    """TorchIO's intensity-transform calling convention (:class:`voxaug.transforms._Subject`): a
+    tensor ((C, D, H, W) or a batch), or a dictionary whose intensity images (4-D / 5-D tensors
+    not under `label_keys`) each get their own draw, as TorchIO draws per image."""
 
 
 # ---------------- ghosting ----------------
