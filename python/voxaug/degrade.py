@@ -22,14 +22,14 @@ while a call where no sample is transformed returns the input itself, as MONAI d
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Hashable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
 from . import ops
 from .spatial import _one_affine, _spacing_of
-from .transforms import _as_batch, _check_prob, _Dict, _host_to, _label_keys, _Randomizable, _Subject, _torchio_range
+from .transforms import _as_batch, _check_prob, _Dict, _host_to, _Randomizable, _Subject, _torchio_range
 
 __all__ = [
     "RandCoarseDropout", "RandCoarseDropoutd", "RandCoarseShuffle", "RandCoarseShuffled",
@@ -247,12 +247,14 @@ class Swap(_Subject):
     the input itself."""
 
     def __init__(self, patch_size: Any, locations: Sequence, *, in_place: bool = False,
-                 label_keys: Sequence[Any] = ()):
+                 label_keys: Sequence[Any] = (),
+                 include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         self.patch_size = _patch_size3(patch_size)
         loc = np.asarray(locations, dtype=np.int64).reshape(-1, 6)
         self.locations = loc
         self.in_place = bool(in_place)
-        self.label_keys = _label_keys(label_keys)
+        self._subject_keys(label_keys, include, exclude, keep)
 
     def _tensor_call(self, img: Any) -> Any:
         x, restore = _as_batch(img)
@@ -284,7 +286,9 @@ class RandomSwap(_Subject, _Randomizable):
     _CANDIDATES = 8  # second corners drawn per swap before a redraw round
 
     def __init__(self, patch_size: Any = 15, num_iterations: int = 100, p: float = 1.0,
-                 label_keys: Sequence[str] = (), seed: Optional[int] = None, *, in_place: bool = False):
+                 label_keys: Sequence[str] = (), seed: Optional[int] = None, *, in_place: bool = False,
+                 include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         _Randomizable.__init__(self, seed)
         self.patch_size = _patch_size3(patch_size)
         if not isinstance(num_iterations, (int, np.integer)) or isinstance(num_iterations, bool):
@@ -293,7 +297,7 @@ class RandomSwap(_Subject, _Randomizable):
             raise ValueError(f"num_iterations must be positive,not {num_iterations}")
         self.num_iterations = int(num_iterations)
         self.p = _check_prob(p)
-        self.label_keys = _label_keys(label_keys)
+        self._subject_keys(label_keys, include, exclude, keep)
         self.in_place = bool(in_place)
         self.last_locations: Optional[np.ndarray] = None
         self.last_applied: Optional[np.ndarray] = None

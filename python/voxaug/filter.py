@@ -23,13 +23,13 @@ first); the result is float32 like MONAI's.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Hashable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
 from . import ops
-from .transforms import _as_batch, _check_prob, _Dict, _host_to, _is_meta_tensor, _label_keys, _Randomizable, _Subject
+from .transforms import _as_batch, _check_prob, _Dict, _host_to, _is_meta_tensor, _Randomizable, _Subject
 
 __all__ = [
     "GaussianSmooth", "GaussianSmoothd", "RandGaussianSmooth", "RandGaussianSmoothd",
@@ -273,7 +273,9 @@ class Blur(_Subject):
     axis for the batch. Differentiable w.r.t. the image."""
 
     def __init__(self, std: Union[float, Sequence[float]], spacing: Optional[Sequence[float]] = None,
-                 label_keys: Sequence[Any] = ()):
+                 label_keys: Sequence[Any] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         if isinstance(std, dict):
             raise ValueError("std: a dict per image name is TorchIO's Subject form; voxaug's Blur takes one "
                              "std (a number or 3 values in mm) for the tensor it is called on")
@@ -281,7 +283,7 @@ class Blur(_Subject):
         if not all(math.isfinite(s) and s >= 0 for s in self.std):
             raise ValueError(f"std must be >= 0 and finite, got {std!r}")
         self.spacing = spacing
-        self.label_keys = _label_keys(label_keys)
+        self._subject_keys(label_keys, include, exclude, keep)
 
     def _tensor_call(self, img: Any, spacing: Optional[Sequence[float]] = None) -> Any:
         x, restore = _as_batch(img)
@@ -299,7 +301,9 @@ class RandomBlur(_Subject, _Filter, _Randomizable):
 
     def __init__(self, std: Union[float, Sequence[float]] = (0, 2), p: float = 1.0,
                  spacing: Optional[Sequence[float]] = None, seed: Optional[int] = None,
-                 label_keys: Sequence[Any] = ()):
+                 label_keys: Sequence[Any] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         _Randomizable.__init__(self, seed)
         self.std_ranges = _torchio_std_ranges(std)
         self.p = _check_prob(p)
@@ -307,7 +311,7 @@ class RandomBlur(_Subject, _Filter, _Randomizable):
         self.last_std: Optional[torch.Tensor] = None
         self.last_sigma: Optional[torch.Tensor] = None
         self.last_applied: Optional[torch.Tensor] = None
-        self.label_keys = _label_keys(label_keys)
+        self._subject_keys(label_keys, include, exclude, keep)
 
     def _tensor_call(self, img: Any, spacing: Optional[Sequence[float]] = None) -> Any:
         x, restore = _as_batch(img)

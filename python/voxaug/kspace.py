@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import collections.abc
 import numbers
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Hashable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -193,7 +193,9 @@ class Ghosting(_GhostingBase):
     notes). num_ghosts == 0 or intensity == 0 returns the input as it is, as TorchIO does."""
 
     def __init__(self, num_ghosts: int, axis: Union[int, str], intensity: float, restore: Optional[float] = None,
-                 label_keys: Sequence[str] = ()):
+                 label_keys: Sequence[str] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         if not isinstance(num_ghosts, (int, np.integer)) or isinstance(num_ghosts, bool) or num_ghosts < 0:
             raise ValueError(f"num_ghosts must be a non-negative int, got {num_ghosts!r}")
         self.num_ghosts, self.intensity = int(num_ghosts), float(intensity)
@@ -203,7 +205,7 @@ class Ghosting(_GhostingBase):
         if restore is not None and not 0.0 <= float(restore) <= 1.0:
             raise ValueError(f"restore must be in [0, 1] or None, got {restore!r}")
         self.restore = None if restore is None else float(restore)
-        self.label_keys = tuple(label_keys)
+        self._subject_keys(label_keys, include, exclude, keep)
         self._img: Any = None
 
     def _plan(self, x: torch.Tensor) -> dict:
@@ -230,14 +232,16 @@ class RandomGhosting(_GhostingBase, _Randomizable):
     def __init__(self, num_ghosts: Union[int, tuple[int, int]] = (4, 10),
                  axes: Union[int, str, Sequence[Union[int, str]]] = (0, 1, 2),
                  intensity: Union[float, tuple[float, float]] = (0.5, 1), restore: Any = None, p: float = 1.0,
-                 label_keys: Sequence[str] = (), seed: Optional[int] = None):
+                 label_keys: Sequence[str] = (), seed: Optional[int] = None,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         _Randomizable.__init__(self, seed)
         self.axes = _torchio_axes(axes)
         self.num_ghosts_range = _torchio_int_range(num_ghosts, "num_ghosts")
         self.intensity_range = _torchio_range(intensity, "intensity_range", min_constraint=0.0)
         self.restore_range = None if restore is None else _torchio_range(restore, "restore", 0.0, 1.0)
         self.p = _check_prob(p)
-        self.label_keys = tuple(label_keys)
+        self._subject_keys(label_keys, include, exclude, keep)
         self.last_params: Optional[dict] = None
         self._img: Any = None
 
@@ -394,7 +398,9 @@ class Spike(_SpikeBase):
     module notes). Every sample and channel of a batch the same positions (each channel its own
     maximum, as TorchIO). No positions or intensity 0 returns the input as it is."""
 
-    def __init__(self, spikes_positions: Any, intensity: float, label_keys: Sequence[str] = ()):
+    def __init__(self, spikes_positions: Any, intensity: float, label_keys: Sequence[str] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         pos = np.asarray(spikes_positions, dtype=np.float64).reshape(-1, 3) if np.size(spikes_positions) else \
             np.zeros((0, 3))
         if not (np.isfinite(pos).all() and (pos >= 0).all() and (pos < 1).all()):
@@ -402,7 +408,7 @@ class Spike(_SpikeBase):
         self.spikes_positions, self.intensity = pos, float(intensity)
         if not np.isfinite(self.intensity):
             raise ValueError(f"intensity must be finite, got {intensity!r}")
-        self.label_keys = tuple(label_keys)
+        self._subject_keys(label_keys, include, exclude, keep)
 
     def _plan(self, x: torch.Tensor) -> dict:
         n, s = x.shape[0], len(self.spikes_positions)
@@ -422,12 +428,14 @@ class RandomSpike(_SpikeBase, _Randomizable):
 
     def __init__(self, num_spikes: Union[int, tuple[int, int]] = (1, 1),
                  intensity: Union[float, tuple[float, float]] = (1, 3), p: float = 1.0,
-                 label_keys: Sequence[str] = (), seed: Optional[int] = None):
+                 label_keys: Sequence[str] = (), seed: Optional[int] = None,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         _Randomizable.__init__(self, seed)
         self.intensity_range = _torchio_range(intensity, "intensity_range")
         self.num_spikes_range = _torchio_int_range(num_spikes, "num_spikes")
         self.p = _check_prob(p)
-        self.label_keys = tuple(label_keys)
+        self._subject_keys(label_keys, include, exclude, keep)
         self.last_params: Optional[dict] = None
 
     def _plan(self, x: torch.Tensor) -> dict:
@@ -546,7 +554,9 @@ class Motion(_MotionBase):
     tensor)."""
 
     def __init__(self, degrees: Any, translation: Any, times: Any, image_interpolation: str = "linear",
-                 affine: Any = None, label_keys: Sequence[str] = ()):
+                 affine: Any = None, label_keys: Sequence[str] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         deg = np.asarray(degrees, dtype=np.float64).reshape(-1, 3)
         tr = np.asarray(translation, dtype=np.float64).reshape(-1, 3)
         tm = np.asarray(times, dtype=np.float64).reshape(-1)
@@ -557,7 +567,8 @@ class Motion(_MotionBase):
             raise ValueError("degrees, translation and times must be finite")
         self.degrees, self.translation, self.times = deg, tr, tm
         self.image_interpolation = _check_interp(image_interpolation, bspline=True)
-        self.affine, self.label_keys = affine, tuple(label_keys)
+        self.affine = affine
+        self._subject_keys(label_keys, include, exclude, keep)
         self._img = None
 
     def _plan(self, x: torch.Tensor) -> dict:
@@ -580,7 +591,9 @@ class RandomMotion(_MotionBase, _Randomizable):
 
     def __init__(self, degrees: Any = 10, translation: Any = 10, num_transforms: int = 2,
                  image_interpolation: str = "linear", p: float = 1.0, affine: Any = None,
-                 label_keys: Sequence[str] = (), seed: Optional[int] = None):
+                 label_keys: Sequence[str] = (), seed: Optional[int] = None,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         _Randomizable.__init__(self, seed)
         self.degrees_range = _torchio_range(degrees, "degrees")
         self.translation_range = _torchio_range(translation, "translation")
@@ -589,7 +602,8 @@ class RandomMotion(_MotionBase, _Randomizable):
         self.num_transforms = int(num_transforms)
         self.image_interpolation = _check_interp(image_interpolation, bspline=True)
         self.p = _check_prob(p)
-        self.affine, self.label_keys = affine, tuple(label_keys)
+        self.affine = affine
+        self._subject_keys(label_keys, include, exclude, keep)
         self.last_params: Optional[dict] = None
         self._img = None
 

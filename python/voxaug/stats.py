@@ -15,13 +15,13 @@ RescaleIntensity follow TorchIO's float32 arithmetic (see their notes).
 from __future__ import annotations
 
 import numbers
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Hashable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
 from . import ops
-from .transforms import (DtypeLike, _as_batch, _Dict, _host_to, _label_keys, _present_keys, _Subject, _torch_dtype,
+from .transforms import (DtypeLike, _as_batch, _Dict, _host_to, _present_keys, _Subject, _torch_dtype,
                          _torchio_range)
 
 __all__ = [
@@ -314,9 +314,11 @@ class ZNormalization(_Subject):
     mask), no host sync. Deliberate difference: a zero std divides by 1 (MONAI's convention)
     where TorchIO raises, since raising would need a host read of the statistics."""
 
-    def __init__(self, masking_method: Any = None, label_keys: Sequence[Any] = ()):
+    def __init__(self, masking_method: Any = None, label_keys: Sequence[Any] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         self.masking_method = masking_method
-        self.label_keys = _label_keys(label_keys)
+        self._subject_keys(label_keys, include, exclude, keep)
 
     def _tensor_call(self, img: Any) -> Any:
         x, restore = _as_batch(img)
@@ -340,12 +342,14 @@ class RescaleIntensity(_Subject):
 
     def __init__(self, out_min_max: Union[float, Sequence[float]] = (0, 1),
                  percentiles: Union[float, Sequence[float]] = (0, 100), masking_method: Any = None,
-                 in_min_max: Optional[Sequence[float]] = None, label_keys: Sequence[Any] = ()):
+                 in_min_max: Optional[Sequence[float]] = None, label_keys: Sequence[Any] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         self.out_min, self.out_max = _torchio_range(out_min_max, "out_min_max")
         self.percentiles = _torchio_range(percentiles, "percentiles", 0.0, 100.0)
         self.in_min_max = None if in_min_max is None else _torchio_range(in_min_max, "in_min_max")
         self.masking_method = masking_method
-        self.label_keys = _label_keys(label_keys)
+        self._subject_keys(label_keys, include, exclude, keep)
 
     def _cutoffs(self, xf: torch.Tensor, mask: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """(N, 2) float64 percentiles and (N,) 'rescale this sample'."""
@@ -585,10 +589,12 @@ class HistogramStandardization(_Subject):
     each sample's (C, D, H, W) tensor, or a mask / label tensor. Deliberate difference: an empty mask
     gives NaN where TorchIO's numpy.percentile raises."""
 
-    def __init__(self, landmarks: Any, masking_method: Any = None, label_keys: Sequence[Any] = ()):
+    def __init__(self, landmarks: Any, masking_method: Any = None, label_keys: Sequence[Any] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         self.landmarks = _landmarks_array(landmarks)
         self.masking_method = masking_method
-        self.label_keys = _label_keys(label_keys)
+        self._subject_keys(label_keys, include, exclude, keep)
 
     def _tensor_call(self, img: Any) -> Any:
         x, restore = _as_batch(img)

@@ -12,7 +12,9 @@ a (N, C, X, Y, Z) batch (a MONAI MetaTensor carries the affine), and a Subject i
 of them. In a dictionary the entries under ``label_keys`` are the LabelMaps: spatial transforms
 resample them with the label interpolation, intensity transforms leave them alone and transform
 each other image with its own draws (as TorchIO draws per image); a ``masking_method`` string
-names an entry. TorchIO itself is not needed (or imported) here.
+names an entry. The intensity transforms take TorchIO's ``include`` / ``exclude`` / ``keep``
+and meet ``p`` once per subject (``transforms._Subject``). TorchIO itself is not needed (or
+imported) here.
 """
 from __future__ import annotations
 

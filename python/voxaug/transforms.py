@@ -423,30 +423,110 @@ def _host_to(t: torch.Tensor, device: Any) -> torch.Tensor:
 class _Subject:
     """TorchIO's intensity transforms on a Subject: called on a dictionary, each 4-D / 5-D tensor
     not under ``label_keys`` (TorchIO's LabelMaps) is transformed by its own call -- its own draws,
-    as TorchIO draws per image (the probability ``p`` is met per image too, where TorchIO meets it
-    once per Subject) -- and the other entries are kept. A ``masking_method`` string naming an
-    entry of the dictionary masks with that entry (TorchIO: a label map of the Subject). On a
-    tensor, the transform's own call."""
+    as TorchIO draws per image -- and the other entries are kept. A ``masking_method`` string naming
+    an entry of the dictionary masks with that entry (TorchIO: a label map of the Subject). On a
+    tensor, the transform's own call.
+
+    TorchIO's Transform arguments (keyword only): ``include`` / ``exclude`` (not both) name the
+    only images transformed / the images left alone (names not in the dictionary are ignored, as
+    TorchIO's get_images); ``keep`` = {name: new_name} adds each named entry as it was before the
+    call under its new name (TorchIO keeps them only when the transform runs: a call whose gate is
+    closed for every sample returns the dictionary as it came).
+
+    The probability ``p`` of the random transforms is met once per Subject, as TorchIO's: on a
+    dictionary, sample n of every transformed image is one subject, so one gate per sample (drawn
+    from the transform's Philox stream, kept in ``last_subject_applied``) opens or closes it for
+    all of them; each open image then draws its own parameters. The images must agree on the batch
+    size (a 4-D image is one sample). ``last_*`` attributes describe the last image's call (its
+    ``last_applied``, where it has one, is the subject gate)."""
 
     label_keys: tuple = ()
+    include: Optional[tuple] = None
+    exclude: tuple = ()
+    keep: dict = {}
+
+    def _subject_keys(self, label_keys: Sequence[Hashable], include: Optional[Sequence[Hashable]],
+                      exclude: Optional[Sequence[Hashable]], keep: Optional[Mapping[Hashable, Hashable]]) -> None:
+        """Sets label_keys, include, exclude and keep, checked as TorchIO checks them."""
+        self.label_keys = _label_keys(label_keys)
+        if include is not None and exclude is not None:
+            raise ValueError("include and exclude cannot both be specified")
+        for name, keys in (("include", include), ("exclude", exclude)):
+            if isinstance(keys, (str, bytes)):
+                raise ValueError(f"{name} must be a sequence of keys, not the string {keys!r}")
+            if keys is not None and not isinstance(keys, collections.abc.Iterable):
+                raise ValueError(f"{name} must be a sequence of keys, got {type(keys).__name__}")
+        self.include = None if include is None else tuple(include)
+        self.exclude = () if exclude is None else tuple(exclude)
+        if keep is not None and not isinstance(keep, collections.abc.Mapping):
+            raise ValueError(f"keep must be a dictionary {{name: new_name}}, got {type(keep).__name__}")
+        self.keep = dict(keep or {})
 
     def _tensor_call(self, x: Any, *args: Any, **kwargs: Any) -> Any:
         """The transform of one tensor: the next class's call (a class with a call of its own
         defines ``_tensor_call`` instead)."""
         return super().__call__(x, *args, **kwargs)  # type: ignore[misc]
 
+    def _subject_targets(self, data: Mapping) -> list:
+        """The keys of `data` this call transforms: 4-D / 5-D tensors, not label maps, included."""
+        return [k for k, v in data.items()
+                if isinstance(v, torch.Tensor) and v.dim() in (4, 5) and k not in self.label_keys
+                and (self.include is None or k in self.include) and k not in self.exclude]
+
+    def _subject_gate(self, data: Mapping, keys: list) -> tuple[Any, Optional[torch.Tensor]]:
+        """(the transform to call per image, the per-sample gate or None when every sample runs):
+        a random transform's probability met once per sample for all of the images."""
+        attr = "p" if "p" in vars(self) else "prob" if "prob" in vars(self) else None
+        if attr is None or not isinstance(self, _Randomizable) or not keys or getattr(self, attr) >= 1.0:
+            return self, None
+        sizes = {k: data[k].shape[0] if data[k].dim() == 5 else 1 for k in keys}
+        if len(set(sizes.values())) != 1:
+            raise ValueError(f"the images of a Subject dictionary must agree on the batch size (one gate per "
+                             f"subject and sample), got {sizes}")
+        n = next(iter(sizes.values()))
+        gate = ops.philox_uniform(self._next_seed(), 0, n, 1)[:, 0] < getattr(self, attr)
+        self.last_subject_applied = gate
+        t = copy.copy(self)
+        setattr(t, attr, 1.0)
+        return t, gate
+
     def __call__(self, data: Any, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(data, collections.abc.Mapping):
             return self._tensor_call(data, *args, **kwargs)
-        t: Any = self
+        keys = self._subject_targets(data)
+        t, gate = self._subject_gate(data, keys)
+        if gate is not None and not bool(gate.any()):
+            return dict(data)  # TorchIO: the whole Subject untouched (nothing kept)
+        missing = [k for k in self.keep if k not in data]
+        if missing:
+            raise KeyError(f"keep names {missing}, not in the dictionary (keys {list(data)})")
         mm = getattr(self, "masking_method", None)
         if isinstance(mm, str) and mm in data:
-            t = copy.copy(self)
+            t = copy.copy(t) if t is self else t
             t.masking_method = data[mm]
         out = dict(data)
-        for k, v in data.items():
-            if isinstance(v, torch.Tensor) and v.dim() in (4, 5) and k not in self.label_keys:
-                out[k] = t._tensor_call(v, *args, **kwargs)
+        mixed = gate is not None and not bool(gate.all())
+        for k in keys:
+            x = data[k]
+            if mixed and getattr(t, "in_place", False):  # only the open samples may change
+                opened = torch.nonzero(gate).flatten().to(x.device)
+                x[opened] = t._tensor_call(x[opened], *args, **kwargs)
+                out[k] = x
+                continue
+            y = t._tensor_call(x, *args, **kwargs)
+            if mixed:  # the closed samples as they came (cast as the transform casts)
+                closed = torch.nonzero(~gate).flatten().to(y.device)
+                y[closed] = x[closed].to(device=y.device, dtype=y.dtype)
+            out[k] = y
+        for name, new_name in self.keep.items():
+            out[new_name] = data[name]
+        if t is not self:  # the draws of the last image, on the transform itself
+            for a, v in vars(t).items():
+                if a.startswith("last_"):
+                    setattr(self, a, v)
+            if gate is not None and getattr(self, "last_applied", None) is not None:
+                la = self.last_applied  # the copy ran with probability 1: the gate decided
+                self.last_applied = gate.numpy().copy() if isinstance(la, np.ndarray) else gate.to(la.device)
         return out
 
 
@@ -508,12 +588,14 @@ class RandomBiasField(_Subject, _BiasField):
     _monomial = True
 
     def __init__(self, coefficients: Union[float, tuple[float, float]] = 0.5, order: int = 3, p: float = 1.0,
-                 seed: Optional[int] = None, label_keys: Sequence[Hashable] = ()):
+                 seed: Optional[int] = None, label_keys: Sequence[Hashable] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         if not isinstance(order, int) or order < 0:
             raise ValueError(f"order must be a non-negative int, got {order!r}")
         self._init(order, _range(coefficients, "coefficients"), p, seed)
         self.dtype = torch.float32
-        self.label_keys = _label_keys(label_keys)
+        self._subject_keys(label_keys, include, exclude, keep)
 
 
 class BiasField(_Subject, _Pointwise):
@@ -526,7 +608,9 @@ class BiasField(_Subject, _Pointwise):
     dtype = torch.float32
 
     def __init__(self, coefficients: Union[Sequence[float], torch.Tensor], order: int,
-                 label_keys: Sequence[Hashable] = ()):
+                 label_keys: Sequence[Hashable] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         if isinstance(order, bool) or not isinstance(order, (int, np.integer)) or not (
                 0 <= order <= ops.MAX_BIAS_FIELD_DEGREE):
             raise ValueError(f"order must be an int in [0, {ops.MAX_BIAS_FIELD_DEGREE}], got {order!r}")
@@ -542,7 +626,7 @@ class BiasField(_Subject, _Pointwise):
         if not bool(torch.isfinite(c).all()):
             raise ValueError("coefficients must be finite")
         self.coefficients = c.to(torch.float32)
-        self.label_keys = _label_keys(label_keys)
+        self._subject_keys(label_keys, include, exclude, keep)
 
     def _plan(self, x):
         n = x.shape[0]
@@ -652,11 +736,13 @@ class Gamma(_Subject, _Pointwise):
 
     dtype = torch.float32
 
-    def __init__(self, gamma: float, label_keys: Sequence[Hashable] = ()):
+    def __init__(self, gamma: float, label_keys: Sequence[Hashable] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         if not isinstance(gamma, numbers.Real) or not 0 < gamma < math.inf:
             raise ValueError(f"gamma must be a number > 0 and finite, got {gamma!r}")
         self.gamma = float(gamma)
-        self.label_keys = _label_keys(label_keys)
+        self._subject_keys(label_keys, include, exclude, keep)
 
     def _plan(self, x):
         return [Step(ops.GAMMA, 0, (self.gamma,))]
@@ -670,14 +756,16 @@ class RandomGamma(_Subject, _Pointwise, _Randomizable):
     dtype = torch.float32
 
     def __init__(self, log_gamma: Union[float, tuple[float, float]] = (-0.3, 0.3), p: float = 1.0,
-                 seed: Optional[int] = None, label_keys: Sequence[Hashable] = ()):
+                 seed: Optional[int] = None, label_keys: Sequence[Hashable] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         _Randomizable.__init__(self, seed)
         self.log_gamma = _range(log_gamma, "log_gamma")
         if not -88.0 <= self.log_gamma[0] <= self.log_gamma[1] <= 88.0:
             # gamma = exp(beta) must be a finite float32 (the kernels' power takes finite exponents)
             raise ValueError(f"log_gamma must lie in [-88, 88], got {log_gamma!r}")
         self.p = _check_prob(p)
-        self.label_keys = _label_keys(label_keys)
+        self._subject_keys(label_keys, include, exclude, keep)
 
     def _plan(self, x):
         return [Step(ops.GAMMA, ops.RANDOM, (1.0, *self.log_gamma), self.p, self._next_seed())]
@@ -721,12 +809,14 @@ class RandomNoise(_Subject, _Pointwise, _Randomizable):
 
     def __init__(self, mean: Union[float, tuple[float, float]] = 0.0,
                  std: Union[float, tuple[float, float]] = (0.0, 0.25), p: float = 1.0, seed: Optional[int] = None,
-                 label_keys: Sequence[Hashable] = ()):
+                 label_keys: Sequence[Hashable] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         _Randomizable.__init__(self, seed)
         self.mean_range = _torchio_range(mean, "mean")
         self.std_range = _torchio_range(std, "std", min_constraint=0.0)
         self.p = _check_prob(p)
-        self.label_keys = _label_keys(label_keys)
+        self._subject_keys(label_keys, include, exclude, keep)
 
     def _plan(self, x):
         (m_lo, m_hi), (s_lo, s_hi) = self.mean_range, self.std_range
@@ -743,7 +833,9 @@ class Noise(_Subject, _Pointwise):
 
     dtype = torch.float32
 
-    def __init__(self, mean: float, std: float, seed: int, label_keys: Sequence[Hashable] = ()):
+    def __init__(self, mean: float, std: float, seed: int, label_keys: Sequence[Hashable] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         for name, v in (("mean", mean), ("std", std)):
             if isinstance(v, dict):
                 raise ValueError(f"{name}: a dict per image name is TorchIO's Subject form; voxaug's Noise takes "
@@ -755,7 +847,7 @@ class Noise(_Subject, _Pointwise):
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise ValueError(f"seed must be an int, got {seed!r}")
         self.mean, self.std, self.seed = float(mean), float(std), int(seed)
-        self.label_keys = _label_keys(label_keys)
+        self._subject_keys(label_keys, include, exclude, keep)
 
     def _plan(self, x):
         return [Step(ops.GAUSSIAN_NOISE, 0, (self.mean, self.std), 1.0, self.seed)]
@@ -989,14 +1081,16 @@ class Clamp(_Subject):
     image's dtype (TorchIO's torch.clamp). One torch pass on the data's device."""
 
     def __init__(self, out_min: Optional[float] = None, out_max: Optional[float] = None,
-                 label_keys: Sequence[Hashable] = ()):
+                 label_keys: Sequence[Hashable] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         for name, v in (("out_min", out_min), ("out_max", out_max)):
             if v is not None and (not isinstance(v, numbers.Real) or not math.isfinite(v)):
                 raise ValueError(f"{name} must be a finite number or None, got {v!r}")
         if out_min is not None and out_max is not None and out_min > out_max:
             raise ValueError(f"out_min must be <= out_max, got {out_min} > {out_max}")
         self.out_min, self.out_max = out_min, out_max
-        self.label_keys = _label_keys(label_keys)
+        self._subject_keys(label_keys, include, exclude, keep)
 
     def _tensor_call(self, img: Any) -> Any:
         x, restore = _as_batch(img)

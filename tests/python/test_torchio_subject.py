@@ -1,0 +1,169 @@
+"""TorchIO's Transform arguments on Subject dictionaries (voxaug's TorchIO intensity transforms):
+``include`` / ``exclude`` / ``keep`` against TorchIO itself on a Subject of the real ch2 volume,
+a second contrast made from it and the AAL atlas as the label map; ``p`` met once per Subject
+(one gate per sample for every image, each open image with its own draws) against the binomial
+law over many samples; the argument checks."""
+import numpy as np
+import pytest
+import torch
+
+import voxaug.torchio as vtio
+
+from conftest import load_template
+
+tio = pytest.importorskip("torchio")
+
+
+@pytest.fixture(scope="module")
+def subject_tensors():
+    """t1: a crop of ch2 (float32); t2: its inverted contrast; seg: the AAL atlas crop (int64)."""
+    t1, affine = load_template("ch2.nii.gz")
+    seg, seg_affine = load_template("aal.nii.gz")
+    assert np.allclose(affine, seg_affine)
+    sl = (slice(None), slice(50, 110), slice(60, 130), slice(40, 90))
+    t1 = t1[sl].float()
+    return {"t1": t1, "t2": 255.0 - t1, "seg": seg[sl].long()}, affine
+
+
+def _torchio_subject(tensors, affine):
+    return tio.Subject(**{k: (tio.LabelMap if k == "seg" else tio.ScalarImage)(tensor=v.clone(), affine=affine)
+                          for k, v in tensors.items()})
+
+
+CASES = {
+    "RescaleIntensity": (dict(out_min_max=(0, 1), percentiles=(1, 99)), {}),
+    "ZNormalization": (dict(masking_method="seg"), {}),
+    "Gamma": (dict(gamma=0.7), {}),
+    "Clamp": (dict(out_min=20, out_max=120), {}),
+    "Blur": (dict(std=(1.5, 1.0, 2.0)), {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("select", [{"include": ["t1"]}, {"exclude": ["t1"]}, {"include": ["t2", "absent"]},
+                                    {"exclude": []}, {"keep": {"t1": "t1_original", "seg": "seg_original"}}])
+def test_include_exclude_keep_equal_torchio(subject_tensors, name, select):
+    """Each entry of voxaug's output dictionary equals TorchIO's on the Subject (float32 rounding
+    of the transforms themselves), the images left out are the inputs themselves, and the same
+    keys come back (kept originals included)."""
+    tensors, affine = subject_tensors
+    kwargs, _ = CASES[name]
+    ref = getattr(tio, name)(**kwargs, **select)(_torchio_subject(tensors, affine))
+    out = getattr(vtio, name)(**kwargs, **select, label_keys=["seg"])(dict(tensors))
+    assert sorted(out) == sorted(ref.keys())
+    chosen = set(select.get("include", tensors)) - set(select.get("exclude", ()))
+    for k, v in out.items():
+        want = ref[k].data
+        if k not in chosen or k == "seg" or k.endswith("_original"):
+            source = tensors[k.replace("_original", "")]
+            assert v is source, k  # untouched entries are passed through
+            assert torch.equal(v, want.to(v.dtype)), k
+        else:
+            assert v.dtype == torch.float32
+            torch.testing.assert_close(v, want.float(), rtol=2e-5, atol=2e-5 * float(want.abs().max()))
+            assert not torch.equal(v, tensors[k]), k
+
+
+def test_masking_with_an_excluded_label_map(subject_tensors):
+    """The masking_method entry is read from the dictionary even when it is not transformed."""
+    tensors, affine = subject_tensors
+    kw = dict(masking_method="seg", include=["t2"])
+    ref = tio.ZNormalization(**kw)(_torchio_subject(tensors, affine))
+    out = vtio.ZNormalization(**kw)(dict(tensors))
+    assert out["t1"] is tensors["t1"] and out["seg"] is tensors["seg"]
+    torch.testing.assert_close(out["t2"], ref["t2"].data, rtol=2e-5, atol=2e-5)
+
+
+def _binomial_bounds(n, p, z=3.29):  # 99.9 % two-sided
+    half = z * (n * p * (1 - p)) ** 0.5
+    return n * p - half, n * p + half
+
+
+@pytest.mark.parametrize("cls,kwargs", [
+    (vtio.RandomNoise, dict(std=(1.0, 2.0))),
+    (vtio.RandomGamma, dict(log_gamma=(0.2, 0.4))),
+    (vtio.RandomBiasField, dict(coefficients=(0.3, 0.5), order=1)),
+    (vtio.RandomBlur, dict(std=(1.0, 2.0))),
+    (vtio.RandomGhosting, dict(intensity=(0.5, 1.0))),
+])
+def test_probability_is_met_once_per_subject(cls, kwargs):
+    """p = 0.3 over 3000 subjects of two images: each sample is transformed in both images or in
+    neither (the gate is the subject's), the count of transformed samples lies in the binomial
+    99.9 % interval, the open images draw their own parameters (the two differ), the closed
+    samples come back as they were, and last_subject_applied (and last_applied) hold the gate."""
+    n = 3000
+    g = torch.Generator().manual_seed(1)
+    a = 1.0 + torch.rand((n, 1, 6, 5, 4), generator=g)
+    b = a.clone()
+    t = cls(**kwargs, p=0.3, seed=7)
+    out = t({"a": a, "b": b, "id": "subject-7"})
+    assert out["id"] == "subject-7"
+    changed_a = (out["a"] != a).flatten(1).any(1)
+    changed_b = (out["b"] != b).flatten(1).any(1)
+    assert torch.equal(changed_a, changed_b)
+    lo, hi = _binomial_bounds(n, 0.3)
+    assert lo <= int(changed_a.sum()) <= hi
+    assert torch.equal(t.last_subject_applied, changed_a)
+    if hasattr(t, "last_applied"):  # the transforms that keep one (RandomNoise draws in the kernel)
+        assert torch.equal(torch.as_tensor(t.last_applied).cpu().bool(), changed_a)
+    opened = changed_a.nonzero().flatten()
+    assert not torch.equal(out["a"][opened], out["b"][opened])  # own draws per image
+    closed = (~changed_a).nonzero().flatten()
+    assert torch.equal(out["a"][closed], a[closed]) and torch.equal(out["b"][closed], b[closed])
+
+
+def test_probability_per_subject_in_place_swap():
+    """RandomSwap(in_place=True) with a mixed gate: only the open samples of each image change,
+    in the inputs themselves."""
+    n = 400
+    x = torch.arange(n * 8 * 8 * 8, dtype=torch.float32).reshape(n, 1, 8, 8, 8)
+    y = x.clone() * 2
+    x0, y0 = x.clone(), y.clone()
+    t = vtio.RandomSwap(patch_size=2, num_iterations=3, p=0.5, seed=3, in_place=True)
+    out = t({"x": x, "y": y})
+    assert out["x"] is x and out["y"] is y
+    changed = (x != x0).flatten(1).any(1)
+    assert torch.equal(changed, (y != y0).flatten(1).any(1))
+    assert torch.equal(changed, t.last_subject_applied)
+    lo, hi = _binomial_bounds(n, 0.5)
+    assert lo <= int(changed.sum()) <= hi
+
+
+def test_closed_gate_returns_the_subject_as_it_came(subject_tensors):
+    """p = 0: nothing is transformed and nothing is kept, as TorchIO (whose p check comes before
+    its keep)."""
+    tensors, affine = subject_tensors
+    ref = tio.RandomNoise(p=0.0, keep={"t1": "orig"})(_torchio_subject(tensors, affine))
+    out = vtio.RandomNoise(p=0.0, keep={"t1": "orig"}, seed=1)(dict(tensors))
+    assert sorted(out) == sorted(ref.keys()) == sorted(tensors)
+    assert all(out[k] is tensors[k] for k in tensors)
+
+
+def test_unbatched_images_one_gate_per_call(subject_tensors):
+    """4-D images are one subject: the gate opens all of them or none, over many calls."""
+    tensors, _ = subject_tensors
+    small = {k: v[:, :8, :8, :8] for k, v in tensors.items()}
+    t = vtio.RandomNoise(std=(1.0, 1.0), p=0.5, seed=11, label_keys=["seg"])
+    opened = 0
+    for _ in range(200):
+        out = t(small)
+        ca, cb = not torch.equal(out["t1"], small["t1"]), not torch.equal(out["t2"], small["t2"])
+        assert ca == cb and torch.equal(out["seg"], small["seg"])
+        opened += ca
+    lo, hi = _binomial_bounds(200, 0.5)
+    assert lo <= opened <= hi
+
+
+def test_subject_argument_errors():
+    with pytest.raises(ValueError, match="include and exclude cannot both be specified"):
+        vtio.RandomNoise(include=["a"], exclude=["b"])
+    with pytest.raises(ValueError, match="include must be a sequence of keys, not the string"):
+        vtio.Gamma(0.5, include="t1")
+    with pytest.raises(ValueError, match="exclude must be a sequence of keys"):
+        vtio.Clamp(exclude=3)
+    with pytest.raises(ValueError, match="keep must be a dictionary"):
+        vtio.RescaleIntensity(keep=["t1"])
+    with pytest.raises(KeyError, match="keep names"):
+        vtio.RescaleIntensity(keep={"t9": "t9_original"})({"t1": torch.rand(1, 4, 4, 4)})
+    with pytest.raises(ValueError, match="agree on the batch size"):
+        vtio.RandomNoise(p=0.5, seed=1)({"a": torch.rand(2, 1, 4, 4, 4), "b": torch.rand(3, 1, 4, 4, 4)})
