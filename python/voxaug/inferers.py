@@ -464,7 +464,11 @@ def _coords(layout: _Layout, first: int, count: int) -> list:
 class SlidingWindowInferer:
     """MONAI's ``SlidingWindowInferer``: the options once; ``inferer(inputs, network)``.
 
-    The importance map and the count map are cached per (image size, dtype, device).
+    MONAI's arguments in MONAI's order; ``cpu_thresh``: with ``device`` None, images of more
+    than that many voxels (spatial) are stitched on the CPU, as MONAI; ``device``,
+    ``buffer_steps`` and ``buffer_dim`` may also be given per call (keywords, as MONAI). The
+    voxaug extensions are keyword-only. The importance map and the count map are cached per
+    (image size, dtype, device).
 
     ``cuda_graph=True`` (voxaug extension, CUDA inputs only): the whole pass -- every window
     batch's gather, the predictor and the stitch, then the final divide -- is captured once per
@@ -483,12 +487,16 @@ class SlidingWindowInferer:
                  sigma_scale: Union[Sequence[float], float] = 0.125, padding_mode: str = "constant",
                  cval: float = 0.0, sw_device: Union[torch.device, str, None] = None,
                  device: Union[torch.device, str, None] = None, progress: bool = False,
-                 cache_roi_weight_map: bool = True, roi_weight_map: Optional[torch.Tensor] = None,
-                 with_coord: bool = False, window_dtype: Optional[torch.dtype] = None,
+                 cache_roi_weight_map: bool = True, cpu_thresh: Optional[int] = None,
+                 buffer_steps: Optional[int] = None, buffer_dim: int = -1, with_coord: bool = False, *,
+                 roi_weight_map: Optional[torch.Tensor] = None, window_dtype: Optional[torch.dtype] = None,
                  output_dtype: Optional[torch.dtype] = None, argmax: bool = False,
                  cuda_graph: bool = False) -> None:
         if isinstance(sw_batch_size, bool) or not isinstance(sw_batch_size, int) or sw_batch_size < 1:
             raise ValueError(f"sw_batch_size must be an int >= 1, got {sw_batch_size!r}")
+        if cpu_thresh is not None and (isinstance(cpu_thresh, bool) or not isinstance(cpu_thresh, int)):
+            raise ValueError(f"cpu_thresh must be an int (a voxel count) or None, got {cpu_thresh!r}")
+        self.cpu_thresh, self.buffer_steps, self.buffer_dim = cpu_thresh, buffer_steps, buffer_dim
         self.roi_size, self.sw_batch_size, self.overlap = roi_size, sw_batch_size, overlap
         self.mode, self.sigma_scale, self.padding_mode, self.cval = mode, sigma_scale, padding_mode, cval
         self.sw_device, self.device, self.progress = sw_device, device, progress
@@ -504,12 +512,19 @@ class SlidingWindowInferer:
         return self._run(inputs, network, *args, **kwargs)
 
     def _run(self, inputs: torch.Tensor, network: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        key = (tuple(inputs.shape[2:]), inputs.dtype, str(self.device or inputs.device), str(self.sw_device or inputs.device))
+        # MONAI's per-call overrides, and its switch to stitching on the CPU for large images.
+        device = kwargs.pop("device", self.device)
+        buffer_steps = kwargs.pop("buffer_steps", self.buffer_steps)
+        buffer_dim = kwargs.pop("buffer_dim", self.buffer_dim)
+        if (device is None and self.cpu_thresh is not None and isinstance(inputs, torch.Tensor)
+                and inputs.shape[2:].numel() > self.cpu_thresh):
+            device = "cpu"
+        key = (tuple(inputs.shape[2:]), inputs.dtype, str(device or inputs.device), str(self.sw_device or inputs.device))
         cache = self._caches.setdefault(key, {}) if self.cache_roi_weight_map else None
         return sliding_window_inference(
             inputs, self.roi_size, self.sw_batch_size, network, self.overlap, self.mode, self.sigma_scale,
-            self.padding_mode, self.cval, self.sw_device, self.device, self.progress, self.roi_weight_map,
-            None, None, -1, self.with_coord, *args, window_dtype=self.window_dtype,
+            self.padding_mode, self.cval, self.sw_device, device, self.progress, self.roi_weight_map,
+            None, buffer_steps, buffer_dim, self.with_coord, *args, window_dtype=self.window_dtype,
             output_dtype=self.output_dtype, argmax=self.argmax, _cache=cache, **kwargs)
 
     def _graphed(self, inputs: torch.Tensor, network: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

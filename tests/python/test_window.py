@@ -196,6 +196,44 @@ def test_inferer_class_and_cache():
     assert c.shape == (1, 3, 9, 10, 11) and len(inf._caches) == 2
 
 
+def test_inferer_monai_arguments_in_monai_order():
+    """MONAI's SlidingWindowInferer arguments by position (cache_roi_weight_map, cpu_thresh,
+    buffer_steps, buffer_dim, with_coord), and its per-call device / buffer_steps / buffer_dim
+    keywords: the same results as MONAI's inferer built and called the same way."""
+    x = torch.randn(1, 2, 16, 15, 14)
+    net = _net()
+    args = ((8, 8, 8), 3, 0.5, "gaussian", 0.125, "constant", 0.0, None, None, False, True, 10, 2, 1, False)
+    inf, ref = SlidingWindowInferer(*args), monai_inferers.SlidingWindowInferer(*args)
+    assert (inf.cpu_thresh, inf.buffer_steps, inf.buffer_dim, inf.with_coord) == (10, 2, 1, False)
+    with torch.no_grad():
+        got, want = inf(x, net), ref(x, net)
+        got2, want2 = inf(x, net, device="cpu", buffer_steps=None), ref(x, net, device="cpu", buffer_steps=None)
+    assert got.device == want.device and (got - want).abs().max() <= 1e-5
+    assert (got2 - want2).abs().max() <= 1e-5
+    with pytest.raises(ValueError, match="buffer_dim must be in"):
+        inf(x, net, buffer_dim=5)
+    with pytest.raises(ValueError, match="cpu_thresh must be an int"):
+        SlidingWindowInferer((8, 8, 8), cpu_thresh=1.5)
+    with pytest.raises(TypeError):
+        SlidingWindowInferer((8, 8, 8), 1, 0.25, "constant", 0.125, "constant", 0.0, None, None, False, True, None,
+                             None, -1, False, torch.ones(8, 8, 8))  # roi_weight_map is a keyword now
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_inferer_cpu_thresh_stitches_large_images_on_the_cpu():
+    """cpu_thresh: a CUDA image of more voxels than the threshold is stitched (and returned) on
+    the CPU, a smaller one on the GPU, as MONAI's inferer does; the values equal MONAI's."""
+    net = _net().cuda()
+    inf = SlidingWindowInferer((8, 8, 8), 3, overlap=0.5, cpu_thresh=16 * 15 * 14 - 1)
+    ref = monai_inferers.SlidingWindowInferer((8, 8, 8), 3, overlap=0.5, cpu_thresh=16 * 15 * 14 - 1)
+    for shape, dev in (((1, 2, 16, 15, 14), "cpu"), ((1, 2, 8, 15, 14), "cuda")):
+        x = torch.randn(shape, device="cuda")
+        with torch.no_grad():
+            got, want = inf(x, net), ref(x, net)
+        assert got.device.type == dev == want.device.type
+        assert (got - want).abs().max() <= 1e-5
+
+
 def test_real_volume_ch2_small_convnet(ch2):
     vol, _ = ch2
     x = vol[None].float() / 255.0  # (1, 1, 181, 217, 181)
