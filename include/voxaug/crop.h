@@ -21,9 +21,11 @@ void foreground_bbox(const VolumeView& in, double threshold, const int64_t* chan
 // MONAI RandCropByPosNegLabel's crop centres, drawn on the device: for each of the N samples
 // and each of num_samples crops, a foreground voxel with probability pos_ratio (else a
 // background voxel) chosen uniformly from the sample's voxels, then moved so that a crop of
-// spatial_size fits (MONAI's correct_crop_centers). Foreground: any channel of `label` > 0;
-// with `image` (may be null; same N and spatial size), only voxels where any image channel is
-// > image_threshold are candidates (foreground or background), as MONAI's map_binary_to_indices.
+// spatial_size fits (MONAI's correct_crop_centers). Foreground: any channel of `label` > 0
+// (channels 1.. of a several-channel, one-hot label: channel 0 is its background); with `image`
+// (may be null; same N and spatial size), only voxels where any image channel is >
+// image_threshold are background candidates (every foreground voxel is one), as MONAI's
+// map_binary_to_indices.
 // A sample without foreground draws background and vice versa (MONAI's fallback); a sample with
 // no candidate at all gets its centre voxel (MONAI raises; a device op cannot without a sync).
 // spatial_size must not exceed the label's size (the caller applies allow_smaller).
@@ -38,7 +40,8 @@ void pos_neg_crop_centers(const VolumeView& label, const VolumeView* image, doub
                           cudaStream_t stream = nullptr, const int64_t* cached_counts = nullptr);
 
 // How a label's voxels map to classes for class_crop_centers.
-//  Foreground: two classes, 0 = any channel > 0 (foreground), 1 = the rest (MONAI pos / neg).
+//  Foreground: two classes, 0 = any channel > 0 (foreground; channels 1.. of a one-hot label),
+//              1 = the rest (MONAI pos / neg); an image restricts class 1 only.
 //  Argmax: one channel; class c where the value == c (c in [0, num_classes); other values belong
 //          to no class), MONAI map_classes_to_indices on an argmax label.
 //  OneHot: class c where channel c != 0 (num_classes = channels; a voxel may be in several).
@@ -65,7 +68,8 @@ struct CropCenterOptions {
 // LabelSampler): per crop, a class c drawn with probability ratios[c] / sum over the classes
 // present (classes without candidates get ratio 0, MONAI's rule), then a voxel of that class
 // uniformly among the candidates (voxels of the region where any channel of `image` (may be null;
-// same N and spatial size) > image_threshold). When no class with a positive ratio is present,
+// same N and spatial size) > image_threshold; in the Foreground form every foreground voxel of
+// the region). When no class with a positive ratio is present,
 // a present class is drawn uniformly (MONAI pos / neg fallback; MONAI's RandCropByLabelClasses
 // raises there, which a device op cannot without a sync: `class_counts` lets the caller check).
 // No candidate at all: the region's centre. `correct_size` (may be null): MONAI's

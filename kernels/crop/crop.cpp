@@ -101,10 +101,10 @@ VOXAUG_FORCEINLINE void fg_run_body(const L* lp, const I* ip, typename Threshold
     bg += static_cast<int32_t>(b - a) - f_sum;
     return;
   }
-  for (int64_t x = a; x < b; ++x) {
+  for (int64_t x = a; x < b; ++x) {  // the image restricts the background only (MONAI)
     const int32_t cand = static_cast<typename ThresholdOf<I>::type>(ip[x]) > t;
     const int32_t f = lp[x] > L(0);
-    f_sum += cand & f;
+    f_sum += f;
     b_sum += cand & (f ^ 1);
   }
   fg += f_sum;

@@ -84,20 +84,6 @@ VOXAUG_HD VOXAUG_FORCEINLINE bool center_in_region(const CenterParams& p, const 
          idx[2] >= p.lo[2] && idx[2] < p.hi[2];
 }
 
-// In the region and (with an image) any image channel > image_threshold (float64 compare).
-VOXAUG_HD VOXAUG_FORCEINLINE bool center_candidate(const CenterParams& p, int64_t n,
-                                                   const int64_t idx[3]) {
-  if (!center_in_region(p, idx)) return false;
-  if (p.image == nullptr) return true;
-  const int64_t base = n * p.image_stride[0] + idx[0] * p.image_stride[2] +
-                       idx[1] * p.image_stride[3] + idx[2] * p.image_stride[4];
-  bool any = false;
-  for (int64_t c = 0; c < p.image_channels; ++c)
-    any = any || load_dyn<double>(p.image, p.image_dtype, base + c * p.image_stride[1]) >
-                     p.image_threshold;
-  return any;
-}
-
 VOXAUG_HD VOXAUG_FORCEINLINE int64_t center_label_offset(const CenterParams& p, int64_t n,
                                                          const int64_t idx[3]) {
   return n * p.label_stride[0] + idx[0] * p.label_stride[2] + idx[1] * p.label_stride[3] +
@@ -109,8 +95,9 @@ VOXAUG_HD VOXAUG_FORCEINLINE int center_class(const CenterParams& p, int64_t n,
                                               const int64_t idx[3]) {
   const int64_t base = center_label_offset(p, n, idx);
   if (p.form == CropLabelForm::Foreground) {
+    // Several channels: one-hot, channel 0 the background (MONAI drops it).
     bool fg = false;
-    for (int64_t c = 0; c < p.label_channels; ++c)
+    for (int64_t c = p.label_channels > 1 ? 1 : 0; c < p.label_channels; ++c)
       fg = fg || load_dyn<double>(p.label, p.label_dtype, base + c * p.label_stride[1]) > 0.0;
     return fg ? 0 : 1;
   }
@@ -118,6 +105,23 @@ VOXAUG_HD VOXAUG_FORCEINLINE int center_class(const CenterParams& p, int64_t n,
   if (!(x >= 0.0 && x < static_cast<double>(p.num_classes))) return -1;
   const int c = static_cast<int>(x);
   return static_cast<double>(c) == x ? c : -1;
+}
+
+// In the region and (with an image) any image channel > image_threshold (float64 compare); in
+// the Foreground form the image restricts the background only (MONAI's map_binary_to_indices:
+// every foreground voxel is a positive candidate, a background one needs the image).
+VOXAUG_HD VOXAUG_FORCEINLINE bool center_candidate(const CenterParams& p, int64_t n,
+                                                   const int64_t idx[3]) {
+  if (!center_in_region(p, idx)) return false;
+  if (p.image == nullptr) return true;
+  if (p.form == CropLabelForm::Foreground && center_class(p, n, idx) == 0) return true;
+  const int64_t base = n * p.image_stride[0] + idx[0] * p.image_stride[2] +
+                       idx[1] * p.image_stride[3] + idx[2] * p.image_stride[4];
+  bool any = false;
+  for (int64_t c = 0; c < p.image_channels; ++c)
+    any = any || load_dyn<double>(p.image, p.image_dtype, base + c * p.image_stride[1]) >
+                     p.image_threshold;
+  return any;
 }
 
 // Is the (candidate) voxel in class c?

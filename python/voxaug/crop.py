@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from .spatial import _fall_back_size, _scaled_size
-from .transforms import _as_batch, _is_meta_tensor, _Randomizable
+from .transforms import _as_batch, _host_to, _is_meta_tensor, _Randomizable
 
 __all__ = [
     "RandCropByPosNegLabel", "RandCropByPosNegLabeld", "RandCropByLabelClasses", "RandCropByLabelClassesd",
@@ -359,17 +359,82 @@ class ClassesToIndicesd(_CountsToKeys):
         return [f"{key}{self.indices_postfix}"]
 
 
-def _counts_arg(fg: Any, bg: Any, what: str) -> Optional[CropCounts]:
-    """The CropCounts behind MONAI's fg / bg indices arguments (both, one, or neither given)."""
+class _IndexLists:
+    """MONAI's index arrays (FgBgToIndices' foreground and background lists, ClassesToIndices'
+    list per class): flat indices into one label's spatial volume (C order). The draw turns them
+    into the candidate volumes they stand for -- a label with each list's value at its indices
+    and a mask of all of them (the candidates: mask > 0) -- on the label's device, with no host
+    sync, and draws from those as from a scanned label: each list's voxels uniformly, as MONAI's
+    ``indices[randint(len(indices))]`` (lists are sets here: MONAI's are sorted and unique).
+    Host lists are checked (integers within the volume); device lists are not read back (an
+    index outside the volume is dropped)."""
+
+    image_key = None  # the indices define the candidates: no image, no threshold
+    image_threshold = 0.0
+
+    def __init__(self, lists: Sequence[Any], values: Sequence[int], what: str):
+        self.lists, self.values, self.what = [], list(values), what
+        for i, v in enumerate(lists):
+            t = v if isinstance(v, torch.Tensor) else torch.as_tensor(np.asarray(v))
+            if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+                raise TypeError(f"{what}: index arrays must hold integers, got {t.dtype} in list {i}")
+            self.lists.append(t.reshape(-1))
+
+    def volumes(self, spatial: Sequence[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(label, mask): (1, 1, *spatial) volumes; the last list written wins where lists overlap."""
+        v = int(np.prod(spatial))
+        dtype = torch.uint8 if max(self.values, default=0) < 256 else torch.int32
+        label = torch.zeros(v + 1, dtype=dtype, device=device)  # slot v: where device lists' strays go
+        mask = torch.zeros(v + 1, dtype=torch.uint8, device=device)
+        for i, (t, value) in enumerate(zip(self.lists, self.values)):
+            if t.numel() == 0:
+                continue
+            if t.device.type == "cpu":
+                lo, hi = int(t.min()), int(t.max())
+                if lo < 0 or hi >= v:
+                    raise ValueError(f"{self.what}: list {i} holds indices in [{lo}, {hi}], outside the label's "
+                                     f"{v} voxels (spatial size {tuple(spatial)})")
+                t = _host_to(t.to(torch.int64), device)
+            else:
+                t = t.to(device=device, dtype=torch.int64)
+                t = torch.where((t >= 0) & (t < v), t, torch.full_like(t, v))
+            mask[t] = 1
+            label[t] = value
+        return label[:v].view(1, 1, *spatial), mask[:v].view(1, 1, *spatial)
+
+
+def _one_volume(lab: torch.Tensor, what: str) -> None:
+    if lab.shape[0] != 1:
+        raise ValueError(f"{what}: MONAI's index arrays describe one volume; the label is a batch of {lab.shape[0]} "
+                         "(use a batch of one, or the CropCounts of voxaug.crop.FgBgToIndicesd / ClassesToIndicesd)")
+
+
+def _counts_arg(fg: Any, bg: Any, what: str) -> Union[CropCounts, _IndexLists, None]:
+    """The CropCounts behind MONAI's fg / bg indices arguments (both, one, or neither given), or
+    MONAI's index arrays themselves (both lists; one alone is ignored, as MONAI recomputes both)."""
     given = [v for v in (fg, bg) if v is not None]
     if not given:
         return None
+    if not any(isinstance(v, CropCounts) for v in given):
+        if len(given) == 1:
+            return None
+        return _IndexLists([bg, fg], [0, 1], what)  # the foreground written last wins an overlap
     if not all(isinstance(v, CropCounts) for v in given):
-        raise TypeError(f"{what}: voxaug needs the CropCounts that voxaug.crop.FgBgToIndicesd / ClassesToIndicesd "
-                        f"store (not MONAI's index arrays), got {type(given[0]).__name__}")
+        raise TypeError(f"{what}: give both as the same CropCounts or both as MONAI's index arrays, got "
+                        f"{type(given[0]).__name__} and {type(given[1]).__name__}")
     if len(given) == 2 and given[0] is not given[1]:
         raise ValueError(f"{what}: the foreground and background entries must be the same CropCounts")
     return given[0]
+
+
+def _class_lists_arg(indices: Any, what: str) -> Union[CropCounts, _IndexLists, None]:
+    """RandCropByLabelClasses' `indices`: a CropCounts, or MONAI's list of index arrays per class."""
+    if indices is None or isinstance(indices, CropCounts):
+        return indices
+    if isinstance(indices, (str, bytes)) or not isinstance(indices, Sequence) or not len(indices):
+        raise TypeError(f"{what}: a CropCounts or MONAI's list of index arrays (one per class), got "
+                        f"{type(indices).__name__}")
+    return _IndexLists(indices, range(len(indices)), what)
 
 
 def _cached_in(d: Mapping[Hashable, Any], keys: Sequence[Optional[Hashable]], what: str, producer: str,
@@ -381,7 +446,7 @@ def _cached_in(d: Mapping[Hashable, Any], keys: Sequence[Optional[Hashable]], wh
         if k is not None and k not in d:
             raise KeyError(f"{k!r} ({what}) is not in the data: run voxaug.crop.{producer} first")
     vals = [d[k] if k is not None else None for k in keys]
-    counts = _counts_arg(vals[0], vals[1] if len(vals) > 1 else None, what)
+    counts = (_counts_arg(vals[0], vals[1], what) if len(vals) > 1 else _class_lists_arg(vals[0], what))
     key = image_key if counts is None else counts.image_key
     return (d[key] if key is not None else None), counts
 
@@ -411,13 +476,15 @@ def _pos_neg_check(counts: torch.Tensor) -> None:
 
 class RandCropByPosNegLabel(_Randomizable):
     """MONAI RandCropByPosNegLabel(spatial_size, label, pos=1, neg=1, num_samples=1, image,
-    image_threshold=0, allow_smaller=False): centres on foreground (label > 0) with probability
-    pos / (pos + neg), else on background, restricted to voxels where `image` > image_threshold
-    when an image is given; MONAI's fallbacks (no foreground: background only, and vice versa)
-    and centre correction. `fg_indices` / `bg_indices`: a :class:`CropCounts` (from
-    ``CropCounts.of(label, image, image_threshold)`` or FgBgToIndicesd) of this label skips the
-    scan of the volume (its image and threshold define the candidates, as MONAI's indices do);
-    MONAI's index arrays are refused."""
+    image_threshold=0, allow_smaller=False): centres on foreground (label > 0; channels 1.. of a
+    several-channel, one-hot label) with probability pos / (pos + neg), else on background,
+    restricted to voxels where `image` > image_threshold when an image is given (the background
+    only, as MONAI's map_binary_to_indices); MONAI's fallbacks (no foreground: background only,
+    and vice versa) and centre correction. `fg_indices` / `bg_indices`: a :class:`CropCounts`
+    (from ``CropCounts.of(label, image, image_threshold)`` or FgBgToIndicesd) of this label skips
+    the scan of the volume (its image and threshold define the candidates, as MONAI's indices
+    do), or MONAI's index arrays (FgBgToIndices' flat indices into a batch of one volume; both
+    needed: one alone is ignored, as MONAI recomputes both) are drawn from uniformly, as MONAI."""
 
     def __init__(self, spatial_size, label: Optional[torch.Tensor] = None, pos: float = 1.0, neg: float = 1.0,
                  num_samples: int = 1, image: Optional[torch.Tensor] = None, image_threshold: float = 0.0,
@@ -446,9 +513,13 @@ class RandCropByPosNegLabel(_Randomizable):
         img = None if image is None else _as_batch(image)[0]
         size = _crop_size(self.spatial_size, lab.shape[2:], self.allow_smaller)
         seed = self._next_seed() if seed is None else int(seed)
-        if counts is not None:
-            _check_counts_form(counts, FOREGROUND, 2, "fg_indices / bg_indices")
         thr = self.image_threshold if counts is None else counts.image_threshold
+        if isinstance(counts, _IndexLists):  # MONAI's arrays: the candidates they list (mask > 0)
+            _one_volume(lab, counts.what)
+            lab, img = counts.volumes(lab.shape[2:], lab.device)
+            counts = None
+        elif counts is not None:
+            _check_counts_form(counts, FOREGROUND, 2, "fg_indices / bg_indices")
         # pos_neg_crop_centers is class_crop_centers on the Foreground form with ratios (pos, neg):
         # the same centres, plus the candidate counts for MONAI's warning and error.
         _poll()
@@ -547,14 +618,15 @@ class RandCropByLabelClasses(_Randomizable):
     counts have arrived and draws a present class uniformly. `indices`: a :class:`CropCounts`
     of this label (``CropCounts.of(label, image, thr, num_classes=K, classes=True)`` or
     ClassesToIndicesd) skips the scan of the volume (its image and threshold define the
-    candidates); MONAI's index lists and `max_samples_per_class` are refused."""
+    candidates); MONAI's list of index arrays (ClassesToIndices', one per class, flat indices
+    into a batch of one volume) is drawn from as MONAI does; `max_samples_per_class` is refused."""
 
     def __init__(self, spatial_size, ratios: Optional[Sequence[float]] = None, label: Optional[torch.Tensor] = None,
                  num_classes: Optional[int] = None, num_samples: int = 1, image: Optional[torch.Tensor] = None,
                  image_threshold: float = 0.0, indices=None, allow_smaller: bool = False, warn: bool = True,
                  max_samples_per_class: Optional[int] = None, lazy: bool = False, seed: Optional[int] = None):
         super().__init__(seed)
-        self.counts = _counts_arg(indices, None, "indices")
+        self.counts = _class_lists_arg(indices, "indices")
         if max_samples_per_class is not None:
             raise NotImplementedError("max_samples_per_class: voxaug keeps no index lists to subsample")
         if lazy:
@@ -594,11 +666,18 @@ class RandCropByLabelClasses(_Randomizable):
         _poll()
         lab = _as_batch(label)[0]
         img = None if image is None else _as_batch(image)[0]
-        form, k = _class_form(lab, self.num_classes)
+        if isinstance(cached, _IndexLists):  # MONAI's arrays: an argmax label of their classes
+            _one_volume(lab, cached.what)
+            form, k = ARGMAX, len(cached.lists)
+            lab, img = cached.volumes(lab.shape[2:], lab.device)
+        else:
+            form, k = _class_form(lab, self.num_classes)
         ratios = _class_ratios(self.ratios, k)
         size = _crop_size(self.spatial_size, lab.shape[2:], self.allow_smaller)
         seed = self._next_seed() if seed is None else int(seed)
         thr = self.image_threshold
+        if isinstance(cached, _IndexLists):
+            cached, thr = None, 0.0
         if cached is not None:
             _check_counts_form(cached, form, k, "indices")
             thr = cached.image_threshold
@@ -611,7 +690,7 @@ class RandCropByLabelClasses(_Randomizable):
 
     def __call__(self, img: Any, label: Optional[torch.Tensor] = None, image: Optional[torch.Tensor] = None,
                  indices=None, randomize: bool = True, lazy: Optional[bool] = None) -> list:
-        cached = _counts_arg(indices, None, "indices") or self.counts
+        cached = _class_lists_arg(indices, "indices") or self.counts
         label = self.label if label is None else label
         image = self.image if image is None else image
         if label is None:

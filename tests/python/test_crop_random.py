@@ -170,8 +170,10 @@ def test_label_classes_bad_inputs():
         C.RandCropByLabelClasses(4, ratios=[1, 1], num_classes=4).draw_centers(lab)
     with pytest.raises(ValueError, match="negative"):
         C.RandCropByLabelClasses(4, ratios=[1, -1], num_classes=2)
-    with pytest.raises(TypeError, match="indices"):  # MONAI's index lists: voxaug caches counts
-        C.RandCropByLabelClasses(4, indices=[np.array([1])])
+    with pytest.raises(TypeError, match="index arrays must hold integers"):
+        C.RandCropByLabelClasses(4, indices=[np.array([1.0])])
+    with pytest.raises(TypeError, match="list of index arrays"):
+        C.RandCropByLabelClasses(4, indices=np.array([1, 2]))
     with pytest.raises(NotImplementedError, match="max_samples_per_class"):
         C.RandCropByLabelClasses(4, max_samples_per_class=10)
     with pytest.raises(ValueError, match="num_samples"):
@@ -421,3 +423,35 @@ def test_size_one_axes_weighted_uniform_and_samplers():
         loc = p["location"][0].tolist()
         assert loc[1] == 0 and loc[4] == 1
         assert torch.equal(p["img"][0], img[:, loc[0]:loc[3], :, loc[2]:loc[5]])
+
+
+@pytest.mark.parametrize("one_hot", [False, True])
+def test_monai_class_index_lists_draw_as_the_scan(one_hot):
+    """MONAI's ClassesToIndices lists (one per class, restricted by the image) given as
+    `indices`: the same candidates as the scan, so the same centres for the same seed, and with
+    crop size 1 every centre lies in the list of a class; the dictionary form takes them from
+    the key ClassesToIndicesd writes."""
+    mt = pytest.importorskip("monai.transforms")
+    g = torch.Generator().manual_seed(8)
+    cls = torch.randint(0, 3, (1, 20, 22, 18), generator=g)
+    lab = torch.nn.functional.one_hot(cls[0], 3).permute(3, 0, 1, 2).to(torch.uint8) if one_hot else cls
+    img = torch.rand(1, 20, 22, 18, generator=g)
+    nc = None if one_hot else 3
+    lists = mt.ClassesToIndices(num_classes=nc, image_threshold=0.3)(lab, img)
+    t = C.RandCropByLabelClasses((5, 6, 4), ratios=[1, 2, 3], num_classes=nc, num_samples=50, image_threshold=0.3)
+    want, _ = t.draw_centers(lab, img, seed=4)
+    got, _ = t.draw_centers(lab, None, seed=4, cached=C._class_lists_arg([v.numpy() for v in lists], "indices"))
+    assert torch.equal(got, want)
+    assert t.class_counts.tolist() == [[len(v) for v in lists]]
+    t1 = C.RandCropByLabelClasses((1, 1, 1), ratios=[0, 0, 1], num_classes=nc, num_samples=500)
+    c, _ = t1.draw_centers(lab, None, seed=2, cached=C._class_lists_arg(lists, "indices"))
+    flat = (c[0] * torch.tensor([22 * 18, 18, 1])).sum(1).tolist()
+    assert set(flat) <= set(lists[2].tolist())
+    d = mt.ClassesToIndicesd("label", num_classes=nc, image_key="image", image_threshold=0.3)(
+        {"label": lab, "image": img})
+    d["x"] = img
+    kw = dict(keys=["x"], label_key="label", spatial_size=(5, 6, 4), ratios=[1, 2, 3], num_classes=nc,
+              num_samples=50, as_batch=True)
+    a = C.RandCropByLabelClassesd(**kw, image_key="image", image_threshold=0.3, seed=5)(d)
+    b = C.RandCropByLabelClassesd(**kw, indices_key="label_cls_indices", seed=5)(d)
+    assert torch.equal(a["x"], b["x"])

@@ -143,8 +143,8 @@ def test_allow_smaller_and_bad_inputs():
     assert crops[0].shape == (1, 1, 6, 8, 8)
     with pytest.raises(ValueError, match="pos and neg"):
         C.RandCropByPosNegLabel((4, 4, 4), pos=0, neg=0)
-    with pytest.raises(TypeError, match="fg_indices"):  # MONAI's index lists: voxaug caches counts
-        C.RandCropByPosNegLabel((4, 4, 4), fg_indices=[1, 2])
+    with pytest.raises(TypeError, match="index arrays must hold integers"):
+        C.RandCropByPosNegLabel((4, 4, 4), fg_indices=[1.5, 2.0], bg_indices=[3, 4])
     with pytest.raises(ValueError, match="label's batch and spatial size"):
         torch.ops.voxaug.pos_neg_crop_centers(lab, torch.ones(1, 1, 6, 22, 23), 0.0, 0.5, 1, [2, 2, 2], 1, 0)
 
@@ -220,7 +220,7 @@ def test_cached_counts_give_the_same_centres(fortran, with_image):
     assert cc.counts.shape == (3, n_chunks, 2) and cc.counts.dtype == torch.int64
     for c in range(n_chunks):
         sl = slice(c * 4096, (c + 1) * 4096)
-        fg = ((flat_lab[:, sl] > 0) & cand[:, sl]).sum(1)
+        fg = (flat_lab[:, sl] > 0).sum(1)  # MONAI's map_binary_to_indices: the image restricts the background
         bg = ((flat_lab[:, sl] == 0) & cand[:, sl]).sum(1)
         assert torch.equal(cc.counts[:, c, 0], fg) and torch.equal(cc.counts[:, c, 1], bg)
     for seed in range(4):
@@ -262,8 +262,8 @@ def test_cached_counts_bad_inputs():
         torch.ops.voxaug.pos_neg_crop_centers(lab[:1], None, 0.0, 0.5, 3, [4, 4, 4], 5, 0, cc.counts)
     with pytest.raises(ValueError, match="counts must be int64"):
         torch.ops.voxaug.pos_neg_crop_centers(lab, None, 0.0, 0.5, 3, [4, 4, 4], 5, 0, cc.counts.int())
-    with pytest.raises(TypeError, match="CropCounts"):  # MONAI's index arrays
-        C.RandCropByPosNegLabel((4, 4, 4), fg_indices=np.arange(5), bg_indices=np.arange(5))
+    with pytest.raises(TypeError, match="both as the same CropCounts or both as MONAI's index arrays"):
+        C.RandCropByPosNegLabel((4, 4, 4), fg_indices=cc, bg_indices=np.arange(5))
     t = C.RandCropByPosNegLabeld(["label"], "label", (4, 4, 4), fg_indices_key="lab_fg")
     with pytest.raises(KeyError, match="FgBgToIndicesd"):
         t({"label": lab[0]})
@@ -271,3 +271,80 @@ def test_cached_counts_bad_inputs():
         torch.ops.voxaug.class_crop_counts(lab, None, 0.0, 0, 0)
     torch.library.opcheck(torch.ops.voxaug.class_crop_counts, (lab, None, 0.0, 0, 2))
     torch.library.opcheck(torch.ops.voxaug.pos_neg_crop_centers, (lab, None, 0.0, 0.5, 3, [4, 4, 4], 5, 0, cc.counts))
+
+
+# ---------------- MONAI's semantics with an image; MONAI's index arrays ----------------
+def _random_case(seed, channels=1):
+    g = torch.Generator().manual_seed(seed)
+    if channels == 1:
+        lab = (torch.rand(1, 1, 20, 22, 18, generator=g) > 0.8).to(torch.int64)
+    else:  # one-hot: channel 0 the background
+        cls = torch.randint(0, channels, (1, 20, 22, 18), generator=g)
+        lab = torch.nn.functional.one_hot(cls, channels).permute(0, 4, 1, 2, 3).to(torch.uint8)
+    img = torch.rand(1, 1, 20, 22, 18, generator=g)
+    return lab, img
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_image_restricts_the_background_only_as_monai(channels):
+    """MONAI's map_binary_to_indices (FgBgToIndices): every foreground voxel is a positive
+    candidate, the image restricts the background; a several-channel label is one-hot (channel 0
+    dropped). voxaug's candidate counts equal the lengths of MONAI's lists, and with crop size 1
+    (no centre correction) every drawn centre lies in MONAI's list of its kind -- including the
+    foreground voxels the image leaves out."""
+    lab, img = _random_case(5, channels)
+    fg, bg = mt.FgBgToIndices(image_threshold=0.4)(lab[0], img[0])
+    fg_set, bg_set = set(fg.tolist()), set(bg.tolist())
+    strides = (22 * 18, 18, 1)
+    for pos, neg, want in ((1, 0, fg_set), (0, 1, bg_set)):
+        t = C.RandCropByPosNegLabel((1, 1, 1), pos=pos, neg=neg, num_samples=3000, image_threshold=0.4, seed=4)
+        c, _ = t.draw_centers(lab, img)
+        assert t.class_counts.tolist() == [[len(fg), len(bg)]]
+        flat = (c[0] * torch.tensor(strides)).sum(1).tolist()
+        assert set(flat) <= want
+        expected = len(want) * (1 - math.exp(-3000 / len(want)))  # distinct voxels of 3000 uniform draws
+        assert len(set(flat)) > 0.95 * expected
+    dark_fg = {i for i in fg_set if float(img.view(-1)[i]) <= 0.4}
+    assert dark_fg and set(flat).isdisjoint(dark_fg)  # (the last loop drew background)
+    t = C.RandCropByPosNegLabel((1, 1, 1), pos=1, neg=0, num_samples=3000, image_threshold=0.4, seed=6)
+    c, _ = t.draw_centers(lab, img)
+    assert set((c[0] * torch.tensor(strides)).sum(1).tolist()) & dark_fg
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_monai_index_arrays_draw_as_the_scan(channels):
+    """MONAI's FgBgToIndices lists given as fg_indices / bg_indices (numpy or torch): the same
+    candidates as the scan of the label and image, so the same centres for the same seed; the
+    dictionary form takes them from the keys FgBgToIndicesd writes."""
+    lab, img = _random_case(7, channels)
+    fg, bg = mt.FgBgToIndices(image_threshold=0.4)(lab[0], img[0])
+    t = C.RandCropByPosNegLabel((5, 6, 4), pos=1, neg=2, num_samples=60, image_threshold=0.4)
+    want, _ = t.draw_centers(lab, img, seed=9)
+    for f, b in ((fg, bg), (fg.numpy(), bg.numpy()), (fg.int(), bg.int())):
+        got, _ = t.draw_centers(lab, None, seed=9, counts=C._counts_arg(f, b, "fg_indices / bg_indices"))
+        assert torch.equal(got, want)
+        assert t.class_counts.tolist() == [[len(fg), len(bg)]]
+    x = torch.randn(2, 20, 22, 18)
+    crops = C.RandCropByPosNegLabel((5, 6, 4), label=lab[0], num_samples=4, seed=1)(x, fg_indices=fg, bg_indices=bg)
+    assert len(crops) == 4 and crops[0].shape == (2, 5, 6, 4)
+    d = mt.FgBgToIndicesd("label", image_key="image", image_threshold=0.4)({"label": lab[0], "image": img[0]})
+    d["x"] = x
+    kw = dict(keys=["x"], label_key="label", spatial_size=(5, 6, 4), pos=1, neg=2, num_samples=60)
+    a = C.RandCropByPosNegLabeld(**kw, image_key="image", image_threshold=0.4, seed=2, as_batch=True)(d)
+    b = C.RandCropByPosNegLabeld(**kw, fg_indices_key="label_fg_indices", bg_indices_key="label_bg_indices",
+                                 seed=2, as_batch=True)(d)
+    assert torch.equal(a["x"], b["x"])
+
+
+def test_monai_index_arrays_bad_inputs():
+    lab, img = _random_case(3)
+    fg, bg = mt.FgBgToIndices()(lab[0])
+    t = C.RandCropByPosNegLabel((4, 4, 4), num_samples=2, seed=1)
+    with pytest.raises(ValueError, match="outside the label's 7920 voxels"):
+        t(img, label=lab, fg_indices=fg, bg_indices=torch.cat([bg, torch.tensor([7920])]))
+    with pytest.raises(ValueError, match="describe one volume; the label is a batch of 2"):
+        t(torch.cat([img, img]), label=torch.cat([lab, lab]), fg_indices=fg, bg_indices=bg)
+    # One list alone is ignored (MONAI recomputes both from the label): the scan's centres.
+    a = t.draw_centers(lab, seed=3)[0]
+    t2 = C.RandCropByPosNegLabel((4, 4, 4), num_samples=2, fg_indices=fg[:3])
+    assert t2.counts is None and torch.equal(t2.draw_centers(lab, seed=3)[0], a)

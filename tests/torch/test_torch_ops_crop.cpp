@@ -256,7 +256,8 @@ TEST(TorchOpsCrop, PosNegCropCentersDrawForegroundAndBackground) {
     const torch::Tensor lab = test_label(device);
     torch::manual_seed(4);
     const torch::Tensor img = torch::randn({2, 1, 7, 9, 6}).to(device);
-    const torch::Tensor fg = ((lab > 0) & (img > 0.2)).cpu();
+    // MONAI's map_binary_to_indices: every foreground voxel, the background where image > 0.2
+    const torch::Tensor fg = (lab > 0).cpu();
     const torch::Tensor bg = ((lab == 0) & (img > 0.2)).cpu();
     const std::vector<int64_t> one{1, 1, 1};  // a 1-voxel crop: centres are not moved
     for (double pos : {1.0, 0.0}) {
