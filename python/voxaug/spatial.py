@@ -79,9 +79,9 @@ Differences from MONAI, by design:
   Linear modes return the input's floating dtype (integer input is computed in float32).
   Arithmetic is float32 (float64 input: float64), whatever MONAI's ``dtype`` argument says;
   ``dtype``, ``device`` and ``cache_grid`` are accepted for signature compatibility only.
-- Random parameters come from a torch CPU generator per sample, seeded from the transform's
-  seed and the sample's index (``draw_params(batch_size, first_sample, seed)``): a sample's
-  result does not depend on the batch it is in. A batch gets a per-sample gate ``u < prob``
+- Random parameters come from Philox on the host (``ops.philox_uniform``), keyed by the call's
+  seed (drawn from the transform's generator) and the sample's index (``draw_params(batch_size,
+  first_sample, seed)``): a sample's result does not depend on the batch it is in. A batch gets a per-sample gate ``u < prob``
   and per-sample parameters, not one draw per call.
 - A MetaTensor keeps its metadata; its ``affine`` is composed with the transform's index map
   as MONAI does (``affine @ xform``, per sample for a batch with different maps), and its
@@ -864,11 +864,17 @@ def _last_record(img: Any, owner: Any, where: str) -> dict:
     return rec
 
 
-def _invert_maps(maps: torch.Tensor) -> torch.Tensor:
+def _invert_maps(maps: torch.Tensor, name: str = "inverse") -> torch.Tensor:
     """(N, 4, 4) float64 inverses; a signed permutation with an integer offset is inverted exactly
     (R^T, -R^T t), so the inverse of an exact map stays on the kernel's exact path."""
     maps = maps.to(torch.float64)
-    out = torch.linalg.inv(maps) if maps.shape[0] else maps.clone()
+    out = maps.clone()
+    if maps.shape[0]:
+        out, info = torch.linalg.inv_ex(maps)
+        if bool((info != 0).any()):
+            raise ValueError(f"{name}: the index map of sample(s) {torch.nonzero(info).flatten().tolist()} is "
+                             "singular (the forward collapsed an axis: a zero scale or a singular affine), so it "
+                             "has no inverse")
     r, t = maps[:, :3, :3], maps[:, :3, 3]
     perm = ((r == 0) | (r.abs() == 1)).all(dim=(1, 2)) & ((r != 0).sum(dim=2) == 1).all(dim=1) \
         & ((r != 0).sum(dim=1) == 1).all(dim=1) & (t == t.round()).all(dim=1)
@@ -884,7 +890,7 @@ def _inverse_affine(current: torch.Tensor, info: Mapping) -> torch.Tensor:
     affine up to rounding (or the forward replaced the affine outright, Spacing's
     recompute_affine), the recorded affine itself, shape included."""
     cur = current.detach().cpu().to(torch.float64)
-    inv = _invert_maps(info["meta"])
+    inv = _invert_maps(info["meta"], "inverse (the affine)")
     if inv.shape[0] and (inv.shape[0] == 1 or bool((inv == inv[:1]).all())) and cur.dim() == 2:
         composed = cur @ inv[0]
     else:
@@ -924,7 +930,7 @@ def _inverse_job(key: Any, img: Any, rec: Mapping, where: str):
         pool = (orig, (0, 0, 0), orig) if info["interp"] == "area" and tuple(info["zoomed"]) != orig else None
         geom = _Geometry(mats, orig, meta, "border", tables=tables, pool=pool)
     else:
-        inv = _invert_maps(info["maps"])
+        inv = _invert_maps(info["maps"], f"{rec[_CLASS]}.inverse")
         opts = _Opts(info["mode"], info["mode"], info["padding_mode"], info["align_corners"])
         geom = _Geometry(inv[:, :3].contiguous(), orig, inv, info["padding_mode"])
 

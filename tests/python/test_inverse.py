@@ -552,6 +552,19 @@ def test_inverse_errors_name_what_was_expected(ch2aal):
 
 
 # ---------------- record format ----------------
+def test_singular_map_has_no_inverse():
+    """A forward that collapsed an axis (a singular affine) runs, as MONAI's; its inverse is a
+    clear error naming the transform, not linalg's."""
+    from monai.data import MetaTensor
+
+    x = MetaTensor(torch.rand(1, 8, 9, 10))
+    t = S.Affine(affine=torch.diag(torch.tensor([1.0, 0.0, 1.0, 1.0])), image_only=True)
+    y = t(x)
+    assert y.shape == x.shape
+    with pytest.raises(ValueError, match=r"Affine\.inverse: the index map of sample\(s\) \[0\] is singular"):
+        t.inverse(y)
+
+
 def test_record_format_and_track_meta(ch2aal):
     _, lab, aff = ch2aal
     t = vt.RandAffine(prob=0.5, rotate_range=0.3, spatial_size=(50, 60, 40), mode="nearest", seed=5)
