@@ -1,21 +1,23 @@
 // voxaug torch_ext: the stats family's ops (moments, percentiles, normalize_intensity,
-// scale_intensity_range_percentiles, piecewise_linear). CPU and CUDA share one entry each (the core picks the
-// backend from the views); Meta computes shapes. Statistics stay on the image's device: the
-// transforms compute them and apply them without a host round trip. User-given subtrahend /
+// scale_intensity_range_percentiles, piecewise_linear). CPU and CUDA share one entry each (the core
+// picks the backend from the views); Meta computes shapes. Statistics stay on the image's device:
+// the transforms compute them and apply them without a host round trip. User-given subtrahend /
 // divisor lists reach the device by one asynchronous copy from pinned memory.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/autograd.h>
 #include <torch/library.h>
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "autograd_guard.h"
+#include "host_cache.h"
 #include "tensor_view.h"
 #include "voxaug/error.h"
 #include "voxaug/stats.h"
-#include "host_cache.h"
 
 namespace voxaug::torch_ext {
 namespace {
@@ -285,6 +287,100 @@ at::Tensor percentiles_autograd(const at::Tensor& image, at::ArrayRef<double> q,
   return op.call(image, q, channel_wise);
 }
 
+// NormalizeIntensity's backward, through its statistics as MONAI's autograd differentiates:
+// y = (x - c) / s per segment over its counted set S (every element, or the nonzero ones), c
+// the subtrahend or the mean m, s the divisor or the population std (a std that rounds to 0 in
+// the compute type is the constant 1, as the forward). With n = |S| and means over S:
+//   dL/dx_j = g_j / s - [c = m] mean(g) / s - [s = std] (x_j - m) / s^2 * mean(g y),  j in S;
+//   dL/dx_j = g_j (the uncounted zeros pass through unchanged).
+// In float64 with ATen ops (the forward's float32 rounding of c and s is not differentiated).
+at::Tensor normalize_intensity_call(const at::Tensor& image,
+                                    std::optional<at::ArrayRef<double>> subtrahend,
+                                    std::optional<at::ArrayRef<double>> divisor, bool nonzero,
+                                    bool channel_wise, std::optional<c10::ScalarType> dtype) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("voxaug::normalize_intensity", "")
+                       .typed<at::Tensor(const at::Tensor&, std::optional<at::ArrayRef<double>>,
+                                         std::optional<at::ArrayRef<double>>, bool, bool,
+                                         std::optional<c10::ScalarType>)>();
+  return op.call(image, subtrahend, divisor, nonzero, channel_wise, dtype);
+}
+
+// (N, segs, 1) float64 of a user value list (one value, or one per segment of a sample).
+at::Tensor value_column(const std::vector<double>& v, int64_t n, int64_t segs,
+                        const at::TensorOptions& o) {
+  at::Tensor t = at::tensor(v, at::TensorOptions().dtype(at::kDouble)).to(o.device());
+  return (v.size() == 1 ? t.expand({segs}) : t).reshape({1, segs, 1}).expand({n, segs, 1});
+}
+
+class NormalizeIntensityFunction : public torch::autograd::Function<NormalizeIntensityFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& image,
+                            std::optional<at::ArrayRef<double>> subtrahend,
+                            std::optional<at::ArrayRef<double>> divisor, bool nonzero,
+                            bool channel_wise, std::optional<c10::ScalarType> dtype) {
+    ctx->save_for_backward({image});
+    ctx->saved_data["has_sub"] = subtrahend.has_value();
+    ctx->saved_data["has_div"] = divisor.has_value();
+    if (subtrahend)
+      ctx->saved_data["sub"] = std::vector<double>(subtrahend->begin(), subtrahend->end());
+    if (divisor) ctx->saved_data["div"] = std::vector<double>(divisor->begin(), divisor->end());
+    ctx->saved_data["nonzero"] = nonzero;
+    ctx->saved_data["channel_wise"] = channel_wise;
+    at::AutoDispatchBelowADInplaceOrView below;
+    return normalize_intensity_call(image, subtrahend, divisor, nonzero, channel_wise, dtype);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor x = ctx->get_saved_variables()[0];
+    const bool has_sub = ctx->saved_data["has_sub"].toBool();
+    const bool has_div = ctx->saved_data["has_div"].toBool();
+    const bool nonzero = ctx->saved_data["nonzero"].toBool();
+    const int64_t n = x.size(0), segs = ctx->saved_data["channel_wise"].toBool() ? x.size(1) : 1;
+    const at::Tensor X = x.to(at::kDouble).reshape({n, segs, -1});
+    const at::Tensor G = grads[0].to(at::kDouble).reshape({n, segs, -1});
+    const at::Tensor M = nonzero ? X.ne(0).to(at::kDouble) : at::ones_like(X);
+    const at::Tensor cnt = M.sum(-1, true).clamp_min(1.0);
+    const at::Tensor mean = (X * M).sum(-1, true) / cnt;
+    const at::Tensor c =
+        has_sub ? value_column(ctx->saved_data["sub"].toDoubleVector(), n, segs, X.options())
+                : mean;
+    at::Tensor s, learned_std;  // s as the forward divides; learned_std: where s is the std
+    if (has_div) {
+      s = value_column(ctx->saved_data["div"].toDoubleVector(), n, segs, X.options());
+      learned_std = at::zeros_like(s, at::kBool);
+    } else {
+      const at::Tensor sd = (((X - mean) * M).pow(2).sum(-1, true) / cnt).sqrt();
+      // The forward's zero test in its compute type (float64 images: float64, else float32).
+      const at::Tensor rounded =
+          x.scalar_type() == at::kDouble ? sd : sd.to(at::kFloat).to(at::kDouble);
+      learned_std = rounded.ne(0);
+      s = at::where(learned_std, sd, at::ones_like(sd));
+    }
+    s = at::where(s.eq(0), at::ones_like(s), s);  // a given divisor 0: 1, as the forward
+    const at::Tensor Y = (X - c) / s;
+    at::Tensor g = G / s;
+    if (!has_sub) g = g - (G * M).sum(-1, true) / cnt / s;
+    g = g - at::where(learned_std, (X - mean) / (s * s) * ((G * Y * M).sum(-1, true) / cnt),
+                      at::zeros_like(X));
+    g = at::where(M.to(at::kBool), g, G);
+    return {g.reshape(x.sizes()).to(x.scalar_type()),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+at::Tensor normalize_intensity_autograd(const at::Tensor& image,
+                                        std::optional<at::ArrayRef<double>> subtrahend,
+                                        std::optional<at::ArrayRef<double>> divisor, bool nonzero,
+                                        bool channel_wise, std::optional<c10::ScalarType> dtype) {
+  return NormalizeIntensityFunction::apply(image, subtrahend, divisor, nonzero, channel_wise,
+                                           dtype);
+}
+
 void register_backend(torch::Library& m) {
   m.impl("moments", &moments_impl);
   m.impl("percentiles", &percentiles_impl);
@@ -311,10 +407,10 @@ TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
   m.impl("moments", &moments_autograd);
   m.impl("percentiles", &percentiles_autograd);
-  // MONAI's differentiate through their statistics; voxaug's device statistics have no
+  m.impl("normalize_intensity", &normalize_intensity_autograd);
+  // MONAI's differentiate through their percentiles; voxaug's device percentiles have no
   // backward, so these refuse inputs that require grad rather than drop the gradient.
-  const char* const no_backward[] = {"normalize_intensity", "scale_intensity_range_percentiles",
-                                     "piecewise_linear"};
+  const char* const no_backward[] = {"scale_intensity_range_percentiles", "piecewise_linear"};
   register_no_backward(m, no_backward);
 }
 

@@ -484,8 +484,7 @@ void class_crop_counts(const VolumeView& label, const VolumeView* image, double 
 void class_crop_centers(const VolumeView& label, const VolumeView* image, double image_threshold,
                         CropLabelForm form, int num_classes, const double* ratios,
                         const int64_t* correct_size, const CropCenterOptions& opt, int64_t* centers,
-                        int64_t* class_counts, cudaStream_t stream,
-                        const int64_t* cached_counts) {
+                        int64_t* class_counts, cudaStream_t stream, const int64_t* cached_counts) {
   detail::CenterParams p =
       class_params(label, image, image_threshold, form, num_classes, correct_size, opt);
   VOXAUG_EXPECTS(ratios != nullptr, "ratios must not be null");
@@ -699,7 +698,8 @@ void extract_patches(const VolumeView& in, const int64_t* starts, const int64_t*
     return;
   }
 #if VOXAUG_WITH_CUDA
-  // An empty volume has no data pointer: every patch voxel is outside it (the fill), as on the host.
+  // An empty volume has no data pointer: every patch voxel is outside it (the fill), as on the
+  // host.
   if (in.numel() > 0) detail::check_device_pointer(in.data, in.device_index, "input");
   detail::check_device_pointer(out, in.device_index, "out");
   detail::check_device_pointer(starts, in.device_index, "starts");

@@ -76,7 +76,11 @@ class NormalizeIntensity:
     statistics come from ``ops.moments``, no host sync. Shapes MONAI refuses raise ValueError
     (MONAI: IndexError / RuntimeError from indexing or broadcasting); so does an array with more
     than 4 dimensions, which MONAI would broadcast into a new leading image axis. A
-    per-channel CUDA tensor with ``channel_wise`` takes the same device path (no host read)."""
+    per-channel CUDA tensor with ``channel_wise`` takes the same device path (no host read).
+
+    Gradients flow through the statistics (the mean and std of the sample or channel, as torch's
+    layer_norm / instance_norm); MONAI takes them as Python numbers, so its gradient treats them
+    as constants."""
 
     def __init__(self, subtrahend: Union[Sequence[float], float, None] = None,
                  divisor: Union[Sequence[float], float, None] = None, nonzero: bool = False,

@@ -309,12 +309,73 @@ def test_batch_equals_per_sample(device):
     assert torch.equal(ops.percentiles(x, QS, True)[1:3], ops.percentiles(x[1:3], QS, True))
 
 
+def _normalize_reference(t, sub=None, div=None, nonzero=False, channel_wise=False):
+    """NormalizeIntensity written with torch ops (float64, autograd through mean and std)."""
+    n, segs = t.shape[0], (t.shape[1] if channel_wise else 1)
+    x = t.reshape(n, segs, -1)
+    m = (x != 0).double() if nonzero else torch.ones_like(x)
+    cnt = m.sum(-1, keepdim=True).clamp_min(1)
+    mean = (x * m).sum(-1, keepdim=True) / cnt
+    var = (((x - mean) * m) ** 2).sum(-1, keepdim=True).div(cnt)
+    std = torch.where(var > 0, var, torch.ones_like(var)).sqrt()  # a zero std divides by 1, as MONAI
+    c = mean if sub is None else torch.tensor(sub, dtype=torch.float64)
+    d = std if div is None else torch.tensor(div, dtype=torch.float64)
+    return torch.where(m.bool(), (x - c) / d, x).reshape(t.shape)
+
+
+NORMALIZE_GRAD_CASES = [dict(), dict(channel_wise=True), dict(sub=[0.3]), dict(div=[2.0]),
+                        dict(sub=[0.3], div=[2.0]), dict(sub=[0.1, 0.2, 0.3], channel_wise=True)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kw", NORMALIZE_GRAD_CASES, ids=str)
+def test_normalize_intensity_gradcheck(device, kw):
+    """The backward differentiates through the statistics (the mean and the population std):
+    gradcheck in float64, and the gradient of torch's own layer_norm / instance_norm (eps 0, no
+    affine) where those are the same function."""
+    x = torch.randn(2, 3, 4, 5, 3, dtype=torch.float64, device=device, requires_grad=True)
+
+    def f(t):
+        return ops.normalize_intensity(t, kw.get("sub"), kw.get("div"), False, kw.get("channel_wise", False))
+
+    assert torch.autograd.gradcheck(f, (x,))
+    if "sub" not in kw and "div" not in kw:
+        g = torch.randn_like(x)
+        (got,) = torch.autograd.grad(f(x), x, g)
+        norm = (torch.nn.functional.instance_norm(x, eps=0.0) if kw.get("channel_wise")
+                else torch.nn.functional.layer_norm(x, x.shape[1:], eps=0.0))
+        (want,) = torch.autograd.grad(norm, x, g)
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("channel_wise", [False, True])
+def test_normalize_intensity_nonzero_gradient(device, channel_wise):
+    """nonzero=True: the statistics of the nonzero values, the zeros passed through (gradient 1);
+    against the same function written with torch ops (finite differences are undefined at the
+    zeros, where the counted set changes). Also through the transform, in float32."""
+    x = torch.randn(2, 3, 4, 5, 3, dtype=torch.float64, device=device)
+    x[x.abs() < 0.5] = 0
+    x[1, :] = 0  # a sample without values: unchanged, gradient 1
+    x.requires_grad_(True)
+    g = torch.randn_like(x)
+    (got,) = torch.autograd.grad(ops.normalize_intensity(x, None, None, True, channel_wise), x, g)
+    (want,) = torch.autograd.grad(_normalize_reference(x, nonzero=True, channel_wise=channel_wise), x, g)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert torch.equal(got[1], g[1])
+    xf = x.detach().float().requires_grad_(True)
+    (got32,) = torch.autograd.grad(vs.NormalizeIntensity(nonzero=True, channel_wise=channel_wise)(xf), xf, g.float())
+    torch.testing.assert_close(got32, want.float(), rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck(device):
     x = with_zeros(rand((2, 3, 5, 6, 7), seed=8)).to(device)
     torch.library.opcheck(torch.ops.voxaug.moments, (x, True, True))
     torch.library.opcheck(torch.ops.voxaug.percentiles, (x, [1.0, 50.0, 99.0], False))
     torch.library.opcheck(torch.ops.voxaug.normalize_intensity, (x, None, [2.0], True, False, None))
+    torch.library.opcheck(torch.ops.voxaug.normalize_intensity,
+                          (x.double().requires_grad_(True), None, None, False, True, None))
     torch.library.opcheck(torch.ops.voxaug.normalize_intensity,
                           (x.to(torch.uint8), [1.0, 2.0, 3.0], None, False, True, torch.float16))
     torch.library.opcheck(torch.ops.voxaug.scale_intensity_range_percentiles,
