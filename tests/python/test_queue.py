@@ -256,3 +256,38 @@ def test_label_sampler_check_false_in_queue():
     cls = np.bincount([int(l0[c]) for _, c in centres], minlength=4)
     assert stats.chisquare(cls[present], [counts.sum() / 2] * 2).pvalue > 1e-3
     assert stats.chisquare(counts[expected > 0], expected[expected > 0] * counts.sum()).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("device", devices())
+def test_queue_on_ch2_and_aal(device):
+    """The real volumes (mricron-data): two subjects, ch2 with the AAL atlas and the same flipped,
+    through LabelSampler on the atlas's brain mask (background 1, brain 4): every image and label
+    patch is its volume cut at the recorded location, and the centres' brain fraction follows
+    TorchIO's LabelSampler probabilities (chi-square over 3 epochs)."""
+    from conftest import load_template
+
+    img, _ = load_template("ch2.nii.gz")
+    aal, _ = load_template("aal.nii.gz")
+    img, mask = img[:, ::3, ::3, ::3].float().contiguous(), (aal[:, ::3, ::3, ::3] > 0).to(torch.int16).contiguous()
+    subs = [{"img": img, "label": mask, "id": 0},
+            {"img": img.flip(1).contiguous(), "label": mask.flip(1).contiguous(), "id": 1}]
+    patch, probs = (16, 16, 16), {0: 1, 1: 4}
+    vq = C.PatchQueue(subs, 8, 16, C.LabelSampler(patch, "label", probs, seed=5), batch_size=4, device=device,
+                      seed=2)
+    brain = 0
+    n = 0
+    for _ in range(3):
+        for b in vq:
+            for j in range(b["img"].shape[0]):
+                i, loc = b["id"][j], b["location"][j].tolist()
+                sl = (slice(None),) + tuple(slice(a, c) for a, c in zip(loc[:3], loc[3:]))
+                assert torch.equal(b["img"][j].cpu(), subs[i]["img"][sl])
+                assert torch.equal(b["label"][j].cpu(), subs[i]["label"][sl])
+                centre = tuple(a + s // 2 for a, s in zip(loc[:3], patch))
+                brain += int(subs[i]["label"][(0,) + centre])
+                n += 1
+    assert n == 3 * len(vq) == 3 * 32
+    freq = _expected_class_freq([{"label": s["label"]} for s in subs], probs, patch)
+    p_brain = freq[1] / freq[:2].sum()
+    assert 0.5 < p_brain < 1.0
+    assert stats.binomtest(brain, n, p_brain).pvalue > 1e-3
