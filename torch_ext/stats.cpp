@@ -381,6 +381,113 @@ at::Tensor normalize_intensity_autograd(const at::Tensor& image,
                                            dtype);
 }
 
+// ScaleIntensityRangePercentiles' backward, through its percentiles as MONAI's (torch.quantile
+// for images of up to 10^6 voxels) differentiates: a = the lower, A = the upper percentile of
+// the segment, each the linear interpolation (1 - f) v[k] + f v[k + 1] of two order statistics
+// (the stable sort's elements: the gradient goes to them, weights 1 - f and f). With A != a,
+// y = s z + b (z = (x - a) / (A - a), s = b_max - b_min or 1), clamped with clip, so with h the
+// gradient that passes the clamp (torch.clamp's: where b_min <= y <= b_max):
+//   dL/dx_j = s / (A - a) * (h_j - da_j sum(h) - (dA_j - da_j) sum(h z));
+// with A == a, y = x - a (+ b_min): dL/dx_j = g_j - da_j sum(g). In float64 with ATen ops.
+at::Tensor srp_call(const at::Tensor& image, double lower, double upper,
+                    std::optional<double> b_min, std::optional<double> b_max, bool clip,
+                    bool relative, bool channel_wise, std::optional<c10::ScalarType> dtype) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("voxaug::scale_intensity_range_percentiles", "")
+                       .typed<at::Tensor(const at::Tensor&, double, double, std::optional<double>,
+                                         std::optional<double>, bool, bool, bool,
+                                         std::optional<c10::ScalarType>)>();
+  return op.call(image, lower, upper, b_min, b_max, clip, relative, channel_wise, dtype);
+}
+
+// The q-th percentile of each row of X (sorted values `v`, stable-sort indices `order`, both
+// (n, segs, L)): its value (n, segs, 1) and its derivative with respect to X (one-hot weights).
+std::pair<at::Tensor, at::Tensor> percentile_and_weights(const at::Tensor& v,
+                                                         const at::Tensor& order, double q) {
+  const int64_t L = v.size(-1);
+  const double pos = q / 100.0 * static_cast<double>(L - 1);
+  const int64_t lo = std::min<int64_t>(static_cast<int64_t>(std::floor(pos)), L - 1);
+  const int64_t hi = std::min<int64_t>(lo + 1, L - 1);
+  const double f = pos - static_cast<double>(lo);
+  const at::Tensor vlo = v.narrow(-1, lo, 1), vhi = v.narrow(-1, hi, 1);
+  const at::Tensor value = vlo + f * (vhi - vlo);
+  at::Tensor w = at::zeros_like(v);
+  w.scatter_add_(-1, order.narrow(-1, lo, 1), at::full_like(vlo, 1.0 - f));
+  w.scatter_add_(-1, order.narrow(-1, hi, 1), at::full_like(vlo, f));
+  return {value, w};
+}
+
+class SrpFunction : public torch::autograd::Function<SrpFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& image,
+                            double lower, double upper, std::optional<double> b_min,
+                            std::optional<double> b_max, bool clip, bool relative,
+                            bool channel_wise, std::optional<c10::ScalarType> dtype) {
+    ctx->save_for_backward({image});
+    ctx->saved_data["lower"] = lower;
+    ctx->saved_data["upper"] = upper;
+    ctx->saved_data["b_min"] = b_min ? c10::IValue(*b_min) : c10::IValue();
+    ctx->saved_data["b_max"] = b_max ? c10::IValue(*b_max) : c10::IValue();
+    ctx->saved_data["clip"] = clip;
+    ctx->saved_data["relative"] = relative;
+    ctx->saved_data["channel_wise"] = channel_wise;
+    at::AutoDispatchBelowADInplaceOrView below;
+    return srp_call(image, lower, upper, b_min, b_max, clip, relative, channel_wise, dtype);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor x = ctx->get_saved_variables()[0];
+    const double lower = ctx->saved_data["lower"].toDouble();
+    const double upper = ctx->saved_data["upper"].toDouble();
+    const c10::IValue bmin_v = ctx->saved_data["b_min"], bmax_v = ctx->saved_data["b_max"];
+    std::optional<double> bmin, bmax;
+    if (!bmin_v.isNone()) bmin = bmin_v.toDouble();
+    if (!bmax_v.isNone()) bmax = bmax_v.toDouble();
+    if (ctx->saved_data["relative"].toBool()) {  // both given (checked by the forward)
+      const double lo = *bmin, span = *bmax - *bmin;
+      bmin = span * (lower / 100.0) + lo;
+      bmax = span * (upper / 100.0) + lo;
+    }
+    const int64_t n = x.size(0), segs = ctx->saved_data["channel_wise"].toBool() ? x.size(1) : 1;
+    const at::Tensor X = x.to(at::kDouble).reshape({n, segs, -1});
+    const at::Tensor G = grads[0].to(at::kDouble).reshape({n, segs, -1});
+    const auto sorted = at::sort(X, /*stable=*/true, -1, false);
+    const auto [a, da] = percentile_and_weights(std::get<0>(sorted), std::get<1>(sorted), lower);
+    const auto [A, dA] = percentile_and_weights(std::get<0>(sorted), std::get<1>(sorted), upper);
+    const at::Tensor flat = A.eq(a);  // MONAI: x - a (+ b_min), unscaled, unclipped
+    const at::Tensor span = at::where(flat, at::ones_like(A), A - a);
+    const at::Tensor Z = (X - a) / span;
+    const double s = (bmin && bmax) ? *bmax - *bmin : 1.0;
+    at::Tensor H = G;
+    if (ctx->saved_data["clip"].toBool()) {
+      const at::Tensor Y = (bmin && bmax) ? Z * s + *bmin : Z;
+      at::Tensor pass = at::ones_like(Y, at::kBool);
+      if (bmin) pass = pass & Y.ge(*bmin);
+      if (bmax) pass = pass & Y.le(*bmax);
+      H = at::where(pass | flat, G, at::zeros_like(G));
+    }
+    const at::Tensor scaled =
+        (s / span) * (H - da * H.sum(-1, true) - (dA - da) * (H * Z).sum(-1, true));
+    const at::Tensor unscaled = G - da * G.sum(-1, true);
+    const at::Tensor g = at::where(flat, unscaled, scaled);
+    return {g.reshape(x.sizes()).to(x.scalar_type()),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+at::Tensor srp_autograd(const at::Tensor& image, double lower, double upper,
+                        std::optional<double> b_min, std::optional<double> b_max, bool clip,
+                        bool relative, bool channel_wise, std::optional<c10::ScalarType> dtype) {
+  return SrpFunction::apply(image, lower, upper, b_min, b_max, clip, relative, channel_wise, dtype);
+}
+
 void register_backend(torch::Library& m) {
   m.impl("moments", &moments_impl);
   m.impl("percentiles", &percentiles_impl);
@@ -408,9 +515,10 @@ TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
   m.impl("moments", &moments_autograd);
   m.impl("percentiles", &percentiles_autograd);
   m.impl("normalize_intensity", &normalize_intensity_autograd);
-  // MONAI's differentiate through their percentiles; voxaug's device percentiles have no
-  // backward, so these refuse inputs that require grad rather than drop the gradient.
-  const char* const no_backward[] = {"scale_intensity_range_percentiles", "piecewise_linear"};
+  m.impl("scale_intensity_range_percentiles", &srp_autograd);
+  // piecewise_linear (RandHistogramShift's map) has no backward: it refuses inputs that
+  // require grad rather than drop the gradient.
+  const char* const no_backward[] = {"piecewise_linear"};
   register_no_backward(m, no_backward);
 }
 

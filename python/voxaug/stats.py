@@ -178,7 +178,8 @@ class ScaleIntensityRangePercentiles:
     """MONAI ScaleIntensityRangePercentiles: per sample (per channel with ``channel_wise``)
     ScaleIntensityRange(a_min = lower-th percentile, a_max = upper-th percentile, b_min, b_max,
     clip); ``relative`` maps to the same percentiles of [b_min, b_max]. Percentiles are exact
-    (numpy.percentile's linear method). Output dtype ``dtype`` (None: the input's)."""
+    (numpy.percentile's linear method). Output dtype ``dtype`` (None: the input's). Gradients
+    flow through the percentiles and the clamp, as MONAI's (torch.quantile)."""
 
     def __init__(self, lower: float, upper: float, b_min: Optional[float], b_max: Optional[float],
                  clip: bool = False, relative: bool = False, channel_wise: bool = False,
