@@ -2,14 +2,16 @@
 // low-resolution grids are drawn on the host (a CPU tensor) and travel to the device through
 // pinned memory without a blocking copy. CPU and CUDA share one entry; Meta computes the shape.
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/autograd.h>
 #include <torch/library.h>
 
 #include "autograd_guard.h"
+#include "host_cache.h"
 #include "tensor_view.h"
 #include "transform_common.h"
 #include "voxaug/lowres.h"
-#include "host_cache.h"
 
 namespace voxaug::torch_ext {
 namespace {
@@ -45,15 +47,17 @@ at::Tensor simulate_low_resolution_impl(const at::Tensor& image, const at::Tenso
                                         int64_t upsample_mode, bool align_corners,
                                         std::optional<c10::ScalarType> dtype) {
   check_args(image, low_size, upsample_mode, false);
-  at::Tensor out = torch_ext::empty_output(image.sizes(), image.options().dtype(output_dtype(dtype)));
+  at::Tensor out =
+      torch_ext::empty_output(image.sizes(), image.options().dtype(output_dtype(dtype)));
   if (image.numel() == 0) return out;
   const at::Tensor ls = low_size.contiguous();
   const int64_t* l = ls.data_ptr<int64_t>();
   for (int64_t i = 0; i < ls.numel(); ++i)
     TORCH_CHECK_VALUE(l[i] >= 1, "low_size[", i / 3, "][", i % 3, "] must be >= 1, got ", l[i]);
   const c10::DeviceGuard guard(image.device());
-  const at::Tensor table =
-      image.is_cuda() ? transforms::common::pinned_host_copy(ls).to(image.device(), at::kLong, /*non_blocking=*/true) : ls;
+  const at::Tensor table = image.is_cuda() ? transforms::common::pinned_host_copy(ls).to(
+                                                 image.device(), at::kLong, /*non_blocking=*/true)
+                                           : ls;
   LowResolutionParams p;
   p.low_size = table.data_ptr<int64_t>();
   p.upsample = static_cast<LowresUpsample>(upsample_mode);
@@ -71,6 +75,66 @@ at::Tensor simulate_low_resolution_meta(const at::Tensor& image, const at::Tenso
   return at::empty_symint(image.sym_sizes(), image.options().dtype(output_dtype(dtype)));
 }
 
+at::Tensor simulate_low_resolution_call(const at::Tensor& image, const at::Tensor& low_size,
+                                        int64_t upsample_mode, bool align_corners,
+                                        std::optional<c10::ScalarType> dtype) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("voxaug::simulate_low_resolution", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, bool,
+                                         std::optional<c10::ScalarType>)>();
+  return op.call(image, low_size, upsample_mode, align_corners, dtype);
+}
+
+// The map is linear in the image: its backward is the adjoint of the two interpolations, per
+// sample (each its own low-resolution grid): the upsampling's backward to the low grid, then the
+// nearest downsampling's backward to the image (torch's upsample_*3d_backward, the adjoints of
+// the index rules the forward follows). Float32 math (float64 for float64 images).
+class LowResolutionFunction : public torch::autograd::Function<LowResolutionFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& image,
+                            const at::Tensor& low_size, int64_t upsample_mode, bool align_corners,
+                            std::optional<c10::ScalarType> dtype) {
+    ctx->saved_data["low_size"] = low_size;
+    ctx->saved_data["upsample_mode"] = upsample_mode;
+    ctx->saved_data["align_corners"] = align_corners;
+    ctx->saved_data["image_dtype"] = image.scalar_type();
+    at::AutoDispatchBelowADInplaceOrView below;
+    return simulate_low_resolution_call(image, low_size, upsample_mode, align_corners, dtype);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor ls = ctx->saved_data["low_size"].toTensor().contiguous();
+    const bool trilinear = ctx->saved_data["upsample_mode"].toInt() == 0;
+    const bool align = ctx->saved_data["align_corners"].toBool();
+    const auto image_dtype = ctx->saved_data["image_dtype"].toScalarType();
+    const at::Tensor g = grads[0].to(image_dtype == at::kDouble ? at::kDouble : at::kFloat);
+    const int64_t* l = ls.data_ptr<int64_t>();
+    const int64_t C = g.size(1);
+    const std::vector<int64_t> full{g.size(2), g.size(3), g.size(4)};
+    std::vector<at::Tensor> out;
+    for (int64_t n = 0; n < g.size(0); ++n) {
+      const std::vector<int64_t> low{l[3 * n], l[3 * n + 1], l[3 * n + 2]};
+      const at::Tensor gn = g.narrow(0, n, 1);
+      if (low == full) {  // unchanged sample
+        out.push_back(gn);
+        continue;
+      }
+      const at::Tensor g_low =
+          trilinear
+              ? at::upsample_trilinear3d_backward(gn, full, {1, C, low[0], low[1], low[2]}, align)
+              : at::upsample_nearest3d_backward(gn, full, {1, C, low[0], low[1], low[2]});
+      out.push_back(at::upsample_nearest3d_backward(g_low, low, {1, C, full[0], full[1], full[2]}));
+    }
+    return {at::cat(out).to(image_dtype), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor simulate_low_resolution_autograd(const at::Tensor& image, const at::Tensor& low_size,
+                                            int64_t upsample_mode, bool align_corners,
+                                            std::optional<c10::ScalarType> dtype) {
+  return LowResolutionFunction::apply(image, low_size, upsample_mode, align_corners, dtype);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
@@ -83,8 +147,7 @@ TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("simulate_low_resolution", &simulate_low_resolution_meta);
 }
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
-  const char* const no_backward[] = {"simulate_low_resolution"};
-  register_no_backward(m, no_backward);
+  m.impl("simulate_low_resolution", &simulate_low_resolution_autograd);
 }
 
 }  // namespace voxaug::torch_ext

@@ -53,7 +53,6 @@ def _no_backward_cases():
     boxes, counts = _boxes()
     grid = torch.zeros(2, 3, 4, 4, 4)
     return [
-        ("simulate_low_resolution", lambda t: V.simulate_low_resolution(t, torch.tensor([[3, 4, 4]] * 2)), x),
         ("extract_patches", lambda t: V.extract_patches(t, torch.tensor([[[3, 3, 4]], [[2, 3, 4]]]), [3, 3, 3]), x),
         ("resample_patches", lambda t: ops.resample_patches([t], eye, torch.zeros(2, 1, 3, dtype=torch.long),
                                                               [3, 3, 3], [1], [0])[0], x),

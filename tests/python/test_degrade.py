@@ -315,6 +315,39 @@ def test_lowres_real_volume(ch2):
         torch.testing.assert_close(out, two, atol=1e-5 * 255, rtol=1e-5)
 
 
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("mode", [(0, False), (0, True), (1, False)])
+def test_lowres_gradient_is_the_adjoint(device, mode):
+    """The map is linear in the image: its gradient is the adjoint of voxaug's own forward
+    (<F x, g> = <x, F^T g> to float32 rounding, the forward's math), equal to the gradient of
+    MONAI's two torch interpolations per sample (each sample its own grid; one unchanged), and
+    the transform passes it through (float32)."""
+    up, align = mode
+    g0 = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 2, 9, 10, 11, dtype=torch.float64, generator=g0).to(device).requires_grad_(True)
+    low = torch.tensor([[4, 5, 6], [9, 10, 11], [7, 3, 8]])
+    y = torch.ops.voxaug.simulate_low_resolution(x, low, up, align, torch.float64)
+    g = torch.randn(y.shape, dtype=torch.float64, generator=g0).to(device)
+    (got,) = torch.autograd.grad(y, x, g)
+    lhs, rhs = float((y.detach() * g).sum()), float((x.detach() * got).sum())
+    assert abs(lhs - rhs) <= 1e-5 * (y.detach().abs() * g.abs()).sum().item()
+    for n in range(3):
+        xr = x[n:n + 1].detach().requires_grad_(True)
+        kw = {"mode": "trilinear", "align_corners": align} if up == 0 else {"mode": "nearest"}
+        ref = F.interpolate(F.interpolate(xr, size=low[n].tolist(), mode="nearest"), size=list(x.shape[2:]), **kw)
+        (want,) = torch.autograd.grad(ref, xr, g[n:n + 1])
+        torch.testing.assert_close(got[n:n + 1], want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(got[1], g[1])  # low size = size: unchanged
+    xf = x.detach().float().requires_grad_(True)
+    t = RandSimulateLowResolution(prob=1.0, upsample_mode="trilinear" if up == 0 else "nearest", align_corners=align)
+    params = _pinned([0.5, 1.0, 0.7])
+    (gt,) = torch.autograd.grad(t.apply(xf, params), xf, g.float())
+    y2 = torch.ops.voxaug.simulate_low_resolution(x, t._low_size(xf, params["zoom"], params["applied"]), up, align,
+                                                  torch.float64)
+    (want,) = torch.autograd.grad(y2, x, g)
+    torch.testing.assert_close(gt, want.float(), rtol=1e-5, atol=1e-5)
+
+
 def test_lowres_draw_statistics_determinism_and_dict():
     x = torch.randn(3000, 1, 4, 5, 6)
     t = RandSimulateLowResolution(prob=0.25, zoom_range=(0.5, 1.0), seed=8)
