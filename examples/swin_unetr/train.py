@@ -260,6 +260,12 @@ def autocast(args, device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16 if args.amp == "bf16" else torch.float16)
 
 
+def nvtx(name: str, device: torch.device):
+    """An NVTX range on CUDA (the C++ trainer's stage names: data, forward, backward, step,
+    validation), so a profiler shows the same breakdown for both; nothing on the CPU."""
+    return torch.cuda.nvtx.range(name) if device.type == "cuda" else contextlib.nullcontext()
+
+
 def validate(model, pipe, args, dist: Dist) -> tuple[float, Optional[tuple]]:
     """Mean Dice (MONAI DiceMetric, include_background=False, 'mean' reduction: the mean of the
     non-NaN (subject, class) entries) over all ranks' shards; and rank 0's first volume with its
@@ -270,7 +276,7 @@ def validate(model, pipe, args, dist: Dist) -> tuple[float, Optional[tuple]]:
     model.eval()
     metric = DiceMetric(include_background=False, reduction="none")
     first = None
-    with torch.no_grad(), autocast(args, dist.device):
+    with torch.no_grad(), autocast(args, dist.device), nvtx("validation", dist.device):
         for i, (img, lab) in enumerate(pipe.val_items):
             logits = pipe.inferer(img, tuple(args.roi), args.sw_batch_size, model, overlap=args.overlap)
             pred = torch.argmax(logits, dim=1, keepdim=True)
@@ -360,23 +366,25 @@ def _run(args: argparse.Namespace) -> dict:
     train_s = 0.0
     for step in range(1, args.steps + 1):
         ts = time.perf_counter()
-        img, lab = pipe.next_batch()
-        with autocast(args, device):
+        with nvtx("data", device):
+            img, lab = pipe.next_batch()
+        with autocast(args, device), nvtx("forward", device):
             logits = net(img)
             loss = loss_fn(logits, lab)
         opt.zero_grad(set_to_none=True)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            if args.clip_grad > 0:
-                scaler.unscale_(opt)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad)
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            if args.clip_grad > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad)
-            opt.step()
+        with nvtx("backward", device):
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+        with nvtx("step", device):
+            if scaler is not None:
+                if args.clip_grad > 0:
+                    scaler.unscale_(opt)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad)
+                scaler.step(opt)
+                scaler.update()
+            else:
+                if args.clip_grad > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad)
+                opt.step()
         loss_v = float(loss.detach())  # syncs: the step is done
         step_ms = (time.perf_counter() - ts) * 1e3
         train_s += step_ms / 1e3

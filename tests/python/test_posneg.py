@@ -348,3 +348,25 @@ def test_monai_index_arrays_bad_inputs():
     a = t.draw_centers(lab, seed=3)[0]
     t2 = C.RandCropByPosNegLabel((4, 4, 4), num_samples=2, fg_indices=fg[:3])
     assert t2.counts is None and torch.equal(t2.draw_centers(lab, seed=3)[0], a)
+
+
+def test_more_samples_than_candidates_and_size_one_axes():
+    """num_samples far above the candidate count: every centre is one of the 2 foreground voxels
+    (corrected as MONAI corrects them) and both are drawn; a volume with a size-1 axis: the crops
+    are MONAI's SpatialCrop at the drawn centres, on the label's foreground."""
+    lab = torch.zeros(1, 1, 15, 9, 30, dtype=torch.uint8)
+    lab[..., 0, 0, 0] = 1
+    lab[..., 14, 8, 29] = 1
+    t = C.RandCropByPosNegLabel((5, 4, 7), pos=1, neg=0, num_samples=60, seed=2)
+    c, _ = t.draw_centers(lab)
+    cand = [list(correct_crop_centers(v, (5, 4, 7), (15, 9, 30))) for v in ([0, 0, 0], [14, 8, 29])]
+    got = c[0].tolist()
+    assert all(x in cand for x in got) and cand[0] in got and cand[1] in got
+    lab1 = torch.zeros(1, 20, 1, 24, dtype=torch.uint8)
+    lab1[0, 3:5, 0, 7:9] = 1
+    img1 = torch.randn(2, 20, 1, 24)
+    t = C.RandCropByPosNegLabel((3, 1, 5), label=lab1, pos=1, neg=0, num_samples=20, seed=3)
+    for k, y in enumerate(t(img1)):
+        cc = t.centers[0, k].tolist()
+        assert cc[1] == 0 and 3 <= cc[0] <= 4 and 7 <= cc[2] <= 8
+        assert torch.equal(y, torch.as_tensor(mt.SpatialCrop(roi_center=cc, roi_size=(3, 1, 5))(img1)))

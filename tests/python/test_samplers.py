@@ -242,3 +242,27 @@ def test_label_sampler_check_false(device):
         assert counts[expected == 0].sum() == 0
         assert stats.chisquare(counts[expected > 0], expected[expected > 0] * counts.sum()).pvalue > 1e-3
         _check_patches(s, s_sub)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_samplers_on_a_size_one_axis_and_few_candidates(device):
+    """A volume with a size-1 axis and patches of size 1 along it; a weight map and a label with
+    two candidate voxels and many more patches than that: every patch is the volume cut at its
+    location, every centre on a candidate, both candidates drawn (TorchIO's rules)."""
+    g = torch.Generator().manual_seed(2)
+    img = torch.randn(1, 1, 12, 1, 14, generator=g).to(device)
+    lab = torch.zeros(1, 1, 12, 1, 14, dtype=torch.int16)
+    lab[0, 0, 4, 0, 5] = 1
+    lab[0, 0, 8, 0, 9] = 1
+    sub = {"img": img, "label": lab.to(device), "w": lab.float().to(device)}
+    patch = (3, 1, 4)
+    for s in (C.LabelSampler(patch, "label", {1: 1}, seed=1), C.WeightedSampler(patch, "w", seed=1)):
+        seen = set()
+        for p in s(sub, num_patches=40):
+            loc = p["location"][0].tolist()
+            assert loc[1] == 0 and loc[4] == 1
+            assert torch.equal(p["img"][0].cpu(), img[0, :, loc[0]:loc[3], :, loc[2]:loc[5]].cpu())
+            centre = (loc[0] + patch[0] // 2, 0, loc[2] + patch[2] // 2)
+            assert centre in {(4, 0, 5), (8, 0, 9)}, (type(s).__name__, centre)
+            seen.add(centre)
+        assert len(seen) == 2
