@@ -53,7 +53,7 @@ from . import ops
 from .spatial import (_MASK64, _MAX_TARGETS, _centred_affine, _fall_back_size, _grid_index_map, _grid_opts,
                       _grid_padding, _inner, _Opts, _per_key, _rand_ranges, _RandomSpatial, _stack,
                       RandomAffine, SpatialCrop, torchio_affine_index_map)
-from .transforms import _as_batch, _check_prob, _host_to, _is_meta_tensor, _Randomizable
+from .transforms import _TorchIOArgs, _as_batch, _check_prob, _host_to, _is_meta_tensor, _Randomizable
 
 __all__ = ["Rand3DElastic", "Rand3DElasticd", "GridDistortion", "GridDistortiond", "RandGridDistortion",
            "RandGridDistortiond", "RandomElasticDeformation", "ElasticDeformation", "RandomAffineElasticDeformation", "gaussian_kernel_sum_sq", "fast_field_layout",
@@ -601,7 +601,7 @@ def _affine_spacing(aff: torch.Tensor) -> tuple[float, float, float]:
     return tuple(float(v) for v in torch.linalg.norm(aff[:3, :3].double(), dim=0))
 
 
-class RandomElasticDeformation(_RandomDeform):
+class RandomElasticDeformation(_TorchIOArgs, _RandomDeform):
     """TorchIO RandomElasticDeformation(num_control_points=7, max_displacement=7.5 mm,
     locked_borders=2, image_interpolation='linear', label_interpolation='nearest', p=1).
 
@@ -632,7 +632,9 @@ class RandomElasticDeformation(_RandomDeform):
     def __init__(self, num_control_points=7, max_displacement=7.5, locked_borders: int = 2,
                  image_interpolation: str = "linear", label_interpolation: str = "nearest", p: float = 1.0,
                  spacing=None, padding_mode: str = "border", label_keys: Sequence[Hashable] = (),
-                 seed: Optional[int] = None):
+                 seed: Optional[int] = None,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         super().__init__(p, seed)
         k = [num_control_points] * 3 if isinstance(num_control_points, int) else list(num_control_points)
         if len(k) != 3 or any(not isinstance(v, (int, np.integer)) or v < 4 for v in k):
@@ -657,6 +659,7 @@ class RandomElasticDeformation(_RandomDeform):
         self.padding_mode = padding_mode
         self.label_keys = set(label_keys)
         self._n_uniforms = 1
+        self._filter_args(include, exclude, keep)
 
     def _check_folding(self, size, spacing) -> None:
         _warn_folding(self.max_displacement, size, spacing, self.num_control_points, stacklevel=4)
@@ -729,7 +732,7 @@ class RandomElasticDeformation(_RandomDeform):
         return d
 
 
-class RandomAffineElasticDeformation(_Randomizable):
+class RandomAffineElasticDeformation(_TorchIOArgs, _Randomizable):
     """TorchIO RandomAffineElasticDeformation(affine_first=True, affine_kwargs=None,
     elastic_kwargs=None, p=1): a RandomAffine and a RandomElasticDeformation in one resampling
     (TorchIO: one SimpleITK CompositeTransform). Per sample (probability `p`), the affine's
@@ -759,7 +762,9 @@ class RandomAffineElasticDeformation(_Randomizable):
 
     def __init__(self, affine_first: bool = True, affine_kwargs: Optional[Mapping[str, Any]] = None,
                  elastic_kwargs: Optional[Mapping[str, Any]] = None, p: float = 1.0,
-                 label_keys: Sequence[Hashable] = (), affine: Any = None, seed: Optional[int] = None):
+                 label_keys: Sequence[Hashable] = (), affine: Any = None, seed: Optional[int] = None,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         if not affine_first:
             raise ValueError("affine_first=False (the elastic field evaluated at the affine-mapped point) is not "
                              "supported: voxaug's gather evaluates the field on the output grid; use "
@@ -785,6 +790,7 @@ class RandomAffineElasticDeformation(_Randomizable):
         self.last_applied = self.last_scales = self.last_degrees = self.last_translation = None
         self.last_control_points: Optional[torch.Tensor] = None
         _Randomizable.__init__(self, seed)
+        self._filter_args(include, exclude, keep)
 
     def set_random_state(self, seed: Optional[int] = None, generator: Optional[torch.Generator] = None):
         """One generator for the gate and both parts' draws (a seed makes every call reproducible)."""
@@ -917,7 +923,7 @@ def _sitk_grid_to_index(cp: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray,
     return np.ascontiguousarray(field), grid.shape[:3]
 
 
-class ElasticDeformation:
+class ElasticDeformation(_TorchIOArgs):
     """TorchIO ElasticDeformation(control_points, max_displacement, image_interpolation='linear',
     label_interpolation='nearest'): the B-spline displacement given by ``control_points`` --
     TorchIO's (Kx, Ky, Kz, 3) array of displacements in mm along ITK's LPS axes, as its
@@ -935,7 +941,9 @@ class ElasticDeformation:
     keep their dtype with 'nearest' (TorchIO returns float32 for them)."""
 
     def __init__(self, control_points: Any, max_displacement: Any, image_interpolation: str = "linear",
-                 label_interpolation: str = "nearest", label_keys: Sequence[Hashable] = (), affine: Any = None):
+                 label_interpolation: str = "nearest", label_keys: Sequence[Hashable] = (), affine: Any = None,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         cp = np.asarray(control_points.detach().cpu() if isinstance(control_points, torch.Tensor)
                         else control_points, dtype=np.float64)
         if cp.ndim != 4 or cp.shape[-1] != 3 or any(k < 4 for k in cp.shape[:3]):
@@ -954,6 +962,7 @@ class ElasticDeformation:
         self.image_interpolation, self.label_interpolation = image_interpolation, label_interpolation
         self.label_keys = set(label_keys)
         self.affine = None if affine is None else _affine4(affine)
+        self._filter_args(include, exclude, keep)
 
     def _affine_of(self, img: Any) -> np.ndarray:
         if self.affine is not None:

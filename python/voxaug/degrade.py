@@ -29,7 +29,7 @@ import torch
 
 from . import ops
 from .spatial import _one_affine, _spacing_of
-from .transforms import _as_batch, _check_prob, _Dict, _host_to, _Randomizable, _Subject, _torchio_range
+from .transforms import _TorchIOArgs, _as_batch, _check_prob, _Dict, _host_to, _Randomizable, _Subject, _torchio_range
 
 __all__ = [
     "RandCoarseDropout", "RandCoarseDropoutd", "RandCoarseShuffle", "RandCoarseShuffled",
@@ -466,7 +466,7 @@ def _resample_axis(x: torch.Tensor, dim: int, table: tuple) -> torch.Tensor:
     return a
 
 
-class RandomAnisotropy(_Randomizable):
+class RandomAnisotropy(_TorchIOArgs, _Randomizable):
     """TorchIO RandomAnisotropy(axes=(0, 1, 2), downsampling=(1.5, 5), image_interpolation='linear',
     scalars_only=True, p=1): per sample (with probability `p`), an axis from `axes` and a factor
     f ~ U(downsampling) (a number d means (1, d)); the spacing of that axis times f, resampled
@@ -488,7 +488,9 @@ class RandomAnisotropy(_Randomizable):
 
     def __init__(self, axes: Union[int, Sequence[int]] = (0, 1, 2), downsampling: Any = (1.5, 5),
                  image_interpolation: str = "linear", scalars_only: bool = True, p: float = 1.0,
-                 label_keys: Sequence[str] = (), seed: Optional[int] = None):
+                 label_keys: Sequence[str] = (), seed: Optional[int] = None,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         _Randomizable.__init__(self, seed)
         axes_t = tuple(axes) if isinstance(axes, (list, tuple)) else (axes,)
         for a in axes_t:
@@ -505,6 +507,7 @@ class RandomAnisotropy(_Randomizable):
         self.last_axis: Optional[np.ndarray] = None
         self.last_downsampling: Optional[np.ndarray] = None
         self.last_applied: Optional[np.ndarray] = None
+        self._filter_args(include, exclude, keep)
 
     @staticmethod
     def _spacing(img: Any) -> np.ndarray:

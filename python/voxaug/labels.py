@@ -11,7 +11,7 @@ in a dictionary, the key of a label map (optionally restricted to `labels`, as T
 from __future__ import annotations
 
 import collections.abc
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Hashable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from .spatial import CropOrPad, _rep3
 from .stats import _torchio_mask
 from . import ops
-from .transforms import _as_batch, _Dict, _host_to, _Randomizable
+from .transforms import _TorchIOArgs, _as_batch, _Dict, _host_to, _Randomizable
 
 __all__ = ["OneHot", "RemapLabels", "RemoveLabels", "SequentialLabels", "Mask", "EnsureShapeMultiple",
            "LabelsToImage", "RandomLabelsToImage", "KeepLargestComponent", "Contour",
@@ -56,7 +56,7 @@ def _mask_for(x: torch.Tensor, masking_method: Any, data: Optional[Mapping], lab
     return _torchio_mask(x, masking_method)
 
 
-class _PerKey:
+class _PerKey(_TorchIOArgs):
     """Applies ``_apply(x5, data)`` to a tensor, or to the dictionary keys chosen by ``_keys``."""
 
     label_keys: tuple = ()
@@ -83,10 +83,13 @@ class OneHot(_PerKey):
     which reads the maximum back to the host (TorchIO's one_hot does the same); give num_classes
     to stay on the device without a sync."""
 
-    def __init__(self, num_classes: int = -1, label_keys: Sequence[str] = ()):
+    def __init__(self, num_classes: int = -1, label_keys: Sequence[str] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         if not isinstance(num_classes, (int, np.integer)) or (num_classes < 1 and num_classes != -1):
             raise ValueError(f"num_classes must be a positive int or -1, got {num_classes!r}")
         self.num_classes, self.label_keys = int(num_classes), tuple(label_keys)
+        self._filter_args(include, exclude, keep)
 
     def _apply(self, x: torch.Tensor, data: Optional[Mapping]) -> torch.Tensor:
         if x.shape[1] != 1:
@@ -101,10 +104,13 @@ class RemapLabels(_PerKey):
     keys go through one lookup table (one pass for any number of labels); otherwise one masked
     replacement per entry. On the device, no sync."""
 
-    def __init__(self, remapping: dict, masking_method: Any = None, label_keys: Sequence[str] = ()):
+    def __init__(self, remapping: dict, masking_method: Any = None, label_keys: Sequence[str] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         if not isinstance(remapping, dict):
             raise ValueError(f"remapping must be a dictionary {{old: new}}, got {type(remapping).__name__}")
         self.remapping, self.masking_method, self.label_keys = dict(remapping), masking_method, tuple(label_keys)
+        self._filter_args(include, exclude, keep)
 
     def _apply(self, x: torch.Tensor, data: Optional[Mapping]) -> torch.Tensor:
         mask = _mask_for(x, self.masking_method, data, None)
@@ -142,9 +148,12 @@ class RemoveLabels(RemapLabels):
     the background label."""
 
     def __init__(self, labels: Sequence[int], background_label: int = 0, masking_method: Any = None,
-                 label_keys: Sequence[str] = ()):
+                 label_keys: Sequence[str] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         super().__init__({label: background_label for label in labels}, masking_method, label_keys)
         self.labels, self.background_label = list(labels), background_label
+        self._filter_args(include, exclude, keep)
 
 
 class SequentialLabels(_PerKey):
@@ -152,8 +161,11 @@ class SequentialLabels(_PerKey):
     0, 1, 2, ... (inside the mask). The label set decides the mapping, so this reads it back to the
     host (torch.unique per sample), as TorchIO does."""
 
-    def __init__(self, masking_method: Any = None, label_keys: Sequence[str] = ()):
+    def __init__(self, masking_method: Any = None, label_keys: Sequence[str] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         self.masking_method, self.label_keys = masking_method, tuple(label_keys)
+        self._filter_args(include, exclude, keep)
 
     def _apply(self, x: torch.Tensor, data: Optional[Mapping]) -> torch.Tensor:
         outs = []
@@ -178,8 +190,11 @@ class KeepLargestComponent(_PerKey):
     On the data's device (``ops.connected_components`` + ``ops.largest_components`` on the
     volume's axes reversed), no host sync. One channel, as TorchIO."""
 
-    def __init__(self, label_keys: Sequence[str] = ()):
+    def __init__(self, label_keys: Sequence[str] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         self.label_keys = tuple(label_keys)
+        self._filter_args(include, exclude, keep)
 
     def _apply(self, x: torch.Tensor, data: Optional[Mapping]) -> torch.Tensor:
         _one_channel(x)
@@ -194,8 +209,11 @@ class Contour(_PerKey):
     value (the contour of the 1s, other labels untouched); the input's dtype. On the data's device,
     no host sync. One channel, as TorchIO."""
 
-    def __init__(self, label_keys: Sequence[str] = ()):
+    def __init__(self, label_keys: Sequence[str] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         self.label_keys = tuple(label_keys)
+        self._filter_args(include, exclude, keep)
 
     def _apply(self, x: torch.Tensor, data: Optional[Mapping]) -> torch.Tensor:
         _one_channel(x)
@@ -217,24 +235,29 @@ class Mask(_PerKey):
     _on_labels = False
 
     def __init__(self, masking_method: Any, outside_value: float = 0, labels: Optional[Sequence[int]] = None,
-                 label_keys: Sequence[str] = ()):
+                 label_keys: Sequence[str] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         if masking_method is None:
             raise ValueError("masking_method must be given (a label-map key, a mask tensor or a callable)")
         self.masking_method, self.outside_value = masking_method, outside_value
         self.labels, self.label_keys = labels, tuple(label_keys)
+        self._filter_args(include, exclude, keep)
 
     def _apply(self, x: torch.Tensor, data: Optional[Mapping]) -> torch.Tensor:
         mask = _mask_for(x, self.masking_method, data, self.labels)
         return x.masked_fill(~mask, self.outside_value) if mask is not None else x.clone()
 
 
-class EnsureShapeMultiple:
+class EnsureShapeMultiple(_TorchIOArgs):
     """TorchIO EnsureShapeMultiple(target_multiple, method='pad'): each spatial size cropped
     (floor) or padded (ceil) to a multiple of target_multiple (an int or one per axis; at least 1),
     through :class:`voxaug.spatial.CropOrPad` (TorchIO's centring, zero padding). A dictionary:
     every 4-D / 5-D tensor, by the first one's shape."""
 
-    def __init__(self, target_multiple: Union[int, Sequence[int]], method: str = "pad"):
+    def __init__(self, target_multiple: Union[int, Sequence[int]], method: str = "pad",
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         mult = _rep3(target_multiple, "target_multiple")
         if not all(float(m).is_integer() and m >= 1 for m in mult):
             raise ValueError(f"target_multiple must be positive integers, got {target_multiple!r}")
@@ -242,6 +265,7 @@ class EnsureShapeMultiple:
             raise ValueError('Method must be "crop" or "pad"')
         self.target_multiple = np.array([int(m) for m in mult])
         self.method = method
+        self._filter_args(include, exclude, keep)
 
     def target_shape(self, spatial_shape: Sequence[int]) -> tuple[int, int, int]:
         source = np.array(spatial_shape, np.uint16) if max(spatial_shape) < (1 << 16) else np.array(spatial_shape)
@@ -274,7 +298,7 @@ def _gaussian_parameter(value: Any, name: str) -> tuple[float, float]:
     return lo, hi
 
 
-class RandomLabelsToImage(_Randomizable):
+class RandomLabelsToImage(_TorchIOArgs, _Randomizable):
     """TorchIO RandomLabelsToImage(label_key=None, used_labels=None, image_key='image_from_labels',
     mean=None, std=None, default_mean=(0.1, 0.9), default_std=(0.01, 0.1), discretize=False,
     ignore_background=False): an image generated from a segmentation (Billot et al.'s SynthSeg
@@ -312,7 +336,9 @@ class RandomLabelsToImage(_Randomizable):
                  image_key: str = "image_from_labels", mean: Optional[Sequence[Any]] = None,
                  std: Optional[Sequence[Any]] = None, default_mean: Any = (0.1, 0.9), default_std: Any = (0.01, 0.1),
                  discretize: bool = False, ignore_background: bool = False, num_labels: Optional[int] = None,
-                 seed: Optional[int] = None):
+                 seed: Optional[int] = None,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         _Randomizable.__init__(self, seed)
         if used_labels is not None:
             if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in used_labels):
@@ -336,6 +362,7 @@ class RandomLabelsToImage(_Randomizable):
         self.num_labels = None if num_labels is None else int(num_labels)
         self.last_mean: Optional[np.ndarray] = None
         self.last_std: Optional[np.ndarray] = None
+        self._filter_args(include, exclude, keep)
 
     def __call__(self, data: Any, image: Any = None) -> Any:
         if not isinstance(data, collections.abc.Mapping):
@@ -475,7 +502,9 @@ class LabelsToImage(RandomLabelsToImage):
     def __init__(self, label_key: Optional[str] = None, mean: Optional[Sequence[float]] = None,
                  std: Optional[Sequence[float]] = None, image_key: str = "image_from_labels",
                  used_labels: Optional[Sequence[int]] = None, ignore_background: bool = False,
-                 discretize: bool = False, seed: Optional[int] = None):
+                 discretize: bool = False, seed: Optional[int] = None,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         if mean is None or std is None:
             raise ValueError("LabelsToImage needs mean and std, one value per label present (TorchIO's "
                              "LabelsToImage); RandomLabelsToImage draws them")
@@ -492,6 +521,7 @@ class LabelsToImage(RandomLabelsToImage):
                          ignore_background=ignore_background, seed=seed)
         self.means, self.stds = values
         self._fixed: Optional[tuple] = None
+        self._filter_args(include, exclude, keep)
 
     def _table_size(self, lab: torch.Tensor, channels: int, label_map: bool, discretized: bool) -> int:
         if label_map:

@@ -193,7 +193,7 @@ import torch
 import torch.nn.functional as F
 
 from . import ops
-from .transforms import _as_batch, _check_prob, _host_to, _is_meta_tensor, _present_keys, _Randomizable
+from .transforms import _TorchIOArgs, _as_batch, _check_prob, _host_to, _is_meta_tensor, _present_keys, _Randomizable
 
 __all__ = [
     "Flip", "Flipd", "RandFlip", "RandFlipd", "RandAxisFlip", "RandAxisFlipd", "RandomFlip", "RandomAffine",
@@ -1356,7 +1356,7 @@ def torchio_reference_grid(size: Sequence[int], affine: np.ndarray, spacing: Seq
     return tuple(int(v) for v in new_n), _LPS @ q
 
 
-class Resample:
+class Resample(_TorchIOArgs):
     """TorchIO Resample(target=1, image_interpolation='linear', label_interpolation='nearest',
     scalars_only=False): resamples onto TorchIO's grid for a target spacing (a number or three,
     mm: :func:`torchio_reference_grid`), or onto a given grid (a (shape, affine) pair, or a
@@ -1381,7 +1381,9 @@ class Resample:
 
     def __init__(self, target: Any = 1, image_interpolation: str = "linear", label_interpolation: str = "nearest",
                  scalars_only: bool = False, antialias: bool = False, label_keys: Sequence[str] = (),
-                 affine: Any = None):
+                 affine: Any = None,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         if antialias:
             raise NotImplementedError("antialias=True: SimpleITK's recursive Gaussian is not offered; smooth first "
                                       "(voxaug.filter.GaussianSmooth) if you need it")
@@ -1425,6 +1427,7 @@ class Resample:
         self.label_keys = tuple(label_keys)
         self.affine = affine
         self.last_affine: Optional[np.ndarray] = None
+        self._filter_args(include, exclude, keep)
 
     def _affine_of(self, img: Any) -> np.ndarray:
         if self.affine is not None:
@@ -1515,24 +1518,29 @@ def _each_image(data: Any, fn: Callable[[Any], Any]) -> Any:
     return fn(data)
 
 
-class ToCanonical:
+class ToCanonical(_TorchIOArgs):
     """TorchIO ToCanonical: reorients to RAS+ (nibabel's as_closest_canonical), a signed
     permutation of the voxels (:class:`Orientation`'s exact copy); a MetaTensor (or a dictionary
     of them) gets the new affine. A plain tensor is taken as RAS already (TorchIO's identity
     affine for a bare tensor) and returned as it is."""
 
+    def __init__(self, *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None, keep: Optional[Mapping[Hashable, Hashable]] = None) -> None:
+        self._filter_args(include, exclude, keep)
+
     def __call__(self, data: Any) -> Any:
         return _each_image(data, lambda v: Orientation(axcodes="RAS")(v) if _is_meta_tensor(v) else v)
 
 
-class ToOrientation:
+class ToOrientation(_TorchIOArgs):
     """TorchIO ToOrientation(orientation='RAS'): reorients to a three-letter code of R / L, A / P,
     S / I (nibabel's conventions; any order), a signed permutation of the voxels (:class:`Orientation`'s
     exact copy, bit-identical); a MetaTensor gets the new affine. A plain tensor has TorchIO's
     identity affine (RAS): it is reoriented from RAS, and the new affine is kept in
     ``last_affine``. A dictionary (TorchIO's Subject) has every 4-D / 5-D tensor reoriented."""
 
-    def __init__(self, orientation: str = "RAS"):
+    def __init__(self, orientation: str = "RAS",
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         if not isinstance(orientation, str) or len(orientation) != 3:
             raise ValueError(f'Orientation must be a 3-letter string, got "{orientation}"')
         code = orientation.upper()
@@ -1542,6 +1550,7 @@ class ToOrientation:
                              f'and S or I, but got "{orientation}"')
         self.orientation = code
         self.last_affine: Optional[np.ndarray] = None
+        self._filter_args(include, exclude, keep)
 
     def _one(self, img: Any) -> Any:
         if _is_meta_tensor(img):
@@ -1556,12 +1565,15 @@ class ToOrientation:
         return _each_image(data, self._one)
 
 
-class Transpose:
+class Transpose(_TorchIOArgs):
     """TorchIO Transpose: swaps the first and last spatial axes by reorienting to the reversed
     orientation code (:class:`ToOrientation`; a plain tensor is RAS, so it becomes SAR). Its own
     inverse. The new affine of the last tensor is kept in ``last_affine``."""
 
     last_affine: Optional[np.ndarray] = None
+
+    def __init__(self, *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None, keep: Optional[Mapping[Hashable, Hashable]] = None) -> None:
+        self._filter_args(include, exclude, keep)
 
     def _one(self, img: Any) -> Any:
         aff = _one_affine(img.affine, "img.affine") if _is_meta_tensor(img) else np.eye(4)
@@ -1601,7 +1613,7 @@ def _itk_resample(x: torch.Tensor, m34: torch.Tensor, size: Sequence[int], inter
     return out
 
 
-class RandomAffine(_Randomizable):
+class RandomAffine(_TorchIOArgs, _Randomizable):
     """TorchIO RandomAffine(scales=0.1, degrees=10, translation=0, isotropic=False,
     center='image', default_pad_value='minimum', default_pad_label=0, image_interpolation='linear',
     label_interpolation='nearest', p=1): per sample (with probability `p`), scales, angles (degrees)
@@ -1626,7 +1638,9 @@ class RandomAffine(_Randomizable):
                  center: str = "image", default_pad_value: Union[str, float] = "minimum",
                  default_pad_label: float = 0, image_interpolation: str = "linear",
                  label_interpolation: str = "nearest", p: float = 1.0, label_keys: Sequence[str] = (),
-                 affine: Any = None, seed: Optional[int] = None):
+                 affine: Any = None, seed: Optional[int] = None,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         _Randomizable.__init__(self, seed)
         if isotropic and isinstance(scales, collections.abc.Sequence) and len(scales) in (3, 6):
             raise ValueError('If "isotropic" is True, the value for "scales" must have length 1 or 2, '
@@ -1655,6 +1669,7 @@ class RandomAffine(_Randomizable):
         self.label_keys = tuple(label_keys)
         self.affine = None if affine is None else self._affine4(affine, "affine")
         self.last_scales = self.last_degrees = self.last_translation = self.last_applied = None
+        self._filter_args(include, exclude, keep)
 
     @staticmethod
     def _interp(name: str, arg: str) -> str:
@@ -1752,7 +1767,7 @@ class RandomAffine(_Randomizable):
         return out
 
 
-class RandomFlip(_RandomSpatial):
+class RandomFlip(_TorchIOArgs, _RandomSpatial):
     """TorchIO RandomFlip(axes=0, flip_probability=0.5, p=1): each of `axes` flipped with
     probability flip_probability, independently, per sample; the whole transform applied with
     probability `p`. Draw: 4 uniforms per sample, the gate ``u0 < p``, then spatial axis a flips
@@ -1770,7 +1785,9 @@ class RandomFlip(_RandomSpatial):
     _n_uniforms = 4
 
     def __init__(self, axes: Union[int, str, Sequence[Union[int, str]]] = 0, flip_probability: float = 0.5,
-                 p: float = 1.0, seed: Optional[int] = None):
+                 p: float = 1.0, seed: Optional[int] = None,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         super().__init__(p, seed)
         parsed = _torchio_axes(axes)
         fp = float(flip_probability)
@@ -1779,6 +1796,7 @@ class RandomFlip(_RandomSpatial):
         self.axes, self.flip_probability = tuple(parsed), fp
         self._needs_image = any(isinstance(a, str) for a in parsed)
         self._call_axes: Optional[list] = None  # anatomical names resolved for the running call
+        self._filter_args(include, exclude, keep)
 
     def _options(self, **overrides):
         return _exact_opts()
@@ -2949,7 +2967,7 @@ def _linear_ramp_(y: torch.Tensor, pads: np.ndarray) -> None:
                 yy[_axis_slab(a, slice(lo, lo + width), roi)] = ramp.to(y.dtype)
 
 
-class _TioBounds(_Pad):
+class _TioBounds(_TorchIOArgs, _Pad):
     """A TorchIO bounds transform: per-sample signed (before, after) widths per axis (negative:
     crop), one exact gather (``_geometry`` takes the (N, 3, 2) widths as its params), then the
     frame fill of the statistic and linear-ramp modes."""
@@ -3027,10 +3045,13 @@ class Pad(_TioBounds):
     5-D tensor padded (label maps too, with the same mode, as TorchIO). A callable padding_mode is
     refused."""
 
-    def __init__(self, padding, padding_mode: Union[str, float] = 0):
+    def __init__(self, padding, padding_mode: Union[str, float] = 0,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         super().__init__(padding_mode)
         self.padding = padding
         self._w = _tio_bounds(padding, "padding")
+        self._filter_args(include, exclude, keep)
 
     def __call__(self, data: Any) -> Any:
         return _each_image(data, lambda v: self._bounded(v, self._w))
@@ -3043,10 +3064,13 @@ class Crop(_TioBounds):
     A dictionary (TorchIO's Subject) has every 4-D / 5-D tensor cropped. A crop that leaves no
     voxel on an axis is refused."""
 
-    def __init__(self, cropping):
+    def __init__(self, cropping,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         super().__init__(0)
         self.cropping = cropping
         self._w = -_tio_bounds(cropping, "cropping")
+        self._filter_args(include, exclude, keep)
 
     def __call__(self, data: Any) -> Any:
         return _each_image(data, lambda v: self._bounded(v, self._w))
@@ -3109,7 +3133,9 @@ class CropOrPad(_TioBounds, _Randomizable):
 
     def __init__(self, target_shape=None, padding_mode: Union[str, float] = 0, mask_name: Optional[str] = None,
                  labels=None, only_crop: bool = False, only_pad: bool = False, location: str = "center",
-                 units: str = "voxels", seed: Optional[int] = None):
+                 units: str = "voxels", seed: Optional[int] = None,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         if target_shape is None and mask_name is None:
             raise ValueError("If mask_name is None, a target shape must be passed (target_shape must be given)")
         if units not in ("voxels", "mm", "cm"):
@@ -3130,6 +3156,7 @@ class CropOrPad(_TioBounds, _Randomizable):
         self.labels = None if labels is None else [int(v) for v in labels]
         self.target_shape = None if target_shape is None else _tio_target(target_shape, units)
         self.only_crop, self.only_pad = bool(only_crop), bool(only_pad)
+        self._filter_args(include, exclude, keep)
 
     def _resolve(self, in_size: tuple, img: Any) -> Optional[list[int]]:
         if self.target_shape is None:
@@ -4504,7 +4531,10 @@ def _is_deformation(t: Any) -> bool:
 
 def _lazy_candidate(t: Any) -> bool:
     """Whether `t` may join a run of compose_spatial: a fusable spatial step, or a deformation
-    that closes the group before it (see _close_with_deformation)."""
+    that closes the group before it (see _close_with_deformation). A TorchIO transform with
+    include / exclude / keep runs as itself (its call applies them)."""
+    if isinstance(_inner(t), _TorchIOArgs) and _inner(t)._filtering():
+        return False
     return (isinstance(_inner(t), _FUSABLE_TYPES) and not getattr(_inner(t), "_needs_image", False)) \
         or _is_deformation(t)
 

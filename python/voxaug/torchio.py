@@ -12,15 +12,15 @@ a (N, C, X, Y, Z) batch (a MONAI MetaTensor carries the affine), and a Subject i
 of them. In a dictionary the entries under ``label_keys`` are the LabelMaps: spatial transforms
 resample them with the label interpolation, intensity transforms leave them alone and transform
 each other image with its own draws (as TorchIO draws per image); a ``masking_method`` string
-names an entry. The intensity transforms take TorchIO's ``include`` / ``exclude`` / ``keep``
-and meet ``p`` once per subject (``transforms._Subject``). TorchIO itself is not needed (or
-imported) here.
+names an entry. Every transform here takes TorchIO's ``include`` / ``exclude`` / ``keep``
+(``transforms._TorchIOArgs``), and the intensity transforms meet ``p`` once per subject
+(``transforms._Subject``). TorchIO itself is not needed (or imported) here.
 """
 from __future__ import annotations
 
 import collections.abc
 import warnings
-from typing import Any, Sequence, Union
+from typing import Any, Hashable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -35,7 +35,7 @@ from .labels import (Contour, EnsureShapeMultiple, KeepLargestComponent, LabelsT
 from .spatial import (Crop, CropOrPad, Pad, RandomAffine, RandomFlip, Resample, ToCanonical,  # noqa: F401
                       ToOrientation, Transpose, torchio_affine_index_map, torchio_reference_grid)
 from .stats import HistogramStandardization, RescaleIntensity, ZNormalization  # noqa: F401
-from .transforms import (BiasField, Clamp, Compose, Gamma, Noise, OneOf, RandomBiasField,  # noqa: F401
+from .transforms import (_TorchIOArgs, BiasField, Clamp, Compose, Gamma, Noise, OneOf, RandomBiasField,  # noqa: F401
                          RandomGamma, RandomNoise)
 from .transforms import _is_meta_tensor
 
@@ -75,7 +75,9 @@ class Affine(RandomAffine):
     def __init__(self, scales: Any, degrees: Any, translation: Any, center: str = "image",
                  default_pad_value: Union[str, float] = "minimum", default_pad_label: float = 0,
                  image_interpolation: str = "linear", label_interpolation: str = "nearest", check_shape: bool = True,
-                 label_keys: Sequence[str] = (), affine: Any = None):
+                 label_keys: Sequence[str] = (), affine: Any = None,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         super().__init__(center=center, default_pad_value=default_pad_value, default_pad_label=default_pad_label,
                          image_interpolation=image_interpolation, label_interpolation=label_interpolation,
                          label_keys=label_keys, affine=affine)
@@ -85,6 +87,7 @@ class Affine(RandomAffine):
         self.fixed_degrees = _triplet(degrees, "degrees")
         self.fixed_translation = _triplet(translation, "translation")
         self.check_shape = bool(check_shape)  # voxaug always needs one spatial shape per call
+        self._filter_args(include, exclude, keep)
 
     def _draw(self, n: int):
         rows = lambda v: np.tile(np.asarray(v, dtype=np.float64), (n, 1))  # noqa: E731
@@ -96,11 +99,14 @@ class Flip(RandomFlip):
     'LR' / 'Left' resolved through a MetaTensor's affine, as TorchIO), a bit-exact copy;
     :class:`RandomFlip` with ``flip_probability=1``."""
 
-    def __init__(self, axes: Union[int, str, Sequence[Union[int, str]]] = 0):
+    def __init__(self, axes: Union[int, str, Sequence[Union[int, str]]] = 0,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         super().__init__(axes=axes, flip_probability=1.0, p=1.0)
+        self._filter_args(include, exclude, keep)
 
 
-class Resize:
+class Resize(_TorchIOArgs):
     """TorchIO Resize(target_shape, image_interpolation='linear', label_interpolation='nearest'):
     :class:`Resample` to the spacing that fits the field of view into ``target_shape`` (-1 keeps
     an axis: spacing_out = shape_in / shape_out * spacing_in, the spacing of a MetaTensor's affine,
@@ -108,7 +114,9 @@ class Resize:
     off, with TorchIO's warning -- :class:`CropOrPad` to the target."""
 
     def __init__(self, target_shape: Union[int, Sequence[int]], image_interpolation: str = "linear",
-                 label_interpolation: str = "nearest", label_keys: Sequence[str] = (), affine: Any = None):
+                 label_interpolation: str = "nearest", label_keys: Sequence[str] = (), affine: Any = None,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         shape = [target_shape] * 3 if isinstance(target_shape, (int, np.integer)) else list(target_shape)
         if len(shape) != 3 or not all(isinstance(v, (int, np.integer)) and (v > 0 or v == -1) for v in shape):
             raise ValueError(f"target_shape must be an int or 3 ints, each > 0 or -1, got {target_shape!r}")
@@ -116,6 +124,7 @@ class Resize:
         self.image_interpolation, self.label_interpolation = image_interpolation, label_interpolation
         self.label_keys, self.affine = tuple(label_keys), affine
         Resample(1.0, image_interpolation, label_interpolation)  # validates the interpolation names
+        self._filter_args(include, exclude, keep)
 
     def __call__(self, data: Any) -> Any:
         first = next((v for v in data.values() if isinstance(v, torch.Tensor) and v.dim() in (4, 5)), None) \
@@ -140,7 +149,7 @@ class Resize:
         return out
 
 
-class AffineElasticDeformation:
+class AffineElasticDeformation(_TorchIOArgs):
     """TorchIO AffineElasticDeformation(affine_first, affine_params, elastic_params): an
     :class:`Affine` (``affine_params``: its arguments) and an :class:`ElasticDeformation`
     (``elastic_params``: control_points, max_displacement; its interpolation arguments play no
@@ -152,7 +161,9 @@ class AffineElasticDeformation:
     ``affine_first=False`` is refused (see :class:`RandomAffineElasticDeformation`)."""
 
     def __init__(self, affine_first: bool, affine_params: dict, elastic_params: dict,
-                 label_keys: Sequence[str] = (), affine: Any = None):
+                 label_keys: Sequence[str] = (), affine: Any = None,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         if not affine_first:
             raise ValueError("affine_first=False (the elastic field evaluated at the affine-mapped point) is not "
                              "supported: voxaug's gather evaluates the field on the output grid")
@@ -166,6 +177,7 @@ class AffineElasticDeformation:
         if unknown:
             raise ValueError(f"elastic_params: unknown arguments {sorted(unknown)}")
         self._elastic = ElasticDeformation(**ep, affine=affine)
+        self._filter_args(include, exclude, keep)
 
     def __call__(self, data: Any) -> Any:
         batches = _tensor_batches(data, "AffineElasticDeformation")
@@ -197,15 +209,18 @@ def _with_new_affine(v: torch.Tensor, affine: Any) -> torch.Tensor:
     return w
 
 
-class CopyAffine:
+class CopyAffine(_TorchIOArgs):
     """TorchIO CopyAffine(target): every other MetaTensor of the dictionary (TorchIO's Subject)
     gets the affine of ``data[target]`` (their data are shared, not copied); plain tensors have no
     affine to set and are kept. A missing target raises, as TorchIO."""
 
-    def __init__(self, target: str):
+    def __init__(self, target: str,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         if not isinstance(target, str):
             raise ValueError(f"Input target must be a string, but it has type {type(target)}")
         self.target = target
+        self._filter_args(include, exclude, keep)
 
     def __call__(self, data: Any) -> Any:
         if not isinstance(data, collections.abc.Mapping):
@@ -223,7 +238,7 @@ class CopyAffine:
         return out
 
 
-class ToReferenceSpace:
+class ToReferenceSpace(_TorchIOArgs):
     """TorchIO ToReferenceSpace(reference): each image (an embedding, a feature map, a
     downsampled prediction) keeps its data and gets the affine that spans the reference's field
     of view on its own grid: TorchIO Resample's grid of the reference for the spacing
@@ -231,7 +246,9 @@ class ToReferenceSpace:
     ``reference``: a MetaTensor, or a (shape, affine) pair. A MetaTensor result carries the
     affine; for a plain tensor it is kept in ``last_affine``."""
 
-    def __init__(self, reference: Any):
+    def __init__(self, reference: Any,
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         if _is_meta_tensor(reference):
             self.ref_shape = tuple(int(v) for v in reference.shape[-3:])
             self.ref_affine = np.asarray(reference.affine.detach().cpu(), dtype=np.float64)
@@ -244,6 +261,7 @@ class ToReferenceSpace:
             raise ValueError(f"reference: a 3-D shape and a 4 x 4 affine, got {self.ref_shape} and "
                              f"{self.ref_affine.shape}")
         self.last_affine: Any = None
+        self._filter_args(include, exclude, keep)
 
     def _affine_for(self, shape: Sequence[int]) -> np.ndarray:
         spacing = np.linalg.norm(self.ref_affine[:3, :3], axis=0)
@@ -262,18 +280,21 @@ class ToReferenceSpace:
         return out if out is not None else data
 
 
-class Lambda:
+class Lambda(_TorchIOArgs):
     """TorchIO Lambda(function, types_to_apply=None): ``function(tensor)`` on each image -- a
     tensor, or the 4-D / 5-D tensors of a dictionary, filtered by ``types_to_apply``
     ('intensity' and / or 'label'; the entries under ``label_keys`` are labels). The result must
     be a tensor with the input's number of dimensions, as TorchIO checks."""
 
-    def __init__(self, function: Any, types_to_apply: Any = None, label_keys: Sequence[str] = ()):
+    def __init__(self, function: Any, types_to_apply: Any = None, label_keys: Sequence[str] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         if not callable(function):
             raise ValueError(f"The function must be callable, got {function!r}")
         if types_to_apply is not None and not set(types_to_apply) <= {"intensity", "label"}:
             raise ValueError(f'types_to_apply must hold "intensity" and / or "label", got {types_to_apply!r}')
         self.function, self.types_to_apply, self.label_keys = function, types_to_apply, set(label_keys)
+        self._filter_args(include, exclude, keep)
 
     def __call__(self, data: Any) -> Any:
         out = dict(data) if isinstance(data, collections.abc.Mapping) else None
@@ -294,15 +315,18 @@ class Lambda:
         return out if out is not None else data
 
 
-class To:
+class To(_TorchIOArgs):
     """TorchIO To(target, to_kwargs=None), an intensity transform: ``tensor.to(target,
     **to_kwargs)`` (a dtype, a device or a device name) for a tensor, or for each intensity image
     of a dictionary (the entries under ``label_keys`` -- TorchIO's LabelMaps -- are kept)."""
 
-    def __init__(self, target: Any, to_kwargs: Any = None, label_keys: Sequence[str] = ()):
+    def __init__(self, target: Any, to_kwargs: Any = None, label_keys: Sequence[str] = (),
+                 *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None):
         if not isinstance(target, (str, torch.dtype, torch.device)):
             raise ValueError(f"target must be a str, torch.dtype or torch.device, got {target!r}")
         self.target, self.to_kwargs, self.label_keys = target, dict(to_kwargs or {}), set(label_keys)
+        self._filter_args(include, exclude, keep)
 
     def __call__(self, data: Any) -> Any:
         if not isinstance(data, collections.abc.Mapping):

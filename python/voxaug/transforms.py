@@ -18,7 +18,9 @@ StdShiftIntensity writes into its (float32) input, voxaug never mutates the inpu
 from __future__ import annotations
 
 import collections.abc
+import contextvars
 import copy
+import functools
 import math
 import numbers
 import warnings
@@ -420,7 +422,95 @@ def _host_to(t: torch.Tensor, device: Any) -> torch.Tensor:
     return host.to(device, non_blocking=True)
 
 
-class _Subject:
+class _TorchIOArgs:
+    """TorchIO's Transform arguments ``include`` / ``exclude`` / ``keep`` (keyword only) on
+    Subject dictionaries: ``include`` / ``exclude`` (not both) name the only images transformed /
+    the images left alone (names not in the dictionary are ignored, as TorchIO's get_images);
+    ``keep`` = {name: new_name} adds each named entry as it was before the call under its new
+    name. The images (4-D / 5-D tensors) left out come back as they were; an entry the transform
+    refers to by name (a string argument equal to a key: ``mask_name``, ``masking_method``, a
+    target) is still handed to it, then restored when it is left out (TorchIO reads such an image
+    without transforming it). A transform with any of these set runs as itself, not fused in a
+    :class:`Compose`. Without them (or on a tensor) the call is the transform's own."""
+
+    include: Optional[tuple] = None
+    exclude: tuple = ()
+    keep: dict = {}
+
+    def _filter_args(self, include: Optional[Sequence[Hashable]], exclude: Optional[Sequence[Hashable]],
+                     keep: Optional[Mapping[Hashable, Hashable]]) -> None:
+        """Sets include, exclude and keep, checked as TorchIO checks them."""
+        if include is not None and exclude is not None:
+            raise ValueError("include and exclude cannot both be specified")
+        for name, keys in (("include", include), ("exclude", exclude)):
+            if isinstance(keys, (str, bytes)):
+                raise ValueError(f"{name} must be a sequence of keys, not the string {keys!r}")
+            if keys is not None and not isinstance(keys, collections.abc.Iterable):
+                raise ValueError(f"{name} must be a sequence of keys, got {type(keys).__name__}")
+        self.include = None if include is None else tuple(include)
+        self.exclude = () if exclude is None else tuple(exclude)
+        if keep is not None and not isinstance(keep, collections.abc.Mapping):
+            raise ValueError(f"keep must be a dictionary {{name: new_name}}, got {type(keep).__name__}")
+        self.keep = dict(keep or {})
+
+    def _filtering(self) -> bool:
+        return self.include is not None or bool(self.exclude) or bool(self.keep)
+
+    def _chosen(self, key: Hashable) -> bool:
+        return (self.include is None or key in self.include) and key not in self.exclude
+
+    def _check_keep(self, data: Mapping) -> None:
+        missing = [k for k in self.keep if k not in data]
+        if missing:
+            raise KeyError(f"keep names {missing}, not in the dictionary (keys {list(data)})")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A subclass's own __call__ is wrapped so that the filtering runs around it (a call a
+        # class defines itself comes before this mixin's in the MRO).
+        super().__init_subclass__(**kwargs)
+        call = cls.__dict__.get("__call__")
+        if call is not None and not getattr(call, "_filters_keys", False):
+            cls.__call__ = _filtering_call(call)
+
+    def __call__(self, data: Any, *args: Any, **kwargs: Any) -> Any:
+        return _filtered(self, super().__call__, data, args, kwargs)  # type: ignore[misc]
+
+
+_FILTERING: "contextvars.ContextVar[frozenset]" = contextvars.ContextVar("voxaug_torchio_filtering",
+                                                                       default=frozenset())
+
+
+def _filtered(t: "_TorchIOArgs", call: Callable, data: Any, args: tuple, kwargs: dict) -> Any:
+    """`call(data)` with t's include / exclude / keep applied around it (once: a subclass call
+    that reaches its parent's wrapped call is not filtered again)."""
+    if not isinstance(data, collections.abc.Mapping) or not t._filtering() or id(t) in _FILTERING.get():
+        return call(data, *args, **kwargs)
+    t._check_keep(data)
+    images = {k for k, v in data.items() if isinstance(v, torch.Tensor) and v.dim() in (4, 5)}
+    refs = {v for v in vars(t).values() if isinstance(v, str) and v in data}
+    left = {k for k in images if not t._chosen(k)}
+    token = _FILTERING.set(_FILTERING.get() | {id(t)})
+    try:
+        out = call({k: v for k, v in data.items() if k not in left or k in refs}, *args, **kwargs)
+    finally:
+        _FILTERING.reset(token)
+    result = {k: (data[k] if k in left else out[k]) for k in data if k in left or k in out}
+    result.update({k: v for k, v in out.items() if k not in result})
+    for name, new_name in t.keep.items():
+        result[new_name] = data[name]
+    return result
+
+
+def _filtering_call(call: Callable) -> Callable:
+    @functools.wraps(call)
+    def __call__(self, data: Any, *args: Any, **kwargs: Any) -> Any:
+        return _filtered(self, lambda d, *a, **k: call(self, d, *a, **k), data, args, kwargs)
+
+    __call__._filters_keys = True  # type: ignore[attr-defined]
+    return __call__
+
+
+class _Subject(_TorchIOArgs):
     """TorchIO's intensity transforms on a Subject: called on a dictionary, each 4-D / 5-D tensor
     not under ``label_keys`` (TorchIO's LabelMaps) is transformed by its own call -- its own draws,
     as TorchIO draws per image -- and the other entries are kept. A ``masking_method`` string naming
@@ -441,26 +531,12 @@ class _Subject:
     ``last_applied``, where it has one, is the subject gate)."""
 
     label_keys: tuple = ()
-    include: Optional[tuple] = None
-    exclude: tuple = ()
-    keep: dict = {}
 
     def _subject_keys(self, label_keys: Sequence[Hashable], include: Optional[Sequence[Hashable]],
                       exclude: Optional[Sequence[Hashable]], keep: Optional[Mapping[Hashable, Hashable]]) -> None:
-        """Sets label_keys, include, exclude and keep, checked as TorchIO checks them."""
+        """Sets label_keys, and include, exclude and keep (_TorchIOArgs)."""
         self.label_keys = _label_keys(label_keys)
-        if include is not None and exclude is not None:
-            raise ValueError("include and exclude cannot both be specified")
-        for name, keys in (("include", include), ("exclude", exclude)):
-            if isinstance(keys, (str, bytes)):
-                raise ValueError(f"{name} must be a sequence of keys, not the string {keys!r}")
-            if keys is not None and not isinstance(keys, collections.abc.Iterable):
-                raise ValueError(f"{name} must be a sequence of keys, got {type(keys).__name__}")
-        self.include = None if include is None else tuple(include)
-        self.exclude = () if exclude is None else tuple(exclude)
-        if keep is not None and not isinstance(keep, collections.abc.Mapping):
-            raise ValueError(f"keep must be a dictionary {{name: new_name}}, got {type(keep).__name__}")
-        self.keep = dict(keep or {})
+        self._filter_args(include, exclude, keep)
 
     def _tensor_call(self, x: Any, *args: Any, **kwargs: Any) -> Any:
         """The transform of one tensor: the next class's call (a class with a call of its own
@@ -470,8 +546,7 @@ class _Subject:
     def _subject_targets(self, data: Mapping) -> list:
         """The keys of `data` this call transforms: 4-D / 5-D tensors, not label maps, included."""
         return [k for k, v in data.items()
-                if isinstance(v, torch.Tensor) and v.dim() in (4, 5) and k not in self.label_keys
-                and (self.include is None or k in self.include) and k not in self.exclude]
+                if isinstance(v, torch.Tensor) and v.dim() in (4, 5) and k not in self.label_keys and self._chosen(k)]
 
     def _subject_gate(self, data: Mapping, keys: list) -> tuple[Any, Optional[torch.Tensor]]:
         """(the transform to call per image, the per-sample gate or None when every sample runs):
@@ -497,9 +572,7 @@ class _Subject:
         t, gate = self._subject_gate(data, keys)
         if gate is not None and not bool(gate.any()):
             return dict(data)  # TorchIO: the whole Subject untouched (nothing kept)
-        missing = [k for k in self.keep if k not in data]
-        if missing:
-            raise KeyError(f"keep names {missing}, not in the dictionary (keys {list(data)})")
+        self._check_keep(data)
         mm = getattr(self, "masking_method", None)
         if isinstance(mm, str) and mm in data:
             t = copy.copy(t) if t is self else t
@@ -528,6 +601,8 @@ class _Subject:
                 la = self.last_applied  # the copy ran with probability 1: the gate decided
                 self.last_applied = gate.numpy().copy() if isinstance(la, np.ndarray) else gate.to(la.device)
         return out
+
+    __call__._filters_keys = True  # type: ignore[attr-defined]  # filters itself (per image)
 
 
 def _label_keys(label_keys: Sequence[Hashable]) -> tuple:

@@ -16,13 +16,13 @@ tio = pytest.importorskip("torchio")
 
 @pytest.fixture(scope="module")
 def subject_tensors():
-    """t1: a crop of ch2 (float32); t2: its inverted contrast; seg: the AAL atlas crop (int64)."""
+    """t1: a crop of ch2 (float32); t2: its inverted contrast; seg: the AAL atlas crop (int16)."""
     t1, affine = load_template("ch2.nii.gz")
     seg, seg_affine = load_template("aal.nii.gz")
     assert np.allclose(affine, seg_affine)
     sl = (slice(None), slice(50, 110), slice(60, 130), slice(40, 90))
     t1 = t1[sl].float()
-    return {"t1": t1, "t2": 255.0 - t1, "seg": seg[sl].long()}, affine
+    return {"t1": t1, "t2": 255.0 - t1, "seg": seg[sl].to(torch.int16)}, affine
 
 
 def _torchio_subject(tensors, affine):
@@ -167,3 +167,80 @@ def test_subject_argument_errors():
         vtio.RescaleIntensity(keep={"t9": "t9_original"})({"t1": torch.rand(1, 4, 4, 4)})
     with pytest.raises(ValueError, match="agree on the batch size"):
         vtio.RandomNoise(p=0.5, seed=1)({"a": torch.rand(2, 1, 4, 4, 4), "b": torch.rand(3, 1, 4, 4, 4)})
+
+
+# ---------------- the spatial and label transforms ----------------
+SPATIAL_CASES = {
+    "Flip": (dict(axes=(0, 2)), {}),
+    "Pad": (dict(padding=(2, 1, 0, 3, 1, 1)), {}),
+    "Crop": (dict(cropping=(2, 1, 0, 3, 1, 1)), {}),
+    "CropOrPad": (dict(target_shape=(40, 80, 30), mask_name="seg"), {}),
+    "Transpose": ({}, {}),
+    "EnsureShapeMultiple": (dict(target_multiple=8), {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPATIAL_CASES))
+@pytest.mark.parametrize("select", [{"include": ["t1"]}, {"exclude": ["seg"]}, {"exclude": ["t1", "t2"]},
+                                    {"keep": {"t2": "t2_original"}}])
+def test_spatial_include_exclude_keep_equal_torchio(subject_tensors, name, select):
+    """TorchIO's spatial transforms with include / exclude / keep: the transformed images equal
+    TorchIO's bit for bit (exact index maps), the others (a mask read by name included) come
+    back as they were, the kept originals are added."""
+    tensors, affine = subject_tensors
+    kwargs, _ = SPATIAL_CASES[name]
+    chosen = set(select.get("include", tensors)) - set(select.get("exclude", ()))
+    out = getattr(vtio, name)(**kwargs, **select)(dict(tensors))
+    try:
+        ref = getattr(tio, name)(**kwargs, **select)(_torchio_subject(tensors, affine))
+    except RuntimeError as e:  # TorchIO checks that a Subject's images (kept ones too) share one shape
+        assert "More than one value" in str(e)
+        # TorchIO's transform of the images it would transform (and the mask it reads)
+        part = {k: v for k, v in tensors.items() if k in chosen or k == kwargs.get("mask_name")}
+        ref = getattr(tio, name)(**kwargs)(_torchio_subject(part, affine))
+    assert sorted(out) == sorted(set(tensors) | set(select.get("keep", {}).values()))
+    for k, v in out.items():
+        if k not in chosen or k.endswith("_original"):
+            assert v is tensors[k.replace("_original", "")], k  # passed through
+        else:
+            assert torch.equal(v, ref[k].data.to(v.dtype)), k
+
+
+def test_label_transforms_include_exclude(subject_tensors):
+    """TorchIO's label transforms act on the label maps named by include (others untouched)."""
+    tensors, affine = subject_tensors
+    tensors = dict(tensors, seg2=tensors["seg"].clone())
+    subject = tio.Subject(t1=tio.ScalarImage(tensor=tensors["t1"], affine=affine),
+                          seg=tio.LabelMap(tensor=tensors["seg"].clone(), affine=affine),
+                          seg2=tio.LabelMap(tensor=tensors["seg2"].clone(), affine=affine))
+    a, b = (int(v) for v in torch.unique(tensors["seg"])[1:3])  # two labels of the crop
+    ref = tio.RemapLabels({a: b, b: a}, include=["seg2"])(subject)
+    out = vtio.RemapLabels({a: b, b: a}, include=["seg2"], label_keys=["seg", "seg2"])(
+        {k: tensors[k] for k in ("t1", "seg", "seg2")})
+    for k in ("t1", "seg", "seg2"):
+        assert torch.equal(out[k], ref[k].data.to(out[k].dtype)), k
+    assert out["seg"] is tensors["seg"] and not torch.equal(out["seg2"], tensors["seg2"])
+
+
+def test_filtered_transforms_run_as_themselves_in_compose(subject_tensors):
+    """A Compose of spatial steps fuses them into one gather; a step with include / exclude runs
+    as itself, so the pipeline equals TorchIO's Compose of the same steps."""
+    tensors, affine = subject_tensors
+    steps = lambda lib: [lib.Flip(axes=(1,), include=["t1"]), lib.Pad(padding=2), lib.Flip(axes=(0,), exclude=["seg"]),
+                         lib.Crop(cropping=(1, 0, 2, 2, 0, 1))]  # noqa: E731
+    ref = tio.Compose(steps(tio))(_torchio_subject(tensors, affine))
+    out = vtio.Compose(steps(vtio))(dict(tensors))
+    for k in tensors:
+        assert torch.equal(out[k], ref[k].data.to(out[k].dtype)), k
+
+
+def test_random_spatial_include(subject_tensors):
+    """RandomAffine / RandomElasticDeformation with include: the images left out come back as
+    they were; the included ones are transformed (and alike: the same draw for every image)."""
+    tensors, _ = subject_tensors
+    data = dict(tensors, t3=tensors["t1"].clone())
+    for t in (vtio.RandomAffine(degrees=15, include=["t1", "t3"], seed=3),
+              vtio.RandomElasticDeformation(max_displacement=5, include=["t1", "t3"], label_keys=["seg"], seed=3)):
+        out = t(data)
+        assert out["t2"] is data["t2"] and out["seg"] is data["seg"]
+        assert not torch.equal(out["t1"], data["t1"]) and torch.equal(out["t1"], out["t3"])
