@@ -5,7 +5,10 @@
 #      RandFlip x3, RandRotate90, RandShiftIntensity), validates with voxaug's sliding-window
 #      inference and a Dice on the device, and writes train.csv, training_curve.png,
 #      validation.png and checkpoint.pt (loads into MONAI's SwinUNETR);
-#   2. runs every voxaug transform, batched, on the Colin27 T1 MRI + AAL atlas (examples/demo.py):
+#   2. loads that checkpoint into MONAI's SwinUNETR and runs sliding-window inference on the
+#      held-out phantoms with voxaug's inferer and MONAI's (examples/swin_unetr/infer.py): Dice per
+#      class of both, how far they differ, the time of each;
+#   3. runs every voxaug transform, batched, on the Colin27 T1 MRI + AAL atlas (examples/demo.py):
 #      montage.png, transforms.png and a timing table;
 # and prints a summary. CUDA when a GPU is visible (the real configuration: feature size 48,
 # 96^3 x 4 patches, bf16 AMP, 160x160x128 phantoms), else the CPU (a tiny configuration that
@@ -78,11 +81,28 @@ if ((do_train)); then
   "$trainer" "${targs[@]}" "${extra[@]}" | tee "$out/train.log"
   summary+=("training ($device): $(grep -E '^summary:' "$out/train.log" | tail -n 1 | sed 's/^summary: //')")
   summary+=("  wall $(($(date +%s) - t0)) s; outputs in $out/train: train.csv, training_curve.png, validation.png, checkpoint.pt")
+
+  echo
+  echo "== 2. sliding-window inference with the checkpoint: voxaug vs MONAI ($device)"
+  if ((${#extra[@]})); then
+    echo "(skipped: trainer arguments after -- may change the subjects and geometry infer.py regenerates)"
+  else
+    iargs=(--checkpoint "$out/train/checkpoint.pt" --device "$device")
+    if [[ "$device" == cpu ]]; then
+      # the CPU run's held-out phantoms (48^3), in 32 x 32 x 64 windows (MONAI refuses 32^3 ones)
+      iargs+=(--phantom-size 48,48,48 --repeats 1)
+    else
+      iargs+=(--train-subjects 24 --val-subjects 6 --phantom-size 160,160,128 --roi 96,96,96)
+    fi
+    t0=$(date +%s)
+    "$python" "$repo/examples/swin_unetr/infer.py" "${iargs[@]}" | tee "$out/infer.log"
+    summary+=("$(grep -E '^inference:' "$out/infer.log" | tail -n 1) -- per-subject Dice in $out/infer.log; wall $(($(date +%s) - t0)) s")
+  fi
 fi
 
 if ((do_augment)); then
   echo
-  echo "== 2. every voxaug transform, batched, on the Colin27 T1 + AAL atlas ($device)"
+  echo "== 3. every voxaug transform, batched, on the Colin27 T1 + AAL atlas ($device)"
   t0=$(date +%s)
   if [[ "$device" == cpu ]]; then
     "$python" "$repo/examples/demo.py" --device cpu --batch 4 --repeats 2 --out "$out/augment"
