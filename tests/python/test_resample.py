@@ -263,6 +263,36 @@ def test_signed_permutations_are_bit_exact_copies(device):
             assert torch.equal(out[1], torch.flip(torch.rot90(x[1], 1, (2, 3)), (1,)))
 
 
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("layout", ["c", "fortran", "permuted"])
+def test_exact_copies_of_large_volumes_any_layout(device, layout):
+    """The exact path on volumes past the streaming size (5.6 MB): rows of 181 float32 (724 B,
+    not whole cache lines: copied through the cache) and of 96 (384 B: streamed), inputs in C
+    order, Fortran order (nibabel's; rows then run h-major) and a permuted layout, image and
+    uint8 label in one launch: identity, flips and quarter turns equal torch's indexing bit for
+    bit."""
+    g = torch.Generator().manual_seed(5)
+    for shape in ((2, 1, 45, 88, 181), (2, 1, 60, 80, 96)):
+        x = torch.randn(shape, generator=g)
+        lab = torch.randint(0, 255, shape, generator=g, dtype=torch.uint8)
+        if layout == "fortran":
+            x, lab = (t.permute(0, 1, 4, 3, 2).contiguous().permute(0, 1, 4, 3, 2) for t in (x, lab))
+        elif layout == "permuted":
+            x, lab = (t.permute(0, 1, 3, 2, 4).contiguous().permute(0, 1, 3, 2, 4) for t in (x, lab))
+        x, lab = x.to(device), lab.to(device)
+        d, h, w = shape[2:]
+        eye = torch.eye(3, 4, dtype=torch.float64)
+        flip_dw = eye.clone()
+        flip_dw[0, 0], flip_dw[0, 3], flip_dw[2, 2], flip_dw[2, 3] = -1, d - 1, -1, w - 1
+        turn_dh = torch.zeros(3, 4, dtype=torch.float64)  # out (h, d, w): out d walks in h, out h walks in d
+        turn_dh[0, 1], turn_dh[1, 0], turn_dh[2, 2] = 1, 1, 1
+        for m, size, ref in ((eye, (d, h, w), lambda t: t), (flip_dw, (d, h, w), lambda t: t.flip(2, 4)),
+                             (turn_dh, (h, d, w), lambda t: t.transpose(2, 3))):
+            mm = m.expand(shape[0], 3, 4).contiguous().to(device)
+            out, out_lab = ops.resample([x, lab], mm, size, ["linear", "nearest"], ["zeros", "zeros"])
+            assert torch.equal(out, ref(x)) and torch.equal(out_lab, ref(lab)), (shape, layout)
+
+
 SCIPY_MODE = {("zeros", False): "grid-constant", ("constant", False): "grid-constant",
               ("border", False): "nearest", ("reflection", False): "reflect", ("reflection", True): "mirror",
               ("cutoff", False): "constant", ("cutoff", True): "constant"}
