@@ -519,7 +519,8 @@ class SlidingWindowInferer:
         if (device is None and self.cpu_thresh is not None and isinstance(inputs, torch.Tensor)
                 and inputs.shape[2:].numel() > self.cpu_thresh):
             device = "cpu"
-        key = (tuple(inputs.shape[2:]), inputs.dtype, str(device or inputs.device), str(self.sw_device or inputs.device))
+        key = (tuple(inputs.shape[2:]), inputs.dtype, str(device or inputs.device),
+               str(self.sw_device or inputs.device))
         cache = self._caches.setdefault(key, {}) if self.cache_roi_weight_map else None
         return sliding_window_inference(
             inputs, self.roi_size, self.sw_batch_size, network, self.overlap, self.mode, self.sigma_scale,

@@ -81,8 +81,8 @@ Differences from MONAI, by design:
   ``dtype``, ``device`` and ``cache_grid`` are accepted for signature compatibility only.
 - Random parameters come from Philox on the host (``ops.philox_uniform``), keyed by the call's
   seed (drawn from the transform's generator) and the sample's index (``draw_params(batch_size,
-  first_sample, seed)``): a sample's result does not depend on the batch it is in. A batch gets a per-sample gate ``u < prob``
-  and per-sample parameters, not one draw per call.
+  first_sample, seed)``): a sample's result does not depend on the batch it is in. A batch gets
+  a per-sample gate ``u < prob`` and per-sample parameters, not one draw per call.
 - A MetaTensor keeps its metadata; its ``affine`` is composed with the transform's index map
   as MONAI does (``affine @ xform``, per sample for a batch with different maps), and its
   ``applied_operations`` gets one record per call (see "Invertibility" below). Per-transform
@@ -1524,7 +1524,8 @@ class ToCanonical(_TorchIOArgs):
     of them) gets the new affine. A plain tensor is taken as RAS already (TorchIO's identity
     affine for a bare tensor) and returned as it is."""
 
-    def __init__(self, *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None, keep: Optional[Mapping[Hashable, Hashable]] = None) -> None:
+    def __init__(self, *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None) -> None:
         self._filter_args(include, exclude, keep)
 
     def __call__(self, data: Any) -> Any:
@@ -1572,7 +1573,8 @@ class Transpose(_TorchIOArgs):
 
     last_affine: Optional[np.ndarray] = None
 
-    def __init__(self, *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None, keep: Optional[Mapping[Hashable, Hashable]] = None) -> None:
+    def __init__(self, *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
+                 keep: Optional[Mapping[Hashable, Hashable]] = None) -> None:
         self._filter_args(include, exclude, keep)
 
     def _one(self, img: Any) -> Any:

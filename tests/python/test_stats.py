@@ -368,7 +368,8 @@ def test_normalize_intensity_nonzero_gradient(device, channel_wise):
     torch.testing.assert_close(got32, want.float(), rtol=1e-4, atol=1e-5)
 
 
-SRP_GRAD_CASES = [dict(lower=5, upper=95, b_min=0.0, b_max=1.0), dict(lower=5, upper=95, b_min=0.0, b_max=1.0, clip=True),
+SRP_GRAD_CASES = [dict(lower=5, upper=95, b_min=0.0, b_max=1.0),
+                  dict(lower=5, upper=95, b_min=0.0, b_max=1.0, clip=True),
                   dict(lower=10, upper=90, b_min=-1.0, b_max=2.0, relative=True),
                   dict(lower=5, upper=95, b_min=None, b_max=None),
                   dict(lower=5, upper=95, b_min=0.0, b_max=1.0, channel_wise=True),
