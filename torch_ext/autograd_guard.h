@@ -14,6 +14,14 @@
 
 namespace voxaug::torch_ext {
 
+// A backward's result when only its first input is differentiable: `grad`, then `rest`
+// undefined gradients (the other inputs: tables, seeds, options).
+inline torch::autograd::variable_list first_grad_only(at::Tensor grad, size_t rest) {
+  torch::autograd::variable_list out(rest + 1);
+  out[0] = std::move(grad);
+  return out;
+}
+
 // Whether `v` (a Tensor, Tensor[] or Tensor?[] argument) holds a tensor that requires grad.
 inline bool requires_grad_arg(const c10::IValue& v) {
   if (v.isTensor()) return v.toTensor().defined() && v.toTensor().requires_grad();

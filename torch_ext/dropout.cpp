@@ -161,16 +161,7 @@ struct CoarseDropoutFunction : public torch::autograd::Function<CoarseDropoutFun
     const at::Tensor g = coarse_dropout_call(
         grads[0], ctx->saved_data["boxes"].toTensor(), ctx->saved_data["counts"].toTensor(),
         ctx->saved_data["dropout_holes"].toBool(), /*fill_mode=*/0, 0.0, 0.0, 0.0, 0, 0);
-    return {g,
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor()};
+    return first_grad_only(g, 9);
   }
 };
 

@@ -215,7 +215,7 @@ class GaussianSmoothFunction : public torch::autograd::Function<GaussianSmoothFu
                        ? reflect_adjoint(grads[0], sigma, truncated, taps, image_dtype)
                        : call_smooth(grads[0], sigma, truncated, image_dtype, taps, border);
     }
-    return {grad_image, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return first_grad_only(grad_image, 5);
   }
 };
 

@@ -437,7 +437,7 @@ class ChainFunction : public torch::autograd::Function<ChainFunction> {
     const auto values = ctx->saved_data["values"].to<OptTensorList>();
     at::Tensor g = op.call(grads[0], image, ops, flags, params, seeds, values,
                            ctx->saved_data["first_sample"].toInt());
-    return {g, at::Tensor(), at::Tensor(), at::Tensor()};
+    return first_grad_only(g, 3);
   }
 };
 

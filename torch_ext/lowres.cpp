@@ -125,7 +125,7 @@ class LowResolutionFunction : public torch::autograd::Function<LowResolutionFunc
               : at::upsample_nearest3d_backward(gn, full, {1, C, low[0], low[1], low[2]});
       out.push_back(at::upsample_nearest3d_backward(g_low, low, {1, C, full[0], full[1], full[2]}));
     }
-    return {at::cat(out).to(image_dtype), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return first_grad_only(at::cat(out).to(image_dtype), 4);
   }
 };
 

@@ -364,12 +364,7 @@ class NormalizeIntensityFunction : public torch::autograd::Function<NormalizeInt
     g = g - at::where(learned_std, (X - mean) / (s * s) * ((G * Y * M).sum(-1, true) / cnt),
                       at::zeros_like(X));
     g = at::where(M.to(at::kBool), g, G);
-    return {g.reshape(x.sizes()).to(x.scalar_type()),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor()};
+    return first_grad_only(g.reshape(x.sizes()).to(x.scalar_type()), 5);
   }
 };
 
@@ -470,15 +465,7 @@ class SrpFunction : public torch::autograd::Function<SrpFunction> {
         (s / span) * (H - da * H.sum(-1, true) - (dA - da) * (H * Z).sum(-1, true));
     const at::Tensor unscaled = G - da * G.sum(-1, true);
     const at::Tensor g = at::where(flat, unscaled, scaled);
-    return {g.reshape(x.sizes()).to(x.scalar_type()),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor()};
+    return first_grad_only(g.reshape(x.sizes()).to(x.scalar_type()), 8);
   }
 };
 
