@@ -1518,18 +1518,28 @@ def _each_image(data: Any, fn: Callable[[Any], Any]) -> Any:
     return fn(data)
 
 
+def _in_orientation(v: Any, code: str) -> bool:
+    """Whether MetaTensor `v` (one affine) is in orientation `code` already: TorchIO's
+    ToCanonical / ToOrientation then skip the image (no copy)."""
+    aff = v.affine
+    if aff.dim() != 2:  # a batch of affines: reoriented as usual
+        return False
+    return "".join(_nib_axcodes(np.asarray(aff.detach().cpu(), dtype=np.float64))) == code
+
+
 class ToCanonical(_TorchIOArgs):
     """TorchIO ToCanonical: reorients to RAS+ (nibabel's as_closest_canonical), a signed
     permutation of the voxels (:class:`Orientation`'s exact copy); a MetaTensor (or a dictionary
-    of them) gets the new affine. A plain tensor is taken as RAS already (TorchIO's identity
-    affine for a bare tensor) and returned as it is."""
+    of them) gets the new affine. An image in RAS already is returned as it is (TorchIO skips
+    it), and so is a plain tensor (TorchIO's identity affine for a bare tensor: RAS)."""
 
     def __init__(self, *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
                  keep: Optional[Mapping[Hashable, Hashable]] = None) -> None:
         self._filter_args(include, exclude, keep)
 
     def __call__(self, data: Any) -> Any:
-        return _each_image(data, lambda v: Orientation(axcodes="RAS")(v) if _is_meta_tensor(v) else v)
+        return _each_image(data, lambda v: Orientation(axcodes="RAS")(v)
+                           if _is_meta_tensor(v) and not _in_orientation(v, "RAS") else v)
 
 
 class ToOrientation(_TorchIOArgs):
@@ -1537,7 +1547,8 @@ class ToOrientation(_TorchIOArgs):
     S / I (nibabel's conventions; any order), a signed permutation of the voxels (:class:`Orientation`'s
     exact copy, bit-identical); a MetaTensor gets the new affine. A plain tensor has TorchIO's
     identity affine (RAS): it is reoriented from RAS, and the new affine is kept in
-    ``last_affine``. A dictionary (TorchIO's Subject) has every 4-D / 5-D tensor reoriented."""
+    ``last_affine``. An image in the target orientation already is returned as it is (TorchIO
+    skips it). A dictionary (TorchIO's Subject) has every 4-D / 5-D tensor reoriented."""
 
     def __init__(self, orientation: str = "RAS",
                  *, include: Optional[Sequence[Hashable]] = None, exclude: Optional[Sequence[Hashable]] = None,
@@ -1554,6 +1565,12 @@ class ToOrientation(_TorchIOArgs):
         self._filter_args(include, exclude, keep)
 
     def _one(self, img: Any) -> Any:
+        if _is_meta_tensor(img) and _in_orientation(img, self.orientation):  # TorchIO skips it
+            self.last_affine = _one_affine(img.affine, "affine")
+            return img
+        if not _is_meta_tensor(img) and self.orientation == "RAS":  # a bare tensor is RAS
+            self.last_affine = np.eye(4)
+            return img
         if _is_meta_tensor(img):
             out = Orientation(axcodes=self.orientation)(img)
             self.last_affine = _one_affine(out.affine, "affine")

@@ -164,6 +164,29 @@ def test_to_canonical_equals_torchio(ch2):
     assert np.abs(got["img"].affine.numpy() - ref.affine).max() < 1e-9
     x = torch.rand(1, 4, 5, 6)
     assert ToCanonical()(x) is x
+    # An image in RAS already (ch2 itself): returned as it is, as TorchIO skips it.
+    ras = MetaTensor(img, affine=torch.as_tensor(np.asarray(affine)))
+    assert ToCanonical()(ras) is ras
+    ref = tio.ToCanonical()(tio.Subject(img=tio.ScalarImage(tensor=img.clone(), affine=np.asarray(affine))))["img"]
+    assert torch.equal(ras.as_tensor(), ref.data)
+
+
+def test_to_orientation_skips_images_in_the_target_orientation(ch2):
+    """TorchIO's ToOrientation skips an image whose axis codes are the target's: voxaug returns
+    it as it is (a bare tensor is RAS); others are reoriented as TorchIO does."""
+    from voxaug.spatial import ToOrientation
+
+    vol, affine = ch2
+    img = vol[:, :30, :40, :20].contiguous()
+    las = np.diag([-1.0, 1.0, 1.0, 1.0]) @ np.asarray(affine)
+    m = MetaTensor(img, affine=torch.as_tensor(las))
+    t = ToOrientation("LAS")
+    assert t(m) is m and np.allclose(t.last_affine, las)
+    x = torch.rand(1, 4, 5, 6)
+    assert ToOrientation("RAS")(x) is x
+    got = ToOrientation("RAS")(m)
+    ref = tio.ToOrientation("RAS")(tio.Subject(img=tio.ScalarImage(tensor=img.clone(), affine=las)))["img"]
+    assert got is not m and torch.equal(got.as_tensor(), ref.data)
 
 
 @pytest.mark.parametrize("device", devices())
