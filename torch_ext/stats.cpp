@@ -287,13 +287,15 @@ at::Tensor percentiles_autograd(const at::Tensor& image, at::ArrayRef<double> q,
   return op.call(image, q, channel_wise);
 }
 
-// NormalizeIntensity's backward, through its statistics as MONAI's autograd differentiates:
+// NormalizeIntensity's backward, through its statistics (as torch's layer_norm / instance_norm;
+// MONAI's takes them as Python numbers, constants for its autograd):
 // y = (x - c) / s per segment over its counted set S (every element, or the nonzero ones), c
 // the subtrahend or the mean m, s the divisor or the population std (a std that rounds to 0 in
 // the compute type is the constant 1, as the forward). With n = |S| and means over S:
 //   dL/dx_j = g_j / s - [c = m] mean(g) / s - [s = std] (x_j - m) / s^2 * mean(g y),  j in S;
 //   dL/dx_j = g_j (the uncounted zeros pass through unchanged).
-// In float64 with ATen ops (the forward's float32 rounding of c and s is not differentiated).
+// The statistics are the forward's (the moments op: float64 count, mean, std); the rest in
+// float64 with ATen ops (the forward's float32 rounding of c and s is not differentiated).
 at::Tensor normalize_intensity_call(const at::Tensor& image,
                                     std::optional<at::ArrayRef<double>> subtrahend,
                                     std::optional<at::ArrayRef<double>> divisor, bool nonzero,
@@ -333,15 +335,17 @@ class NormalizeIntensityFunction : public torch::autograd::Function<NormalizeInt
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const at::Tensor x = ctx->get_saved_variables()[0];
+    if (x.sym_numel() == 0) return first_grad_only(at::zeros_like(x), 5);
     const bool has_sub = ctx->saved_data["has_sub"].toBool();
     const bool has_div = ctx->saved_data["has_div"].toBool();
     const bool nonzero = ctx->saved_data["nonzero"].toBool();
-    const int64_t n = x.size(0), segs = ctx->saved_data["channel_wise"].toBool() ? x.size(1) : 1;
+    const bool channel_wise = ctx->saved_data["channel_wise"].toBool();
+    const int64_t n = x.size(0), segs = segments_per_sample(x, channel_wise);
     const at::Tensor X = x.to(at::kDouble).reshape({n, segs, -1});
     const at::Tensor G = grads[0].to(at::kDouble).reshape({n, segs, -1});
     const at::Tensor M = nonzero ? X.ne(0).to(at::kDouble) : at::ones_like(X);
-    const at::Tensor cnt = M.sum(-1, true).clamp_min(1.0);
-    const at::Tensor mean = (X * M).sum(-1, true) / cnt;
+    const at::Tensor st = moments_autograd(x.detach(), channel_wise, nonzero);  // (n, segs, 3)
+    const at::Tensor cnt = st.narrow(-1, 0, 1).clamp_min(1.0), mean = st.narrow(-1, 1, 1);
     const at::Tensor c =
         has_sub ? value_column(ctx->saved_data["sub"].toDoubleVector(), n, segs, X.options())
                 : mean;
@@ -350,7 +354,7 @@ class NormalizeIntensityFunction : public torch::autograd::Function<NormalizeInt
       s = value_column(ctx->saved_data["div"].toDoubleVector(), n, segs, X.options());
       learned_std = at::zeros_like(s, at::kBool);
     } else {
-      const at::Tensor sd = (((X - mean) * M).pow(2).sum(-1, true) / cnt).sqrt();
+      const at::Tensor sd = st.narrow(-1, 2, 1);
       // The forward's zero test in its compute type (float64 images: float64, else float32).
       const at::Tensor rounded =
           x.scalar_type() == at::kDouble ? sd : sd.to(at::kFloat).to(at::kDouble);
@@ -432,6 +436,7 @@ class SrpFunction : public torch::autograd::Function<SrpFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const at::Tensor x = ctx->get_saved_variables()[0];
+    if (x.sym_numel() == 0) return first_grad_only(at::zeros_like(x), 8);
     const double lower = ctx->saved_data["lower"].toDouble();
     const double upper = ctx->saved_data["upper"].toDouble();
     const c10::IValue bmin_v = ctx->saved_data["b_min"], bmax_v = ctx->saved_data["b_max"];
@@ -443,7 +448,8 @@ class SrpFunction : public torch::autograd::Function<SrpFunction> {
       bmin = span * (lower / 100.0) + lo;
       bmax = span * (upper / 100.0) + lo;
     }
-    const int64_t n = x.size(0), segs = ctx->saved_data["channel_wise"].toBool() ? x.size(1) : 1;
+    const int64_t n = x.size(0),
+                  segs = segments_per_sample(x, ctx->saved_data["channel_wise"].toBool());
     const at::Tensor X = x.to(at::kDouble).reshape({n, segs, -1});
     const at::Tensor G = grads[0].to(at::kDouble).reshape({n, segs, -1});
     const auto sorted = at::sort(X, /*stable=*/true, -1, false);
