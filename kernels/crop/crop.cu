@@ -92,20 +92,8 @@ __device__ void class_count_one(const CenterParams& p, int64_t n, int64_t chunk,
   __syncthreads();  // the previous sample's reads of `hist` are done
   for (int c = threadIdx.x; c < K; c += blockDim.x) hist[c] = 0;
   __syncthreads();
-  for (int64_t v = begin + threadIdx.x; v < end; v += blockDim.x) {
-    int64_t idx[3];
-    center_voxel(p, v, idx);
-    if (!center_candidate(p, n, idx)) continue;
-    if (p.form == CropLabelForm::OneHot) {
-      const int64_t base = center_label_offset(p, n, idx);
-      for (int c = 0; c < K; ++c)
-        if (load_dyn<double>(p.label, p.label_dtype, base + c * p.label_stride[1]) != 0.0)
-          atomicAdd(&hist[c], 1u);
-    } else {
-      const int c = center_class(p, n, idx);
-      if (c >= 0) atomicAdd(&hist[c], 1u);
-    }
-  }
+  for (int64_t v = begin + threadIdx.x; v < end; v += blockDim.x)
+    center_voxel_classes(p, n, v, [&](int c) { atomicAdd(&hist[c], 1u); });
   __syncthreads();
   for (int c = threadIdx.x; c < K; c += blockDim.x) out[c] = hist[c];
 }
@@ -272,7 +260,8 @@ unsigned grid_samples(int64_t batch) {
 }
 
 // The counting pass: one block per (chunk, sample).
-void launch_class_count(const CenterParams& p, int64_t batch, int64_t* counts, cudaStream_t stream) {
+void launch_class_count(const CenterParams& p, int64_t batch, int64_t* counts,
+                        cudaStream_t stream) {
   const size_t smem =
       p.num_classes > kRegisterClasses ? size_t(p.num_classes) * sizeof(unsigned int) : 0;
   class_count<<<dim3(unsigned(p.chunks), grid_samples(batch)), 256, smem, stream>>>(p, batch,

@@ -107,14 +107,11 @@ VOXAUG_HD VOXAUG_FORCEINLINE int center_class(const CenterParams& p, int64_t n,
   return static_cast<double>(c) == x ? c : -1;
 }
 
-// In the region and (with an image) any image channel > image_threshold (float64 compare); in
-// the Foreground form the image restricts the background only (MONAI's map_binary_to_indices:
-// every foreground voxel is a positive candidate, a background one needs the image).
-VOXAUG_HD VOXAUG_FORCEINLINE bool center_candidate(const CenterParams& p, int64_t n,
-                                                   const int64_t idx[3]) {
-  if (!center_in_region(p, idx)) return false;
+// Whether the voxel passes the image (none, or any image channel > image_threshold: a float64
+// compare).
+VOXAUG_HD VOXAUG_FORCEINLINE bool center_image_passes(const CenterParams& p, int64_t n,
+                                                      const int64_t idx[3]) {
   if (p.image == nullptr) return true;
-  if (p.form == CropLabelForm::Foreground && center_class(p, n, idx) == 0) return true;
   const int64_t base = n * p.image_stride[0] + idx[0] * p.image_stride[2] +
                        idx[1] * p.image_stride[3] + idx[2] * p.image_stride[4];
   bool any = false;
@@ -122,6 +119,18 @@ VOXAUG_HD VOXAUG_FORCEINLINE bool center_candidate(const CenterParams& p, int64_
     any = any || load_dyn<double>(p.image, p.image_dtype, base + c * p.image_stride[1]) >
                      p.image_threshold;
   return any;
+}
+
+// A voxel of class `cls` (center_class's, or -1 where that is not known) is a candidate: in the
+// region and passing the image; in the Foreground form the image restricts the background only
+// (MONAI's map_binary_to_indices: every foreground voxel is a positive candidate).
+VOXAUG_HD VOXAUG_FORCEINLINE bool center_candidate(const CenterParams& p, int64_t n,
+                                                   const int64_t idx[3], int cls = -1) {
+  if (!center_in_region(p, idx)) return false;
+  if (p.image == nullptr) return true;
+  if (p.form == CropLabelForm::Foreground && (cls < 0 ? center_class(p, n, idx) : cls) == 0)
+    return true;
+  return center_image_passes(p, n, idx);
 }
 
 // Is the (candidate) voxel in class c?
@@ -145,20 +154,29 @@ VOXAUG_HD VOXAUG_FORCEINLINE int64_t chunk_end(const CenterParams& p, int64_t ch
   return e < v ? e : v;
 }
 
+// The classes voxel v is a candidate of: add(c) for each (one-hot: every channel != 0; the
+// other forms: its class, the label read once).
+template <class Add>
+VOXAUG_HD VOXAUG_FORCEINLINE void center_voxel_classes(const CenterParams& p, int64_t n, int64_t v,
+                                                       Add&& add) {
+  int64_t idx[3];
+  center_voxel(p, v, idx);
+  if (p.form == CropLabelForm::OneHot) {
+    if (!center_candidate(p, n, idx)) return;
+    const int64_t base = center_label_offset(p, n, idx);
+    for (int c = 0; c < p.num_classes; ++c)
+      if (load_dyn<double>(p.label, p.label_dtype, base + c * p.label_stride[1]) != 0.0) add(c);
+    return;
+  }
+  if (!center_in_region(p, idx)) return;
+  const int c = center_class(p, n, idx);
+  if (c >= 0 && center_candidate(p, n, idx, c)) add(c);
+}
+
 // Class counts of one chunk (generic path): hist[c] += candidates of class c.
 VOXAUG_HD inline void center_count_voxel(const CenterParams& p, int64_t n, int64_t v,
                                          int64_t* hist) {
-  int64_t idx[3];
-  center_voxel(p, v, idx);
-  if (!center_candidate(p, n, idx)) return;
-  if (p.form == CropLabelForm::OneHot) {
-    const int64_t base = center_label_offset(p, n, idx);
-    for (int c = 0; c < p.num_classes; ++c)
-      hist[c] += load_dyn<double>(p.label, p.label_dtype, base + c * p.label_stride[1]) != 0.0;
-    return;
-  }
-  const int c = center_class(p, n, idx);
-  if (c >= 0) hist[c] += 1;
+  center_voxel_classes(p, n, v, [&](int c) { hist[c] += 1; });
 }
 
 // The weights of a chunk are summed in a fixed order that a CUDA block reproduces: lane l
