@@ -380,6 +380,15 @@ class _IndexLists:
                 raise TypeError(f"{what}: index arrays must hold integers, got {t.dtype} in list {i}")
             self.lists.append(t.reshape(-1))
 
+    def candidates(self, lab: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(label, mask) volumes of the (1, C, *spatial) label batch's shape and device, standing
+        for the lists (the draw's label and image, threshold 0)."""
+        if lab.shape[0] != 1:
+            raise ValueError(f"{self.what}: MONAI's index arrays describe one volume; the label is a batch of "
+                             f"{lab.shape[0]} (use a batch of one, or the CropCounts of voxaug.crop.FgBgToIndicesd / "
+                             "ClassesToIndicesd)")
+        return self.volumes(lab.shape[2:], lab.device)
+
     def volumes(self, spatial: Sequence[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """(label, mask): (1, 1, *spatial) volumes; the last list written wins where lists overlap."""
         v = int(np.prod(spatial))
@@ -401,12 +410,6 @@ class _IndexLists:
             mask[t] = 1
             label[t] = value
         return label[:v].view(1, 1, *spatial), mask[:v].view(1, 1, *spatial)
-
-
-def _one_volume(lab: torch.Tensor, what: str) -> None:
-    if lab.shape[0] != 1:
-        raise ValueError(f"{what}: MONAI's index arrays describe one volume; the label is a batch of {lab.shape[0]} "
-                         "(use a batch of one, or the CropCounts of voxaug.crop.FgBgToIndicesd / ClassesToIndicesd)")
 
 
 def _counts_arg(fg: Any, bg: Any, what: str) -> Union[CropCounts, _IndexLists, None]:
@@ -515,8 +518,7 @@ class RandCropByPosNegLabel(_Randomizable):
         seed = self._next_seed() if seed is None else int(seed)
         thr = self.image_threshold if counts is None else counts.image_threshold
         if isinstance(counts, _IndexLists):  # MONAI's arrays: the candidates they list (mask > 0)
-            _one_volume(lab, counts.what)
-            lab, img = counts.volumes(lab.shape[2:], lab.device)
+            lab, img = counts.candidates(lab)
             counts = None
         elif counts is not None:
             _check_counts_form(counts, FOREGROUND, 2, "fg_indices / bg_indices")
@@ -666,18 +668,15 @@ class RandCropByLabelClasses(_Randomizable):
         _poll()
         lab = _as_batch(label)[0]
         img = None if image is None else _as_batch(image)[0]
+        thr = self.image_threshold
         if isinstance(cached, _IndexLists):  # MONAI's arrays: an argmax label of their classes
-            _one_volume(lab, cached.what)
             form, k = ARGMAX, len(cached.lists)
-            lab, img = cached.volumes(lab.shape[2:], lab.device)
+            (lab, img), cached, thr = cached.candidates(lab), None, cached.image_threshold
         else:
             form, k = _class_form(lab, self.num_classes)
         ratios = _class_ratios(self.ratios, k)
         size = _crop_size(self.spatial_size, lab.shape[2:], self.allow_smaller)
         seed = self._next_seed() if seed is None else int(seed)
-        thr = self.image_threshold
-        if isinstance(cached, _IndexLists):
-            cached, thr = None, 0.0
         if cached is not None:
             _check_counts_form(cached, form, k, "indices")
             thr = cached.image_threshold
