@@ -278,7 +278,7 @@ TORCH_LIBRARY(voxaug, m) {
   m.def(
       "window_stitch_(Tensor(a!) acc, Tensor pred, Tensor? weight, int[] image_size, "
       "int[] roi_size, float[] overlap, int first_window, bool first_store=False, "
-      "bool last_divide=False, Tensor? count=None) -> ()");
+      "bool last_divide=False, Tensor? count=None, bool ring=False) -> ()");
   m.def(
       "window_count(Tensor acc, Tensor? weight, int[] image_size, int[] roi_size, "
       "float[] overlap) -> Tensor");
@@ -290,6 +290,13 @@ TORCH_LIBRARY(voxaug, m) {
   m.def(
       "window_finalize_(Tensor(a!) acc, Tensor? count, Tensor? weight, int[] image_size, "
       "int[] roi_size, float[] overlap) -> ()");
+  // A ring accumulator (window_stitch_ ring=True: acc (N, K, depth, padded h, w), plane d at
+  // d % depth) drained plane range by plane range: out (N, K or 1, image size) gets the padded
+  // planes [d_begin, d_end) divided by their count (cast, or the channel argmax).
+  m.def(
+      "window_finalize_planes_(Tensor acc, Tensor? count, Tensor? weight, int[] image_size, "
+      "int[] roi_size, float[] overlap, Tensor(a!) out, int d_begin, int d_end, "
+      "bool argmax=False) -> ()");
   // Phantom family (include/voxaug/phantom.h): a synthetic CT-like abdominal phantom, image
   // float32 (N, 1, D, H, W) in HU and label uint8 (N, 1, D, H, W) in [0, num_classes - 1];
   // sample n is subject first_sample + n. phantom_params: the (N, 25 + 36 num_classes) float32

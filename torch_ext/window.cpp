@@ -230,13 +230,13 @@ void window_stitch__impl(const at::Tensor& acc, const at::Tensor& pred,
                          const std::optional<at::Tensor>& weight, at::IntArrayRef image_size,
                          at::IntArrayRef roi_size, at::ArrayRef<double> overlap,
                          int64_t first_window, bool first_store, bool last_divide,
-                         const std::optional<at::Tensor>& count) {
+                         const std::optional<at::Tensor>& count, bool ring) {
   check_5d(acc, "acc");
   check_5d(pred, "pred");
   check_float(pred, "pred");
   const WindowLayout l = layout_of(image_size, roi_size, overlap);
   const void* w = weight_ptr(weight, acc, l);
-  const StitchFuse fuse{first_store, last_divide, count_ptr(count, acc, l)};
+  const StitchFuse fuse{first_store, last_divide, count_ptr(count, acc, l), ring};
   TORCH_CHECK_VALUE(fuse.count == nullptr || last_divide,
                     "count is read only with last_divide=True");
   const c10::DeviceGuard guard(acc.device());
@@ -248,7 +248,7 @@ void window_stitch__impl(const at::Tensor& acc, const at::Tensor& pred,
 
 void window_stitch__meta(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                          at::IntArrayRef, at::IntArrayRef, at::ArrayRef<double>, int64_t, bool,
-                         bool, const std::optional<at::Tensor>&) {}
+                         bool, const std::optional<at::Tensor>&, bool) {}
 
 at::Tensor count_output(const at::Tensor& acc, const WindowLayout& l) {
   return torch_ext::empty_output({l.padded[0], l.padded[1], l.padded[2]}, acc.options());
@@ -285,15 +285,16 @@ at::Tensor finalize_output(const at::Tensor& acc, const WindowLayout& l,
                    acc.options().dtype(dtype.value_or(acc.scalar_type())));
 }
 
+// Planes [d_begin, d_end) of the padded d range (default: all of them).
 void finalize_into(const at::Tensor& acc, const std::optional<at::Tensor>& count,
                    const std::optional<at::Tensor>& weight, const WindowLayout& l,
-                   const at::Tensor& out, bool argmax) {
+                   const at::Tensor& out, bool argmax, int64_t d_begin = 0, int64_t d_end = -1) {
   const void* cp = count_ptr(count, acc, l);
   const void* wp = weight_ptr(weight, acc, l);
   const c10::DeviceGuard guard(acc.device());
   call_core([&] {
-    window_finalize(to_view(acc, "acc"), cp, wp, l, to_view(out, "out"), argmax,
-                    current_stream(acc));
+    window_finalize(to_view(acc, "acc"), cp, wp, l, to_view(out, "out"), argmax, d_begin,
+                    d_end < 0 ? l.padded[0] : d_end, current_stream(acc));
   });
 }
 
@@ -334,6 +335,24 @@ void window_finalize__impl(const at::Tensor& acc, const std::optional<at::Tensor
 void window_finalize__meta(const at::Tensor&, const std::optional<at::Tensor>&,
                            const std::optional<at::Tensor>&, at::IntArrayRef, at::IntArrayRef,
                            at::ArrayRef<double>) {}
+
+void window_finalize_planes__impl(const at::Tensor& acc, const std::optional<at::Tensor>& count,
+                                  const std::optional<at::Tensor>& weight,
+                                  at::IntArrayRef image_size, at::IntArrayRef roi_size,
+                                  at::ArrayRef<double> overlap, const at::Tensor& out,
+                                  int64_t d_begin, int64_t d_end, bool argmax) {
+  check_5d(acc, "acc");
+  check_5d(out, "out");
+  const WindowLayout l = layout_of(image_size, roi_size, overlap);
+  TORCH_CHECK_VALUE(d_begin >= 0 && d_end >= 0, "d_begin and d_end must be >= 0, got ", d_begin,
+                    ", ", d_end);  // (-1 means all planes in finalize_into)
+  finalize_into(acc, count, weight, l, out, argmax, d_begin, d_end);
+}
+
+void window_finalize_planes__meta(const at::Tensor&, const std::optional<at::Tensor>&,
+                                  const std::optional<at::Tensor>&, at::IntArrayRef,
+                                  at::IntArrayRef, at::ArrayRef<double>, const at::Tensor&, int64_t,
+                                  int64_t, bool) {}
 
 at::Tensor importance_map_op(at::IntArrayRef roi_size, c10::string_view mode,
                              at::ArrayRef<double> sigma_scale, at::ScalarType dtype,
@@ -416,6 +435,13 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
   const at::ScalarType out_t = o.output_dtype.value_or(o.argmax ? at::kLong : inputs.scalar_type());
   const bool in_place = !o.argmax && !cropped && out_t == acc_t;
   const bool last_divide = in_place && !process;
+  // Where the result is a buffer of its own (argmax, a cast, a crop) and the windows come in
+  // several rows along d, the accumulator is a ring of one window row's planes (roi d, not the
+  // padded d): each row's finished planes go to the output before the next row reuses them
+  // (window.h, StitchFuse::ring) -- the same sums and quotients in a fraction of the memory.
+  // Not with process_fn (its count map comes from the first batch's weights).
+  const bool ring = !in_place && !process && l.count[0] > 1;
+  const int64_t row_windows = l.count[1] * l.count[2];
   // Importance map, per call or cached by the inferer. Constant weights: the count is computed
   // where a voxel is divided (its last window, or the final pass).
   at::Tensor weight, count, base_map;
@@ -471,7 +497,15 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
                     win_t, inputs.device(), false);
   const VolumeView in_view = to_view(inputs, "inputs");
   check_cval(l, o.padding_mode, o.cval);
-  at::Tensor acc, first_weight;
+  at::Tensor acc, out, first_weight;
+  // After window row `row` (image row / count d, row % count d along d): its finished planes,
+  // [start(k), start(k + 1)) ([0, ...) for the first row, [..., padded d) for the last).
+  auto drain = [&](int64_t row) {
+    const int64_t n = row / l.count[0], k = row % l.count[0];
+    const int64_t d0 = k == 0 ? 0 : l.start(0, k);
+    const int64_t d1 = k == l.count[0] - 1 ? l.padded[0] : l.start(0, k + 1);
+    finalize_into(acc.narrow(0, n, 1), count, weight, l, out.narrow(0, n, 1), o.argmax, d0, d1);
+  };
   // Messages name what returned the stitched output: the predictor, or process_fn after it.
   const char* source = process ? "process_fn" : "the predictor";
   const char* source_output = process ? "process_fn's output" : "the predictor's output";
@@ -511,18 +545,29 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
     check_float(pred, source_output);
     if (pred.device() != device) pred = pred.to(device);
     if (!acc.defined()) {
-      acc = device_tensor({N, pred.size(1), l.padded[0], l.padded[1], l.padded[2]}, acc_t, device,
-                          false);
+      acc =
+          device_tensor({N, pred.size(1), ring ? l.roi[0] : l.padded[0], l.padded[1], l.padded[2]},
+                        acc_t, device, false);
+      if (ring) out = finalize_output(acc, l, out_t, o.argmax);
     }
     TORCH_CHECK_VALUE(pred.size(1) == acc.size(1), source, " returned ", pred.size(1),
                       " channels after ", acc.size(1), " in earlier windows");
-    {
+    // A ring stitches the batch window row by window row, draining each finished row first.
+    for (int64_t j0 = 0, j1; j0 < count_b; j0 = j1) {
+      const int64_t w0 = first + j0;
+      j1 = ring ? std::min(count_b, (w0 / row_windows + 1) * row_windows - first) : count_b;
+      if (ring && w0 > 0 && w0 % row_windows == 0) {
+        Range r("voxaug.window.finalize");
+        drain(w0 / row_windows - 1);
+      }
       Range r("voxaug.window.stitch");
       const c10::DeviceGuard guard(device);
+      const at::Tensor part = j0 == 0 && j1 == count_b ? pred : pred.narrow(0, j0, j1 - j0);
       call_core([&] {
-        const StitchFuse fuse{true, last_divide, count.defined() ? count.data_ptr() : nullptr};
-        window_stitch(to_view(acc, "acc"), to_view(pred, "pred"),
-                      weight.defined() ? weight.data_ptr() : nullptr, l, first, fuse,
+        const StitchFuse fuse{true, last_divide, count.defined() ? count.data_ptr() : nullptr,
+                              ring};
+        window_stitch(to_view(acc, "acc"), to_view(part, "pred"),
+                      weight.defined() ? weight.data_ptr() : nullptr, l, w0, fuse,
                       current_stream(acc));
       });
     }
@@ -533,9 +578,13 @@ at::Tensor run(const at::Tensor& inputs, const std::vector<int64_t>& roi_size,
 
   if (last_divide) return acc;  // divided voxel by voxel in the stitch
   Range r("voxaug.window.finalize");
+  if (ring) {
+    drain(total / row_windows - 1);
+    return out;
+  }
   if (process) weight = first_weight;  // MONAI builds the count map from the first batch's weight
   // In place where possible: no second full-size buffer.
-  at::Tensor out = in_place ? acc : finalize_output(acc, l, out_t, o.argmax);
+  out = in_place ? acc : finalize_output(acc, l, out_t, o.argmax);
   finalize_into(acc, count, weight, l, out, o.argmax);
   return out;
 }
@@ -684,6 +733,7 @@ TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
   m.impl("window_count", &window_count_impl);
   m.impl("window_finalize", &window_finalize_impl);
   m.impl("window_finalize_", &window_finalize__impl);
+  m.impl("window_finalize_planes_", &window_finalize_planes__impl);
 }
 TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
   m.impl("window_gather", &window_gather_impl);
@@ -692,6 +742,7 @@ TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
   m.impl("window_count", &window_count_impl);
   m.impl("window_finalize", &window_finalize_impl);
   m.impl("window_finalize_", &window_finalize__impl);
+  m.impl("window_finalize_planes_", &window_finalize_planes__impl);
 }
 TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("window_gather", &window_gather_meta);
@@ -700,6 +751,7 @@ TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("window_count", &window_count_meta);
   m.impl("window_finalize", &window_finalize_meta);
   m.impl("window_finalize_", &window_finalize__meta);
+  m.impl("window_finalize_planes_", &window_finalize_planes__meta);
 }
 }  // namespace
 }  // namespace torch_ext

@@ -78,10 +78,20 @@ void window_stitch(const VolumeView& acc, const VolumeView& pred, const void* we
 //   after its addition (`count`: window_count's map on acc's device, or null to compute it from
 //   `weight` as window_finalize does), so acc ends the pass holding window_finalize's in-place
 //   result, the same bits, with no final pass. Needs nothing to crop (image size == padded size).
+// - ring: acc holds only `depth` = acc.shape[2] padded d planes (roi_d <= depth <= padded_d),
+//   plane d at d % depth: a ring the caller drains with the plane-range window_finalize below
+//   before a window row's planes reuse those of a finished one. Needs first_store (a reused plane
+//   holds the last plane's sums, never read: each voxel's first window stores) and no
+//   last_divide. Windows of consecutive rows k, k + 1 along d cover planes [start(k), start(k +
+//   1) + roi_d); so with depth = roi_d the caller stitches the batch row by row and finalizes
+//   planes [start(k), start(k + 1)) of the image before the first window of row k + 1 (and the
+//   rest of the image after its last window): the accumulator of one window row instead of the
+//   padded volume, with the same sums (MONAI's order of additions is per voxel).
 struct StitchFuse {
   bool first_store = false;
   bool last_divide = false;
   const void* count = nullptr;  // acc's dtype, the padded size, dense
+  bool ring = false;
 };
 void window_stitch(const VolumeView& acc, const VolumeView& pred, const void* weight,
                    const WindowLayout& layout, int64_t first_window, const StitchFuse& fuse,
@@ -103,5 +113,14 @@ void window_count(const void* weight, DType dtype, Device device, int device_ind
 void window_finalize(const VolumeView& acc, const void* count, const void* weight,
                      const WindowLayout& layout, const VolumeView& out, bool argmax,
                      cudaStream_t stream = nullptr);
+
+// The same for the padded d planes [d_begin, d_end) only (those in the image: output planes
+// [d_begin - pad_before, d_end - pad_before) clipped to [0, size_d)), reading a ring accumulator
+// (StitchFuse::ring): acc (N, K, depth, padded h, padded w) with plane d at d % depth, d_end -
+// d_begin <= depth. `out` is the whole (N, K or 1, size) output; planes outside the range are
+// not touched. With depth == padded_d and the whole range this is the call above.
+void window_finalize(const VolumeView& acc, const void* count, const void* weight,
+                     const WindowLayout& layout, const VolumeView& out, bool argmax,
+                     int64_t d_begin, int64_t d_end, cudaStream_t stream = nullptr);
 
 }  // namespace voxaug

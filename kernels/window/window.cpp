@@ -426,7 +426,7 @@ VOXAUG_FORCEINLINE void store_row(A* acc, const P* pred, int64_t sp, const A* wr
 template <class A, class P>
 void stitch_rows(const StitchParams& p) {
   const WindowLayout& l = p.l;
-  const int64_t pv = l.padded[0] * l.padded[1] * l.padded[2];
+  const int64_t pv = p.depth * l.padded[1] * l.padded[2];
   const A* weight = static_cast<const A*>(p.weight);
   const A* count = static_cast<const A*>(p.count);
   A* acc_base = static_cast<A*>(p.acc);
@@ -477,7 +477,8 @@ void stitch_rows(const StitchParams& p) {
       while (spans[s].first_task > t) --s;
       const int64_t depth = spans[s].d1 - spans[s].d0, local = t - spans[s].first_task;
       const int64_t n = spans[s].n, c = local / depth, d = spans[s].d0 + local % depth;
-      A* plane = acc_base + (n * p.channels + c) * pv + d * l.padded[1] * l.padded[2];
+      A* plane =
+          acc_base + (n * p.channels + c) * pv + ring_plane(d, p.depth) * l.padded[1] * l.padded[2];
       for (int64_t j = 0; j < p.batch; ++j) {
         const int64_t z = d - p.win[j][1];
         if (p.win[j][0] != n || z < 0 || z >= Rd) continue;
@@ -549,13 +550,13 @@ VOXAUG_FORCEINLINE void store_label(void* out, int64_t off, int64_t v) {
   if constexpr (std::is_integral_v<T>) static_cast<T*>(out)[off] = static_cast<T>(v);
 }
 
-// Output rows (z, y) in parallel; per row the count (read, or computed once for all samples and
-// channels), then acc / count for every sample and channel (or their argmax).
+// Output rows (z, y) of the planes [z0, z1) in parallel; per row the count (read, or computed once
+// for all samples and channels), then acc / count for every sample and channel (or their argmax).
 template <class A, class T>
 void finalize_rows_typed(const FinalizeParams& p, int64_t batch) {
   const WindowLayout& l = p.l;
-  const int64_t rows = l.size[0] * l.size[1], W = l.size[2];
-  const int64_t pv = l.padded[0] * l.padded[1] * l.padded[2];
+  const int64_t rows = (p.z1 - p.z0) * l.size[1], W = l.size[2];
+  const int64_t pv = p.depth * l.padded[1] * l.padded[2];
   const int64_t sv = l.size[0] * l.size[1] * l.size[2];
   const CountsAlongW<A> per_w(l);
   const A* weight = static_cast<const A*>(p.weight);
@@ -565,13 +566,16 @@ void finalize_rows_typed(const FinalizeParams& p, int64_t batch) {
     std::vector<A> best_v(p.argmax ? static_cast<size_t>(W) : 0);
     std::vector<int64_t> best_i(p.argmax ? static_cast<size_t>(W) : 0);
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t t = 0; t < rows; ++t) {
+      const int64_t r = t + p.z0 * l.size[1];  // output row within the sample
       const int64_t z = r / l.size[1], y = r % l.size[1];
       const int64_t pd = z + l.pad_before[0], ph = y + l.pad_before[1];
-      const int64_t q = (pd * l.padded[1] + ph) * l.padded[2] + l.pad_before[2];
+      const int64_t q =
+          (ring_plane(pd, p.depth) * l.padded[1] + ph) * l.padded[2] + l.pad_before[2];
       const A* cnt;
       if (p.count != nullptr) {
-        cnt = static_cast<const A*>(p.count) + q;
+        cnt = static_cast<const A*>(p.count) + (pd * l.padded[1] + ph) * l.padded[2] +
+              l.pad_before[2];
       } else {
         count_row(l, weight, per_w, pd, ph, crow.data(), 0, l.padded[2]);
         cnt = crow.data() + l.pad_before[2];
@@ -623,7 +627,7 @@ void finalize_cpu(const FinalizeParams& p, int64_t batch) {
   const int64_t items = body.items();
   typename FinalizeBody<A>::State st;
 #pragma omp parallel for schedule(static) firstprivate(st)
-  for (int64_t t = 0; t < batch * items; ++t) body(st, t / items, t % items);
+  for (int64_t t = 0; t < batch * items; ++t) body(st, t / items, t % items);  // items: [z0, z1)
 }
 
 }  // namespace
@@ -747,12 +751,22 @@ void window_stitch(const VolumeView& acc, const VolumeView& pred, const void* we
                                               std::string(dtype_name(pred.dtype)));
   detail::check_same_device(acc, pred, "acc", "pred");
   VOXAUG_EXPECTS(detail::dense(acc), "window_stitch: acc must be contiguous");
+  if (fuse.ring) {
+    VOXAUG_EXPECTS(fuse.first_store && !fuse.last_divide,
+                   "window_stitch: a ring accumulator needs first_store and no last_divide (its "
+                   "planes are reused; window_finalize divides them)");
+    VOXAUG_EXPECTS(acc.shape[2] >= l.roi[0] && acc.shape[2] <= l.padded[0],
+                   "window_stitch: a ring accumulator holds between roi d (" +
+                       std::to_string(l.roi[0]) + ") and padded d (" + std::to_string(l.padded[0]) +
+                       ") planes, got " + std::to_string(acc.shape[2]));
+  }
   for (int a = 0; a < 3; ++a)
-    VOXAUG_EXPECTS(acc.shape[2 + a] == l.padded[a] && pred.shape[2 + a] == l.roi[a],
-                   "window_stitch: acc spatial size " + detail::dims(acc.shape + 2) +
-                       " and pred spatial size " + detail::dims(pred.shape + 2) +
-                       " must match the padded image size " + detail::dims(l.padded) + " and roi " +
-                       detail::dims(l.roi));
+    VOXAUG_EXPECTS(
+        (acc.shape[2 + a] == l.padded[a] || (a == 0 && fuse.ring)) && pred.shape[2 + a] == l.roi[a],
+        "window_stitch: acc spatial size " + detail::dims(acc.shape + 2) +
+            " and pred spatial size " + detail::dims(pred.shape + 2) +
+            " must match the padded image size " + detail::dims(l.padded) + " and roi " +
+            detail::dims(l.roi));
   VOXAUG_EXPECTS(pred.shape[1] == acc.shape[1],
                  "window_stitch: pred has " + std::to_string(pred.shape[1]) +
                      " channels, the accumulator " + std::to_string(acc.shape[1]));
@@ -774,6 +788,7 @@ void window_stitch(const VolumeView& acc, const VolumeView& pred, const void* we
   p.count = fuse.last_divide ? fuse.count : nullptr;
   p.acc = acc.data;
   p.channels = acc.shape[1];
+  p.depth = acc.shape[2];
   p.pred = pred.data;
   std::copy(pred.strides, pred.strides + 5, p.pred_stride);
   p.weight = weight;
@@ -826,6 +841,12 @@ void window_count(const void* weight, DType dtype, Device device, int device_ind
 void window_finalize(const VolumeView& acc, const void* count, const void* weight,
                      const WindowLayout& l, const VolumeView& out, bool argmax,
                      cudaStream_t stream) {
+  window_finalize(acc, count, weight, l, out, argmax, 0, l.padded[0], stream);
+}
+
+void window_finalize(const VolumeView& acc, const void* count, const void* weight,
+                     const WindowLayout& l, const VolumeView& out, bool argmax, int64_t d_begin,
+                     int64_t d_end, cudaStream_t stream) {
 #if !VOXAUG_WITH_CUDA
   (void)stream;  // the CPU-only build has no stream
 #endif
@@ -834,8 +855,17 @@ void window_finalize(const VolumeView& acc, const void* count, const void* weigh
   detail::check_same_device(acc, out, "acc", "out");
   VOXAUG_EXPECTS(detail::dense(acc) && detail::dense(out),
                  "window_finalize: acc and out must be contiguous");
+  VOXAUG_EXPECTS(0 <= d_begin && d_begin <= d_end && d_end <= l.padded[0],
+                 "window_finalize: the planes [" + std::to_string(d_begin) + ", " +
+                     std::to_string(d_end) + ") must lie in the padded d range [0, " +
+                     std::to_string(l.padded[0]) + ")");
+  VOXAUG_EXPECTS(
+      acc.shape[2] >= 1 && acc.shape[2] <= l.padded[0] && d_end - d_begin <= acc.shape[2],
+      "window_finalize: acc holds " + std::to_string(acc.shape[2]) +
+          " d planes; it needs between the planes' count (" + std::to_string(d_end - d_begin) +
+          ") and the padded d (" + std::to_string(l.padded[0]) + ")");
   for (int a = 0; a < 3; ++a)
-    VOXAUG_EXPECTS(acc.shape[2 + a] == l.padded[a] && out.shape[2 + a] == l.size[a],
+    VOXAUG_EXPECTS((acc.shape[2 + a] == l.padded[a] || a == 0) && out.shape[2 + a] == l.size[a],
                    "window_finalize: acc spatial size " + detail::dims(acc.shape + 2) +
                        " and out spatial size " + detail::dims(out.shape + 2) +
                        " must match the padded size " + detail::dims(l.padded) +
@@ -848,9 +878,14 @@ void window_finalize(const VolumeView& acc, const void* count, const void* weigh
     VOXAUG_EXPECTS(is_floating(out.dtype) && out.shape[1] == acc.shape[1],
                    "window_finalize: out must be a float tensor with acc's channels");
   }
-  if (acc.numel() == 0 || out.numel() == 0) return;
+  const int64_t z0 = std::clamp<int64_t>(d_begin - l.pad_before[0], 0, l.size[0]);
+  const int64_t z1 = std::clamp<int64_t>(d_end - l.pad_before[0], 0, l.size[0]);
+  if (acc.numel() == 0 || out.numel() == 0 || z1 <= z0) return;
   detail::FinalizeParams p;
   p.acc = acc.data;
+  p.depth = acc.shape[2];
+  p.z0 = z0;
+  p.z1 = z1;
   p.count = count;
   p.weight = weight;
   p.channels = acc.shape[1];

@@ -32,8 +32,9 @@ struct GatherParams {
 constexpr int64_t kStitchWindows = 64;
 
 struct StitchParams {
-  void* acc = nullptr;   // dense (N, K, padded)
+  void* acc = nullptr;   // dense (N, K, depth, padded h, padded w)
   int64_t channels = 0;  // K
+  int64_t depth = 0;     // acc's d planes: padded d, or a ring's depth (plane d at d % depth)
   const void* pred = nullptr;
   int64_t pred_stride[5] = {0, 0, 0, 0, 0};
   int64_t batch = 0;  // B
@@ -74,8 +75,15 @@ VOXAUG_HD VOXAUG_FORCEINLINE A window_count_of(const WindowLayout& l, const void
   return window_count_at<A>(l, static_cast<const A*>(weight), d, h, w);
 }
 
+// Acc's padded plane d: d itself in a whole accumulator, d % depth in a ring.
+VOXAUG_HD VOXAUG_FORCEINLINE int64_t ring_plane(int64_t d, int64_t depth) {
+  return d < depth ? d : d % depth;
+}
+
 struct FinalizeParams {
-  const void* acc = nullptr;     // dense (N, K, padded)
+  const void* acc = nullptr;     // dense (N, K, depth, padded h, padded w)
+  int64_t depth = 0;             // acc's d planes (padded d, or a ring's depth)
+  int64_t z0 = 0, z1 = 0;        // the output planes [z0, z1) to write
   const void* count = nullptr;   // dense padded; null: computed per voxel from `weight`
   const void* weight = nullptr;  // importance map (null: constant weights)
   int64_t channels = 0;
@@ -136,9 +144,9 @@ struct StitchBody {
     const int64_t g[3] = {p.win[j][1] + z, p.win[j][2] + y, p.win[j][3] + x};
     for (int64_t o = 0; o < j; ++o)
       if (covers(o, n, g, nullptr)) return;  // an earlier window of the batch owns this voxel
-    const int64_t pv = l.padded[0] * l.padded[1] * l.padded[2];
+    const int64_t pv = p.depth * l.padded[1] * l.padded[2];
     A* acc = static_cast<A*>(p.acc) + (n * p.channels) * pv +
-             (g[0] * l.padded[1] + g[1]) * l.padded[2] + g[2];
+             (ring_plane(g[0], p.depth) * l.padded[1] + g[1]) * l.padded[2] + g[2];
     const A* weight = static_cast<const A*>(p.weight);
     // StitchFuse: the owner (the launch's first covering window) may be the voxel's first window
     // of the pass; the launch's last covering window may be its last.
@@ -195,21 +203,24 @@ struct CountBody {
   }
 };
 
-// Output voxel (n, d, h, w), all channels.
+// Output voxel (n, d, h, w) of the planes [z0, z1), all channels.
 template <class A>
 struct FinalizeBody {
   FinalizeParams p;
   struct State {};
-  VOXAUG_HD int64_t items() const { return p.l.size[0] * p.l.size[1] * p.l.size[2]; }
+  VOXAUG_HD int64_t items() const { return (p.z1 - p.z0) * p.l.size[1] * p.l.size[2]; }
   VOXAUG_HD void begin_sample(int64_t, State&) const {}
-  VOXAUG_HD void operator()(State&, int64_t n, int64_t i) const {
+  VOXAUG_HD void operator()(State&, int64_t n, int64_t item) const {
     const WindowLayout& l = p.l;
+    const int64_t i = item + p.z0 * l.size[1] * l.size[2];  // within the sample's output
     const int64_t x = i % l.size[2], y = (i / l.size[2]) % l.size[1],
                   z = i / (l.size[2] * l.size[1]);
-    const int64_t pv = l.padded[0] * l.padded[1] * l.padded[2];
+    const int64_t pv = p.depth * l.padded[1] * l.padded[2];
     const int64_t sv = l.size[0] * l.size[1] * l.size[2];
-    const int64_t q = ((z + l.pad_before[0]) * l.padded[1] + y + l.pad_before[1]) * l.padded[2] +
-                      x + l.pad_before[2];
+    const int64_t q =
+        (ring_plane(z + l.pad_before[0], p.depth) * l.padded[1] + y + l.pad_before[1]) *
+            l.padded[2] +
+        x + l.pad_before[2];
     const A cnt = window_count_of<A>(l, p.count, p.weight, z + l.pad_before[0], y + l.pad_before[1],
                                      x + l.pad_before[2]);
     const A* acc = static_cast<const A*>(p.acc) + n * p.channels * pv + q;

@@ -56,11 +56,12 @@ class _Layout:
     def starts(self, k: int) -> list[int]:
         """Padded-space start of window k of an image (image-major, last axis fastest)."""
         idx = [k // (self.count[1] * self.count[2]), (k // self.count[2]) % self.count[1], k % self.count[2]]
-        out = []
-        for a in range(3):
-            s = idx[a] * self.interval[a]
-            out.append(s - max(s + self.roi[a] - self.padded[a], 0))
-        return out
+        return [self.start(a, idx[a]) for a in range(3)]
+
+    def start(self, axis: int, k: int) -> int:
+        """Padded-space start of the k-th window along `axis`."""
+        s = k * self.interval[axis]
+        return s - max(s + self.roi[axis] - self.padded[axis], 0)
 
 
 def _flatten(out: Any) -> tuple[Optional[list], list[torch.Tensor]]:
@@ -134,7 +135,12 @@ def sliding_window_inference(
     Outputs accumulate in float32 (float64 for float64 inputs) and come back in the input's dtype.
     Extra options: ``window_dtype`` (dtype handed to the predictor, e.g. torch.float16),
     ``output_dtype`` (e.g. torch.float16 probabilities), ``argmax`` (return (N, 1, D, H, W) int64
-    labels instead of probabilities).
+    labels instead of probabilities). Memory: where the result is a tensor of its own (argmax, an
+    ``output_dtype`` other than the accumulator's, or an image smaller than the roi on some axis)
+    and the windows come in several rows along d, each float32 accumulator holds one window row's
+    roi d planes instead of the padded d (a ring, drained row by row into the result): e.g. 105
+    classes on 1 x 1 x 300 x 512 x 512 (d first) with roi d 96 need 10.6 GB instead of 33 GB, plus the 79 MB
+    of uint8 labels. Same results.
 
     ``process_fn(outputs, windows, importance_map) -> (outputs, weight)`` is MONAI's: called per
     window batch with the predictor's outputs as a tuple, the windows on ``sw_device`` and the
@@ -234,6 +240,13 @@ def sliding_window_inference(
     out_dtype = output_dtype or (torch.int64 if argmax else inputs.dtype)
     in_place = not argmax and out_dtype == acc_dtype and list(layout.padded) == size
     last_divide = in_place and process_fn is None
+    # Where the result is a buffer of its own (argmax, a cast, a crop) and the windows come in
+    # several rows along d, each accumulator is a ring of one window row's planes (roi d, not the
+    # padded d): a row's finished planes go to the output before the next row reuses them -- the
+    # same sums and quotients in a fraction of the memory. Not with process_fn (its count map
+    # comes from the first batch's weights).
+    ring = not in_place and process_fn is None and layout.count[0] > 1
+    row_windows = layout.count[1] * layout.count[2]
     # Non-constant weights: the division reads a count map (computing the count per divided row
     # segment in the stitch would re-walk the covering windows for each one); an inferer keeps it.
     count = cached.get("count")
@@ -260,6 +273,19 @@ def sliding_window_inference(
             cond_padded = torch.nn.functional.pad(condition, pad, mode=mode_,
                                                   value=cval if mode_ == "constant" else None)
     accs: list[torch.Tensor] = []
+    ring_outs: list[Optional[torch.Tensor]] = []  # per output: the result a ring drains into
+
+    def drain(row: int) -> None:
+        """The finished planes of window row `row` of every ring accumulator into its output."""
+        n, k = divmod(row, layout.count[0])
+        d0 = 0 if k == 0 else layout.start(0, k)
+        d1 = layout.padded[0] if k == layout.count[0] - 1 else layout.start(0, k + 1)
+        with _nvtx("voxaug.window.finalize", on_cuda):
+            for a, o in zip(accs, ring_outs):
+                if o is not None:
+                    torch.ops.voxaug.window_finalize_planes_(a[n:n + 1], count, weight, size, roi, overlap_l,
+                                                             o[n:n + 1], d0, d1, argmax)
+
     keys: Any = None
     first_weight: Optional[torch.Tensor] = None
     batches = (total + sw_batch_size - 1) // sw_batch_size
@@ -291,7 +317,10 @@ def sliding_window_inference(
             keys = k
         elif (k is None) != (keys is None) or len(outs) != max(len(accs), 1):
             raise ValueError("the predictor returned a different structure of outputs than in earlier windows")
+        if ring and first > 0 and first % row_windows == 0:
+            drain(first // row_windows - 1)
         with _nvtx("voxaug.window.stitch", on_cuda):
+            plain_preds: list[tuple[torch.Tensor, torch.Tensor]] = []  # (accumulator, output)
             w_run = None  # MONAI's w_t within a batch: each scaled output resizes the previous one's
             for i, pred in enumerate(outs):
                 pred = _check_pred(pred, count_b, i)
@@ -300,6 +329,7 @@ def sliding_window_inference(
                         w_run = weight if weight is not None else torch.ones(roi, dtype=acc_dtype, device=device)
                     if len(accs) <= i:
                         accs.append(_Zoomed(layout, inputs.shape[0], pred, acc_dtype, device, i))
+                        ring_outs.append(None)
                     w_run = accs[i].add(pred, w_run, first, count_b, i)
                     continue
                 if len(accs) > i and accs[i].shape[1] != pred.shape[1]:
@@ -308,15 +338,30 @@ def sliding_window_inference(
                 if pred.device != device:
                     pred = pred.to(device)
                 if len(accs) <= i:
-                    accs.append(torch.ops.voxaug.window_accumulator(
-                        [inputs.shape[0], pred.shape[1], *layout.padded], acc_dtype, device, False))
-                torch.ops.voxaug.window_stitch_(accs[i], pred, weight, size, roi, overlap_l, first, True,
-                                                last_divide, count if last_divide else None)
+                    depth = roi[0] if ring else layout.padded[0]
+                    accs.append(_accumulator([inputs.shape[0], pred.shape[1], depth, *layout.padded[1:]],
+                                             acc_dtype, device))
+                    ring_outs.append(_ring_output(accs[i], size, out_dtype, argmax) if ring else None)
+                plain_preds.append((accs[i], pred))
+            j0 = 0  # a ring: the batch window row by window row, each finished row drained first
+            while j0 < count_b:
+                w0 = first + j0
+                j1 = min(count_b, (w0 // row_windows + 1) * row_windows - first) if ring else count_b
+                if j0 > 0 and w0 % row_windows == 0:
+                    drain(w0 // row_windows - 1)
+                for acc, pred in plain_preds:
+                    part = pred if j1 - j0 == count_b else pred[j0:j1]
+                    torch.ops.voxaug.window_stitch_(acc, part, weight, size, roi, overlap_l, w0, True, last_divide,
+                                                    count if last_divide else None, ring)
+                j0 = j1
         if progress:
             print(f"voxaug sliding window: batch {b + 1}/{batches}", file=sys.stderr)
 
     plain = [a for a in accs if not isinstance(a, _Zoomed)]
-    if last_divide:
+    if ring:
+        drain(total // row_windows - 1)
+        done = [o for o in ring_outs if o is not None]
+    elif last_divide:
         done = plain  # divided voxel by voxel in the stitch
     else:
         if process_fn is not None:
@@ -329,6 +374,17 @@ def sliding_window_inference(
     if meta_source is not None:
         results = [_with_meta(r, meta_source) for r in results]
     return _pack(keys, results)
+
+
+def _accumulator(shape: list[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A stitch accumulator (no zero fill: the stitch stores each voxel's first window)."""
+    return torch.ops.voxaug.window_accumulator(shape, dtype, device, False)
+
+
+def _ring_output(acc: torch.Tensor, size: list[int], dtype: torch.dtype, argmax: bool) -> torch.Tensor:
+    """The result a ring accumulator drains into: (N, K, size), or (N, 1, size) labels."""
+    return torch.ops.voxaug.window_accumulator([acc.shape[0], 1 if argmax else acc.shape[1], *size], dtype,
+                                               acc.device, False)
 
 
 def _finalize(accs: list[torch.Tensor], cache: Optional[dict], weight: Optional[torch.Tensor], layout: _Layout,

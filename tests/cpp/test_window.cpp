@@ -13,8 +13,10 @@
 #include "test_support.h"
 #include "voxaug/error.h"
 #include "voxaug/window.h"
+#include "window_ring.h"
 
 using namespace voxaug;
+using voxaug_test::RingPass;
 using voxaug_test::view;
 using voxaug_test::Vol;
 
@@ -324,6 +326,7 @@ TEST(WindowCpu, StitchFuseEqualsZeroFillStitchFinalize) {
                 detail::StitchParams p;
                 p.acc = body.data();
                 p.channels = K;
+                p.depth = l.padded[0];
                 p.pred = static_cast<char*>(preds) + (first + j0) * K * rv * esize;
                 const int64_t st[5] = {K * rv, rv, l.roi[1] * l.roi[2], l.roi[2], 1};
                 std::copy(st, st + 5, p.pred_stride);
@@ -371,6 +374,7 @@ TEST(WindowCpu, RowLoopsEqualDeviceBodies) {
       detail::StitchParams p;
       p.acc = body_acc.data();
       p.channels = K;
+      p.depth = l.padded[0];
       p.pred = preds.data() + first * K * rv;
       const int64_t st[5] = {K * rv, rv, l.roi[1] * l.roi[2], l.roi[2], 1};
       std::copy(st, st + 5, p.pred_stride);
@@ -400,6 +404,8 @@ TEST(WindowCpu, RowLoopsEqualDeviceBodies) {
                     view(out.data(), DType::Float32, ov), false);
     detail::FinalizeParams fp;
     fp.acc = acc.data();
+    fp.depth = l.padded[0];
+    fp.z1 = l.size[0];
     fp.count = count.data();
     fp.channels = K;
     fp.out = body_out.data();
@@ -425,6 +431,118 @@ TEST(WindowCpu, RowLoopsEqualDeviceBodies) {
         ASSERT_EQ(labels[n * sv + i], best);
       }
   }
+}
+
+// A ring accumulator of one window row's planes (or a few more), drained row by row, gives the
+// whole accumulator's results bit for bit: quotients in float32 and float16, and labels; the
+// CPU twin's row loops and the device bodies (run on the host) alike.
+TEST(WindowCpu, RingAccumulatorEqualsWholeAccumulator) {
+  const Case cases[] = {kCases[0],
+                        kCases[1],
+                        {{30, 5, 19}, {8, 8, 6}, {0.5, 0.25, 0.4}},  // h padded (cropped)
+                        {{23, 11, 7}, {5, 4, 9}, {0.8, 0.5, 0.0}}};  // w padded, interval 1
+  const float nan = std::nanf("");
+  for (const Case& c : cases)
+    for (bool gaussian : {false, true})
+      for (DType pt : {DType::Float32, DType::Float16}) {
+        const WindowLayout l = window_layout(c.size, c.roi, c.overlap);
+        ASSERT_GT(l.count[0], 1);
+        const int64_t N = 2, K = 3, total = N * l.windows_per_image();
+        const int64_t pv = l.padded[0] * l.padded[1] * l.padded[2];
+        const int64_t rv = l.roi[0] * l.roi[1] * l.roi[2];
+        const auto w = weight_map(l.roi, 5);
+        const float* wp = gaussian ? w.data() : nullptr;
+        const auto pf = randn(static_cast<size_t>(total * K * rv), 9);
+        std::vector<uint16_t> ph(pf.size());
+        for (size_t i = 0; i < pf.size(); ++i) ph[i] = detail::float_to_half(pf[i]);
+        const void* preds = pt == DType::Float32 ? static_cast<const void*>(pf.data())
+                                                 : static_cast<const void*>(ph.data());
+        // The whole accumulator, then one final pass.
+        const Vol av{N, K, l.padded[0], l.padded[1], l.padded[2]};
+        std::vector<float> acc(av.numel(), nan), count(pv);
+        window_stitch(view(acc.data(), DType::Float32, av),
+                      view(const_cast<void*>(preds), pt, {total, K, l.roi[0], l.roi[1], l.roi[2]}),
+                      wp, l, 0, StitchFuse{true, false, nullptr});
+        window_count(wp, DType::Float32, Device::CPU, 0, l, count.data());
+        const Vol ov{N, K, l.size[0], l.size[1], l.size[2]},
+            lv{N, 1, l.size[0], l.size[1], l.size[2]};
+        std::vector<float> want(ov.numel());
+        std::vector<uint16_t> want_h(ov.numel());
+        std::vector<int64_t> want_l(lv.numel());
+        window_finalize(view(acc.data(), DType::Float32, av), count.data(), nullptr, l,
+                        view(want.data(), DType::Float32, ov), false);
+        window_finalize(view(acc.data(), DType::Float32, av), count.data(), nullptr, l,
+                        view(want_h.data(), DType::Float16, ov), false);
+        window_finalize(view(acc.data(), DType::Float32, av), count.data(), nullptr, l,
+                        view(want_l.data(), DType::Int64, lv), true);
+        for (int64_t depth : {l.roi[0], std::min(l.roi[0] + 3, l.padded[0])})
+          for (int64_t B : {int64_t(1), int64_t(5), int64_t(1000)})
+            for (bool bodies : {false, true})
+              for (const float* cnt :
+                   {static_cast<const float*>(count.data()), static_cast<const float*>(nullptr)}) {
+                std::vector<float> ring(N * K * depth * l.padded[1] * l.padded[2], nan);
+                std::vector<float> got(ov.numel(), nan);
+                std::vector<uint16_t> got_h(ov.numel(), 0x7e00);
+                std::vector<int64_t> got_l(lv.numel(), -1);
+                const std::string what = "depth " + std::to_string(depth) + " B " +
+                                         std::to_string(B) + " bodies " + std::to_string(bodies) +
+                                         " gaussian " + std::to_string(gaussian) + " map " +
+                                         std::to_string(cnt != nullptr);
+                RingPass{l,     N,           K,           preds, pt,         B,
+                         wp,    cnt,         ring.data(), depth, got.data(), DType::Float32,
+                         false, Device::CPU, bodies}
+                    .run();
+                ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+                    << what;
+                RingPass{l,     N,           K,           preds, pt,           B,
+                         wp,    cnt,         ring.data(), depth, got_h.data(), DType::Float16,
+                         false, Device::CPU, bodies}
+                    .run();
+                ASSERT_EQ(got_h, want_h) << what;
+                RingPass{l,    N,           K,           preds, pt,           B,
+                         wp,   cnt,         ring.data(), depth, got_l.data(), DType::Int64,
+                         true, Device::CPU, bodies}
+                    .run();
+                ASSERT_EQ(got_l, want_l) << what;
+              }
+      }
+}
+
+TEST(WindowCpu, RingArgumentsChecked) {
+  const int64_t size[3] = {20, 8, 8}, roi[3] = {6, 4, 4};
+  const double ov[3] = {0.5, 0.5, 0.5};
+  const WindowLayout l = window_layout(size, roi, ov);
+  std::vector<float> ring(1 * 1 * 6 * 8 * 8), pred(6 * 4 * 4), out(20 * 8 * 8);
+  const Vol rv{1, 1, 6, 8, 8}, pv{1, 1, 6, 4, 4}, o{1, 1, 20, 8, 8};
+  // A ring without first_store (its planes hold an earlier row's sums) or with last_divide.
+  EXPECT_THROW(
+      window_stitch(view(ring.data(), DType::Float32, rv), view(pred.data(), DType::Float32, pv),
+                    nullptr, l, 0, StitchFuse{false, false, nullptr, true}),
+      Error);
+  EXPECT_THROW(
+      window_stitch(view(ring.data(), DType::Float32, rv), view(pred.data(), DType::Float32, pv),
+                    nullptr, l, 0, StitchFuse{true, true, nullptr, true}),
+      Error);
+  // Fewer planes than the roi's d; a short accumulator without ring=true.
+  std::vector<float> small(5 * 8 * 8);
+  EXPECT_THROW(window_stitch(view(small.data(), DType::Float32, {1, 1, 5, 8, 8}),
+                             view(pred.data(), DType::Float32, pv), nullptr, l, 0,
+                             StitchFuse{true, false, nullptr, true}),
+               Error);
+  EXPECT_THROW(
+      window_stitch(view(ring.data(), DType::Float32, rv), view(pred.data(), DType::Float32, pv),
+                    nullptr, l, 0, StitchFuse{true, false, nullptr, false}),
+      Error);
+  window_stitch(view(ring.data(), DType::Float32, rv), view(pred.data(), DType::Float32, pv),
+                nullptr, l, 0, StitchFuse{true, false, nullptr, true});
+  // Plane ranges: inverted, past the padded d, more planes than the ring holds.
+  for (const auto& r : {std::pair<int64_t, int64_t>{4, 2}, {18, 21}, {0, 7}, {-1, 3}})
+    EXPECT_THROW(window_finalize(view(ring.data(), DType::Float32, rv), nullptr, nullptr, l,
+                                 view(out.data(), DType::Float32, o), false, r.first, r.second),
+                 Error)
+        << r.first << ", " << r.second;
+  window_finalize(view(ring.data(), DType::Float32, rv), nullptr, nullptr, l,
+                  view(out.data(), DType::Float32, o), false, 0, 6);
 }
 
 TEST(WindowCpu, BadArgumentsThrow) {

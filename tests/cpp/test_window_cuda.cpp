@@ -10,8 +10,10 @@
 #include "test_support.h"
 #include "voxaug/error.h"
 #include "voxaug/window.h"
+#include "window_ring.h"
 
 using namespace voxaug;
+using voxaug_test::RingPass;
 using voxaug_test::view;
 using voxaug_test::Vol;
 
@@ -144,6 +146,66 @@ TEST(WindowCuda, PipelineTwinBitIdentical) {
                                  f_acc.size() * sizeof(float)))
             << "StitchFuse mode " << m;
       }
+    }
+}
+
+// The streamed pass (a ring accumulator drained row by row) on the device equals the host's:
+// float16 quotients and int32 labels, float16 predictions, with and without a count map.
+TEST(WindowCuda, RingTwinBitIdentical) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const int64_t size[3] = {37, 21, 29}, roi[3] = {12, 16, 16};
+  const double ov[3] = {0.6, 0.25, 0.5};
+  const WindowLayout l = window_layout(size, roi, ov);
+  const int64_t N = 2, K = 3, total = N * l.windows_per_image();
+  const int64_t rv = l.roi[0] * l.roi[1] * l.roi[2], pv = l.padded[0] * l.padded[1] * l.padded[2];
+  const auto pf = randn(static_cast<size_t>(total * K * rv), 4);
+  std::vector<uint16_t> ph(pf.size());
+  for (size_t i = 0; i < pf.size(); ++i) ph[i] = detail::float_to_half(pf[i]);
+  std::vector<float> w(rv);
+  for (int64_t i = 0; i < rv; ++i) w[i] = 1e-3f + std::abs(pf[i]);
+  std::vector<float> count(pv);
+  window_count(w.data(), DType::Float32, Device::CPU, 0, l, count.data());
+  DeviceBuffer d_ph(ph), d_w(w), d_count(count);
+  const int64_t depth = l.roi[0], ring_n = N * K * depth * l.padded[1] * l.padded[2];
+  const int64_t ov_n = N * K * l.size[0] * l.size[1] * l.size[2];
+  for (bool argmax : {false, true})
+    for (bool map : {false, true}) {
+      const DType ot = argmax ? DType::Int32 : DType::Float16;
+      const int64_t outn = argmax ? ov_n / K : ov_n;
+      std::vector<float> ring(ring_n, std::nanf(""));
+      std::vector<uint32_t> out(outn, 0xffffffffu);  // 4 bytes per element: room for either
+      RingPass{l,
+               N,
+               K,
+               ph.data(),
+               DType::Float16,
+               5,
+               w.data(),
+               map ? count.data() : nullptr,
+               ring.data(),
+               depth,
+               out.data(),
+               ot,
+               argmax}
+          .run();
+      DeviceBuffer d_ring(ring), d_out(out);
+      RingPass{l,
+               N,
+               K,
+               d_ph.p,
+               DType::Float16,
+               5,
+               d_w.as<float>(),
+               map ? d_count.as<float>() : nullptr,
+               d_ring.as<float>(),
+               depth,
+               d_out.p,
+               ot,
+               argmax,
+               Device::CUDA}
+          .run();
+      CUDA_OK(cudaDeviceSynchronize());
+      ASSERT_EQ(out, d_out.to_host<uint32_t>(out.size())) << "argmax " << argmax << " map " << map;
     }
 }
 

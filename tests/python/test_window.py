@@ -158,6 +158,63 @@ def test_argmax_and_output_dtype():
     assert small.dtype == torch.float16 and torch.equal(small, want.half())
 
 
+_RING_CASES = [  # (input shape, roi, overlap, sw_batch_size): several window rows along d
+    ((2, 2, 30, 12, 9), (8, 16, 6), (0.5, 0.25, 0.4), 5),  # h padded: cropped
+    ((1, 2, 23, 11, 17), (5, 4, 9), (0.8, 0.5, 0.0), 7),   # interval 1 along d
+    ((2, 2, 19, 13, 15), (6, 6, 6), 0.25, 64),             # a batch crossing rows and images
+]
+
+
+@pytest.mark.parametrize("mode", ["constant", "gaussian"])
+@pytest.mark.parametrize("shape,roi,overlap,sw", _RING_CASES)
+def test_ring_accumulator_matches_monai_with_one_window_row_of_memory(monkeypatch, mode, shape, roi, overlap, sw):
+    """Results of their own (labels, a smaller dtype, a crop) stitch into a ring of roi d planes,
+    drained window row by window row: MONAI's values, a fraction of the accumulator."""
+    import voxaug.inferers as inf
+
+    shapes = []
+    real = inf._accumulator
+    monkeypatch.setattr(inf, "_accumulator", lambda shape_, *a: shapes.append(list(shape_)) or real(shape_, *a))
+    x = torch.randn(*shape)
+    net = _net(2, 3)
+    kw = dict(overlap=overlap, mode=mode)
+    with torch.no_grad():
+        want = monai_inferers.sliding_window_inference(x, roi, sw, net, **kw)
+        labels = sliding_window_inference(x, roi, sw, net, argmax=True, **kw)
+        labels8 = sliding_window_inference(x, roi, sw, net, argmax=True, output_dtype=torch.uint8, **kw)
+        half = sliding_window_inference(x, roi, sw, net, output_dtype=torch.float16, **kw)
+        plain = sliding_window_inference(x, roi, sw, net, **kw)
+    assert torch.equal(labels, want.argmax(1, keepdim=True))
+    assert torch.equal(labels8, want.argmax(1, keepdim=True).to(torch.uint8))
+    assert half.dtype == torch.float16 and torch.equal(half, want.half())
+    torch.testing.assert_close(plain, want, rtol=0, atol=_tol(mode))
+    lay = inf._Layout(list(shape[2:]), list(roi), [overlap] * 3 if isinstance(overlap, float) else list(overlap))
+    assert lay.count[0] > 1
+    cropped = lay.padded != list(shape[2:])
+    ring_shape = [shape[0], 3, roi[0], *lay.padded[1:]]
+    assert shapes == [ring_shape] * 3 + [ring_shape if cropped else [shape[0], 3, *lay.padded]]
+
+
+def test_ring_accumulator_tuple_outputs_and_inferer():
+    """Several outputs share the ring's row schedule; the inferer's cached maps serve it too."""
+    x = torch.randn(2, 2, 26, 10, 11)
+    net_a, net_b = _net(2, 3, seed=1), _net(2, 2, seed=2)
+
+    def two(t):
+        return net_a(t), {"b": net_b(t)}["b"]
+
+    kw = dict(overlap=0.5, mode="gaussian")
+    with torch.no_grad():
+        want = monai_inferers.sliding_window_inference(x, (7, 8, 8), 3, two, **kw)
+        got = sliding_window_inference(x, (7, 8, 8), 3, two, argmax=True, **kw)
+        inferer = SlidingWindowInferer((7, 8, 8), 3, output_dtype=torch.float16, **kw)
+        inferer(x, two)  # the second call reads the cached maps
+        half = inferer(x, two)
+    for g, w, h in zip(got, want, half):
+        assert torch.equal(g, w.argmax(1, keepdim=True))
+        assert torch.equal(h, w.half())
+
+
 def test_window_dtype_hands_half_windows_to_the_predictor():
     x = torch.randn(1, 2, 12, 12, 12)
     seen = []
@@ -364,6 +421,20 @@ def test_ops_opcheck():
     torch.library.opcheck(torch.ops.voxaug.window_finalize, (acc + 1, None, w, [9, 10, 11], roi, ov, None, True))
     big = torch.zeros(1, 3, 9, 10, 11) + 1
     torch.library.opcheck(torch.ops.voxaug.window_finalize_, (big, None, w, [9, 10, 11], roi, ov))
+    ring = torch.full((2, 3, roi[0], *lay[4:6]), float("nan"))
+    torch.library.opcheck(torch.ops.voxaug.window_stitch_, (ring, pred, w, [9, 10, 11], roi, ov, 0, True, False,
+                                                            None, True))
+    out = torch.zeros(2, 3, 9, 10, 11)
+    torch.library.opcheck(torch.ops.voxaug.window_finalize_planes_, (ring, None, w, [9, 10, 11], roi, ov, out, 0,
+                                                                     2, False))
+    labels = torch.zeros(2, 1, 9, 10, 11, dtype=torch.int32)
+    torch.library.opcheck(torch.ops.voxaug.window_finalize_planes_, (ring, count, None, [9, 10, 11], roi, ov,
+                                                                     labels, 0, 2, True))
+    for d0, d1 in ((3, 1), (0, 10), (-1, 2), (0, 5)):  # inverted, past the padded d, negative, > the ring
+        with pytest.raises(ValueError, match="d_begin|planes|d planes"):
+            torch.ops.voxaug.window_finalize_planes_(ring, None, w, [9, 10, 11], roi, ov, out, d0, d1, False)
+    with pytest.raises(ValueError, match="first_store"):
+        torch.ops.voxaug.window_stitch_(ring, pred, w, [9, 10, 11], roi, ov, 0, False, False, None, True)
 
 
 @pytest.mark.parametrize("mode", ["constant", "gaussian"])

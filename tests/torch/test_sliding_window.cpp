@@ -257,6 +257,28 @@ TEST(SlidingWindowTorch, PaddingInfererCacheAndArgmax) {
   EXPECT_TRUE(torch::equal(labels, want.argmax(1, true)));
 }
 
+// Labels from a ring accumulator (several window rows along d, a batch crossing rows and
+// images) equal the argmax of the float64 reference.
+TEST(SlidingWindowTorch, RingArgmaxMatchesReference) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::randn({2, 1, 23, 12, 7});
+  auto f = [](const torch::Tensor& t) { return torch::cat({t, -t, t * t - 0.5}, 1); };
+  for (bool gaussian : {false, true}) {
+    voxaug::SlidingWindowOptions o;
+    o.overlap = {0.7};
+    o.mode = gaussian ? voxaug::BlendMode::Gaussian : voxaug::BlendMode::Constant;
+    o.argmax = true;
+    o.output_dtype = torch::kByte;
+    const torch::Tensor want = reference(x, {5, 6, 10}, 7, f, 0.7, gaussian, "constant", nullptr);
+    const torch::Tensor labels = voxaug::sliding_window_inference(x, {5, 6, 10}, 7, f, o);
+    ASSERT_EQ(labels.sizes(), torch::IntArrayRef({2, 1, 23, 12, 7}));
+    EXPECT_EQ(labels.scalar_type(), torch::kByte);
+    EXPECT_TRUE(torch::equal(labels.to(torch::kLong), want.argmax(1, true)))
+        << "gaussian " << gaussian;
+  }
+}
+
 TEST(SlidingWindowTorch, BadArgumentsNameTheArgument) {
   const torch::Tensor x = torch::randn({1, 1, 8, 8, 8});
   auto id = [](const torch::Tensor& t) { return t; };
@@ -593,6 +615,12 @@ std::vector<OptionCase> option_cases() {
   c.shape = {1, 2, 5, 11, 9};
   c.roi = {8, 5, 7};
   c.output_dtype = torch::kBFloat16;
+  v.push_back(c);
+  c = base_case("RingCroppedManyRowsGaussian");  // a ring of roi d planes, drained row by row
+  c.shape = {2, 2, 29, 4, 9};
+  c.overlap = {0.6, 0.25, 0.5};
+  c.sw = 5;
+  c.mode = voxaug::BlendMode::Gaussian;
   v.push_back(c);
   c = base_case("OutputDtypeFloat64");
   c.overlap = {0.5};

@@ -63,7 +63,11 @@ struct SlidingWindowOptions {
   std::optional<at::Tensor> roi_weight_map;  // replaces the importance map (roi-sized)
   std::optional<c10::ScalarType> window_dtype;  // dtype handed to the predictor (default: input's)
   std::optional<c10::ScalarType> output_dtype;  // default: the input's dtype
-  bool argmax = false;    // return (N, 1, D, H, W) int64 channel indices instead of probabilities
+  bool argmax = false;  // return (N, 1, D, H, W) int64 channel indices instead of probabilities
+  // With argmax, an output_dtype other than the accumulator's, or an image smaller than the roi
+  // on some axis (a result of its own), and several window rows along d, the accumulator holds
+  // one window row's roi-d planes (a ring drained row by row into the result) instead of the
+  // padded d: (N, K, roi d, padded h, padded w) floats, the same results.
   bool progress = false;  // print the window count per batch to stderr
   ProcessFn process_fn;   // MONAI's per-batch hook on outputs and weight map (see ProcessFn)
   // SlidingWindowInferer only, CUDA inputs only: capture the whole pass (every window batch's
