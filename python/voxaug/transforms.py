@@ -1242,16 +1242,26 @@ class Compose:
     A step that returns a list (a crop sampler without ``as_batch``: one dictionary per crop)
     hands each item to the remaining transforms, as MONAI's Compose (``map_items``) does; the
     result is the list.
+
+    ``p`` (keyword, TorchIO's Compose(transforms, p=...)): the whole chain runs with probability
+    p per sample, through a :class:`OneOf` of the chain alone with that p (seeded by
+    set_random_state after the transforms); samples whose gate is closed stay as they are.
     """
 
-    def __init__(self, transforms: Sequence[Callable], fuse_spatial: bool = True):
+    def __init__(self, transforms: Sequence[Callable], fuse_spatial: bool = True, *, p: float = 1.0):
         self.transforms = list(transforms)
         self.fuse_spatial = bool(fuse_spatial)
+        # TorchIO's p (keyword): the whole chain runs with probability p, per sample, through a
+        # OneOf of this chain alone with that p (its gate, its record on MetaTensors, its inverse).
+        self.p = _check_prob(p)
+        self._gate = OneOf([_Ungated(self)], p=self.p) if self.p < 1.0 else None
 
     def set_random_state(self, seed: Optional[int] = None):
         for i, t in enumerate(self.transforms):
             if hasattr(t, "set_random_state"):
                 t.set_random_state(None if seed is None else seed * 1_000_003 + i)
+        if self._gate is not None:  # the gate only (its transform is this chain)
+            _Randomizable.set_random_state(self._gate, None if seed is None else seed * 1_000_003 + len(self.transforms))
         return self
 
     def inverse(self, data: Any) -> Any:
@@ -1259,6 +1269,8 @@ class Compose:
         transform pops its record from the MetaTensor(s); a group that was fused into one map is
         undone as one (one resample launch with the inverted product map). Intensity transforms
         are not invertible and are skipped, as MONAI skips them."""
+        if self._gate is not None:
+            return self._gate.inverse(data)
         from . import spatial
 
         return spatial.inverse_compose(self, data)
@@ -1302,6 +1314,11 @@ class Compose:
                 if type(v) is torch.Tensor and v.untyped_storage().data_ptr() not in old}
 
     def __call__(self, data: Any) -> Any:
+        if self._gate is not None:
+            return self._gate(data)
+        return self._run(data)
+
+    def _run(self, data: Any) -> Any:
         from . import spatial
 
         # Tensors this call allocated (a fused gather's outputs, or outputs of the pointwise
@@ -1401,11 +1418,17 @@ class OneOf(_Randomizable):
     MetaTensor while MONAI's track_meta is on, so :meth:`inverse` (and Compose.inverse) pops it
     and undoes the chosen transform, as MONAI's. Inside a Compose, OneOf runs as itself
     (nothing fuses across it).
+
+    ``p`` (keyword, TorchIO's): the OneOf applies with probability p, per sample (a second
+    uniform of the sample's Philox row; p = 1 draws exactly as without it). A closed gate is the
+    choice len(transforms): the sample stays as it is (MetaTensors: recorded, undone as nothing).
     """
 
     def __init__(self, transforms: Union[Sequence[Callable], Mapping[Callable, float], None] = None,
-                 weights: Union[Sequence[float], float, None] = None, seed: Optional[int] = None):
+                 weights: Union[Sequence[float], float, None] = None, seed: Optional[int] = None, *,
+                 p: float = 1.0):
         _Randomizable.__init__(self, None)
+        self.p = _check_prob(p)
         if seed is not None:  # the choice only (set_random_state seeds the transforms too)
             _Randomizable.set_random_state(self, seed)
         if isinstance(transforms, collections.abc.Mapping):  # TorchIO: {transform: weight}
@@ -1444,15 +1467,18 @@ class OneOf(_Randomizable):
 
     def draw_choices(self, batch_size: int = 1, first_sample: int = 0, seed: Optional[int] = None) -> list[int]:
         """The transform index of each sample: u ~ Philox(seed, first_sample + i), the first j with
-        u < cumsum(weights)[j] (a zero weight is never chosen)."""
+        u < cumsum(weights)[j] (a zero weight is never chosen). With ``p`` < 1 a second uniform of
+        the same row gates the sample: not below p, its choice is len(transforms), no transform."""
         if not self.transforms:
             raise ValueError("OneOf.draw_choices: there are no transforms to choose from")
         seed = self._next_seed() if seed is None else int(seed) & ((1 << 64) - 1)
-        u = ops.philox_uniform(seed, int(first_sample), int(batch_size), 1).numpy()[:, 0]
-        idx = np.searchsorted(self._cum, u, side="right")
+        gated = self.p < 1.0
+        u = ops.philox_uniform(seed, int(first_sample), int(batch_size), 2 if gated else 1).numpy()
+        idx = np.searchsorted(self._cum, u[:, 0], side="right")
         # u < 1 <= cum[-1] up to rounding of the normalised sum: the last non-zero weight then
         last = int(np.flatnonzero(np.asarray(self.weights) > 0)[-1])
-        return [min(int(j), last) for j in idx]
+        skip = len(self.transforms)
+        return [skip if gated and not u[i, 1] < self.p else min(int(j), last) for i, j in enumerate(idx)]
 
     @staticmethod
     def _batch_size(data: Any) -> tuple[int, bool]:
@@ -1475,12 +1501,13 @@ class OneOf(_Randomizable):
             return self._push_record(out, choices[0]) if has_meta else out
         return self._mixed(data, n, choices)
 
-    # The choice hooks (SomeOf's choices are ordered tuples of transform indices).
+    # The choice hooks (SomeOf's choices are ordered tuples of transform indices; OneOf's
+    # len(transforms) is "none": the gate of p < 1 closed).
     def _apply_choice(self, choice: Any, data: Any) -> Any:
-        return self.transforms[choice](data)
+        return data if choice == len(self.transforms) else self.transforms[choice](data)
 
     def _choice_name(self, choice: Any) -> str:
-        return f"transforms[{choice}]"
+        return f"no transform (p={self.p})" if choice == len(self.transforms) else f"transforms[{choice}]"
 
     def _record_info(self, choice: Any) -> dict:
         return {"index": int(choice)}
@@ -1566,6 +1593,8 @@ class OneOf(_Randomizable):
         return (d if is_dict else d[None]), info
 
     def _undo(self, j: int, data: Any) -> Any:
+        if j == len(self.transforms):  # the gate was closed: nothing was applied
+            return data
         t = self.transforms[j]
         return t.inverse(data) if callable(getattr(t, "inverse", None)) else data
 
@@ -1576,6 +1605,21 @@ class OneOf(_Randomizable):
             return data
         out, info = self._pop_record(data)
         return self._undo(int(info["index"]), out)
+
+
+class _Ungated:
+    """A Compose with TorchIO's p < 1, as its gate's one transform: the chain itself."""
+
+    def __init__(self, compose: "Compose"):
+        self.compose = compose
+
+    def __call__(self, data: Any) -> Any:
+        return self.compose._run(data)
+
+    def inverse(self, data: Any) -> Any:
+        from . import spatial
+
+        return spatial.inverse_compose(self.compose, data)
 
 
 class SomeOf(OneOf):

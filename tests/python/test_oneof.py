@@ -293,3 +293,66 @@ def test_some_of_refuses_a_draw_that_runs_out_of_weights():
     with pytest.raises(ValueError, match="non-zero weight"):
         T.SomeOf([_digit(j) for j in range(3)], num_transforms=3, weights=[1.0, 0.0, 1.0])
     assert T.SomeOf([_digit(j) for j in range(3)], num_transforms=3, weights=[1.0, 0.0, 1.0], replace=True)
+
+
+def _shifted(out, x):
+    """Per sample: True where the sample is x + 1, False where it is x unchanged."""
+    flat_o, flat_x = out.flatten(1), x.flatten(1)
+    added = (flat_o == flat_x + 1).all(1)
+    same = (flat_o == flat_x).all(1)
+    assert bool((added ^ same).all()), "every sample is either applied or untouched"
+    return added
+
+
+@pytest.mark.parametrize("make", [
+    lambda p, seed: T.OneOf({T.ShiftIntensity(1.0): 1.0}, p=p, seed=seed),   # TorchIO's OneOf(..., p=)
+    lambda p, seed: T.Compose([T.ShiftIntensity(1.0)], p=p).set_random_state(seed),  # TorchIO's Compose(..., p=)
+])
+def test_torchio_p_gates_each_sample(make):
+    """TorchIO's p on OneOf and Compose (a transform applied with probability p): per sample of a
+    batch, 4000 draws within 4 standard deviations of p; p=1 draws exactly as without p; p=0 never
+    applies; the same seed, the same gates."""
+    x = torch.randn(4000, 1, 2, 2, 2)
+    for p in (0.3, 0.75):
+        applied = _shifted(make(p, 11)(x), x)
+        share = applied.double().mean().item()
+        assert abs(share - p) <= 4 * (p * (1 - p) / 4000) ** 0.5, (p, share)
+        assert torch.equal(_shifted(make(p, 11)(x), x), applied)
+        assert not torch.equal(_shifted(make(p, 12)(x), x), applied)
+    assert _shifted(make(1.0, 11)(x), x).all() and not _shifted(make(0.0, 11)(x), x).any()
+    one = T.OneOf([T.Flip(0), T.Flip(1), T.Rotate90(1, (0, 1))], seed=5)
+    assert one.draw_choices(64) == T.OneOf([T.Flip(0), T.Flip(1), T.Rotate90(1, (0, 1))], seed=5,
+                                           p=1.0).draw_choices(64)
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="prob must be in"):
+            make(bad, 1)
+
+
+def test_torchio_p_on_subjects_and_metatensors_records_and_inverse():
+    """A gated OneOf / Compose on MetaTensors (one draw per call): the closed gate returns the
+    input as it is with a record of its own, which inverse pops; the open gate runs the chain,
+    and inverse undoes it (Compose.inverse through the gate). Subject dictionaries (TorchIO's
+    form) share one gate across keys."""
+    aff = torch.diag(torch.tensor([2.0, 1.5, 1.0, 1.0], dtype=torch.float64))
+    x = _volumes(1, size=(6, 6, 5))
+    outcomes = set()
+    for seed in range(1, 30):
+        c = T.Compose([T.Flip(1), T.Rotate90(1, (0, 1))], p=0.5).set_random_state(seed)
+        fwd = c(MetaTensor(x.clone(), affine=aff.clone()))
+        applied = not torch.equal(fwd.as_tensor(), x)
+        outcomes.add(applied)
+        if applied:
+            assert torch.equal(fwd.as_tensor(), torch.rot90(torch.flip(x, [3]), 1, [2, 3]))
+        rec = fwd.applied_operations[-1]
+        assert rec[TraceKeys.CLASS_NAME] == "OneOf" and rec[TraceKeys.EXTRA_INFO]["index"] == (0 if applied else 1)
+        inv = c.inverse(fwd)
+        assert torch.equal(inv.as_tensor(), x) and inv.applied_operations == []
+        assert torch.allclose(inv.affine.double(), aff)
+    assert outcomes == {True, False}
+    from voxaug import torchio as vio
+
+    subject = {"t1": x[0].clone(), "seg": (x[0] > 100).float()}
+    for seed in range(1, 20):
+        out = vio.OneOf({vio.Lambda(lambda v: v + 1.0): 1.0}, p=0.5, seed=seed)(dict(subject))
+        moved = [not torch.equal(out[k], subject[k]) for k in subject]
+        assert moved[0] == moved[1]
