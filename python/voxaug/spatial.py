@@ -4551,8 +4551,8 @@ def _is_deformation(t: Any) -> bool:
 def _lazy_candidate(t: Any) -> bool:
     """Whether `t` may join a run of compose_spatial: a fusable spatial step, or a deformation
     that closes the group before it (see _close_with_deformation). A TorchIO transform with
-    include / exclude / keep runs as itself (its call applies them)."""
-    if isinstance(_inner(t), _TorchIOArgs) and _inner(t)._filtering():
+    include / exclude / keep, or a gate p < 1, runs as itself (its call applies them)."""
+    if isinstance(_inner(t), _TorchIOArgs) and _inner(t)._runs_as_itself():
         return False
     return (isinstance(_inner(t), _FUSABLE_TYPES) and not getattr(_inner(t), "_needs_image", False)) \
         or _is_deformation(t)

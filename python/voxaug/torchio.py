@@ -88,6 +88,7 @@ class Affine(RandomAffine):
         self.fixed_translation = _triplet(translation, "translation")
         self.check_shape = bool(check_shape)  # voxaug always needs one spatial shape per call
         self._filter_args(include, exclude, keep)
+        self.set_random_state(0)  # nothing is drawn: torch's generator stays TorchIO's (its p gate)
 
     def _draw(self, n: int):
         rows = lambda v: np.tile(np.asarray(v, dtype=np.float64), (n, 1))  # noqa: E731
@@ -104,6 +105,7 @@ class Flip(RandomFlip):
                  keep: Optional[Mapping[Hashable, Hashable]] = None):
         super().__init__(axes=axes, flip_probability=1.0, p=1.0)
         self._filter_args(include, exclude, keep)
+        self.set_random_state(0)  # nothing is drawn: torch's generator stays TorchIO's (its p gate)
 
 
 class Resize(_TorchIOArgs):

@@ -21,6 +21,7 @@ import collections.abc
 import contextvars
 import copy
 import functools
+import inspect
 import math
 import numbers
 import warnings
@@ -431,7 +432,13 @@ class _TorchIOArgs:
     refers to by name (a string argument equal to a key: ``mask_name``, ``masking_method``, a
     target) is still handed to it, then restored when it is left out (TorchIO reads such an image
     without transforming it). A transform with any of these set runs as itself, not fused in a
-    :class:`Compose`. Without them (or on a tensor) the call is the transform's own."""
+    :class:`Compose`. Without them (or on a tensor) the call is the transform's own.
+
+    ``p`` (keyword) on the transforms whose own arguments have no probability (the deterministic
+    ones: ZNormalization, Resize, Crop, Lambda, ...): TorchIO's Transform gate, one
+    ``torch.rand(1).item() > p`` draw from torch's generator per call (skipped when p is 1), the
+    data returned as it came when it is closed -- so a ``torch.manual_seed`` gives TorchIO's own
+    decisions. The random transforms keep their ``p`` (per subject and sample, from Philox)."""
 
     include: Optional[tuple] = None
     exclude: tuple = ()
@@ -456,6 +463,10 @@ class _TorchIOArgs:
     def _filtering(self) -> bool:
         return self.include is not None or bool(self.exclude) or bool(self.keep)
 
+    def _runs_as_itself(self) -> bool:
+        """Whether a Compose must call it rather than fuse it: filtered, or behind a gate p < 1."""
+        return self._filtering() or self._torchio_p < 1.0
+
     def _chosen(self, key: Hashable) -> bool:
         return (self.include is None or key in self.include) and key not in self.exclude
 
@@ -464,13 +475,20 @@ class _TorchIOArgs:
         if missing:
             raise KeyError(f"keep names {missing}, not in the dictionary (keys {list(data)})")
 
+    _torchio_p: float = 1.0
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # A subclass's own __call__ is wrapped so that the filtering runs around it (a call a
-        # class defines itself comes before this mixin's in the MRO).
+        # class defines itself comes before this mixin's in the MRO); its own __init__, where it
+        # takes no probability, gains TorchIO's p.
         super().__init_subclass__(**kwargs)
         call = cls.__dict__.get("__call__")
         if call is not None and not getattr(call, "_filters_keys", False):
             cls.__call__ = _filtering_call(call)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not getattr(init, "_takes_p", False) and not (
+                {"p", "prob"} & set(inspect.signature(init).parameters)):
+            cls.__init__ = _init_with_p(init)
 
     def __call__(self, data: Any, *args: Any, **kwargs: Any) -> Any:
         return _filtered(self, super().__call__, data, args, kwargs)  # type: ignore[misc]
@@ -480,11 +498,31 @@ _FILTERING: "contextvars.ContextVar[frozenset]" = contextvars.ContextVar("voxaug
                                                                        default=frozenset())
 
 
+def _init_with_p(init: Callable) -> Callable:
+    """`init` with TorchIO's keyword ``p`` (checked, kept as ``_torchio_p``) added."""
+
+    @functools.wraps(init)
+    def __init__(self, *args: Any, p: float = 1.0, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self._torchio_p = _check_prob(p)
+
+    sig = inspect.signature(init)
+    params = list(sig.parameters.values())
+    at = next((i for i, q in enumerate(params) if q.kind == q.VAR_KEYWORD), len(params))
+    params.insert(at, inspect.Parameter("p", inspect.Parameter.KEYWORD_ONLY, default=1.0, annotation=float))
+    __init__.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    __init__._takes_p = True  # type: ignore[attr-defined]
+    return __init__
+
+
 def _filtered(t: "_TorchIOArgs", call: Callable, data: Any, args: tuple, kwargs: dict) -> Any:
-    """`call(data)` with t's include / exclude / keep applied around it (once: a subclass call
-    that reaches its parent's wrapped call is not filtered again)."""
+    """`call(data)` behind t's TorchIO gate ``p``, with t's include / exclude / keep applied around
+    it (once: a subclass call that reaches its parent's wrapped call is neither gated nor filtered
+    again)."""
     if not isinstance(data, collections.abc.Mapping) or not t._filtering() or id(t) in _FILTERING.get():
-        return call(data, *args, **kwargs)
+        return _gated(t, call, data, args, kwargs)
+    if t._torchio_p < 1.0 and torch.rand(1).item() > t._torchio_p:  # TorchIO's Transform.__call__
+        return data
     t._check_keep(data)
     images = {k for k, v in data.items() if isinstance(v, torch.Tensor) and v.dim() in (4, 5)}
     refs = {v for v in vars(t).values() if isinstance(v, str) and v in data}
@@ -499,6 +537,19 @@ def _filtered(t: "_TorchIOArgs", call: Callable, data: Any, args: tuple, kwargs:
     for name, new_name in t.keep.items():
         result[new_name] = data[name]
     return result
+
+
+def _gated(t: "_TorchIOArgs", call: Callable, data: Any, args: tuple, kwargs: dict) -> Any:
+    """`call(data)` behind t's TorchIO gate ``p`` (once: not again inside a call that passed it)."""
+    if t._torchio_p >= 1.0 or id(t) in _FILTERING.get():
+        return call(data, *args, **kwargs)
+    if torch.rand(1).item() > t._torchio_p:  # TorchIO's Transform.__call__
+        return data
+    token = _FILTERING.set(_FILTERING.get() | {id(t)})
+    try:
+        return call(data, *args, **kwargs)
+    finally:
+        _FILTERING.reset(token)
 
 
 def _filtering_call(call: Callable) -> Callable:
@@ -566,6 +617,9 @@ class _Subject(_TorchIOArgs):
         return t, gate
 
     def __call__(self, data: Any, *args: Any, **kwargs: Any) -> Any:
+        return _gated(self, self._subject_call, data, args, kwargs)
+
+    def _subject_call(self, data: Any, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(data, collections.abc.Mapping):
             return self._tensor_call(data, *args, **kwargs)
         keys = self._subject_targets(data)
@@ -1279,8 +1333,8 @@ class Compose:
     def _fusable(t: Any, input_is_float: bool) -> bool:
         # Shift transforms give integer images back their dtype (_finish); on floating input,
         # which includes the output of any earlier fused step, they fuse like the rest.
-        if not isinstance(t, _Pointwise) or not t._single_pass:
-            return False
+        if not isinstance(t, _Pointwise) or not t._single_pass or getattr(t, "_torchio_p", 1.0) < 1.0:
+            return False  # (a TorchIO gate p < 1 is drawn by the transform's own call)
         return type(t)._finish is _Pointwise._finish or input_is_float
 
     @staticmethod

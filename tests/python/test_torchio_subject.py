@@ -244,3 +244,88 @@ def test_random_spatial_include(subject_tensors):
         out = t(data)
         assert out["t2"] is data["t2"] and out["seg"] is data["seg"]
         assert not torch.equal(out["t1"], data["t1"]) and torch.equal(out["t1"], out["t3"])
+
+
+# ---------------- TorchIO's p on the deterministic transforms ----------------
+P_CASES = {  # name: (kwargs, applies to the t1 / seg crop and changes it)
+    "ZNormalization": dict(masking_method="seg"),
+    "RescaleIntensity": dict(out_min_max=(0, 1)),
+    "Clamp": dict(out_min=20, out_max=120),
+    "Flip": dict(axes=(0,)),
+    "Pad": dict(padding=2),
+    "Crop": dict(cropping=(1, 0, 2, 2, 0, 1)),
+    "Gamma": dict(gamma=0.7),
+    "Lambda": dict(function=lambda x: x * 2),
+    "Affine": dict(scales=1.1, degrees=(5, 0, -3), translation=1),
+}  # (not CropOrPad or Resize: TorchIO's call their own inner transforms, each drawing its gate too)
+
+
+def test_every_deterministic_transform_takes_torchio_p():
+    """Each voxaug.torchio transform takes p (the random ones their own, the others TorchIO's
+    gate) and refuses one outside [0, 1], naming it."""
+    import inspect
+
+    for name in vtio.__all__:
+        cls = getattr(vtio, name)
+        assert "p" in inspect.signature(cls).parameters, name
+    for name, kw in P_CASES.items():
+        with pytest.raises(ValueError, match="prob must be in"):
+            getattr(vtio, name)(**kw, p=1.5)
+
+
+@pytest.mark.parametrize("name", sorted(P_CASES))
+def test_deterministic_p_decides_as_torchio_from_the_same_torch_seed(subject_tensors, name):
+    """The gate is TorchIO's own draw (torch.rand(1) > p, one per call): from the same
+    torch.manual_seed, 40 calls with p=0.4 apply the transform at exactly the calls TorchIO does,
+    the applied results equal TorchIO's, and a closed gate returns the dictionary as it came."""
+    tensors, affine = subject_tensors
+    kw = P_CASES[name]
+    import inspect
+
+    cls = getattr(vtio, name)
+    t = cls(**kw, p=0.4, **({"label_keys": ["seg"]} if "label_keys" in inspect.signature(cls).parameters else {}))
+    ref_t = getattr(tio, name)(**kw, p=0.4)
+    torch.manual_seed(123)
+    ours = []
+    for _ in range(40):
+        data = dict(tensors)
+        out = t(data)
+        ours.append(out is not data)
+        if out is data:
+            assert all(out[k] is tensors[k] for k in tensors)
+        else:
+            applied = out
+    torch.manual_seed(123)
+    theirs = []
+    for _ in range(40):
+        subject = _torchio_subject(tensors, affine)
+        ref = ref_t(subject)
+        theirs.append(not torch.equal(ref["t1"].data, subject["t1"].data) or ref["t1"].data.shape != tensors["t1"].shape)
+        if theirs[-1]:
+            last_ref = ref
+    assert ours == theirs and 5 < sum(ours) < 35
+    state = torch.get_rng_state()  # with p = 1 no draw from torch's generator at all
+    cls(**kw, **({"label_keys": ["seg"]} if "label_keys" in inspect.signature(cls).parameters else {}))(dict(tensors))
+    assert torch.equal(state, torch.get_rng_state())
+    torch.testing.assert_close(applied["t1"], last_ref["t1"].data.to(applied["t1"].dtype), rtol=2e-5,
+                               atol=2e-5 * float(last_ref["t1"].data.abs().max()))
+
+
+def test_gated_steps_run_as_themselves_in_compose(subject_tensors):
+    """In a Compose, steps with p < 1 are not fused (the gate is drawn by each call): the result
+    equals the steps called one by one from the same torch seed, on tensors and dictionaries."""
+    tensors, _ = subject_tensors
+    steps = lambda: [vtio.Flip(axes=(0,), p=0.5), vtio.Pad(padding=2, p=0.5), vtio.Clamp(20, 120, p=0.5),  # noqa: E731
+                     vtio.Gamma(0.7, p=0.5)]
+    for data in (tensors["t1"][None], dict(tensors)):
+        for seed in range(6):
+            torch.manual_seed(seed)
+            out = vtio.Compose(steps())(data)
+            torch.manual_seed(seed)
+            ref = data
+            for s in steps():
+                ref = s(ref)
+            if isinstance(data, dict):
+                assert all(torch.equal(out[k], ref[k]) for k in data)
+            else:
+                assert torch.equal(out, ref)
