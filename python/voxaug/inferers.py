@@ -250,7 +250,9 @@ def sliding_window_inference(
     # Non-constant weights: the division reads a count map (computing the count per divided row
     # segment in the stitch would re-walk the covering windows for each one); an inferer keeps it.
     count = cached.get("count")
-    if last_divide and count is None and weight is not None:
+    # (A ring's drains read it too where an inferer keeps it; a call on its own computes the
+    # count of each drained plane range on the fly, as the final pass does.)
+    if (last_divide or (ring and _cache is not None)) and count is None and weight is not None:
         like = torch.empty((0, 0, 0, 0, 0), dtype=acc_dtype, device=device)  # the map's dtype and device
         count = cached["count"] = torch.ops.voxaug.window_count(like, weight, size, roi, overlap_l)
     # Buffer and accumulator from window_accumulator: on the host on transparent huge pages

@@ -63,6 +63,18 @@ std::vector<float> randn(size_t n, unsigned seed) {
   return v;
 }
 
+// Random predictions in float32, and the same values rounded to float16.
+struct Preds {
+  std::vector<float> f;
+  std::vector<uint16_t> h;
+  Preds(size_t count, unsigned seed) : f(randn(count, seed)), h(f.size()) {
+    for (size_t i = 0; i < f.size(); ++i) h[i] = detail::float_to_half(f[i]);
+  }
+  void* data(DType t) {
+    return t == DType::Float32 ? static_cast<void*>(f.data()) : static_cast<void*>(h.data());
+  }
+};
+
 // float32 Gaussian-like map (any positive values serve the order test).
 std::vector<float> weight_map(const int64_t roi[3], unsigned seed) {
   std::mt19937 rng(seed);
@@ -275,11 +287,8 @@ TEST(WindowCpu, StitchFuseEqualsZeroFillStitchFinalize) {
           const int64_t rv = l.roi[0] * l.roi[1] * l.roi[2];
           const auto w = weight_map(l.roi, 21);
           const float* wp = gaussian ? w.data() : nullptr;
-          const auto pf = randn(static_cast<size_t>(total * K * rv), 23);
-          std::vector<uint16_t> ph(pf.size());
-          for (size_t i = 0; i < pf.size(); ++i) ph[i] = detail::float_to_half(pf[i]);
-          void* preds = pt == DType::Float32 ? static_cast<void*>(const_cast<float*>(pf.data()))
-                                             : static_cast<void*>(ph.data());
+          Preds pr(static_cast<size_t>(total * K * rv), 23);
+          void* preds = pr.data(pt);
           const int64_t esize = pt == DType::Float32 ? 4 : 2;
           const Vol av{N, K, l.padded[0], l.padded[1], l.padded[2]};
           std::vector<float> count(pv);
@@ -452,11 +461,8 @@ TEST(WindowCpu, RingAccumulatorEqualsWholeAccumulator) {
         const int64_t rv = l.roi[0] * l.roi[1] * l.roi[2];
         const auto w = weight_map(l.roi, 5);
         const float* wp = gaussian ? w.data() : nullptr;
-        const auto pf = randn(static_cast<size_t>(total * K * rv), 9);
-        std::vector<uint16_t> ph(pf.size());
-        for (size_t i = 0; i < pf.size(); ++i) ph[i] = detail::float_to_half(pf[i]);
-        const void* preds = pt == DType::Float32 ? static_cast<const void*>(pf.data())
-                                                 : static_cast<const void*>(ph.data());
+        Preds pr(static_cast<size_t>(total * K * rv), 9);
+        const void* preds = pr.data(pt);
         // The whole accumulator, then one final pass.
         const Vol av{N, K, l.padded[0], l.padded[1], l.padded[2]};
         std::vector<float> acc(av.numel(), nan), count(pv);
