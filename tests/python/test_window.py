@@ -195,6 +195,27 @@ def test_ring_accumulator_matches_monai_with_one_window_row_of_memory(monkeypatc
     assert shapes == [ring_shape] * 3 + [ring_shape if cropped else [shape[0], 3, *lay.padded]]
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the ring on CUDA not tested")
+@pytest.mark.parametrize("mode", ["constant", "gaussian"])
+def test_ring_accumulator_on_cuda_equals_the_cpu_and_monai(mode):
+    """The ring on CUDA (device stitch and plane drains, no host sync in the loop): labels and
+    float16 probabilities equal the CPU's bit for bit and MONAI's on the GPU."""
+    x = torch.randn(2, 1, 41, 19, 23)
+
+    def pred(t):  # pointwise: the same bits on either device
+        return torch.cat([t, -t, t * t - 0.5], 1)
+
+    kw = dict(overlap=(0.6, 0.25, 0.5), mode=mode)
+    with torch.no_grad():
+        want = monai_inferers.sliding_window_inference(x.cuda(), (9, 8, 10), 5, pred, **kw)
+        for extra in (dict(argmax=True, output_dtype=torch.uint8), dict(output_dtype=torch.float16)):
+            cpu = sliding_window_inference(x, (9, 8, 10), 5, pred, **kw, **extra)
+            gpu = sliding_window_inference(x.cuda(), (9, 8, 10), 5, pred, **kw, **extra)
+            assert gpu.is_cuda and torch.equal(gpu.cpu(), cpu)
+            ref = want.argmax(1, keepdim=True).to(torch.uint8) if "argmax" in extra else want.half()
+            assert torch.equal(gpu, ref)
+
+
 def test_ring_accumulator_tuple_outputs_and_inferer():
     """Several outputs share the ring's row schedule; the inferer's cached maps serve it too."""
     x = torch.randn(2, 2, 26, 10, 11)
