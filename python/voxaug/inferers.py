@@ -139,8 +139,8 @@ def sliding_window_inference(
     ``output_dtype`` other than the accumulator's, or an image smaller than the roi on some axis)
     and the windows come in several rows along d, each float32 accumulator holds one window row's
     roi d planes instead of the padded d (a ring, drained row by row into the result): e.g. 105
-    classes on 1 x 1 x 300 x 512 x 512 (d first) with roi d 96 need 10.6 GB instead of 33 GB, plus the 79 MB
-    of uint8 labels. Same results.
+    classes on 1 x 1 x 300 x 512 x 512 (d first) with roi d 96 need 10.6 GB instead of 33 GB,
+    plus the 79 MB of uint8 labels. Same results.
 
     ``process_fn(outputs, windows, importance_map) -> (outputs, weight)`` is MONAI's: called per
     window batch with the predictor's outputs as a tuple, the windows on ``sw_device`` and the

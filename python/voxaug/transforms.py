@@ -1315,7 +1315,8 @@ class Compose:
             if hasattr(t, "set_random_state"):
                 t.set_random_state(None if seed is None else seed * 1_000_003 + i)
         if self._gate is not None:  # the gate only (its transform is this chain)
-            _Randomizable.set_random_state(self._gate, None if seed is None else seed * 1_000_003 + len(self.transforms))
+            gate_seed = None if seed is None else seed * 1_000_003 + len(self.transforms)
+            _Randomizable.set_random_state(self._gate, gate_seed)
         return self
 
     def inverse(self, data: Any) -> Any:
