@@ -16,7 +16,7 @@ import torch
 
 from .transforms import _host_to, _is_meta_tensor
 
-__all__ = ["sliding_window_inference", "SlidingWindowInferer"]
+__all__ = ["sliding_window_inference", "SlidingWindowInferer", "SlidingWindowInfererAdapt"]
 
 _PAD_MODES = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
 _BLEND_MODES = ("constant", "gaussian")
@@ -630,3 +630,34 @@ class SlidingWindowInferer:
         if meta_source is not None:
             results = [_with_meta(r, meta_source) for r in results]
         return _pack(keys, results)
+
+
+class SlidingWindowInfererAdapt(SlidingWindowInferer):
+    """MONAI's ``SlidingWindowInfererAdapt`` (VISTA3D's and Auto3DSeg's inferer): the arguments
+    of :class:`SlidingWindowInferer`; where stitching on the GPU runs out of memory, the call is
+    repeated with the stitching on the CPU (the output then on the CPU, as MONAI's) and
+    ``cpu_thresh`` is lowered below this image's voxel count, so that later images at least as
+    large go to the CPU at once. With ``device`` set, no adaptation (as MONAI).
+
+    MONAI tries buffered stitching before the CPU (and halves its buffer on each failure); voxaug
+    skips those tries: its ``buffer_steps`` keeps the whole accumulator (the result is the
+    unbuffered one), so it would run out again. Its accumulator is already smaller where the
+    result is a tensor of its own (``argmax``, ``output_dtype``: one window row of planes)."""
+
+    def __call__(self, inputs: torch.Tensor, network: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self.device is not None:
+            return super().__call__(inputs, network, *args, **kwargs)
+        cpu_cond = self.cpu_thresh is not None and inputs.shape[2:].numel() > self.cpu_thresh
+        gpu_stitching = inputs.is_cuda and not cpu_cond
+        try:
+            return super().__call__(inputs, network, *args,
+                                    device=inputs.device if gpu_stitching else torch.device("cpu"), **kwargs)
+        except RuntimeError as e:  # torch.cuda.OutOfMemoryError is one
+            if not gpu_stitching or "OutOfMemoryError" not in type(e).__name__:
+                raise
+            import logging
+
+            logging.getLogger(__name__).warning(
+                f"GPU stitching failed ({e}), stitching on the CPU, image dim {tuple(inputs.shape)}.")
+        self.cpu_thresh = inputs.shape[2:].numel() - 1  # MONAI's update: images this large go to the CPU
+        return self._run(inputs, network, *args, device=torch.device("cpu"), **kwargs)

@@ -854,3 +854,51 @@ def test_condition_is_windowed_as_monai(mode, padding_mode, sw):
         sliding_window_inference(x, (6, 9, 8), sw, net, condition=torch.randn(2, 2, 12, 7, 14))
     with pytest.raises(ValueError, match="condition must be a 5-D tensor"):
         sliding_window_inference(x, (6, 9, 8), sw, net, condition=torch.randn(1, 2, 12, 7, 15))
+
+
+def test_inferer_adapt_matches_monai_on_the_cpu():
+    """SlidingWindowInfererAdapt on the CPU (nothing to adapt) and with a device given: MONAI's
+    SlidingWindowInfererAdapt's results."""
+    from voxaug.inferers import SlidingWindowInfererAdapt
+
+    x = torch.randn(1, 2, 21, 17, 19)
+    net = _net(2, 3)
+    for kw in (dict(), dict(device="cpu"), dict(cpu_thresh=100)):
+        with torch.no_grad():
+            want = monai_inferers.SlidingWindowInfererAdapt((8, 8, 8), 3, overlap=0.5, mode="gaussian", **kw)(x, net)
+            got = SlidingWindowInfererAdapt((8, 8, 8), 3, overlap=0.5, mode="gaussian", **kw)(x, net)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: SlidingWindowInfererAdapt on cuda not tested")
+def test_inferer_adapt_falls_back_to_cpu_stitching_after_a_cuda_oom(monkeypatch):
+    """An out-of-memory error while stitching on the GPU: the call is repeated with the output
+    stitched on the CPU (MONAI's result), cpu_thresh drops below the image's voxel count, and the
+    next image of that size goes to the CPU at once; other errors propagate."""
+    import voxaug.inferers as inf
+
+    x = torch.randn(1, 2, 21, 17, 19)
+    net = _net(2, 3)
+    devices = []
+    real = inf.SlidingWindowInferer._run
+
+    def run(self, inputs, network, *args, **kwargs):
+        devices.append(str(kwargs.get("device")))
+        if str(kwargs.get("device")).startswith("cuda"):
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+        return real(self, inputs, network, *args, **kwargs)
+
+    monkeypatch.setattr(inf.SlidingWindowInferer, "_run", run)
+    t = inf.SlidingWindowInfererAdapt((8, 8, 8), 3, overlap=0.5)
+    with torch.no_grad():
+        want = monai_inferers.sliding_window_inference(x, (8, 8, 8), 3, net, overlap=0.5)
+        got = t(x.cuda(), net.cuda())
+        assert devices == ["cuda:0", "cpu"] and got.device.type == "cpu"
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)  # the GPU's convolution
+        assert t.cpu_thresh == 21 * 17 * 19 - 1
+        t(x.cuda(), net.cuda())
+        assert devices[2:] == ["cpu"]
+    monkeypatch.setattr(inf.SlidingWindowInferer, "_run",
+                        lambda self, *a, **k: (_ for _ in ()).throw(RuntimeError("not a memory error")))
+    with pytest.raises(RuntimeError, match="not a memory error"):
+        inf.SlidingWindowInfererAdapt((8, 8, 8), 3)(x.cuda(), net.cuda())
