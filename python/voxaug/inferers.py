@@ -16,7 +16,7 @@ import torch
 
 from .transforms import _host_to, _is_meta_tensor
 
-__all__ = ["sliding_window_inference", "SlidingWindowInferer", "SlidingWindowInfererAdapt"]
+__all__ = ["sliding_window_inference", "SlidingWindowInferer", "SlidingWindowInfererAdapt", "SliceInferer"]
 
 _PAD_MODES = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
 _BLEND_MODES = ("constant", "gaussian")
@@ -661,3 +661,50 @@ class SlidingWindowInfererAdapt(SlidingWindowInferer):
                 f"GPU stitching failed ({e}), stitching on the CPU, image dim {tuple(inputs.shape)}.")
         self.cpu_thresh = inputs.shape[2:].numel() - 1  # MONAI's update: images this large go to the CPU
         return self._run(inputs, network, *args, device=torch.device("cpu"), **kwargs)
+
+
+class SliceInferer(SlidingWindowInferer):
+    """MONAI's ``SliceInferer(spatial_dim=0, *args, **kwargs)``: a 2-D network over the slices of a
+    3-D volume. ``roi_size`` is 2-D; the windows are (1, roi) along ``spatial_dim`` (0, 1 or 2 of
+    (D, H, W)): the network gets (B, C, h, w) slices (the condition's too, as its second argument)
+    and its outputs come back with that axis, stitched as :class:`SlidingWindowInferer` stitches
+    (the voxaug options included: ``argmax`` or ``output_dtype`` then keep one slice of planes
+    when ``spatial_dim`` is 0). As MONAI's, the call's own ``*args`` / ``**kwargs`` other than
+    ``condition`` do not reach the network."""
+
+    def __init__(self, spatial_dim: int = 0, *args: Any, **kwargs: Any) -> None:
+        self.spatial_dim = spatial_dim
+        super().__init__(*args, **kwargs)
+        self.orig_roi_size = tuple(self.roi_size) if isinstance(self.roi_size, Sequence) else (self.roi_size,)
+
+    def __call__(self, inputs: torch.Tensor, network: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if isinstance(self.spatial_dim, bool) or self.spatial_dim not in (0, 1, 2):
+            raise ValueError("`spatial_dim` can only be `0, 1, 2` with `[H, W, D]` respectively.")
+        if len(self.orig_roi_size) != 2 or not isinstance(inputs, torch.Tensor) or inputs.dim() != 5:
+            raise RuntimeError(f"Currently, only 2D `roi_size` ({self.orig_roi_size}) with 3D `inputs` tensor "
+                               f"(shape={getattr(inputs, 'shape', None)}) is supported.")
+        roi = list(self.orig_roi_size)
+        roi.insert(self.spatial_dim, 1)
+        self.roi_size = roi
+        condition = kwargs.get("condition")
+        if condition is not None and condition.shape != inputs.shape:
+            raise ValueError(f"`condition` must match shape of `inputs` ({inputs.shape}), but got {condition.shape}")
+        wrapped = lambda x, *a, **k: self.network_wrapper(network, x, *a, **k)  # noqa: E731
+        if condition is not None:
+            return super().__call__(inputs, wrapped, condition=condition)
+        return super().__call__(inputs, wrapped)
+
+    def network_wrapper(self, network: Callable[..., Any], x: torch.Tensor, condition: Optional[torch.Tensor] = None,
+                        *args: Any, **kwargs: Any) -> Any:
+        """The 2-D network on (B, C, h, w) slices; its outputs get the slice axis back."""
+        dim = self.spatial_dim + 2
+        x = x.squeeze(dim=dim)
+        if condition is not None:
+            out = network(x, condition.squeeze(dim=dim), *args, **kwargs)
+        else:
+            out = network(x, *args, **kwargs)
+        if isinstance(out, torch.Tensor):
+            return out.unsqueeze(dim=dim)
+        if isinstance(out, Mapping):
+            return {k: v.unsqueeze(dim=dim) for k, v in out.items()}
+        return tuple(o.unsqueeze(dim=dim) for o in out)
