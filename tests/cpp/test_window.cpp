@@ -329,32 +329,10 @@ TEST(WindowCpu, StitchFuseEqualsZeroFillStitchFinalize) {
                 << "gaussian " << gaussian << " count map " << (cnt != nullptr);
             // The device body on the host.
             std::vector<float> body(N * K * pv, nan);
-            for (int64_t first = 0; first < total; first += B) {
-              const int64_t b = std::min(B, total - first);
-              for (int64_t j0 = 0; j0 < b; j0 += detail::kStitchWindows) {
-                detail::StitchParams p;
-                p.acc = body.data();
-                p.channels = K;
-                p.depth = l.padded[0];
-                p.pred = static_cast<char*>(preds) + (first + j0) * K * rv * esize;
-                const int64_t st[5] = {K * rv, rv, l.roi[1] * l.roi[2], l.roi[2], 1};
-                std::copy(st, st + 5, p.pred_stride);
-                p.weight = wp;
-                p.l = l;
-                p.first_store = p.last_divide = true;
-                p.count = cnt;
-                detail::stitch_launch_windows(p, first + j0,
-                                              std::min(detail::kStitchWindows, b - j0));
-                auto run = [&](auto body_fn) {
-                  typename decltype(body_fn)::State s;
-                  for (int64_t i = 0; i < body_fn.items(); ++i) body_fn(s, 0, i);
-                };
-                if (pt == DType::Float32)
-                  run(detail::StitchBody<float, float>{p});
-                else
-                  run(detail::StitchBody<float, detail::half_t>{p});
-              }
-            }
+            for (int64_t first = 0; first < total; first += B)
+              voxaug_test::stitch_bodies_host(
+                  body.data(), K, l.padded[0], static_cast<char*>(preds) + first * K * rv * esize,
+                  pt, wp, l, first, std::min(B, total - first), true, true, cnt);
             ASSERT_EQ(0, std::memcmp(body.data(), want.data(), want.size() * sizeof(float)));
           }
         }
@@ -380,19 +358,9 @@ TEST(WindowCpu, RowLoopsEqualDeviceBodies) {
       const Vol pvol{b, K, l.roi[0], l.roi[1], l.roi[2]};
       window_stitch(view(acc.data(), DType::Float32, av),
                     view(preds.data() + first * K * rv, DType::Float16, pvol), w.data(), l, first);
-      detail::StitchParams p;
-      p.acc = body_acc.data();
-      p.channels = K;
-      p.depth = l.padded[0];
-      p.pred = preds.data() + first * K * rv;
-      const int64_t st[5] = {K * rv, rv, l.roi[1] * l.roi[2], l.roi[2], 1};
-      std::copy(st, st + 5, p.pred_stride);
-      p.weight = w.data();
-      p.l = l;
-      detail::stitch_launch_windows(p, first, b);
-      const detail::StitchBody<float, detail::half_t> body{p};
-      detail::StitchBody<float, detail::half_t>::State s;
-      for (int64_t i = 0; i < body.items(); ++i) body(s, 0, i);
+      voxaug_test::stitch_bodies_host(body_acc.data(), K, l.padded[0],
+                                      preds.data() + first * K * rv, DType::Float16, w.data(), l,
+                                      first, b);
     }
     ASSERT_EQ(0, std::memcmp(acc.data(), body_acc.data(), acc.size() * sizeof(float)));
 

@@ -14,6 +14,40 @@
 
 namespace voxaug_test {
 
+// The CUDA stitch bodies run on the host over windows [first, first + b): `pred` dense (b, K, roi)
+// float32 or float16, launches of at most kStitchWindows windows as window_stitch makes them;
+// `acc` holds `depth` d planes (padded d, or a ring's).
+inline void stitch_bodies_host(float* acc, int64_t K, int64_t depth, const void* pred,
+                               voxaug::DType pt, const float* weight, const voxaug::WindowLayout& l,
+                               int64_t first, int64_t b, bool first_store = false,
+                               bool last_divide = false, const float* count = nullptr) {
+  using namespace voxaug;
+  const int64_t rv = l.roi[0] * l.roi[1] * l.roi[2];
+  for (int64_t j0 = 0; j0 < b; j0 += detail::kStitchWindows) {
+    detail::StitchParams sp;
+    sp.acc = acc;
+    sp.channels = K;
+    sp.depth = depth;
+    sp.pred = static_cast<const char*>(pred) + j0 * K * rv * dtype_size(pt);
+    const int64_t st[5] = {K * rv, rv, l.roi[1] * l.roi[2], l.roi[2], 1};
+    std::copy(st, st + 5, sp.pred_stride);
+    sp.weight = weight;
+    sp.l = l;
+    sp.first_store = first_store;
+    sp.last_divide = last_divide;
+    sp.count = count;
+    detail::stitch_launch_windows(sp, first + j0, std::min(detail::kStitchWindows, b - j0));
+    auto run_body = [&](auto body) {
+      typename decltype(body)::State s;
+      for (int64_t i = 0; i < body.items(); ++i) body(s, 0, i);
+    };
+    if (pt == DType::Float32)
+      run_body(detail::StitchBody<float, float>{sp});
+    else
+      run_body(detail::StitchBody<float, detail::half_t>{sp});
+  }
+}
+
 struct RingPass {
   const voxaug::WindowLayout& l;
   int64_t N, K;
@@ -42,7 +76,7 @@ struct RingPass {
         if (w0 > 0 && w0 % row_windows == 0) drain(w0 / row_windows - 1);
         const void* p = static_cast<const char*>(preds) + w0 * K * rv * dtype_size(pt);
         if (bodies)
-          stitch_bodies(p, w0, j1 - j0);
+          stitch_bodies_host(ring, K, depth, p, pt, weight, l, w0, j1 - j0, true);
         else
           window_stitch(
               view(ring, DType::Float32, {N, K, depth, l.padded[1], l.padded[2]}, dev),
@@ -82,32 +116,6 @@ struct RingPass {
     const detail::FinalizeBody<float> body{fp};
     typename detail::FinalizeBody<float>::State s;
     for (int64_t i = 0; i < body.items(); ++i) body(s, 0, i);
-  }
-
-  void stitch_bodies(const void* p, int64_t first, int64_t b) const {
-    using namespace voxaug;
-    const int64_t rv = l.roi[0] * l.roi[1] * l.roi[2];
-    for (int64_t j0 = 0; j0 < b; j0 += detail::kStitchWindows) {
-      detail::StitchParams sp;
-      sp.acc = ring;
-      sp.channels = K;
-      sp.depth = depth;
-      sp.pred = static_cast<const char*>(p) + j0 * K * rv * dtype_size(pt);
-      const int64_t st[5] = {K * rv, rv, l.roi[1] * l.roi[2], l.roi[2], 1};
-      std::copy(st, st + 5, sp.pred_stride);
-      sp.weight = weight;
-      sp.l = l;
-      sp.first_store = true;
-      detail::stitch_launch_windows(sp, first + j0, std::min(detail::kStitchWindows, b - j0));
-      auto run_body = [&](auto body) {
-        typename decltype(body)::State s;
-        for (int64_t i = 0; i < body.items(); ++i) body(s, 0, i);
-      };
-      if (pt == DType::Float32)
-        run_body(detail::StitchBody<float, float>{sp});
-      else
-        run_body(detail::StitchBody<float, detail::half_t>{sp});
-    }
   }
 };
 
