@@ -1,11 +1,27 @@
 """Shared by the small single-op benchmark scripts (patch_gather.py, window_parts.py,
-dropout_parts.py): the median wall time of repeated calls, and the header that says when, where
-and with which library a table was measured."""
+dropout_parts.py, ...): their common options, the median wall time of repeated calls, and the
+header that says when, where and with which library a table was measured."""
+import argparse
 import datetime
 import platform
 import time
 
 import torch
+
+
+def parser(doc: str, repeats: int) -> argparse.ArgumentParser:
+    """The scripts' options: the docstring as help, --threads (default 2), --repeats."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=repeats)
+    return ap
+
+
+def parse(ap: argparse.ArgumentParser) -> argparse.Namespace:
+    """The parsed options, torch's thread count set from --threads."""
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    return args
 
 
 def median_ms(fn, repeats: int, warmup: int = 1) -> float:

@@ -7,25 +7,21 @@ scale. Prints the median ms of each. Compare builds with VOXAUG_LIBRARY=/path/to
 
     python3 benchmarks/dropout_parts.py [--threads 2] [--repeats 50]
 """
-import argparse
 
 import torch
 
 import voxaug.degrade as vd
 
-from bench_timing import median_ms, print_header
+from bench_timing import median_ms, parse, parser, print_header
 
 HOLES = dict(holes=4, spatial_size=16, max_holes=8, max_spatial_size=48, prob=1.0)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=50)
-    args = ap.parse_args()
+    ap = parser(__doc__, 50)
+    args = parse(ap)
     if args.threads < 1 or args.repeats < 1:
         ap.error("--threads and --repeats must be >= 1")
-    torch.set_num_threads(args.threads)
     print_header()
     fills = (("U(min, max)", None), ("U(0, 1)", (0.0, 1.0)), ("constant 0", 0.0))
     print(f"{'shape':<16} {'fill':<12} {'in place ms':>12} {'out of place ms':>16}")

@@ -7,23 +7,19 @@ Prints the median ms of each. Compare builds with VOXAUG_LIBRARY=/path/to/libvox
 
     python3 benchmarks/exact_copy.py [--threads 2] [--repeats 15]
 """
-import argparse
 
 import torch
 
 from voxaug import ops
 
-from bench_timing import median_ms, print_header
+from bench_timing import median_ms, parse, parser, print_header
 
 TEMPLATE = "/usr/share/mricron/templates/ch2.nii.gz"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=15)
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+    ap = parser(__doc__, 15)
+    a = parse(ap)
     print_header()
     print(f"timing   median of {a.repeats} calls after one warm-up\n")
     g = torch.Generator().manual_seed(0)

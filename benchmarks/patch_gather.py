@@ -7,7 +7,6 @@ RandShiftIntensityd) and variants with every patch turned or flipped. Prints the
 
     python3 benchmarks/patch_gather.py [--threads 2] [--repeats 200]
 """
-import argparse
 
 import torch
 
@@ -16,15 +15,12 @@ from voxaug import ops as O
 from voxaug import spatial as vs
 from voxaug import transforms as vt
 
-from bench_timing import median_ms, print_header
+from bench_timing import median_ms, parse, parser, print_header
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=200)
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+    ap = parser(__doc__, 200)
+    a = parse(ap)
     g = torch.Generator().manual_seed(0)
     vols = [torch.rand(1, 1, 192, 192, 128, generator=g) for _ in range(8)]
     labs = [(torch.rand(1, 1, 192, 192, 128, generator=g) * 5).to(torch.uint8) for _ in range(8)]

@@ -6,7 +6,6 @@ VOXAUG_LIBRARY=/path/to/libvoxaug_torch.so.
 
     python3 benchmarks/stats_parts.py [--threads 2] [--repeats 40]
 """
-import argparse
 import statistics
 import time
 
@@ -14,7 +13,7 @@ import torch
 
 from voxaug import ops
 
-from bench_timing import print_header
+from bench_timing import parse, parser, print_header
 
 
 def timed(fn, repeats):
@@ -29,11 +28,8 @@ def timed(fn, repeats):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=40)
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+    ap = parser(__doc__, 40)
+    a = parse(ap)
     print_header()
     print(f"{'shape':>20} {'moments':>14} {'moments nz':>14} {'apply':>14}   (min / median ms)")
     g = torch.Generator().manual_seed(0)

@@ -7,13 +7,12 @@ Compare builds with VOXAUG_LIBRARY=/path/to/libvoxaug_torch.so.
 
     python3 benchmarks/window_parts.py [--threads 2] [--repeats 7] [--overlaps 0.25,0.5,0.8]
 """
-import argparse
 
 import torch
 
 from voxaug.inferers import _Layout
 
-from bench_timing import median_ms, print_header
+from bench_timing import median_ms, parse, parser, print_header
 
 SHAPE = (1, 1, 255, 223, 276)
 ROI = [96, 96, 96]
@@ -21,12 +20,9 @@ SW = 4
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=7)
+    ap = parser(__doc__, 7)
     ap.add_argument("--overlaps", default="0.25,0.5,0.8")
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+    a = parse(ap)
     x = torch.rand(SHAPE, generator=torch.Generator().manual_seed(0))
     size = list(SHAPE[2:])
     print_header()
