@@ -521,8 +521,12 @@ def _filtered(t: "_TorchIOArgs", call: Callable, data: Any, args: tuple, kwargs:
     again)."""
     if not isinstance(data, collections.abc.Mapping) or not t._filtering() or id(t) in _FILTERING.get():
         return _gated(t, call, data, args, kwargs)
-    if t._torchio_p < 1.0 and torch.rand(1).item() > t._torchio_p:  # TorchIO's Transform.__call__
-        return data
+    return _gated(t, lambda d, *a, **k: _filter_keys(t, call, d, a, k), data, args, kwargs)
+
+
+def _filter_keys(t: "_TorchIOArgs", call: Callable, data: Mapping, args: tuple, kwargs: dict) -> Any:
+    """`call` on the images t chooses (and the entries it names), the others and the kept
+    originals put back."""
     t._check_keep(data)
     images = {k for k, v in data.items() if isinstance(v, torch.Tensor) and v.dim() in (4, 5)}
     refs = {v for v in vars(t).values() if isinstance(v, str) and v in data}
