@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include <climits>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -85,7 +86,8 @@ at::Tensor pos_neg_crop_centers_impl(const at::Tensor& label,
                                      const std::optional<at::Tensor>& image, double image_threshold,
                                      double pos_ratio, int64_t num_samples,
                                      at::IntArrayRef spatial_size, int64_t seed,
-                                     int64_t first_sample, const std::optional<at::Tensor>& counts) {
+                                     int64_t first_sample,
+                                     const std::optional<at::Tensor>& counts) {
   check_5d(label, "label");
   check_image(label, image, false);
   check_counts(label, counts, 2);
@@ -303,12 +305,78 @@ at::Tensor extract_patches_meta(const at::Tensor& input, const at::Tensor& cente
   return patches_output(input, centers, size, true);
 }
 
+// gather_patches' checks (shared with Meta) and its output (K, C, *size) in the volumes' dtype.
+at::Tensor gather_output(at::TensorList volumes, at::IntArrayRef sample_index,
+                         const at::Tensor& starts, at::IntArrayRef size, bool meta) {
+  TORCH_CHECK_VALUE(!volumes.empty(), "volumes must hold at least one tensor");
+  const at::Tensor& v0 = volumes[0];
+  int64_t samples = 0;
+  for (size_t i = 0; i < volumes.size(); ++i) {
+    const std::string name = "volumes[" + std::to_string(i) + "]";
+    check_5d(volumes[i], name.c_str(), meta);
+    TORCH_CHECK_VALUE(volumes[i].scalar_type() == v0.scalar_type(), name,
+                      " must have volumes[0]'s dtype ", v0.scalar_type(), ", got ",
+                      volumes[i].scalar_type());
+    TORCH_CHECK_VALUE(volumes[i].size(1) == v0.size(1), name, " must have volumes[0]'s ",
+                      v0.size(1), " channels, got ", volumes[i].size(1));
+    TORCH_CHECK_VALUE(volumes[i].device() == v0.device(), name, " must be on volumes[0]'s device ",
+                      v0.device(), ", got ", volumes[i].device());
+    samples += volumes[i].size(0);
+  }
+  const int64_t K = static_cast<int64_t>(sample_index.size());
+  TORCH_CHECK_VALUE(starts.dim() == 2 && starts.size(0) == K && starts.size(1) == 3,
+                    "starts must be (K, 3) with K = len(sample_index) = ", K, ", got ",
+                    starts.sizes());
+  TORCH_CHECK_VALUE(starts.scalar_type() == at::kLong, "starts must be int64, got ",
+                    starts.scalar_type());
+  TORCH_CHECK_VALUE(starts.device() == v0.device(), "starts must be on the volumes' device ",
+                    v0.device(), ", got ", starts.device());
+  for (int64_t k = 0; k < K; ++k)
+    TORCH_CHECK_VALUE(sample_index[k] >= 0 && sample_index[k] < samples, "sample_index[", k,
+                      "] must be in [0, ", samples, ") (the volumes' samples), got ",
+                      sample_index[k]);
+  TORCH_CHECK_VALUE(size.size() == 3 && size[0] >= 1 && size[1] >= 1 && size[2] >= 1,
+                    "size must be 3 positive ints [D, H, W], got ", size);
+  return at::empty({K, v0.size(1), size[0], size[1], size[2]},
+                   v0.options().memory_format(at::MemoryFormat::Contiguous));
+}
+
+// Patch k of sample sample_index[k] starting at starts[k]; bool volumes move as uint8 (a copy
+// of bits).
+at::Tensor gather_patches_impl(at::TensorList volumes, at::IntArrayRef sample_index,
+                               const at::Tensor& starts, at::IntArrayRef size) {
+  at::Tensor out = gather_output(volumes, sample_index, starts, size, false);
+  if (out.numel() == 0) return out;
+  const bool as_bytes = out.scalar_type() == at::kBool;
+  std::vector<VolumeView> views;
+  views.reserve(volumes.size());
+  for (size_t i = 0; i < volumes.size(); ++i) {
+    const std::string name = "volumes[" + std::to_string(i) + "]";
+    views.push_back(to_view(as_bytes ? volumes[i].view(at::kByte) : volumes[i], name.c_str()));
+  }
+  const at::Tensor s = starts.contiguous();
+  at::Tensor o = as_bytes ? out.view(at::kByte) : out;
+  const c10::DeviceGuard guard(out.device());
+  call_core([&] {
+    gather_patches(views.data(), static_cast<int64_t>(views.size()), sample_index.data(),
+                   s.data_ptr<int64_t>(), nullptr, static_cast<int64_t>(sample_index.size()),
+                   size.data(), o.data_ptr(), current_stream(out));
+  });
+  return out;
+}
+
+at::Tensor gather_patches_meta(at::TensorList volumes, at::IntArrayRef sample_index,
+                               const at::Tensor& starts, at::IntArrayRef size) {
+  return gather_output(volumes, sample_index, starts, size, true);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
   m.impl("foreground_bbox", &foreground_bbox_impl);
   m.impl("pos_neg_crop_centers", &pos_neg_crop_centers_impl);
   m.impl("extract_patches", &extract_patches_impl);
+  m.impl("gather_patches", &gather_patches_impl);
   m.impl("uniform_crop_centers", &uniform_crop_centers_impl);
   m.impl("weighted_crop_centers", &weighted_crop_centers_impl);
   m.impl("class_crop_centers", &class_crop_centers_impl);
@@ -318,6 +386,7 @@ TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
   m.impl("foreground_bbox", &foreground_bbox_impl);
   m.impl("pos_neg_crop_centers", &pos_neg_crop_centers_impl);
   m.impl("extract_patches", &extract_patches_impl);
+  m.impl("gather_patches", &gather_patches_impl);
   m.impl("uniform_crop_centers", &uniform_crop_centers_impl);
   m.impl("weighted_crop_centers", &weighted_crop_centers_impl);
   m.impl("class_crop_centers", &class_crop_centers_impl);
@@ -327,13 +396,14 @@ TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("foreground_bbox", &foreground_bbox_meta);
   m.impl("pos_neg_crop_centers", &pos_neg_crop_centers_meta);
   m.impl("extract_patches", &extract_patches_meta);
+  m.impl("gather_patches", &gather_patches_meta);
   m.impl("uniform_crop_centers", &uniform_crop_centers_meta);
   m.impl("weighted_crop_centers", &weighted_crop_centers_meta);
   m.impl("class_crop_centers", &class_crop_centers_meta);
   m.impl("class_crop_counts", &class_crop_counts_meta);
 }
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
-  const char* const no_backward[] = {"extract_patches"};
+  const char* const no_backward[] = {"extract_patches", "gather_patches"};
   register_no_backward(m, no_backward);
 }
 

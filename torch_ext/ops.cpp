@@ -163,6 +163,11 @@ TORCH_LIBRARY(voxaug, m) {
   // (N, C, D, H, W) input, centers (N, K, 3) int64 -> (N * K, C, *size), each patch starting
   // at centre - size // 2; zeros outside.
   m.def("extract_patches(Tensor input, Tensor centers, int[] size) -> Tensor");
+  // volumes: (N_i, C, D_i, H_i, W_i) of one dtype, C and device; patch k cut from sample
+  // sample_index[k] of the volumes' samples in order (volume 0's N_0, then volume 1's, ...),
+  // starting at starts[k] ((K, 3) int64) -> (K, C, *size); zeros outside.
+  m.def(
+      "gather_patches(Tensor[] volumes, int[] sample_index, Tensor starts, int[] size) -> Tensor");
   // U(low, high) from Philox keyed by (seed, first_sample + n, element), in place.
   m.def("uniform_fill_(Tensor(a!) out, float low, float high, int seed, int first_sample=0) -> ()");
   m.def(
@@ -472,6 +477,13 @@ at::Tensor extract_patches(const at::Tensor& input, const at::Tensor& centers,
   static auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&, at::IntArrayRef)>(
       "voxaug::extract_patches");
   return op.call(input, centers, size);
+}
+at::Tensor gather_patches(at::TensorList volumes, at::IntArrayRef sample_index,
+                          const at::Tensor& starts, at::IntArrayRef size) {
+  static auto op =
+      handle<at::Tensor(at::TensorList, at::IntArrayRef, const at::Tensor&, at::IntArrayRef)>(
+          "voxaug::gather_patches");
+  return op.call(volumes, sample_index, starts, size);
 }
 
 std::vector<at::Tensor> resample(at::TensorList inputs, const at::Tensor& matrices,

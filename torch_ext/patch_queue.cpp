@@ -54,12 +54,6 @@ std::vector<int64_t> valid_region(const std::array<int64_t, 3>& patch, at::IntAr
   return r;
 }
 
-at::Tensor cut(const at::Tensor& x, const at::Tensor& centers, at::IntArrayRef size) {
-  if (x.scalar_type() == at::kBool)
-    return ops::extract_patches(x.view(at::kByte), centers, size).view(at::kBool);
-  return ops::extract_patches(x, centers, size);
-}
-
 }  // namespace
 
 PatchSampler PatchSampler::uniform(std::array<int64_t, 3> patch_size) {
@@ -190,9 +184,9 @@ std::size_t PatchQueue::next_subject() {
   return static_cast<std::size_t>(order_[pos_++]);
 }
 
-// The sampler's draw for one subject visit: blocks of up to 16 centres, one extraction launch per
-// tensor and block (crop.py's _Sampler._generate with num_patches = n).
-void PatchQueue::sample(std::size_t index, int64_t n, std::vector<Patch>& out) {
+// The sampler's draw for one subject visit: blocks of up to 16 centres (crop.py's
+// _Sampler.locations with num_patches = n); the patches are cut when taken.
+void PatchQueue::sample(std::size_t index, int64_t n) {
   if (n <= 0) return;
   const Subject& subject = subjects_[index];
   const at::Tensor& first = subject.tensors.begin()->second;
@@ -258,16 +252,7 @@ void PatchQueue::sample(std::size_t index, int64_t n, std::vector<Patch>& out) {
     }
     ini.insert(ini.end(), fin.begin(), fin.end());
     const at::Tensor loc = at::stack(ini, 2);  // (1, count, 6)
-    std::map<std::string, at::Tensor> crops;
-    for (const auto& [name, t] : subject.tensors)
-      crops[name] = cut(t, centers, {p[0], p[1], p[2]});  // (count, C, *patch)
-    for (int64_t i = 0; i < count; ++i) {
-      Patch patch;
-      for (const auto& [name, y] : crops) patch.tensors[name] = y.narrow(0, i, 1);
-      patch.location = loc.select(1, i);
-      patch.subject = static_cast<int64_t>(index);
-      out.push_back(std::move(patch));
-    }
+    for (int64_t i = 0; i < count; ++i) entries_.push_back({index, loc.select(1, i)});
     done += count;
   }
 }
@@ -275,7 +260,7 @@ void PatchQueue::sample(std::size_t index, int64_t n, std::vector<Patch>& out) {
 // TorchIO Queue._fill.
 void PatchQueue::fill() {
   if (incomplete_) {
-    sample(*incomplete_, num_incomplete_, patches_);
+    sample(*incomplete_, num_incomplete_);
     incomplete_.reset();
   }
   while (true) {
@@ -286,43 +271,69 @@ void PatchQueue::fill() {
       incomplete_ = index;
       num_incomplete_ = n - free;
     }
-    sample(index, std::min(n, free), patches_);
+    sample(index, std::min(n, free));
     ++num_sampled_;
     if (num_patches() >= max_length_ || num_sampled_ >= subjects_.size()) break;
   }
   if (options_.shuffle_patches) {
     const std::vector<int64_t> perm = randperm(num_patches(), generator_);
-    std::vector<Patch> shuffled;
-    shuffled.reserve(patches_.size());
-    for (int64_t i : perm) shuffled.push_back(std::move(patches_[i]));
-    patches_ = std::move(shuffled);
+    std::vector<Entry> shuffled;
+    shuffled.reserve(entries_.size());
+    for (int64_t i : perm) shuffled.push_back(std::move(entries_[i]));
+    entries_ = std::move(shuffled);
   }
-  std::reverse(patches_.begin(), patches_.end());  // pop_back() gives the fill order
+  std::reverse(entries_.begin(), entries_.end());  // pop_back() gives the fill order
+}
+
+PatchQueue::Entry PatchQueue::pop_entry() {
+  if (entries_.empty()) fill();
+  Entry e = std::move(entries_.back());
+  entries_.pop_back();
+  return e;
+}
+
+// The entries' patches as one batch: per tensor name one gather_patches over the distinct
+// subjects of the batch (crop.py's PatchQueue._cut).
+Batch PatchQueue::cut(const std::vector<Entry>& entries) const {
+  Batch batch;
+  std::vector<std::size_t> used;              // distinct subjects, first-seen order
+  std::vector<int64_t> slot(entries.size());  // each patch's volume in `used`
+  std::vector<at::Tensor> locations;
+  for (std::size_t k = 0; k < entries.size(); ++k) {
+    const std::size_t s = entries[k].subject;
+    const auto it = std::find(used.begin(), used.end(), s);
+    slot[k] = it - used.begin();
+    if (it == used.end()) used.push_back(s);
+    locations.push_back(entries[k].location);
+    batch.subjects.push_back(static_cast<int64_t>(s));
+  }
+  batch.location = entries.size() == 1 ? entries[0].location : at::cat(locations);
+  const at::Tensor starts = batch.location.narrow(1, 0, 3);
+  const auto& p = sampler_.patch_size;
+  std::vector<at::Tensor> volumes(used.size());
+  for (const auto& kv : subjects_[entries[0].subject].tensors) {
+    for (std::size_t j = 0; j < used.size(); ++j)
+      volumes[j] = subjects_[used[j]].tensors.at(kv.first);
+    batch.tensors[kv.first] = ops::gather_patches(volumes, slot, starts, {p[0], p[1], p[2]});
+  }
+  return batch;
 }
 
 Patch PatchQueue::pop() {
-  if (patches_.empty()) fill();
-  Patch p = std::move(patches_.back());
-  patches_.pop_back();
-  return p;
+  Batch b = cut({pop_entry()});
+  Patch patch;
+  patch.tensors = std::move(b.tensors);
+  patch.location = b.location;
+  patch.subject = b.subjects[0];
+  return patch;
 }
 
 Batch PatchQueue::take(int64_t count) {
   TORCH_CHECK_VALUE(count >= 1, "count must be a positive int, got ", count);
-  std::vector<Patch> patches;
-  patches.reserve(count);
-  for (int64_t i = 0; i < count; ++i) patches.push_back(pop());
-  Batch batch;
-  std::vector<at::Tensor> parts(count);
-  for (const auto& kv : patches.front().tensors) {
-    for (int64_t i = 0; i < count; ++i) parts[i] = patches[i].tensors.at(kv.first);
-    batch.tensors[kv.first] = at::cat(parts);
-  }
-  for (int64_t i = 0; i < count; ++i) {
-    parts[i] = patches[i].location;
-    batch.subjects.push_back(patches[i].subject);
-  }
-  batch.location = at::cat(parts);
+  std::vector<Entry> entries;
+  entries.reserve(count);
+  for (int64_t i = 0; i < count; ++i) entries.push_back(pop_entry());
+  Batch batch = cut(entries);
   if (options_.transform) options_.transform(batch);
   return batch;
 }

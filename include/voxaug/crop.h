@@ -132,4 +132,22 @@ void extract_patches(const VolumeView& in, const int64_t* corners, const int64_t
                      int64_t num_patches, const int64_t size[3], void* out,
                      cudaStream_t stream = nullptr);
 
+// Most patches one gather_patches launch cuts on CUDA (their sources travel in the kernel's
+// parameters: no allocation, no upload); a larger batch takes one launch per this many.
+constexpr int64_t kGatherPatchesPerLaunch = 48;
+
+// Batched patch extraction from several volumes of different spatial sizes (a patch queue's batch
+// drawn from many subjects): patch k is the box of `size` voxels starting at starts[k] - offset
+// of sample sample_index[k], where the samples are the volumes' samples in order (volume 0's N_0
+// samples, then volume 1's, ...). `volumes`: host array of num_volumes views (N_i, C, D_i, H_i,
+// W_i), any strides, all of one dtype, one channel count C and one device. `sample_index`: host
+// array of num_patches indices in [0, sum N_i) (checked). `starts`: num_patches x 3 int64 on the
+// volumes' device; `offset`: host array or null for 0. Voxels outside the sample are zero.
+// `out`: dense (num_patches, C, size[0], size[1], size[2]) buffer of the volumes' dtype. CUDA:
+// ceil(num_patches / kGatherPatchesPerLaunch) launches on `stream`, no allocation, no host
+// synchronisation; exact copies (bit-identical to slicing), as extract_patches.
+void gather_patches(const VolumeView* volumes, int64_t num_volumes, const int64_t* sample_index,
+                    const int64_t* starts, const int64_t* offset, int64_t num_patches,
+                    const int64_t size[3], void* out, cudaStream_t stream = nullptr);
+
 }  // namespace voxaug

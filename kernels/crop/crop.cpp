@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../common/cpu_isa.h"
@@ -30,6 +31,8 @@ void uniform_centers_cuda(const CenterParams& p, int64_t batch, int64_t* centers
                           cudaStream_t stream);
 void extract_patches_cuda(const PatchParams& p, int64_t patches, int64_t elem_size, int device,
                           cudaStream_t stream);
+void gather_patches_cuda(const GatherParams& p, int64_t patches, int64_t elem_size, int device,
+                         cudaStream_t stream);
 #endif
 namespace {
 
@@ -688,13 +691,8 @@ void extract_patches(const VolumeView& in, const int64_t* starts, const int64_t*
   VOXAUG_EXPECTS(starts != nullptr && out != nullptr, "starts and out must not be null");
   const int64_t es = dtype_size(in.dtype);
   if (in.device == Device::CPU) {
-    switch (es) {
-      case 1: detail::extract_cpu<uint8_t>(p, patches); break;
-      case 2: detail::extract_cpu<uint16_t>(p, patches); break;
-      case 4: detail::extract_cpu<uint32_t>(p, patches); break;
-      case 8: detail::extract_cpu<uint64_t>(p, patches); break;
-      default: VOXAUG_FAIL("extract_patches: unsupported element size " + std::to_string(es));
-    }
+    detail::by_element_size(es, "extract_patches",
+                            [&](auto tag) { detail::extract_cpu<decltype(tag)>(p, patches); });
     return;
   }
 #if VOXAUG_WITH_CUDA
@@ -704,6 +702,104 @@ void extract_patches(const VolumeView& in, const int64_t* starts, const int64_t*
   detail::check_device_pointer(out, in.device_index, "out");
   detail::check_device_pointer(starts, in.device_index, "starts");
   detail::extract_patches_cuda(p, patches, es, in.device_index, stream);
+#else
+  (void)stream;
+  VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
+#endif
+}
+
+void gather_patches(const VolumeView* volumes, int64_t num_volumes, const int64_t* sample_index,
+                    const int64_t* starts, const int64_t* offset, int64_t num_patches,
+                    const int64_t size[3], void* out, cudaStream_t stream) {
+  VOXAUG_EXPECTS(volumes != nullptr && num_volumes >= 1,
+                 "volumes must hold at least one volume, got " + std::to_string(num_volumes));
+  VOXAUG_EXPECTS(num_patches >= 1, "num_patches must be >= 1, got " + std::to_string(num_patches));
+  VOXAUG_EXPECTS(sample_index != nullptr, "sample_index must not be null");
+  for (int a = 0; a < 3; ++a)
+    VOXAUG_EXPECTS(size[a] >= 1, "patch size must be >= 1 per axis, got " +
+                                     std::to_string(size[a]) + " on axis " + std::to_string(a));
+  const VolumeView& v0 = volumes[0];
+  std::vector<int64_t> first(num_volumes + 1, 0);  // first[i]: volume i's first sample
+  for (int64_t i = 0; i < num_volumes; ++i) {
+    const VolumeView& v = volumes[i];
+    const std::string name = "volumes[" + std::to_string(i) + "]";
+    for (int a = 0; a < 5; ++a) VOXAUG_EXPECTS(v.shape[a] >= 0, name + " sizes must be >= 0");
+    VOXAUG_EXPECTS(v.dtype == v0.dtype, name + " must have volumes[0]'s dtype " +
+                                            dtype_name(v0.dtype) + ", got " + dtype_name(v.dtype));
+    VOXAUG_EXPECTS(v.shape[1] == v0.shape[1], name + " must have volumes[0]'s " +
+                                                  std::to_string(v0.shape[1]) + " channels, got " +
+                                                  std::to_string(v.shape[1]));
+    VOXAUG_EXPECTS(v.device == v0.device && v.device_index == v0.device_index,
+                   name + " must be on volumes[0]'s device");
+    first[i + 1] = first[i] + v.shape[0];
+  }
+  // Each patch's sample: (volume, sample within it), found once on the host.
+  std::vector<std::pair<int64_t, int64_t>> which(num_patches);
+  for (int64_t k = 0; k < num_patches; ++k) {
+    const int64_t j = sample_index[k];
+    VOXAUG_EXPECTS(j >= 0 && j < first[num_volumes],
+                   "sample_index[" + std::to_string(k) + "] must be in [0, " +
+                       std::to_string(first[num_volumes]) + ") (the volumes' samples), got " +
+                       std::to_string(j));
+    const int64_t i = std::upper_bound(first.begin(), first.end(), j) - first.begin() - 1;
+    which[k] = {i, j - first[i]};
+  }
+  if (v0.shape[1] == 0) return;
+  VOXAUG_EXPECTS(starts != nullptr && out != nullptr, "starts and out must not be null");
+  const int64_t es = dtype_size(v0.dtype);
+  const int64_t patch_bytes = v0.shape[1] * size[0] * size[1] * size[2] * es;
+  // The address of a patch's sample: an empty sample is never read (every voxel is outside it).
+  auto sample_data = [&](int64_t k) -> const char* {
+    const VolumeView& v = volumes[which[k].first];
+    return v.data == nullptr
+               ? nullptr
+               : static_cast<const char*>(v.data) + which[k].second * v.strides[0] * es;
+  };
+  if (v0.device == Device::CPU) {
+    // One patch at a time through extract_patches' host loops (each parallel over its rows).
+    detail::by_element_size(es, "gather_patches", [&](auto tag) {
+      for (int64_t k = 0; k < num_patches; ++k) {
+        const VolumeView& v = volumes[which[k].first];
+        detail::PatchParams p{};
+        p.in = sample_data(k);
+        p.channels = v.shape[1];
+        for (int a = 1; a < 5; ++a) p.stride[a] = v.strides[a];
+        for (int a = 0; a < 3; ++a) {
+          p.in_size[a] = v.shape[a + 2], p.size[a] = size[a];
+          p.offset[a] = offset != nullptr ? offset[a] : 0;
+        }
+        p.per_volume = 1;
+        p.starts = starts + 3 * k;
+        p.out = static_cast<char*>(out) + k * patch_bytes;
+        detail::extract_cpu<decltype(tag)>(p, 1);
+      }
+    });
+    return;
+  }
+#if VOXAUG_WITH_CUDA
+  for (int64_t i = 0; i < num_volumes; ++i)
+    if (volumes[i].numel() > 0)
+      detail::check_device_pointer(volumes[i].data, v0.device_index,
+                                   "volumes[" + std::to_string(i) + "]");
+  detail::check_device_pointer(out, v0.device_index, "out");
+  detail::check_device_pointer(starts, v0.device_index, "starts");
+  for (int64_t k0 = 0; k0 < num_patches; k0 += kGatherPatchesPerLaunch) {
+    const int64_t count = std::min(kGatherPatchesPerLaunch, num_patches - k0);
+    detail::GatherParams p{};
+    for (int64_t k = 0; k < count; ++k) {
+      const VolumeView& v = volumes[which[k0 + k].first];
+      detail::GatherSource& s = p.src[k];
+      s.data = sample_data(k0 + k);
+      for (int a = 0; a < 3; ++a) s.in_size[a] = v.shape[a + 2];
+      for (int a = 0; a < 4; ++a) s.stride[a] = v.strides[a + 1];
+    }
+    p.starts = starts + 3 * k0;
+    for (int a = 0; a < 3; ++a)
+      p.offset[a] = offset != nullptr ? offset[a] : 0, p.size[a] = size[a];
+    p.channels = v0.shape[1];
+    p.out = static_cast<char*>(out) + k0 * patch_bytes;
+    detail::gather_patches_cuda(p, count, es, v0.device_index, stream);
+  }
 #else
   (void)stream;
   VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");

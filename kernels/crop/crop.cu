@@ -218,13 +218,29 @@ __global__ void patch_copy(const PatchParams p, int64_t total) {
   }
 }
 
+// gather_patches: as patch_copy, each patch reading its own source from the parameters
+// (__grid_constant__: indexed in place, not copied to each thread's stack).
 template <class T>
-void launch_patch_copy(const PatchParams& p, int64_t total, int device, cudaStream_t stream) {
-  int64_t blocks = (total + 255) / 256;
-  const int64_t cap = int64_t(cuda_sm_count(device)) * 32;
-  blocks = blocks < cap ? blocks : cap;
-  patch_copy<T><<<unsigned(blocks), 256, 0, stream>>>(p, total);
-  VOXAUG_CUDA_CHECK_LAUNCH();
+__global__ void gather_copy(const __grid_constant__ GatherParams p, int64_t total) {
+  T* out = static_cast<T*>(p.out);
+  const int64_t block = p.size[0] * p.size[1] * p.size[2];
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t x = e % p.size[2], y = (e / p.size[2]) % p.size[1];
+    const int64_t z = (e / (p.size[2] * p.size[1])) % p.size[0];
+    const int64_t pc = e / block, k = pc / p.channels;
+    const GatherSource& s = p.src[k];
+    const int64_t* st = p.starts + 3 * k;
+    const int64_t src = box_source(s.in_size, s.stride, pc % p.channels, st[0] - p.offset[0] + z,
+                                   st[1] - p.offset[1] + y, st[2] - p.offset[2] + x);
+    out[e] = src < 0 ? T{} : static_cast<const T*>(s.data)[src];
+  }
+}
+
+// Blocks for a grid-stride copy of `total` elements: enough to fill the device, the rest strided.
+unsigned copy_blocks(int64_t total, int device) {
+  const int64_t blocks = (total + 255) / 256, cap = int64_t(cuda_sm_count(device)) * 32;
+  return unsigned(blocks < cap ? blocks : cap);
 }
 
 unsigned blocks_for(int64_t n, int threads) {
@@ -348,13 +364,20 @@ void extract_patches_cuda(const PatchParams& p, int64_t patches, int64_t elem_si
                           cudaStream_t stream) {
   CudaDeviceGuard guard(device);
   const int64_t total = patches * p.channels * p.size[0] * p.size[1] * p.size[2];
-  switch (elem_size) {
-    case 1: launch_patch_copy<uint8_t>(p, total, device, stream); break;
-    case 2: launch_patch_copy<uint16_t>(p, total, device, stream); break;
-    case 4: launch_patch_copy<uint32_t>(p, total, device, stream); break;
-    case 8: launch_patch_copy<uint64_t>(p, total, device, stream); break;
-    default: VOXAUG_FAIL("extract_patches: unsupported element size " + std::to_string(elem_size));
-  }
+  by_element_size(elem_size, "extract_patches", [&](auto tag) {
+    patch_copy<decltype(tag)><<<copy_blocks(total, device), 256, 0, stream>>>(p, total);
+    VOXAUG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void gather_patches_cuda(const GatherParams& p, int64_t patches, int64_t elem_size, int device,
+                         cudaStream_t stream) {
+  CudaDeviceGuard guard(device);
+  const int64_t total = patches * p.channels * p.size[0] * p.size[1] * p.size[2];
+  by_element_size(elem_size, "gather_patches", [&](auto tag) {
+    gather_copy<decltype(tag)><<<copy_blocks(total, device), 256, 0, stream>>>(p, total);
+    VOXAUG_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void foreground_bbox_cuda(const BBoxParams& p, int64_t batch, int64_t* box, int device,

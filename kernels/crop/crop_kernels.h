@@ -2,10 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "voxaug/crop.h"
 #include "voxaug/detail/convert.h"
 #include "voxaug/detail/philox.h"
+#include "voxaug/error.h"
 #include "voxaug/types.h"
 
 namespace voxaug::detail {
@@ -354,6 +356,20 @@ VOXAUG_HD inline void weighted_select(const CenterParams& p, const double* sums,
 }
 
 // ---- batched patch extraction ----
+// Calls fn(T{}) with T the unsigned integer of `elem_size` bytes: the copies move bits, so one
+// instance per element size serves every dtype.
+template <class Fn>
+void by_element_size(int64_t elem_size, const char* what, Fn&& fn) {
+  switch (elem_size) {
+    case 1: fn(uint8_t{}); break;
+    case 2: fn(uint16_t{}); break;
+    case 4: fn(uint32_t{}); break;
+    case 8: fn(uint64_t{}); break;
+    default:
+      VOXAUG_FAIL(std::string(what) + ": unsupported element size " + std::to_string(elem_size));
+  }
+}
+
 struct PatchParams {
   const void* in;
   int64_t channels;
@@ -366,15 +382,40 @@ struct PatchParams {
   void* out;  // dense (M * per_volume, C, size)
 };
 
+// Offset of voxel (c, d, h, w) in a box of a volume (stride: C, D, H, W in elements), or -1
+// when (d, h, w) lies outside its in_size.
+VOXAUG_HD VOXAUG_FORCEINLINE int64_t box_source(const int64_t in_size[3], const int64_t stride[4],
+                                                int64_t c, int64_t d, int64_t h, int64_t w) {
+  if (d < 0 || d >= in_size[0] || h < 0 || h >= in_size[1] || w < 0 || w >= in_size[2]) return -1;
+  return c * stride[0] + d * stride[1] + h * stride[2] + w * stride[3];
+}
+
 // Source offset of output element (patch, c, z, y, x), or -1 outside the volume.
 VOXAUG_HD VOXAUG_FORCEINLINE int64_t patch_source(const PatchParams& p, int64_t patch, int64_t c,
                                                   int64_t z, int64_t y, int64_t x) {
   const int64_t* s = p.starts + 3 * patch;
-  const int64_t d = s[0] - p.offset[0] + z, h = s[1] - p.offset[1] + y, w = s[2] - p.offset[2] + x;
-  if (d < 0 || d >= p.in_size[0] || h < 0 || h >= p.in_size[1] || w < 0 || w >= p.in_size[2])
-    return -1;
-  return (patch / p.per_volume) * p.stride[0] + c * p.stride[1] + d * p.stride[2] +
-         h * p.stride[3] + w * p.stride[4];
+  const int64_t o = box_source(p.in_size, p.stride + 1, c, s[0] - p.offset[0] + z,
+                               s[1] - p.offset[1] + y, s[2] - p.offset[2] + x);
+  return o < 0 ? -1 : (patch / p.per_volume) * p.stride[0] + o;
 }
+
+// One patch of gather_patches: its sample (data at element (c, d, h, w) = (0, 0, 0, 0)), the
+// sample's spatial size and strides, and the patch's first voxel (start - offset) in it.
+struct GatherSource {
+  const void* data;
+  int64_t in_size[3];
+  int64_t stride[4];  // C, D, H, W, in elements
+};
+
+// One CUDA launch of gather_patches: up to kGatherPatchesPerLaunch patches, their sources in the
+// kernel parameters (3 KiB; the classic 4 KiB parameter limit holds).
+struct GatherParams {
+  GatherSource src[kGatherPatchesPerLaunch];
+  const int64_t* starts;  // this launch's first patch's start (3 int64 per patch)
+  int64_t offset[3];
+  int64_t channels;
+  int64_t size[3];
+  void* out;  // this launch's first patch's output
+};
 
 }  // namespace voxaug::detail

@@ -32,6 +32,7 @@ __all__ = [
     "RandWeightedCrop", "RandWeightedCropd", "RandSpatialCrop", "RandSpatialCropd", "RandScaleCrop", "RandScaleCropd",
     "RandSpatialCropSamples",
     "RandSpatialCropSamplesd", "UniformSampler", "WeightedSampler", "LabelSampler", "extract_patches",
+    "gather_patches",
     "flush_checks", "PatchQueue", "CropCounts", "FgBgToIndicesd", "ClassesToIndicesd",
 ]
 
@@ -83,6 +84,17 @@ def extract_patches(x: torch.Tensor, centers: torch.Tensor, size: Sequence[int])
     if x.dtype == torch.bool:
         return torch.ops.voxaug.extract_patches(x.view(torch.uint8), centers, size).view(torch.bool)
     return torch.ops.voxaug.extract_patches(x, centers, size)
+
+
+def gather_patches(volumes: Sequence[torch.Tensor], sample_index: Sequence[int], starts: torch.Tensor,
+                   size: Sequence[int]) -> torch.Tensor:
+    """K patches of `size` from several volumes at once: patch k is cut from sample
+    sample_index[k] of the volumes' samples taken in order (volume 0's N_0, then volume 1's, ...;
+    the volumes (N_i, C, D_i, H_i, W_i) share dtype, C and device, not their spatial size), its
+    first voxel at starts[k] ((K, 3) int64 on the volumes' device; voxels outside are 0).
+    Returns (K, C, *size): exact copies, one op (CUDA: one launch per 48 patches), no host sync."""
+    return torch.ops.voxaug.gather_patches(list(volumes), [int(i) for i in sample_index], starts,
+                                           [int(s) for s in size])
 
 
 def _extract(xs: Sequence[torch.Tensor], centers: torch.Tensor, size: Sequence[int]) -> list[list[torch.Tensor]]:
@@ -1084,7 +1096,7 @@ class _Sampler(_Randomizable):
     def _prepare(self, subject: dict, shape) -> None:
         pass
 
-    def __call__(self, subject: Mapping[str, Any], num_patches: Optional[int] = None) -> Iterator[dict]:
+    def _checked(self, subject: Mapping[str, Any], num_patches: Optional[int]) -> tuple[dict, dict, tuple]:
         d = dict(subject)
         tensors = {k: v for k, v in d.items() if isinstance(v, torch.Tensor) and v.dim() == 5}
         if not tensors:
@@ -1100,26 +1112,42 @@ class _Sampler(_Randomizable):
                                         or num_patches < 0):
             raise ValueError(f"num_patches must be None or an int >= 0, got {num_patches!r}")
         self._prepare(d, shape)
+        return d, tensors, shape
+
+    def __call__(self, subject: Mapping[str, Any], num_patches: Optional[int] = None) -> Iterator[dict]:
+        d, tensors, shape = self._checked(subject, num_patches)
         return self._generate(d, tensors, shape, num_patches)
 
-    def _generate(self, d, tensors, shape, num_patches) -> Iterator[dict]:
+    def _blocks(self, d: dict, shape, num_patches: Optional[int]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Blocks of centres (N, count, 3) and TorchIO locations (N, count, 6), drawn on the device
+        (one seed per call: the same draws whether the patches are cut now or later)."""
         seed = self._next_seed()
         done = 0
         while num_patches is None or done < num_patches:
             count = _SAMPLER_BLOCK if num_patches is None else min(_SAMPLER_BLOCK, num_patches - done)
             centers = self._draw(d, shape, count, seed, done)
-            crops = dict(zip(tensors, _extract(list(tensors.values()), centers, self.patch_size)))
             # TorchIO's location (ini, ini + patch), ini = centre - patch // 2; scalar arithmetic only
             # (no host tensor copied to the device)
             ini = [centers[..., a] - p // 2 for a, p in enumerate(self.patch_size)]
-            loc = torch.stack(ini + [i + p for i, p in zip(ini, self.patch_size)], dim=2)  # (N, count, 6)
-            for i in range(count):
+            yield centers, torch.stack(ini + [i + p for i, p in zip(ini, self.patch_size)], dim=2)
+            done += count
+
+    def _generate(self, d, tensors, shape, num_patches) -> Iterator[dict]:
+        for centers, loc in self._blocks(d, shape, num_patches):
+            crops = dict(zip(tensors, _extract(list(tensors.values()), centers, self.patch_size)))
+            for i in range(centers.shape[1]):
                 patch = dict(d)
                 for k in tensors:
                     patch[k] = crops[k][i]
                 patch["location"] = loc[:, i]
                 yield patch
-            done += count
+
+    def locations(self, subject: Mapping[str, Any], num_patches: int) -> list[torch.Tensor]:
+        """The locations ((N, 6) int64 each) of the next num_patches patches of `subject`, drawn
+        exactly as ``self(subject, num_patches)`` draws them, without cutting the patches (a
+        queue cuts them later, a batch at a time, with gather_patches)."""
+        d, _, shape = self._checked(subject, num_patches)
+        return [loc[:, i] for _, loc in self._blocks(d, shape, num_patches) for i in range(loc.shape[1])]
 
 
 class UniformSampler(_Sampler):
@@ -1240,8 +1268,11 @@ class PatchQueue:
     __getitem__). Iterating yields one epoch in batches of `batch_size` patches: tensors
     concatenated along dim 0 ((B, C, *patch)), "location" (B, 6), other entries as lists; the
     optional `transform` (a callable on the batch dict, e.g. voxaug d-form transforms) runs on
-    each batch. A subject's patches are drawn by `sampler` on the device (one draw and one
-    extraction launch per tensor for each block of patches).
+    each batch. A subject's patch locations are drawn by `sampler` on the device when the queue
+    fills (TorchIO's order of draws); the queue holds only those locations, and each batch is
+    cut from the cached volumes when it is taken, one gather_patches call per tensor name for
+    the whole batch, whatever subjects it mixes (so a queue of max_length patches holds no patch
+    tensors; a cached volume changed in place between fill and take shows in later batches).
 
     Host syncs: with `device` given, the subjects' tensors are copied there once, at
     construction, with a plain (blocking) ``.to(device)``: a one-time sync, like caching the
@@ -1315,27 +1346,29 @@ class PatchQueue:
         self._pos = 0
         self._num_sampled = 0
 
-    def _next_subject(self) -> dict:
+    def _next_subject(self) -> int:
         if self._pos >= len(self._order):
             self._new_pass()
-        s = self.subjects[self._order[self._pos]]
+        i = self._order[self._pos]
         self._pos += 1
-        return s
+        return i
 
-    def _sample(self, subject: dict, n: int) -> list[dict]:
-        return list(self.sampler(subject, num_patches=n)) if n > 0 else []
+    def _sample(self, index: int, n: int) -> list[tuple[int, torch.Tensor]]:
+        if n <= 0:
+            return []
+        return [(index, loc) for loc in self.sampler.locations(self.subjects[index], n)]
 
     def _fill(self) -> None:
         if self._incomplete is not None:
             self.patches_list.extend(self._sample(self._incomplete, self._num_incomplete))
             self._incomplete = None
         while True:
-            subject = self._next_subject()
-            n = self._num_samples(subject)
+            index = self._next_subject()
+            n = self._num_samples(self.subjects[index])
             free = max(0, self.max_length - len(self.patches_list))
             if free < n:
-                self._incomplete, self._num_incomplete = subject, n - free
-            self.patches_list.extend(self._sample(subject, min(n, free)))
+                self._incomplete, self._num_incomplete = index, n - free
+            self.patches_list.extend(self._sample(index, min(n, free)))
             self._num_sampled += 1
             if len(self.patches_list) >= self.max_length or self._num_sampled >= len(self.subjects):
                 break
@@ -1344,18 +1377,36 @@ class PatchQueue:
             self.patches_list = [self.patches_list[i] for i in perm]
         self.patches_list.reverse()  # pop() from the end gives the fill order
 
-    def __getitem__(self, index: int) -> dict:
+    def _pop(self) -> tuple[int, torch.Tensor]:
         if not self.patches_list:
             self._fill()
         return self.patches_list.pop()
 
-    def _collate(self, patches: list[dict]) -> dict:
+    def _cut(self, entries: list[tuple[int, torch.Tensor]]) -> tuple[dict, list[int]]:
+        """The patches of `entries` ((subject, location) pairs) as one batch: per 5-D tensor name
+        one gather_patches call over the distinct subjects; other entries of the first subject's
+        dict as lists. Returns the batch and the subject of each patch."""
+        index = [i for i, _ in entries]
+        used = list(dict.fromkeys(index))
+        slot = {s: j for j, s in enumerate(used)}
+        location = torch.cat([loc for _, loc in entries]) if len(entries) > 1 else entries[0][1]
+        starts = location[:, :3]
         batch = {}
-        for k, v in patches[0].items():
-            if isinstance(v, torch.Tensor) and (v.dim() == 5 or k == "location"):
-                batch[k] = torch.cat([p[k] for p in patches])
+        for k, v in self.subjects[index[0]].items():
+            if isinstance(v, torch.Tensor) and v.dim() == 5:
+                batch[k] = gather_patches([self.subjects[s][k] for s in used], [slot[s] for s in index], starts,
+                                          self.sampler.patch_size)
             else:
-                batch[k] = [p[k] for p in patches]
+                batch[k] = [self.subjects[s][k] for s in index]
+        batch["location"] = location
+        return batch, index
+
+    def __getitem__(self, index: int) -> dict:
+        batch, _ = self._cut([self._pop()])
+        return {k: v[0] if isinstance(v, list) else v for k, v in batch.items()}
+
+    def _collate(self, entries: list[tuple[int, torch.Tensor]]) -> dict:
+        batch, _ = self._cut(entries)
         return self.transform(batch) if self.transform is not None else batch
 
     def __iter__(self) -> Iterator[dict]:
@@ -1364,5 +1415,5 @@ class PatchQueue:
             b = min(self.batch_size, total - done)
             if self.drop_last and b < self.batch_size:
                 break
-            yield self._collate([self[0] for _ in range(b)])
+            yield self._collate([self._pop() for _ in range(b)])
             done += b

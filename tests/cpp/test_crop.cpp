@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <random>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "test_support.h"
@@ -620,6 +623,125 @@ TEST(Crop, ExtractPatchesMatchesNaiveGather) {
   }
 }
 
+// gather_patches' test volumes: three volumes of one channel count and different sizes and
+// layouts (C order with two samples, a Fortran-ordered one, one with H and W strides swapped),
+// filled with distinct values of T; views on `data` (host or device copies of `host`).
+template <class T>
+struct GatherCase {
+  static constexpr int64_t kC = 2;
+  std::vector<std::vector<T>> host;
+  std::vector<VolumeView> views;
+  GatherCase() {
+    const Vol shapes[3] = {{2, kC, 7, 9, 11}, {1, kC, 5, 6, 4}, {1, kC, 12, 3, 8}};
+    int64_t value = 0;
+    for (int i = 0; i < 3; ++i) {
+      const Vol& s = shapes[i];
+      host.emplace_back(s.numel());
+      for (T& x : host.back()) x = static_cast<T>(value++ % 97 + 1);
+      VolumeView v = view(host.back().data(), dtype(), s);
+      if (i == 1) {  // Fortran order: d fastest
+        v.strides[2] = 1, v.strides[3] = s.d, v.strides[4] = s.d * s.h;
+      } else if (i == 2) {  // the H and W strides swapped: a transposed view of a 12 x 8 x 3 block
+        v.strides[3] = 1, v.strides[4] = s.h;
+      }
+      views.push_back(v);
+    }
+  }
+  static DType dtype() {
+    if (std::is_same<T, uint8_t>::value) return DType::UInt8;
+    if (std::is_same<T, int16_t>::value) return DType::Int16;
+    if (std::is_same<T, float>::value) return DType::Float32;
+    return DType::Float64;
+  }
+  // K patches: random samples (4 in all), starts partly outside their sample.
+  static void draw(int64_t K, std::vector<int64_t>& index, std::vector<int64_t>& starts) {
+    std::mt19937 rng(31);
+    index.resize(K);
+    starts.resize(3 * K);
+    for (int64_t k = 0; k < K; ++k) {
+      index[k] = static_cast<int64_t>(rng() % 4);
+      for (int a = 0; a < 3; ++a) starts[3 * k + a] = static_cast<int64_t>(rng() % 8) - 2;
+    }
+  }
+  // The naive copy: patch k's voxel (c, z, y, x), 0 outside its sample.
+  T want(int64_t sample, const int64_t* start, const int64_t* offset, int64_t c, int64_t z,
+         int64_t y, int64_t x) const {
+    const int64_t vol = sample < 2 ? 0 : sample - 1, n = sample < 2 ? sample : 0;
+    const VolumeView& v = views[vol];
+    const int64_t d = start[0] - offset[0] + z, h = start[1] - offset[1] + y,
+                  w = start[2] - offset[2] + x;
+    if (d < 0 || d >= v.shape[2] || h < 0 || h >= v.shape[3] || w < 0 || w >= v.shape[4])
+      return T{};
+    return host[vol][n * v.strides[0] + c * v.strides[1] + d * v.strides[2] + h * v.strides[3] +
+                     w * v.strides[4]];
+  }
+};
+
+template <class T>
+void check_gather_patches() {
+  GatherCase<T> g;
+  const int64_t K = 60, size[3] = {4, 5, 3};
+  std::vector<int64_t> index, starts;
+  GatherCase<T>::draw(K, index, starts);
+  const int64_t shift[3] = {1, -2, 3}, zero[3] = {0, 0, 0};
+  for (const int64_t* offset : {static_cast<const int64_t*>(nullptr), shift}) {
+    const int64_t* o = offset ? offset : zero;
+    std::vector<T> out(K * GatherCase<T>::kC * 4 * 5 * 3, T(99));
+    gather_patches(g.views.data(), 3, index.data(), starts.data(), offset, K, size, out.data());
+    int64_t e = 0, inside = 0;
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t c = 0; c < GatherCase<T>::kC; ++c)
+        for (int64_t z = 0; z < 4; ++z)
+          for (int64_t y = 0; y < 5; ++y)
+            for (int64_t x = 0; x < 3; ++x, ++e) {
+              const T want = g.want(index[k], &starts[3 * k], o, c, z, y, x);
+              inside += want != T{};
+              ASSERT_EQ(out[e], want) << k << " " << c << " " << z << " " << y << " " << x;
+            }
+    EXPECT_GT(inside, e / 8);  // many voxels come from inside a volume
+    EXPECT_LT(inside, e);      // and some patches reach outside
+  }
+}
+
+TEST(Crop, GatherPatchesMatchesNaiveCopies) {
+  check_gather_patches<uint8_t>();
+  check_gather_patches<int16_t>();
+  check_gather_patches<float>();
+  check_gather_patches<double>();
+}
+
+TEST(Crop, GatherPatchesBadInputs) {
+  GatherCase<float> g;
+  const int64_t size[3] = {2, 2, 2}, bad_size[3] = {2, 0, 2};
+  std::vector<int64_t> index{0, 3}, starts(6, 0);
+  std::vector<float> out(2 * 2 * 8);
+  auto call = [&](const std::vector<VolumeView>& v, const std::vector<int64_t>& i,
+                  const int64_t* sz, int64_t k) {
+    gather_patches(v.data(), static_cast<int64_t>(v.size()), i.data(), starts.data(), nullptr, k,
+                   sz, out.data());
+  };
+  EXPECT_NO_THROW(call(g.views, index, size, 2));
+  EXPECT_THROW(call(g.views, {0, 4}, size, 2), Error);   // 4 samples in all
+  EXPECT_THROW(call(g.views, {-1, 0}, size, 2), Error);  // negative index
+  EXPECT_THROW(call(g.views, index, bad_size, 2), Error);
+  EXPECT_THROW(call(g.views, index, size, 0), Error);
+  EXPECT_THROW(call({}, index, size, 2), Error);
+  std::vector<VolumeView> other = g.views;
+  other[1].dtype = DType::Int32;
+  EXPECT_THROW(call(other, index, size, 2), Error);
+  other = g.views;
+  other[2].shape[1] = 1;
+  EXPECT_THROW(call(other, index, size, 2), Error);
+  other = g.views;
+  other[1].device = Device::CUDA;
+  EXPECT_THROW(call(other, index, size, 2), Error);
+  try {
+    call(g.views, {0, 4}, size, 2);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sample_index[1]"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Crop, SamplerBadInputs) {
   const Vol s{1, 1, 4, 4, 4};
   std::vector<float> v(s.numel());
@@ -723,5 +845,33 @@ TEST(CropCuda, SamplersTwin) {
     CUDA_OK(cudaDeviceSynchronize());
     EXPECT_EQ(cpu, dout.to_host<float>(cpu.size()));
   }
+}
+
+template <class T>
+void check_gather_patches_twin() {
+  GatherCase<T> g;
+  const int64_t K = 60, size[3] = {4, 5, 3}, offset[3] = {1, -2, 3};  // two launches of 48 + 12
+  std::vector<int64_t> index, starts;
+  GatherCase<T>::draw(K, index, starts);
+  std::vector<T> cpu(K * GatherCase<T>::kC * 4 * 5 * 3);
+  gather_patches(g.views.data(), 3, index.data(), starts.data(), offset, K, size, cpu.data());
+  std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+  std::vector<VolumeView> dev = g.views;
+  for (int i = 0; i < 3; ++i) {
+    bufs.push_back(std::make_unique<DeviceBuffer>(g.host[i]));
+    dev[i].data = bufs.back()->p;
+    dev[i].device = Device::CUDA;
+  }
+  DeviceBuffer ds(starts), dout(cpu.size() * sizeof(T));
+  gather_patches(dev.data(), 3, index.data(), ds.as<int64_t>(), offset, K, size, dout.p);
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(cpu, dout.to_host<T>(cpu.size()));
+}
+
+TEST(CropCuda, GatherPatchesTwin) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  check_gather_patches_twin<uint8_t>();
+  check_gather_patches_twin<float>();
+  check_gather_patches_twin<double>();
 }
 #endif

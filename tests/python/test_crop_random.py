@@ -395,6 +395,52 @@ def test_extract_patches_vs_padded_slicing(device, dtype, layout):
             assert torch.equal(out[m * 4 + k].cpu().to(torch.float64), ref)
 
 
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.uint8, torch.int64, torch.bool])
+def test_gather_patches_vs_padded_slicing(device, dtype):
+    """Patches of several volumes of different sizes and layouts (C order with two samples, d
+    fastest, a transposed view) in one op, against slicing each volume zero-padded by torch; 60
+    patches (two CUDA launches of 48 + 12), starts partly outside."""
+    g = torch.Generator().manual_seed(9)
+    a = (torch.randn(2, 2, 9, 10, 11, generator=g) * 10).to(dtype)
+    b = (torch.randn(1, 2, 6, 5, 7, generator=g) * 10).to(dtype).permute(0, 1, 4, 3, 2).contiguous() \
+        .permute(0, 1, 4, 3, 2)
+    c = (torch.randn(1, 2, 12, 4, 8, generator=g) * 10).to(dtype).transpose(3, 4)  # (1, 2, 12, 8, 4)
+    vols = [v.to(device) for v in (a, b, c)]
+    samples = [a[0], a[1], b[0], c[0]]
+    K, size = 60, (4, 5, 3)
+    index = torch.randint(0, 4, (K,), generator=g).tolist()
+    starts = torch.randint(-3, 10, (K, 3), generator=g)
+    out = C.gather_patches(vols, index, starts.to(device), size)
+    assert out.shape == (K, 2, *size) and out.dtype == dtype and out.device.type == device
+    inside = 0
+    for k in range(K):
+        pad = torch.nn.functional.pad(samples[index[k]].to(torch.float64), (20, 20, 20, 20, 20, 20))
+        s = [int(v) + 20 for v in starts[k]]
+        ref = pad[:, s[0]:s[0] + 4, s[1]:s[1] + 5, s[2]:s[2] + 3]
+        assert torch.equal(out[k].cpu().to(torch.float64), ref), k
+        inside += int((ref != 0).sum())
+    assert 0 < inside < out.numel()
+
+
+def test_gather_patches_opcheck_and_bad_inputs():
+    a, b = torch.rand(2, 3, 8, 9, 10), torch.rand(1, 3, 5, 6, 7)
+    starts = torch.tensor([[0, 1, 2], [3, 2, 1], [-1, 0, 4]])
+    torch.library.opcheck(torch.ops.voxaug.gather_patches, ([a, b], [2, 0, 1], starts, [3, 4, 5]))
+    empty = C.gather_patches([a], [], torch.zeros(0, 3, dtype=torch.int64), (2, 2, 2))
+    assert empty.shape == (0, 3, 2, 2, 2)
+    for args, match in [(([a, b.double()], [0], starts[:1], (2, 2, 2)), r"volumes\[1\] must have volumes\[0\]'s dtype"),
+                        (([a, b[:, :2]], [0], starts[:1], (2, 2, 2)), r"volumes\[1\] must have volumes\[0\]'s 3 channels"),
+                        (([a, b], [3], starts[:1], (2, 2, 2)), r"sample_index\[0\] must be in \[0, 3\)"),
+                        (([a, b], [0, 1], starts[:1], (2, 2, 2)), r"starts must be \(K, 3\) with K = len\(sample_index\) = 2"),
+                        (([a], [0], starts[:1].int(), (2, 2, 2)), "starts must be int64"),
+                        (([a], [0], starts[:1], (2, 0, 2)), "size must be 3 positive ints"),
+                        (([a[0]], [0], starts[:1], (2, 2, 2)), r"volumes\[0\] must be 5-D"),
+                        (([], [0], starts[:1], (2, 2, 2)), "volumes must hold at least one tensor")]:
+        with pytest.raises(ValueError, match=match):
+            C.gather_patches(*args)
+
+
 def test_opchecks():
     lab = _classes_label((2, 1, 20, 22, 24))
     torch.library.opcheck(torch.ops.voxaug.class_crop_centers,

@@ -86,6 +86,34 @@ def test_batches_locations_and_transform(device):
     assert [b["img"].shape[0] for b in vq] == [4, 4]
 
 
+@pytest.mark.parametrize("device", devices())
+def test_batches_mix_subjects_of_different_sizes_and_layouts(device):
+    """Subjects of different sizes and memory layouts (one d-fastest, as nibabel loads) with a
+    float image and a bool mask: each batch mixes subjects, and every patch equals its subject
+    sliced at its location; the queue holds locations, not patch tensors."""
+    g = torch.Generator().manual_seed(4)
+    subs = []
+    for i, shape in enumerate([(9, 10, 11), (12, 8, 9), (8, 8, 8), (10, 13, 8)]):
+        img = torch.randn((1,) + shape, generator=g) + 100 * i
+        if i == 1:
+            img = img.permute(0, 3, 2, 1).contiguous().permute(0, 3, 2, 1)
+        subs.append({"img": img, "mask": img > 100 * i, "id": i})
+    q = C.PatchQueue(subs, 8, 3, C.UniformSampler((4, 5, 3), seed=2), batch_size=5, device=device, seed=1)
+    mixed = 0
+    for batch in q:
+        assert batch["mask"].dtype == torch.bool and batch["img"].device.type == device
+        mixed += len(set(batch["id"])) > 1
+        for j, i in enumerate(batch["id"]):
+            loc = batch["location"][j].tolist()
+            sl = (slice(None), slice(None)) + tuple(slice(a, c) for a, c in zip(loc[:3], loc[3:]))
+            for k in ("img", "mask"):
+                assert torch.equal(batch[k][j:j + 1].cpu(), subs[i][k][None][sl]), (k, i, loc)
+        assert not any(isinstance(v, torch.Tensor) and v.dim() == 5 for e in q.patches_list for v in e)
+    assert mixed >= 2
+    one = q[0]
+    assert one["img"].shape == (1, 1, 4, 5, 3) and isinstance(one["id"], int)
+
+
 def test_bad_arguments():
     vols = _volumes(2)
     with pytest.raises(ValueError, match="max_length"):

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -231,14 +232,19 @@ TEST(PatchQueue, ShuffledEpochVisitsEachSubjectItsNumSamplesAndIsSeeded) {
   EXPECT_FALSE(torch::equal(a, c)) << "another seed gave the same 14 locations";
 }
 
-// Every patch equals the volume sliced at its location, for every tensor of the subject.
+// Every patch equals the volume sliced at its location, for every tensor of the subject; the
+// subjects differ in size, one image is d-fastest (nibabel's layout), and batches mix subjects.
 void check_patches_line_up(torch::Device device) {
   torch::manual_seed(3);
-  const std::vector<int64_t> shape{9, 8, 7};
   std::vector<Subject> subjects;
   for (int64_t i = 0; i < 3; ++i) {
+    const std::vector<int64_t> shape{9 + i, 8, 7 + 2 * i};
     Subject s = make_subject(shape, i, 5 + i);
-    s.tensors["weights"] = torch::rand({1, 9, 8, 7}) * (torch::rand({1, 9, 8, 7}) > 0.6);
+    s.tensors["weights"] = torch::rand({1, shape[0], shape[1], shape[2]}) *
+                           (torch::rand({1, shape[0], shape[1], shape[2]}) > 0.6);
+    if (i == 1)
+      s.tensors["image"] =
+          s.tensors["image"].permute({0, 3, 2, 1}).contiguous().permute({0, 3, 2, 1});
     subjects.push_back(s);
   }
   const std::array<int64_t, 3> p{3, 4, 2};
@@ -251,8 +257,9 @@ void check_patches_line_up(torch::Device device) {
     o.seed = 5;
     o.device = device;
     PatchQueue q(subjects, 6, 2, samplers[k], o);
-    int64_t n = 0;
+    int64_t n = 0, mixed = 0;
     for (const Batch& b : q.epoch()) {
+      mixed += std::set<int64_t>(b.subjects.begin(), b.subjects.end()).size() > 1;
       for (const auto& [name, t] : b.tensors)  // an index-less CUDA device: the current one
         EXPECT_TRUE(t.device().type() == device.type() &&
                     (!device.has_index() || t.device().index() == device.index()))
@@ -263,7 +270,7 @@ void check_patches_line_up(torch::Device device) {
         for (int a = 0; a < 3; ++a) {
           EXPECT_GE(loc[a].item<int64_t>(), 0);
           EXPECT_EQ(loc[a + 3].item<int64_t>() - loc[a].item<int64_t>(), p[a]);
-          EXPECT_LE(loc[a + 3].item<int64_t>(), shape[a]);
+          EXPECT_LE(loc[a + 3].item<int64_t>(), s.tensors.at("label").size(a + 2));
         }
         for (const auto& [name, vol] : s.tensors)
           ASSERT_TRUE(torch::equal(b.tensors.at(name)[i].cpu(), slice_at(vol, loc)))
@@ -283,6 +290,7 @@ void check_patches_line_up(torch::Device device) {
       }
     }
     EXPECT_EQ(n, 18);
+    EXPECT_GE(mixed, 1) << "no batch mixed subjects (sampler " << k << ")";
   }
 }
 

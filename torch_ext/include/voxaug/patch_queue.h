@@ -2,12 +2,15 @@
 // semantics (torchio/data/queue.py) and no worker processes: the C++ twin of
 // python/voxaug/crop.py's PatchQueue and its UniformSampler / WeightedSampler / LabelSampler.
 //
-// The subjects' volumes are cached once on the queue's device. Patches are drawn by the sampler
-// on that device (voxaug::ops::uniform_crop_centers / weighted_crop_centers / class_crop_centers,
-// then one extract_patches launch per tensor for each block of up to 16 patches), so nothing is
-// copied to the host except what the Python samplers also read: with `check` on, the weighted
-// sampler's map statistics and the label sampler's class counts, once per subject visit, to raise
-// TorchIO's errors (a host sync on CUDA).
+// The subjects' volumes are cached once on the queue's device. Patch locations are drawn by the
+// sampler on that device when the queue fills (voxaug::ops::uniform_crop_centers /
+// weighted_crop_centers / class_crop_centers, blocks of up to 16), and the queue holds only those
+// locations: a batch is cut from the cached volumes when it is taken, one
+// voxaug::ops::gather_patches call per tensor name for the whole batch whatever subjects it
+// mixes (a queue of max_length patches holds no patch tensors; a cached volume changed in place
+// between fill and take shows in later patches). Nothing is copied to the host except what the
+// Python samplers also read: with `check` on, the weighted sampler's map statistics and the label
+// sampler's class counts, once per subject visit, to raise TorchIO's errors (a host sync on CUDA).
 //
 // Randomness: one CPU generator (seeded by PatchQueueOptions::seed, else torch's default CPU
 // generator) gives the subject permutation of each pass, the patch permutation of each fill and
@@ -112,13 +115,13 @@ class PatchQueue {
   // Batches in one epoch: size() / batch_size, rounded up unless drop_last.
   int64_t batches_per_epoch() const;
   // Patches held now (TorchIO's len(queue.patches_list)).
-  int64_t num_patches() const { return static_cast<int64_t>(patches_.size()); }
+  int64_t num_patches() const { return static_cast<int64_t>(entries_.size()); }
   int64_t max_length() const { return max_length_; }
   const std::vector<Subject>& subjects() const { return subjects_; }
 
   // One patch, TorchIO's queue[i]: fills the queue first when it is empty.
   Patch pop();
-  // `count` patches popped and concatenated, then options.transform applied.
+  // `count` patches popped and cut as one batch, then options.transform applied.
   Batch take(int64_t count);
 
   // One epoch: size() patches in batches of batch_size (the last one smaller unless drop_last).
@@ -161,8 +164,15 @@ class PatchQueue {
   int64_t num_samples(const Subject& s) const;
   void new_pass();
   std::size_t next_subject();
-  void sample(std::size_t subject, int64_t n, std::vector<Patch>& out);
+  // A queued patch: its subject and TorchIO location (1, 6), cut when taken.
+  struct Entry {
+    std::size_t subject;
+    at::Tensor location;
+  };
+  void sample(std::size_t subject, int64_t n);
   void fill();
+  Entry pop_entry();
+  Batch cut(const std::vector<Entry>& entries) const;
 
   std::vector<Subject> subjects_;
   int64_t max_length_;
@@ -170,7 +180,7 @@ class PatchQueue {
   PatchSampler sampler_;
   PatchQueueOptions options_;
   at::Generator generator_;
-  std::vector<Patch> patches_;  // in reverse pop order
+  std::vector<Entry> entries_;  // in reverse pop order
   std::optional<std::size_t> incomplete_;
   int64_t num_incomplete_ = 0;
   std::vector<int64_t> order_;

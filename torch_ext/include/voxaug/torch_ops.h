@@ -132,6 +132,12 @@ at::Tensor uniform_crop_centers(const at::Tensor& like, int64_t num_samples, at:
 // input's dtype, patch n * K + k starting at centers[n, k] - size // 2; zeros outside.
 at::Tensor extract_patches(const at::Tensor& input, const at::Tensor& centers,
                            at::IntArrayRef size);
+// volumes (N_i, C, D_i, H_i, W_i), one dtype, C and device; sample_index (K) into the volumes'
+// samples in order; starts (K, 3) int64 on their device -> (K, C, *size), patch k's first voxel
+// at starts[k] of its sample; zeros outside. A batch from many volumes in one launch (CUDA: one
+// per 48 patches).
+at::Tensor gather_patches(at::TensorList volumes, at::IntArrayRef sample_index,
+                          const at::Tensor& starts, at::IntArrayRef size);
 
 // The spatial family (include/voxaug/resample.h): every input (N, C_i, D_i, H_i, W_i) through
 // one coordinate map. matrices (N, 3, 4) floating: output voxel index (d, h, w, 1) -> input voxel
