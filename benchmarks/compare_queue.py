@@ -17,9 +17,11 @@ data).
                as its batch transform
 Reported: patches per second over one epoch (median of --repeats epochs after one warm-up).
 Each path checks its patches: shape (96^3), image values from the volume's range (+-0.1 shift),
-labels from the atlas's label set.
+labels from the atlas's label set. Then the memory a full queue holds: a PatchQueue of
+--max-length patches after its first batch, the bytes of the distinct tensor storages in its
+patches_list (TorchIO's Queue holds max_length patch subjects there).
 
-    python3 benchmarks/compare_queue.py [--device cpu|cuda] [--subjects 8] [--repeats 3]
+    python3 benchmarks/compare_queue.py [--device cpu|cuda] [--subjects 8] [--repeats 3] [--max-length 64]
 """
 from __future__ import annotations
 
@@ -91,16 +93,36 @@ def voxaug_chain():
     return run
 
 
-def voxaug_queue(subjects):
+def make_queue(subjects, max_length=16):
     sampler = vc.LabelSampler((96, 96, 96), label_name="fg", label_probabilities={0: 1, 1: 1}, check=False)
     rest = voxaug_rest()
     subs = [{"image": s["image"], "label": s["label"], "fg": (s["label"] > 0).to(torch.uint8)} for s in subjects]
-    queue = vc.PatchQueue(subs, max_length=16, samples_per_volume=4, sampler=sampler, batch_size=4,
-                          transform=lambda b: rest({"image": b["image"], "label": b["label"]}), seed=0)
+    return vc.PatchQueue(subs, max_length=max_length, samples_per_volume=4, sampler=sampler, batch_size=4,
+                         transform=lambda b: rest({"image": b["image"], "label": b["label"]}), seed=0)
+
+
+def voxaug_queue(subjects):
+    queue = make_queue(subjects)
 
     def run(_):
         return list(queue)
     return run
+
+
+def held_bytes(obj, seen=None) -> int:
+    """Bytes of the distinct tensor storages reachable through lists, tuples and dicts."""
+    seen = set() if seen is None else seen
+    if isinstance(obj, torch.Tensor):
+        st = obj.untyped_storage()
+        if st.data_ptr() in seen:
+            return 0
+        seen.add(st.data_ptr())
+        return st.nbytes()
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(held_bytes(v, seen) for v in obj)
+    return 0
 
 
 def count_and_check(out, lo, hi, labels):
@@ -121,6 +143,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--subjects", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-length", type=int, default=64)
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     img, lab = load(device)
@@ -153,6 +176,10 @@ def main(argv=None) -> int:
         print(f"{name:<13} {n:>4} patches  {t * 1e3:>9.1f} ms/epoch  {n / t:>8.1f} patches/s")
     for name in ("voxaug", "voxaug queue"):
         print(f"{name} / monai: {rows[name] / rows['monai']:.2f}x")
+    queue = make_queue(subjects * (args.max_length // (4 * len(subjects)) + 1), args.max_length)
+    next(iter(queue))
+    print(f"\nqueue of max_length {args.max_length} after its first batch: {queue.num_patches} patches held, "
+          f"{held_bytes(queue.patches_list) / 1024:.1f} KiB of tensors in patches_list")
     return 0
 
 
