@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include <climits>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -370,6 +371,83 @@ at::Tensor gather_patches_meta(at::TensorList volumes, at::IntArrayRef sample_in
   return gather_output(volumes, sample_index, starts, size, true);
 }
 
+// aggregate_patches_' checks (shared with Meta).
+void check_aggregate(const at::Tensor& out, const std::optional<at::Tensor>& count,
+                     const at::Tensor& patches, at::IntArrayRef starts,
+                     at::OptionalIntArrayRef boxes, const std::optional<at::Tensor>& weight,
+                     bool accumulate, bool meta) {
+  check_5d(out, "out", meta);
+  check_5d(patches, "patches", meta);
+  const int64_t K = patches.size(0);
+  TORCH_CHECK_VALUE(out.size(0) == 1, "out must be (1, C, D, H, W), got ", out.sizes());
+  TORCH_CHECK_VALUE(patches.size(1) == out.size(1), "patches must have out's ", out.size(1),
+                    " channels, got ", patches.sizes());
+  TORCH_CHECK_VALUE(patches.device() == out.device(), "patches must be on out's device ",
+                    out.device(), ", got ", patches.device());
+  TORCH_CHECK_VALUE(static_cast<int64_t>(starts.size()) == 3 * K,
+                    "starts must hold 3 ints per patch (", 3 * K, " for ", K, " patches), got ",
+                    starts.size());
+  if (boxes.has_value())
+    TORCH_CHECK_VALUE(static_cast<int64_t>(boxes->size()) == 6 * K,
+                      "boxes must hold 6 ints per patch (", 6 * K, " for ", K, " patches), got ",
+                      boxes->size());
+  if (accumulate) {
+    TORCH_CHECK_VALUE(out.scalar_type() == at::kFloat || out.scalar_type() == at::kDouble,
+                      "out must be float32 or float64 to accumulate, got ", out.scalar_type());
+    if (count.has_value()) {
+      TORCH_CHECK_VALUE(count->dim() == 5 && count->size(0) == 1 && count->size(1) == 1 &&
+                            count->sizes().slice(2) == out.sizes().slice(2),
+                        "count must be (1, 1, D, H, W) with out's spatial size, got ",
+                        count->sizes());
+      TORCH_CHECK_VALUE(count->scalar_type() == out.scalar_type(), "count must have out's dtype ",
+                        out.scalar_type(), ", got ", count->scalar_type());
+      TORCH_CHECK_VALUE(count->device() == out.device(), "count must be on out's device");
+    }
+    if (weight.has_value()) {
+      TORCH_CHECK_VALUE(weight->sizes() == patches.sizes().slice(2),
+                        "weight must be the patch's spatial size ", patches.sizes().slice(2),
+                        ", got ", weight->sizes());
+      TORCH_CHECK_VALUE(weight->scalar_type() == out.scalar_type(),
+                        "weight must have out's dtype ", out.scalar_type(), ", got ",
+                        weight->scalar_type());
+      TORCH_CHECK_VALUE(weight->device() == out.device(), "weight must be on out's device");
+    }
+  } else {
+    TORCH_CHECK_VALUE(patches.scalar_type() == out.scalar_type(), "patches must have out's dtype ",
+                      out.scalar_type(), " to be copied (accumulate=False), got ",
+                      patches.scalar_type());
+    TORCH_CHECK_VALUE(!count.has_value() && !weight.has_value(),
+                      "count and weight are for accumulate=True only");
+  }
+}
+
+void aggregate_patches_impl(const at::Tensor& out, const std::optional<at::Tensor>& count,
+                            const at::Tensor& patches, at::IntArrayRef starts,
+                            at::OptionalIntArrayRef boxes, const std::optional<at::Tensor>& weight,
+                            bool accumulate) {
+  check_aggregate(out, count, patches, starts, boxes, weight, accumulate, false);
+  if (patches.numel() == 0 || out.numel() == 0) return;
+  const bool as_bytes = out.scalar_type() == at::kBool;
+  const at::Tensor w = weight.has_value() ? weight->contiguous() : at::Tensor();
+  const VolumeView ov = to_view(as_bytes ? out.view(at::kByte) : out, "out");
+  const VolumeView pv = to_view(as_bytes ? patches.view(at::kByte) : patches, "patches");
+  VolumeView cv;
+  if (count.has_value()) cv = to_view(*count, "count");
+  const c10::DeviceGuard guard(out.device());
+  call_core([&] {
+    aggregate_patches(pv, starts.data(), boxes.has_value() ? boxes->data() : nullptr, accumulate,
+                      w.defined() ? w.data_ptr() : nullptr, ov,
+                      count.has_value() ? &cv : nullptr, current_stream(out));
+  });
+}
+
+void aggregate_patches_meta(const at::Tensor& out, const std::optional<at::Tensor>& count,
+                            const at::Tensor& patches, at::IntArrayRef starts,
+                            at::OptionalIntArrayRef boxes, const std::optional<at::Tensor>& weight,
+                            bool accumulate) {
+  check_aggregate(out, count, patches, starts, boxes, weight, accumulate, true);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
@@ -377,6 +455,7 @@ TORCH_LIBRARY_IMPL(voxaug, CPU, m) {
   m.impl("pos_neg_crop_centers", &pos_neg_crop_centers_impl);
   m.impl("extract_patches", &extract_patches_impl);
   m.impl("gather_patches", &gather_patches_impl);
+  m.impl("aggregate_patches_", &aggregate_patches_impl);
   m.impl("uniform_crop_centers", &uniform_crop_centers_impl);
   m.impl("weighted_crop_centers", &weighted_crop_centers_impl);
   m.impl("class_crop_centers", &class_crop_centers_impl);
@@ -387,6 +466,7 @@ TORCH_LIBRARY_IMPL(voxaug, CUDA, m) {
   m.impl("pos_neg_crop_centers", &pos_neg_crop_centers_impl);
   m.impl("extract_patches", &extract_patches_impl);
   m.impl("gather_patches", &gather_patches_impl);
+  m.impl("aggregate_patches_", &aggregate_patches_impl);
   m.impl("uniform_crop_centers", &uniform_crop_centers_impl);
   m.impl("weighted_crop_centers", &weighted_crop_centers_impl);
   m.impl("class_crop_centers", &class_crop_centers_impl);
@@ -397,13 +477,14 @@ TORCH_LIBRARY_IMPL(voxaug, Meta, m) {
   m.impl("pos_neg_crop_centers", &pos_neg_crop_centers_meta);
   m.impl("extract_patches", &extract_patches_meta);
   m.impl("gather_patches", &gather_patches_meta);
+  m.impl("aggregate_patches_", &aggregate_patches_meta);
   m.impl("uniform_crop_centers", &uniform_crop_centers_meta);
   m.impl("weighted_crop_centers", &weighted_crop_centers_meta);
   m.impl("class_crop_centers", &class_crop_centers_meta);
   m.impl("class_crop_counts", &class_crop_counts_meta);
 }
 TORCH_LIBRARY_IMPL(voxaug, Autograd, m) {
-  const char* const no_backward[] = {"extract_patches", "gather_patches"};
+  const char* const no_backward[] = {"extract_patches", "gather_patches", "aggregate_patches_"};
   register_no_backward(m, no_backward);
 }
 

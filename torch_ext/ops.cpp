@@ -168,6 +168,13 @@ TORCH_LIBRARY(voxaug, m) {
   // starting at starts[k] ((K, 3) int64) -> (K, C, *size); zeros outside.
   m.def(
       "gather_patches(Tensor[] volumes, int[] sample_index, Tensor starts, int[] size) -> Tensor");
+  // patches (K, C, P0, P1, P2) into out (1, C, D, H, W) at starts (K * 3 host ints, patch voxel
+  // (0, 0, 0)'s place), each limited to boxes[k] (K * 6: lo0 lo1 lo2 hi0 hi1 hi2 in patch
+  // coordinates; None: whole patches). accumulate: out += patch * weight (None: 1) and count +=
+  // weight, patches in order; else out = patch (the last one wins).
+  m.def(
+      "aggregate_patches_(Tensor(a!) out, Tensor(b!)? count, Tensor patches, int[] starts, "
+      "int[]? boxes=None, Tensor? weight=None, bool accumulate=True) -> ()");
   // U(low, high) from Philox keyed by (seed, first_sample + n, element), in place.
   m.def("uniform_fill_(Tensor(a!) out, float low, float high, int seed, int first_sample=0) -> ()");
   m.def(
@@ -484,6 +491,16 @@ at::Tensor gather_patches(at::TensorList volumes, at::IntArrayRef sample_index,
       handle<at::Tensor(at::TensorList, at::IntArrayRef, const at::Tensor&, at::IntArrayRef)>(
           "voxaug::gather_patches");
   return op.call(volumes, sample_index, starts, size);
+}
+void aggregate_patches_(const at::Tensor& out, const std::optional<at::Tensor>& count,
+                        const at::Tensor& patches, at::IntArrayRef starts,
+                        at::OptionalIntArrayRef boxes, const std::optional<at::Tensor>& weight,
+                        bool accumulate) {
+  static auto op =
+      handle<void(const at::Tensor&, const std::optional<at::Tensor>&, const at::Tensor&,
+                  at::IntArrayRef, at::OptionalIntArrayRef, const std::optional<at::Tensor>&,
+                  bool)>("voxaug::aggregate_patches_");
+  op.call(out, count, patches, starts, boxes, weight, accumulate);
 }
 
 std::vector<at::Tensor> resample(at::TensorList inputs, const at::Tensor& matrices,

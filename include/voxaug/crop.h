@@ -150,4 +150,28 @@ void gather_patches(const VolumeView* volumes, int64_t num_volumes, const int64_
                     const int64_t* starts, const int64_t* offset, int64_t num_patches,
                     const int64_t size[3], void* out, cudaStream_t stream = nullptr);
 
+// Most patches one aggregate_patches launch adds on CUDA (their placement travels in the kernel's
+// parameters).
+constexpr int64_t kAggregatePatchesPerLaunch = 40;
+
+// Patch aggregation, the inverse of gather_patches (TorchIO GridAggregator): patch k of `patches`
+// (K, C, P0, P1, P2) lands with its voxel (0, 0, 0) at starts[k] (host array K x 3) of `out` (1,
+// C, D, H, W); voxels outside `out` are dropped. `boxes` (host array K x 6, lo0 lo1 lo2 hi0 hi1
+// hi2 in patch coordinates, 0 <= lo <= hi <= P; null: the whole patch) limits each patch to the
+// box [lo, hi).
+//  accumulate = false: out = patch over the box, any dtype (patches' dtype = out's; exact
+//    copies); a voxel covered by several patches keeps the last one's value (TorchIO's 'crop').
+//    weight and count must be null.
+//  accumulate = true: out += patch * weight and, when count is not null, count += weight, with
+//    out float32 or float64, patches of any floating dtype (converted to out's), weight (null: 1)
+//    a dense P0 x P1 x P2 array of out's dtype on the patches' device and count (1, 1, D, H, W)
+//    of out's dtype. Each product is rounded, then added (no FMA), and every voxel receives the
+//    patches in the order k = 0, 1, ...: the bits of TorchIO's sequential `out[box] += patch *
+//    window` ('average', 'hann').
+// CUDA: one launch per kAggregatePatchesPerLaunch patches over the union of their boxes (each
+// voxel walks its patches in order: no atomics), no allocation, no host synchronisation.
+void aggregate_patches(const VolumeView& patches, const int64_t* starts, const int64_t* boxes,
+                       bool accumulate, const void* weight, const VolumeView& out,
+                       const VolumeView* count, cudaStream_t stream = nullptr);
+
 }  // namespace voxaug

@@ -33,6 +33,8 @@ void extract_patches_cuda(const PatchParams& p, int64_t patches, int64_t elem_si
                           cudaStream_t stream);
 void gather_patches_cuda(const GatherParams& p, int64_t patches, int64_t elem_size, int device,
                          cudaStream_t stream);
+void aggregate_patches_cuda(const AggregateParams& p, bool accumulate, DType out_dtype,
+                            int device, cudaStream_t stream);
 #endif
 namespace {
 
@@ -390,6 +392,53 @@ void extract_cpu(const PatchParams& p, int64_t patches) {
       for (int64_t x = x0; x < x1; ++x) o[x * os] = src[(x - x0) * is];
     }
     for (int64_t x = x1; x < n2; ++x) o[x * os] = T{};
+  }
+}
+
+// aggregate_patches on the host: rows (c, d, h) of the union box in parallel; in a row the
+// patches in order, each over its run of x, so every voxel gets them in the order k = 0, 1, ...
+// (the CUDA body walks a voxel's patches in the same order: the same bits).
+template <class Acc>
+void aggregate_add_cpu(const AggregateParams& p) {
+  const int64_t n0 = p.box_hi[0] - p.box_lo[0], n1 = p.box_hi[1] - p.box_lo[1];
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < p.channels * n0 * n1; ++r) {
+    const int64_t h = p.box_lo[1] + r % n1, d = p.box_lo[0] + (r / n1) % n0, c = r / (n0 * n1);
+    Acc* o = static_cast<Acc*>(p.out) + c * p.ostride[1] + d * p.ostride[2] + h * p.ostride[3];
+    Acc* n = p.count != nullptr && c == 0
+                 ? static_cast<Acc*>(p.count) + d * p.cstride[2] + h * p.cstride[3]
+                 : nullptr;
+    for (int t = 0; t < p.num_patches; ++t) {
+      const AggregatePatch& q = p.patch[t];
+      const int64_t z = d - q.start[0], y = h - q.start[1];
+      if (z < q.lo[0] || z >= q.hi[0] || y < q.lo[1] || y >= q.hi[1]) continue;
+      for (int64_t w = q.start[2] + q.lo[2]; w < q.start[2] + q.hi[2]; ++w) {
+        Acc acc = o[w * p.ostride[4]], cnt = n != nullptr ? n[w * p.cstride[4]] : Acc(0);
+        aggregate_add(p, t, c, d, h, w, acc, cnt);
+        o[w * p.ostride[4]] = acc;
+        if (n != nullptr) n[w * p.cstride[4]] = cnt;
+      }
+    }
+  }
+}
+
+// The 'crop' form: each patch's run copied over the row in order (the last patch wins).
+template <class T>
+void aggregate_assign_cpu(const AggregateParams& p) {
+  const int64_t n0 = p.box_hi[0] - p.box_lo[0], n1 = p.box_hi[1] - p.box_lo[1];
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < p.channels * n0 * n1; ++r) {
+    const int64_t h = p.box_lo[1] + r % n1, d = p.box_lo[0] + (r / n1) % n0, c = r / (n0 * n1);
+    T* o = static_cast<T*>(p.out) + c * p.ostride[1] + d * p.ostride[2] + h * p.ostride[3];
+    for (int t = 0; t < p.num_patches; ++t) {
+      const AggregatePatch& q = p.patch[t];
+      const int64_t z = d - q.start[0], y = h - q.start[1];
+      if (z < q.lo[0] || z >= q.hi[0] || y < q.lo[1] || y >= q.hi[1]) continue;
+      const T* src = static_cast<const T*>(p.patches) + q.index * p.pstride[0] + c * p.pstride[1] +
+                     z * p.pstride[2] + y * p.pstride[3];
+      for (int64_t x = q.lo[2]; x < q.hi[2]; ++x)
+        o[(q.start[2] + x) * p.ostride[4]] = src[x * p.pstride[4]];
+    }
   }
 }
 }  // namespace
@@ -804,6 +853,115 @@ void gather_patches(const VolumeView* volumes, int64_t num_volumes, const int64_
   (void)stream;
   VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
 #endif
+}
+
+void aggregate_patches(const VolumeView& patches, const int64_t* starts, const int64_t* boxes,
+                       bool accumulate, const void* weight, const VolumeView& out,
+                       const VolumeView* count, cudaStream_t stream) {
+  for (int a = 0; a < 5; ++a) {
+    VOXAUG_EXPECTS(patches.shape[a] >= 0, "patches sizes must be >= 0");
+    VOXAUG_EXPECTS(out.shape[a] >= 0, "out sizes must be >= 0");
+  }
+  VOXAUG_EXPECTS(out.shape[0] == 1, "out must be (1, C, D, H, W), got N = " +
+                                        std::to_string(out.shape[0]));
+  VOXAUG_EXPECTS(patches.shape[1] == out.shape[1],
+                 "patches must have out's " + std::to_string(out.shape[1]) + " channels, got " +
+                     std::to_string(patches.shape[1]));
+  VOXAUG_EXPECTS(patches.device == out.device && patches.device_index == out.device_index,
+                 "patches and out must be on one device");
+  const bool fp_out = out.dtype == DType::Float32 || out.dtype == DType::Float64;
+  if (accumulate) {
+    VOXAUG_EXPECTS(fp_out, std::string("out must be float32 or float64 to accumulate, got ") +
+                               dtype_name(out.dtype));
+    if (count != nullptr) {
+      VOXAUG_EXPECTS(count->dtype == out.dtype, std::string("count must have out's dtype ") +
+                                                    dtype_name(out.dtype) + ", got " +
+                                                    dtype_name(count->dtype));
+      VOXAUG_EXPECTS(count->shape[0] == 1 && count->shape[1] == 1 &&
+                         count->shape[2] == out.shape[2] && count->shape[3] == out.shape[3] &&
+                         count->shape[4] == out.shape[4],
+                     "count must be (1, 1, D, H, W) with out's spatial size");
+      VOXAUG_EXPECTS(count->device == out.device && count->device_index == out.device_index,
+                     "count must be on out's device");
+    }
+  } else {
+    VOXAUG_EXPECTS(patches.dtype == out.dtype, std::string("patches must have out's dtype ") +
+                                                   dtype_name(out.dtype) + " to be copied, got " +
+                                                   dtype_name(patches.dtype));
+    VOXAUG_EXPECTS(weight == nullptr && count == nullptr,
+                   "weight and count are for accumulate = true only");
+  }
+  const int64_t K = patches.shape[0];
+  if (K == 0 || out.numel() == 0) return;
+  VOXAUG_EXPECTS(starts != nullptr, "starts must not be null");
+  detail::AggregateParams p{};
+  p.patches = patches.data;
+  p.patch_dtype = patches.dtype;
+  for (int a = 0; a < 5; ++a) {
+    p.pstride[a] = patches.strides[a], p.ostride[a] = out.strides[a];
+    p.cstride[a] = count != nullptr ? count->strides[a] : 0;
+  }
+  for (int a = 0; a < 3; ++a) p.psize[a] = patches.shape[a + 2];
+  p.weight = weight;
+  p.out = out.data;
+  p.channels = out.shape[1];
+  p.count = count != nullptr ? count->data : nullptr;
+  for (int64_t k0 = 0; k0 < K; k0 += kAggregatePatchesPerLaunch) {
+    const int64_t chunk = std::min(kAggregatePatchesPerLaunch, K - k0);
+    p.num_patches = 0;
+    for (int a = 0; a < 3; ++a) p.box_lo[a] = out.shape[a + 2], p.box_hi[a] = 0;
+    for (int64_t k = k0; k < k0 + chunk; ++k) {
+      detail::AggregatePatch q{};
+      q.index = k;
+      bool empty = false;
+      for (int a = 0; a < 3; ++a) {
+        const int64_t P = patches.shape[a + 2];
+        const int64_t lo = boxes != nullptr ? boxes[6 * k + a] : 0;
+        const int64_t hi = boxes != nullptr ? boxes[6 * k + 3 + a] : P;
+        VOXAUG_EXPECTS(0 <= lo && lo <= hi && hi <= P,
+                       "boxes[" + std::to_string(k) + "] must satisfy 0 <= lo <= hi <= patch size on axis " +
+                           std::to_string(a) + ", got [" + std::to_string(lo) + ", " +
+                           std::to_string(hi) + ")");
+        q.start[a] = starts[3 * k + a];
+        // Clip to out: start + [lo, hi) inside [0, size).
+        q.lo[a] = std::max(lo, -q.start[a]);
+        q.hi[a] = std::min(hi, out.shape[a + 2] - q.start[a]);
+        if (q.lo[a] >= q.hi[a]) empty = true;
+      }
+      if (empty) continue;
+      for (int a = 0; a < 3; ++a) {
+        p.box_lo[a] = std::min(p.box_lo[a], q.start[a] + q.lo[a]);
+        p.box_hi[a] = std::max(p.box_hi[a], q.start[a] + q.hi[a]);
+      }
+      p.patch[p.num_patches++] = q;
+    }
+    if (p.num_patches == 0 || p.channels == 0) continue;
+    if (out.device == Device::CPU) {
+      if (accumulate) {
+        if (out.dtype == DType::Float32)
+          detail::aggregate_add_cpu<float>(p);
+        else
+          detail::aggregate_add_cpu<double>(p);
+      } else {
+        detail::by_element_size(dtype_size(out.dtype), "aggregate_patches", [&](auto tag) {
+          detail::aggregate_assign_cpu<decltype(tag)>(p);
+        });
+      }
+      continue;
+    }
+#if VOXAUG_WITH_CUDA
+    if (k0 == 0) {
+      detail::check_device_pointer(patches.data, out.device_index, "patches");
+      detail::check_device_pointer(out.data, out.device_index, "out");
+      if (weight != nullptr) detail::check_device_pointer(weight, out.device_index, "weight");
+      if (p.count != nullptr) detail::check_device_pointer(p.count, out.device_index, "count");
+    }
+    detail::aggregate_patches_cuda(p, accumulate, out.dtype, out.device_index, stream);
+#else
+    (void)stream;
+    VOXAUG_FAIL("tensors are on CUDA but this voxaug was built without CUDA");
+#endif
+  }
 }
 
 void foreground_bbox(const VolumeView& in, double threshold, const int64_t* channels,

@@ -237,6 +237,55 @@ __global__ void gather_copy(const __grid_constant__ GatherParams p, int64_t tota
   }
 }
 
+// aggregate_patches: a thread per voxel (c, d, h, w) of the union box. Accumulating, it walks
+// its patches in order k = 0, 1, ... (the host's order: the same bits); copying, the last patch
+// covering the voxel wins, so the walk goes backwards and stops at the first.
+template <class Acc>
+__global__ void aggregate_add_kernel(const __grid_constant__ AggregateParams p, int64_t total) {
+  const int64_t n0 = p.box_hi[0] - p.box_lo[0], n1 = p.box_hi[1] - p.box_lo[1],
+                n2 = p.box_hi[2] - p.box_lo[2];
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t w = p.box_lo[2] + e % n2, h = p.box_lo[1] + (e / n2) % n1;
+    const int64_t d = p.box_lo[0] + (e / (n2 * n1)) % n0, c = e / (n2 * n1 * n0);
+    Acc* o = static_cast<Acc*>(p.out) + c * p.ostride[1] + d * p.ostride[2] + h * p.ostride[3] +
+             w * p.ostride[4];
+    Acc* n = p.count != nullptr && c == 0
+                 ? static_cast<Acc*>(p.count) + d * p.cstride[2] + h * p.cstride[3] +
+                       w * p.cstride[4]
+                 : nullptr;
+    Acc acc = *o, cnt = n != nullptr ? *n : Acc(0);
+    bool any = false;
+    for (int t = 0; t < p.num_patches; ++t) any |= aggregate_add(p, t, c, d, h, w, acc, cnt);
+    if (!any) continue;
+    *o = acc;
+    if (n != nullptr) *n = cnt;
+  }
+}
+
+template <class T>
+__global__ void aggregate_assign_kernel(const __grid_constant__ AggregateParams p, int64_t total) {
+  const int64_t n0 = p.box_hi[0] - p.box_lo[0], n1 = p.box_hi[1] - p.box_lo[1],
+                n2 = p.box_hi[2] - p.box_lo[2];
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t w = p.box_lo[2] + e % n2, h = p.box_lo[1] + (e / n2) % n1;
+    const int64_t d = p.box_lo[0] + (e / (n2 * n1)) % n0, c = e / (n2 * n1 * n0);
+    for (int t = int(p.num_patches) - 1; t >= 0; --t) {
+      const AggregatePatch& q = p.patch[t];
+      const int64_t z = d - q.start[0], y = h - q.start[1], x = w - q.start[2];
+      if (z < q.lo[0] || z >= q.hi[0] || y < q.lo[1] || y >= q.hi[1] || x < q.lo[2] ||
+          x >= q.hi[2])
+        continue;
+      static_cast<T*>(p.out)[c * p.ostride[1] + d * p.ostride[2] + h * p.ostride[3] +
+                             w * p.ostride[4]] =
+          static_cast<const T*>(p.patches)[q.index * p.pstride[0] + c * p.pstride[1] +
+                                           z * p.pstride[2] + y * p.pstride[3] + x * p.pstride[4]];
+      break;
+    }
+  }
+}
+
 // Blocks for a grid-stride copy of `total` elements: enough to fill the device, the rest strided.
 unsigned copy_blocks(int64_t total, int device) {
   const int64_t blocks = (total + 255) / 256, cap = int64_t(cuda_sm_count(device)) * 32;
@@ -376,6 +425,26 @@ void gather_patches_cuda(const GatherParams& p, int64_t patches, int64_t elem_si
   const int64_t total = patches * p.channels * p.size[0] * p.size[1] * p.size[2];
   by_element_size(elem_size, "gather_patches", [&](auto tag) {
     gather_copy<decltype(tag)><<<copy_blocks(total, device), 256, 0, stream>>>(p, total);
+    VOXAUG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void aggregate_patches_cuda(const AggregateParams& p, bool accumulate, DType out_dtype,
+                            int device, cudaStream_t stream) {
+  CudaDeviceGuard guard(device);
+  const int64_t total = p.channels * (p.box_hi[0] - p.box_lo[0]) * (p.box_hi[1] - p.box_lo[1]) *
+                        (p.box_hi[2] - p.box_lo[2]);
+  const unsigned blocks = copy_blocks(total, device);
+  if (accumulate) {
+    if (out_dtype == DType::Float32)
+      aggregate_add_kernel<float><<<blocks, 256, 0, stream>>>(p, total);
+    else
+      aggregate_add_kernel<double><<<blocks, 256, 0, stream>>>(p, total);
+    VOXAUG_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  by_element_size(dtype_size(out_dtype), "aggregate_patches", [&](auto tag) {
+    aggregate_assign_kernel<decltype(tag)><<<blocks, 256, 0, stream>>>(p, total);
     VOXAUG_CUDA_CHECK_LAUNCH();
   });
 }

@@ -6,6 +6,7 @@
 
 #include "voxaug/crop.h"
 #include "voxaug/detail/convert.h"
+#include "voxaug/detail/fmath.h"
 #include "voxaug/detail/philox.h"
 #include "voxaug/error.h"
 #include "voxaug/types.h"
@@ -417,5 +418,81 @@ struct GatherParams {
   int64_t size[3];
   void* out;  // this launch's first patch's output
 };
+
+// ---- patch aggregation (aggregate_patches) ----
+// One patch of an aggregation: where its voxel (0, 0, 0) lands in `out` and the box [lo, hi) of
+// the patch that is written, clipped on the host so that start + [lo, hi) lies inside out.
+struct AggregatePatch {
+  int64_t index;  // the patch's index in `patches`
+  int64_t start[3];
+  int64_t lo[3], hi[3];
+};
+
+// One pass of aggregate_patches over up to kAggregatePatchesPerLaunch patches; [box_lo, box_hi)
+// in out's voxels covers all their boxes.
+struct AggregateParams {
+  AggregatePatch patch[kAggregatePatchesPerLaunch];
+  int64_t num_patches;
+  const void* patches;
+  DType patch_dtype;
+  int64_t pstride[5];
+  int64_t psize[3];
+  const void* weight;  // dense psize[0] x psize[1] x psize[2] of out's dtype, or null (1)
+  void* out;
+  int64_t ostride[5];
+  int64_t channels;
+  void* count;  // (1, 1, D, H, W) of out's dtype, or null
+  int64_t cstride[5];
+  int64_t box_lo[3], box_hi[3];
+};
+
+// Kernel parameters within the classic 4 KiB limit (no reliance on CUDA 12.1's larger one).
+static_assert(sizeof(GatherParams) <= 4096 && sizeof(AggregateParams) <= 4096,
+              "patch tables must fit the kernel parameter space");
+
+// a + b * w rounded twice (no contraction into an FMA), as torch's separate mul and add.
+VOXAUG_HD VOXAUG_FORCEINLINE float add_product(float a, float b, float w) {
+  return fadd(a, fmul(b, w));
+}
+VOXAUG_HD VOXAUG_FORCEINLINE double add_product(double a, double b, double w) {
+#if VOXAUG_DEVICE_PASS
+  return __dadd_rn(a, __dmul_rn(b, w));
+#else
+  return a + b * w;
+#endif
+}
+VOXAUG_HD VOXAUG_FORCEINLINE float add_plain(float a, float b) {
+  return fadd(a, b);
+}
+VOXAUG_HD VOXAUG_FORCEINLINE double add_plain(double a, double b) {
+#if VOXAUG_DEVICE_PASS
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+// Patch t's contribution to out voxel (c, d, h, w) when the voxel lies in its box: acc (and
+// cnt) updated, true returned.
+template <class Acc>
+VOXAUG_HD VOXAUG_FORCEINLINE bool aggregate_add(const AggregateParams& p, int t, int64_t c, int64_t d,
+                                                int64_t h, int64_t w, Acc& acc, Acc& cnt) {
+  const AggregatePatch& q = p.patch[t];
+  const int64_t z = d - q.start[0], y = h - q.start[1], x = w - q.start[2];
+  if (z < q.lo[0] || z >= q.hi[0] || y < q.lo[1] || y >= q.hi[1] || x < q.lo[2] || x >= q.hi[2])
+    return false;
+  const Acc v = load_dyn<Acc>(p.patches, p.patch_dtype,
+                              q.index * p.pstride[0] + c * p.pstride[1] + z * p.pstride[2] +
+                                  y * p.pstride[3] + x * p.pstride[4]);
+  if (p.weight != nullptr) {
+    const Acc wv = static_cast<const Acc*>(p.weight)[(z * p.psize[1] + y) * p.psize[2] + x];
+    acc = add_product(acc, v, wv);
+    cnt = add_plain(cnt, wv);
+  } else {
+    acc = add_plain(acc, v);
+    cnt = add_plain(cnt, Acc(1));
+  }
+  return true;
+}
 
 }  // namespace voxaug::detail

@@ -138,6 +138,15 @@ at::Tensor extract_patches(const at::Tensor& input, const at::Tensor& centers,
 // per 48 patches).
 at::Tensor gather_patches(at::TensorList volumes, at::IntArrayRef sample_index,
                           const at::Tensor& starts, at::IntArrayRef size);
+// The inverse (TorchIO GridAggregator): patches (K, C, P0, P1, P2) into out (1, C, D, H, W),
+// patch k's voxel (0, 0, 0) at starts[3k..3k+2], limited to boxes[6k..6k+5] (lo, hi in patch
+// coordinates; none: whole patches). accumulate: out += patch * weight (none: 1), count +=
+// weight, in patch order (float32 / float64 out); else out = patch, the last patch winning.
+void aggregate_patches_(const at::Tensor& out, const std::optional<at::Tensor>& count,
+                        const at::Tensor& patches, at::IntArrayRef starts,
+                        at::OptionalIntArrayRef boxes = std::nullopt,
+                        const std::optional<at::Tensor>& weight = std::nullopt,
+                        bool accumulate = true);
 
 // The spatial family (include/voxaug/resample.h): every input (N, C_i, D_i, H_i, W_i) through
 // one coordinate map. matrices (N, 3, 4) floating: output voxel index (d, h, w, 1) -> input voxel
