@@ -407,9 +407,8 @@ void check_aggregate(const at::Tensor& out, const std::optional<at::Tensor>& cou
       TORCH_CHECK_VALUE(weight->sizes() == patches.sizes().slice(2),
                         "weight must be the patch's spatial size ", patches.sizes().slice(2),
                         ", got ", weight->sizes());
-      TORCH_CHECK_VALUE(weight->scalar_type() == out.scalar_type(),
-                        "weight must have out's dtype ", out.scalar_type(), ", got ",
-                        weight->scalar_type());
+      TORCH_CHECK_VALUE(weight->scalar_type() == out.scalar_type(), "weight must have out's dtype ",
+                        out.scalar_type(), ", got ", weight->scalar_type());
       TORCH_CHECK_VALUE(weight->device() == out.device(), "weight must be on out's device");
     }
   } else {
@@ -436,8 +435,8 @@ void aggregate_patches_impl(const at::Tensor& out, const std::optional<at::Tenso
   const c10::DeviceGuard guard(out.device());
   call_core([&] {
     aggregate_patches(pv, starts.data(), boxes.has_value() ? boxes->data() : nullptr, accumulate,
-                      w.defined() ? w.data_ptr() : nullptr, ov,
-                      count.has_value() ? &cv : nullptr, current_stream(out));
+                      w.defined() ? w.data_ptr() : nullptr, ov, count.has_value() ? &cv : nullptr,
+                      current_stream(out));
   });
 }
 

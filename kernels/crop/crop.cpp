@@ -33,8 +33,8 @@ void extract_patches_cuda(const PatchParams& p, int64_t patches, int64_t elem_si
                           cudaStream_t stream);
 void gather_patches_cuda(const GatherParams& p, int64_t patches, int64_t elem_size, int device,
                          cudaStream_t stream);
-void aggregate_patches_cuda(const AggregateParams& p, bool accumulate, DType out_dtype,
-                            int device, cudaStream_t stream);
+void aggregate_patches_cuda(const AggregateParams& p, bool accumulate, DType out_dtype, int device,
+                            cudaStream_t stream);
 #endif
 namespace {
 
@@ -862,8 +862,8 @@ void aggregate_patches(const VolumeView& patches, const int64_t* starts, const i
     VOXAUG_EXPECTS(patches.shape[a] >= 0, "patches sizes must be >= 0");
     VOXAUG_EXPECTS(out.shape[a] >= 0, "out sizes must be >= 0");
   }
-  VOXAUG_EXPECTS(out.shape[0] == 1, "out must be (1, C, D, H, W), got N = " +
-                                        std::to_string(out.shape[0]));
+  VOXAUG_EXPECTS(out.shape[0] == 1,
+                 "out must be (1, C, D, H, W), got N = " + std::to_string(out.shape[0]));
   VOXAUG_EXPECTS(patches.shape[1] == out.shape[1],
                  "patches must have out's " + std::to_string(out.shape[1]) + " channels, got " +
                      std::to_string(patches.shape[1]));
@@ -919,7 +919,8 @@ void aggregate_patches(const VolumeView& patches, const int64_t* starts, const i
         const int64_t lo = boxes != nullptr ? boxes[6 * k + a] : 0;
         const int64_t hi = boxes != nullptr ? boxes[6 * k + 3 + a] : P;
         VOXAUG_EXPECTS(0 <= lo && lo <= hi && hi <= P,
-                       "boxes[" + std::to_string(k) + "] must satisfy 0 <= lo <= hi <= patch size on axis " +
+                       "boxes[" + std::to_string(k) +
+                           "] must satisfy 0 <= lo <= hi <= patch size on axis " +
                            std::to_string(a) + ", got [" + std::to_string(lo) + ", " +
                            std::to_string(hi) + ")");
         q.start[a] = starts[3 * k + a];
@@ -943,9 +944,8 @@ void aggregate_patches(const VolumeView& patches, const int64_t* starts, const i
         else
           detail::aggregate_add_cpu<double>(p);
       } else {
-        detail::by_element_size(dtype_size(out.dtype), "aggregate_patches", [&](auto tag) {
-          detail::aggregate_assign_cpu<decltype(tag)>(p);
-        });
+        detail::by_element_size(dtype_size(out.dtype), "aggregate_patches",
+                                [&](auto tag) { detail::aggregate_assign_cpu<decltype(tag)>(p); });
       }
       continue;
     }

@@ -250,10 +250,9 @@ __global__ void aggregate_add_kernel(const __grid_constant__ AggregateParams p, 
     const int64_t d = p.box_lo[0] + (e / (n2 * n1)) % n0, c = e / (n2 * n1 * n0);
     Acc* o = static_cast<Acc*>(p.out) + c * p.ostride[1] + d * p.ostride[2] + h * p.ostride[3] +
              w * p.ostride[4];
-    Acc* n = p.count != nullptr && c == 0
-                 ? static_cast<Acc*>(p.count) + d * p.cstride[2] + h * p.cstride[3] +
-                       w * p.cstride[4]
-                 : nullptr;
+    Acc* n = p.count != nullptr && c == 0 ? static_cast<Acc*>(p.count) + d * p.cstride[2] +
+                                                h * p.cstride[3] + w * p.cstride[4]
+                                          : nullptr;
     Acc acc = *o, cnt = n != nullptr ? *n : Acc(0);
     bool any = false;
     for (int t = 0; t < p.num_patches; ++t) any |= aggregate_add(p, t, c, d, h, w, acc, cnt);
@@ -274,11 +273,10 @@ __global__ void aggregate_assign_kernel(const __grid_constant__ AggregateParams 
     for (int t = int(p.num_patches) - 1; t >= 0; --t) {
       const AggregatePatch& q = p.patch[t];
       const int64_t z = d - q.start[0], y = h - q.start[1], x = w - q.start[2];
-      if (z < q.lo[0] || z >= q.hi[0] || y < q.lo[1] || y >= q.hi[1] || x < q.lo[2] ||
-          x >= q.hi[2])
+      if (z < q.lo[0] || z >= q.hi[0] || y < q.lo[1] || y >= q.hi[1] || x < q.lo[2] || x >= q.hi[2])
         continue;
-      static_cast<T*>(p.out)[c * p.ostride[1] + d * p.ostride[2] + h * p.ostride[3] +
-                             w * p.ostride[4]] =
+      static_cast<T*>(
+          p.out)[c * p.ostride[1] + d * p.ostride[2] + h * p.ostride[3] + w * p.ostride[4]] =
           static_cast<const T*>(p.patches)[q.index * p.pstride[0] + c * p.pstride[1] +
                                            z * p.pstride[2] + y * p.pstride[3] + x * p.pstride[4]];
       break;
@@ -429,8 +427,8 @@ void gather_patches_cuda(const GatherParams& p, int64_t patches, int64_t elem_si
   });
 }
 
-void aggregate_patches_cuda(const AggregateParams& p, bool accumulate, DType out_dtype,
-                            int device, cudaStream_t stream) {
+void aggregate_patches_cuda(const AggregateParams& p, bool accumulate, DType out_dtype, int device,
+                            cudaStream_t stream) {
   CudaDeviceGuard guard(device);
   const int64_t total = p.channels * (p.box_hi[0] - p.box_lo[0]) * (p.box_hi[1] - p.box_lo[1]) *
                         (p.box_hi[2] - p.box_lo[2]);

@@ -475,8 +475,9 @@ VOXAUG_HD VOXAUG_FORCEINLINE double add_plain(double a, double b) {
 // Patch t's contribution to out voxel (c, d, h, w) when the voxel lies in its box: acc (and
 // cnt) updated, true returned.
 template <class Acc>
-VOXAUG_HD VOXAUG_FORCEINLINE bool aggregate_add(const AggregateParams& p, int t, int64_t c, int64_t d,
-                                                int64_t h, int64_t w, Acc& acc, Acc& cnt) {
+VOXAUG_HD VOXAUG_FORCEINLINE bool aggregate_add(const AggregateParams& p, int t, int64_t c,
+                                                int64_t d, int64_t h, int64_t w, Acc& acc,
+                                                Acc& cnt) {
   const AggregatePatch& q = p.patch[t];
   const int64_t z = d - q.start[0], y = h - q.start[1], x = w - q.start[2];
   if (z < q.lo[0] || z >= q.hi[0] || y < q.lo[1] || y >= q.hi[1] || x < q.lo[2] || x >= q.hi[2])

@@ -742,6 +742,128 @@ TEST(Crop, GatherPatchesBadInputs) {
   }
 }
 
+// aggregate_patches' case: K patches (K, C, 4, 5, 3) at random starts (some partly outside the
+// 9 x 10 x 11 volume), each limited to a random box; a weight map.
+struct AggregateCase {
+  static constexpr int64_t K = 90, C = 2, P[3] = {4, 5, 3}, S[3] = {9, 10, 11};  // 3 CUDA passes
+  std::vector<int64_t> starts, boxes;
+  std::vector<float> patches, weight;
+  AggregateCase() {
+    std::mt19937 rng(17);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (int64_t k = 0; k < K; ++k) {
+      for (int a = 0; a < 3; ++a) starts.push_back(static_cast<int64_t>(rng() % 13) - 2);
+      int64_t lo[3], hi[3];
+      for (int a = 0; a < 3; ++a) {
+        lo[a] = static_cast<int64_t>(rng() % 2);
+        hi[a] = P[a] - static_cast<int64_t>(rng() % 2);
+      }
+      boxes.insert(boxes.end(), {lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]});
+    }
+    patches.resize(K * C * P[0] * P[1] * P[2]);
+    for (float& v : patches) v = u(rng);
+    weight.resize(P[0] * P[1] * P[2]);
+    for (float& v : weight) v = 0.5f + 0.5f * u(rng);
+  }
+  // Patch k's voxel landing at (d, h, w), or false.
+  bool at(int64_t k, int64_t d, int64_t h, int64_t w, bool boxed, int64_t* zyx) const {
+    const int64_t o[3] = {d, h, w};
+    for (int a = 0; a < 3; ++a) {
+      zyx[a] = o[a] - starts[3 * k + a];
+      const int64_t lo = boxed ? boxes[6 * k + a] : 0, hi = boxed ? boxes[6 * k + 3 + a] : P[a];
+      if (zyx[a] < lo || zyx[a] >= hi) return false;
+    }
+    return true;
+  }
+  int64_t patch_off(int64_t k, int64_t c, const int64_t* zyx) const {
+    return (((k * C + c) * P[0] + zyx[0]) * P[1] + zyx[1]) * P[2] + zyx[2];
+  }
+};
+
+TEST(Crop, AggregatePatchesMatchesSequentialSums) {
+  const AggregateCase g;
+  const Vol pv{AggregateCase::K, AggregateCase::C, 4, 5, 3}, ov{1, AggregateCase::C, 9, 10, 11},
+      cv{1, 1, 9, 10, 11};
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool weighted = variant & 1, boxed = variant & 2;
+    std::vector<float> out(ov.numel(), 0.25f), count(cv.numel(), 0.0f);
+    const VolumeView cview = view(count.data(), DType::Float32, cv);
+    std::vector<float> patches = g.patches;
+    aggregate_patches(view(patches.data(), DType::Float32, pv), g.starts.data(),
+                      boxed ? g.boxes.data() : nullptr, true, weighted ? g.weight.data() : nullptr,
+                      view(out.data(), DType::Float32, ov), &cview);
+    int64_t covered = 0;
+    for (int64_t c = 0; c < AggregateCase::C; ++c)
+      for (int64_t d = 0; d < 9; ++d)
+        for (int64_t h = 0; h < 10; ++h)
+          for (int64_t w = 0; w < 11; ++w) {
+            float acc = 0.25f, cnt = 0.0f;  // torch's out[box] += patch * window, patch by patch
+            for (int64_t k = 0; k < AggregateCase::K; ++k) {
+              int64_t zyx[3];
+              if (!g.at(k, d, h, w, boxed, zyx)) continue;
+              const float wv = weighted ? g.weight[(zyx[0] * 5 + zyx[1]) * 3 + zyx[2]] : 1.0f;
+              const float prod = g.patches[g.patch_off(k, c, zyx)] * wv;
+              acc = acc + prod;
+              cnt = cnt + wv;
+            }
+            const int64_t v = (d * 10 + h) * 11 + w;
+            ASSERT_EQ(out[c * 990 + v], acc)
+                << variant << " " << c << " " << d << " " << h << " " << w;
+            if (c == 0) {
+              ASSERT_EQ(count[v], cnt) << variant;
+            }
+            covered += cnt > 0;
+          }
+    EXPECT_GT(covered, 900);  // the patches reach nearly every voxel
+  }
+}
+
+TEST(Crop, AggregatePatchesCopiesTheLastPatch) {
+  const AggregateCase g;
+  const Vol pv{AggregateCase::K, AggregateCase::C, 4, 5, 3}, ov{1, AggregateCase::C, 9, 10, 11};
+  std::vector<int16_t> patches(g.patches.size());
+  for (size_t i = 0; i < patches.size(); ++i) patches[i] = static_cast<int16_t>(i % 30000);
+  std::vector<int16_t> out(ov.numel(), -7);
+  aggregate_patches(view(patches.data(), DType::Int16, pv), g.starts.data(), g.boxes.data(), false,
+                    nullptr, view(out.data(), DType::Int16, ov), nullptr);
+  for (int64_t c = 0; c < AggregateCase::C; ++c)
+    for (int64_t d = 0; d < 9; ++d)
+      for (int64_t h = 0; h < 10; ++h)
+        for (int64_t w = 0; w < 11; ++w) {
+          int16_t want = -7;
+          for (int64_t k = 0; k < AggregateCase::K; ++k) {
+            int64_t zyx[3];
+            if (g.at(k, d, h, w, true, zyx)) want = patches[g.patch_off(k, c, zyx)];
+          }
+          ASSERT_EQ(out[c * 990 + (d * 10 + h) * 11 + w], want) << c << " " << d << " " << h;
+        }
+}
+
+TEST(Crop, AggregatePatchesBadInputs) {
+  const Vol pv{2, 1, 2, 2, 2}, ov{1, 1, 4, 4, 4};
+  std::vector<float> p(pv.numel()), o(ov.numel());
+  std::vector<int16_t> oi(ov.numel());
+  const std::vector<int64_t> starts(6, 0), bad_box{0, 0, 0, 3, 2, 2, 0, 0, 0, 2, 2, 2};
+  const VolumeView P = view(p.data(), DType::Float32, pv), O = view(o.data(), DType::Float32, ov);
+  EXPECT_NO_THROW(aggregate_patches(P, starts.data(), nullptr, true, nullptr, O, nullptr));
+  EXPECT_THROW(aggregate_patches(P, starts.data(), bad_box.data(), true, nullptr, O, nullptr),
+               Error);  // hi beyond the patch
+  EXPECT_THROW(aggregate_patches(P, starts.data(), nullptr, true, nullptr,
+                                 view(oi.data(), DType::Int16, ov), nullptr),
+               Error);  // accumulate into int16
+  EXPECT_THROW(aggregate_patches(P, starts.data(), nullptr, false, nullptr,
+                                 view(oi.data(), DType::Int16, ov), nullptr),
+               Error);  // copy across dtypes
+  EXPECT_THROW(aggregate_patches(P, starts.data(), nullptr, false, p.data(), O, nullptr),
+               Error);  // a weight when copying
+  EXPECT_THROW(aggregate_patches(view(p.data(), DType::Float32, Vol{1, 2, 2, 2, 2}), starts.data(),
+                                 nullptr, true, nullptr, O, nullptr),
+               Error);  // channels differ
+  EXPECT_THROW(aggregate_patches(P, starts.data(), nullptr, true, nullptr,
+                                 view(o.data(), DType::Float32, Vol{2, 1, 4, 4, 2}), nullptr),
+               Error);  // out with N = 2
+}
+
 TEST(Crop, SamplerBadInputs) {
   const Vol s{1, 1, 4, 4, 4};
   std::vector<float> v(s.numel());
@@ -866,6 +988,33 @@ void check_gather_patches_twin() {
   gather_patches(dev.data(), 3, index.data(), ds.as<int64_t>(), offset, K, size, dout.p);
   CUDA_OK(cudaDeviceSynchronize());
   EXPECT_EQ(cpu, dout.to_host<T>(cpu.size()));
+}
+
+TEST(CropCuda, AggregatePatchesTwin) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA-vs-CPU twin comparison skipped";
+  const AggregateCase g;
+  const Vol pv{AggregateCase::K, AggregateCase::C, 4, 5, 3}, ov{1, AggregateCase::C, 9, 10, 11},
+      cv{1, 1, 9, 10, 11};
+  std::vector<float> out(ov.numel(), 0.25f), count(cv.numel(), 0.0f);
+  std::vector<float> patches = g.patches;
+  DeviceBuffer dp(patches), dw(g.weight), dout(out), dcount(count);
+  const VolumeView hc = view(count.data(), DType::Float32, cv),
+                   dc = view(dcount.p, DType::Float32, cv, Device::CUDA);
+  aggregate_patches(view(patches.data(), DType::Float32, pv), g.starts.data(), g.boxes.data(), true,
+                    g.weight.data(), view(out.data(), DType::Float32, ov), &hc);
+  aggregate_patches(view(dp.p, DType::Float32, pv, Device::CUDA), g.starts.data(), g.boxes.data(),
+                    true, dw.p, view(dout.p, DType::Float32, ov, Device::CUDA), &dc);
+  std::vector<int16_t> ip(patches.size()), iout(ov.numel(), -7);
+  for (size_t i = 0; i < ip.size(); ++i) ip[i] = static_cast<int16_t>(i % 30000);
+  DeviceBuffer dip(ip), diout(iout);
+  aggregate_patches(view(ip.data(), DType::Int16, pv), g.starts.data(), g.boxes.data(), false,
+                    nullptr, view(iout.data(), DType::Int16, ov), nullptr);
+  aggregate_patches(view(dip.p, DType::Int16, pv, Device::CUDA), g.starts.data(), g.boxes.data(),
+                    false, nullptr, view(diout.p, DType::Int16, ov, Device::CUDA), nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(out, dout.to_host<float>(out.size()));  // the same additions in the same order
+  EXPECT_EQ(count, dcount.to_host<float>(count.size()));
+  EXPECT_EQ(iout, diout.to_host<int16_t>(iout.size()));
 }
 
 TEST(CropCuda, GatherPatchesTwin) {
