@@ -33,7 +33,7 @@ __all__ = [
     "RandSpatialCropSamples",
     "RandSpatialCropSamplesd", "UniformSampler", "WeightedSampler", "LabelSampler", "extract_patches",
     "gather_patches",
-    "flush_checks", "PatchQueue", "CropCounts", "FgBgToIndicesd", "ClassesToIndicesd",
+    "flush_checks", "PatchQueue", "CropCounts", "FgBgToIndicesd", "ClassesToIndicesd", "GridSampler", "GridAggregator",
 ]
 
 FOREGROUND, ARGMAX, ONE_HOT = 0, 1, 2  # label forms of torch.ops.voxaug.class_crop_centers
@@ -1417,3 +1417,241 @@ class PatchQueue:
                 break
             yield self._collate([self._pop() for _ in range(b)])
             done += b
+
+
+# ---------------- TorchIO's patch-based inference: GridSampler, GridAggregator ----------------
+_GRID_PAD_STATS = {"maximum": torch.amax, "minimum": torch.amin}
+
+
+def _grid_overlap(patch_overlap: Any) -> tuple[int, int, int]:
+    vals = list(patch_overlap) if isinstance(patch_overlap, (list, tuple, np.ndarray)) else [patch_overlap]
+    vals = vals * 3 if len(vals) == 1 else vals
+    if len(vals) != 3 or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0 for v in vals):
+        raise ValueError(f"patch_overlap must be an int or 3 ints >= 0, got {patch_overlap!r}")
+    return tuple(int(v) for v in vals)
+
+
+def _grid_starts(size: int, patch: int, overlap: int) -> list[int]:
+    """TorchIO GridSampler._get_patches_locations along one axis: every patch - overlap voxels,
+    and a last patch flush with the end."""
+    starts = list(range(0, size + 1 - patch, patch - overlap))
+    if starts[-1] != size - patch:
+        starts.append(size - patch)
+    return starts
+
+
+class GridSampler:
+    """TorchIO GridSampler(subject, patch_size, patch_overlap=(0, 0, 0), padding_mode=None) on the
+    device: the grid of patches covering a volume, for dense inference with :class:`GridAggregator`.
+
+    `subject`: a dict whose (C, D, H, W) or (1, C, D, H, W) tensors (all of one spatial shape, any
+    device) are cut; other entries are passed through. Locations are TorchIO's: per axis a patch
+    every patch - overlap voxels and one flush with the end, all combinations in sorted (raster)
+    order, (i0, j0, k0, i1, j1, k1) each. patch_overlap must be even and smaller than the patch,
+    the patch no larger than the volume (TorchIO's ValueErrors). padding_mode (TorchIO's Pad): None
+    (no padding), a number (that constant), 'constant' (0), 'edge', 'reflect', 'symmetric',
+    'wrap', 'minimum' / 'maximum' (the tensor's, read on the host: a sync on CUDA) pads overlap //
+    2 on every side first (the aggregator crops it back).
+
+    ``sampler[i]`` and ``sampler()`` give single patches as TorchIO's (tensors (1, C, *patch),
+    "location" (6,) int64 on the host); ``sampler.batches(batch_size)`` yields batch dicts --
+    tensors (B, C, *patch) cut by one :func:`gather_patches` per tensor, "location" (B, 6) int64
+    on the host (what TorchIO's DataLoader collates), other entries as they are -- without a host
+    synchronisation (the grid's starts are copied to the device once, at construction)."""
+
+    def __init__(self, subject: Mapping[str, Any], patch_size, patch_overlap=(0, 0, 0),
+                 padding_mode: Union[str, float, None] = None):
+        if not isinstance(subject, Mapping):
+            raise TypeError(f"subject must be a dict of tensors, got {type(subject).__name__}")
+        self.patch_size = _patch_size(patch_size)
+        self.patch_overlap = _grid_overlap(patch_overlap)
+        self.padding_mode = padding_mode
+        if padding_mode is not None and not isinstance(padding_mode, (int, float)) and padding_mode not in (
+                "constant", "edge", "reflect", "symmetric", "wrap", "minimum", "maximum"):
+            raise ValueError(f'Padding mode "{padding_mode}" not valid. Valid options are a number, "constant", '
+                             '"edge", "reflect", "symmetric", "wrap", "minimum", "maximum" (TorchIO\'s others, '
+                             '"empty", "linear_ramp", "mean", "median", are not supported)')
+        d = {}
+        for k, v in subject.items():
+            if isinstance(v, torch.Tensor) and v.dim() in (4, 5):
+                if v.dim() == 5 and v.shape[0] != 1:
+                    raise ValueError(f"{k!r} must be (C, D, H, W) or (1, C, D, H, W), got {tuple(v.shape)}")
+                v = self._pad(v if v.dim() == 5 else v.unsqueeze(0))
+            d[k] = v
+        tensors = {k: v for k, v in d.items() if isinstance(v, torch.Tensor) and v.dim() == 5}
+        if not tensors:
+            raise ValueError("the subject holds no (C, D, H, W) tensor")
+        shapes = {tuple(v.shape[2:]) for v in tensors.values()}
+        if len(shapes) != 1:
+            raise ValueError(f"all tensors of the subject must share the spatial shape, got "
+                             f"{ {k: tuple(v.shape) for k, v in tensors.items()} }")
+        self.subject, self._tensors = d, tensors
+        self.spatial_shape = next(iter(shapes))
+        size, patch, overlap = np.array(self.spatial_shape), np.array(self.patch_size), np.array(self.patch_overlap)
+        if np.any(patch > size):
+            raise ValueError(f"Patch size {tuple(patch)} cannot be larger than image size {tuple(size)}")
+        if np.any(overlap >= patch):
+            raise ValueError(f"Patch overlap {tuple(overlap)} must be smaller than patch size {tuple(patch)}")
+        if np.any(overlap % 2):
+            raise ValueError(f"Patch overlap must be a tuple of even integers, not {tuple(overlap)}")
+        axes = [_grid_starts(s, p, o) for s, p, o in zip(self.spatial_shape, self.patch_size, self.patch_overlap)]
+        ini = torch.cartesian_prod(*(torch.tensor(a, dtype=torch.int64) for a in axes)).reshape(-1, 3)
+        self.locations = torch.cat([ini, ini + torch.tensor(self.patch_size)], 1)  # (L, 6), sorted
+        device = next(iter(tensors.values())).device
+        self._starts = ini.to(device)  # the one host-to-device copy
+
+    def _pad(self, v: torch.Tensor) -> torch.Tensor:
+        mode = self.padding_mode
+        if mode is None or not any(self.patch_overlap):
+            return v
+        from .spatial import BorderPad
+
+        border = [o // 2 for o in self.patch_overlap]
+        value = 0.0
+        if isinstance(mode, (int, float)) and not isinstance(mode, bool):
+            mode, value = "constant", float(mode)
+        elif mode in _GRID_PAD_STATS:
+            mode, value = "constant", float(_GRID_PAD_STATS[self.padding_mode](v))
+        kw = {"value": value} if mode == "constant" else {}
+        return BorderPad(border, mode=mode, **kw)(v)
+
+    def __len__(self) -> int:
+        return self.locations.shape[0]
+
+    def _cut(self, first: int, count: int) -> dict:
+        out = dict(self.subject)
+        starts = self._starts[first:first + count]
+        for k, v in self._tensors.items():
+            out[k] = gather_patches([v], [0] * count, starts, self.patch_size)
+        return out
+
+    def __getitem__(self, index: int) -> dict:
+        i = range(len(self))[index]
+        patch = self._cut(i, 1)
+        patch["location"] = self.locations[i]
+        return patch
+
+    def __call__(self, subject=None, num_patches: Optional[int] = None) -> Iterator[dict]:
+        if subject is not None:
+            raise ValueError("voxaug's GridSampler samples the subject it was built with")
+        if num_patches is not None:
+            raise ValueError("GridSampler does not support limiting the number of patches")
+        return (self[i] for i in range(len(self)))
+
+    def batches(self, batch_size: int) -> Iterator[dict]:
+        """The grid in batches of `batch_size` patches (the last one smaller)."""
+        if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        for first in range(0, len(self), int(batch_size)):
+            count = min(int(batch_size), len(self) - first)
+            batch = self._cut(first, count)
+            batch["location"] = self.locations[first:first + count]
+            yield batch
+
+
+class GridAggregator:
+    """TorchIO GridAggregator(sampler, overlap_mode='crop', downsampling_factor=1) on the device:
+    ``add_batch(batch_tensor, locations)`` places a batch of predictions (B, C, *patch) with one
+    :func:`torch.ops.voxaug.aggregate_patches_` call on the batch's device (TorchIO moves every
+    batch to the CPU and adds patch by patch in Python); ``get_output_tensor()`` returns the
+    (C, D, H, W) result there.
+
+    overlap_mode 'crop': each patch minus half the overlap on its sides inside the volume (all
+    sides when the sampler padded) is copied, a later patch over an earlier one; dtype of the
+    batch. 'average': the mean of the overlapping predictions; 'hann': weighted by TorchIO's Hann
+    window (float32). Both add the patches in TorchIO's order with TorchIO's roundings, so a
+    float32 result equals TorchIO's bit for bit. Choices where TorchIO differs: 'average' of
+    float16 / bfloat16 / integer predictions accumulates in float32 (TorchIO: in the batch's
+    dtype); with downsampling_factor > 1 the overlap, the padding border and the Hann window are
+    taken in the downsampled grid (TorchIO crops the full-resolution half overlap, leaving
+    holes, and its Hann window does not fit the patches).
+
+    `locations` (B, 6) int64 as the sampler gives them (on the host); a CUDA tensor is read to
+    the host (one sync per batch)."""
+
+    def __init__(self, sampler: GridSampler, overlap_mode: str = "crop", downsampling_factor: int = 1):
+        if not isinstance(sampler, GridSampler):
+            raise TypeError(f"sampler must be a voxaug GridSampler, got {type(sampler).__name__}")
+        if overlap_mode not in ("crop", "average", "hann"):
+            raise ValueError(f'Overlap mode must be "crop", "average" or "hann" but  "{overlap_mode}" was passed')
+        if isinstance(downsampling_factor, bool) or int(downsampling_factor) != downsampling_factor \
+                or downsampling_factor < 1:
+            raise ValueError(f"downsampling_factor must be a positive int, got {downsampling_factor!r}")
+        self.overlap_mode, self._factor = overlap_mode, int(downsampling_factor)
+        self.volume_padded = sampler.padding_mode is not None
+        self.spatial_shape = tuple(s // self._factor for s in sampler.spatial_shape)
+        self.patch_overlap = tuple(o // self._factor for o in sampler.patch_overlap)
+        self._pad_border = [o // 2 // self._factor for o in sampler.patch_overlap] if self.volume_padded \
+            else [0, 0, 0]
+        self._out: Optional[torch.Tensor] = None
+        self._count: Optional[torch.Tensor] = None
+        self._window: Optional[torch.Tensor] = None
+
+    @staticmethod
+    def _hann(patch_size) -> torch.Tensor:
+        """TorchIO's window: hann_window(size + 2, periodic=False)[1:-1] per axis, multiplied in
+        float32 in TorchIO's order."""
+        w = torch.as_tensor([1])
+        for axis, size in enumerate(patch_size):
+            shape = [1, 1, 1]
+            shape[axis] = size
+            w = w * torch.hann_window(size + 2, periodic=False)[1:-1].view(*shape)
+        return w
+
+    def add_batch(self, batch_tensor: torch.Tensor, locations) -> None:
+        if not isinstance(batch_tensor, torch.Tensor) or batch_tensor.dim() != 5:
+            raise ValueError(f"batch_tensor must be a (B, C, D, H, W) tensor, got "
+                             f"{getattr(batch_tensor, 'shape', type(batch_tensor).__name__)}")
+        loc = torch.as_tensor(locations).to("cpu", torch.int64) // self._factor
+        if loc.dim() != 2 or loc.shape != (batch_tensor.shape[0], 6):
+            raise ValueError(f"locations must be (B, 6) with B = {batch_tensor.shape[0]}, got {tuple(loc.shape)}")
+        shapes = (loc[:, 3:] - loc[:, :3]).unique(dim=0)
+        if shapes.shape[0] != 1:
+            raise ValueError(f"the locations hold several patch sizes: {shapes.tolist()}")
+        target = tuple(shapes[0].tolist())
+        if tuple(batch_tensor.shape[-3:]) != target:
+            raise RuntimeError(f"The shape of the input batch, {tuple(batch_tensor.shape[-3:])}, does not match the "
+                               f"shape of the target location, which is {target}")
+        x = batch_tensor.detach()
+        if self._out is None:
+            dtype = x.dtype
+            if self.overlap_mode == "hann":
+                dtype = torch.float32
+            elif self.overlap_mode == "average" and dtype not in (torch.float32, torch.float64):
+                dtype = torch.float32
+            shape = (1, x.shape[1]) + self.spatial_shape
+            self._out = torch.zeros(shape, dtype=dtype, device=x.device)
+            if self.overlap_mode != "crop":
+                self._count = torch.zeros((1, 1) + self.spatial_shape, dtype=dtype, device=x.device)
+            if self.overlap_mode == "hann":
+                self._window = self._hann(target).to(x.device)
+        elif x.shape[1] != self._out.shape[1] or x.device != self._out.device:
+            raise ValueError(f"batch_tensor must have the first batch's {self._out.shape[1]} channels on "
+                             f"{self._out.device}, got {tuple(x.shape)} on {x.device}")
+        starts = loc[:, :3].flatten().tolist()
+        if self.overlap_mode == "crop":
+            half = torch.tensor([o // 2 for o in self.patch_overlap], dtype=torch.int64)
+            lo, hi = half.expand(loc.shape[0], 3).clone(), half.expand(loc.shape[0], 3).clone()
+            if not self.volume_padded:
+                lo *= loc[:, :3] > 0
+                hi *= loc[:, 3:] != torch.tensor(self.spatial_shape)
+            boxes = torch.cat([lo, torch.tensor(target) - hi], 1).flatten().tolist()
+            out = self._out
+            x = x if x.dtype == out.dtype else x.to(out.dtype)
+            torch.ops.voxaug.aggregate_patches_(out, None, x, starts, boxes, None, False)
+        else:
+            torch.ops.voxaug.aggregate_patches_(self._out, self._count, x, starts, None, self._window, True)
+
+    def get_output_tensor(self) -> torch.Tensor:
+        if self._out is None:
+            raise RuntimeError("no batch was added")
+        out = self._out
+        if out.dtype == torch.int64:
+            warnings.warn("Medical image frameworks such as ITK do not support int64. Casting to int32...",
+                          RuntimeWarning, stacklevel=2)
+            out = out.to(torch.int32)
+        if self.overlap_mode != "crop":
+            out = out / self._count
+        b = self._pad_border
+        d, h, w = self.spatial_shape
+        return out[0, :, b[0]:d - b[0], b[1]:h - b[1], b[2]:w - b[2]]

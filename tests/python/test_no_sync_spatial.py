@@ -28,7 +28,8 @@ the sync moves elsewhere or disappears):
 - WeightedSampler / LabelSampler ``check=True``: TorchIO's errors need the map's statistics on the
   host (their ``_draw``); ``check=False`` does not sync.
 
-Left out, by design: SlidingWindowInferer(cuda_graph=True)'s first call (torch.cuda.graph
+Left out, by design: GridSampler's construction (one copy of the grid's starts to the device)
+and GridAggregator's first batch (the Hann window's copy), SlidingWindowInferer(cuda_graph=True)'s first call (torch.cuda.graph
 synchronises the device before capturing; the replays are checked), flush_checks() (it waits on
 purpose), PatchQueue(device=...)'s construction (one blocking copy of the subjects, documented).
 
@@ -554,6 +555,26 @@ def test_patch_queue_cuda_does_not_sync(sampler):
         return lambda: list(q)
     out = check_case(case)
     assert len(out) == 3 and out[0]["img"].shape == (2, SHAPE[1], *PATCH)
+
+
+@pytest.mark.parametrize("mode", ["crop", "average", "hann"])
+def test_grid_sampler_and_aggregator_cuda_do_not_sync(mode):
+    """TorchIO-style patch inference: GridSampler batches through a network into a GridAggregator
+    (built outside the check: the grid's starts are copied to the device once; the first batch
+    copies the Hann window, also outside)."""
+    def case(d):
+        sampler = vc.GridSampler({"img": d["img"][0]}, PATCH, (2, 2, 2))
+        agg = vc.GridAggregator(sampler, overlap_mode=mode)
+        batches = list(sampler.batches(3))
+        agg.add_batch(batches[0]["img"] * 2, batches[0]["location"])
+
+        def go():
+            for b in sampler.batches(3):
+                agg.add_batch(b["img"] * 2, b["location"])
+            return agg.get_output_tensor()
+        return go
+    out = check_case(case)
+    assert out.shape == SHAPE[1:]
 
 
 # ---------------- documented synchronisations ----------------
