@@ -395,12 +395,38 @@ void extract_cpu(const PatchParams& p, int64_t patches) {
   }
 }
 
+// Storage value -> Acc (float16 / bfloat16 through float, as load_dyn).
+template <class Acc, class T>
+inline Acc load_patch(T v) {
+  if constexpr (std::is_same<T, half_t>::value || std::is_same<T, bfloat16_t>::value)
+    return static_cast<Acc>(load_as<float>(v));
+  else
+    return static_cast<Acc>(v);
+}
+
+// One run x in [x0, x1) of a patch row into an out row (and a count row), all unit-stride.
+template <class Acc, class T>
+void aggregate_run_dense(Acc* __restrict o, Acc* __restrict n, const T* __restrict src,
+                         const Acc* __restrict w, int64_t x0, int64_t x1) {
+  if (w != nullptr) {
+    for (int64_t x = x0; x < x1; ++x) o[x] = add_product(o[x], load_patch<Acc>(src[x]), w[x]);
+    if (n != nullptr)
+      for (int64_t x = x0; x < x1; ++x) n[x] = add_plain(n[x], w[x]);
+  } else {
+    for (int64_t x = x0; x < x1; ++x) o[x] = add_plain(o[x], load_patch<Acc>(src[x]));
+    if (n != nullptr)
+      for (int64_t x = x0; x < x1; ++x) n[x] = add_plain(n[x], Acc(1));
+  }
+}
+
 // aggregate_patches on the host: rows (c, d, h) of the union box in parallel; in a row the
 // patches in order, each over its run of x, so every voxel gets them in the order k = 0, 1, ...
-// (the CUDA body walks a voxel's patches in the same order: the same bits).
-template <class Acc>
+// (the CUDA body walks a voxel's patches in the same order, with the same add_product /
+// add_plain: the same bits). T: the patches' storage type.
+template <class Acc, class T>
 void aggregate_add_cpu(const AggregateParams& p) {
   const int64_t n0 = p.box_hi[0] - p.box_lo[0], n1 = p.box_hi[1] - p.box_lo[1];
+  const int64_t os = p.ostride[4], cs = p.cstride[4], ps = p.pstride[4];
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < p.channels * n0 * n1; ++r) {
     const int64_t h = p.box_lo[1] + r % n1, d = p.box_lo[0] + (r / n1) % n0, c = r / (n0 * n1);
@@ -412,13 +438,43 @@ void aggregate_add_cpu(const AggregateParams& p) {
       const AggregatePatch& q = p.patch[t];
       const int64_t z = d - q.start[0], y = h - q.start[1];
       if (z < q.lo[0] || z >= q.hi[0] || y < q.lo[1] || y >= q.hi[1]) continue;
-      for (int64_t w = q.start[2] + q.lo[2]; w < q.start[2] + q.hi[2]; ++w) {
-        Acc acc = o[w * p.ostride[4]], cnt = n != nullptr ? n[w * p.cstride[4]] : Acc(0);
-        aggregate_add(p, t, c, d, h, w, acc, cnt);
-        o[w * p.ostride[4]] = acc;
-        if (n != nullptr) n[w * p.cstride[4]] = cnt;
+      const T* src = static_cast<const T*>(p.patches) + q.index * p.pstride[0] + c * p.pstride[1] +
+                     z * p.pstride[2] + y * p.pstride[3];
+      Acc* ob = o + q.start[2] * os;
+      Acc* nb = n != nullptr ? n + q.start[2] * cs : nullptr;
+      if (os == 1 && ps == 1 && (nb == nullptr || cs == 1)) {  // unit strides: loops that vectorise
+        aggregate_run_dense(ob, nb, src,
+                            p.weight != nullptr ? static_cast<const Acc*>(p.weight) +
+                                                      (z * p.psize[1] + y) * p.psize[2]
+                                                : nullptr,
+                            q.lo[2], q.hi[2]);
+      } else if (p.weight != nullptr) {
+        const Acc* wr = static_cast<const Acc*>(p.weight) + (z * p.psize[1] + y) * p.psize[2];
+        for (int64_t x = q.lo[2]; x < q.hi[2]; ++x)
+          ob[x * os] = add_product(ob[x * os], load_patch<Acc>(src[x * ps]), wr[x]);
+        if (nb != nullptr)
+          for (int64_t x = q.lo[2]; x < q.hi[2]; ++x) nb[x * cs] = add_plain(nb[x * cs], wr[x]);
+      } else {
+        for (int64_t x = q.lo[2]; x < q.hi[2]; ++x)
+          ob[x * os] = add_plain(ob[x * os], load_patch<Acc>(src[x * ps]));
+        if (nb != nullptr)
+          for (int64_t x = q.lo[2]; x < q.hi[2]; ++x) nb[x * cs] = add_plain(nb[x * cs], Acc(1));
       }
     }
+  }
+}
+
+template <class Acc>
+void aggregate_add_cpu(const AggregateParams& p) {
+  switch (p.patch_dtype) {
+    case DType::Float64: aggregate_add_cpu<Acc, double>(p); break;
+    case DType::Float32: aggregate_add_cpu<Acc, float>(p); break;
+    case DType::Float16: aggregate_add_cpu<Acc, half_t>(p); break;
+    case DType::BFloat16: aggregate_add_cpu<Acc, bfloat16_t>(p); break;
+    case DType::UInt8: aggregate_add_cpu<Acc, uint8_t>(p); break;
+    case DType::Int16: aggregate_add_cpu<Acc, int16_t>(p); break;
+    case DType::Int32: aggregate_add_cpu<Acc, int32_t>(p); break;
+    case DType::Int64: aggregate_add_cpu<Acc, int64_t>(p); break;
   }
 }
 

@@ -784,14 +784,16 @@ TEST(Crop, AggregatePatchesMatchesSequentialSums) {
   const AggregateCase g;
   const Vol pv{AggregateCase::K, AggregateCase::C, 4, 5, 3}, ov{1, AggregateCase::C, 9, 10, 11},
       cv{1, 1, 9, 10, 11};
-  for (int variant = 0; variant < 4; ++variant) {
-    const bool weighted = variant & 1, boxed = variant & 2;
+  for (int variant = 0; variant < 8; ++variant) {
+    const bool weighted = variant & 1, boxed = variant & 2, fortran = variant & 4;
     std::vector<float> out(ov.numel(), 0.25f), count(cv.numel(), 0.0f);
     const VolumeView cview = view(count.data(), DType::Float32, cv);
     std::vector<float> patches = g.patches;
+    VolumeView oview = view(out.data(), DType::Float32, ov);
+    if (fortran) oview.strides[2] = 1, oview.strides[3] = 9, oview.strides[4] = 90;  // d fastest
     aggregate_patches(view(patches.data(), DType::Float32, pv), g.starts.data(),
                       boxed ? g.boxes.data() : nullptr, true, weighted ? g.weight.data() : nullptr,
-                      view(out.data(), DType::Float32, ov), &cview);
+                      oview, &cview);
     int64_t covered = 0;
     for (int64_t c = 0; c < AggregateCase::C; ++c)
       for (int64_t d = 0; d < 9; ++d)
@@ -807,7 +809,9 @@ TEST(Crop, AggregatePatchesMatchesSequentialSums) {
               cnt = cnt + wv;
             }
             const int64_t v = (d * 10 + h) * 11 + w;
-            ASSERT_EQ(out[c * 990 + v], acc)
+            ASSERT_EQ(
+                out[c * 990 + d * oview.strides[2] + h * oview.strides[3] + w * oview.strides[4]],
+                acc)
                 << variant << " " << c << " " << d << " " << h << " " << w;
             if (c == 0) {
               ASSERT_EQ(count[v], cnt) << variant;
