@@ -5,7 +5,7 @@ families' modules; this module gathers them and adds the TorchIO transforms whos
 already take in those modules (:mod:`voxaug.spatial`'s ``Affine``, ``Flip`` and ``Resize`` are
 MONAI's): :class:`Affine`, :class:`Flip`, :class:`Resize`, :class:`AffineElasticDeformation`,
 and TorchIO's plumbing :class:`CopyAffine`, :class:`ToReferenceSpace`, :class:`Lambda`,
-:class:`To`.
+:class:`To`; and TorchIO's patch samplers and GridAggregator (:mod:`voxaug.crop`).
 
 Inputs are tensors, not TorchIO's Subject / Image objects: an image is a (C, X, Y, Z) tensor or
 a (N, C, X, Y, Z) batch (a MONAI MetaTensor carries the affine), and a Subject is a dictionary
@@ -25,6 +25,7 @@ from typing import Any, Hashable, Mapping, Optional, Sequence, Union
 import numpy as np
 import torch
 
+from .crop import GridAggregator, GridSampler, LabelSampler, UniformSampler, WeightedSampler  # noqa: F401
 from .deform import (ElasticDeformation, RandomAffineElasticDeformation, RandomElasticDeformation,  # noqa: F401
                      _itk_gather, _tensor_batches, _TORCHIO_INTERP)
 from .degrade import RandomAnisotropy, RandomSwap, Swap  # noqa: F401
@@ -53,6 +54,8 @@ __all__ = [
     "OneHot", "RemapLabels", "RemoveLabels", "SequentialLabels", "Mask", "KeepLargestComponent", "Contour",
     # composition and plumbing
     "Compose", "OneOf", "Lambda", "To",
+    # patch-based training and inference (voxaug.crop; the queue is voxaug.crop.PatchQueue)
+    "UniformSampler", "WeightedSampler", "LabelSampler", "GridSampler", "GridAggregator",
 ]
 
 

@@ -429,8 +429,9 @@ def test_gather_patches_opcheck_and_bad_inputs():
     torch.library.opcheck(torch.ops.voxaug.gather_patches, ([a, b], [2, 0, 1], starts, [3, 4, 5]))
     empty = C.gather_patches([a], [], torch.zeros(0, 3, dtype=torch.int64), (2, 2, 2))
     assert empty.shape == (0, 3, 2, 2, 2)
-    for args, match in [(([a, b.double()], [0], starts[:1], (2, 2, 2)), r"volumes\[1\] must have volumes\[0\]'s dtype"),
-                        (([a, b[:, :2]], [0], starts[:1], (2, 2, 2)), r"volumes\[1\] must have volumes\[0\]'s 3 channels"),
+    one = starts[:1]
+    for args, match in [(([a, b.double()], [0], one, (2, 2, 2)), r"volumes\[1\] must have volumes\[0\]'s dtype"),
+                        (([a, b[:, :2]], [0], one, (2, 2, 2)), r"volumes\[1\] must have volumes\[0\]'s 3 channels"),
                         (([a, b], [3], starts[:1], (2, 2, 2)), r"sample_index\[0\] must be in \[0, 3\)"),
                         (([a, b], [0, 1], starts[:1], (2, 2, 2)), r"starts must be \(K, 3\) with K = len\(sample_index\) = 2"),
                         (([a], [0], starts[:1].int(), (2, 2, 2)), "starts must be int64"),

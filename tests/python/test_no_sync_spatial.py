@@ -28,10 +28,11 @@ the sync moves elsewhere or disappears):
 - WeightedSampler / LabelSampler ``check=True``: TorchIO's errors need the map's statistics on the
   host (their ``_draw``); ``check=False`` does not sync.
 
-Left out, by design: GridSampler's construction (one copy of the grid's starts to the device)
-and GridAggregator's first batch (the Hann window's copy), SlidingWindowInferer(cuda_graph=True)'s first call (torch.cuda.graph
-synchronises the device before capturing; the replays are checked), flush_checks() (it waits on
-purpose), PatchQueue(device=...)'s construction (one blocking copy of the subjects, documented).
+Left out, by design: GridSampler's construction (one copy of the grid's starts to the device),
+GridAggregator's first batch (the Hann window's copy), SlidingWindowInferer(cuda_graph=True)'s
+first call (torch.cuda.graph synchronises the device before capturing; the replays are checked),
+flush_checks() (it waits on purpose), PatchQueue(device=...)'s construction (one blocking copy of
+the subjects, documented).
 
 A crop sampler fused with the spatial steps after it in a Compose (voxaug.spatial._run's patch
 path) computes the crop starts from the centres on the device (it once built the offsets with

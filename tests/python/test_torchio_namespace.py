@@ -17,13 +17,14 @@ DEVICES = devices()
 
 
 def test_namespace_holds_torchio_names():
-    """Every exported name is one of TorchIO's transform names and a voxaug class documented as
-    TorchIO's (Compose: voxaug's fusing one); every TorchIO transform that some voxaug module
-    implements under TorchIO's name is exported here."""
+    """Every exported name is one of TorchIO's transform (or torchio.data sampler) names and a
+    voxaug class documented as TorchIO's (Compose: voxaug's fusing one); every TorchIO transform
+    that some voxaug module implements under TorchIO's name is exported here."""
     tio_names = {n for n in dir(tio.transforms) if inspect.isclass(getattr(tio.transforms, n))}
+    tio_data = {n for n in dir(tio.data) if inspect.isclass(getattr(tio.data, n))}  # samplers, aggregator
     for name in vtio.__all__:
         obj = getattr(vtio, name)
-        assert name in tio_names, name
+        assert name in tio_names | tio_data, name
         assert inspect.isclass(obj), name
         assert name == "Compose" or "TorchIO" in (obj.__doc__ or ""), name
     import voxaug
