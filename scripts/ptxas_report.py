@@ -9,7 +9,8 @@ kernel keep their state in registers; the pointwise chain does not spill.
 
     python3 scripts/ptxas_report.py kernels/resample/resample.cu            # the table
     python3 scripts/ptxas_report.py --check kernels/resample/resample.cu \\
-        kernels/deform/deform.cu kernels/intensity/intensity.cu             # what ctest runs
+        kernels/deform/deform.cu kernels/intensity/intensity.cu \\
+        kernels/crop/crop.cu                                                # what ctest runs
 """
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ BUDGETS = [
     ("deform.cu", "FieldDenseForward<float, false>", 128, 64, 0),
     ("intensity.cu", "ChainForward<float, float, float>", 128, 640, 0),
     ("intensity.cu", "ChainForward<unsigned char, float, float>", 128, 640, 0),
+    # the patch tables are indexed in the parameter space, never copied to the stack
+    ("crop.cu", "gather_copy<", 64, 0, 0),
+    ("crop.cu", "aggregate_add_kernel<", 64, 0, 0),
+    ("crop.cu", "aggregate_assign_kernel<", 64, 0, 0),
 ]
 # Every kernel: a ceiling that only a regression reaches (the resample forward took 2 KiB
 # before its functor became a __grid_constant__ parameter).
