@@ -267,6 +267,8 @@ def test_every_deterministic_transform_takes_torchio_p():
 
     for name in vtio.__all__:
         cls = getattr(vtio, name)
+        if cls.__module__ == "voxaug.crop":  # the patch samplers and GridAggregator: not transforms
+            continue
         assert "p" in inspect.signature(cls).parameters, name
     for name, kw in P_CASES.items():
         with pytest.raises(ValueError, match="prob must be in"):
