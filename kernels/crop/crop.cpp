@@ -419,49 +419,55 @@ void aggregate_run_dense(Acc* __restrict o, Acc* __restrict n, const T* __restri
   }
 }
 
-// aggregate_patches on the host: rows (c, d, h) of the union box in parallel; in a row the
-// patches in order, each over its run of x, so every voxel gets them in the order k = 0, 1, ...
-// (the CUDA body walks a voxel's patches in the same order, with the same add_product /
-// add_plain: the same bits). T: the patches' storage type.
-template <class Acc, class T>
-void aggregate_add_cpu(const AggregateParams& p) {
+// aggregate_patches on the host: calls fn(c, d, h, q, z, y) for every row (c, d, h) of the union
+// box (rows in parallel) and, in it, every patch q in order whose box holds the row (z, y: the
+// row in q). Each patch then covers its run of x, so every voxel gets the patches in the order
+// k = 0, 1, ... (the CUDA body walks a voxel's patches in the same order, with the same
+// add_product / add_plain: the same bits).
+template <class Fn>
+void for_aggregate_rows(const AggregateParams& p, Fn&& fn) {
   const int64_t n0 = p.box_hi[0] - p.box_lo[0], n1 = p.box_hi[1] - p.box_lo[1];
-  const int64_t os = p.ostride[4], cs = p.cstride[4], ps = p.pstride[4];
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < p.channels * n0 * n1; ++r) {
     const int64_t h = p.box_lo[1] + r % n1, d = p.box_lo[0] + (r / n1) % n0, c = r / (n0 * n1);
-    Acc* o = static_cast<Acc*>(p.out) + c * p.ostride[1] + d * p.ostride[2] + h * p.ostride[3];
-    Acc* n = p.count != nullptr && c == 0
-                 ? static_cast<Acc*>(p.count) + d * p.cstride[2] + h * p.cstride[3]
-                 : nullptr;
     for (int t = 0; t < p.num_patches; ++t) {
       const AggregatePatch& q = p.patch[t];
       const int64_t z = d - q.start[0], y = h - q.start[1];
-      if (z < q.lo[0] || z >= q.hi[0] || y < q.lo[1] || y >= q.hi[1]) continue;
-      const T* src = static_cast<const T*>(p.patches) + q.index * p.pstride[0] + c * p.pstride[1] +
-                     z * p.pstride[2] + y * p.pstride[3];
-      Acc* ob = o + q.start[2] * os;
-      Acc* nb = n != nullptr ? n + q.start[2] * cs : nullptr;
-      if (os == 1 && ps == 1 && (nb == nullptr || cs == 1)) {  // unit strides: loops that vectorise
-        aggregate_run_dense(ob, nb, src,
-                            p.weight != nullptr ? static_cast<const Acc*>(p.weight) +
-                                                      (z * p.psize[1] + y) * p.psize[2]
-                                                : nullptr,
-                            q.lo[2], q.hi[2]);
-      } else if (p.weight != nullptr) {
-        const Acc* wr = static_cast<const Acc*>(p.weight) + (z * p.psize[1] + y) * p.psize[2];
-        for (int64_t x = q.lo[2]; x < q.hi[2]; ++x)
-          ob[x * os] = add_product(ob[x * os], load_patch<Acc>(src[x * ps]), wr[x]);
-        if (nb != nullptr)
-          for (int64_t x = q.lo[2]; x < q.hi[2]; ++x) nb[x * cs] = add_plain(nb[x * cs], wr[x]);
-      } else {
-        for (int64_t x = q.lo[2]; x < q.hi[2]; ++x)
-          ob[x * os] = add_plain(ob[x * os], load_patch<Acc>(src[x * ps]));
-        if (nb != nullptr)
-          for (int64_t x = q.lo[2]; x < q.hi[2]; ++x) nb[x * cs] = add_plain(nb[x * cs], Acc(1));
-      }
+      if (z >= q.lo[0] && z < q.hi[0] && y >= q.lo[1] && y < q.hi[1]) fn(c, d, h, q, z, y);
     }
   }
+}
+
+// The accumulating form; T: the patches' storage type.
+template <class Acc, class T>
+void aggregate_add_cpu(const AggregateParams& p) {
+  const int64_t os = p.ostride[4], cs = p.cstride[4], ps = p.pstride[4];
+  for_aggregate_rows(p, [&](int64_t c, int64_t d, int64_t h, const AggregatePatch& q, int64_t z,
+                            int64_t y) {
+    const T* src = static_cast<const T*>(p.patches) + q.index * p.pstride[0] + c * p.pstride[1] +
+                   z * p.pstride[2] + y * p.pstride[3];
+    Acc* o = static_cast<Acc*>(p.out) + c * p.ostride[1] + d * p.ostride[2] + h * p.ostride[3] +
+             q.start[2] * os;
+    Acc* n = p.count != nullptr && c == 0 ? static_cast<Acc*>(p.count) + d * p.cstride[2] +
+                                                h * p.cstride[3] + q.start[2] * cs
+                                          : nullptr;
+    const Acc* wr = p.weight != nullptr
+                        ? static_cast<const Acc*>(p.weight) + (z * p.psize[1] + y) * p.psize[2]
+                        : nullptr;
+    if (os == 1 && ps == 1 && (n == nullptr || cs == 1)) {  // unit strides: loops that vectorise
+      aggregate_run_dense(o, n, src, wr, q.lo[2], q.hi[2]);
+    } else if (wr != nullptr) {
+      for (int64_t x = q.lo[2]; x < q.hi[2]; ++x)
+        o[x * os] = add_product(o[x * os], load_patch<Acc>(src[x * ps]), wr[x]);
+      if (n != nullptr)
+        for (int64_t x = q.lo[2]; x < q.hi[2]; ++x) n[x * cs] = add_plain(n[x * cs], wr[x]);
+    } else {
+      for (int64_t x = q.lo[2]; x < q.hi[2]; ++x)
+        o[x * os] = add_plain(o[x * os], load_patch<Acc>(src[x * ps]));
+      if (n != nullptr)
+        for (int64_t x = q.lo[2]; x < q.hi[2]; ++x) n[x * cs] = add_plain(n[x * cs], Acc(1));
+    }
+  });
 }
 
 template <class Acc>
@@ -481,21 +487,14 @@ void aggregate_add_cpu(const AggregateParams& p) {
 // The 'crop' form: each patch's run copied over the row in order (the last patch wins).
 template <class T>
 void aggregate_assign_cpu(const AggregateParams& p) {
-  const int64_t n0 = p.box_hi[0] - p.box_lo[0], n1 = p.box_hi[1] - p.box_lo[1];
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < p.channels * n0 * n1; ++r) {
-    const int64_t h = p.box_lo[1] + r % n1, d = p.box_lo[0] + (r / n1) % n0, c = r / (n0 * n1);
-    T* o = static_cast<T*>(p.out) + c * p.ostride[1] + d * p.ostride[2] + h * p.ostride[3];
-    for (int t = 0; t < p.num_patches; ++t) {
-      const AggregatePatch& q = p.patch[t];
-      const int64_t z = d - q.start[0], y = h - q.start[1];
-      if (z < q.lo[0] || z >= q.hi[0] || y < q.lo[1] || y >= q.hi[1]) continue;
-      const T* src = static_cast<const T*>(p.patches) + q.index * p.pstride[0] + c * p.pstride[1] +
-                     z * p.pstride[2] + y * p.pstride[3];
-      for (int64_t x = q.lo[2]; x < q.hi[2]; ++x)
-        o[(q.start[2] + x) * p.ostride[4]] = src[x * p.pstride[4]];
-    }
-  }
+  for_aggregate_rows(
+      p, [&](int64_t c, int64_t d, int64_t h, const AggregatePatch& q, int64_t z, int64_t y) {
+        const T* src = static_cast<const T*>(p.patches) + q.index * p.pstride[0] +
+                       c * p.pstride[1] + z * p.pstride[2] + y * p.pstride[3];
+        T* o = static_cast<T*>(p.out) + c * p.ostride[1] + d * p.ostride[2] + h * p.ostride[3] +
+               q.start[2] * p.ostride[4];
+        for (int64_t x = q.lo[2]; x < q.hi[2]; ++x) o[x * p.ostride[4]] = src[x * p.pstride[4]];
+      });
 }
 }  // namespace
 }  // namespace detail

@@ -242,12 +242,10 @@ __global__ void gather_copy(const __grid_constant__ GatherParams p, int64_t tota
 // covering the voxel wins, so the walk goes backwards and stops at the first.
 template <class Acc>
 __global__ void aggregate_add_kernel(const __grid_constant__ AggregateParams p, int64_t total) {
-  const int64_t n0 = p.box_hi[0] - p.box_lo[0], n1 = p.box_hi[1] - p.box_lo[1],
-                n2 = p.box_hi[2] - p.box_lo[2];
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
        e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t w = p.box_lo[2] + e % n2, h = p.box_lo[1] + (e / n2) % n1;
-    const int64_t d = p.box_lo[0] + (e / (n2 * n1)) % n0, c = e / (n2 * n1 * n0);
+    int64_t c, d, h, w;
+    aggregate_voxel(p, e, c, d, h, w);
     Acc* o = static_cast<Acc*>(p.out) + c * p.ostride[1] + d * p.ostride[2] + h * p.ostride[3] +
              w * p.ostride[4];
     Acc* n = p.count != nullptr && c == 0 ? static_cast<Acc*>(p.count) + d * p.cstride[2] +
@@ -264,12 +262,10 @@ __global__ void aggregate_add_kernel(const __grid_constant__ AggregateParams p, 
 
 template <class T>
 __global__ void aggregate_assign_kernel(const __grid_constant__ AggregateParams p, int64_t total) {
-  const int64_t n0 = p.box_hi[0] - p.box_lo[0], n1 = p.box_hi[1] - p.box_lo[1],
-                n2 = p.box_hi[2] - p.box_lo[2];
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
        e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t w = p.box_lo[2] + e % n2, h = p.box_lo[1] + (e / n2) % n1;
-    const int64_t d = p.box_lo[0] + (e / (n2 * n1)) % n0, c = e / (n2 * n1 * n0);
+    int64_t c, d, h, w;
+    aggregate_voxel(p, e, c, d, h, w);
     for (int t = int(p.num_patches) - 1; t >= 0; --t) {
       const AggregatePatch& q = p.patch[t];
       const int64_t z = d - q.start[0], y = h - q.start[1], x = w - q.start[2];

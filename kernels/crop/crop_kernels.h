@@ -472,6 +472,15 @@ VOXAUG_HD VOXAUG_FORCEINLINE double add_plain(double a, double b) {
 #endif
 }
 
+// The out voxel (c, d, h, w) of element e of the union box (c slowest, w fastest).
+VOXAUG_HD VOXAUG_FORCEINLINE void aggregate_voxel(const AggregateParams& p, int64_t e, int64_t& c,
+                                                  int64_t& d, int64_t& h, int64_t& w) {
+  const int64_t n0 = p.box_hi[0] - p.box_lo[0], n1 = p.box_hi[1] - p.box_lo[1],
+                n2 = p.box_hi[2] - p.box_lo[2];
+  w = p.box_lo[2] + e % n2, h = p.box_lo[1] + (e / n2) % n1;
+  d = p.box_lo[0] + (e / (n2 * n1)) % n0, c = e / (n2 * n1 * n0);
+}
+
 // Patch t's contribution to out voxel (c, d, h, w) when the voxel lies in its box: acc (and
 // cnt) updated, true returned.
 template <class Acc>
