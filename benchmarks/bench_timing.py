@@ -1,6 +1,7 @@
 """Shared by the small single-op benchmark scripts (patch_gather.py, window_parts.py,
-dropout_parts.py, ...): their common options, the median wall time of repeated calls, and the
-header that says when, where and with which library a table was measured."""
+dropout_parts.py, ...): their common options, the median wall time of repeated calls, a timed
+predictor wrapper, and the header that says when, where and with which library a table was
+measured."""
 import argparse
 import datetime
 import platform
@@ -35,6 +36,24 @@ def median_ms(fn, repeats: int, warmup: int = 1) -> float:
         ts.append(time.perf_counter() - t0)
     ts.sort()
     return ts[len(ts) // 2] * 1e3
+
+
+class Timed:
+    """Wraps a predictor (network) and accumulates its own wall time in .seconds (synchronised
+    on CUDA), so that a harness can report the time outside it."""
+
+    def __init__(self, fn, device):
+        self.fn, self.device, self.seconds = fn, torch.device(device), 0.0
+
+    def __call__(self, x):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        y = self.fn(x)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.seconds += time.perf_counter() - t
+        return y
 
 
 def print_header() -> None:

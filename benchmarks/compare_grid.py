@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from bench_timing import parser, parse, print_header
+from bench_timing import Timed, parser, parse, print_header
 
 
 def load():
@@ -29,24 +29,6 @@ def load():
 
     img = np.asarray(nib.load("/usr/share/mricron/templates/ch2.nii.gz").dataobj).astype("float32") / 255.0
     return torch.from_numpy(img)[None]
-
-
-class Timed(torch.nn.Module):
-    """The network, with the wall time spent in it summed (synchronised on CUDA)."""
-
-    def __init__(self, net, device):
-        super().__init__()
-        self.net, self.device, self.seconds = net, device, 0.0
-
-    def forward(self, x):
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        y = self.net(x)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-        self.seconds += time.perf_counter() - t
-        return y
 
 
 def run_torchio(img, net, mode):

@@ -37,27 +37,12 @@ import torch
 import voxaug
 from voxaug.inferers import SlidingWindowInferer, sliding_window_inference
 
+from bench_timing import Timed
+
 BAR = 5.0
 SHAPE = (1, 1, 255, 223, 276)
 ROI = (96, 96, 96)
 SW = 4
-
-
-class Timed:
-    """Wraps a predictor and accumulates its own time (synchronised on CUDA)."""
-
-    def __init__(self, fn, device):
-        self.fn, self.device, self.seconds = fn, device, 0.0
-
-    def __call__(self, x):
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        y = self.fn(x)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-        self.seconds += time.perf_counter() - t
-        return y
 
 
 def measure(run, predictor, device, repeats):
