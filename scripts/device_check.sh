@@ -610,6 +610,25 @@ step_window() {
   fi
 }
 
+# ---------------------------------------------------------------- 9b. patch queue and grid inference
+# compare_queue.py (issue 6's queue throughput: the BTCV chain on ch2 + aal, voxaug's PatchQueue
+# vs MONAI) and compare_grid.py (TorchIO's GridSampler / GridAggregator vs voxaug's). Not in the
+# default steps (the device minutes go to the checks first): VOXAUG_DEVICE_CHECK_STEPS="env
+# prebuilt deps build queue". KEY: the queue's ratio line.
+step_queue() {
+  local logf="$OUT/queue.log" rc=0
+  rm -f "$logf"
+  if [[ ! -f benchmarks/compare_queue.py ]]; then skip "no benchmarks/compare_queue.py"; return; fi
+  tmo "$logf" "$PY" benchmarks/compare_queue.py --device "$DEVICE" --repeats 3 || rc=$?
+  if ((rc != 0)); then fail "compare_queue.py exit $rc"; show_tail "$logf"; return; fi
+  if [[ -f benchmarks/compare_grid.py ]]; then
+    tmo "$logf" "$PY" benchmarks/compare_grid.py --device "$DEVICE" --repeats 3 || rc=$?
+    ((rc == 0)) || { fail "compare_grid.py exit $rc"; show_tail "$logf"; return; }
+  fi
+  STEP_KEY="$(grep -E '^voxaug queue / monai' "$logf" | tail -n 1 | cut -c1-110)"
+  STEP_KEY="${STEP_KEY:-see queue.log}"
+}
+
 # ---------------------------------------------------------------- 10. training pipeline (issue 8)
 # Not in the default steps (it needs most of a session's device minutes): run it alone with
 # VOXAUG_DEVICE_CHECK_STEPS="env prebuilt deps build train". The C++ trainer (phantom data, Swin UNETR
@@ -656,12 +675,18 @@ want sanitizer && run_step sanitizer 150 step_sanitizer
 want bench && run_step bench 120 step_bench
 want compare && run_step compare 120 step_compare
 want window && run_step window 150 step_window
+want queue && run_step queue 150 step_queue
 want train && run_step train 400 step_train
 
 if [[ -s "$OUT/train.log" ]]; then
   echo
   log "train (tail):"
   tail -n 30 "$OUT/train.log"
+fi
+if [[ -s "$OUT/queue.log" ]]; then
+  echo
+  log "queue (tail):"
+  tail -n 20 "$OUT/queue.log"
 fi
 if [[ -s "$OUT/window.log" ]]; then
   echo
