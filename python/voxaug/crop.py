@@ -1445,7 +1445,8 @@ class GridSampler:
     device: the grid of patches covering a volume, for dense inference with :class:`GridAggregator`.
 
     `subject`: a dict whose (C, D, H, W) or (1, C, D, H, W) tensors (all of one spatial shape, any
-    device) are cut; other entries are passed through. Locations are TorchIO's: per axis a patch
+    device) are cut -- a tio.Subject too, its Images read as their tensors -- and other entries are
+    passed through. Locations are TorchIO's: per axis a patch
     every patch - overlap voxels and one flush with the end, all combinations in sorted (raster)
     order, (i0, j0, k0, i1, j1, k1) each. patch_overlap must be even and smaller than the patch,
     the patch no larger than the volume (TorchIO's ValueErrors). padding_mode (TorchIO's Pad): None
@@ -1473,6 +1474,8 @@ class GridSampler:
                              '"empty", "linear_ramp", "mean", "median", are not supported)')
         d = {}
         for k, v in subject.items():
+            if not isinstance(v, torch.Tensor) and isinstance(getattr(v, "data", None), torch.Tensor):
+                v = v.data  # a TorchIO Image of a tio.Subject: its (C, W, H, D) tensor
             if isinstance(v, torch.Tensor) and v.dim() in (4, 5):
                 if v.dim() == 5 and v.shape[0] != 1:
                     raise ValueError(f"{k!r} must be (C, D, H, W) or (1, C, D, H, W), got {tuple(v.shape)}")

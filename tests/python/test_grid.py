@@ -135,6 +135,18 @@ def test_single_patches_and_pass_through():
     assert torch.equal(sampler[-1]["img"], sampler[8]["img"])
 
 
+def test_torchio_subject_is_read_as_its_tensors():
+    g = torch.Generator().manual_seed(2)
+    img, lab = torch.rand(1, 12, 10, 9, generator=g), torch.randint(0, 3, (1, 12, 10, 9), generator=g)
+    subject = tio.Subject(img=tio.ScalarImage(tensor=img), seg=tio.LabelMap(tensor=lab), name="s1")
+    sampler = C.GridSampler(subject, (6, 5, 9), 2)
+    ref = tio.GridSampler(subject, (6, 5, 9), 2)
+    assert len(sampler) == len(ref)
+    for i in range(len(ref)):
+        assert torch.equal(sampler[i]["seg"][0], ref[i]["seg"][tio.DATA])
+        assert torch.equal(sampler[i]["img"][0], ref[i]["img"][tio.DATA]) and sampler[i]["name"] == "s1"
+
+
 def test_bad_inputs():
     img = torch.rand(1, 10, 10, 10)
     with pytest.raises(ValueError, match="cannot be larger than image size"):
