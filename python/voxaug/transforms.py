@@ -18,8 +18,10 @@ StdShiftIntensity writes into its (float32) input, voxaug never mutates the inpu
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import contextvars
 import copy
+import dataclasses
 import functools
 import inspect
 import math
@@ -108,9 +110,28 @@ class _Randomizable:
         return self
 
     def _next_seed(self) -> int:
+        replay = getattr(self, "_replay_seed", None)
+        if replay is not None:
+            return replay
         # Two 32-bit draws from a CPU generator: no device involved, no sync.
         hi, lo = torch.randint(0, 1 << 32, (2,), dtype=torch.int64, generator=self._generator).tolist()
-        return (hi << 32) | lo
+        self._last_seed = (hi << 32) | lo
+        return self._last_seed
+
+    @contextlib.contextmanager
+    def _reusing_seed(self, randomize: bool):
+        """MONAI's ``randomize=False`` for a transform that draws one seed per call: the call
+        replays the last call's draw (its seed: the same gates and values per sample)."""
+        if randomize:
+            yield
+            return
+        if getattr(self, "_last_seed", None) is None:
+            raise ValueError("randomize=False replays the last random draw, but this transform has not drawn yet")
+        self._replay_seed = self._last_seed
+        try:
+            yield
+        finally:
+            self._replay_seed = None
 
 
 def _present_keys(d: Mapping, keys: Sequence, allow_missing_keys: bool):
@@ -210,9 +231,18 @@ class ShiftIntensity(_Pointwise):
 
     def __init__(self, offset: float, safe: bool = False):
         self.offset, self.safe = offset, safe
+        self._call_offset: Optional[float] = None
+
+    def __call__(self, img: Any, offset: Optional[float] = None) -> Any:
+        """MONAI's call: `offset` (not None) replaces the transform's offset for this call."""
+        self._call_offset = offset
+        try:
+            return self.apply(img)
+        finally:
+            self._call_offset = None
 
     def _plan(self, x):
-        return [Step(ops.SHIFT_INTENSITY, 0, (self.offset,))]
+        return [Step(ops.SHIFT_INTENSITY, 0, (self.offset if self._call_offset is None else self._call_offset,))]
 
     def _out_dtype(self, x):
         return None if x.is_floating_point() else torch.float32
@@ -243,10 +273,23 @@ class RandShiftIntensity(_Pointwise, _Randomizable):
         _Randomizable.__init__(self, seed)
         self.offsets = _range(offsets, "offsets")
         self.safe, self.prob, self.channel_wise = safe, _check_prob(prob), channel_wise
+        self._call_factor: Optional[float] = None
+
+    def __call__(self, img: Any, factor: Optional[float] = None, randomize: bool = True) -> Any:
+        """MONAI's call: `factor` (not None) multiplies the drawn offsets (drawn from the offsets
+        range times factor); randomize=False replays the last call's draw."""
+        self._call_factor = factor
+        try:
+            with self._reusing_seed(randomize):
+                return self.apply(img)
+        finally:
+            self._call_factor = None
 
     def _plan(self, x):
         flags = ops.RANDOM | (ops.CHANNEL_WISE if self.channel_wise else 0)
-        return [Step(ops.SHIFT_INTENSITY, flags, (0.0, *self.offsets), self.prob, self._next_seed())]
+        f = self._call_factor
+        lo, hi = self.offsets if f is None else (self.offsets[0] * f, self.offsets[1] * f)
+        return [Step(ops.SHIFT_INTENSITY, flags, (0.0, lo, hi), self.prob, self._next_seed())]
 
     def _out_dtype(self, x):
         return None if x.is_floating_point() else torch.float32
@@ -292,6 +335,11 @@ class RandScaleIntensity(_Pointwise, _Randomizable):
         self.prob, self.channel_wise = _check_prob(prob), channel_wise
         self.dtype = _torch_dtype(dtype)
 
+    def __call__(self, img: Any, randomize: bool = True) -> Any:
+        """MONAI's call: randomize=False replays the last call's draw."""
+        with self._reusing_seed(randomize):
+            return self.apply(img)
+
     def _plan(self, x):
         flags = ops.RANDOM | (ops.CHANNEL_WISE if self.channel_wise else 0)
         return [Step(ops.SCALE_INTENSITY, flags, (0.0, *self.factors), self.prob, self._next_seed())]
@@ -308,10 +356,22 @@ class RandGaussianNoise(_Pointwise, _Randomizable):
             raise ValueError(f"std must be >= 0 and finite, got {std}")
         self.prob, self.mean, self.std, self.sample_std = _check_prob(prob), mean, std, sample_std
         self.dtype = _torch_dtype(dtype)
+        self._call_mean: Optional[float] = None
+
+    def __call__(self, img: Any, mean: Optional[float] = None, randomize: bool = True) -> Any:
+        """MONAI's call: `mean` (not None) replaces the noise mean for this call; randomize=False
+        replays the last call's draw (the same noise)."""
+        self._call_mean = mean
+        try:
+            with self._reusing_seed(randomize):
+                return self.apply(img)
+        finally:
+            self._call_mean = None
 
     def _plan(self, x):
         flags = ops.SAMPLE_STD if self.sample_std else 0
-        return [Step(ops.GAUSSIAN_NOISE, flags, (self.mean, self.std), self.prob, self._next_seed())]
+        mean = self.mean if self._call_mean is None else self._call_mean
+        return [Step(ops.GAUSSIAN_NOISE, flags, (mean, self.std), self.prob, self._next_seed())]
 
 
 def _rician_arg(value: Any, name: str) -> Union[float, tuple[float, ...]]:
@@ -1349,6 +1409,7 @@ class Compose:
         one key, a floating patch batch whose dtype it keeps, steps whose plan needs nothing of
         the data (shift, scale, ScaleIntensityRange: no statistics). None: `t` runs as usual."""
         if not (isinstance(t, _Dict) and type(t).__call__ is _Dict.__call__ and len(t.keys) == 1
+                and not any(f is not None for f in getattr(t, "factor_key", ()))
                 and isinstance(placeholders, collections.abc.Mapping)):
             return None
         tr, ph = t.transform, placeholders.get(t.keys[0])
@@ -1807,7 +1868,7 @@ class _Dict:
         # _steps (Compose only): the plan drawn already (Compose._post_plan), replayed.
         d = dict(data)
         steps: Optional[list[Step]] = _steps  # one random draw per call, shared by every key
-        for _, key in _present_keys(d, self.keys, self.allow_missing_keys):
+        for index, key in _present_keys(d, self.keys, self.allow_missing_keys):
             in_place = id(d[key]) in _in_place and self._can_update_in_place(d[key])
             x5 = d[key] if not in_place or d[key].dim() == 5 else d[key].unsqueeze(0)
             if not isinstance(self.transform, _Randomizable):  # e.g. statistics of each key's image
@@ -1818,11 +1879,16 @@ class _Dict:
                 continue
             if steps is None:
                 steps = self.transform._plan(_as_batch(d[key])[0])
+            key_steps = self._key_steps(d, index, key, steps)
             if in_place:
-                ops.pointwise_chain_(x5, steps)
+                ops.pointwise_chain_(x5, key_steps)
             else:
-                d[key] = self.transform.apply(d[key], steps)
+                d[key] = self.transform.apply(d[key], key_steps)
         return d
+
+    def _key_steps(self, d: Mapping, index: int, key: Hashable, steps: list) -> list:
+        """The shared draw's steps as key `key` (the index-th of keys) runs them."""
+        return steps
 
     def _can_update_in_place(self, x: Any) -> bool:
         tr = self.transform
@@ -1856,9 +1922,34 @@ class ShiftIntensityd(_Dict):
 
 
 class RandShiftIntensityd(_Dict):
-    def __init__(self, keys, offsets, safe: bool = False, prob: float = 0.1, channel_wise: bool = False,
-                 allow_missing_keys: bool = False, seed: Optional[int] = None):
+    """MONAI RandShiftIntensityd; with `factor_key`, each key's offset is multiplied by
+    ``d[meta_key][factor_key]`` (meta_key: ``meta_keys``' entry, else ``f"{key}_{meta_key_postfix}"``)
+    when that metadata dictionary is in the data (one draw shared by every key, as MONAI's)."""
+
+    def __init__(self, keys, offsets, safe: bool = False, factor_key: Optional[str] = None,
+                 meta_keys=None, meta_key_postfix: str = "meta_dict", prob: float = 0.1,
+                 channel_wise: bool = False, allow_missing_keys: bool = False, seed: Optional[int] = None):
         super().__init__(keys, RandShiftIntensity(offsets, safe, prob, channel_wise, seed), allow_missing_keys)
+        n = len(self.keys)
+        self.factor_key = list(factor_key) if isinstance(factor_key, (list, tuple)) else [factor_key] * n
+        self.meta_keys = [None] * n if meta_keys is None else (
+            [meta_keys] if isinstance(meta_keys, str) else list(meta_keys))
+        self.meta_key_postfix = list(meta_key_postfix) if isinstance(meta_key_postfix, (list, tuple)) \
+            else [meta_key_postfix] * n
+        for name, v in (("factor_key", self.factor_key), ("meta_keys", self.meta_keys),
+                        ("meta_key_postfix", self.meta_key_postfix)):
+            if len(v) != n:
+                raise ValueError(f"{name} must have one entry per key ({n}), got {len(v)}")
+
+    def _key_steps(self, d: Mapping, index: int, key: Hashable, steps: list) -> list:
+        meta_key = self.meta_keys[index] or f"{key}_{self.meta_key_postfix[index]}"
+        if self.factor_key[index] is None or meta_key not in d:
+            return steps
+        factor = d[meta_key].get(self.factor_key[index])
+        if factor is None:
+            return steps
+        lo, hi = steps[0].params[1:3]
+        return [dataclasses.replace(steps[0], params=(0.0, lo * float(factor), hi * float(factor)))]
 
 
 class ScaleIntensityd(_Dict):
