@@ -1062,6 +1062,26 @@ class RandSpatialCropSamplesd(_CropSamplerd):
 
 
 # ---------------- TorchIO samplers ----------------
+def _subject_tensors(subject: Mapping[str, Any]) -> tuple[dict, bool]:
+    """A sampler's subject as a dict of 5-D tensors, and whether its images came as (C, D, H, W):
+    a TorchIO Image (a tio.Subject's entry) is read as its tensor; when no entry is 5-D, the
+    (C, D, H, W) tensors are the images (one sample each; their patches go back 4-D, as
+    TorchIO's)."""
+    if not isinstance(subject, Mapping):
+        raise TypeError(f"subject must be a dict of tensors (or a tio.Subject), got {type(subject).__name__}")
+    d = {}
+    for k, v in subject.items():
+        if not isinstance(v, torch.Tensor) and isinstance(getattr(v, "data", None), torch.Tensor):
+            v = v.data
+        d[k] = v
+    if not any(isinstance(v, torch.Tensor) and v.dim() == 5 for v in d.values()):
+        four = [k for k, v in d.items() if isinstance(v, torch.Tensor) and v.dim() == 4]
+        for k in four:
+            d[k] = d[k].unsqueeze(0)
+        return d, bool(four)
+    return d, False
+
+
 def _patch_size(patch_size: Any) -> tuple[int, int, int]:
     """TorchIO's PatchSampler check: an int or 3 positive ints."""
     vals = list(patch_size) if isinstance(patch_size, (list, tuple, np.ndarray)) else [patch_size]
@@ -1078,8 +1098,10 @@ class _Sampler(_Randomizable):
     """TorchIO PatchSampler over a subject-like dict: every 5-D (N, C, D, H, W) tensor entry is
     cropped (all of one spatial shape), other entries are passed through; each yielded patch
     dict has "location" (N, 6) int64 = (i0, j0, k0, i1, j1, k1) as TorchIO's LOCATION, per
-    sample. Centres are drawn on the device, a block at a time; each block of patches is cut by
-    one launch per tensor."""
+    sample. A subject without 5-D entries is TorchIO's: its (C, D, H, W) tensors (or a
+    tio.Subject's Images) are the images, and its patches come back as TorchIO's, (C, *patch)
+    with location (6,). Centres are drawn on the device, a block at a time; each block of
+    patches is cut by one launch per tensor."""
 
     def __init__(self, patch_size, seed: Optional[int] = None):
         super().__init__(seed)
@@ -1096,11 +1118,11 @@ class _Sampler(_Randomizable):
     def _prepare(self, subject: dict, shape) -> None:
         pass
 
-    def _checked(self, subject: Mapping[str, Any], num_patches: Optional[int]) -> tuple[dict, dict, tuple]:
-        d = dict(subject)
+    def _checked(self, subject: Mapping[str, Any], num_patches: Optional[int]) -> tuple[dict, dict, tuple, bool]:
+        d, four_d = _subject_tensors(subject)
         tensors = {k: v for k, v in d.items() if isinstance(v, torch.Tensor) and v.dim() == 5}
         if not tensors:
-            raise ValueError("the subject holds no 5-D (N, C, D, H, W) tensor")
+            raise ValueError("the subject holds no (C, D, H, W) or (N, C, D, H, W) tensor")
         shapes = {(tuple(v.shape[0:1]), tuple(v.shape[2:])) for v in tensors.values()}
         if len(shapes) != 1:
             raise ValueError(f"all 5-D tensors of the subject must share N and the spatial shape, got "
@@ -1112,11 +1134,15 @@ class _Sampler(_Randomizable):
                                         or num_patches < 0):
             raise ValueError(f"num_patches must be None or an int >= 0, got {num_patches!r}")
         self._prepare(d, shape)
-        return d, tensors, shape
+        return d, tensors, shape, four_d
 
     def __call__(self, subject: Mapping[str, Any], num_patches: Optional[int] = None) -> Iterator[dict]:
-        d, tensors, shape = self._checked(subject, num_patches)
-        return self._generate(d, tensors, shape, num_patches)
+        d, tensors, shape, four_d = self._checked(subject, num_patches)
+        patches = self._generate(d, tensors, shape, num_patches)
+        if not four_d:
+            return patches
+        # TorchIO's form for a subject of (C, D, H, W) images: (C, *patch) patches, location (6,)
+        return ({k: (v[0] if k in tensors or k == "location" else v) for k, v in p.items()} for p in patches)
 
     def _blocks(self, d: dict, shape, num_patches: Optional[int]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Blocks of centres (N, count, 3) and TorchIO locations (N, count, 6), drawn on the device
@@ -1146,7 +1172,7 @@ class _Sampler(_Randomizable):
         """The locations ((N, 6) int64 each) of the next num_patches patches of `subject`, drawn
         exactly as ``self(subject, num_patches)`` draws them, without cutting the patches (a
         queue cuts them later, a batch at a time, with gather_patches)."""
-        d, _, shape = self._checked(subject, num_patches)
+        d, _, shape, _ = self._checked(subject, num_patches)
         return [loc[:, i] for _, loc in self._blocks(d, shape, num_patches) for i in range(loc.shape[1])]
 
 
@@ -1313,6 +1339,8 @@ class PatchQueue:
             raise TypeError(f"subject {i} must be a dict, got {type(subject).__name__}")
         out = {}
         for k, v in subject.items():
+            if not isinstance(v, torch.Tensor) and isinstance(getattr(v, "data", None), torch.Tensor):
+                v = v.data  # a TorchIO Image of a tio.Subject: its tensor
             if isinstance(v, torch.Tensor) and v.dim() in (4, 5):
                 if v.dim() == 5 and v.shape[0] != 1:
                     raise ValueError(f"subject {i}: {k!r} must be (C, D, H, W) or (1, C, D, H, W), "

@@ -266,3 +266,30 @@ def test_samplers_on_a_size_one_axis_and_few_candidates(device):
             assert centre in {(4, 0, 5), (8, 0, 9)}, (type(s).__name__, centre)
             seen.add(centre)
         assert len(seen) == 2
+
+
+@pytest.mark.parametrize("form", ["tensors", "tio.Subject"])
+def test_samplers_take_torchio_subjects_of_4d_images(form):
+    """A subject of (C, D, H, W) tensors, or a tio.Subject, gives TorchIO's patch form: (C,
+    *patch) tensors cut at the (6,) location; PatchQueue takes tio.Subjects too."""
+    tio = pytest.importorskip("torchio")
+    g = torch.Generator().manual_seed(6)
+    img = torch.rand(1, 14, 12, 10, generator=g)
+    lab = (torch.rand(1, 14, 12, 10, generator=g) > 0.7).to(torch.int16)
+    subject = {"img": img, "seg": lab, "id": 3}
+    if form == "tio.Subject":
+        subject = tio.Subject(img=tio.ScalarImage(tensor=img), seg=tio.LabelMap(tensor=lab), id=3)
+    for sampler in (C.UniformSampler(5, seed=1), C.LabelSampler(5, "seg", seed=2),
+                    C.WeightedSampler(5, "img", seed=3)):
+        patches = list(sampler(subject, num_patches=6))
+        assert len(patches) == 6
+        for p in patches:
+            loc = p["location"].tolist()
+            assert p["img"].shape == (1, 5, 5, 5) and p["location"].shape == (6,) and p["id"] == 3
+            sl = (slice(None),) + tuple(slice(a, b) for a, b in zip(loc[:3], loc[3:]))
+            assert torch.equal(p["img"], img[sl]) and torch.equal(p["seg"], lab[sl])
+            if isinstance(sampler, C.LabelSampler):
+                assert lab[(0,) + tuple(a + 2 for a in loc[:3])] > 0  # the centre is labelled
+    q = C.PatchQueue([subject, subject], 4, 2, C.UniformSampler(5, seed=1), batch_size=2, seed=0)
+    batch = next(iter(q))
+    assert batch["img"].shape == (2, 1, 5, 5, 5) and batch["id"] == [3, 3]
