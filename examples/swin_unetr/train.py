@@ -19,8 +19,9 @@ structures; one subject, so validation is on the training subject), msd (an MSD 
 dataset.json folder).
 
 Outputs in --out: train.csv (step, loss, lr, scale, data_ms, step_ms, elapsed_s, val_dice),
-training_curve.png, validation.png, checkpoint.pt (model.state_dict() with MONAI's keys),
-summary.json, and a summary on stdout. Multi-GPU / multi-process: run under torchrun (DDP;
+training_curve.png, validation.png, checkpoint.pt (the last step's model.state_dict() with
+MONAI's keys), checkpoint_best.pt (the same at the best validation Dice, written when it
+improves), summary.json, and a summary on stdout. Multi-GPU / multi-process: run under torchrun (DDP;
 each rank its own training subjects and seed stream; validation sharded + all_reduce; rank 0
 writes the files).
 
@@ -396,6 +397,8 @@ def _run(args: argparse.Namespace) -> dict:
             dice, first = d, (fv if fv is not None else first)
             if d > best:
                 best, best_step = d, step
+                if dist.main:  # the best model so far (MONAI's keys), as the C++ trainer keeps it
+                    torch.save(model.state_dict(), args.out / "checkpoint_best.pt")
         row = {"step": step, "loss": loss_v, "lr": opt.param_groups[0]["lr"],
                "scale": scaler.get_scale() if scaler is not None else 1.0, "data_ms": pipe.data_ms[-1],
                "step_ms": step_ms, "elapsed_s": time.perf_counter() - t0, "val_dice": dice}
@@ -431,7 +434,8 @@ def _run(args: argparse.Namespace) -> dict:
         print(f"summary: {args.steps} steps in {train_s:.1f} s of training = {summary['steps_per_s']:.3f} steps/s; "
               f"data path {summary['mean_data_ms']:.2f} ms/step (mean); best Dice {best:.4f} at step {best_step}; "
               f"wall time {wall:.1f} s (loop {summary['loop_s']:.1f} s)")
-        print(f"wrote {args.out}/train.csv, training_curve.png, validation.png, checkpoint.pt, summary.json")
+        print(f"wrote {args.out}/train.csv, training_curve.png, validation.png, checkpoint.pt, checkpoint_best.pt, "
+              "summary.json")
     dist.close()
     return summary
 

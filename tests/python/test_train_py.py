@@ -136,6 +136,9 @@ def test_voxaug_pipeline_trains(train, tmp_path, seed):
         fresh.load_state_dict(sd, strict=True)
         changed = [k for k, v in init.items() if v.is_floating_point() and not torch.equal(v, sd[k])]
         assert len(changed) > len(init) // 2, "the checkpoint does not hold the trained weights"
+        # the best validation (step 5, the only one) is the last step: the same weights
+        best = torch.load(out / "checkpoint_best.pt", map_location="cpu", weights_only=True)
+        assert best.keys() == sd.keys() and all(torch.equal(best[k], sd[k]) for k in sd)
 
 
 def test_monai_pipeline_trains(train, tmp_path):
