@@ -16,8 +16,7 @@ of each inferer (median of --repeats after a warm-up), then their ratio.
         [--phantom-size 48,48,64] [--roi 32,32,64] [--sw-batch-size 4] [--overlap 0.25] [--repeats 3]
 
 Defaults: the C++ trainer's CPU subjects at --phantom-size 48,48,64 (scripts/demo.sh's CPU run
-trains on 64^3 with 32 x 32 x 64 patches: it passes --phantom-size 64,64,64); for the C++
-trainer's CUDA defaults pass
+trains on them with 32 x 32 x 64 patches); for the C++ trainer's CUDA defaults pass
 --train-subjects 24 --val-subjects 6 --phantom-size 160x160x128 --roi 96. The roi needs a side
 of 64 or more: at 32^3 the deepest hidden state is one voxel and MONAI's InstanceNorm refuses it.
 """
