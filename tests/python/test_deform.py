@@ -394,6 +394,30 @@ def test_parameter_draws_are_uniform_and_gated():
     assert scipy_stats.kstest(steps, "uniform", args=(0.8, 0.3)).pvalue > 1e-3
 
 
+def test_torchio_random_elastic_control_points_are_uniform():
+    """TorchIO RandomElasticDeformation's control points: each unlocked coefficient U(-max, max)
+    mm per axis (Kolmogorov-Smirnov over 200 samples x 3 x 4 x 2 x 4 points), the outer
+    locked_borders layers 0 on every side, independent samples."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    spacing, maxd = (1.2, 0.9, 1.5), (4.0, 3.0, 2.0)
+    t = deform.RandomElasticDeformation(num_control_points=(7, 6, 8), max_displacement=maxd, spacing=spacing, seed=4)
+    n = 200
+    plan = t._plan((30, 26, 22), n, t.draw_params(n), "cpu", spacing)
+    mm = plan.field.double() * torch.tensor(spacing, dtype=torch.float64).view(1, 3, 1, 1, 1)
+    assert mm.shape == (n, 3, 7, 6, 8)
+    locked = torch.ones(7, 6, 8, dtype=torch.bool)
+    locked[2:-2, 2:-2, 2:-2] = False
+    assert mm[:, :, locked].abs().max() == 0
+    inner = mm[:, :, 2:-2, 2:-2, 2:-2]
+    for a, m in enumerate(maxd):
+        v = inner[:, a].flatten().numpy()
+        assert v.min() >= -m and v.max() <= m
+        assert scipy_stats.kstest(v, "uniform", args=(-m, 2 * m)).pvalue > 1e-3, a
+    # samples are drawn independently: no two share their coefficients
+    flat = inner.flatten(1)
+    assert torch.corrcoef(flat[:20]).fill_diagonal_(0).abs().max() < 0.5
+
+
 # ---------------- displacement_field(): the field a call applied ----------------
 def _through_field(x, u, mode, padding):
     """grid_sample (float64) of x at output index + u: an identity affine index map."""
