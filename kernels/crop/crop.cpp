@@ -409,13 +409,13 @@ template <class Acc, class T>
 void aggregate_run_dense(Acc* __restrict o, Acc* __restrict n, const T* __restrict src,
                          const Acc* __restrict w, int64_t x0, int64_t x1) {
   if (w != nullptr) {
-    for (int64_t x = x0; x < x1; ++x) o[x] = add_product(o[x], load_patch<Acc>(src[x]), w[x]);
+    for (int64_t x = x0; x < x1; ++x) o[x] = fadd(o[x], fmul(load_patch<Acc>(src[x]), w[x]));
     if (n != nullptr)
-      for (int64_t x = x0; x < x1; ++x) n[x] = add_plain(n[x], w[x]);
+      for (int64_t x = x0; x < x1; ++x) n[x] = fadd(n[x], w[x]);
   } else {
-    for (int64_t x = x0; x < x1; ++x) o[x] = add_plain(o[x], load_patch<Acc>(src[x]));
+    for (int64_t x = x0; x < x1; ++x) o[x] = fadd(o[x], load_patch<Acc>(src[x]));
     if (n != nullptr)
-      for (int64_t x = x0; x < x1; ++x) n[x] = add_plain(n[x], Acc(1));
+      for (int64_t x = x0; x < x1; ++x) n[x] = fadd(n[x], Acc(1));
   }
 }
 
@@ -423,7 +423,7 @@ void aggregate_run_dense(Acc* __restrict o, Acc* __restrict n, const T* __restri
 // box (rows in parallel) and, in it, every patch q in order whose box holds the row (z, y: the
 // row in q). Each patch then covers its run of x, so every voxel gets the patches in the order
 // k = 0, 1, ... (the CUDA body walks a voxel's patches in the same order, with the same
-// add_product / add_plain: the same bits).
+// fmath.h's fmul / fadd, never contracted into an FMA: the same bits).
 template <class Fn>
 void for_aggregate_rows(const AggregateParams& p, Fn&& fn) {
   const int64_t n0 = p.box_hi[0] - p.box_lo[0], n1 = p.box_hi[1] - p.box_lo[1];
@@ -458,14 +458,14 @@ void aggregate_add_cpu(const AggregateParams& p) {
       aggregate_run_dense(o, n, src, wr, q.lo[2], q.hi[2]);
     } else if (wr != nullptr) {
       for (int64_t x = q.lo[2]; x < q.hi[2]; ++x)
-        o[x * os] = add_product(o[x * os], load_patch<Acc>(src[x * ps]), wr[x]);
+        o[x * os] = fadd(o[x * os], fmul(load_patch<Acc>(src[x * ps]), wr[x]));
       if (n != nullptr)
-        for (int64_t x = q.lo[2]; x < q.hi[2]; ++x) n[x * cs] = add_plain(n[x * cs], wr[x]);
+        for (int64_t x = q.lo[2]; x < q.hi[2]; ++x) n[x * cs] = fadd(n[x * cs], wr[x]);
     } else {
       for (int64_t x = q.lo[2]; x < q.hi[2]; ++x)
-        o[x * os] = add_plain(o[x * os], load_patch<Acc>(src[x * ps]));
+        o[x * os] = fadd(o[x * os], load_patch<Acc>(src[x * ps]));
       if (n != nullptr)
-        for (int64_t x = q.lo[2]; x < q.hi[2]; ++x) n[x * cs] = add_plain(n[x * cs], Acc(1));
+        for (int64_t x = q.lo[2]; x < q.hi[2]; ++x) n[x * cs] = fadd(n[x * cs], Acc(1));
     }
   });
 }

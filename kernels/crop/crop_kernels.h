@@ -450,28 +450,6 @@ struct AggregateParams {
 static_assert(sizeof(GatherParams) <= 4096 && sizeof(AggregateParams) <= 4096,
               "patch tables must fit the kernel parameter space");
 
-// a + b * w rounded twice (no contraction into an FMA), as torch's separate mul and add.
-VOXAUG_HD VOXAUG_FORCEINLINE float add_product(float a, float b, float w) {
-  return fadd(a, fmul(b, w));
-}
-VOXAUG_HD VOXAUG_FORCEINLINE double add_product(double a, double b, double w) {
-#if VOXAUG_DEVICE_PASS
-  return __dadd_rn(a, __dmul_rn(b, w));
-#else
-  return a + b * w;
-#endif
-}
-VOXAUG_HD VOXAUG_FORCEINLINE float add_plain(float a, float b) {
-  return fadd(a, b);
-}
-VOXAUG_HD VOXAUG_FORCEINLINE double add_plain(double a, double b) {
-#if VOXAUG_DEVICE_PASS
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
 // The out voxel (c, d, h, w) of element e of the union box (c slowest, w fastest).
 VOXAUG_HD VOXAUG_FORCEINLINE void aggregate_voxel(const AggregateParams& p, int64_t e, int64_t& c,
                                                   int64_t& d, int64_t& h, int64_t& w) {
@@ -496,11 +474,11 @@ VOXAUG_HD VOXAUG_FORCEINLINE bool aggregate_add(const AggregateParams& p, int t,
                                   y * p.pstride[3] + x * p.pstride[4]);
   if (p.weight != nullptr) {
     const Acc wv = static_cast<const Acc*>(p.weight)[(z * p.psize[1] + y) * p.psize[2] + x];
-    acc = add_product(acc, v, wv);
-    cnt = add_plain(cnt, wv);
+    acc = fadd(acc, fmul(v, wv));
+    cnt = fadd(cnt, wv);
   } else {
-    acc = add_plain(acc, v);
-    cnt = add_plain(cnt, Acc(1));
+    acc = fadd(acc, v);
+    cnt = fadd(cnt, Acc(1));
   }
   return true;
 }
